@@ -1,0 +1,163 @@
+//! Typed errors returned by the middleware in this crate.
+//!
+//! Every error is a small concrete type that the middleware boxes into a
+//! [`BoxError`]; callers check for one with [`std::error::Error::is`] /
+//! `downcast_ref`, as with tower's own `Elapsed` or `Overloaded`:
+//!
+//! ```
+//! use tower_model_balance::error::{BoxError, NoHealthyBackend};
+//! use tower_model_balance::route::ModelId;
+//!
+//! let err: BoxError = NoHealthyBackend::new(ModelId::new("llama-3-8b").unwrap()).into();
+//! assert!(err.is::<NoHealthyBackend>());
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::route::ModelId;
+
+/// The boxed error type used by services in this crate, as in tower.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request's route info could not be read: a required value is missing or a
+/// value is invalid.
+///
+/// Returned by [`crate::route`] extraction and by every middleware that reads
+/// route info (for example the balancer) before the request is sent anywhere.
+/// `source` names where the value came from (a header name such as
+/// `x-model-id`, or `model` for a value built in code); `reason` says what is
+/// wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InvalidRoute {
+    /// Where the value was read: a header name, or `model` for a model ID
+    /// built in code.
+    pub source: &'static str,
+    /// What is wrong with the value.
+    pub reason: InvalidReason,
+}
+
+/// Why a route value was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidReason {
+    /// The value is required and absent.
+    Missing,
+    /// The value is empty.
+    Empty,
+    /// The value is longer than the allowed number of bytes (given).
+    TooLong(usize),
+    /// The value holds a control character or whitespace.
+    ForbiddenCharacter,
+    /// The value is not valid UTF-8 / visible ASCII.
+    NotText,
+    /// The value is not one of the allowed words or not a number.
+    Unrecognized,
+}
+
+impl InvalidRoute {
+    pub(crate) const fn new(source: &'static str, reason: InvalidReason) -> Self {
+        Self { source, reason }
+    }
+}
+
+impl fmt::Display for InvalidReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Missing => f.write_str("missing"),
+            Self::Empty => f.write_str("empty"),
+            Self::TooLong(max) => write!(f, "longer than {max} bytes"),
+            Self::ForbiddenCharacter => f.write_str("contains whitespace or a control character"),
+            Self::NotText => f.write_str("not valid text"),
+            Self::Unrecognized => f.write_str("not a recognized value"),
+        }
+    }
+}
+
+impl fmt::Display for InvalidRoute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid route: `{}` is {}", self.source, self.reason)
+    }
+}
+
+impl std::error::Error for InvalidRoute {}
+
+/// No backend could take the request: none is known, or every candidate is
+/// ejected (breaker open). Returned at once by the balancer, never after a
+/// wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NoHealthyBackend {
+    /// The model the request was for.
+    pub model: ModelId,
+}
+
+impl NoHealthyBackend {
+    /// Creates the error for `model`.
+    pub fn new(model: ModelId) -> Self {
+        Self { model }
+    }
+}
+
+impl fmt::Display for NoHealthyBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no healthy backend for model `{}`", self.model)
+    }
+}
+
+impl std::error::Error for NoHealthyBackend {}
+
+/// The circuit breaker is open (or its half-open probes are all taken): the
+/// request was refused without being sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BreakerOpen {
+    /// How long until the breaker lets a probe through; zero when it is
+    /// half-open and waiting for its probes to finish.
+    pub retry_after: Duration,
+}
+
+impl BreakerOpen {
+    /// Creates the error with the given wait.
+    pub const fn new(retry_after: Duration) -> Self {
+        Self { retry_after }
+    }
+}
+
+impl fmt::Display for BreakerOpen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "circuit breaker open; retry after {} ms",
+            self.retry_after.as_millis()
+        )
+    }
+}
+
+impl std::error::Error for BreakerOpen {}
+
+/// A configuration value is out of its allowed range. Returned by every
+/// builder's `build`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InvalidConfig {
+    /// The field, as named by its builder method.
+    pub field: &'static str,
+    /// The allowed range or rule, in words.
+    pub expected: &'static str,
+}
+
+impl InvalidConfig {
+    pub(crate) const fn new(field: &'static str, expected: &'static str) -> Self {
+        Self { field, expected }
+    }
+}
+
+impl fmt::Display for InvalidConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid config: `{}` must be {}", self.field, self.expected)
+    }
+}
+
+impl std::error::Error for InvalidConfig {}

@@ -1,0 +1,9 @@
+//! Model-aware load balancing for ML inference fleets, as Tower layers.
+#![deny(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod backend;
+pub mod error;
+pub mod ring;
+pub mod route;

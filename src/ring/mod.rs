@@ -1,0 +1,214 @@
+//! Consistent-hash ring with virtual nodes and weights (pure logic).
+//!
+//! Each backend gets `vnodes_per_weight × weight` points on a 64-bit ring;
+//! a point's position is the xxh3 hash, under the ring's seed, of the
+//! backend ID's bytes, a `0xff` separator (never part of UTF-8) and the point
+//! index as 4 little-endian bytes. A key (a model ID's carried xxh3 hash)
+//! belongs to the first point at or after it, wrapping around; its owners are
+//! the first `k` distinct backends met walking on from there (Karger et al.,
+//! 1997, with virtual nodes as in Dynamo).
+//!
+//! Two points on the same position are both kept, ordered by backend ID bytes
+//! and then point index, so no point is ever lost and the mapping does not
+//! depend on the order members were given in. The mapping from a model to
+//! its owners is a stable contract: golden vectors in the tests pin it.
+//!
+//! ```
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::ring::{Ring, RingConfig};
+//! use tower_model_balance::route::ModelId;
+//!
+//! let members = (0..4).map(|i| (BackendId::new(&format!("node-{i}")).unwrap(), 1));
+//! let ring = Ring::build(&RingConfig::default(), members).unwrap();
+//! let model = ModelId::new("llama-3-8b").unwrap();
+//! let owners: Vec<_> = ring.owners(model.hash64(), 2).map(|i| ring.member(i).as_str()).collect();
+//! assert_eq!(owners.len(), 2);
+//! assert_ne!(owners[0], owners[1]);
+//! ```
+
+mod walk;
+
+pub use self::walk::Walk;
+
+use crate::backend::BackendId;
+use crate::error::InvalidConfig;
+
+/// Default virtual nodes per unit of weight (the original design's 150).
+pub const DEFAULT_VNODES_PER_WEIGHT: u32 = 150;
+/// Largest number of points one ring may hold (16 Mi).
+pub const MAX_POINTS: usize = 1 << 24;
+
+/// Ring parameters. Gateways that share members, weights and this config
+/// agree on every model's owners.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RingConfig {
+    /// Seed of the xxh3 hash of point positions. Default 0.
+    pub seed: u64,
+    /// Virtual nodes per unit of backend weight, at least 1. Default 150.
+    pub vnodes_per_weight: u32,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            vnodes_per_weight: DEFAULT_VNODES_PER_WEIGHT,
+        }
+    }
+}
+
+impl RingConfig {
+    /// A config with the given seed and vnode count.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `vnodes_per_weight` when it is 0.
+    pub fn new(seed: u64, vnodes_per_weight: u32) -> Result<Self, InvalidConfig> {
+        if vnodes_per_weight == 0 {
+            return Err(InvalidConfig::new("vnodes_per_weight", "at least 1"));
+        }
+        Ok(Self {
+            seed,
+            vnodes_per_weight,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    hash: u64,
+    member: u32,
+}
+
+/// An immutable consistent-hash ring over a set of backends.
+///
+/// Member indices (`0..len()`) follow the order the members were given in;
+/// which backends own a key does not.
+#[derive(Debug, Clone)]
+pub struct Ring {
+    points: Box<[Point]>,
+    members: Box<[BackendId]>,
+}
+
+impl Ring {
+    /// Builds a ring from `(id, weight)` pairs; weight is the relative share
+    /// of keys, at least 1.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `weight` when a weight is 0, `backend_id`
+    /// when an ID appears twice, `vnodes_per_weight` when the ring would hold
+    /// more than [`MAX_POINTS`] points.
+    pub fn build<I>(config: &RingConfig, members: I) -> Result<Self, InvalidConfig>
+    where
+        I: IntoIterator<Item = (BackendId, u32)>,
+    {
+        let members: Vec<(BackendId, u32)> = members.into_iter().collect();
+        let mut sorted: Vec<&BackendId> = members.iter().map(|(id, _)| id).collect();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return Err(InvalidConfig::new("backend_id", "unique within a ring"));
+        }
+        let mut total: usize = 0;
+        for (_, weight) in &members {
+            if *weight == 0 {
+                return Err(InvalidConfig::new("weight", "at least 1"));
+            }
+            let n = (*weight as usize).saturating_mul(config.vnodes_per_weight.max(1) as usize);
+            total = total.saturating_add(n);
+        }
+        if total > MAX_POINTS {
+            return Err(InvalidConfig::new(
+                "vnodes_per_weight",
+                "such that the ring holds at most 16 Mi points",
+            ));
+        }
+        let mut points = Vec::with_capacity(total);
+        let mut buf = Vec::new();
+        for (index, (id, weight)) in members.iter().enumerate() {
+            let count = weight * config.vnodes_per_weight.max(1);
+            for vnode in 0..count {
+                points.push(Point {
+                    hash: point_hash(&mut buf, id, vnode, config.seed),
+                    member: index as u32,
+                });
+            }
+        }
+        sort_points(&members, &mut points);
+        let members = members.into_iter().map(|(id, _)| id).collect();
+        Ok(Self {
+            points: points.into_boxed_slice(),
+            members,
+        })
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the ring has no members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Number of points (virtual nodes) on the ring.
+    pub fn points(&self) -> usize {
+        self.points.len()
+    }
+
+    /// The ID of member `index`.
+    ///
+    /// # Panics
+    ///
+    /// When `index >= len()`; indices yielded by [`Ring::walk`] are always
+    /// in range.
+    pub fn member(&self, index: usize) -> &BackendId {
+        &self.members[index]
+    }
+
+    /// All members, by index.
+    pub fn members(&self) -> &[BackendId] {
+        &self.members
+    }
+
+    /// Every member once, in ring order from `key`: the first is the key's
+    /// primary owner. Allocates nothing for rings of up to 256 members.
+    pub fn walk(&self, key: u64) -> Walk<'_> {
+        let start = self.points.partition_point(|p| p.hash < key);
+        Walk::new(self, start)
+    }
+
+    /// The first `k` distinct members from `key` (fewer when the ring has
+    /// fewer members).
+    pub fn owners(&self, key: u64, k: usize) -> std::iter::Take<Walk<'_>> {
+        self.walk(key).take(k)
+    }
+
+    fn point_member(&self, pos: usize) -> usize {
+        self.points[pos].member as usize
+    }
+}
+
+/// Orders points by position, then backend ID bytes: colliding points are
+/// kept side by side, in an order independent of member order. (Two points of
+/// one backend on one position are interchangeable.)
+fn sort_points(members: &[(BackendId, u32)], points: &mut [Point]) {
+    points.sort_unstable_by(|a, b| {
+        a.hash
+            .cmp(&b.hash)
+            .then_with(|| members[a.member as usize].0.cmp(&members[b.member as usize].0))
+    });
+}
+
+fn point_hash(buf: &mut Vec<u8>, id: &BackendId, vnode: u32, seed: u64) -> u64 {
+    buf.clear();
+    buf.extend_from_slice(id.as_bytes());
+    buf.push(0xff);
+    buf.extend_from_slice(&vnode.to_le_bytes());
+    xxhash_rust::xxh3::xxh3_64_with_seed(buf, seed)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,375 @@
+//! Route info: what the balancer needs to know about one request.
+//!
+//! A request's [`RouteInfo`] is read once: from the request's extensions when
+//! an earlier layer put one there, else from its headers:
+//!
+//! | header | value | default |
+//! | --- | --- | --- |
+//! | `x-model-id` | the model ID (required), see [`ModelId`] | — |
+//! | `x-request-kind` | `inference` or `update` (any case) | `inference` |
+//! | `x-urgency` | `normal`, `high` or `critical` (any case) | `normal` |
+//! | `content-length` | payload size in bytes | unknown |
+//!
+//! A missing model ID or any invalid value is an [`InvalidRoute`] naming the
+//! header and the reason; nothing panics on input.
+//!
+//! ```
+//! use tower_model_balance::route::{RequestKind, RouteInfo, Urgency};
+//!
+//! let req = http::Request::post("/v2/models/resnet/infer")
+//!     .header("x-model-id", "resnet-50")
+//!     .header("x-request-kind", "update")
+//!     .header("content-length", "1024")
+//!     .body(())
+//!     .unwrap();
+//! let route = RouteInfo::from_request(&req).unwrap();
+//! assert_eq!(route.model.as_str(), "resnet-50");
+//! assert_eq!(route.kind, RequestKind::Update);
+//! assert_eq!(route.urgency, Urgency::Normal);
+//! assert_eq!(route.payload_bytes, Some(1024));
+//!
+//! let bad = http::Request::get("/").header("x-model-id", "two words").body(()).unwrap();
+//! let err = RouteInfo::from_request(&bad).unwrap_err();
+//! assert_eq!(err.source, "x-model-id");
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::header::{HeaderMap, HeaderName, CONTENT_LENGTH};
+use http::{Extensions, Request};
+
+use crate::error::{InvalidReason, InvalidRoute};
+
+/// Header carrying the model ID.
+pub const MODEL_ID_HEADER: HeaderName = HeaderName::from_static("x-model-id");
+/// Header carrying the request kind (`inference` or `update`).
+pub const REQUEST_KIND_HEADER: HeaderName = HeaderName::from_static("x-request-kind");
+/// Header carrying the urgency (`normal`, `high` or `critical`).
+pub const URGENCY_HEADER: HeaderName = HeaderName::from_static("x-urgency");
+
+/// The name of the model (or adapter) a request targets.
+///
+/// Valid IDs are non-empty, at most [`ModelId::MAX_LEN`] bytes of UTF-8, with
+/// no whitespace or control characters. The 64-bit xxh3 hash (seed 0) of the
+/// ID's bytes is computed once at construction and carried along, so routing
+/// never hashes the ID again. Cloning is a reference-count increment.
+#[derive(Clone)]
+pub struct ModelId {
+    name: Arc<str>,
+    hash: u64,
+}
+
+impl ModelId {
+    /// Largest accepted model ID, in bytes.
+    pub const MAX_LEN: usize = 256;
+
+    /// Validates `name` and computes its hash.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidRoute`] with source `model` when `name` is empty, longer than
+    /// [`ModelId::MAX_LEN`] bytes, or holds whitespace or a control character.
+    pub fn new(name: &str) -> Result<Self, InvalidRoute> {
+        Self::parse("model", name)
+    }
+
+    fn parse(source: &'static str, name: &str) -> Result<Self, InvalidRoute> {
+        let reason = if name.is_empty() {
+            Some(InvalidReason::Empty)
+        } else if name.len() > Self::MAX_LEN {
+            Some(InvalidReason::TooLong(Self::MAX_LEN))
+        } else if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            Some(InvalidReason::ForbiddenCharacter)
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Err(InvalidRoute::new(source, reason)),
+            None => Ok(Self {
+                hash: xxhash_rust::xxh3::xxh3_64(name.as_bytes()),
+                name: Arc::from(name),
+            }),
+        }
+    }
+
+    /// The ID as a string.
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// The xxh3 64-bit hash (seed 0) of the ID's bytes, computed once.
+    pub fn hash64(&self) -> u64 {
+        self.hash
+    }
+}
+
+impl PartialEq for ModelId {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.name == other.name
+    }
+}
+
+impl Eq for ModelId {}
+
+impl std::hash::Hash for ModelId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl fmt::Debug for ModelId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.name, f)
+    }
+}
+
+impl fmt::Display for ModelId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl std::str::FromStr for ModelId {
+    type Err = InvalidRoute;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::new(s)
+    }
+}
+
+/// What a request does: inference is routed by model affinity, an update
+/// (online learning, index write) by load alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum RequestKind {
+    /// Reads the model: routed to a backend that holds it (the default).
+    #[default]
+    Inference,
+    /// Writes: no locality, routed to a less loaded backend (P2C).
+    Update,
+}
+
+/// How much the caller cares about latency for this request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[non_exhaustive]
+pub enum Urgency {
+    /// Ordinary traffic (the default).
+    #[default]
+    Normal,
+    /// Latency-sensitive traffic.
+    High,
+    /// Traffic that must not be delayed.
+    Critical,
+}
+
+/// Routing metadata of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RouteInfo {
+    /// The model the request targets.
+    pub model: ModelId,
+    /// Inference or update; default inference.
+    pub kind: RequestKind,
+    /// Urgency; default normal.
+    pub urgency: Urgency,
+    /// Payload size in bytes, if known (from `content-length`).
+    pub payload_bytes: Option<u64>,
+}
+
+impl RouteInfo {
+    /// Route info for an inference request of normal urgency and unknown
+    /// size.
+    pub fn new(model: ModelId) -> Self {
+        Self {
+            model,
+            kind: RequestKind::default(),
+            urgency: Urgency::default(),
+            payload_bytes: None,
+        }
+    }
+
+    /// Sets the request kind.
+    pub fn with_kind(mut self, kind: RequestKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Sets the urgency.
+    pub fn with_urgency(mut self, urgency: Urgency) -> Self {
+        self.urgency = urgency;
+        self
+    }
+
+    /// Sets the payload size in bytes.
+    pub fn with_payload_bytes(mut self, bytes: u64) -> Self {
+        self.payload_bytes = Some(bytes);
+        self
+    }
+
+    /// Reads the route info of `req`: a `RouteInfo` in its extensions if
+    /// present, else its headers (see the [module docs](self)).
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidRoute`] naming the header when `x-model-id` is missing or any
+    /// header holds an invalid value.
+    pub fn from_request<B>(req: &Request<B>) -> Result<Self, InvalidRoute> {
+        Self::from_parts(req.extensions(), req.headers())
+    }
+
+    /// As [`RouteInfo::from_request`], from a request's extensions and
+    /// headers.
+    ///
+    /// # Errors
+    ///
+    /// As [`RouteInfo::from_request`].
+    pub fn from_parts(extensions: &Extensions, headers: &HeaderMap) -> Result<Self, InvalidRoute> {
+        if let Some(route) = extensions.get::<RouteInfo>() {
+            return Ok(route.clone());
+        }
+        Self::from_headers(headers)
+    }
+
+    /// Reads the route info from headers alone.
+    ///
+    /// # Errors
+    ///
+    /// As [`RouteInfo::from_request`].
+    pub fn from_headers(headers: &HeaderMap) -> Result<Self, InvalidRoute> {
+        let model = match header_text(headers, &MODEL_ID_HEADER, "x-model-id")? {
+            Some(text) => ModelId::parse("x-model-id", text)?,
+            None => {
+                return Err(InvalidRoute::new("x-model-id", InvalidReason::Missing));
+            }
+        };
+        let kind = match header_text(headers, &REQUEST_KIND_HEADER, "x-request-kind")? {
+            None => RequestKind::default(),
+            Some(t) if t.eq_ignore_ascii_case("inference") => RequestKind::Inference,
+            Some(t) if t.eq_ignore_ascii_case("update") => RequestKind::Update,
+            Some(_) => return Err(unrecognized("x-request-kind")),
+        };
+        let urgency = match header_text(headers, &URGENCY_HEADER, "x-urgency")? {
+            None => Urgency::default(),
+            Some(t) if t.eq_ignore_ascii_case("normal") => Urgency::Normal,
+            Some(t) if t.eq_ignore_ascii_case("high") => Urgency::High,
+            Some(t) if t.eq_ignore_ascii_case("critical") => Urgency::Critical,
+            Some(_) => return Err(unrecognized("x-urgency")),
+        };
+        let payload_bytes = match header_text(headers, &CONTENT_LENGTH, "content-length")? {
+            None => None,
+            Some(t) => Some(t.parse::<u64>().map_err(|_| unrecognized("content-length"))?),
+        };
+        Ok(Self {
+            model,
+            kind,
+            urgency,
+            payload_bytes,
+        })
+    }
+}
+
+fn unrecognized(source: &'static str) -> InvalidRoute {
+    InvalidRoute::new(source, InvalidReason::Unrecognized)
+}
+
+/// The single value of header `name` as UTF-8; more than one value is
+/// ambiguous and rejected.
+fn header_text<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+    source: &'static str,
+) -> Result<Option<&'a str>, InvalidRoute> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(unrecognized(source));
+    }
+    std::str::from_utf8(value.as_bytes())
+        .map(Some)
+        .map_err(|_| InvalidRoute::new(source, InvalidReason::NotText))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &[u8])]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.append(*k, http::HeaderValue::from_bytes(v).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn model_id_validation() {
+        assert!(ModelId::new("llama-3.1-8b-instruct:lora/a").is_ok());
+        assert!(ModelId::new("模型").is_ok());
+        let reason = |s: &str| ModelId::new(s).unwrap_err().reason;
+        assert_eq!(reason(""), InvalidReason::Empty);
+        assert_eq!(reason("a b"), InvalidReason::ForbiddenCharacter);
+        assert_eq!(reason("a\tb"), InvalidReason::ForbiddenCharacter);
+        assert_eq!(reason("a\u{7f}"), InvalidReason::ForbiddenCharacter);
+        assert_eq!(reason("a\u{a0}b"), InvalidReason::ForbiddenCharacter);
+        assert!(ModelId::new(&"m".repeat(256)).is_ok());
+        assert_eq!(reason(&"m".repeat(257)), InvalidReason::TooLong(256));
+    }
+
+    #[test]
+    fn model_id_carries_xxh3() {
+        let id = ModelId::new("resnet-50").unwrap();
+        assert_eq!(id.hash64(), xxhash_rust::xxh3::xxh3_64(b"resnet-50"));
+        assert_eq!(id, id.clone());
+        assert_ne!(id, ModelId::new("resnet-51").unwrap());
+    }
+
+    #[test]
+    fn defaults_when_only_model_given() {
+        let route = RouteInfo::from_headers(&headers(&[("x-model-id", b"m")])).unwrap();
+        assert_eq!(route, RouteInfo::new(ModelId::new("m").unwrap()));
+    }
+
+    #[test]
+    fn reads_all_headers_any_case() {
+        let route = RouteInfo::from_headers(&headers(&[
+            ("x-model-id", b"m"),
+            ("x-request-kind", b"UPDATE"),
+            ("x-urgency", b"Critical"),
+            ("content-length", b"42"),
+        ]))
+        .unwrap();
+        assert_eq!(route.kind, RequestKind::Update);
+        assert_eq!(route.urgency, Urgency::Critical);
+        assert_eq!(route.payload_bytes, Some(42));
+    }
+
+    #[test]
+    fn each_invalid_header_is_named() {
+        let cases: &[(&[(&'static str, &[u8])], &str, InvalidReason)] = &[
+            (&[], "x-model-id", InvalidReason::Missing),
+            (&[("x-model-id", b"")], "x-model-id", InvalidReason::Empty),
+            (&[("x-model-id", b"\xff\xfe")], "x-model-id", InvalidReason::NotText),
+            (&[("x-model-id", b"a"), ("x-model-id", b"b")], "x-model-id", InvalidReason::Unrecognized),
+            (&[("x-model-id", b"m"), ("x-request-kind", b"write")], "x-request-kind", InvalidReason::Unrecognized),
+            (&[("x-model-id", b"m"), ("x-urgency", b"urgent")], "x-urgency", InvalidReason::Unrecognized),
+            (&[("x-model-id", b"m"), ("content-length", b"-1")], "content-length", InvalidReason::Unrecognized),
+        ];
+        for (pairs, source, reason) in cases {
+            let err = RouteInfo::from_headers(&headers(pairs)).unwrap_err();
+            assert_eq!((err.source, err.reason), (*source, *reason), "{pairs:?}");
+        }
+    }
+
+    #[test]
+    fn extensions_take_precedence() {
+        let route = RouteInfo::new(ModelId::new("from-ext").unwrap()).with_kind(RequestKind::Update);
+        let req = Request::get("/")
+            .header("x-model-id", "from-header")
+            .extension(route.clone())
+            .body(())
+            .unwrap();
+        assert_eq!(RouteInfo::from_request(&req).unwrap(), route);
+    }
+}
