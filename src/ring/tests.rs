@@ -82,6 +82,25 @@ fn colliding_points_are_all_kept_in_id_order() {
     }
 }
 
+#[test]
+fn weights_scale_points_and_share() {
+    let c = RingConfig::default();
+    let members = ids(2);
+    let ring = Ring::build(&c, vec![(members[0].clone(), 3), (members[1].clone(), 1)]).unwrap();
+    assert_eq!(ring.points(), 600);
+    let heavy = keys(9, 20_000).filter(|&key| primary(&ring, key) == &members[0]).count();
+    let share = heavy as f64 / 20_000.0;
+    assert!((0.68..0.82).contains(&share), "share {share}");
+}
+
+#[test]
+fn large_rings_walk_every_member_once() {
+    let ring = ring_of(&RingConfig::new(1, 4).unwrap(), &ids(300));
+    let mut all: Vec<usize> = ring.walk(12345).collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..300).collect::<Vec<_>>());
+}
+
 fn keys(seed: u64, n: usize) -> impl Iterator<Item = u64> {
     (0..n as u64).map(move |i| xxhash_rust::xxh3::xxh3_64_with_seed(&i.to_le_bytes(), seed))
 }
