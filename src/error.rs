@@ -110,7 +110,7 @@ impl std::error::Error for NoHealthyBackend {}
 
 /// The circuit breaker is open (or its half-open probes are all taken): the
 /// request was refused without being sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct BreakerOpen {
     /// How long until the breaker lets a probe through; zero when it is

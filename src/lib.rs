@@ -7,3 +7,7 @@ pub mod backend;
 pub mod error;
 pub mod ring;
 pub mod route;
+
+#[cfg(feature = "breaker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
+pub mod breaker;

@@ -1,0 +1,39 @@
+use tower_layer::Layer;
+
+use super::{Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
+
+/// Wraps a service in a [`CircuitBreaker`] with its own [`Breaker`], shared
+/// by the clones of the wrapped service.
+#[derive(Debug, Clone)]
+pub struct CircuitBreakerLayer<C = ServerErrorsAsFailures> {
+    policy: Policy,
+    classifier: C,
+}
+
+impl CircuitBreakerLayer {
+    /// A layer with `policy` and the default HTTP classifier.
+    pub const fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            classifier: ServerErrorsAsFailures,
+        }
+    }
+}
+
+impl<C> CircuitBreakerLayer<C> {
+    /// Uses `classifier` to decide what counts as a failure.
+    pub fn classifier<C2>(self, classifier: C2) -> CircuitBreakerLayer<C2> {
+        CircuitBreakerLayer {
+            policy: self.policy,
+            classifier,
+        }
+    }
+}
+
+impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
+    type Service = CircuitBreaker<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CircuitBreaker::new(inner, Breaker::new(self.policy.clone()), self.classifier.clone())
+    }
+}

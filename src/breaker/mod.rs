@@ -1,0 +1,75 @@
+//! Circuit breaking: fail fast around a sick backend, probe it back.
+//!
+//! A breaker is Closed (traffic flows, outcomes counted over a count-based
+//! sliding window), Open (every call fails fast with [`BreakerOpen`]) or
+//! HalfOpen (a few probe calls decide). It trips on the failure *rate* once
+//! the window holds a minimum of calls, so one or two blips never open it.
+//! The decision logic is a pure state machine ([`CircuitState`]) that takes
+//! `now` and outcomes; [`Breaker`] shares it between clones, and
+//! [`CircuitBreakerLayer`] puts it in front of any `Service`. The balancer
+//! keeps one [`Breaker`] per backend.
+//!
+//! Admission is an RAII [`Permit`]: a call dropped before it finished (its
+//! future dropped) gives its permit back and counts nothing, so a cancelled
+//! probe never wedges a half-open breaker.
+//!
+//! [`CircuitBreaker`] **sheds**: while open it stays ready and `call` fails
+//! fast; while closed or half-open, `poll_ready` drives the inner service to
+//! ready first, and `call` never forwards to an inner service it has not
+//! driven to ready. Stack timeouts *below* the breaker, so that a timeout is
+//! an error the breaker counts rather than a cancellation.
+//!
+//! The outcome is read when the response future resolves (headers, for
+//! HTTP); the balancer instead records at the end of the response body.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_model_balance::breaker::{CircuitBreakerLayer, Policy};
+//! use tower_model_balance::error::BreakerOpen;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let policy = Policy::builder().window(4).minimum_calls(4).build().unwrap();
+//! let mut svc = ServiceBuilder::new()
+//!     .layer(CircuitBreakerLayer::new(policy))
+//!     .service(service_fn(|_req: http::Request<()>| async {
+//!         Ok::<_, std::io::Error>(http::Response::builder().status(503).body(()).unwrap())
+//!     }));
+//! for _ in 0..4 {
+//!     let rsp = svc.ready().await.unwrap().call(http::Request::new(())).await.unwrap();
+//!     assert_eq!(rsp.status(), 503);
+//! }
+//! let err = svc.ready().await.unwrap().call(http::Request::new(())).await.unwrap_err();
+//! assert!(err.is::<BreakerOpen>());
+//! # }
+//! ```
+//!
+//! [`BreakerOpen`]: crate::error::BreakerOpen
+
+mod classify;
+pub mod future;
+mod layer;
+mod policy;
+mod service;
+mod shared;
+mod state;
+
+pub use self::classify::{Classify, ServerErrorsAsFailures};
+pub use self::layer::CircuitBreakerLayer;
+pub use self::policy::{Policy, PolicyBuilder};
+pub use self::service::CircuitBreaker;
+pub use self::shared::{Breaker, Permit};
+pub use self::state::{BreakerState, CircuitState, Ticket, Transition};
+
+/// How one call went, as far as the breaker is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The backend served the call.
+    Success,
+    /// The backend failed the call (5xx, overload, timeout, connection error).
+    Failure,
+    /// Says nothing about the backend (a caller's 4xx): not counted, but a
+    /// half-open permit comes back.
+    Ignored,
+}

@@ -1,0 +1,192 @@
+//! A breaker shared by clones of a service (and by the balancer, one per
+//! backend), and the RAII permit it hands out.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::time::Instant;
+
+use super::state::{CircuitState, Ticket, Transition};
+use super::{BreakerState, Outcome, Policy};
+use crate::error::BreakerOpen;
+
+/// A circuit breaker: the [`CircuitState`] machine behind a mutex, with the
+/// closed state published in an atomic so that admission while closed takes
+/// no lock. Cloning shares the breaker.
+///
+/// ```
+/// use tower_model_balance::breaker::{Breaker, BreakerState, Outcome, Policy};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let breaker = Breaker::new(Policy::builder().window(4).minimum_calls(2).build().unwrap());
+/// for _ in 0..2 {
+///     breaker.try_acquire().unwrap().record(Outcome::Failure);
+/// }
+/// assert_eq!(breaker.state(), BreakerState::Open);
+/// assert!(breaker.try_acquire().is_err());
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Breaker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: Mutex<CircuitState>,
+    /// `epoch << 1 | closed`, republished under the lock after every change.
+    published: AtomicU64,
+    /// While open: when probes may go, in ns after `base`.
+    open_until_ns: AtomicU64,
+    base: Instant,
+    trips: AtomicU64,
+}
+
+impl Breaker {
+    /// A closed breaker with `policy`.
+    pub fn new(policy: Policy) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                state: Mutex::new(CircuitState::new(policy)),
+                published: AtomicU64::new(1),
+                open_until_ns: AtomicU64::new(0),
+                base: Instant::now(),
+                trips: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Asks to let one call through now (tokio's clock).
+    ///
+    /// # Errors
+    ///
+    /// [`BreakerOpen`] with the time until a probe may go.
+    pub fn try_acquire(&self) -> Result<Permit, BreakerOpen> {
+        self.try_acquire_at(Instant::now())
+    }
+
+    /// As [`Breaker::try_acquire`], at `now`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Breaker::try_acquire`].
+    pub fn try_acquire_at(&self, now: Instant) -> Result<Permit, BreakerOpen> {
+        let published = self.inner.published.load(Ordering::Acquire);
+        if published & 1 == 1 {
+            let ticket = CircuitState::ticket_for(published >> 1);
+            return Ok(self.permit(ticket));
+        }
+        let mut state = self.lock();
+        match state.try_acquire(now) {
+            Ok((ticket, transition)) => {
+                self.publish(&state, transition);
+                Ok(self.permit(ticket))
+            }
+            Err(retry_after) => Err(BreakerOpen::new(retry_after)),
+        }
+    }
+
+    /// Whether a call would likely be admitted at `now`, without taking the
+    /// lock or a permit: closed, or half-open, or open with its time up. The
+    /// balancer filters candidates with it; [`Breaker::try_acquire_at`]
+    /// decides.
+    pub fn admits(&self, now: Instant) -> bool {
+        if self.inner.published.load(Ordering::Acquire) & 1 == 1 {
+            return true;
+        }
+        let elapsed = now.saturating_duration_since(self.inner.base).as_nanos();
+        elapsed >= u128::from(self.inner.open_until_ns.load(Ordering::Acquire))
+    }
+
+    /// The state now.
+    pub fn state(&self) -> BreakerState {
+        self.state_at(Instant::now())
+    }
+
+    /// The state at `now`.
+    pub fn state_at(&self, now: Instant) -> BreakerState {
+        self.lock().state(now)
+    }
+
+    /// How many times the breaker has opened from closed or half-open.
+    pub fn trips(&self) -> u64 {
+        self.inner.trips.load(Ordering::Relaxed)
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Policy {
+        self.lock().policy().clone()
+    }
+
+    fn permit(&self, ticket: Ticket) -> Permit {
+        Permit {
+            breaker: self.clone(),
+            ticket: Some(ticket),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CircuitState> {
+        // The state machine has no invariant a panic elsewhere could break
+        // half-way (it does not panic), so a poisoned lock is still sound.
+        self.inner.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn publish(&self, state: &CircuitState, transition: Option<Transition>) {
+        let Some(transition) = transition else { return };
+        let until = state.open_until().map_or(0, |until| {
+            let ns = until.saturating_duration_since(self.inner.base).as_nanos();
+            u64::try_from(ns).unwrap_or(u64::MAX)
+        });
+        self.inner.open_until_ns.store(until, Ordering::Release);
+        let closed = u64::from(transition.to == BreakerState::Closed);
+        self.inner
+            .published
+            .store(state.epoch() << 1 | closed, Ordering::Release);
+        if transition.to == BreakerState::Open {
+            self.inner.trips.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::debug!(from = ?transition.from, to = ?transition.to, "circuit breaker transition");
+    }
+}
+
+/// Admission of one call. Report how it went with [`Permit::record`];
+/// dropped without a record (the call was cancelled), it is given back and
+/// nothing is counted.
+#[derive(Debug)]
+#[must_use = "a permit dropped at once admits a call and counts nothing"]
+pub struct Permit {
+    breaker: Breaker,
+    ticket: Option<Ticket>,
+}
+
+impl Permit {
+    /// Records the call's outcome now.
+    pub fn record(self, outcome: Outcome) {
+        self.record_at(outcome, Instant::now());
+    }
+
+    /// Records the call's outcome at `now`.
+    pub fn record_at(mut self, outcome: Outcome, now: Instant) {
+        if let Some(ticket) = self.ticket.take() {
+            let mut state = self.breaker.lock();
+            let transition = state.record(ticket, outcome, now);
+            self.breaker.publish(&state, transition);
+        }
+    }
+
+    /// The breaker this permit belongs to.
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket.take() else { return };
+        // Only a half-open permit has anything to give back; while the
+        // published state is closed, no ticket can be one.
+        if self.breaker.inner.published.load(Ordering::Acquire) & 1 == 0 {
+            self.breaker.lock().release(ticket);
+        }
+    }
+}
