@@ -11,3 +11,7 @@ pub mod route;
 #[cfg(feature = "breaker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
 pub mod breaker;
+
+#[cfg(feature = "balance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
+pub mod balance;

@@ -1,0 +1,62 @@
+//! What discovery yields: a backend's metadata paired with its endpoint.
+
+use crate::backend::BackendId;
+use crate::error::InvalidConfig;
+
+/// Metadata of one backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackendMeta {
+    /// The backend's identity on the ring.
+    pub id: BackendId,
+    /// Relative share of the ring, at least 1. Default 1.
+    pub weight: u32,
+}
+
+impl BackendMeta {
+    /// Metadata for `id` with weight 1.
+    pub fn new(id: BackendId) -> Self {
+        Self { id, weight: 1 }
+    }
+
+    /// Sets the weight.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `weight` when it is 0.
+    pub fn with_weight(mut self, weight: u32) -> Result<Self, InvalidConfig> {
+        if weight == 0 {
+            return Err(InvalidConfig::new("weight", "at least 1"));
+        }
+        self.weight = weight;
+        Ok(self)
+    }
+}
+
+/// A backend as discovery yields it: metadata and the endpoint `E` (the
+/// `Service` that sends requests to this backend, cloned per request).
+///
+/// `tower::discover::Change::Insert(key, Backend<E>)` for a live key updates
+/// metadata and endpoint and keeps the backend's breaker and in-flight count.
+#[derive(Debug, Clone)]
+pub struct Backend<E> {
+    /// The backend's metadata.
+    pub meta: BackendMeta,
+    /// The endpoint.
+    pub endpoint: E,
+}
+
+impl<E> Backend<E> {
+    /// A backend of weight 1.
+    pub fn new(id: BackendId, endpoint: E) -> Self {
+        Self {
+            meta: BackendMeta::new(id),
+            endpoint,
+        }
+    }
+
+    /// A backend with the given metadata.
+    pub fn with_meta(meta: BackendMeta, endpoint: E) -> Self {
+        Self { meta, endpoint }
+    }
+}

@@ -1,0 +1,88 @@
+//! The balancer's validated configuration.
+
+use crate::breaker::Policy;
+use crate::error::InvalidConfig;
+use crate::ring::RingConfig;
+
+/// How the balancer routes.
+///
+/// | field | default | range |
+/// | --- | --- | --- |
+/// | `owners` (k) | 2 | 1 ..= 64 |
+/// | `ring` | seed 0, 150 vnodes per unit of weight | see [`RingConfig`] |
+/// | `breaker` | [`Policy::default`] | see [`Policy`] |
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct BalanceConfig {
+    /// Distinct backends of a model's ring walk that serve it (`k`).
+    pub owners: usize,
+    /// Ring parameters; gateways that share them agree on owners.
+    pub ring: RingConfig,
+    /// Policy of each backend's circuit breaker.
+    pub breaker: Policy,
+}
+
+impl Default for BalanceConfig {
+    fn default() -> Self {
+        Self {
+            owners: 2,
+            ring: RingConfig::default(),
+            breaker: Policy::default(),
+        }
+    }
+}
+
+impl BalanceConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> BalanceConfigBuilder {
+        BalanceConfigBuilder {
+            config: Self::default(),
+        }
+    }
+}
+
+/// Builds a validated [`BalanceConfig`].
+///
+/// ```
+/// use tower_model_balance::balance::BalanceConfig;
+///
+/// let config = BalanceConfig::builder().owners(3).build().unwrap();
+/// assert_eq!(config.owners, 3);
+/// assert_eq!(BalanceConfig::builder().owners(0).build().unwrap_err().field, "owners");
+/// ```
+#[derive(Debug, Clone)]
+pub struct BalanceConfigBuilder {
+    config: BalanceConfig,
+}
+
+impl BalanceConfigBuilder {
+    /// Sets `k`, the number of owners per model (1 ..= 64; default 2).
+    pub fn owners(mut self, k: usize) -> Self {
+        self.config.owners = k;
+        self
+    }
+
+    /// Sets the ring parameters.
+    pub fn ring(mut self, ring: RingConfig) -> Self {
+        self.config.ring = ring;
+        self
+    }
+
+    /// Sets the per-backend breaker policy.
+    pub fn breaker(mut self, policy: Policy) -> Self {
+        self.config.breaker = policy;
+        self
+    }
+
+    /// Validates and returns the config.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `owners` when it is outside 1 ..= 64.
+    pub fn build(self) -> Result<BalanceConfig, InvalidConfig> {
+        if !(1..=64).contains(&self.config.owners) {
+            return Err(InvalidConfig::new("owners", "1 ..= 64"));
+        }
+        Ok(self.config)
+    }
+}

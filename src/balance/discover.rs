@@ -1,0 +1,156 @@
+//! Applying discovery changes and publishing snapshots.
+//!
+//! Changes are drained in batches: every change ready at once is applied,
+//! then one snapshot (ring rebuilt, table and endpoints) is published.
+
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+
+use tower::discover::{Change, Discover};
+
+use super::table::{BackendState, Snapshot, Table};
+use super::{Backend, BackendMeta, BalanceConfig, Shared};
+use crate::breaker::Policy;
+use crate::error::BoxError;
+use crate::ring::Ring;
+
+#[derive(Debug)]
+struct Entry<K, E> {
+    key: K,
+    meta: BackendMeta,
+    endpoint: E,
+    state: Arc<BackendState>,
+}
+
+/// The backends discovery has announced, by key.
+#[derive(Debug)]
+pub(crate) struct Registry<K, E> {
+    entries: Vec<Entry<K, E>>,
+    config: BalanceConfig,
+}
+
+/// How a drain of ready changes ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Drained {
+    /// No more changes ready now; `changed` if any was applied.
+    Pending { changed: bool },
+    /// The source ended (or failed); no more changes will come.
+    Done,
+}
+
+impl<K: Eq, E: Clone> Registry<K, E> {
+    pub(crate) fn new(config: BalanceConfig) -> Self {
+        Self {
+            entries: Vec::new(),
+            config,
+        }
+    }
+
+    fn apply(&mut self, change: Change<K, Backend<E>>) {
+        match change {
+            Change::Insert(key, Backend { meta, endpoint }) => {
+                if let Some(other) = self.entries.iter().find(|e| e.key != key && e.meta.id == meta.id) {
+                    tracing::warn!(backend = %other.meta.id, "discovery inserted a backend ID already in use under another key; ignored");
+                    return;
+                }
+                let policy = &self.config.breaker;
+                match self.entries.iter_mut().find(|e| e.key == key) {
+                    Some(entry) => {
+                        if entry.meta.id != meta.id {
+                            entry.state = new_state(&meta, policy);
+                        }
+                        entry.meta = meta;
+                        entry.endpoint = endpoint;
+                    }
+                    None => {
+                        let state = new_state(&meta, policy);
+                        tracing::debug!(backend = %meta.id, "backend inserted");
+                        self.entries.push(Entry { key, meta, endpoint, state });
+                    }
+                }
+            }
+            Change::Remove(key) => {
+                if let Some(pos) = self.entries.iter().position(|e| e.key == key) {
+                    let entry = self.entries.swap_remove(pos);
+                    tracing::debug!(backend = %entry.meta.id, "backend removed");
+                }
+            }
+        }
+    }
+
+    /// Builds the snapshot of the current entries.
+    pub(crate) fn snapshot(&self) -> Snapshot<E> {
+        let members = self.entries.iter().map(|e| (e.meta.id.clone(), e.meta.weight));
+        let ring = match Ring::build(&self.config.ring, members) {
+            Ok(ring) => ring,
+            Err(error) => {
+                // IDs are unique (checked on insert) and weights at least 1
+                // (checked by `BackendMeta`); only a ring over its point cap
+                // lands here. Keep routing on no backends rather than panic.
+                tracing::error!(%error, "cannot build the ring; no backend is routable");
+                return Snapshot { table: Arc::new(Table::empty()), endpoints: Vec::new() };
+            }
+        };
+        let table = Table {
+            ring,
+            backends: self.entries.iter().map(|e| e.state.clone()).collect(),
+        };
+        Snapshot {
+            table: Arc::new(table),
+            endpoints: self.entries.iter().map(|e| e.endpoint.clone()).collect(),
+        }
+    }
+
+    /// Applies every change `discover` has ready.
+    pub(crate) fn drain<D>(&mut self, mut discover: Pin<&mut D>, cx: &mut Context<'_>) -> Drained
+    where
+        D: Discover<Key = K, Service = Backend<E>>,
+        D::Error: Into<BoxError>,
+    {
+        let mut changed = false;
+        loop {
+            match discover.as_mut().poll_discover(cx) {
+                Poll::Pending => return Drained::Pending { changed },
+                Poll::Ready(Some(Ok(change))) => {
+                    self.apply(change);
+                    changed = true;
+                }
+                Poll::Ready(Some(Err(error))) => {
+                    let error: BoxError = error.into();
+                    tracing::warn!(%error, "discovery failed; keeping the last backend set");
+                    return Drained::Done;
+                }
+                Poll::Ready(None) => return Drained::Done,
+            }
+        }
+    }
+}
+
+fn new_state(meta: &BackendMeta, policy: &Policy) -> Arc<BackendState> {
+    Arc::new(BackendState::new(meta.id.clone(), policy.clone()))
+}
+
+/// Drives `discover` until it ends or every balancer clone is gone,
+/// publishing a snapshot after each batch of changes.
+pub(crate) async fn run<D, K, E>(mut discover: Pin<Box<D>>, mut registry: Registry<K, E>, shared: Weak<Shared<E>>)
+where
+    D: Discover<Key = K, Service = Backend<E>>,
+    D::Error: Into<BoxError>,
+    K: Eq,
+    E: Clone,
+{
+    loop {
+        let drained = poll_fn(|cx| match registry.drain(discover.as_mut(), cx) {
+            Drained::Pending { changed: false } => Poll::Pending,
+            other => Poll::Ready(other),
+        })
+        .await;
+        let Some(shared) = shared.upgrade() else { return };
+        shared.publish(registry.snapshot());
+        if drained == Drained::Done {
+            return;
+        }
+    }
+}

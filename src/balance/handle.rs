@@ -1,0 +1,126 @@
+//! Reading what the balancer knows, from outside the request path.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::pick::Branch;
+use super::table::Table;
+use crate::backend::BackendId;
+use crate::breaker::BreakerState;
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    owner: AtomicU64,
+    spill: AtomicU64,
+    update: AtomicU64,
+    pub(crate) no_backend: AtomicU64,
+    pub(crate) invalid_route: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn count(&self, branch: Branch) {
+        let counter = match branch {
+            Branch::Owner => &self.owner,
+            Branch::Spill => &self.spill,
+            Branch::Update => &self.update,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the handle reads from the balancer's shared state, whatever its
+/// endpoint type.
+pub(crate) trait View: Send + Sync {
+    fn table(&self) -> Arc<Table>;
+    fn counters(&self) -> &Counters;
+}
+
+/// Requests counted by the branch the balancer took, since it was built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct BalanceStats {
+    /// Inference requests sent to one of their model's owners.
+    pub owner: u64,
+    /// Inference requests spilled past every owner along the ring.
+    pub spill: u64,
+    /// Update requests sent by P2C.
+    pub update: u64,
+    /// Requests failed fast with `NoHealthyBackend`.
+    pub no_backend: u64,
+    /// Requests failed fast with `InvalidRoute`.
+    pub invalid_route: u64,
+}
+
+/// One backend as the balancer sees it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackendStatus {
+    /// The backend.
+    pub id: BackendId,
+    /// Requests sent and not yet finished (end of response body).
+    pub in_flight: usize,
+    /// Its breaker's state.
+    pub breaker: BreakerState,
+    /// Times its breaker opened.
+    pub breaker_trips: u64,
+    /// Requests sent to it.
+    pub picked: u64,
+}
+
+/// A cheap, cloneable handle on a balancer's counters and backends.
+#[derive(Clone)]
+pub struct BalancerHandle {
+    view: Arc<dyn View>,
+}
+
+impl BalancerHandle {
+    pub(crate) fn new(view: Arc<dyn View>) -> Self {
+        Self { view }
+    }
+
+    /// Counters by branch.
+    pub fn stats(&self) -> BalanceStats {
+        let c = self.view.counters();
+        let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        BalanceStats {
+            owner: read(&c.owner),
+            spill: read(&c.spill),
+            update: read(&c.update),
+            no_backend: read(&c.no_backend),
+            invalid_route: read(&c.invalid_route),
+        }
+    }
+
+    /// The current backends, in discovery order.
+    pub fn backends(&self) -> Vec<BackendStatus> {
+        self.view
+            .table()
+            .backends
+            .iter()
+            .map(|b| BackendStatus {
+                id: b.id.clone(),
+                in_flight: b.load(),
+                breaker: b.breaker.state(),
+                breaker_trips: b.breaker.trips(),
+                picked: b.picked.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// Requests in flight over all current backends.
+    pub fn in_flight(&self) -> usize {
+        self.view.table().backends.iter().map(|b| b.load()).sum()
+    }
+
+    /// Breaker trips over all current backends.
+    pub fn breaker_trips(&self) -> u64 {
+        self.view.table().backends.iter().map(|b| b.breaker.trips()).sum()
+    }
+}
+
+impl fmt::Debug for BalancerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BalancerHandle").field("stats", &self.stats()).finish()
+    }
+}

@@ -1,0 +1,112 @@
+//! The model-aware balancer: affinity for inference, P2C for updates.
+//!
+//! [`ModelBalancer`] routes each request by its [`RouteInfo`]:
+//!
+//! * **inference** goes to the less loaded (fewer requests in flight) of the
+//!   first `k` distinct backends on the model's ring walk (its *owners*,
+//!   default `k = 2`) whose breaker admits it — the earlier owner on ties, so
+//!   the primary stays warmest — and, when every owner is out, to the first
+//!   backend further along the ring that admits it;
+//! * **updates** go to the less loaded of two backends sampled uniformly
+//!   (power of two choices; Mitzenmacher, 2001);
+//! * with no backend admitting the request, the response future fails at
+//!   once with [`NoHealthyBackend`] naming the model; an unreadable route
+//!   fails with [`InvalidRoute`].
+//!
+//! The balancer **sheds**, it does not reserve: routing depends on the
+//! request, which `poll_ready` never sees, so `poll_ready` is always ready
+//! and `call` picks a backend and drives a clone of its endpoint
+//! (`endpoint.clone().oneshot(req)`) inside the response future. Endpoints
+//! are therefore `Clone`, as hyper-util's client and tonic's `Channel` are.
+//!
+//! Backends come from any [`tower::discover::Discover`] yielding
+//! [`Backend`]s, driven by a background task; each batch of changes is
+//! published as a new snapshot (ring and backend table) swapped atomically,
+//! and the pick path reads it without a lock. A request counts as in flight
+//! from the pick until the end of its response *body* (or until the body is
+//! dropped); its outcome (5xx, 429 or an error: failure) reaches the
+//! backend's circuit breaker then.
+//!
+//! ```
+//! use tower::{discover::ServiceList, service_fn, ServiceExt};
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let backends = (0..4).map(|i| {
+//!     let endpoint = service_fn(move |_req: http::Request<String>| async move {
+//!         Ok::<_, std::io::Error>(http::Response::new(format!("backend {i}")))
+//!     });
+//!     Backend::new(BackendId::new(&format!("node-{i}")).unwrap(), endpoint)
+//! });
+//! let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default()).unwrap();
+//!
+//! let req = || http::Request::post("/infer").header("x-model-id", "llama-3-8b").body(String::new()).unwrap();
+//! let first = balancer.clone().oneshot(req()).await.unwrap().into_body().into_inner();
+//! let again = balancer.clone().oneshot(req()).await.unwrap().into_body().into_inner();
+//! assert_eq!(first, again, "an idle model sticks to its primary owner");
+//! assert_eq!(balancer.handle().stats().owner, 2);
+//! # }
+//! ```
+//!
+//! [`RouteInfo`]: crate::route::RouteInfo
+//! [`NoHealthyBackend`]: crate::error::NoHealthyBackend
+//! [`InvalidRoute`]: crate::error::InvalidRoute
+
+mod backend;
+mod body;
+mod config;
+mod discover;
+pub mod future;
+mod handle;
+mod pick;
+mod service;
+mod table;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+pub use self::backend::{Backend, BackendMeta};
+pub use self::body::ResponseBody;
+pub use self::config::{BalanceConfig, BalanceConfigBuilder};
+pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
+pub use self::service::ModelBalancer;
+
+use self::handle::{Counters, View};
+use self::table::{Snapshot, Table};
+
+/// State shared by a balancer's clones and its discovery task.
+#[derive(Debug)]
+struct Shared<E> {
+    snapshot: ArcSwap<Snapshot<E>>,
+    config: BalanceConfig,
+    stats: Counters,
+    clones: AtomicU64,
+}
+
+impl<E> Shared<E> {
+    fn new(snapshot: Snapshot<E>, config: BalanceConfig) -> Self {
+        Self {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            config,
+            stats: Counters::default(),
+            clones: AtomicU64::new(0),
+        }
+    }
+
+    fn publish(&self, snapshot: Snapshot<E>) {
+        self.snapshot.store(Arc::new(snapshot));
+    }
+}
+
+impl<E: Send + Sync> View for Shared<E> {
+    fn table(&self) -> Arc<Table> {
+        self.snapshot.load().table.clone()
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.stats
+    }
+}
