@@ -1,0 +1,102 @@
+//! Turning one shared HTTP client into an endpoint per backend.
+//!
+//! Balancers need one `Service` per backend; HTTP clients (hyper-util's
+//! legacy `Client`, reqwest-like stacks) are one `Service` for every host.
+//! [`SetOrigin`] bridges the two: it sends each request to one backend by
+//! setting the scheme and authority of the request URI, keeping its path and
+//! query. Clones share the client and its connection pool.
+//!
+//! ```
+//! use tower::{service_fn, ServiceExt};
+//! use tower_model_balance::endpoint::SetOrigin;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let client = service_fn(|req: http::Request<()>| async move {
+//!     Ok::<_, std::convert::Infallible>(req.uri().to_string())
+//! });
+//! let endpoint = SetOrigin::new(client, "http://10.0.0.7:8000").unwrap();
+//! let req = http::Request::get("/v2/health/ready").body(()).unwrap();
+//! assert_eq!(endpoint.oneshot(req).await.unwrap(), "http://10.0.0.7:8000/v2/health/ready");
+//! assert!(SetOrigin::new((), "not a uri").is_err());
+//! # }
+//! ```
+
+use std::task::{Context, Poll};
+
+use http::uri::{Authority, PathAndQuery, Scheme, Uri};
+use tower_service::Service;
+
+use crate::error::InvalidConfig;
+
+/// Sends every request to one origin (scheme and authority); see the
+/// [module docs](self).
+#[derive(Debug, Clone)]
+pub struct SetOrigin<S> {
+    inner: S,
+    scheme: Scheme,
+    authority: Authority,
+}
+
+impl<S> SetOrigin<S> {
+    /// Wraps `inner` to send to `origin`, such as `http://127.0.0.1:8000`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `origin` when it is not an absolute URI with
+    /// a scheme and an authority.
+    pub fn new(inner: S, origin: &str) -> Result<Self, InvalidConfig> {
+        let invalid = || InvalidConfig::new("origin", "an absolute URI such as http://host:port");
+        let uri: Uri = origin.parse().map_err(|_| invalid())?;
+        let parts = uri.into_parts();
+        match (parts.scheme, parts.authority) {
+            (Some(scheme), Some(authority)) => Ok(Self {
+                inner,
+                scheme,
+                authority,
+            }),
+            _ => Err(invalid()),
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the wrapper, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, B> Service<http::Request<B>> for SetOrigin<S>
+where
+    S: Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let mut parts = std::mem::take(req.uri_mut()).into_parts();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.authority.clone());
+        if parts.path_and_query.is_none() {
+            parts.path_and_query = Some(PathAndQuery::from_static("/"));
+        }
+        // Scheme, authority and path are all set: `from_parts` accepts that.
+        if let Ok(uri) = Uri::from_parts(parts) {
+            *req.uri_mut() = uri;
+        }
+        self.inner.call(req)
+    }
+}

@@ -1,0 +1,166 @@
+//! Configuration of a simulated model server.
+
+use std::time::Duration;
+
+use crate::error::InvalidConfig;
+
+/// Behaviour of one simulated model server. Defaults follow DESIGN.md's
+/// `default` fleet scenario.
+///
+/// | field | default | range |
+/// | --- | --- | --- |
+/// | `resident_slots` (models) | 5 | 1 ..= 1 000 |
+/// | `concurrency` (requests served at once; more queue, FIFO) | 4 | 1 ..= 10 000 |
+/// | `cold_load` (holds a serving slot) | 300 ms | ≤ 10 min |
+/// | `update_time` | 10 ms | ≤ 10 min |
+/// | `inference` | 5 ..= 30 ms per model, by seed 0 | see [`InferenceTimes`] |
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// Models kept resident (LRU).
+    pub resident_slots: usize,
+    /// Requests served at once; further requests queue.
+    pub concurrency: usize,
+    /// Time to load a model that is not resident; holds a serving slot.
+    pub cold_load: Duration,
+    /// Time to serve an update.
+    pub update_time: Duration,
+    /// Inference time of each model.
+    pub inference: InferenceTimes,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            resident_slots: 5,
+            concurrency: 4,
+            cold_load: Duration::from_millis(300),
+            update_time: Duration::from_millis(10),
+            inference: InferenceTimes::default(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> ServerConfigBuilder {
+        ServerConfigBuilder {
+            config: Self::default(),
+        }
+    }
+}
+
+/// Builds a validated [`ServerConfig`].
+///
+/// ```
+/// use tower_model_balance::sim::ServerConfig;
+///
+/// let config = ServerConfig::builder().resident_slots(16).build().unwrap();
+/// assert_eq!(config.concurrency, 4);
+/// assert_eq!(ServerConfig::builder().concurrency(0).build().unwrap_err().field, "concurrency");
+/// ```
+#[derive(Debug, Clone)]
+pub struct ServerConfigBuilder {
+    config: ServerConfig,
+}
+
+impl ServerConfigBuilder {
+    /// Sets the number of resident model slots (1 ..= 1 000; default 5).
+    pub fn resident_slots(mut self, slots: usize) -> Self {
+        self.config.resident_slots = slots;
+        self
+    }
+
+    /// Sets the number of requests served at once (1 ..= 10 000; default 4).
+    pub fn concurrency(mut self, requests: usize) -> Self {
+        self.config.concurrency = requests;
+        self
+    }
+
+    /// Sets the cold-load time (at most 10 min; default 300 ms).
+    pub fn cold_load(mut self, time: Duration) -> Self {
+        self.config.cold_load = time;
+        self
+    }
+
+    /// Sets the update time (at most 10 min; default 10 ms).
+    pub fn update_time(mut self, time: Duration) -> Self {
+        self.config.update_time = time;
+        self
+    }
+
+    /// Sets the inference times.
+    pub fn inference(mut self, times: InferenceTimes) -> Self {
+        self.config.inference = times;
+        self
+    }
+
+    /// Validates and returns the config.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming the first field out of range.
+    pub fn build(self) -> Result<ServerConfig, InvalidConfig> {
+        let c = self.config;
+        let ten_minutes = Duration::from_secs(600);
+        if !(1..=1_000).contains(&c.resident_slots) {
+            return Err(InvalidConfig::new("resident_slots", "1 ..= 1000"));
+        }
+        if !(1..=10_000).contains(&c.concurrency) {
+            return Err(InvalidConfig::new("concurrency", "1 ..= 10000"));
+        }
+        if c.cold_load > ten_minutes {
+            return Err(InvalidConfig::new("cold_load", "at most 10 min"));
+        }
+        if c.update_time > ten_minutes {
+            return Err(InvalidConfig::new("update_time", "at most 10 min"));
+        }
+        Ok(c)
+    }
+}
+
+/// Inference time per model: drawn uniformly in `min ..= max` (whole
+/// milliseconds) from the xxh3 hash of the model name under `seed`, so every
+/// server and the workload generator agree on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InferenceTimes {
+    seed: u64,
+    min_ms: u64,
+    max_ms: u64,
+}
+
+impl Default for InferenceTimes {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            min_ms: 5,
+            max_ms: 30,
+        }
+    }
+}
+
+impl InferenceTimes {
+    /// Times in `min_ms ..= max_ms` drawn by `seed`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `inference` when `min_ms > max_ms` or
+    /// `max_ms` exceeds 60 000.
+    pub fn new(seed: u64, min_ms: u64, max_ms: u64) -> Result<Self, InvalidConfig> {
+        if min_ms > max_ms || max_ms > 60_000 {
+            return Err(InvalidConfig::new("inference", "min_ms <= max_ms <= 60000"));
+        }
+        Ok(Self {
+            seed,
+            min_ms,
+            max_ms,
+        })
+    }
+
+    /// The inference time of `model`.
+    pub fn of(&self, model: &str) -> Duration {
+        let span = self.max_ms - self.min_ms + 1;
+        let hash = xxhash_rust::xxh3::xxh3_64_with_seed(model.as_bytes(), self.seed);
+        Duration::from_millis(self.min_ms + hash % span)
+    }
+}

@@ -1,0 +1,37 @@
+//! Simulated model servers: real HTTP servers on loopback that behave like a
+//! fleet of GPU model servers, for examples, tests and trying a stack before
+//! production.
+//!
+//! Each [`ModelServer`] keeps a few models resident (LRU), serves a bounded
+//! number of requests at once (the rest queue), pays a cold load that holds a
+//! serving slot when a model is not resident, and can be put into a
+//! [`Fault`] while it runs. It speaks a subset of the KServe v2 protocol,
+//! described in [`protocol`].
+//!
+//! ```
+//! use http_body_util::{BodyExt, Full};
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use tower_model_balance::sim::{protocol, ModelServer, ServerConfig};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let server = ModelServer::start("node-0", ServerConfig::default()).await.unwrap();
+//! let client = Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>();
+//! let uri = format!("http://{}{}", server.addr(), protocol::infer_path("resnet-50"));
+//! let req = http::Request::post(uri).body(Full::from("{}")).unwrap();
+//! let rsp = client.request(req).await.unwrap();
+//! assert_eq!(rsp.status(), 200);
+//! assert_eq!(rsp.headers()[protocol::COLD_LOAD_HEADER], "true");
+//! assert_eq!(server.stats().cold_loads, 1);
+//! assert_eq!(server.resident_models(), ["resnet-50"]);
+//! # }
+//! ```
+
+mod config;
+pub mod protocol;
+mod residency;
+mod server;
+
+pub use self::config::{InferenceTimes, ServerConfig, ServerConfigBuilder};
+pub use self::residency::{Access, Residency};
+pub use self::server::{Fault, ModelServer, ServerStats};
