@@ -60,3 +60,25 @@ impl<E> Backend<E> {
         Self { meta, endpoint }
     }
 }
+
+/// A backend is a service too: it forwards to its endpoint, so sources such
+/// as `tower::discover::ServiceList` accept it.
+impl<E, Req> tower_service::Service<Req> for Backend<E>
+where
+    E: tower_service::Service<Req>,
+{
+    type Response = E::Response;
+    type Error = E::Error;
+    type Future = E::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.endpoint.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        self.endpoint.call(req)
+    }
+}

@@ -1,0 +1,91 @@
+//! Figures of one strategy's run, as DESIGN.md names them.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// What the driver saw of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Record {
+    pub latency: Duration,
+    pub ok: bool,
+    pub cold: bool,
+    pub inference: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Figures {
+    pub strategy: String,
+    pub requests: u64,
+    pub ok: u64,
+    pub errors: u64,
+    pub warm_hit_rate: f64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub warm_p99_ms: f64,
+    pub cold_loads: u64,
+    pub breaker_trips: u64,
+    pub max_mean_load: f64,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds")
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+pub fn figures(strategy: &str, records: &[Record], cold_loads: u64, breaker_trips: u64, loads: &[u64]) -> Figures {
+    let mut all = histogram();
+    let mut warm = histogram();
+    let mut inference = 0u64;
+    let mut warm_hits = 0u64;
+    for r in records {
+        let us = (r.latency.as_micros() as u64).clamp(1, 600_000_000);
+        all.saturating_record(us);
+        if r.inference {
+            inference += 1;
+            if r.ok && !r.cold {
+                warm_hits += 1;
+                warm.saturating_record(us);
+            }
+        }
+    }
+    let ok = records.iter().filter(|r| r.ok).count() as u64;
+    let mean_load = loads.iter().sum::<u64>() as f64 / loads.len().max(1) as f64;
+    let max_load = loads.iter().copied().max().unwrap_or(0) as f64;
+    Figures {
+        strategy: strategy.to_owned(),
+        requests: records.len() as u64,
+        ok,
+        errors: records.len() as u64 - ok,
+        warm_hit_rate: warm_hits as f64 / inference.max(1) as f64,
+        mean_ms: all.mean() / 1000.0,
+        p50_ms: ms(all.value_at_quantile(0.50)),
+        p95_ms: ms(all.value_at_quantile(0.95)),
+        p99_ms: ms(all.value_at_quantile(0.99)),
+        warm_p99_ms: ms(warm.value_at_quantile(0.99)),
+        cold_loads,
+        breaker_trips,
+        max_mean_load: if mean_load > 0.0 { max_load / mean_load } else { 0.0 },
+    }
+}
+
+pub fn print_table(rows: &[Figures]) {
+    println!(
+        "{:<16} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>6} {:>8}",
+        "strategy", "requests", "ok", "errors", "warm_hit", "mean_ms", "p50_ms", "p95_ms", "p99_ms",
+        "warm_p99_ms", "cold", "trips", "max/mean"
+    );
+    for f in rows {
+        println!(
+            "{:<16} {:>8} {:>8} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11.1} {:>6} {:>6} {:>8.2}",
+            f.strategy, f.requests, f.ok, f.errors, f.warm_hit_rate, f.mean_ms, f.p50_ms, f.p95_ms,
+            f.p99_ms, f.warm_p99_ms, f.cold_loads, f.breaker_trips, f.max_mean_load
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! The routing strategies compared, each a `Service` over the same
+//! hyper-util client.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use tower::balance::p2c::Balance;
+use tower::buffer::Buffer;
+use tower::discover::ServiceList;
+use tower::load::{CompleteOnResponse, PeakEwmaDiscover};
+use tower::util::BoxCloneSyncService;
+use tower::{BoxError, Service, ServiceExt};
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::balance::{Backend, BalanceConfig, BalancerHandle, ModelBalancer};
+use tower_model_balance::endpoint::SetOrigin;
+use tower_model_balance::ring::{Ring, RingConfig};
+use tower_model_balance::route::RouteInfo;
+use tower_model_balance::sim::{protocol, ModelServer};
+
+pub type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
+
+/// What the driver reads of a response: its status and whether the request
+/// paid a cold load. The body is read to its end inside the service, so the
+/// balancer sees each request complete.
+#[derive(Debug, Clone, Copy)]
+pub struct Reply {
+    pub ok: bool,
+    pub cold: bool,
+}
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, BoxError>> + Send>>;
+
+pub type Strategy = BoxCloneSyncService<Request<Full<Bytes>>, Reply, BoxError>;
+
+pub const NAMES: [&str; 4] = ["round_robin", "p2c", "consistent_hash", "model_aware"];
+
+pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector);
+    servers
+        .iter()
+        .map(|s| {
+            let id = BackendId::new(s.name()).expect("server names are valid IDs");
+            let origin = format!("http://{}", s.addr());
+            (id, SetOrigin::new(client.clone(), &origin).expect("a socket address is a valid origin"))
+        })
+        .collect()
+}
+
+/// Builds strategy `name` over `servers`; the balancer handle when it has one.
+pub fn build(name: &str, servers: &[ModelServer]) -> (Strategy, Option<BalancerHandle>) {
+    let endpoints = endpoints(servers);
+    match name {
+        "round_robin" => (finish(RoundRobin::new(endpoints)), None),
+        "p2c" => {
+            let list = ServiceList::new(endpoints.into_iter().map(|(_, e)| e).collect::<Vec<_>>());
+            let discover = PeakEwmaDiscover::new(
+                list,
+                Duration::from_millis(30),
+                Duration::from_secs(10),
+                CompleteOnResponse::default(),
+            );
+            (finish(Buffer::new(Balance::new(discover), 4096)), None)
+        }
+        "consistent_hash" => (finish(ConsistentHash::new(endpoints)), None),
+        "model_aware" => {
+            let backends = endpoints.into_iter().map(|(id, e)| Backend::new(id, e));
+            let balancer = ModelBalancer::new(ServiceList::new(backends.collect::<Vec<_>>()), BalanceConfig::default())
+                .expect("built inside the runtime");
+            let handle = balancer.handle();
+            (finish(balancer), Some(handle))
+        }
+        other => unreachable!("unknown strategy {other}"),
+    }
+}
+
+/// Reads the response to its end and keeps what the report needs.
+fn finish<S, B>(service: S) -> Strategy
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>> + Clone + Send + Sync + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let service = service.map_err(Into::into).and_then(|rsp: Response<B>| async move {
+        let cold = rsp.headers().get(protocol::COLD_LOAD_HEADER).is_some_and(|v| v == "true");
+        let ok = rsp.status().is_success();
+        rsp.into_body().collect().await.map_err(Into::into)?;
+        Ok::<_, BoxError>(Reply { ok, cold })
+    });
+    BoxCloneSyncService::new(service)
+}
+
+/// Each request to the next backend in turn.
+#[derive(Clone)]
+struct RoundRobin {
+    endpoints: Arc<Vec<Endpoint>>,
+    next: Arc<AtomicUsize>,
+}
+
+impl RoundRobin {
+    fn new(endpoints: Vec<(BackendId, Endpoint)>) -> Self {
+        Self {
+            endpoints: Arc::new(endpoints.into_iter().map(|(_, e)| e).collect()),
+            next: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+impl Service<Request<Full<Bytes>>> for RoundRobin {
+    type Response = Response<hyper::body::Incoming>;
+    type Error = BoxError;
+    type Future = BoxFuture<Self::Response>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.endpoints.len();
+        let endpoint = self.endpoints[i].clone();
+        Box::pin(async move { endpoint.oneshot(req).await.map_err(BoxError::from) })
+    }
+}
+
+/// Plain consistent hashing: each model to its first owner on the ring.
+#[derive(Clone)]
+struct ConsistentHash {
+    ring: Arc<Ring>,
+    endpoints: Arc<Vec<Endpoint>>,
+}
+
+impl ConsistentHash {
+    fn new(endpoints: Vec<(BackendId, Endpoint)>) -> Self {
+        let members = endpoints.iter().map(|(id, _)| (id.clone(), 1));
+        let ring = Ring::build(&RingConfig::default(), members).expect("distinct IDs");
+        Self {
+            ring: Arc::new(ring),
+            endpoints: Arc::new(endpoints.into_iter().map(|(_, e)| e).collect()),
+        }
+    }
+}
+
+impl Service<Request<Full<Bytes>>> for ConsistentHash {
+    type Response = Response<hyper::body::Incoming>;
+    type Error = BoxError;
+    type Future = BoxFuture<Self::Response>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
+        let owner = RouteInfo::from_request(&req)
+            .map_err(BoxError::from)
+            .and_then(|route| self.ring.walk(route.model.hash64()).next().ok_or_else(|| "no backends".into()));
+        match owner {
+            Ok(i) => {
+                let endpoint = self.endpoints[i].clone();
+                Box::pin(async move { endpoint.oneshot(req).await.map_err(BoxError::from) })
+            }
+            Err(error) => Box::pin(async move { Err(error) }),
+        }
+    }
+}

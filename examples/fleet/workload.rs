@@ -1,0 +1,68 @@
+//! The workload: open-loop Poisson arrivals, Zipf(1.1) model popularity,
+//! 10% updates, all drawn from the seed.
+
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tower_model_balance::sim::InferenceTimes;
+
+pub const MODELS: usize = 32;
+pub const ZIPF_EXPONENT: f64 = 1.1;
+pub const UPDATE_SHARE: f64 = 0.1;
+pub const UTILIZATION: f64 = 0.3;
+
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// Send time after the start of the run.
+    pub at: Duration,
+    pub model: String,
+    pub update: bool,
+}
+
+pub fn model_name(rank: usize) -> String {
+    format!("model-{rank:02}")
+}
+
+/// Popularity of each model by rank, summing to 1.
+fn popularity() -> Vec<f64> {
+    let weights: Vec<f64> = (1..=MODELS).map(|r| (r as f64).powf(-ZIPF_EXPONENT)).collect();
+    let total: f64 = weights.iter().sum();
+    weights.into_iter().map(|w| w / total).collect()
+}
+
+/// Requests per second at the target utilization: backends × slots ÷
+/// popularity-weighted mean inference time, times the utilization.
+pub fn arrival_rate(backends: usize, slots: usize, times: &InferenceTimes) -> f64 {
+    let mean: f64 = popularity()
+        .iter()
+        .enumerate()
+        .map(|(rank, p)| p * times.of(&model_name(rank)).as_secs_f64())
+        .sum();
+    UTILIZATION * (backends * slots) as f64 / mean
+}
+
+pub fn plan(requests: usize, rate: f64, seed: u64) -> Vec<Planned> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let cdf: Vec<f64> = popularity()
+        .iter()
+        .scan(0.0, |acc, p| {
+            *acc += p;
+            Some(*acc)
+        })
+        .collect();
+    let mut at = 0.0;
+    (0..requests)
+        .map(|_| {
+            let u: f64 = rng.gen();
+            at += -(1.0 - u).ln() / rate;
+            let draw: f64 = rng.gen();
+            let rank = cdf.partition_point(|&c| c < draw).min(MODELS - 1);
+            Planned {
+                at: Duration::from_secs_f64(at),
+                model: model_name(rank),
+                update: rng.gen_bool(UPDATE_SHARE),
+            }
+        })
+        .collect()
+}
