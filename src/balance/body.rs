@@ -22,6 +22,7 @@ pub(crate) struct InFlight {
 impl InFlight {
     pub(crate) fn new(state: Arc<BackendState>, permit: Permit) -> Self {
         state.in_flight.fetch_add(1, Ordering::Relaxed);
+        state.fleet_in_flight.fetch_add(1, Ordering::Relaxed);
         state.picked.fetch_add(1, Ordering::Relaxed);
         Self {
             state,
@@ -40,6 +41,7 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.state.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.state.fleet_in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

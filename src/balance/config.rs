@@ -9,6 +9,7 @@ use crate::ring::RingConfig;
 /// | field | default | range |
 /// | --- | --- | --- |
 /// | `owners` (k) | 2 | 1 ..= 64 |
+/// | `load_factor` (c) | 1.25 | 1.0 ..= 100.0 |
 /// | `ring` | seed 0, 150 vnodes per unit of weight | see [`RingConfig`] |
 /// | `breaker` | [`Policy::default`] | see [`Policy`] |
 #[derive(Debug, Clone, PartialEq)]
@@ -16,6 +17,10 @@ use crate::ring::RingConfig;
 pub struct BalanceConfig {
     /// Distinct backends of a model's ring walk that serve it (`k`).
     pub owners: usize,
+    /// Bounded-load factor `c`: an owner with `ceil(c × (total in-flight +
+    /// 1) / n)` requests in flight is passed over for the next owner
+    /// (Mirrokni, Thorup and Zadimoghaddam, 2016).
+    pub load_factor: f64,
     /// Ring parameters; gateways that share them agree on owners.
     pub ring: RingConfig,
     /// Policy of each backend's circuit breaker.
@@ -26,6 +31,7 @@ impl Default for BalanceConfig {
     fn default() -> Self {
         Self {
             owners: 2,
+            load_factor: 1.25,
             ring: RingConfig::default(),
             breaker: Policy::default(),
         }
@@ -62,6 +68,12 @@ impl BalanceConfigBuilder {
         self
     }
 
+    /// Sets the bounded-load factor `c` (1.0 ..= 100.0; default 1.25).
+    pub fn load_factor(mut self, c: f64) -> Self {
+        self.config.load_factor = c;
+        self
+    }
+
     /// Sets the ring parameters.
     pub fn ring(mut self, ring: RingConfig) -> Self {
         self.config.ring = ring;
@@ -78,10 +90,14 @@ impl BalanceConfigBuilder {
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] naming `owners` when it is outside 1 ..= 64.
+    /// [`InvalidConfig`] naming `owners` when it is outside 1 ..= 64, or
+    /// `load_factor` when it is outside 1.0 ..= 100.0.
     pub fn build(self) -> Result<BalanceConfig, InvalidConfig> {
         if !(1..=64).contains(&self.config.owners) {
             return Err(InvalidConfig::new("owners", "1 ..= 64"));
+        }
+        if !(1.0..=100.0).contains(&self.config.load_factor) {
+            return Err(InvalidConfig::new("load_factor", "1.0 ..= 100.0"));
         }
         Ok(self.config)
     }

@@ -5,6 +5,7 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
@@ -29,6 +30,7 @@ struct Entry<K, E> {
 pub(crate) struct Registry<K, E> {
     entries: Vec<Entry<K, E>>,
     config: BalanceConfig,
+    fleet_in_flight: Arc<AtomicUsize>,
 }
 
 /// How a drain of ready changes ended.
@@ -45,6 +47,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
         Self {
             entries: Vec::new(),
             config,
+            fleet_in_flight: Arc::default(),
         }
     }
 
@@ -55,17 +58,17 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                     tracing::warn!(backend = %other.meta.id, "discovery inserted a backend ID already in use under another key; ignored");
                     return;
                 }
-                let policy = &self.config.breaker;
+                let (policy, fleet) = (&self.config.breaker, &self.fleet_in_flight);
                 match self.entries.iter_mut().find(|e| e.key == key) {
                     Some(entry) => {
                         if entry.meta.id != meta.id {
-                            entry.state = new_state(&meta, policy);
+                            entry.state = new_state(&meta, policy, fleet);
                         }
                         entry.meta = meta;
                         entry.endpoint = endpoint;
                     }
                     None => {
-                        let state = new_state(&meta, policy);
+                        let state = new_state(&meta, policy, fleet);
                         tracing::debug!(backend = %meta.id, "backend inserted");
                         self.entries.push(Entry { key, meta, endpoint, state });
                     }
@@ -90,12 +93,16 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                 // (checked by `BackendMeta`); only a ring over its point cap
                 // lands here. Keep routing on no backends rather than panic.
                 tracing::error!(%error, "cannot build the ring; no backend is routable");
-                return Snapshot { table: Arc::new(Table::empty()), endpoints: Vec::new() };
+                return Snapshot {
+                    table: Arc::new(Table::empty(self.fleet_in_flight.clone())),
+                    endpoints: Vec::new(),
+                };
             }
         };
         let table = Table {
             ring,
             backends: self.entries.iter().map(|e| e.state.clone()).collect(),
+            fleet_in_flight: self.fleet_in_flight.clone(),
         };
         Snapshot {
             table: Arc::new(table),
@@ -128,8 +135,8 @@ impl<K: Eq, E: Clone> Registry<K, E> {
     }
 }
 
-fn new_state(meta: &BackendMeta, policy: &Policy) -> Arc<BackendState> {
-    Arc::new(BackendState::new(meta.id.clone(), policy.clone()))
+fn new_state(meta: &BackendMeta, policy: &Policy, fleet: &Arc<AtomicUsize>) -> Arc<BackendState> {
+    Arc::new(BackendState::new(meta.id.clone(), policy.clone(), fleet.clone()))
 }
 
 /// Drives `discover` until it ends or every balancer clone is gone,

@@ -4,6 +4,7 @@
 use tokio::time::Instant;
 
 use super::table::Table;
+use super::BalanceConfig;
 use crate::breaker::Permit;
 use crate::route::{RequestKind, RouteInfo};
 
@@ -30,26 +31,38 @@ pub(crate) struct Pick {
 pub(crate) fn pick(
     table: &Table,
     route: &RouteInfo,
-    owners: usize,
+    config: &BalanceConfig,
     now: Instant,
     random: &mut impl FnMut() -> u64,
 ) -> Option<Pick> {
     match route.kind {
         RequestKind::Update => pick_update(table, now, random),
-        _ => pick_inference(table, route.model.hash64(), owners, now),
+        _ => pick_inference(table, route.model.hash64(), config, now),
     }
 }
 
-/// The less loaded eligible owner among the first `k` of the walk (the
-/// earlier on ties, so the primary stays warmest); else the first eligible
-/// backend further along the ring.
-fn pick_inference(table: &Table, key: u64, k: usize, now: Instant) -> Option<Pick> {
+/// The bounded-load cap: `ceil(c × (total in-flight + 1) / n)`.
+pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
+    let n = table.backends.len().max(1) as f64;
+    (c * (table.fleet_load() + 1) as f64 / n).ceil() as usize
+}
+
+/// Among the first `k` backends of the walk whose breakers admit: the first
+/// under the bounded-load cap (so each model stays on its primary while it
+/// has room), else the least loaded (the earlier on ties); when no owner
+/// admits, the first admitting backend further along the ring.
+fn pick_inference(table: &Table, key: u64, config: &BalanceConfig, now: Instant) -> Option<Pick> {
+    let k = config.owners;
     let eligible = |i: usize| table.backends[i].breaker.admits(now);
-    let mut walk = table.ring.walk(key);
+    let cap = load_cap(table, config.load_factor);
     let mut best: Option<(usize, usize)> = None;
-    for index in walk.by_ref().take(k) {
+    for index in table.ring.walk(key).take(k).filter(|&i| eligible(i)) {
         let load = table.backends[index].load();
-        if eligible(index) && best.is_none_or(|(_, b)| load < b) {
+        if load < cap {
+            best = Some((index, load));
+            break;
+        }
+        if best.is_none_or(|(_, b)| load < b) {
             best = Some((index, load));
         }
     }

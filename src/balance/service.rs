@@ -137,8 +137,8 @@ where
         let snapshot = self.shared.snapshot.load();
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
-        let owners = self.shared.config.owners;
-        let Some(picked) = pick(&snapshot.table, &route, owners, Instant::now(), &mut random) else {
+        let config = &self.shared.config;
+        let Some(picked) = pick(&snapshot.table, &route, config, Instant::now(), &mut random) else {
             stats.no_backend.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(model = %route.model, "no healthy backend");
             return ResponseFuture::failed(NoHealthyBackend::new(route.model).into());

@@ -13,15 +13,18 @@ use crate::ring::Ring;
 pub(crate) struct BackendState {
     pub(crate) id: BackendId,
     pub(crate) in_flight: AtomicUsize,
+    /// In flight over every backend of the balancer (shared by all).
+    pub(crate) fleet_in_flight: Arc<AtomicUsize>,
     pub(crate) breaker: Breaker,
     pub(crate) picked: AtomicU64,
 }
 
 impl BackendState {
-    pub(crate) fn new(id: BackendId, policy: Policy) -> Self {
+    pub(crate) fn new(id: BackendId, policy: Policy, fleet_in_flight: Arc<AtomicUsize>) -> Self {
         Self {
             id,
             in_flight: AtomicUsize::new(0),
+            fleet_in_flight,
             breaker: Breaker::new(policy),
             picked: AtomicU64::new(0),
         }
@@ -37,14 +40,21 @@ impl BackendState {
 pub(crate) struct Table {
     pub(crate) ring: Ring,
     pub(crate) backends: Vec<Arc<BackendState>>,
+    pub(crate) fleet_in_flight: Arc<AtomicUsize>,
 }
 
 impl Table {
-    pub(crate) fn empty() -> Self {
+    pub(crate) fn empty(fleet_in_flight: Arc<AtomicUsize>) -> Self {
         Self {
             ring: Ring::build(&Default::default(), Vec::new()).expect("an empty ring is valid"),
             backends: Vec::new(),
+            fleet_in_flight,
         }
+    }
+
+    /// Requests in flight over every backend.
+    pub(crate) fn fleet_load(&self) -> usize {
+        self.fleet_in_flight.load(Ordering::Relaxed)
     }
 }
 
