@@ -1,0 +1,241 @@
+//! The model-aware balancer over mock endpoints: typed fast failures,
+//! in-flight accounting to the end of the body, breakers, discovery, P2C.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures_util::stream;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use tokio::sync::mpsc;
+use tower::discover::{Change, ServiceList};
+use tower::util::rng::Rng;
+use tower::ServiceExt;
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::breaker::{BreakerState, Policy};
+use tower_model_balance::error::{InvalidRoute, NoHealthyBackend};
+use tower_model_balance::ring::{Ring, RingConfig};
+use tower_model_balance::route::ModelId;
+
+type Body = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
+
+/// A mock backend: answers with its status, and a body that ends when the
+/// test drops the matching sender (kept in `open`).
+#[derive(Clone)]
+struct Mock {
+    name: &'static str,
+    status: Arc<AtomicU16>,
+    open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
+    served: Arc<Mutex<HashMap<&'static str, usize>>>,
+}
+
+impl tower::Service<http::Request<String>> for Mock {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<String>) -> Self::Future {
+        *self.served.lock().unwrap().entry(self.name).or_default() += 1;
+        let (tx, rx) = mpsc::channel::<Bytes>(1);
+        self.open.lock().unwrap().push(tx);
+        let frames = stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
+        });
+        let body = StreamBody::new(Box::pin(frames) as stream::BoxStream<'static, _>);
+        let code = self.status.load(Ordering::Relaxed);
+        std::future::ready(Ok(http::Response::builder().status(code).body(body).unwrap()))
+    }
+}
+
+struct Fleet {
+    names: Vec<&'static str>,
+    mocks: Vec<Mock>,
+    served: Arc<Mutex<HashMap<&'static str, usize>>>,
+    open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
+}
+
+const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+
+fn fleet(n: usize) -> Fleet {
+    let served = Arc::new(Mutex::new(HashMap::new()));
+    let open = Arc::new(Mutex::new(Vec::new()));
+    let names = NAMES[..n].to_vec();
+    let mocks = names
+        .iter()
+        .map(|&name| Mock {
+            name,
+            status: Arc::new(AtomicU16::new(200)),
+            open: open.clone(),
+            served: served.clone(),
+        })
+        .collect();
+    Fleet { names, mocks, served, open }
+}
+
+impl Fleet {
+    fn backends(&self) -> Vec<Backend<Mock>> {
+        self.mocks
+            .iter()
+            .map(|m| Backend::new(BackendId::new(m.name).unwrap(), m.clone()))
+            .collect()
+    }
+
+    /// Ends every open response body.
+    fn close_bodies(&self) {
+        self.open.lock().unwrap().clear();
+    }
+
+    fn served(&self, name: &str) -> usize {
+        self.served.lock().unwrap().get(name).copied().unwrap_or(0)
+    }
+
+    /// The model's backends in ring order (the balancer's default ring).
+    fn walk(&self, model: &str) -> Vec<&'static str> {
+        let members = self.names.iter().map(|n| (BackendId::new(n).unwrap(), 1));
+        let ring = Ring::build(&RingConfig::default(), members).unwrap();
+        let key = ModelId::new(model).unwrap().hash64();
+        ring.walk(key).map(|i| self.names[i]).collect()
+    }
+}
+
+fn infer(model: &str) -> http::Request<String> {
+    http::Request::post("/infer").header("x-model-id", model).body(String::new()).unwrap()
+}
+
+fn update(model: &str) -> http::Request<String> {
+    http::Request::post("/update")
+        .header("x-model-id", model)
+        .header("x-request-kind", "update")
+        .body(String::new())
+        .unwrap()
+}
+
+fn expect_err<T>(result: Result<T, tower::BoxError>) -> tower::BoxError {
+    match result {
+        Ok(_) => panic!("expected an error"),
+        Err(error) => error,
+    }
+}
+
+fn config(policy: Policy) -> BalanceConfig {
+    BalanceConfig::builder().breaker(policy).build().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_backend_fails_fast_naming_the_model() {
+    let balancer = ModelBalancer::new(ServiceList::new(Vec::<Backend<Mock>>::new()), BalanceConfig::default()).unwrap();
+    let err = expect_err(balancer.clone().oneshot(infer("llama")).await);
+    let err = err.downcast_ref::<NoHealthyBackend>().expect("NoHealthyBackend");
+    assert_eq!(err.model.as_str(), "llama");
+    assert_eq!(balancer.handle().stats().no_backend, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_route_is_typed_and_sends_nothing() {
+    let f = fleet(2);
+    let balancer = ModelBalancer::new(ServiceList::new(f.backends()), BalanceConfig::default()).unwrap();
+    let missing = http::Request::post("/").body(String::new()).unwrap();
+    let err = expect_err(balancer.clone().oneshot(missing).await);
+    assert_eq!(err.downcast_ref::<InvalidRoute>().expect("InvalidRoute").source, "x-model-id");
+    let err = expect_err(balancer.clone().oneshot(infer("has space")).await);
+    assert!(err.is::<InvalidRoute>());
+    assert_eq!(f.served("a") + f.served("b"), 0);
+    assert_eq!(balancer.handle().stats().invalid_route, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_flight_lasts_until_the_end_of_the_body_or_its_drop() {
+    let f = fleet(2);
+    let balancer = ModelBalancer::new(ServiceList::new(f.backends()), BalanceConfig::default()).unwrap();
+    let handle = balancer.handle();
+    let kept = balancer.clone().oneshot(infer("m")).await.unwrap();
+    let dropped = balancer.clone().oneshot(infer("m")).await.unwrap();
+    assert_eq!(handle.in_flight(), 2, "headers arrived, bodies still open");
+    drop(dropped);
+    assert_eq!(handle.in_flight(), 1, "a dropped body ends the request");
+    f.close_bodies();
+    let bytes = kept.into_body().collect().await.unwrap().to_bytes();
+    assert!(bytes.is_empty());
+    assert_eq!(handle.in_flight(), 0, "the end of the body ends the request");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_owner_trips_and_traffic_moves_to_the_next() {
+    let f = fleet(4);
+    let walk = f.walk("resnet");
+    let primary = f.mocks.iter().find(|m| m.name == walk[0]).unwrap();
+    primary.status.store(503, Ordering::Relaxed);
+    let policy = Policy::builder().window(4).minimum_calls(3).build().unwrap();
+    let balancer = ModelBalancer::new(ServiceList::new(f.backends()), config(policy)).unwrap();
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let rsp = balancer.clone().oneshot(infer("resnet")).await.unwrap();
+        f.close_bodies();
+        statuses.push(rsp.status().as_u16());
+        rsp.into_body().collect().await.unwrap();
+    }
+    assert_eq!(statuses, [503, 503, 503, 200, 200, 200]);
+    assert_eq!(f.served(walk[0]), 3);
+    assert_eq!(f.served(walk[1]), 3, "the next owner took over");
+    let handle = balancer.handle();
+    let status = handle.backends().into_iter().find(|b| b.id.as_str() == walk[0]).unwrap();
+    assert_eq!(status.breaker, BreakerState::Open);
+    assert_eq!(handle.breaker_trips(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn discovery_changes_apply_in_the_background() {
+    let f = fleet(2);
+    let (tx, rx) = mpsc::unbounded_channel::<Change<&'static str, Backend<Mock>>>();
+    let changes = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx)) });
+    let balancer = ModelBalancer::new(changes, BalanceConfig::default()).unwrap();
+    let handle = balancer.handle();
+    assert!(expect_err(balancer.clone().oneshot(infer("m")).await).is::<NoHealthyBackend>());
+    for (key, backend) in f.names.iter().zip(f.backends()) {
+        tx.send(Change::Insert(*key, backend)).unwrap();
+    }
+    while handle.backends().len() < 2 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(balancer.clone().oneshot(infer("m")).await.unwrap().status(), 200);
+    tx.send(Change::Remove("a")).unwrap();
+    tx.send(Change::Remove("b")).unwrap();
+    while !handle.backends().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    assert!(expect_err(balancer.clone().oneshot(infer("m")).await).is::<NoHealthyBackend>());
+}
+
+/// A deterministic RNG for `from_rng`.
+#[derive(Clone)]
+struct Lcg(u64);
+
+impl Rng for Lcg {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 11
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn updates_spread_by_in_flight_with_p2c() {
+    let f = fleet(4);
+    let balancer = ModelBalancer::from_rng(ServiceList::new(f.backends()), BalanceConfig::default(), Lcg(7)).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..40 {
+        held.push(balancer.clone().oneshot(update("index")).await.unwrap());
+    }
+    let loads: Vec<usize> = balancer.handle().backends().iter().map(|b| b.in_flight).collect();
+    assert_eq!(loads.iter().sum::<usize>(), 40);
+    let (min, max) = (*loads.iter().min().unwrap(), *loads.iter().max().unwrap());
+    assert!(max - min <= 3, "P2C keeps in-flight even: {loads:?}");
+    assert_eq!(balancer.handle().stats().update, 40);
+}

@@ -1,0 +1,139 @@
+//! The circuit breaker as a `Service`, over mock inner services and paused
+//! time.
+
+use std::time::Duration;
+
+use tokio_test::{assert_pending, assert_ready_ok};
+use tower::{Service, ServiceExt};
+use tower_model_balance::breaker::{BreakerState, CircuitBreakerLayer, Policy};
+use tower_model_balance::error::BreakerOpen;
+use tower_test::mock;
+
+type Req = http::Request<()>;
+type Rsp = http::Response<()>;
+
+fn policy() -> Policy {
+    Policy::builder()
+        .window(4)
+        .minimum_calls(2)
+        .failure_rate_threshold(0.5)
+        .open_duration(Duration::from_secs(10))
+        .half_open_permits(1)
+        .build()
+        .unwrap()
+}
+
+fn status(code: u16) -> Rsp {
+    http::Response::builder().status(code).body(()).unwrap()
+}
+
+fn new_service() -> (mock::Spawn<tower_model_balance::breaker::CircuitBreaker<mock::Mock<Req, Rsp>, tower_model_balance::breaker::ServerErrorsAsFailures>>, mock::Handle<Req, Rsp>) {
+    mock::spawn_layer(CircuitBreakerLayer::new(policy()))
+}
+
+/// Sends one request through `svc`, answering it with `code`.
+async fn exchange(
+    svc: &mut mock::Spawn<impl Service<Req, Response = Rsp, Error = tower::BoxError>>,
+    handle: &mut mock::Handle<Req, Rsp>,
+    code: u16,
+) -> Result<Rsp, tower::BoxError> {
+    assert_ready_ok!(svc.poll_ready());
+    let fut = svc.call(http::Request::new(()));
+    if let Some((_, send)) = handle.next_request().await {
+        send.send_response(status(code));
+    }
+    fut.await
+}
+
+async fn trip(svc: &mut mock::Spawn<impl Service<Req, Response = Rsp, Error = tower::BoxError>>, handle: &mut mock::Handle<Req, Rsp>) {
+    handle.allow(2);
+    for _ in 0..2 {
+        assert_eq!(exchange(svc, handle, 503).await.unwrap().status(), 503);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn open_breaker_stays_ready_and_fails_fast_without_touching_inner() {
+    let (mut svc, mut handle) = new_service();
+    trip(&mut svc, &mut handle).await;
+    assert_eq!(svc.get_ref().breaker().state(), BreakerState::Open);
+    // The inner service is not ready, yet the open breaker is: it sheds.
+    handle.allow(0);
+    assert_ready_ok!(svc.poll_ready());
+    let err = svc.call(http::Request::new(())).await.unwrap_err();
+    let open = err.downcast_ref::<BreakerOpen>().expect("BreakerOpen");
+    assert_eq!(open.retry_after, Duration::from_secs(10));
+    assert!(handle.poll_request().is_pending(), "nothing reached the inner service");
+}
+
+#[tokio::test(start_paused = true)]
+async fn closed_breaker_waits_for_inner_readiness() {
+    let (mut svc, mut handle) = new_service();
+    handle.allow(0);
+    assert_pending!(svc.poll_ready());
+    handle.allow(1);
+    assert_ready_ok!(svc.poll_ready());
+}
+
+#[tokio::test(start_paused = true)]
+async fn never_calls_an_inner_service_it_did_not_drive_ready() {
+    let (mut svc, mut handle) = new_service();
+    trip(&mut svc, &mut handle).await;
+    // Ready because open (shed); the open duration then passes before call.
+    assert_ready_ok!(svc.poll_ready());
+    tokio::time::advance(Duration::from_secs(11)).await;
+    let err = svc.call(http::Request::new(())).await.unwrap_err();
+    assert!(err.is::<BreakerOpen>());
+    assert!(handle.poll_request().is_pending(), "the unready inner service was not called");
+    // The probe permit came back: the next, properly readied call probes.
+    handle.allow(1);
+    assert_eq!(exchange(&mut svc, &mut handle, 200).await.unwrap().status(), 200);
+    assert_eq!(svc.get_ref().breaker().state(), BreakerState::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_probe_gives_its_permit_back() {
+    let (mut svc, mut handle) = new_service();
+    trip(&mut svc, &mut handle).await;
+    tokio::time::advance(Duration::from_secs(10)).await;
+    handle.allow(2);
+    assert_ready_ok!(svc.poll_ready());
+    let probe = svc.call(http::Request::new(()));
+    let _ = handle.next_request().await.expect("the probe was sent");
+    // With its one permit out, half-open refuses a second call.
+    assert_ready_ok!(svc.poll_ready());
+    assert!(svc.call(http::Request::new(())).await.unwrap_err().is::<BreakerOpen>());
+    drop(probe);
+    assert_eq!(exchange(&mut svc, &mut handle, 200).await.unwrap().status(), 200);
+    assert_eq!(svc.get_ref().breaker().state(), BreakerState::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_probe_reopens_and_client_errors_are_ignored() {
+    let (mut svc, mut handle) = new_service();
+    handle.allow(10);
+    for _ in 0..6 {
+        assert_eq!(exchange(&mut svc, &mut handle, 404).await.unwrap().status(), 404);
+    }
+    assert_eq!(svc.get_ref().breaker().state(), BreakerState::Closed, "4xx say nothing about the backend");
+    trip(&mut svc, &mut handle).await;
+    tokio::time::advance(Duration::from_secs(10)).await;
+    handle.allow(1);
+    exchange(&mut svc, &mut handle, 500).await.unwrap();
+    assert_eq!(svc.get_ref().breaker().state(), BreakerState::Open);
+    assert_eq!(svc.get_ref().breaker().trips(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn clones_share_the_breaker_and_new_layers_do_not() {
+    let layer = CircuitBreakerLayer::new(policy());
+    let failing = tower::service_fn(|_: Req| async { Ok::<_, std::io::Error>(status(503)) });
+    let mut a = tower::ServiceBuilder::new().layer(layer.clone()).service(failing);
+    let b = a.clone();
+    let other = tower::ServiceBuilder::new().layer(layer).service(failing);
+    for _ in 0..2 {
+        a.ready().await.unwrap().call(http::Request::new(())).await.unwrap();
+    }
+    assert_eq!(b.breaker().state(), BreakerState::Open, "tripped through a clone");
+    assert_eq!(other.breaker().state(), BreakerState::Closed, "a new layered service, a new breaker");
+}
