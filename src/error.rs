@@ -1,8 +1,8 @@
 //! Typed errors returned by the middleware in this crate.
 //!
 //! Every error is a small concrete type that the middleware boxes into a
-//! [`BoxError`]; callers check for one with [`std::error::Error::is`] /
-//! `downcast_ref`, as with tower's own `Elapsed` or `Overloaded`:
+//! [`BoxError`]; callers check for one with `err.is::<T>()` or
+//! `err.downcast_ref::<T>()`, as with tower's own `Elapsed` or `Overloaded`:
 //!
 //! ```
 //! use tower_model_balance::error::{BoxError, NoHealthyBackend};
@@ -156,7 +156,11 @@ impl InvalidConfig {
 
 impl fmt::Display for InvalidConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid config: `{}` must be {}", self.field, self.expected)
+        write!(
+            f,
+            "invalid config: `{}` must be {}",
+            self.field, self.expected
+        )
     }
 }
 

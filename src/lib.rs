@@ -1,5 +1,60 @@
-//! Model-aware load balancing for ML inference fleets, as Tower layers.
-#![deny(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+//! Model-aware load balancing, circuit breaking and hedging for ML inference
+//! fleets, as [Tower] middleware.
+//!
+//! Routing inference like ordinary web traffic fails: a request sent to a
+//! backend that does not hold its model in GPU memory pays a cold load, 10×
+//! to 100× slower than an inference. This crate routes by model:
+//!
+//! * [`route`] reads each request's [`RouteInfo`](route::RouteInfo) (model
+//!   ID, inference or update, urgency, size) from its extensions or headers;
+//! * [`ring`] pins every model to a stable few backends by consistent
+//!   hashing (xxh3, virtual nodes, weights);
+//! * [`balance`] (feature `balance`) sends inference to the model's owners,
+//!   least loaded under a bounded-load cap, and updates by power of two
+//!   choices, with a circuit breaker per backend;
+//! * [`breaker`] (feature `breaker`) is that circuit breaker, usable alone as
+//!   a `Layer` in front of any `Service`;
+//! * [`endpoint`] turns one HTTP client into an endpoint per backend;
+//! * [`sim`] (feature `sim`) runs simulated model servers on loopback, to try
+//!   a stack before production.
+//!
+//! # Quick start
+//!
+//! ```
+//! use tower::{discover::ServiceList, service_fn, ServiceExt};
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
+//! // One endpoint per backend; in production a hyper-util client behind
+//! // `endpoint::SetOrigin` and a timeout (see the README).
+//! let backends = ["gpu-0", "gpu-1", "gpu-2"].map(|name| {
+//!     let endpoint = service_fn(move |_req: http::Request<String>| async move {
+//!         Ok::<_, std::io::Error>(http::Response::new(name.to_string()))
+//!     });
+//!     Backend::new(BackendId::new(name).unwrap(), endpoint)
+//! });
+//! let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default())?;
+//!
+//! let request = http::Request::post("/v2/models/llama-3-8b/infer")
+//!     .header("x-model-id", "llama-3-8b")
+//!     .body(String::new())?;
+//! let response = balancer.clone().oneshot(request).await?;
+//! println!("served by {}", response.into_body().into_inner());
+//!
+//! // Bad input is a typed error, never a panic.
+//! let no_model = http::Request::post("/").body(String::new())?;
+//! assert!(balancer.oneshot(no_model).await.is_err());
+//! # Ok(()) }
+//! ```
+//!
+//! [Tower]: https://docs.rs/tower
+#![deny(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -20,3 +75,8 @@ pub mod balance;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;
+
+/// The README's examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "balance"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -257,7 +257,10 @@ impl RouteInfo {
         };
         let payload_bytes = match header_text(headers, &CONTENT_LENGTH, "content-length")? {
             None => None,
-            Some(t) => Some(t.parse::<u64>().map_err(|_| unrecognized("content-length"))?),
+            Some(t) => Some(
+                t.parse::<u64>()
+                    .map_err(|_| unrecognized("content-length"))?,
+            ),
         };
         Ok(Self {
             model,
@@ -295,7 +298,9 @@ fn header_text<'a>(
 mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&'static str, &[u8])]) -> HeaderMap {
+    type Pair = (&'static str, &'static [u8]);
+
+    fn headers(pairs: &[Pair]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (k, v) in pairs {
             map.append(*k, http::HeaderValue::from_bytes(v).unwrap());
@@ -347,14 +352,34 @@ mod tests {
 
     #[test]
     fn each_invalid_header_is_named() {
-        let cases: &[(&[(&'static str, &[u8])], &str, InvalidReason)] = &[
+        let cases: &[(&[Pair], &str, InvalidReason)] = &[
             (&[], "x-model-id", InvalidReason::Missing),
             (&[("x-model-id", b"")], "x-model-id", InvalidReason::Empty),
-            (&[("x-model-id", b"\xff\xfe")], "x-model-id", InvalidReason::NotText),
-            (&[("x-model-id", b"a"), ("x-model-id", b"b")], "x-model-id", InvalidReason::Unrecognized),
-            (&[("x-model-id", b"m"), ("x-request-kind", b"write")], "x-request-kind", InvalidReason::Unrecognized),
-            (&[("x-model-id", b"m"), ("x-urgency", b"urgent")], "x-urgency", InvalidReason::Unrecognized),
-            (&[("x-model-id", b"m"), ("content-length", b"-1")], "content-length", InvalidReason::Unrecognized),
+            (
+                &[("x-model-id", b"\xff\xfe")],
+                "x-model-id",
+                InvalidReason::NotText,
+            ),
+            (
+                &[("x-model-id", b"a"), ("x-model-id", b"b")],
+                "x-model-id",
+                InvalidReason::Unrecognized,
+            ),
+            (
+                &[("x-model-id", b"m"), ("x-request-kind", b"write")],
+                "x-request-kind",
+                InvalidReason::Unrecognized,
+            ),
+            (
+                &[("x-model-id", b"m"), ("x-urgency", b"urgent")],
+                "x-urgency",
+                InvalidReason::Unrecognized,
+            ),
+            (
+                &[("x-model-id", b"m"), ("content-length", b"-1")],
+                "content-length",
+                InvalidReason::Unrecognized,
+            ),
         ];
         for (pairs, source, reason) in cases {
             let err = RouteInfo::from_headers(&headers(pairs)).unwrap_err();
@@ -364,7 +389,8 @@ mod tests {
 
     #[test]
     fn extensions_take_precedence() {
-        let route = RouteInfo::new(ModelId::new("from-ext").unwrap()).with_kind(RequestKind::Update);
+        let route =
+            RouteInfo::new(ModelId::new("from-ext").unwrap()).with_kind(RequestKind::Update);
         let req = Request::get("/")
             .header("x-model-id", "from-header")
             .extension(route.clone())

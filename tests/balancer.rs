@@ -38,7 +38,10 @@ impl tower::Service<http::Request<String>> for Mock {
     type Error = Infallible;
     type Future = std::future::Ready<Result<Self::Response, Infallible>>;
 
-    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
         std::task::Poll::Ready(Ok(()))
     }
 
@@ -51,7 +54,10 @@ impl tower::Service<http::Request<String>> for Mock {
         });
         let body = StreamBody::new(Box::pin(frames) as stream::BoxStream<'static, _>);
         let code = self.status.load(Ordering::Relaxed);
-        std::future::ready(Ok(http::Response::builder().status(code).body(body).unwrap()))
+        std::future::ready(Ok(http::Response::builder()
+            .status(code)
+            .body(body)
+            .unwrap()))
     }
 }
 
@@ -77,7 +83,12 @@ fn fleet(n: usize) -> Fleet {
             served: served.clone(),
         })
         .collect();
-    Fleet { names, mocks, served, open }
+    Fleet {
+        names,
+        mocks,
+        served,
+        open,
+    }
 }
 
 impl Fleet {
@@ -107,7 +118,10 @@ impl Fleet {
 }
 
 fn infer(model: &str) -> http::Request<String> {
-    http::Request::post("/infer").header("x-model-id", model).body(String::new()).unwrap()
+    http::Request::post("/infer")
+        .header("x-model-id", model)
+        .body(String::new())
+        .unwrap()
 }
 
 fn update(model: &str) -> http::Request<String> {
@@ -131,9 +145,15 @@ fn config(policy: Policy) -> BalanceConfig {
 
 #[tokio::test(start_paused = true)]
 async fn no_backend_fails_fast_naming_the_model() {
-    let balancer = ModelBalancer::new(ServiceList::new(Vec::<Backend<Mock>>::new()), BalanceConfig::default()).unwrap();
+    let balancer = ModelBalancer::new(
+        ServiceList::new(Vec::<Backend<Mock>>::new()),
+        BalanceConfig::default(),
+    )
+    .unwrap();
     let err = expect_err(balancer.clone().oneshot(infer("llama")).await);
-    let err = err.downcast_ref::<NoHealthyBackend>().expect("NoHealthyBackend");
+    let err = err
+        .downcast_ref::<NoHealthyBackend>()
+        .expect("NoHealthyBackend");
     assert_eq!(err.model.as_str(), "llama");
     assert_eq!(balancer.handle().stats().no_backend, 1);
 }
@@ -141,10 +161,16 @@ async fn no_backend_fails_fast_naming_the_model() {
 #[tokio::test(start_paused = true)]
 async fn invalid_route_is_typed_and_sends_nothing() {
     let f = fleet(2);
-    let balancer = ModelBalancer::new(ServiceList::new(f.backends()), BalanceConfig::default()).unwrap();
+    let balancer =
+        ModelBalancer::new(ServiceList::new(f.backends()), BalanceConfig::default()).unwrap();
     let missing = http::Request::post("/").body(String::new()).unwrap();
     let err = expect_err(balancer.clone().oneshot(missing).await);
-    assert_eq!(err.downcast_ref::<InvalidRoute>().expect("InvalidRoute").source, "x-model-id");
+    assert_eq!(
+        err.downcast_ref::<InvalidRoute>()
+            .expect("InvalidRoute")
+            .source,
+        "x-model-id"
+    );
     let err = expect_err(balancer.clone().oneshot(infer("has space")).await);
     assert!(err.is::<InvalidRoute>());
     assert_eq!(f.served("a") + f.served("b"), 0);
@@ -154,7 +180,8 @@ async fn invalid_route_is_typed_and_sends_nothing() {
 #[tokio::test(start_paused = true)]
 async fn in_flight_lasts_until_the_end_of_the_body_or_its_drop() {
     let f = fleet(2);
-    let balancer = ModelBalancer::new(ServiceList::new(f.backends()), BalanceConfig::default()).unwrap();
+    let balancer =
+        ModelBalancer::new(ServiceList::new(f.backends()), BalanceConfig::default()).unwrap();
     let handle = balancer.handle();
     let kept = balancer.clone().oneshot(infer("m")).await.unwrap();
     let dropped = balancer.clone().oneshot(infer("m")).await.unwrap();
@@ -164,7 +191,11 @@ async fn in_flight_lasts_until_the_end_of_the_body_or_its_drop() {
     f.close_bodies();
     let bytes = kept.into_body().collect().await.unwrap().to_bytes();
     assert!(bytes.is_empty());
-    assert_eq!(handle.in_flight(), 0, "the end of the body ends the request");
+    assert_eq!(
+        handle.in_flight(),
+        0,
+        "the end of the body ends the request"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -173,7 +204,11 @@ async fn a_failing_owner_trips_and_traffic_moves_to_the_next() {
     let walk = f.walk("resnet");
     let primary = f.mocks.iter().find(|m| m.name == walk[0]).unwrap();
     primary.status.store(503, Ordering::Relaxed);
-    let policy = Policy::builder().window(4).minimum_calls(3).build().unwrap();
+    let policy = Policy::builder()
+        .window(4)
+        .minimum_calls(3)
+        .build()
+        .unwrap();
     let balancer = ModelBalancer::new(ServiceList::new(f.backends()), config(policy)).unwrap();
     let mut statuses = Vec::new();
     for _ in 0..6 {
@@ -186,7 +221,11 @@ async fn a_failing_owner_trips_and_traffic_moves_to_the_next() {
     assert_eq!(f.served(walk[0]), 3);
     assert_eq!(f.served(walk[1]), 3, "the next owner took over");
     let handle = balancer.handle();
-    let status = handle.backends().into_iter().find(|b| b.id.as_str() == walk[0]).unwrap();
+    let status = handle
+        .backends()
+        .into_iter()
+        .find(|b| b.id.as_str() == walk[0])
+        .unwrap();
     assert_eq!(status.breaker, BreakerState::Open);
     assert_eq!(handle.breaker_trips(), 1);
 }
@@ -195,7 +234,9 @@ async fn a_failing_owner_trips_and_traffic_moves_to_the_next() {
 async fn discovery_changes_apply_in_the_background() {
     let f = fleet(2);
     let (tx, rx) = mpsc::unbounded_channel::<Change<&'static str, Backend<Mock>>>();
-    let changes = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx)) });
+    let changes = stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
+    });
     let balancer = ModelBalancer::new(changes, BalanceConfig::default()).unwrap();
     let handle = balancer.handle();
     assert!(expect_err(balancer.clone().oneshot(infer("m")).await).is::<NoHealthyBackend>());
@@ -205,7 +246,10 @@ async fn discovery_changes_apply_in_the_background() {
     while handle.backends().len() < 2 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(balancer.clone().oneshot(infer("m")).await.unwrap().status(), 200);
+    assert_eq!(
+        balancer.clone().oneshot(infer("m")).await.unwrap().status(),
+        200
+    );
     tx.send(Change::Remove("a")).unwrap();
     tx.send(Change::Remove("b")).unwrap();
     while !handle.backends().is_empty() {
@@ -220,7 +264,10 @@ struct Lcg(u64);
 
 impl Rng for Lcg {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 11
     }
 }
@@ -228,12 +275,22 @@ impl Rng for Lcg {
 #[tokio::test(start_paused = true)]
 async fn updates_spread_by_in_flight_with_p2c() {
     let f = fleet(4);
-    let balancer = ModelBalancer::from_rng(ServiceList::new(f.backends()), BalanceConfig::default(), Lcg(7)).unwrap();
+    let balancer = ModelBalancer::from_rng(
+        ServiceList::new(f.backends()),
+        BalanceConfig::default(),
+        Lcg(7),
+    )
+    .unwrap();
     let mut held = Vec::new();
     for _ in 0..40 {
         held.push(balancer.clone().oneshot(update("index")).await.unwrap());
     }
-    let loads: Vec<usize> = balancer.handle().backends().iter().map(|b| b.in_flight).collect();
+    let loads: Vec<usize> = balancer
+        .handle()
+        .backends()
+        .iter()
+        .map(|b| b.in_flight)
+        .collect();
     assert_eq!(loads.iter().sum::<usize>(), 40);
     let (min, max) = (*loads.iter().min().unwrap(), *loads.iter().max().unwrap());
     assert!(max - min <= 3, "P2C keeps in-flight even: {loads:?}");

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Service, ServiceExt};
-use tower_model_balance::breaker::{BreakerState, CircuitBreakerLayer, Policy};
+use tower_model_balance::breaker::{
+    BreakerState, CircuitBreaker, CircuitBreakerLayer, Policy, ServerErrorsAsFailures,
+};
 use tower_model_balance::error::BreakerOpen;
 use tower_test::mock;
 
@@ -27,7 +29,9 @@ fn status(code: u16) -> Rsp {
     http::Response::builder().status(code).body(()).unwrap()
 }
 
-fn new_service() -> (mock::Spawn<tower_model_balance::breaker::CircuitBreaker<mock::Mock<Req, Rsp>, tower_model_balance::breaker::ServerErrorsAsFailures>>, mock::Handle<Req, Rsp>) {
+type Breaker = CircuitBreaker<mock::Mock<Req, Rsp>, ServerErrorsAsFailures>;
+
+fn new_service() -> (mock::Spawn<Breaker>, mock::Handle<Req, Rsp>) {
     mock::spawn_layer(CircuitBreakerLayer::new(policy()))
 }
 
@@ -45,7 +49,10 @@ async fn exchange(
     fut.await
 }
 
-async fn trip(svc: &mut mock::Spawn<impl Service<Req, Response = Rsp, Error = tower::BoxError>>, handle: &mut mock::Handle<Req, Rsp>) {
+async fn trip(
+    svc: &mut mock::Spawn<impl Service<Req, Response = Rsp, Error = tower::BoxError>>,
+    handle: &mut mock::Handle<Req, Rsp>,
+) {
     handle.allow(2);
     for _ in 0..2 {
         assert_eq!(exchange(svc, handle, 503).await.unwrap().status(), 503);
@@ -63,7 +70,10 @@ async fn open_breaker_stays_ready_and_fails_fast_without_touching_inner() {
     let err = svc.call(http::Request::new(())).await.unwrap_err();
     let open = err.downcast_ref::<BreakerOpen>().expect("BreakerOpen");
     assert_eq!(open.retry_after, Duration::from_secs(10));
-    assert!(handle.poll_request().is_pending(), "nothing reached the inner service");
+    assert!(
+        handle.poll_request().is_pending(),
+        "nothing reached the inner service"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -84,10 +94,16 @@ async fn never_calls_an_inner_service_it_did_not_drive_ready() {
     tokio::time::advance(Duration::from_secs(11)).await;
     let err = svc.call(http::Request::new(())).await.unwrap_err();
     assert!(err.is::<BreakerOpen>());
-    assert!(handle.poll_request().is_pending(), "the unready inner service was not called");
+    assert!(
+        handle.poll_request().is_pending(),
+        "the unready inner service was not called"
+    );
     // The probe permit came back: the next, properly readied call probes.
     handle.allow(1);
-    assert_eq!(exchange(&mut svc, &mut handle, 200).await.unwrap().status(), 200);
+    assert_eq!(
+        exchange(&mut svc, &mut handle, 200).await.unwrap().status(),
+        200
+    );
     assert_eq!(svc.get_ref().breaker().state(), BreakerState::Closed);
 }
 
@@ -102,9 +118,16 @@ async fn a_cancelled_probe_gives_its_permit_back() {
     let _ = handle.next_request().await.expect("the probe was sent");
     // With its one permit out, half-open refuses a second call.
     assert_ready_ok!(svc.poll_ready());
-    assert!(svc.call(http::Request::new(())).await.unwrap_err().is::<BreakerOpen>());
+    assert!(svc
+        .call(http::Request::new(()))
+        .await
+        .unwrap_err()
+        .is::<BreakerOpen>());
     drop(probe);
-    assert_eq!(exchange(&mut svc, &mut handle, 200).await.unwrap().status(), 200);
+    assert_eq!(
+        exchange(&mut svc, &mut handle, 200).await.unwrap().status(),
+        200
+    );
     assert_eq!(svc.get_ref().breaker().state(), BreakerState::Closed);
 }
 
@@ -113,9 +136,16 @@ async fn failed_probe_reopens_and_client_errors_are_ignored() {
     let (mut svc, mut handle) = new_service();
     handle.allow(10);
     for _ in 0..6 {
-        assert_eq!(exchange(&mut svc, &mut handle, 404).await.unwrap().status(), 404);
+        assert_eq!(
+            exchange(&mut svc, &mut handle, 404).await.unwrap().status(),
+            404
+        );
     }
-    assert_eq!(svc.get_ref().breaker().state(), BreakerState::Closed, "4xx say nothing about the backend");
+    assert_eq!(
+        svc.get_ref().breaker().state(),
+        BreakerState::Closed,
+        "4xx say nothing about the backend"
+    );
     trip(&mut svc, &mut handle).await;
     tokio::time::advance(Duration::from_secs(10)).await;
     handle.allow(1);
@@ -128,12 +158,27 @@ async fn failed_probe_reopens_and_client_errors_are_ignored() {
 async fn clones_share_the_breaker_and_new_layers_do_not() {
     let layer = CircuitBreakerLayer::new(policy());
     let failing = tower::service_fn(|_: Req| async { Ok::<_, std::io::Error>(status(503)) });
-    let mut a = tower::ServiceBuilder::new().layer(layer.clone()).service(failing);
+    let mut a = tower::ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(failing);
     let b = a.clone();
     let other = tower::ServiceBuilder::new().layer(layer).service(failing);
     for _ in 0..2 {
-        a.ready().await.unwrap().call(http::Request::new(())).await.unwrap();
+        a.ready()
+            .await
+            .unwrap()
+            .call(http::Request::new(()))
+            .await
+            .unwrap();
     }
-    assert_eq!(b.breaker().state(), BreakerState::Open, "tripped through a clone");
-    assert_eq!(other.breaker().state(), BreakerState::Closed, "a new layered service, a new breaker");
+    assert_eq!(
+        b.breaker().state(),
+        BreakerState::Open,
+        "tripped through a clone"
+    );
+    assert_eq!(
+        other.breaker().state(),
+        BreakerState::Closed,
+        "a new layered service, a new breaker"
+    );
 }

@@ -28,7 +28,11 @@ async fn servers(n: usize) -> Vec<ModelServer> {
         .unwrap();
     let mut servers = Vec::new();
     for i in 0..n {
-        servers.push(ModelServer::start(&format!("node-{i}"), config.clone()).await.unwrap());
+        servers.push(
+            ModelServer::start(&format!("node-{i}"), config.clone())
+                .await
+                .unwrap(),
+        );
     }
     servers
 }
@@ -54,7 +58,11 @@ async fn infer(balancer: &ModelBalancer<Endpoint>, model: &str) -> (u16, String,
         .unwrap();
     let rsp = balancer.clone().oneshot(req).await.unwrap();
     let status = rsp.status().as_u16();
-    let header = |name| rsp.headers().get(name).map(|v: &http::HeaderValue| v.to_str().unwrap().to_owned());
+    let header = |name| {
+        rsp.headers()
+            .get(name)
+            .map(|v: &http::HeaderValue| v.to_str().unwrap().to_owned())
+    };
     let backend = header(protocol::BACKEND_HEADER).unwrap_or_default();
     let cold = header(protocol::COLD_LOAD_HEADER).as_deref() == Some("true");
     rsp.into_body().collect().await.unwrap();
@@ -62,9 +70,13 @@ async fn infer(balancer: &ModelBalancer<Endpoint>, model: &str) -> (u16, String,
 }
 
 fn primary(servers: &[ModelServer], model: &str) -> usize {
-    let members = servers.iter().map(|s| (BackendId::new(s.name()).unwrap(), 1));
+    let members = servers
+        .iter()
+        .map(|s| (BackendId::new(s.name()).unwrap(), 1));
     let ring = Ring::build(&RingConfig::default(), members).unwrap();
-    ring.walk(ModelId::new(model).unwrap().hash64()).next().unwrap()
+    ring.walk(ModelId::new(model).unwrap().hash64())
+        .next()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -80,7 +92,11 @@ async fn a_model_sticks_to_its_owner_and_stays_warm() {
     }
     assert_eq!(owner.stats().cold_loads, 1);
     assert_eq!(owner.resident_models(), ["llama-3-8b"]);
-    assert_eq!(balancer.handle().in_flight(), 0, "every body read to its end");
+    assert_eq!(
+        balancer.handle().in_flight(),
+        0,
+        "every body read to its end"
+    );
 }
 
 #[tokio::test]
@@ -103,7 +119,14 @@ async fn an_unavailable_owner_is_ejected_then_probed_back() {
         failures += usize::from(status == 503);
     }
     assert_eq!(failures, 3, "the window needs its minimum of calls");
-    let state = |name: &str| handle.backends().into_iter().find(|b| b.id.as_str() == name).unwrap().breaker;
+    let state = |name: &str| {
+        handle
+            .backends()
+            .into_iter()
+            .find(|b| b.id.as_str() == name)
+            .unwrap()
+            .breaker
+    };
     assert_eq!(state(owner.name()), BreakerState::Open);
     // While open, the next owner serves: every request succeeds.
     for _ in 0..5 {

@@ -29,7 +29,8 @@ pub struct Args {
     pub json: bool,
 }
 
-pub const USAGE: &str = "usage: fleet [--requests N (>= 10, default 10000)] [--backends N (2..=64, default 8)] \
+pub const USAGE: &str =
+    "usage: fleet [--requests N (>= 10, default 10000)] [--backends N (2..=64, default 8)] \
 [--seed N (default 1)] [--scenario default|slow-tail] [--json]";
 
 impl Args {

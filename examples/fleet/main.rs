@@ -75,7 +75,10 @@ async fn main() {
             }
         };
         if args.json {
-            println!("{}", serde_json::to_string(&figures).expect("figures serialize"));
+            println!(
+                "{}",
+                serde_json::to_string(&figures).expect("figures serialize")
+            );
         }
         rows.push(figures);
     }
@@ -84,13 +87,21 @@ async fn main() {
     }
 }
 
-async fn run(name: &str, args: &Args, config: &ServerConfig, plan: Arc<Vec<Planned>>) -> std::io::Result<Figures> {
+async fn run(
+    name: &str,
+    args: &Args,
+    config: &ServerConfig,
+    plan: Arc<Vec<Planned>>,
+) -> std::io::Result<Figures> {
     let mut servers = Vec::with_capacity(args.backends);
     for i in 0..args.backends {
         servers.push(ModelServer::start(&format!("sim-{i}"), config.clone()).await?);
     }
     if args.scenario == Scenario::SlowTail {
-        servers[FAULTY].set_fault(Some(Fault::Slow { factor: 10, share: 0.1 }));
+        servers[FAULTY].set_fault(Some(Fault::Slow {
+            factor: 10,
+            share: 0.1,
+        }));
     }
     let (strategy, handle) = strategies::build(name, &servers);
     let records = drive(&strategy, &servers, &plan, args.scenario).await;
@@ -102,7 +113,12 @@ async fn run(name: &str, args: &Args, config: &ServerConfig, plan: Arc<Vec<Plann
 
 /// Sends the planned requests open-loop and waits for every one to resolve
 /// (or reach its deadline).
-async fn drive(strategy: &Strategy, servers: &[ModelServer], plan: &[Planned], scenario: Scenario) -> Vec<Record> {
+async fn drive(
+    strategy: &Strategy,
+    servers: &[ModelServer],
+    plan: &[Planned],
+    scenario: Scenario,
+) -> Vec<Record> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let start = Instant::now();
     let n = plan.len();
@@ -142,11 +158,17 @@ async fn drive(strategy: &Strategy, servers: &[ModelServer], plan: &[Planned], s
 }
 
 fn build_request(planned: &Planned) -> http::Request<Full<Bytes>> {
-    let kind = if planned.update { "update" } else { "inference" };
+    let kind = if planned.update {
+        "update"
+    } else {
+        "inference"
+    };
     http::Request::post(protocol::infer_path(&planned.model))
         .header("x-model-id", planned.model.as_str())
         .header("x-request-kind", kind)
         .header("content-type", "application/json")
-        .body(Full::from(r#"{"inputs":[{"name":"input0","datatype":"FP32","shape":[1],"data":[1.0]}]}"#))
+        .body(Full::from(
+            r#"{"inputs":[{"name":"input0","datatype":"FP32","shape":[1],"data":[1.0]}]}"#,
+        ))
         .expect("a valid request")
 }

@@ -39,7 +39,13 @@ fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
-pub fn figures(strategy: &str, records: &[Record], cold_loads: u64, breaker_trips: u64, loads: &[u64]) -> Figures {
+pub fn figures(
+    strategy: &str,
+    records: &[Record],
+    cold_loads: u64,
+    breaker_trips: u64,
+    loads: &[u64],
+) -> Figures {
     let mut all = histogram();
     let mut warm = histogram();
     let mut inference = 0u64;
@@ -71,15 +77,30 @@ pub fn figures(strategy: &str, records: &[Record], cold_loads: u64, breaker_trip
         warm_p99_ms: ms(warm.value_at_quantile(0.99)),
         cold_loads,
         breaker_trips,
-        max_mean_load: if mean_load > 0.0 { max_load / mean_load } else { 0.0 },
+        max_mean_load: if mean_load > 0.0 {
+            max_load / mean_load
+        } else {
+            0.0
+        },
     }
 }
 
 pub fn print_table(rows: &[Figures]) {
     println!(
         "{:<16} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>6} {:>8}",
-        "strategy", "requests", "ok", "errors", "warm_hit", "mean_ms", "p50_ms", "p95_ms", "p99_ms",
-        "warm_p99_ms", "cold", "trips", "max/mean"
+        "strategy",
+        "requests",
+        "ok",
+        "errors",
+        "warm_hit",
+        "mean_ms",
+        "p50_ms",
+        "p95_ms",
+        "p99_ms",
+        "warm_p99_ms",
+        "cold",
+        "trips",
+        "max/mean"
     );
     for f in rows {
         println!(

@@ -35,7 +35,8 @@ pub struct Reply {
     pub cold: bool,
 }
 
-type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, BoxError>> + Send>>;
+type BoxFuture<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, BoxError>> + Send>>;
 
 pub type Strategy = BoxCloneSyncService<Request<Full<Bytes>>, Reply, BoxError>;
 
@@ -52,7 +53,11 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
         .map(|s| {
             let id = BackendId::new(s.name()).expect("server names are valid IDs");
             let origin = format!("http://{}", s.addr());
-            (id, SetOrigin::new(client.clone(), &origin).expect("a socket address is a valid origin"))
+            (
+                id,
+                SetOrigin::new(client.clone(), &origin)
+                    .expect("a socket address is a valid origin"),
+            )
         })
         .collect()
 }
@@ -75,8 +80,11 @@ pub fn build(name: &str, servers: &[ModelServer]) -> (Strategy, Option<BalancerH
         "consistent_hash" => (finish(ConsistentHash::new(endpoints)), None),
         "model_aware" => {
             let backends = endpoints.into_iter().map(|(id, e)| Backend::new(id, e));
-            let balancer = ModelBalancer::new(ServiceList::new(backends.collect::<Vec<_>>()), BalanceConfig::default())
-                .expect("built inside the runtime");
+            let balancer = ModelBalancer::new(
+                ServiceList::new(backends.collect::<Vec<_>>()),
+                BalanceConfig::default(),
+            )
+            .expect("built inside the runtime");
             let handle = balancer.handle();
             (finish(balancer), Some(handle))
         }
@@ -94,12 +102,17 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let service = service.map_err(Into::into).and_then(|rsp: Response<B>| async move {
-        let cold = rsp.headers().get(protocol::COLD_LOAD_HEADER).is_some_and(|v| v == "true");
-        let ok = rsp.status().is_success();
-        rsp.into_body().collect().await.map_err(Into::into)?;
-        Ok::<_, BoxError>(Reply { ok, cold })
-    });
+    let service = service
+        .map_err(Into::into)
+        .and_then(|rsp: Response<B>| async move {
+            let cold = rsp
+                .headers()
+                .get(protocol::COLD_LOAD_HEADER)
+                .is_some_and(|v| v == "true");
+            let ok = rsp.status().is_success();
+            rsp.into_body().collect().await.map_err(Into::into)?;
+            Ok::<_, BoxError>(Reply { ok, cold })
+        });
     BoxCloneSyncService::new(service)
 }
 
@@ -165,7 +178,12 @@ impl Service<Request<Full<Bytes>>> for ConsistentHash {
     fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
         let owner = RouteInfo::from_request(&req)
             .map_err(BoxError::from)
-            .and_then(|route| self.ring.walk(route.model.hash64()).next().ok_or_else(|| "no backends".into()));
+            .and_then(|route| {
+                self.ring
+                    .walk(route.model.hash64())
+                    .next()
+                    .ok_or_else(|| "no backends".into())
+            });
         match owner {
             Ok(i) => {
                 let endpoint = self.endpoints[i].clone();

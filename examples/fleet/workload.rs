@@ -26,7 +26,9 @@ pub fn model_name(rank: usize) -> String {
 
 /// Popularity of each model by rank, summing to 1.
 fn popularity() -> Vec<f64> {
-    let weights: Vec<f64> = (1..=MODELS).map(|r| (r as f64).powf(-ZIPF_EXPONENT)).collect();
+    let weights: Vec<f64> = (1..=MODELS)
+        .map(|r| (r as f64).powf(-ZIPF_EXPONENT))
+        .collect();
     let total: f64 = weights.iter().sum();
     weights.into_iter().map(|w| w / total).collect()
 }

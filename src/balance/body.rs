@@ -82,6 +82,12 @@ impl<B> ResponseBody<B> {
     pub fn get_ref(&self) -> &B {
         &self.inner
     }
+
+    /// The backend's body, unwrapped: the request stops being tracked (as
+    /// if its body were dropped before its end — nothing is recorded).
+    pub fn into_inner(self) -> B {
+        self.inner
+    }
 }
 
 impl<B: Body> Body for ResponseBody<B> {

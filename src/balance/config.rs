@@ -17,8 +17,8 @@ use crate::ring::RingConfig;
 pub struct BalanceConfig {
     /// Distinct backends of a model's ring walk that serve it (`k`).
     pub owners: usize,
-    /// Bounded-load factor `c`: an owner with `ceil(c × (total in-flight +
-    /// 1) / n)` requests in flight is passed over for the next owner
+    /// Bounded-load factor `c`: an owner with
+    /// `ceil(c × (total in-flight + 1) / n)` requests in flight is passed over for the next owner
     /// (Mirrokni, Thorup and Zadimoghaddam, 2016).
     pub load_factor: f64,
     /// Ring parameters; gateways that share them agree on owners.

@@ -54,7 +54,11 @@ impl<K: Eq, E: Clone> Registry<K, E> {
     fn apply(&mut self, change: Change<K, Backend<E>>) {
         match change {
             Change::Insert(key, Backend { meta, endpoint }) => {
-                if let Some(other) = self.entries.iter().find(|e| e.key != key && e.meta.id == meta.id) {
+                if let Some(other) = self
+                    .entries
+                    .iter()
+                    .find(|e| e.key != key && e.meta.id == meta.id)
+                {
                     tracing::warn!(backend = %other.meta.id, "discovery inserted a backend ID already in use under another key; ignored");
                     return;
                 }
@@ -70,7 +74,12 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                     None => {
                         let state = new_state(&meta, policy, fleet);
                         tracing::debug!(backend = %meta.id, "backend inserted");
-                        self.entries.push(Entry { key, meta, endpoint, state });
+                        self.entries.push(Entry {
+                            key,
+                            meta,
+                            endpoint,
+                            state,
+                        });
                     }
                 }
             }
@@ -85,7 +94,10 @@ impl<K: Eq, E: Clone> Registry<K, E> {
 
     /// Builds the snapshot of the current entries.
     pub(crate) fn snapshot(&self) -> Snapshot<E> {
-        let members = self.entries.iter().map(|e| (e.meta.id.clone(), e.meta.weight));
+        let members = self
+            .entries
+            .iter()
+            .map(|e| (e.meta.id.clone(), e.meta.weight));
         let ring = match Ring::build(&self.config.ring, members) {
             Ok(ring) => ring,
             Err(error) => {
@@ -136,13 +148,20 @@ impl<K: Eq, E: Clone> Registry<K, E> {
 }
 
 fn new_state(meta: &BackendMeta, policy: &Policy, fleet: &Arc<AtomicUsize>) -> Arc<BackendState> {
-    Arc::new(BackendState::new(meta.id.clone(), policy.clone(), fleet.clone()))
+    Arc::new(BackendState::new(
+        meta.id.clone(),
+        policy.clone(),
+        fleet.clone(),
+    ))
 }
 
 /// Drives `discover` until it ends or every balancer clone is gone,
 /// publishing a snapshot after each batch of changes.
-pub(crate) async fn run<D, K, E>(mut discover: Pin<Box<D>>, mut registry: Registry<K, E>, shared: Weak<Shared<E>>)
-where
+pub(crate) async fn run<D, K, E>(
+    mut discover: Pin<Box<D>>,
+    mut registry: Registry<K, E>,
+    shared: Weak<Shared<E>>,
+) where
     D: Discover<Key = K, Service = Backend<E>>,
     D::Error: Into<BoxError>,
     K: Eq,
@@ -154,7 +173,9 @@ where
             other => Poll::Ready(other),
         })
         .await;
-        let Some(shared) = shared.upgrade() else { return };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
         shared.publish(registry.snapshot());
         if drained == Drained::Done {
             return;

@@ -115,12 +115,19 @@ impl BalancerHandle {
 
     /// Breaker trips over all current backends.
     pub fn breaker_trips(&self) -> u64 {
-        self.view.table().backends.iter().map(|b| b.breaker.trips()).sum()
+        self.view
+            .table()
+            .backends
+            .iter()
+            .map(|b| b.breaker.trips())
+            .sum()
     }
 }
 
 impl fmt::Debug for BalancerHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BalancerHandle").field("stats", &self.stats()).finish()
+        f.debug_struct("BalancerHandle")
+            .field("stats", &self.stats())
+            .finish()
     }
 }

@@ -77,7 +77,11 @@ fn pick_inference(table: &Table, key: u64, config: &BalanceConfig, now: Instant)
         .enumerate()
         .filter(|&(_, i)| eligible(i))
         .find_map(|(pos, i)| {
-            let branch = if pos < k { Branch::Owner } else { Branch::Spill };
+            let branch = if pos < k {
+                Branch::Owner
+            } else {
+                Branch::Spill
+            };
             admit(table, i, branch, now)
         })
 }

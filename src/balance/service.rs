@@ -76,7 +76,10 @@ where
         let shared = Arc::new(Shared::new(registry.snapshot(), config));
         if drained != Drained::Done {
             let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-                InvalidConfig::new("runtime", "a Tokio runtime entered when the balancer is built")
+                InvalidConfig::new(
+                    "runtime",
+                    "a Tokio runtime entered when the balancer is built",
+                )
             })?;
             runtime.spawn(discover::run(discover, registry, Arc::downgrade(&shared)));
         }
@@ -138,7 +141,8 @@ where
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
         let config = &self.shared.config;
-        let Some(picked) = pick(&snapshot.table, &route, config, Instant::now(), &mut random) else {
+        let Some(picked) = pick(&snapshot.table, &route, config, Instant::now(), &mut random)
+        else {
             stats.no_backend.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(model = %route.model, "no healthy backend");
             return ResponseFuture::failed(NoHealthyBackend::new(route.model).into());

@@ -67,7 +67,9 @@ mod tests {
 
     #[test]
     fn http_statuses() {
-        let c = |code: u16| ServerErrorsAsFailures::classify_status(StatusCode::from_u16(code).unwrap());
+        let c = |code: u16| {
+            ServerErrorsAsFailures::classify_status(StatusCode::from_u16(code).unwrap())
+        };
         assert_eq!(c(200), Outcome::Success);
         assert_eq!(c(304), Outcome::Success);
         assert_eq!(c(404), Outcome::Ignored);

@@ -34,6 +34,10 @@ impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
     type Service = CircuitBreaker<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        CircuitBreaker::new(inner, Breaker::new(self.policy.clone()), self.classifier.clone())
+        CircuitBreaker::new(
+            inner,
+            Breaker::new(self.policy.clone()),
+            self.classifier.clone(),
+        )
     }
 }

@@ -126,7 +126,10 @@ impl PolicyBuilder {
         }
         let rate = p.failure_rate_threshold;
         if !(rate > 0.0 && rate <= 1.0) {
-            return Err(InvalidConfig::new("failure_rate_threshold", "a fraction in (0, 1]"));
+            return Err(InvalidConfig::new(
+                "failure_rate_threshold",
+                "a fraction in (0, 1]",
+            ));
         }
         if !(Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&p.open_duration) {
             return Err(InvalidConfig::new("open_duration", "1 ms ..= 1 h"));

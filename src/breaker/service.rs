@@ -61,7 +61,11 @@ impl<S, C> CircuitBreaker<S, C> {
 impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
     /// Shares the breaker; the clone has not been polled ready.
     fn clone(&self) -> Self {
-        Self::new(self.inner.clone(), self.breaker.clone(), self.classifier.clone())
+        Self::new(
+            self.inner.clone(),
+            self.breaker.clone(),
+            self.classifier.clone(),
+        )
     }
 }
 

@@ -128,7 +128,10 @@ impl Breaker {
     fn lock(&self) -> MutexGuard<'_, CircuitState> {
         // The state machine has no invariant a panic elsewhere could break
         // half-way (it does not panic), so a poisoned lock is still sound.
-        self.inner.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn publish(&self, state: &CircuitState, transition: Option<Transition>) {
@@ -182,7 +185,9 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let Some(ticket) = self.ticket.take() else { return };
+        let Some(ticket) = self.ticket.take() else {
+            return;
+        };
         // Only a half-open permit has anything to give back; while the
         // published state is closed, no ticket can be one.
         if self.breaker.inner.published.load(Ordering::Acquire) & 1 == 0 {

@@ -51,8 +51,14 @@ pub struct Transition {
 #[derive(Debug, Clone)]
 enum State {
     Closed,
-    Open { until: Instant },
-    HalfOpen { issued: u32, successes: u32, failures: u32 },
+    Open {
+        until: Instant,
+    },
+    HalfOpen {
+        issued: u32,
+        successes: u32,
+        failures: u32,
+    },
 }
 
 /// One breaker's state machine.

@@ -196,9 +196,11 @@ impl Ring {
 /// one backend on one position are interchangeable.)
 fn sort_points(members: &[(BackendId, u32)], points: &mut [Point]) {
     points.sort_unstable_by(|a, b| {
-        a.hash
-            .cmp(&b.hash)
-            .then_with(|| members[a.member as usize].0.cmp(&members[b.member as usize].0))
+        a.hash.cmp(&b.hash).then_with(|| {
+            members[a.member as usize]
+                .0
+                .cmp(&members[b.member as usize].0)
+        })
     });
 }
 

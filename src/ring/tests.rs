@@ -25,7 +25,10 @@ fn golden_owners() {
     let golden: &[(&str, [&str; 3])] = GOLDEN;
     for (model, want) in golden {
         let key = ModelId::new(model).unwrap().hash64();
-        let got: Vec<&str> = ring.owners(key, 3).map(|i| ring.member(i).as_str()).collect();
+        let got: Vec<&str> = ring
+            .owners(key, 3)
+            .map(|i| ring.member(i).as_str())
+            .collect();
         assert_eq!(got, want, "owners of {model}");
     }
 }
@@ -44,7 +47,10 @@ const GOLDEN: &[(&str, [&str; 3])] = &[
     ("model-9", ["backend-3", "backend-0", "backend-7"]),
     ("model-10", ["backend-5", "backend-7", "backend-2"]),
     ("model-11", ["backend-1", "backend-3", "backend-7"]),
-    ("llama-3.1-8b-instruct", ["backend-2", "backend-7", "backend-3"]),
+    (
+        "llama-3.1-8b-instruct",
+        ["backend-2", "backend-7", "backend-3"],
+    ),
     ("resnet-50", ["backend-1", "backend-0", "backend-5"]),
     ("bge-small-en", ["backend-1", "backend-3", "backend-0"]),
 ];
@@ -54,10 +60,21 @@ fn rejects_bad_members() {
     let c = RingConfig::default();
     let dup = vec![(ids(1)[0].clone(), 1), (ids(1)[0].clone(), 2)];
     assert_eq!(Ring::build(&c, dup).unwrap_err().field, "backend_id");
-    assert_eq!(Ring::build(&c, vec![(ids(1)[0].clone(), 0)]).unwrap_err().field, "weight");
+    assert_eq!(
+        Ring::build(&c, vec![(ids(1)[0].clone(), 0)])
+            .unwrap_err()
+            .field,
+        "weight"
+    );
     let huge = vec![(ids(1)[0].clone(), u32::MAX)];
-    assert_eq!(Ring::build(&c, huge).unwrap_err().field, "vnodes_per_weight");
-    assert_eq!(RingConfig::new(0, 0).unwrap_err().field, "vnodes_per_weight");
+    assert_eq!(
+        Ring::build(&c, huge).unwrap_err().field,
+        "vnodes_per_weight"
+    );
+    assert_eq!(
+        RingConfig::new(0, 0).unwrap_err().field,
+        "vnodes_per_weight"
+    );
 }
 
 #[test]
@@ -71,10 +88,21 @@ fn empty_ring_walks_nothing() {
 fn colliding_points_are_all_kept_in_id_order() {
     let a = BackendId::new("a").unwrap();
     let b = BackendId::new("b").unwrap();
-    for members in [vec![(a.clone(), 1), (b.clone(), 1)], vec![(b.clone(), 1), (a.clone(), 1)]] {
-        let mut points: Vec<Point> = (0..2).map(|m| Point { hash: 100, member: m }).collect();
+    for members in [
+        vec![(a.clone(), 1), (b.clone(), 1)],
+        vec![(b.clone(), 1), (a.clone(), 1)],
+    ] {
+        let mut points: Vec<Point> = (0..2)
+            .map(|m| Point {
+                hash: 100,
+                member: m,
+            })
+            .collect();
         sort_points(&members, &mut points);
-        let ring = Ring { points: points.into(), members: members.into_iter().map(|(id, _)| id).collect() };
+        let ring = Ring {
+            points: points.into(),
+            members: members.into_iter().map(|(id, _)| id).collect(),
+        };
         let order: Vec<&str> = ring.walk(100).map(|i| ring.member(i).as_str()).collect();
         assert_eq!(order, ["a", "b"]);
         let order: Vec<&str> = ring.walk(101).map(|i| ring.member(i).as_str()).collect();
@@ -88,7 +116,9 @@ fn weights_scale_points_and_share() {
     let members = ids(2);
     let ring = Ring::build(&c, vec![(members[0].clone(), 3), (members[1].clone(), 1)]).unwrap();
     assert_eq!(ring.points(), 600);
-    let heavy = keys(9, 20_000).filter(|&key| primary(&ring, key) == &members[0]).count();
+    let heavy = keys(9, 20_000)
+        .filter(|&key| primary(&ring, key) == &members[0])
+        .count();
     let share = heavy as f64 / 20_000.0;
     assert!((0.68..0.82).contains(&share), "share {share}");
 }

@@ -49,7 +49,10 @@ mod tests {
 
     #[test]
     fn infer_paths_round_trip() {
-        assert_eq!(parse_infer_path(&infer_path("resnet-50")), Some("resnet-50"));
+        assert_eq!(
+            parse_infer_path(&infer_path("resnet-50")),
+            Some("resnet-50")
+        );
         assert_eq!(parse_infer_path("/v2/models//infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/b/infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/ready"), None);

@@ -87,11 +87,26 @@ mod tests {
         let t0 = Instant::now();
         let load = Duration::from_millis(300);
         let mut r = Residency::new(2);
-        assert_eq!(r.access("a", t0, load), Access::Load { ready_at: t0 + load });
+        assert_eq!(
+            r.access("a", t0, load),
+            Access::Load {
+                ready_at: t0 + load
+            }
+        );
         let t1 = t0 + Duration::from_millis(100);
-        assert_eq!(r.access("a", t1, load), Access::Loading { ready_at: t0 + load });
+        assert_eq!(
+            r.access("a", t1, load),
+            Access::Loading {
+                ready_at: t0 + load
+            }
+        );
         let t2 = t0 + Duration::from_millis(400);
-        assert_eq!(r.access("b", t2, load), Access::Load { ready_at: t2 + load });
+        assert_eq!(
+            r.access("b", t2, load),
+            Access::Load {
+                ready_at: t2 + load
+            }
+        );
         let t3 = t2 + Duration::from_secs(1);
         assert_eq!(r.access("a", t3, load), Access::Warm);
         // "b" is least recently used now: "c" evicts it.

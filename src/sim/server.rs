@@ -142,7 +142,10 @@ impl ModelServer {
 
     /// Models resident now (loaded or loading).
     pub fn resident_models(&self) -> Vec<String> {
-        lock(&self.state.residency).models().map(str::to_owned).collect()
+        lock(&self.state.residency)
+            .models()
+            .map(str::to_owned)
+            .collect()
     }
 }
 
@@ -233,7 +236,8 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
         tokio::time::sleep(config.update_time * slow).await;
         false
     } else {
-        let access = lock(&state.residency).access(model.as_str(), Instant::now(), config.cold_load);
+        let access =
+            lock(&state.residency).access(model.as_str(), Instant::now(), config.cold_load);
         let cold = match access {
             Access::Warm => false,
             Access::Load { ready_at } => {
@@ -251,7 +255,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
     };
     let mut response = plain(StatusCode::OK, &protocol::infer_response(model.as_str()));
     let headers = response.headers_mut();
-    headers.insert(COLD_LOAD_HEADER, http::HeaderValue::from_static(if cold { "true" } else { "false" }));
+    headers.insert(
+        COLD_LOAD_HEADER,
+        http::HeaderValue::from_static(if cold { "true" } else { "false" }),
+    );
     if let Ok(name) = http::HeaderValue::from_str(&state.name) {
         headers.insert(BACKEND_HEADER, name);
     }
@@ -263,4 +270,3 @@ fn plain(status: StatusCode, body: &str) -> SimResponse {
     *response.status_mut() = status;
     response
 }
-

@@ -13,11 +13,21 @@ use crate::ring::{Ring, RingConfig};
 use crate::route::{ModelId, RouteInfo};
 
 fn table(n: usize) -> Table {
-    let ids: Vec<BackendId> = (0..n).map(|i| BackendId::new(&format!("b{i}")).unwrap()).collect();
-    let policy = Policy::builder().window(2).minimum_calls(1).build().unwrap();
+    let ids: Vec<BackendId> = (0..n)
+        .map(|i| BackendId::new(&format!("b{i}")).unwrap())
+        .collect();
+    let policy = Policy::builder()
+        .window(2)
+        .minimum_calls(1)
+        .build()
+        .unwrap();
     let fleet = Arc::new(AtomicUsize::new(0));
     Table {
-        ring: Ring::build(&RingConfig::default(), ids.iter().cloned().map(|id| (id, 1))).unwrap(),
+        ring: Ring::build(
+            &RingConfig::default(),
+            ids.iter().cloned().map(|id| (id, 1)),
+        )
+        .unwrap(),
         backends: ids
             .into_iter()
             .map(|id| Arc::new(BackendState::new(id, policy.clone(), fleet.clone())))
@@ -33,7 +43,9 @@ fn trip(table: &Table, index: usize) {
 }
 
 fn set_load(table: &Table, index: usize, load: usize) {
-    let old = table.backends[index].in_flight.swap(load, Ordering::Relaxed);
+    let old = table.backends[index]
+        .in_flight
+        .swap(load, Ordering::Relaxed);
     table.fleet_in_flight.fetch_add(load, Ordering::Relaxed);
     table.fleet_in_flight.fetch_sub(old, Ordering::Relaxed);
 }
@@ -68,7 +80,10 @@ async fn inference_stays_on_primary_while_under_the_load_cap() {
     }
     set_load(&t, order[0], 3);
     assert_eq!(load_cap(&t, 1.25), 4);
-    assert_eq!(pick(&t, &r, &k(2), now, &mut no_random()).unwrap().index, order[0]);
+    assert_eq!(
+        pick(&t, &r, &k(2), now, &mut no_random()).unwrap().index,
+        order[0]
+    );
     set_load(&t, order[0], 4);
     assert_eq!(
         pick(&t, &r, &k(2), now, &mut no_random()).unwrap().index,
@@ -85,7 +100,10 @@ async fn inference_takes_least_loaded_owner_when_all_are_at_the_cap() {
     let now = Instant::now();
     set_load(&t, order[0], 3);
     set_load(&t, order[1], 2);
-    assert_eq!(pick(&t, &r, &k(2), now, &mut no_random()).unwrap().index, order[1]);
+    assert_eq!(
+        pick(&t, &r, &k(2), now, &mut no_random()).unwrap().index,
+        order[1]
+    );
     set_load(&t, order[2], 0);
     assert_eq!(
         pick(&t, &r, &k(2), now, &mut no_random()).unwrap().index,
@@ -174,7 +192,9 @@ proptest! {
 fn sample2_is_uniform_over_backends() {
     let mut state = 1u64;
     let mut next = || {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         state >> 11
     };
     let mut hits = [0u32; 5];

@@ -39,7 +39,11 @@ fn trips_on_rate_not_count() {
     let mut s = CircuitState::new(policy());
     // 4 failures in 10 calls: 40% < 50%.
     for i in 0..10 {
-        let outcome = if i % 5 >= 3 { Outcome::Failure } else { Outcome::Success };
+        let outcome = if i % 5 >= 3 {
+            Outcome::Failure
+        } else {
+            Outcome::Success
+        };
         assert_eq!(call(&mut s, outcome, now), None);
     }
     assert_eq!(s.state(now), BreakerState::Closed);
@@ -58,7 +62,11 @@ fn ignored_outcomes_are_not_counted() {
     for _ in 0..4 {
         call(&mut s, Outcome::Failure, now);
     }
-    assert_eq!(s.state(now), BreakerState::Closed, "4 counted calls < minimum 5");
+    assert_eq!(
+        s.state(now),
+        BreakerState::Closed,
+        "4 counted calls < minimum 5"
+    );
 }
 
 fn tripped(now: Instant) -> CircuitState {
@@ -73,7 +81,10 @@ fn tripped(now: Instant) -> CircuitState {
 fn open_fails_fast_until_duration_passes() {
     let now = Instant::now();
     let mut s = tripped(now);
-    assert_eq!(s.try_acquire(now + Duration::from_secs(2)).unwrap_err(), Duration::from_secs(3));
+    assert_eq!(
+        s.try_acquire(now + Duration::from_secs(2)).unwrap_err(),
+        Duration::from_secs(3)
+    );
     let (_, t) = s.try_acquire(now + Duration::from_secs(5)).unwrap();
     assert_eq!(t.unwrap().to, BreakerState::HalfOpen);
 }
@@ -85,7 +96,11 @@ fn half_open_limits_probes_and_closes_on_success() {
     let now = t0 + Duration::from_secs(5);
     let (a, _) = s.try_acquire(now).unwrap();
     let (b, _) = s.try_acquire(now).unwrap();
-    assert_eq!(s.try_acquire(now).unwrap_err(), Duration::ZERO, "only 2 permits");
+    assert_eq!(
+        s.try_acquire(now).unwrap_err(),
+        Duration::ZERO,
+        "only 2 permits"
+    );
     assert_eq!(s.record(a, Outcome::Success, now), None);
     let t = s.record(b, Outcome::Success, now).unwrap();
     assert_eq!(t.to, BreakerState::Closed);
@@ -103,7 +118,11 @@ fn half_open_reopens_as_soon_as_failures_reach_threshold() {
     let (a, _) = s.try_acquire(now).unwrap();
     let (_b, _) = s.try_acquire(now).unwrap();
     let t = s.record(a, Outcome::Failure, now).unwrap();
-    assert_eq!(t.to, BreakerState::Open, "1 of 2 probes failed: 50% >= threshold");
+    assert_eq!(
+        t.to,
+        BreakerState::Open,
+        "1 of 2 probes failed: 50% >= threshold"
+    );
     assert!(s.try_acquire(now + Duration::from_secs(1)).is_err());
 }
 
@@ -121,7 +140,10 @@ fn released_and_ignored_probes_give_their_permit_back() {
     let (d, _) = s.try_acquire(now).unwrap();
     assert!(s.try_acquire(now).is_err());
     s.record(c, Outcome::Success, now);
-    assert_eq!(s.record(d, Outcome::Success, now).unwrap().to, BreakerState::Closed);
+    assert_eq!(
+        s.record(d, Outcome::Success, now).unwrap().to,
+        BreakerState::Closed
+    );
 }
 
 #[test]
@@ -138,7 +160,11 @@ fn stale_outcomes_do_not_count() {
     assert_eq!(s.record(old, Outcome::Success, later), None);
     assert_eq!(s.state(later), BreakerState::HalfOpen);
     s.record(probe, Outcome::Success, later);
-    assert_eq!(s.state(later), BreakerState::HalfOpen, "one of two probes reported");
+    assert_eq!(
+        s.state(later),
+        BreakerState::HalfOpen,
+        "one of two probes reported"
+    );
 }
 
 #[derive(Debug, Clone)]
