@@ -73,14 +73,21 @@ fn bench(c: &mut Criterion) {
     });
 
     let list = ServiceList::new(vec![Ready; BACKENDS]);
-    let mut p2c = Balance::new(PendingRequestsDiscover::new(list, CompleteOnResponse::default()));
+    let mut p2c = Balance::new(PendingRequestsDiscover::new(
+        list,
+        CompleteOnResponse::default(),
+    ));
     group.bench_function("tower_p2c", |b| {
         b.iter(|| black_box(send(&mut p2c, request(&models[next()], "inference"))))
     });
 
-    let backends = (0..BACKENDS).map(|i| Backend::new(BackendId::new(&format!("b{i}")).unwrap(), Ready));
-    let mut balancer = ModelBalancer::new(ServiceList::new(backends.collect::<Vec<_>>()), BalanceConfig::default())
-        .expect("a list source needs no runtime");
+    let backends =
+        (0..BACKENDS).map(|i| Backend::new(BackendId::new(&format!("b{i}")).unwrap(), Ready));
+    let mut balancer = ModelBalancer::new(
+        ServiceList::new(backends.collect::<Vec<_>>()),
+        BalanceConfig::default(),
+    )
+    .expect("a list source needs no runtime");
     group.bench_function("model_balancer_inference", |b| {
         b.iter(|| black_box(send(&mut balancer, request(&models[next()], "inference"))))
     });
@@ -92,9 +99,15 @@ fn bench(c: &mut Criterion) {
 
 /// Mean time of one benchmark from criterion's saved estimates, in ns.
 fn mean_ns(name: &str) -> Option<f64> {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
-    let path = target.join("criterion").join(GROUP).join(name).join("new/estimates.json");
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
+    let path = target
+        .join("criterion")
+        .join(GROUP)
+        .join(name)
+        .join("new/estimates.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
     json["mean"]["point_estimate"].as_f64()
 }
 
@@ -102,9 +115,15 @@ fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     bench(&mut criterion);
     criterion.final_summary();
-    let Some(direct) = mean_ns("direct") else { return };
+    let Some(direct) = mean_ns("direct") else {
+        return;
+    };
     println!("\nratio to a direct call (same run, {BACKENDS} ready endpoints):");
-    for name in ["tower_p2c", "model_balancer_inference", "model_balancer_update"] {
+    for name in [
+        "tower_p2c",
+        "model_balancer_inference",
+        "model_balancer_update",
+    ] {
         if let Some(ns) = mean_ns(name) {
             println!("  {name:<26} {ns:>8.1} ns  {:>5.2}x", ns / direct);
         }

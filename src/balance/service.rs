@@ -37,7 +37,8 @@ where
     ///
     /// Changes `discover` has ready now are applied before this returns; a
     /// background task on the current Tokio runtime applies later ones until
-    /// the source ends or every clone of the balancer is dropped.
+    /// the source ends or fails (the last backend set stays in force), or
+    /// until the first change after every clone of the balancer is dropped.
     ///
     /// # Errors
     ///
