@@ -66,7 +66,7 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
 pub fn build(name: &str, servers: &[ModelServer]) -> (Strategy, Option<BalancerHandle>) {
     let endpoints = endpoints(servers);
     match name {
-        "round_robin" => (finish(RoundRobin::new(endpoints)), None),
+        "round_robin" => (finish(Select::round_robin(endpoints)), None),
         "p2c" => {
             let list = ServiceList::new(endpoints.into_iter().map(|(_, e)| e).collect::<Vec<_>>());
             let discover = PeakEwmaDiscover::new(
@@ -77,7 +77,7 @@ pub fn build(name: &str, servers: &[ModelServer]) -> (Strategy, Option<BalancerH
             );
             (finish(Buffer::new(Balance::new(discover), 4096)), None)
         }
-        "consistent_hash" => (finish(ConsistentHash::new(endpoints)), None),
+        "consistent_hash" => (finish(Select::consistent_hash(endpoints)), None),
         "model_aware" => {
             let backends = endpoints.into_iter().map(|(id, e)| Backend::new(id, e));
             let balancer = ModelBalancer::new(
@@ -116,57 +116,49 @@ where
     BoxCloneSyncService::new(service)
 }
 
-/// Each request to the next backend in turn.
+/// Chooses an endpoint index for a request.
+type Choose = Arc<dyn Fn(&Request<Full<Bytes>>) -> Result<usize, BoxError> + Send + Sync>;
+
+/// A baseline strategy: `choose` picks the endpoint, nothing else is
+/// tracked (no breaker, no load).
 #[derive(Clone)]
-struct RoundRobin {
+struct Select {
     endpoints: Arc<Vec<Endpoint>>,
-    next: Arc<AtomicUsize>,
+    choose: Choose,
 }
 
-impl RoundRobin {
-    fn new(endpoints: Vec<(BackendId, Endpoint)>) -> Self {
-        Self {
-            endpoints: Arc::new(endpoints.into_iter().map(|(_, e)| e).collect()),
-            next: Arc::new(AtomicUsize::new(0)),
-        }
-    }
-}
-
-impl Service<Request<Full<Bytes>>> for RoundRobin {
-    type Response = Response<hyper::body::Incoming>;
-    type Error = BoxError;
-    type Future = BoxFuture<Self::Response>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
+impl Select {
+    /// Each request to the next backend in turn.
+    fn round_robin(endpoints: Vec<(BackendId, Endpoint)>) -> Self {
+        let n = endpoints.len();
+        let next = AtomicUsize::new(0);
+        Self::new(
+            endpoints,
+            Arc::new(move |_| Ok(next.fetch_add(1, Ordering::Relaxed) % n)),
+        )
     }
 
-    fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.endpoints.len();
-        let endpoint = self.endpoints[i].clone();
-        Box::pin(async move { endpoint.oneshot(req).await.map_err(BoxError::from) })
-    }
-}
-
-/// Plain consistent hashing: each model to its first owner on the ring.
-#[derive(Clone)]
-struct ConsistentHash {
-    ring: Arc<Ring>,
-    endpoints: Arc<Vec<Endpoint>>,
-}
-
-impl ConsistentHash {
-    fn new(endpoints: Vec<(BackendId, Endpoint)>) -> Self {
+    /// Plain consistent hashing: each model to its first owner on the ring.
+    fn consistent_hash(endpoints: Vec<(BackendId, Endpoint)>) -> Self {
         let members = endpoints.iter().map(|(id, _)| (id.clone(), 1));
         let ring = Ring::build(&RingConfig::default(), members).expect("distinct IDs");
-        Self {
-            ring: Arc::new(ring),
-            endpoints: Arc::new(endpoints.into_iter().map(|(_, e)| e).collect()),
-        }
+        Self::new(
+            endpoints,
+            Arc::new(move |req| {
+                let route = RouteInfo::from_request(req)?;
+                let owner = ring.walk(route.model.hash64()).next();
+                owner.ok_or_else(|| "no backends".into())
+            }),
+        )
+    }
+
+    fn new(endpoints: Vec<(BackendId, Endpoint)>, choose: Choose) -> Self {
+        let endpoints = Arc::new(endpoints.into_iter().map(|(_, e)| e).collect());
+        Self { endpoints, choose }
     }
 }
 
-impl Service<Request<Full<Bytes>>> for ConsistentHash {
+impl Service<Request<Full<Bytes>>> for Select {
     type Response = Response<hyper::body::Incoming>;
     type Error = BoxError;
     type Future = BoxFuture<Self::Response>;
@@ -176,15 +168,7 @@ impl Service<Request<Full<Bytes>>> for ConsistentHash {
     }
 
     fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
-        let owner = RouteInfo::from_request(&req)
-            .map_err(BoxError::from)
-            .and_then(|route| {
-                self.ring
-                    .walk(route.model.hash64())
-                    .next()
-                    .ok_or_else(|| "no backends".into())
-            });
-        match owner {
+        match (self.choose)(&req) {
             Ok(i) => {
                 let endpoint = self.endpoints[i].clone();
                 Box::pin(async move { endpoint.oneshot(req).await.map_err(BoxError::from) })

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 /// What a request finds when it asks for its model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Access {
     /// Resident and loaded: serve now.
     Warm,
