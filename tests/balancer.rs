@@ -296,3 +296,32 @@ async fn updates_spread_by_in_flight_with_p2c() {
     assert!(max - min <= 3, "P2C keeps in-flight even: {loads:?}");
     assert_eq!(balancer.handle().stats().update, 40);
 }
+
+#[tokio::test(start_paused = true)]
+async fn owners_follow_demand_a_hot_model_gets_two_a_cold_one_stays_on_one() {
+    let f = fleet(4);
+    let balancer =
+        ModelBalancer::new(ServiceList::new(f.backends()), BalanceConfig::default()).unwrap();
+    let hot = f.walk("hot");
+    // Every body stays open: in-flight piles up on whichever owner serves.
+    let mut held = Vec::new();
+    for _ in 0..400 {
+        held.push(balancer.clone().oneshot(infer("hot")).await.unwrap());
+    }
+    let (first, second) = (f.served(hot[0]), f.served(hot[1]));
+    assert_eq!(first + second, 400, "only the two owners serve it");
+    assert!(
+        second >= 100,
+        "the hot model spreads over a second owner: {first} / {second}"
+    );
+    // A cold model whose primary is the hot model's primary, now far over the
+    // bounded-load cap, stays there: a second owner would load it cold.
+    let cold = (0..1000)
+        .map(|i| format!("cold-{i}"))
+        .find(|m| f.walk(m)[0] == hot[0] && f.walk(m)[1] != hot[1])
+        .unwrap();
+    let before = f.served(hot[0]);
+    held.push(balancer.clone().oneshot(infer(&cold)).await.unwrap());
+    assert_eq!(f.served(hot[0]), before + 1);
+    assert_eq!(balancer.handle().stats().owner, 401);
+}

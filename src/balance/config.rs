@@ -8,15 +8,20 @@ use crate::ring::RingConfig;
 ///
 /// | field | default | range |
 /// | --- | --- | --- |
-/// | `owners` (k) | 2 | 1 ..= 64 |
+/// | `owners` (k, the most a model gets) | 2 | 1 ..= 64 |
+/// | `min_owners` | 1 | 1 ..= `owners` |
 /// | `load_factor` (c) | 1.25 | 1.0 ..= 100.0 |
 /// | `ring` | seed 0, 150 vnodes per unit of weight | see [`RingConfig`] |
 /// | `breaker` | [`Policy::default`] | see [`Policy`] |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BalanceConfig {
-    /// Distinct backends of a model's ring walk that serve it (`k`).
+    /// The most owners (distinct backends of its ring walk) a model gets:
+    /// `k`. Within `min_owners ..= owners`, a model gets as many as its
+    /// share of recent traffic needs, `ceil(share × n / c)`.
     pub owners: usize,
+    /// The fewest owners a model gets, however cold.
+    pub min_owners: usize,
     /// Bounded-load factor `c`: an owner with
     /// `ceil(c × (total in-flight + 1) / n)` requests in flight is passed over for the next owner
     /// (Mirrokni, Thorup and Zadimoghaddam, 2016).
@@ -31,6 +36,7 @@ impl Default for BalanceConfig {
     fn default() -> Self {
         Self {
             owners: 2,
+            min_owners: 1,
             load_factor: 1.25,
             ring: RingConfig::default(),
             breaker: Policy::default(),
@@ -62,9 +68,15 @@ pub struct BalanceConfigBuilder {
 }
 
 impl BalanceConfigBuilder {
-    /// Sets `k`, the number of owners per model (1 ..= 64; default 2).
+    /// Sets `k`, the most owners a model gets (1 ..= 64; default 2).
     pub fn owners(mut self, k: usize) -> Self {
         self.config.owners = k;
+        self
+    }
+
+    /// Sets the fewest owners a model gets (1 ..= `owners`; default 1).
+    pub fn min_owners(mut self, k: usize) -> Self {
+        self.config.min_owners = k;
         self
     }
 
@@ -90,11 +102,15 @@ impl BalanceConfigBuilder {
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] naming `owners` when it is outside 1 ..= 64, or
-    /// `load_factor` when it is outside 1.0 ..= 100.0.
+    /// [`InvalidConfig`] naming `owners` when it is outside 1 ..= 64,
+    /// `min_owners` when outside 1 ..= `owners`, or `load_factor` when
+    /// outside 1.0 ..= 100.0.
     pub fn build(self) -> Result<BalanceConfig, InvalidConfig> {
         if !(1..=64).contains(&self.config.owners) {
             return Err(InvalidConfig::new("owners", "1 ..= 64"));
+        }
+        if !(1..=self.config.owners).contains(&self.config.min_owners) {
+            return Err(InvalidConfig::new("min_owners", "1 ..= owners"));
         }
         if !(1.0..=100.0).contains(&self.config.load_factor) {
             return Err(InvalidConfig::new("load_factor", "1.0 ..= 100.0"));

@@ -2,11 +2,18 @@
 //!
 //! [`ModelBalancer`] routes each request by its [`RouteInfo`]:
 //!
-//! * **inference** goes to the less loaded (fewer requests in flight) of the
-//!   first `k` distinct backends on the model's ring walk (its *owners*,
-//!   default `k = 2`) whose breaker admits it — the earlier owner on ties, so
-//!   the primary stays warmest — and, when every owner is out, to the first
-//!   backend further along the ring that admits it;
+//! * **inference** goes to the model's *owners*, the first distinct
+//!   backends on its ring walk. How many follows demand: a model gets
+//!   `ceil(share × n / c)` owners, between `min_owners` (default 1) and
+//!   `owners` (`k`, default 2), where `share` is its share of recent
+//!   inference requests, `n` the number of backends and `c` the
+//!   bounded-load factor (default 1.25) — so a hot model spreads over more
+//!   warm owners while a cold one stays where its weights are. Among its
+//!   owners whose breaker admits, the first under the bounded-load cap
+//!   `ceil(c × (total in-flight + 1) / n)` (Mirrokni, Thorup and
+//!   Zadimoghaddam, 2016) takes it, else the least loaded. When no owner
+//!   admits, the request spills along the ring to the first admitting
+//!   backend under the cap;
 //! * **updates** go to the less loaded of two backends sampled uniformly
 //!   (power of two choices; Mitzenmacher, 2001);
 //! * with no backend admitting the request, the response future fails at
@@ -56,6 +63,7 @@
 mod backend;
 mod body;
 mod config;
+mod demand;
 mod discover;
 pub mod future;
 mod handle;
@@ -74,6 +82,7 @@ pub use self::config::{BalanceConfig, BalanceConfigBuilder};
 pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
 pub use self::service::ModelBalancer;
 
+use self::demand::Demand;
 use self::handle::{Counters, View};
 use self::table::{Snapshot, Table};
 
@@ -83,6 +92,7 @@ struct Shared<E> {
     snapshot: ArcSwap<Snapshot<E>>,
     config: BalanceConfig,
     stats: Counters,
+    demand: Demand,
     clones: AtomicU64,
 }
 
@@ -92,6 +102,7 @@ impl<E> Shared<E> {
             snapshot: ArcSwap::from_pointee(snapshot),
             config,
             stats: Counters::default(),
+            demand: Demand::new(),
             clones: AtomicU64::new(0),
         }
     }

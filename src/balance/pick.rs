@@ -4,7 +4,6 @@
 use tokio::time::Instant;
 
 use super::table::Table;
-use super::BalanceConfig;
 use crate::breaker::Permit;
 use crate::route::{RequestKind, RouteInfo};
 
@@ -28,16 +27,19 @@ pub(crate) struct Pick {
 }
 
 /// Picks a backend for `route`, or `None` when no backend admits it.
+/// `owners` is how many owners the model has now (inference only); `c` the
+/// bounded-load factor.
 pub(crate) fn pick(
     table: &Table,
     route: &RouteInfo,
-    config: &BalanceConfig,
+    owners: usize,
+    c: f64,
     now: Instant,
     random: &mut impl FnMut() -> u64,
 ) -> Option<Pick> {
     match route.kind {
         RequestKind::Update => pick_update(table, now, random),
-        _ => pick_inference(table, route.model.hash64(), config, now),
+        _ => pick_inference(table, route.model.hash64(), owners, c, now),
     }
 }
 
@@ -47,14 +49,14 @@ pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
     (c * (table.fleet_load() + 1) as f64 / n).ceil() as usize
 }
 
-/// Among the first `k` backends of the walk whose breakers admit: the first
-/// under the bounded-load cap (so each model stays on its primary while it
-/// has room), else the least loaded (the earlier on ties); when no owner
-/// admits, the first admitting backend further along the ring.
-fn pick_inference(table: &Table, key: u64, config: &BalanceConfig, now: Instant) -> Option<Pick> {
-    let k = config.owners;
+/// Among the model's first `k` owners whose breakers admit: the first under
+/// the bounded-load cap (so each model stays on its primary while it has
+/// room), else the least loaded (the earlier on ties). When no owner
+/// admits, the request spills along the ring: to the first admitting
+/// backend under the cap, else to the first admitting one.
+fn pick_inference(table: &Table, key: u64, k: usize, c: f64, now: Instant) -> Option<Pick> {
     let eligible = |i: usize| table.backends[i].breaker.admits(now);
-    let cap = load_cap(table, config.load_factor);
+    let cap = load_cap(table, c);
     let mut best: Option<(usize, usize)> = None;
     for index in table.ring.walk(key).take(k).filter(|&i| eligible(i)) {
         let load = table.backends[index].load();
@@ -69,21 +71,26 @@ fn pick_inference(table: &Table, key: u64, config: &BalanceConfig, now: Instant)
     if let Some(pick) = best.and_then(|(index, _)| admit(table, index, Branch::Owner, now)) {
         return Some(pick);
     }
-    // Owners are out (or the chosen one's half-open permits were taken):
-    // the walk from the key, owners again first, decides.
-    table
+    // Every owner is out (or the chosen one's half-open permits were taken).
+    let mut over_cap = None;
+    for (pos, index) in table
         .ring
         .walk(key)
         .enumerate()
         .filter(|&(_, i)| eligible(i))
-        .find_map(|(pos, i)| {
-            let branch = if pos < k {
-                Branch::Owner
-            } else {
-                Branch::Spill
-            };
-            admit(table, i, branch, now)
-        })
+    {
+        let branch = if pos < k {
+            Branch::Owner
+        } else {
+            Branch::Spill
+        };
+        if table.backends[index].load() >= cap {
+            over_cap = over_cap.or(Some((index, branch)));
+        } else if let Some(pick) = admit(table, index, branch, now) {
+            return Some(pick);
+        }
+    }
+    over_cap.and_then(|(index, branch)| admit(table, index, branch, now))
 }
 
 /// Power of two choices on in-flight count (Mitzenmacher, 2001): two

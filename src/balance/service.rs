@@ -10,12 +10,13 @@ use tower::ServiceExt;
 use tower_service::Service;
 
 use super::body::{InFlight, ResponseBody};
+use super::demand::owners_needed;
 use super::discover::{self, Drained, Registry};
 use super::future::ResponseFuture;
 use super::pick::pick;
 use super::{Backend, BalanceConfig, BalancerHandle, Shared};
 use crate::error::{BoxError, InvalidConfig, NoHealthyBackend};
-use crate::route::RouteInfo;
+use crate::route::{RequestKind, RouteInfo};
 
 /// The model-aware balancer; see the [module docs](super).
 ///
@@ -142,8 +143,23 @@ where
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
         let config = &self.shared.config;
-        let Some(picked) = pick(&snapshot.table, &route, config, Instant::now(), &mut random)
-        else {
+        let owners = match route.kind {
+            RequestKind::Update => 0,
+            _ => {
+                let share = self.shared.demand.record(route.model.hash64());
+                let n = snapshot.table.backends.len();
+                owners_needed(
+                    share,
+                    n,
+                    config.load_factor,
+                    config.min_owners,
+                    config.owners,
+                )
+            }
+        };
+        let now = Instant::now();
+        let c = config.load_factor;
+        let Some(picked) = pick(&snapshot.table, &route, owners, c, now, &mut random) else {
             stats.no_backend.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(model = %route.model, "no healthy backend");
             return ResponseFuture::failed(NoHealthyBackend::new(route.model).into());
