@@ -6,6 +6,7 @@
 //! let id = BackendId::new("gpu-node-07:8000").unwrap();
 //! assert_eq!(id.as_str(), "gpu-node-07:8000");
 //! assert!(BackendId::new("").is_err());
+//! assert!(BackendId::new("gpu node 7").is_err());
 //! ```
 
 use std::fmt;
@@ -31,12 +32,14 @@ impl BackendId {
     /// # Errors
     ///
     /// [`InvalidConfig`] with field `backend_id` when `id` is empty, longer
-    /// than [`BackendId::MAX_LEN`] bytes, or holds a control character.
+    /// than [`BackendId::MAX_LEN`] bytes, or holds whitespace or a control
+    /// character.
     pub fn new(id: &str) -> Result<Self, InvalidConfig> {
-        if id.is_empty() || id.len() > Self::MAX_LEN || id.chars().any(char::is_control) {
+        let forbidden = |c: char| c.is_control() || c.is_whitespace();
+        if id.is_empty() || id.len() > Self::MAX_LEN || id.chars().any(forbidden) {
             return Err(InvalidConfig::new(
                 "backend_id",
-                "1 to 1024 bytes without control characters",
+                "1 to 1024 bytes without whitespace or control characters",
             ));
         }
         Ok(Self(Arc::from(id)))

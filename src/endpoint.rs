@@ -18,6 +18,8 @@
 //! let req = http::Request::get("/v2/health/ready").body(()).unwrap();
 //! assert_eq!(endpoint.oneshot(req).await.unwrap(), "http://10.0.0.7:8000/v2/health/ready");
 //! assert!(SetOrigin::new((), "not a uri").is_err());
+//! assert!(SetOrigin::new((), "http://10.0.0.7:8000/prefix").is_err(), "a path would be dropped");
+//! assert!(SetOrigin::new((), "ftp://10.0.0.7").is_err());
 //! # }
 //! ```
 
@@ -42,12 +44,33 @@ impl<S> SetOrigin<S> {
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] naming `origin` when it is not an absolute URI with
-    /// a scheme and an authority.
+    /// [`InvalidConfig`] naming `origin` unless it is `http://` or
+    /// `https://` with a host (and optional port) and nothing else: no path
+    /// beyond `/`, no query, no user info.
     pub fn new(inner: S, origin: &str) -> Result<Self, InvalidConfig> {
-        let invalid = || InvalidConfig::new("origin", "an absolute URI such as http://host:port");
+        let invalid = || {
+            InvalidConfig::new(
+                "origin",
+                "http:// or https:// with host[:port] and no path, query or user info",
+            )
+        };
         let uri: Uri = origin.parse().map_err(|_| invalid())?;
         let parts = uri.into_parts();
+        let bare_path = parts
+            .path_and_query
+            .as_ref()
+            .is_none_or(|p| p.as_str() == "/");
+        let http = parts
+            .scheme
+            .as_ref()
+            .is_some_and(|s| *s == Scheme::HTTP || *s == Scheme::HTTPS);
+        let plain_authority = parts
+            .authority
+            .as_ref()
+            .is_some_and(|a| !a.as_str().contains('@') && !a.host().is_empty());
+        if !(bare_path && http && plain_authority) {
+            return Err(invalid());
+        }
         match (parts.scheme, parts.authority) {
             (Some(scheme), Some(authority)) => Ok(Self {
                 inner,

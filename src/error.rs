@@ -50,8 +50,10 @@ pub enum InvalidReason {
     TooLong(usize),
     /// The value holds a control character or whitespace.
     ForbiddenCharacter,
-    /// The value is not valid UTF-8 / visible ASCII.
+    /// The value is not valid UTF-8.
     NotText,
+    /// The header appears more than once.
+    Duplicate,
     /// The value is not one of the allowed words or not a number.
     Unrecognized,
 }
@@ -68,8 +70,9 @@ impl fmt::Display for InvalidReason {
             Self::Missing => f.write_str("missing"),
             Self::Empty => f.write_str("empty"),
             Self::TooLong(max) => write!(f, "longer than {max} bytes"),
-            Self::ForbiddenCharacter => f.write_str("contains whitespace or a control character"),
-            Self::NotText => f.write_str("not valid text"),
+            Self::ForbiddenCharacter => f.write_str("holds whitespace or a control character"),
+            Self::NotText => f.write_str("not valid UTF-8"),
+            Self::Duplicate => f.write_str("given more than once"),
             Self::Unrecognized => f.write_str("not a recognized value"),
         }
     }
@@ -77,7 +80,7 @@ impl fmt::Display for InvalidReason {
 
 impl fmt::Display for InvalidRoute {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid route: `{}` is {}", self.source, self.reason)
+        write!(f, "invalid route: `{}`: {}", self.source, self.reason)
     }
 }
 

@@ -10,8 +10,9 @@
 //! | `x-urgency` | `normal`, `high` or `critical` (any case) | `normal` |
 //! | `content-length` | payload size in bytes | unknown |
 //!
-//! A missing model ID or any invalid value is an [`InvalidRoute`] naming the
-//! header and the reason; nothing panics on input.
+//! A missing model ID, any invalid value or a header given more than once is
+//! an [`InvalidRoute`] naming the header and the reason; nothing panics on
+//! input.
 //!
 //! ```
 //! use tower_model_balance::route::{RequestKind, RouteInfo, Urgency};
@@ -287,7 +288,7 @@ fn header_text<'a>(
         return Ok(None);
     };
     if values.next().is_some() {
-        return Err(unrecognized(source));
+        return Err(InvalidRoute::new(source, InvalidReason::Duplicate));
     }
     std::str::from_utf8(value.as_bytes())
         .map(Some)
@@ -363,7 +364,16 @@ mod tests {
             (
                 &[("x-model-id", b"a"), ("x-model-id", b"b")],
                 "x-model-id",
-                InvalidReason::Unrecognized,
+                InvalidReason::Duplicate,
+            ),
+            (
+                &[
+                    ("x-model-id", b"m"),
+                    ("content-length", b"1"),
+                    ("content-length", b"1"),
+                ],
+                "content-length",
+                InvalidReason::Duplicate,
             ),
             (
                 &[("x-model-id", b"m"), ("x-request-kind", b"write")],

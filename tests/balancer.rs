@@ -325,3 +325,66 @@ async fn owners_follow_demand_a_hot_model_gets_two_a_cold_one_stays_on_one() {
     assert_eq!(f.served(hot[0]), before + 1);
     assert_eq!(balancer.handle().stats().owner, 401);
 }
+
+#[tokio::test(start_paused = true)]
+async fn failed_statuses_count_even_when_their_bodies_are_never_read() {
+    let f = fleet(2);
+    for m in &f.mocks {
+        m.status.store(503, Ordering::Relaxed);
+    }
+    let policy = Policy::builder()
+        .window(4)
+        .minimum_calls(3)
+        .build()
+        .unwrap();
+    let balancer = ModelBalancer::new(ServiceList::new(f.backends()), config(policy)).unwrap();
+    for _ in 0..3 {
+        let rsp = balancer.clone().oneshot(infer("m")).await.unwrap();
+        assert_eq!(rsp.status(), 503);
+        drop(rsp);
+    }
+    for _ in 0..3 {
+        let rsp = balancer.clone().oneshot(infer("m")).await.unwrap();
+        let _body = rsp.into_body().into_inner();
+    }
+    let handle = balancer.handle();
+    assert_eq!(handle.breaker_trips(), 2, "both backends opened");
+    assert_eq!(handle.in_flight(), 0);
+    let err = expect_err(balancer.clone().oneshot(infer("m")).await);
+    assert!(err.is::<NoHealthyBackend>());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_too_heavy_for_the_ring_is_ignored_not_fatal() {
+    use tower_model_balance::balance::BackendMeta;
+    let f = fleet(2);
+    let meta =
+        |name: &str, weight| BackendMeta::new(BackendId::new(name).unwrap()).with_weight(weight);
+    assert_eq!(meta("x", 10_001).unwrap_err().field, "weight");
+    assert_eq!(meta("x", 0).unwrap_err().field, "weight");
+    // 2 000 vnodes per unit of weight: weight 8 389 is just past the ring's
+    // 16 Mi points on its own.
+    let ring = RingConfig::new(0, 2_000).unwrap();
+    let config = BalanceConfig::builder().ring(ring).build().unwrap();
+    let backends = vec![
+        Backend::with_meta(meta("light-a", 1).unwrap(), f.mocks[0].clone()),
+        Backend::with_meta(meta("heavy", 8_389).unwrap(), f.mocks[0].clone()),
+        Backend::with_meta(meta("light-b", 1).unwrap(), f.mocks[1].clone()),
+    ];
+    let balancer = ModelBalancer::new(ServiceList::new(backends), config).unwrap();
+    let ids: Vec<String> = balancer
+        .handle()
+        .backends()
+        .iter()
+        .map(|b| b.id.to_string())
+        .collect();
+    assert_eq!(
+        ids,
+        ["light-a", "light-b"],
+        "the one that does not fit is left out"
+    );
+    assert_eq!(
+        balancer.clone().oneshot(infer("m")).await.unwrap().status(),
+        200
+    );
+}

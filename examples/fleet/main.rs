@@ -57,7 +57,7 @@ async fn main() {
         .inference(times)
         .build()
         .expect("the scenario's config is valid");
-    let rate = workload::arrival_rate(args.backends, config.concurrency, &times);
+    let rate = workload::arrival_rate(args.backends, config.concurrency(), &times);
     let plan = Arc::new(workload::plan(args.requests, rate, args.seed));
     if !args.json {
         println!(

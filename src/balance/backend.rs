@@ -8,25 +8,41 @@ use crate::error::InvalidConfig;
 #[non_exhaustive]
 pub struct BackendMeta {
     /// The backend's identity on the ring.
-    pub id: BackendId,
-    /// Relative share of the ring, at least 1. Default 1.
-    pub weight: u32,
+    pub(crate) id: BackendId,
+    /// Relative share of the ring, 1 ..= 10 000. Default 1.
+    pub(crate) weight: u32,
 }
 
 impl BackendMeta {
+    /// The backend's identity on the ring.
+    pub fn id(&self) -> &BackendId {
+        &self.id
+    }
+
+    /// The backend's relative share of the ring.
+    pub fn weight(&self) -> u32 {
+        self.weight
+    }
+
     /// Metadata for `id` with weight 1.
     pub fn new(id: BackendId) -> Self {
         Self { id, weight: 1 }
     }
 
-    /// Sets the weight.
+    /// Largest accepted weight.
+    pub const MAX_WEIGHT: u32 = 10_000;
+
+    /// Sets the weight: the backend's share of the ring relative to the
+    /// others (a backend of weight 2 owns about twice the models of one of
+    /// weight 1).
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] naming `weight` when it is 0.
+    /// [`InvalidConfig`] naming `weight` when it is outside
+    /// 1 ..= [`BackendMeta::MAX_WEIGHT`].
     pub fn with_weight(mut self, weight: u32) -> Result<Self, InvalidConfig> {
-        if weight == 0 {
-            return Err(InvalidConfig::new("weight", "at least 1"));
+        if !(1..=Self::MAX_WEIGHT).contains(&weight) {
+            return Err(InvalidConfig::new("weight", "1 ..= 10000"));
         }
         self.weight = weight;
         Ok(self)
@@ -38,6 +54,9 @@ impl BackendMeta {
 ///
 /// `tower::discover::Change::Insert(key, Backend<E>)` for a live key updates
 /// metadata and endpoint and keeps the backend's breaker and in-flight count.
+/// An insert is ignored, with a `tracing` warning, when its ID is already
+/// in use under another key, or when it would take the ring past
+/// [`MAX_POINTS`](crate::ring::MAX_POINTS) points.
 #[derive(Debug, Clone)]
 pub struct Backend<E> {
     /// The backend's metadata.

@@ -45,34 +45,57 @@ impl Drop for InFlight {
     }
 }
 
+/// What the end of a response records: the outcome its status gave, unless
+/// the body fails. Recorded when the body ends, fails or is dropped — a
+/// response whose headers arrived is an outcome even if the caller never
+/// reads its body (a 503 must count whether or not it is read).
+#[derive(Debug)]
+struct Completion {
+    guard: Option<InFlight>,
+    outcome: Outcome,
+}
+
+impl Completion {
+    fn fail(mut self) {
+        if let Some(guard) = self.guard.take() {
+            guard.finish(Outcome::Failure);
+        }
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            guard.finish(self.outcome);
+        }
+    }
+}
+
 pin_project! {
     /// Response body returned by the balancer: the backend's body, unchanged,
-    /// with the request's completion recorded when it ends (its last frame,
-    /// or an error). Dropped before its end, the request counts as cancelled:
-    /// its in-flight slot and breaker permit come back, nothing is recorded.
+    /// with the request's completion recorded when it ends: its last frame,
+    /// or an error (a failure whatever the status), or its drop (the
+    /// status decides: 5xx and 429 fail, other 4xx are ignored, the rest
+    /// succeed). Until then the request counts as in flight.
     #[derive(Debug)]
     pub struct ResponseBody<B> {
         #[pin]
         inner: B,
-        completion: Option<(InFlight, Outcome)>,
+        completion: Option<Completion>,
     }
 }
 
 impl<B: Body> ResponseBody<B> {
     pub(crate) fn new(inner: B, guard: InFlight, outcome: Outcome) -> Self {
-        let mut body = Self {
-            inner,
-            completion: Some((guard, outcome)),
+        let ended = inner.is_end_stream();
+        let completion = Completion {
+            guard: Some(guard),
+            outcome,
         };
-        if body.inner.is_end_stream() {
-            body.finish(None);
-        }
-        body
-    }
-
-    fn finish(&mut self, failed: Option<Outcome>) {
-        if let Some((guard, outcome)) = self.completion.take() {
-            guard.finish(failed.unwrap_or(outcome));
+        Self {
+            inner,
+            // An empty body has ended already: record now.
+            completion: (!ended).then_some(completion),
         }
     }
 }
@@ -83,8 +106,8 @@ impl<B> ResponseBody<B> {
         &self.inner
     }
 
-    /// The backend's body, unwrapped: the request stops being tracked (as
-    /// if its body were dropped before its end — nothing is recorded).
+    /// The backend's body, unwrapped: the request completes now, with the
+    /// outcome its status gave.
     pub fn into_inner(self) -> B {
         self.inner
     }
@@ -100,16 +123,15 @@ impl<B: Body> Body for ResponseBody<B> {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
         let frame = ready!(this.inner.as_mut().poll_frame(cx));
-        let end = match &frame {
-            None => Some(None),
-            Some(Err(_)) => Some(Some(Outcome::Failure)),
-            Some(Ok(_)) if this.inner.is_end_stream() => Some(None),
-            Some(Ok(_)) => None,
-        };
-        if let Some(failed) = end {
-            if let Some((guard, outcome)) = this.completion.take() {
-                guard.finish(failed.unwrap_or(outcome));
+        match &frame {
+            Some(Err(_)) => {
+                if let Some(completion) = this.completion.take() {
+                    completion.fail();
+                }
             }
+            None => *this.completion = None,
+            Some(Ok(_)) if this.inner.is_end_stream() => *this.completion = None,
+            Some(Ok(_)) => {}
         }
         Poll::Ready(frame)
     }

@@ -19,17 +19,17 @@ pub struct BalanceConfig {
     /// The most owners (distinct backends of its ring walk) a model gets:
     /// `k`. Within `min_owners ..= owners`, a model gets as many as its
     /// share of recent traffic needs, `ceil(share × n / c)`.
-    pub owners: usize,
+    pub(crate) owners: usize,
     /// The fewest owners a model gets, however cold.
-    pub min_owners: usize,
+    pub(crate) min_owners: usize,
     /// Bounded-load factor `c`: an owner with
     /// `ceil(c × (total in-flight + 1) / n)` requests in flight is passed over for the next owner
     /// (Mirrokni, Thorup and Zadimoghaddam, 2016).
-    pub load_factor: f64,
+    pub(crate) load_factor: f64,
     /// Ring parameters; gateways that share them agree on owners.
-    pub ring: RingConfig,
+    pub(crate) ring: RingConfig,
     /// Policy of each backend's circuit breaker.
-    pub breaker: Policy,
+    pub(crate) breaker: Policy,
 }
 
 impl Default for BalanceConfig {
@@ -45,6 +45,31 @@ impl Default for BalanceConfig {
 }
 
 impl BalanceConfig {
+    /// The most owners a model gets (`k`).
+    pub fn owners(&self) -> usize {
+        self.owners
+    }
+
+    /// The fewest owners a model gets.
+    pub fn min_owners(&self) -> usize {
+        self.min_owners
+    }
+
+    /// The bounded-load factor `c`.
+    pub fn load_factor(&self) -> f64 {
+        self.load_factor
+    }
+
+    /// The ring parameters.
+    pub fn ring(&self) -> &RingConfig {
+        &self.ring
+    }
+
+    /// The per-backend breaker policy.
+    pub fn breaker(&self) -> &Policy {
+        &self.breaker
+    }
+
     /// A builder starting from the defaults.
     pub fn builder() -> BalanceConfigBuilder {
         BalanceConfigBuilder {
@@ -59,7 +84,7 @@ impl BalanceConfig {
 /// use tower_model_balance::balance::BalanceConfig;
 ///
 /// let config = BalanceConfig::builder().owners(3).build().unwrap();
-/// assert_eq!(config.owners, 3);
+/// assert_eq!(config.owners(), 3);
 /// assert_eq!(BalanceConfig::builder().owners(0).build().unwrap_err().field, "owners");
 /// ```
 #[derive(Debug, Clone)]

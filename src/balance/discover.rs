@@ -15,7 +15,7 @@ use super::table::{BackendState, Snapshot, Table};
 use super::{Backend, BackendMeta, BalanceConfig, Shared};
 use crate::breaker::Policy;
 use crate::error::BoxError;
-use crate::ring::Ring;
+use crate::ring::{Ring, MAX_POINTS};
 
 #[derive(Debug)]
 struct Entry<K, E> {
@@ -54,6 +54,10 @@ impl<K: Eq, E: Clone> Registry<K, E> {
     fn apply(&mut self, change: Change<K, Backend<E>>) {
         match change {
             Change::Insert(key, Backend { meta, endpoint }) => {
+                if !self.fits(&key, &meta) {
+                    tracing::warn!(backend = %meta.id, weight = meta.weight, "discovery inserted a backend that would take the ring past its point limit; ignored");
+                    return;
+                }
                 if let Some(other) = self
                     .entries
                     .iter()
@@ -92,6 +96,20 @@ impl<K: Eq, E: Clone> Registry<K, E> {
         }
     }
 
+    /// Whether the ring still fits in its point limit with `meta` inserted
+    /// under `key` (replacing what the key held).
+    fn fits(&self, key: &K, meta: &BackendMeta) -> bool {
+        let vnodes = self.config.ring.vnodes_per_weight().max(1) as usize;
+        let points = |weight: u32| (weight as usize).saturating_mul(vnodes);
+        let others: usize = self
+            .entries
+            .iter()
+            .filter(|e| &e.key != key)
+            .map(|e| points(e.meta.weight))
+            .fold(0, usize::saturating_add);
+        others.saturating_add(points(meta.weight)) <= MAX_POINTS
+    }
+
     /// Builds the snapshot of the current entries.
     pub(crate) fn snapshot(&self) -> Snapshot<E> {
         let members = self
@@ -101,9 +119,9 @@ impl<K: Eq, E: Clone> Registry<K, E> {
         let ring = match Ring::build(&self.config.ring, members) {
             Ok(ring) => ring,
             Err(error) => {
-                // IDs are unique (checked on insert) and weights at least 1
-                // (checked by `BackendMeta`); only a ring over its point cap
-                // lands here. Keep routing on no backends rather than panic.
+                // IDs are unique, weights valid and the point total bounded
+                // (all checked on insert): not reached. Rather than panic,
+                // route on no backends and say so.
                 tracing::error!(%error, "cannot build the ring; no backend is routable");
                 return Snapshot {
                     table: Arc::new(Table::empty(self.fleet_in_flight.clone())),

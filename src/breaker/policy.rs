@@ -22,17 +22,17 @@ use crate::error::InvalidConfig;
 pub struct Policy {
     /// Size of the count-based sliding window: the last `window` recorded
     /// calls decide the failure rate.
-    pub window: usize,
+    pub(crate) window: usize,
     /// Calls the window must hold before the failure rate can trip the
     /// breaker, so one or two blips never do.
-    pub minimum_calls: usize,
+    pub(crate) minimum_calls: usize,
     /// Failure rate, in `(0, 1]`, at or above which the breaker opens.
-    pub failure_rate_threshold: f64,
+    pub(crate) failure_rate_threshold: f64,
     /// How long the breaker stays open before it lets probes through.
-    pub open_duration: Duration,
+    pub(crate) open_duration: Duration,
     /// Calls let through while half-open; their failure rate below the
     /// threshold closes the breaker, at or above it opens it again.
-    pub half_open_permits: u32,
+    pub(crate) half_open_permits: u32,
 }
 
 impl Default for Policy {
@@ -48,6 +48,31 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// Size of the count-based sliding window, in calls.
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
+    /// Calls the window must hold before the failure rate can trip.
+    pub fn minimum_calls(&self) -> usize {
+        self.minimum_calls
+    }
+
+    /// Failure rate in `(0, 1]` at or above which the breaker opens.
+    pub fn failure_rate_threshold(&self) -> f64 {
+        self.failure_rate_threshold
+    }
+
+    /// How long the breaker stays open.
+    pub fn open_duration(&self) -> Duration {
+        self.open_duration
+    }
+
+    /// Probe calls let through while half-open.
+    pub fn half_open_permits(&self) -> u32 {
+        self.half_open_permits
+    }
+
     /// A builder starting from the defaults.
     pub fn builder() -> PolicyBuilder {
         PolicyBuilder {
@@ -69,7 +94,7 @@ impl Policy {
 ///     .open_duration(Duration::from_secs(10))
 ///     .build()
 ///     .unwrap();
-/// assert_eq!(policy.half_open_permits, 3);
+/// assert_eq!(policy.half_open_permits(), 3);
 ///
 /// let err = Policy::builder().failure_rate_threshold(1.5).build().unwrap_err();
 /// assert_eq!(err.field, "failure_rate_threshold");

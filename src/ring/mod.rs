@@ -44,9 +44,9 @@ pub const MAX_POINTS: usize = 1 << 24;
 #[non_exhaustive]
 pub struct RingConfig {
     /// Seed of the xxh3 hash of point positions. Default 0.
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Virtual nodes per unit of backend weight, at least 1. Default 150.
-    pub vnodes_per_weight: u32,
+    pub(crate) vnodes_per_weight: u32,
 }
 
 impl Default for RingConfig {
@@ -59,6 +59,16 @@ impl Default for RingConfig {
 }
 
 impl RingConfig {
+    /// Seed of the xxh3 hash of point positions.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Virtual nodes per unit of backend weight.
+    pub fn vnodes_per_weight(&self) -> u32 {
+        self.vnodes_per_weight
+    }
+
     /// A config with the given seed and vnode count.
     ///
     /// # Errors

@@ -18,15 +18,15 @@ use crate::error::InvalidConfig;
 #[non_exhaustive]
 pub struct ServerConfig {
     /// Models kept resident (LRU).
-    pub resident_slots: usize,
+    pub(crate) resident_slots: usize,
     /// Requests served at once; further requests queue.
-    pub concurrency: usize,
+    pub(crate) concurrency: usize,
     /// Time to load a model that is not resident; holds a serving slot.
-    pub cold_load: Duration,
+    pub(crate) cold_load: Duration,
     /// Time to serve an update.
-    pub update_time: Duration,
+    pub(crate) update_time: Duration,
     /// Inference time of each model.
-    pub inference: InferenceTimes,
+    pub(crate) inference: InferenceTimes,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +42,31 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// Models kept resident.
+    pub fn resident_slots(&self) -> usize {
+        self.resident_slots
+    }
+
+    /// Requests served at once.
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    /// Time to load a model that is not resident.
+    pub fn cold_load(&self) -> Duration {
+        self.cold_load
+    }
+
+    /// Time to serve an update.
+    pub fn update_time(&self) -> Duration {
+        self.update_time
+    }
+
+    /// Inference time of each model.
+    pub fn inference(&self) -> &InferenceTimes {
+        &self.inference
+    }
+
     /// A builder starting from the defaults.
     pub fn builder() -> ServerConfigBuilder {
         ServerConfigBuilder {
@@ -56,7 +81,7 @@ impl ServerConfig {
 /// use tower_model_balance::sim::ServerConfig;
 ///
 /// let config = ServerConfig::builder().resident_slots(16).build().unwrap();
-/// assert_eq!(config.concurrency, 4);
+/// assert_eq!(config.concurrency(), 4);
 /// assert_eq!(ServerConfig::builder().concurrency(0).build().unwrap_err().field, "concurrency");
 /// ```
 #[derive(Debug, Clone)]

@@ -36,16 +36,32 @@ pub fn parse_infer_path(path: &str) -> Option<&str> {
     (!name.is_empty() && !name.contains('/')).then_some(name)
 }
 
-/// A KServe v2 inference response body for `model`.
+/// A KServe v2 inference response body for `model`, valid JSON whatever
+/// the name holds.
 pub fn infer_response(model: &str) -> String {
+    let mut name = String::with_capacity(model.len());
+    for c in model.chars() {
+        match c {
+            '"' => name.push_str("\\\""),
+            '\\' => name.push_str("\\\\"),
+            c if c.is_control() => name.push_str(&format!("\\u{:04x}", c as u32)),
+            c => name.push(c),
+        }
+    }
     format!(
-        r#"{{"model_name":"{model}","outputs":[{{"name":"output0","datatype":"FP32","shape":[1],"data":[0.5]}}]}}"#
+        r#"{{"model_name":"{name}","outputs":[{{"name":"output0","datatype":"FP32","shape":[1],"data":[0.5]}}]}}"#
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn infer_response_escapes_the_name() {
+        let body = infer_response(r#"a"b\c"#);
+        assert!(body.starts_with(r#"{"model_name":"a\"b\\c","#), "{body}");
+    }
 
     #[test]
     fn infer_paths_round_trip() {
