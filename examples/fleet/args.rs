@@ -29,12 +29,19 @@ pub struct Args {
     pub json: bool,
 }
 
-pub const USAGE: &str =
-    "usage: fleet [--requests N (>= 10, default 10000)] [--backends N (2..=64, default 8)] \
+pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
+[--requests N (10..=1000000, default 10000)] [--backends N (2..=64, default 8)] \
 [--seed N (default 1)] [--scenario default|slow-tail] [--json]";
 
+/// Why parsing stopped: a help request, or an error to report.
+#[derive(Debug)]
+pub enum Stop {
+    Help,
+    Error(String),
+}
+
 impl Args {
-    pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Self, String> {
+    pub fn parse(args: impl Iterator<Item = String>) -> Result<Self, Stop> {
         let mut parsed = Args {
             requests: 10_000,
             backends: 8,
@@ -42,8 +49,16 @@ impl Args {
             scenario: Scenario::Default,
             json: false,
         };
+        // `--flag value` and `--flag=value` alike.
+        let mut args = args.flat_map(|arg| match arg.split_once('=') {
+            Some((flag, value)) if arg.starts_with("--") => vec![flag.to_owned(), value.to_owned()],
+            _ => vec![arg],
+        });
         while let Some(flag) = args.next() {
-            let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+            let mut value = |name: &str| {
+                args.next()
+                    .ok_or_else(|| Stop::Error(format!("{name} needs a value")))
+            };
             match flag.as_str() {
                 "--requests" => parsed.requests = number(&value("--requests")?, "--requests")?,
                 "--backends" => parsed.backends = number(&value("--backends")?, "--backends")?,
@@ -52,25 +67,29 @@ impl Args {
                     parsed.scenario = match value("--scenario")?.as_str() {
                         "default" => Scenario::Default,
                         "slow-tail" => Scenario::SlowTail,
-                        other => return Err(format!("unknown scenario `{other}`")),
+                        other => return Err(Stop::Error(format!("unknown scenario `{other}`"))),
                     }
                 }
                 "--json" => parsed.json = true,
-                "-h" | "--help" => return Err(String::new()),
-                other => return Err(format!("unknown flag `{other}`")),
+                "-h" | "--help" => return Err(Stop::Help),
+                other => return Err(Stop::Error(format!("unknown argument `{other}`"))),
             }
         }
-        if parsed.requests < 10 {
-            return Err("--requests must be at least 10".into());
+        if !(10..=1_000_000).contains(&parsed.requests) {
+            return Err(Stop::Error("--requests must be in 10..=1000000".into()));
         }
         if !(2..=64).contains(&parsed.backends) {
-            return Err("--backends must be in 2..=64".into());
+            return Err(Stop::Error("--backends must be in 2..=64".into()));
         }
         Ok(parsed)
     }
 }
 
-fn number<T: std::str::FromStr>(text: &str, flag: &str) -> Result<T, String> {
-    text.parse()
-        .map_err(|_| format!("{flag} takes a non-negative integer, got `{text}`"))
+fn number<T: std::str::FromStr>(text: &str, flag: &str) -> Result<T, Stop> {
+    text.parse().map_err(|_| {
+        let bits = std::mem::size_of::<T>() * 8;
+        Stop::Error(format!(
+            "{flag} takes a non-negative integer below 2^{bits}, got `{text}`"
+        ))
+    })
 }

@@ -12,6 +12,17 @@
 //! `default` scenario one backend answers 503 for the middle third of the
 //! run; in `slow-tail` one answers 10% of its requests 10× slower.
 
+/// `println!` that ends the program quietly when stdout is closed (as when
+/// piped into `head`).
+macro_rules! emit {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 mod args;
 mod report;
 mod strategies;
@@ -27,7 +38,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_model_balance::sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
-use args::{Args, Scenario};
+use args::{Args, Scenario, Stop};
 use report::{Figures, Record};
 use strategies::Strategy;
 use workload::Planned;
@@ -39,11 +50,12 @@ const FAULTY: usize = 0;
 async fn main() {
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
-        Err(message) => {
-            if !message.is_empty() {
-                eprintln!("error: {message}");
-            }
-            eprintln!("{}", args::USAGE);
+        Err(Stop::Help) => {
+            emit!("{}", args::USAGE);
+            return;
+        }
+        Err(Stop::Error(message)) => {
+            eprintln!("error: {message}\n{}", args::USAGE);
             std::process::exit(2);
         }
     };
@@ -60,7 +72,7 @@ async fn main() {
     let rate = workload::arrival_rate(args.backends, config.concurrency(), &times);
     let plan = Arc::new(workload::plan(args.requests, rate, args.seed));
     if !args.json {
-        println!(
+        emit!(
             "scenario {} · {} backends · {} requests per strategy · {:.0} req/s (30% of warm capacity) · seed {}",
             args.scenario, args.backends, args.requests, rate, args.seed
         );
@@ -75,7 +87,7 @@ async fn main() {
             }
         };
         if args.json {
-            println!(
+            emit!(
                 "{}",
                 serde_json::to_string(&figures).expect("figures serialize")
             );

@@ -25,7 +25,8 @@ pub struct Figures {
     pub p50_ms: f64,
     pub p95_ms: f64,
     pub p99_ms: f64,
-    pub warm_p99_ms: f64,
+    /// `None` (JSON `null`) when no request was served warm.
+    pub warm_p99_ms: Option<f64>,
     pub cold_loads: u64,
     pub breaker_trips: u64,
     pub max_mean_load: f64,
@@ -74,7 +75,7 @@ pub fn figures(
         p50_ms: ms(all.value_at_quantile(0.50)),
         p95_ms: ms(all.value_at_quantile(0.95)),
         p99_ms: ms(all.value_at_quantile(0.99)),
-        warm_p99_ms: ms(warm.value_at_quantile(0.99)),
+        warm_p99_ms: (!warm.is_empty()).then(|| ms(warm.value_at_quantile(0.99))),
         cold_loads,
         breaker_trips,
         max_mean_load: if mean_load > 0.0 {
@@ -86,7 +87,7 @@ pub fn figures(
 }
 
 pub fn print_table(rows: &[Figures]) {
-    println!(
+    emit!(
         "{:<16} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>6} {:>8}",
         "strategy",
         "requests",
@@ -103,10 +104,11 @@ pub fn print_table(rows: &[Figures]) {
         "max/mean"
     );
     for f in rows {
-        println!(
-            "{:<16} {:>8} {:>8} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11.1} {:>6} {:>6} {:>8.2}",
+        let warm_p99 = f.warm_p99_ms.map_or("-".to_owned(), |v| format!("{v:.1}"));
+        emit!(
+            "{:<16} {:>8} {:>8} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11} {:>6} {:>6} {:>8.2}",
             f.strategy, f.requests, f.ok, f.errors, f.warm_hit_rate, f.mean_ms, f.p50_ms, f.p95_ms,
-            f.p99_ms, f.warm_p99_ms, f.cold_loads, f.breaker_trips, f.max_mean_load
+            f.p99_ms, warm_p99, f.cold_loads, f.breaker_trips, f.max_mean_load
         );
     }
 }
