@@ -72,10 +72,15 @@ impl ModelId {
     /// [`InvalidRoute`] with source `model` when `name` is empty, longer than
     /// [`ModelId::MAX_LEN`] bytes, or holds whitespace or a control character.
     pub fn new(name: &str) -> Result<Self, InvalidRoute> {
-        Self::parse("model", name)
+        let hash = Self::validate("model", name)?;
+        Ok(Self {
+            name: Arc::from(name),
+            hash,
+        })
     }
 
-    fn parse(source: &'static str, name: &str) -> Result<Self, InvalidRoute> {
+    /// Checks `name` and returns its hash, allocating nothing.
+    fn validate(source: &'static str, name: &str) -> Result<u64, InvalidRoute> {
         let reason = if name.is_empty() {
             Some(InvalidReason::Empty)
         } else if name.len() > Self::MAX_LEN {
@@ -87,10 +92,7 @@ impl ModelId {
         };
         match reason {
             Some(reason) => Err(InvalidRoute::new(source, reason)),
-            None => Ok(Self {
-                hash: xxhash_rust::xxh3::xxh3_64(name.as_bytes()),
-                name: Arc::from(name),
-            }),
+            None => Ok(xxhash_rust::xxh3::xxh3_64(name.as_bytes())),
         }
     }
 
@@ -225,10 +227,7 @@ impl RouteInfo {
     ///
     /// As [`RouteInfo::from_request`].
     pub fn from_parts(extensions: &Extensions, headers: &HeaderMap) -> Result<Self, InvalidRoute> {
-        if let Some(route) = extensions.get::<RouteInfo>() {
-            return Ok(route.clone());
-        }
-        Self::from_headers(headers)
+        RouteView::from_parts(extensions, headers).map(|view| view.to_owned())
     }
 
     /// Reads the route info from headers alone.
@@ -237,11 +236,46 @@ impl RouteInfo {
     ///
     /// As [`RouteInfo::from_request`].
     pub fn from_headers(headers: &HeaderMap) -> Result<Self, InvalidRoute> {
-        let model = match header_text(headers, &MODEL_ID_HEADER, "x-model-id")? {
-            Some(text) => ModelId::parse("x-model-id", text)?,
-            None => {
-                return Err(InvalidRoute::new("x-model-id", InvalidReason::Missing));
-            }
+        RouteView::from_headers(headers).map(|view| view.to_owned())
+    }
+}
+
+/// Route info read from a request without allocating: the model ID is
+/// borrowed from the header (or from a `RouteInfo` extension), validated,
+/// with its hash. The balancer routes on this; an owned [`RouteInfo`] or
+/// [`ModelId`] is made only where one is kept (an error, a test).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RouteView<'a> {
+    pub(crate) model: &'a str,
+    pub(crate) hash: u64,
+    pub(crate) kind: RequestKind,
+    pub(crate) urgency: Urgency,
+    pub(crate) payload_bytes: Option<u64>,
+}
+
+impl<'a> RouteView<'a> {
+    /// As [`RouteInfo::from_parts`], borrowing.
+    pub(crate) fn from_parts(
+        extensions: &'a Extensions,
+        headers: &'a HeaderMap,
+    ) -> Result<Self, InvalidRoute> {
+        match extensions.get::<RouteInfo>() {
+            Some(route) => Ok(Self {
+                model: route.model.as_str(),
+                hash: route.model.hash64(),
+                kind: route.kind,
+                urgency: route.urgency,
+                payload_bytes: route.payload_bytes,
+            }),
+            None => Self::from_headers(headers),
+        }
+    }
+
+    /// As [`RouteInfo::from_headers`], borrowing.
+    pub(crate) fn from_headers(headers: &'a HeaderMap) -> Result<Self, InvalidRoute> {
+        let (model, hash) = match header_text(headers, &MODEL_ID_HEADER, "x-model-id")? {
+            Some(text) => (text, ModelId::validate("x-model-id", text)?),
+            None => return Err(InvalidRoute::new("x-model-id", InvalidReason::Missing)),
         };
         let kind = match header_text(headers, &REQUEST_KIND_HEADER, "x-request-kind")? {
             None => RequestKind::default(),
@@ -265,10 +299,29 @@ impl RouteInfo {
         };
         Ok(Self {
             model,
+            hash,
             kind,
             urgency,
             payload_bytes,
         })
+    }
+
+    /// The model ID, owned (allocates).
+    pub(crate) fn model_id(&self) -> ModelId {
+        ModelId {
+            name: Arc::from(self.model),
+            hash: self.hash,
+        }
+    }
+
+    /// The route info, owned (allocates).
+    pub(crate) fn to_owned(self) -> RouteInfo {
+        RouteInfo {
+            model: self.model_id(),
+            kind: self.kind,
+            urgency: self.urgency,
+            payload_bytes: self.payload_bytes,
+        }
     }
 }
 

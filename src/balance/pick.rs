@@ -5,7 +5,7 @@ use tokio::time::Instant;
 
 use super::table::Table;
 use crate::breaker::Permit;
-use crate::route::{RequestKind, RouteInfo};
+use crate::route::RequestKind;
 
 /// Which branch a pick took; counted in [`BalanceStats`](super::BalanceStats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,20 +26,21 @@ pub(crate) struct Pick {
     pub(crate) branch: Branch,
 }
 
-/// Picks a backend for `route`, or `None` when no backend admits it.
-/// `owners` is how many owners the model has now (inference only); `c` the
-/// bounded-load factor.
+/// Picks a backend for a request of `kind` for the model with hash `key`,
+/// or `None` when no backend admits it. `owners` is how many owners the
+/// model has now (inference only); `c` the bounded-load factor.
 pub(crate) fn pick(
     table: &Table,
-    route: &RouteInfo,
+    kind: RequestKind,
+    key: u64,
     owners: usize,
     c: f64,
     now: Instant,
     random: &mut impl FnMut() -> u64,
 ) -> Option<Pick> {
-    match route.kind {
+    match kind {
         RequestKind::Update => pick_update(table, now, random),
-        _ => pick_inference(table, route.model.hash64(), owners, c, now),
+        _ => pick_inference(table, key, owners, c, now),
     }
 }
 

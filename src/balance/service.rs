@@ -16,7 +16,7 @@ use super::future::ResponseFuture;
 use super::pick::pick;
 use super::{Backend, BalanceConfig, BalancerHandle, Shared};
 use crate::error::{BoxError, InvalidConfig, NoHealthyBackend};
-use crate::route::{RequestKind, RouteInfo};
+use crate::route::{RequestKind, RouteView};
 
 /// The model-aware balancer; see the [module docs](super).
 ///
@@ -132,7 +132,7 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let stats = &self.shared.stats;
-        let route = match RouteInfo::from_request(&req) {
+        let route = match RouteView::from_parts(req.extensions(), req.headers()) {
             Ok(route) => route,
             Err(error) => {
                 stats.invalid_route.fetch_add(1, Ordering::Relaxed);
@@ -146,7 +146,7 @@ where
         let owners = match route.kind {
             RequestKind::Update => 0,
             _ => {
-                let share = self.shared.demand.record(route.model.hash64());
+                let share = self.shared.demand.record(route.hash);
                 let n = snapshot.table.backends.len();
                 owners_needed(
                     share,
@@ -159,14 +159,15 @@ where
         };
         let now = Instant::now();
         let c = config.load_factor;
-        let Some(picked) = pick(&snapshot.table, &route, owners, c, now, &mut random) else {
+        let table = &snapshot.table;
+        let Some(picked) = pick(table, route.kind, route.hash, owners, c, now, &mut random) else {
             stats.no_backend.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(model = %route.model, "no healthy backend");
-            return ResponseFuture::failed(NoHealthyBackend::new(route.model).into());
+            tracing::debug!(model = route.model, "no healthy backend");
+            return ResponseFuture::failed(NoHealthyBackend::new(route.model_id()).into());
         };
         stats.count(picked.branch);
         let state = &snapshot.table.backends[picked.index];
-        tracing::trace!(backend = %state.id, model = %route.model, branch = ?picked.branch, "picked");
+        tracing::trace!(backend = %state.id, model = route.model, branch = ?picked.branch, "picked");
         let guard = InFlight::new(state.clone(), picked.permit);
         let endpoint = snapshot.endpoints[picked.index].clone();
         ResponseFuture::new(endpoint.oneshot(req), guard)

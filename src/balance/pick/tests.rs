@@ -67,7 +67,7 @@ async fn inference_stays_on_primary_while_under_the_load_cap() {
     let r = route("llama");
     let order = walk(&t, &r);
     let now = Instant::now();
-    let p = pick(&t, &r, 2, 1.25, now, &mut no_random()).unwrap();
+    let p = pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random()).unwrap();
     assert_eq!((p.index, p.branch), (order[0], Branch::Owner));
     // 15 in flight over 6 backends: cap = ceil(1.25 × 16 / 6) = 4.
     for &i in &order[2..] {
@@ -76,12 +76,16 @@ async fn inference_stays_on_primary_while_under_the_load_cap() {
     set_load(&t, order[0], 3);
     assert_eq!(load_cap(&t, 1.25), 4);
     assert_eq!(
-        pick(&t, &r, 2, 1.25, now, &mut no_random()).unwrap().index,
+        pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random())
+            .unwrap()
+            .index,
         order[0]
     );
     set_load(&t, order[0], 4);
     assert_eq!(
-        pick(&t, &r, 2, 1.25, now, &mut no_random()).unwrap().index,
+        pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random())
+            .unwrap()
+            .index,
         order[1],
         "the primary at the cap is passed over"
     );
@@ -96,12 +100,16 @@ async fn inference_takes_least_loaded_owner_when_all_are_at_the_cap() {
     set_load(&t, order[0], 3);
     set_load(&t, order[1], 2);
     assert_eq!(
-        pick(&t, &r, 2, 1.25, now, &mut no_random()).unwrap().index,
+        pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random())
+            .unwrap()
+            .index,
         order[1]
     );
     set_load(&t, order[2], 0);
     assert_eq!(
-        pick(&t, &r, 2, 1.25, now, &mut no_random()).unwrap().index,
+        pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random())
+            .unwrap()
+            .index,
         order[1],
         "never beyond k owners while one admits"
     );
@@ -114,24 +122,42 @@ async fn inference_skips_open_breakers_then_spills_along_the_ring() {
     let order = walk(&t, &r);
     let now = Instant::now();
     trip(&t, order[0]);
-    let p = pick(&t, &r, 2, 1.25, now, &mut no_random()).unwrap();
+    let p = pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random()).unwrap();
     assert_eq!((p.index, p.branch), (order[1], Branch::Owner));
     trip(&t, order[1]);
-    let p = pick(&t, &r, 2, 1.25, now, &mut no_random()).unwrap();
+    let p = pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random()).unwrap();
     assert_eq!((p.index, p.branch), (order[2], Branch::Spill));
     for &i in &order[2..] {
         trip(&t, i);
     }
-    assert!(pick(&t, &r, 2, 1.25, now, &mut no_random()).is_none());
+    assert!(pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random()).is_none());
 }
 
 #[tokio::test(start_paused = true)]
 async fn empty_table_has_no_pick() {
     let t = table(0);
     let now = Instant::now();
-    assert!(pick(&t, &route("m"), 2, 1.25, now, &mut no_random()).is_none());
+    assert!(pick(
+        &t,
+        RequestKind::Inference,
+        0,
+        2,
+        1.25,
+        now,
+        &mut no_random()
+    )
+    .is_none());
     let update = route("m").with_kind(RequestKind::Update);
-    assert!(pick(&t, &update, 2, 1.25, now, &mut || 7).is_none());
+    assert!(pick(
+        &t,
+        update.kind,
+        update.model.hash64(),
+        2,
+        1.25,
+        now,
+        &mut || 7
+    )
+    .is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -146,7 +172,16 @@ async fn update_falls_back_to_least_loaded_eligible() {
     let others: Vec<usize> = (0..4).filter(|i| *i != a && *i != b).collect();
     set_load(&t, others[0], 5);
     set_load(&t, others[1], 1);
-    let p = pick(&t, &update, 2, 1.25, now, &mut zero).unwrap();
+    let p = pick(
+        &t,
+        update.kind,
+        update.model.hash64(),
+        2,
+        1.25,
+        now,
+        &mut zero,
+    )
+    .unwrap();
     assert_eq!((p.index, p.branch), (others[1], Branch::Update));
 }
 
@@ -176,7 +211,7 @@ proptest! {
         };
         let mut values = [x, y].into_iter();
         let update = route("m").with_kind(RequestKind::Update);
-        let p = pick(&t, &update, 2, 1.25, Instant::now(), &mut || values.next().unwrap()).unwrap();
+        let p = pick(&t, update.kind, update.model.hash64(), 2, 1.25, Instant::now(), &mut || values.next().unwrap()).unwrap();
         prop_assert!(p.index == a || p.index == b);
         prop_assert_eq!(loads[p.index], loads[a].min(loads[b]));
     }
