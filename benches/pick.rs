@@ -3,14 +3,15 @@
 //! tower's `balance::p2c::Balance` — measured side by side in one run over
 //! 8 always-ready endpoints, and reported as ratios to the direct call.
 
+#[path = "../tests/support/ready.rs"]
+mod ready;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
 use criterion::{black_box, Criterion};
-use http_body_util::Empty;
 use tower::balance::p2c::Balance;
 use tower::discover::ServiceList;
 use tower::load::{CompleteOnResponse, PendingRequestsDiscover};
@@ -18,34 +19,10 @@ use tower::Service;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 
+use ready::{request, Ready};
+
 const BACKENDS: usize = 8;
 const GROUP: &str = "pick";
-
-/// An endpoint that answers at once with an empty body.
-#[derive(Clone, Copy)]
-struct Ready;
-
-impl Service<http::Request<()>> for Ready {
-    type Response = http::Response<Empty<Bytes>>;
-    type Error = std::convert::Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: http::Request<()>) -> Self::Future {
-        std::future::ready(Ok(http::Response::new(Empty::new())))
-    }
-}
-
-fn request(model: &str, kind: &'static str) -> http::Request<()> {
-    http::Request::post("/infer")
-        .header("x-model-id", model)
-        .header("x-request-kind", kind)
-        .body(())
-        .unwrap()
-}
 
 /// Drives one request through `svc` to its response, as a caller would.
 fn send<S: Service<http::Request<()>>>(svc: &mut S, req: http::Request<()>) -> bool

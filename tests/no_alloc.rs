@@ -3,18 +3,21 @@
 //!
 //! One test in this binary, so no other test allocates while it counts.
 
+#[path = "support/ready.rs"]
+mod ready;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
-use http_body_util::Empty;
 use tower::discover::ServiceList;
 use tower::Service;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+
+use ready::{request, Ready};
 
 struct Counting;
 
@@ -33,32 +36,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-/// An endpoint that answers at once, allocating nothing.
-#[derive(Clone, Copy)]
-struct Ready;
-
-impl Service<http::Request<()>> for Ready {
-    type Response = http::Response<Empty<Bytes>>;
-    type Error = std::convert::Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: http::Request<()>) -> Self::Future {
-        std::future::ready(Ok(http::Response::new(Empty::new())))
-    }
-}
-
-fn request(model: &str, kind: &'static str) -> http::Request<()> {
-    http::Request::post("/infer")
-        .header("x-model-id", model)
-        .header("x-request-kind", kind)
-        .body(())
-        .unwrap()
-}
 
 #[test]
 fn ready_call_response_and_completion_allocate_nothing() {
