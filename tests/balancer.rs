@@ -243,19 +243,27 @@ async fn discovery_changes_apply_in_the_background() {
     for (key, backend) in f.names.iter().zip(f.backends()) {
         tx.send(Change::Insert(*key, backend)).unwrap();
     }
-    while handle.backends().len() < 2 {
-        tokio::task::yield_now().await;
-    }
+    until(|| handle.backends().len() == 2).await;
     assert_eq!(
         balancer.clone().oneshot(infer("m")).await.unwrap().status(),
         200
     );
     tx.send(Change::Remove("a")).unwrap();
     tx.send(Change::Remove("b")).unwrap();
-    while !handle.backends().is_empty() {
+    until(|| handle.backends().is_empty()).await;
+    assert!(expect_err(balancer.clone().oneshot(infer("m")).await).is::<NoHealthyBackend>());
+}
+
+/// Lets the discovery task run until `done` holds; fails, never hangs, if
+/// it does not within a bounded number of turns.
+async fn until(done: impl Fn() -> bool) {
+    for _ in 0..1_000 {
+        if done() {
+            return;
+        }
         tokio::task::yield_now().await;
     }
-    assert!(expect_err(balancer.clone().oneshot(infer("m")).await).is::<NoHealthyBackend>());
+    panic!("the discovery task did not apply the changes");
 }
 
 /// A deterministic RNG for `from_rng`.
