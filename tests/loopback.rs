@@ -56,7 +56,11 @@ async fn infer(balancer: &ModelBalancer<Endpoint>, model: &str) -> (u16, String,
         .header("x-model-id", model)
         .body(Full::from("{}"))
         .unwrap();
-    let rsp = balancer.clone().oneshot(req).await.unwrap();
+    // A bound so that a broken server fails the test instead of hanging it.
+    let rsp = tokio::time::timeout(Duration::from_secs(10), balancer.clone().oneshot(req))
+        .await
+        .expect("answered within 10 s")
+        .unwrap();
     let status = rsp.status().as_u16();
     let header = |name| {
         rsp.headers()
