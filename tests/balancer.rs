@@ -99,6 +99,11 @@ impl Fleet {
             .collect()
     }
 
+    /// A balancer over this fleet, from a static list.
+    fn balancer(&self, config: BalanceConfig) -> ModelBalancer<Mock> {
+        ModelBalancer::new(ServiceList::new(self.backends()), config).unwrap()
+    }
+
     /// Ends every open response body.
     fn close_bodies(&self) {
         self.open.lock().unwrap().clear();
@@ -161,8 +166,7 @@ async fn no_backend_fails_fast_naming_the_model() {
 #[tokio::test(start_paused = true)]
 async fn invalid_route_is_typed_and_sends_nothing() {
     let f = fleet(2);
-    let balancer =
-        ModelBalancer::new(ServiceList::new(f.backends()), BalanceConfig::default()).unwrap();
+    let balancer = f.balancer(BalanceConfig::default());
     let missing = http::Request::post("/").body(String::new()).unwrap();
     let err = expect_err(balancer.clone().oneshot(missing).await);
     assert_eq!(
@@ -180,8 +184,7 @@ async fn invalid_route_is_typed_and_sends_nothing() {
 #[tokio::test(start_paused = true)]
 async fn in_flight_lasts_until_the_end_of_the_body_or_its_drop() {
     let f = fleet(2);
-    let balancer =
-        ModelBalancer::new(ServiceList::new(f.backends()), BalanceConfig::default()).unwrap();
+    let balancer = f.balancer(BalanceConfig::default());
     let handle = balancer.handle();
     let kept = balancer.clone().oneshot(infer("m")).await.unwrap();
     let dropped = balancer.clone().oneshot(infer("m")).await.unwrap();
@@ -209,7 +212,7 @@ async fn a_failing_owner_trips_and_traffic_moves_to_the_next() {
         .minimum_calls(3)
         .build()
         .unwrap();
-    let balancer = ModelBalancer::new(ServiceList::new(f.backends()), config(policy)).unwrap();
+    let balancer = f.balancer(config(policy));
     let mut statuses = Vec::new();
     for _ in 0..6 {
         let rsp = balancer.clone().oneshot(infer("resnet")).await.unwrap();
@@ -308,8 +311,7 @@ async fn updates_spread_by_in_flight_with_p2c() {
 #[tokio::test(start_paused = true)]
 async fn owners_follow_demand_a_hot_model_gets_two_a_cold_one_stays_on_one() {
     let f = fleet(4);
-    let balancer =
-        ModelBalancer::new(ServiceList::new(f.backends()), BalanceConfig::default()).unwrap();
+    let balancer = f.balancer(BalanceConfig::default());
     let hot = f.walk("hot");
     // Every body stays open: in-flight piles up on whichever owner serves.
     let mut held = Vec::new();
@@ -345,7 +347,7 @@ async fn failed_statuses_count_even_when_their_bodies_are_never_read() {
         .minimum_calls(3)
         .build()
         .unwrap();
-    let balancer = ModelBalancer::new(ServiceList::new(f.backends()), config(policy)).unwrap();
+    let balancer = f.balancer(config(policy));
     for _ in 0..3 {
         let rsp = balancer.clone().oneshot(infer("m")).await.unwrap();
         assert_eq!(rsp.status(), 503);
