@@ -398,3 +398,55 @@ async fn a_backend_too_heavy_for_the_ring_is_ignored_not_fatal() {
         200
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_insert_for_a_live_key_keeps_its_breaker_and_a_remove_lets_requests_finish() {
+    let f = fleet(2);
+    let (tx, rx) = mpsc::unbounded_channel::<Change<&'static str, Backend<Mock>>>();
+    let changes = stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
+    });
+    let policy = Policy::builder()
+        .window(2)
+        .minimum_calls(2)
+        .build()
+        .unwrap();
+    let balancer = ModelBalancer::new(changes, config(policy)).unwrap();
+    let handle = balancer.handle();
+    let breaker_of = |name: &str| {
+        handle
+            .backends()
+            .into_iter()
+            .find(|b| b.id.as_str() == name)
+            .map(|b| b.breaker)
+    };
+    let mut backends = f.backends().into_iter();
+    let (a, b) = (backends.next().unwrap(), backends.next().unwrap());
+    tx.send(Change::Insert("a", a.clone())).unwrap();
+    until(|| handle.backends().len() == 1).await;
+    f.mocks[0].status.store(503, Ordering::Relaxed);
+    for _ in 0..2 {
+        drop(balancer.clone().oneshot(infer("m")).await.unwrap());
+    }
+    assert_eq!(breaker_of("a"), Some(BreakerState::Open));
+    // The same key again, with an endpoint that now answers 200: metadata and
+    // endpoint are updated, the breaker (still open) is kept.
+    f.mocks[0].status.store(200, Ordering::Relaxed);
+    tx.send(Change::Insert("a", a)).unwrap();
+    tx.send(Change::Insert("b", b)).unwrap();
+    until(|| handle.backends().len() == 2).await;
+    assert_eq!(
+        breaker_of("a"),
+        Some(BreakerState::Open),
+        "an update keeps the breaker"
+    );
+    // A request in flight on a removed backend finishes normally. ("a" is
+    // open, so "b" serves it.)
+    let pinned = balancer.clone().oneshot(infer("resnet")).await.unwrap();
+    assert_eq!(f.served("b"), 1);
+    tx.send(Change::Remove("b")).unwrap();
+    until(|| breaker_of("b").is_none()).await;
+    f.close_bodies();
+    assert!(pinned.into_body().collect().await.is_ok());
+    assert_eq!(handle.in_flight(), 0);
+}
