@@ -1,5 +1,5 @@
 //! An always-ready endpoint that answers at once and allocates nothing,
-//! shared by the allocation test and the pick benchmark.
+//! shared by the allocation test and the `balance` benchmark.
 
 use std::task::{Context, Poll};
 
