@@ -13,6 +13,15 @@
 //! depend on the order members were given in. The mapping from a model to
 //! its owners is a stable contract: golden vectors in the tests pin it.
 //!
+//! Finding a key's first point takes O(1) expected time: the build also keeps
+//! a bucket index: `2^b` buckets of 4 bytes for at most `2^b` points (at
+//! most one point per bucket on average), bucket `j` holding the position
+//! of the first point at or after `j << (64 - b)`. A lookup reads the key's
+//! bucket and compares the key with the next 4 points, without branching;
+//! only when the key lies beyond them (a crowded bucket, the end of the
+//! ring) does it binary search the rest. It finds exactly the point a binary
+//! search over the whole ring would.
+//!
 //! ```
 //! use tower_model_balance::backend::BackendId;
 //! use tower_model_balance::ring::{Ring, RingConfig};
@@ -99,6 +108,7 @@ struct Point {
 pub struct Ring {
     points: Box<[Point]>,
     members: Box<[BackendId]>,
+    index: Index,
 }
 
 impl Ring {
@@ -147,10 +157,17 @@ impl Ring {
         }
         sort_points(&members, &mut points);
         let members = members.into_iter().map(|(id, _)| id).collect();
-        Ok(Self {
-            points: points.into_boxed_slice(),
+        Ok(Self::from_sorted(points.into_boxed_slice(), members))
+    }
+
+    /// A ring over points already in ring order.
+    fn from_sorted(points: Box<[Point]>, members: Box<[BackendId]>) -> Self {
+        let index = Index::build(&points);
+        Self {
+            points,
             members,
-        })
+            index,
+        }
     }
 
     /// Number of members.
@@ -184,20 +201,100 @@ impl Ring {
     }
 
     /// Every member once, in ring order from `key`: the first is the key's
-    /// primary owner. Allocates nothing for rings of up to 256 members.
+    /// primary owner. Allocates nothing for rings of up to 256 members, nor
+    /// on larger rings for the first 16 members it yields.
+    #[inline]
     pub fn walk(&self, key: u64) -> Walk<'_> {
-        let start = self.points.partition_point(|p| p.hash < key);
-        Walk::new(self, start)
+        Walk::new(self, self.start(key))
+    }
+
+    /// The key's primary owner, the first member of [`Ring::walk`], found
+    /// without setting up a walk; `None` when the ring is empty.
+    #[inline]
+    pub fn primary(&self, key: u64) -> Option<usize> {
+        let point = self.points.get(self.start(key));
+        point.or(self.points.first()).map(|p| p.member as usize)
     }
 
     /// The first `k` distinct members from `key` (fewer when the ring has
     /// fewer members).
+    #[inline]
     pub fn owners(&self, key: u64, k: usize) -> std::iter::Take<Walk<'_>> {
         self.walk(key).take(k)
     }
 
+    #[inline]
     fn point_member(&self, pos: usize) -> usize {
         self.points[pos].member as usize
+    }
+
+    /// Position of the first point at or after `key`; `points()` when there
+    /// is none (the walk wraps). The same as
+    /// `points.partition_point(|p| p.hash < key)`, in O(1) expected time.
+    #[inline]
+    fn start(&self, key: u64) -> usize {
+        let bucket = (key >> self.index.shift) as usize;
+        // Every point before `lo` is below the key's bucket, so below the key.
+        let lo = self.index.first.get(bucket).map_or(0, |&lo| lo as usize);
+        match self.points.get(lo..lo + WINDOW) {
+            // The answer is in the window: count without branching.
+            Some(window) if window[WINDOW - 1].hash >= key => {
+                lo + window
+                    .iter()
+                    .map(|p| usize::from(p.hash < key))
+                    .sum::<usize>()
+            }
+            _ => self.start_beyond(lo, key),
+        }
+    }
+
+    /// [`Ring::start`] when the key's first point is not among the
+    /// [`WINDOW`] from `lo`: a crowded bucket, or the end of the ring.
+    #[cold]
+    fn start_beyond(&self, lo: usize, key: u64) -> usize {
+        let rest = self.points.get(lo..).unwrap_or_default();
+        lo + rest.partition_point(|p| p.hash < key)
+    }
+}
+
+/// Points compared at once from the start of a key's bucket: with about one
+/// point per bucket, the key's first point is almost always among them.
+const WINDOW: usize = 4;
+
+/// The bucket index over a ring's points: `first[j]` is the position of the
+/// first point whose hash is at least `j << shift`, for each of the
+/// `2^(64 - shift)` buckets.
+#[derive(Debug, Clone)]
+struct Index {
+    shift: u32,
+    first: Box<[u32]>,
+}
+
+impl Index {
+    /// As many buckets as the next power of two of the number of points
+    /// (so at most one point per bucket on average), between 2 and
+    /// [`MAX_POINTS`].
+    fn build(points: &[Point]) -> Self {
+        let bits = points
+            .len()
+            .next_power_of_two()
+            .trailing_zeros()
+            .clamp(1, MAX_POINTS.trailing_zeros());
+        let shift = u64::BITS - bits;
+        let buckets = 1usize << bits;
+        let mut first = Vec::with_capacity(buckets);
+        let mut pos = 0;
+        for bucket in 0..buckets as u64 {
+            let floor = bucket << shift;
+            while pos < points.len() && points[pos].hash < floor {
+                pos += 1;
+            }
+            first.push(pos as u32);
+        }
+        Self {
+            shift,
+            first: first.into_boxed_slice(),
+        }
     }
 }
 

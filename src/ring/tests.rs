@@ -99,10 +99,8 @@ fn colliding_points_are_all_kept_in_id_order() {
             })
             .collect();
         sort_points(&members, &mut points);
-        let ring = Ring {
-            points: points.into(),
-            members: members.into_iter().map(|(id, _)| id).collect(),
-        };
+        let ids = members.into_iter().map(|(id, _)| id).collect();
+        let ring = Ring::from_sorted(points.into(), ids);
         let order: Vec<&str> = ring.walk(100).map(|i| ring.member(i).as_str()).collect();
         assert_eq!(order, ["a", "b"]);
         let order: Vec<&str> = ring.walk(101).map(|i| ring.member(i).as_str()).collect();
@@ -131,12 +129,155 @@ fn large_rings_walk_every_member_once() {
     assert_eq!(all, (0..300).collect::<Vec<_>>());
 }
 
+/// The walk as a plain scan of the points from the binary-searched start:
+/// what `Ring::walk` yielded before the bucket index and the inline set.
+fn reference_walk(ring: &Ring, key: u64) -> Vec<usize> {
+    let start = ring.points.partition_point(|p| p.hash < key);
+    let n = ring.points.len();
+    let mut seen = vec![false; ring.len()];
+    let mut order = Vec::new();
+    for step in 0..n {
+        let member = ring.point_member((start + step) % n);
+        if !std::mem::replace(&mut seen[member], true) {
+            order.push(member);
+        }
+    }
+    order
+}
+
+/// Keys at, just around and between the ring's points, and the extremes.
+fn probe_keys(ring: &Ring) -> impl Iterator<Item = u64> + '_ {
+    let around = ring
+        .points
+        .iter()
+        .flat_map(|p| [p.hash, p.hash.wrapping_sub(1), p.hash.wrapping_add(1)]);
+    around.chain([0, 1, u64::MAX - 1, u64::MAX, 1 << 63])
+}
+
+/// A ring over the given point hashes, spread over `members` members, with
+/// the points in ring order (as `Ring::build` sorts them).
+fn ring_of_points(hashes: &[u64], members: usize) -> Ring {
+    let members: Vec<(BackendId, u32)> = ids(members).into_iter().map(|id| (id, 1)).collect();
+    let mut points: Vec<Point> = hashes
+        .iter()
+        .enumerate()
+        .map(|(i, &hash)| Point {
+            hash,
+            member: (i % members.len()) as u32,
+        })
+        .collect();
+    sort_points(&members, &mut points);
+    Ring::from_sorted(
+        points.into(),
+        members.into_iter().map(|(id, _)| id).collect(),
+    )
+}
+
+fn assert_start_matches(ring: &Ring, key: u64) {
+    let want = ring.points.partition_point(|p| p.hash < key);
+    assert_eq!(ring.start(key), want, "start of {key:#x}");
+    assert_eq!(
+        ring.primary(key),
+        ring.walk(key).next(),
+        "primary of {key:#x}"
+    );
+}
+
+#[test]
+fn start_of_tiny_rings_matches_binary_search() {
+    let empty = Ring::build(&RingConfig::default(), Vec::new()).unwrap();
+    let one = ring_of_points(&[7], 1);
+    let top = ring_of_points(&[u64::MAX], 1);
+    let bottom = ring_of_points(&[0, 0, 0], 2);
+    for ring in [&empty, &one, &top, &bottom] {
+        for key in probe_keys(ring) {
+            assert_start_matches(ring, key);
+        }
+    }
+    assert_eq!(one.start(8), 1, "past the last point: the walk wraps");
+    assert_eq!(one.walk(8).next(), Some(0));
+    assert_eq!(one.primary(8), Some(0));
+    assert_eq!(empty.primary(8), None);
+}
+
+#[test]
+fn start_in_a_crowded_bucket_matches_binary_search() {
+    // 64 points, 64 buckets: all in bucket 0, then all in the last one.
+    let low: Vec<u64> = (0..64).map(|i| i * 3).collect();
+    let high: Vec<u64> = low.iter().map(|h| u64::MAX - h).collect();
+    for hashes in [low, high] {
+        let ring = ring_of_points(&hashes, 5);
+        for key in probe_keys(&ring) {
+            assert_start_matches(&ring, key);
+        }
+    }
+}
+
+#[test]
+fn walks_on_large_rings_match_the_plain_scan() {
+    for n in [257, 300, 1024] {
+        let ring = ring_of(&RingConfig::new(3, 7).unwrap(), &ids(n));
+        for key in keys(5, 64) {
+            let want = reference_walk(&ring, key);
+            assert_eq!(want.len(), n);
+            let mut walk = ring.walk(key);
+            let few: Vec<usize> = walk.by_ref().take(walk::FEW).collect();
+            assert_eq!(few, want[..walk::FEW]);
+            assert!(
+                matches!(walk.seen, walk::Seen::Few { .. }),
+                "no bit set on the heap for the first {} members",
+                walk::FEW
+            );
+            let rest: Vec<usize> = walk.by_ref().collect();
+            assert_eq!(rest, want[walk::FEW..]);
+            assert!(matches!(walk.seen, walk::Seen::Heap(_)));
+            let owners: Vec<usize> = ring.owners(key, 3).collect();
+            assert_eq!(owners, want[..3]);
+        }
+    }
+}
+
+#[test]
+fn walks_on_small_rings_match_the_plain_scan() {
+    for n in [1, 8, 256] {
+        let ring = ring_of(&RingConfig::new(3, 7).unwrap(), &ids(n));
+        for key in keys(5, 64) {
+            assert_eq!(
+                ring.walk(key).collect::<Vec<_>>(),
+                reference_walk(&ring, key)
+            );
+        }
+    }
+}
+
 fn keys(seed: u64, n: usize) -> impl Iterator<Item = u64> {
     (0..n as u64).map(move |i| xxhash_rust::xxh3::xxh3_64_with_seed(&i.to_le_bytes(), seed))
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn start_matches_binary_search(n in 1usize..40, vnodes in 1u32..60, seed: u64, random: Vec<u64>) {
+        let ring = ring_of(&RingConfig::new(seed, vnodes).unwrap(), &ids(n));
+        for key in probe_keys(&ring).chain(random) {
+            prop_assert_eq!(ring.start(key), ring.points.partition_point(|p| p.hash < key));
+            prop_assert_eq!(ring.primary(key), ring.walk(key).next());
+        }
+    }
+
+    #[test]
+    fn start_matches_binary_search_with_collisions(
+        hashes in prop::collection::vec(prop_oneof![any::<u64>(), 0u64..64, Just(u64::MAX)], 1..200),
+        members in 1usize..6,
+        random: Vec<u64>,
+    ) {
+        let ring = ring_of_points(&hashes, members);
+        for key in probe_keys(&ring).chain(random) {
+            prop_assert_eq!(ring.start(key), ring.points.partition_point(|p| p.hash < key));
+            prop_assert_eq!(ring.primary(key), ring.walk(key).next());
+        }
+    }
 
     #[test]
     fn every_key_maps_to_distinct_members(n in 1usize..24, k in 1usize..6, seed: u64, key: u64) {

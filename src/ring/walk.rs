@@ -12,10 +12,11 @@ pub struct Walk<'a> {
     pos: usize,
     steps_left: usize,
     found: usize,
-    seen: Seen,
+    pub(super) seen: Seen,
 }
 
 impl<'a> Walk<'a> {
+    #[inline]
     pub(super) fn new(ring: &'a Ring, start: usize) -> Self {
         Self {
             ring,
@@ -30,6 +31,7 @@ impl<'a> Walk<'a> {
 impl Iterator for Walk<'_> {
     type Item = usize;
 
+    #[inline]
     fn next(&mut self) -> Option<usize> {
         while self.steps_left > 0 && self.found < self.ring.members.len() {
             if self.pos >= self.ring.points.len() {
@@ -38,7 +40,7 @@ impl Iterator for Walk<'_> {
             let member = self.ring.point_member(self.pos);
             self.pos += 1;
             self.steps_left -= 1;
-            if self.seen.insert(member) {
+            if self.seen.insert(member, self.ring.members.len()) {
                 self.found += 1;
                 return Some(member);
             }
@@ -51,31 +53,78 @@ impl Iterator for Walk<'_> {
     }
 }
 
-/// A bit set of member indices: inline up to 256 members, on the heap above.
+/// Members a walk has met. Rings of up to 256 members keep an inline bit set;
+/// larger rings list the first [`FEW`] members inline (a walk for a few
+/// owners stops long before), and move to a bit set on the heap past that.
 #[derive(Debug, Clone)]
-enum Seen {
+pub(super) enum Seen {
+    /// A bit per member, for rings of up to 256 members.
     Inline([u64; 4]),
+    /// The first `len` entries are the members met so far.
+    Few { members: [u32; FEW], len: usize },
+    /// A bit per member, once a walk on a large ring has met more than
+    /// [`FEW`] members.
     Heap(Vec<u64>),
 }
 
+/// How many members a walk on a ring of more than 256 lists inline.
+pub(super) const FEW: usize = 16;
+
 impl Seen {
+    #[inline]
     fn with_capacity(members: usize) -> Self {
         if members <= 256 {
             Seen::Inline([0; 4])
         } else {
-            Seen::Heap(vec![0; members.div_ceil(64)])
+            Seen::Few {
+                members: [0; FEW],
+                len: 0,
+            }
         }
     }
 
-    /// Marks `index`; false when it was already marked.
-    fn insert(&mut self, index: usize) -> bool {
+    /// Marks `index` (below `capacity`, the ring's member count); false when
+    /// it was already marked.
+    #[inline]
+    fn insert(&mut self, index: usize, capacity: usize) -> bool {
         let words: &mut [u64] = match self {
             Seen::Inline(words) => words,
             Seen::Heap(words) => words,
+            Seen::Few { members, len } => {
+                if members[..*len].contains(&(index as u32)) {
+                    return false;
+                }
+                match members.get_mut(*len) {
+                    Some(slot) => {
+                        *slot = index as u32;
+                        *len += 1;
+                    }
+                    None => *self = Seen::spill(members, index, capacity),
+                }
+                return true;
+            }
         };
-        let (word, bit) = (index / 64, 1u64 << (index % 64));
-        let fresh = words[word] & bit == 0;
-        words[word] |= bit;
-        fresh
+        set(words, index)
     }
+
+    /// The bit set that takes over from a full [`Seen::Few`], with `members`
+    /// and `index` marked.
+    #[cold]
+    fn spill(members: &[u32; FEW], index: usize, capacity: usize) -> Self {
+        let mut words = vec![0; capacity.div_ceil(64)];
+        for &member in members {
+            set(&mut words, member as usize);
+        }
+        set(&mut words, index);
+        Seen::Heap(words)
+    }
+}
+
+/// Sets bit `index`; false when it was already set.
+#[inline]
+fn set(words: &mut [u64], index: usize) -> bool {
+    let (word, bit) = (index / 64, 1u64 << (index % 64));
+    let fresh = words[word] & bit == 0;
+    words[word] |= bit;
+    fresh
 }
