@@ -260,13 +260,7 @@ impl<'a> RouteView<'a> {
         headers: &'a HeaderMap,
     ) -> Result<Self, InvalidRoute> {
         match extensions.get::<RouteInfo>() {
-            Some(route) => Ok(Self {
-                model: route.model.as_str(),
-                hash: route.model.hash64(),
-                kind: route.kind,
-                urgency: route.urgency,
-                payload_bytes: route.payload_bytes,
-            }),
+            Some(route) => Ok(Self::from(route)),
             None => Self::from_headers(headers),
         }
     }
@@ -321,6 +315,18 @@ impl<'a> RouteView<'a> {
             kind: self.kind,
             urgency: self.urgency,
             payload_bytes: self.payload_bytes,
+        }
+    }
+}
+
+impl<'a> From<&'a RouteInfo> for RouteView<'a> {
+    fn from(route: &'a RouteInfo) -> Self {
+        Self {
+            model: route.model.as_str(),
+            hash: route.model.hash64(),
+            kind: route.kind,
+            urgency: route.urgency,
+            payload_bytes: route.payload_bytes,
         }
     }
 }

@@ -74,5 +74,8 @@ fn ready_call_response_and_completion_allocate_nothing() {
         "{allocations} allocations over {n} requests"
     );
     let stats = balancer.handle().stats();
-    assert_eq!(stats.owner + stats.update, 2_000);
+    assert_eq!(
+        stats.resident_owner + stats.cold_owner + stats.spill + stats.update,
+        2_000
+    );
 }

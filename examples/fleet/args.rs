@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::strategies::NAMES;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
     /// 5 resident slots per backend; one backend answers 503 for the middle
@@ -27,11 +29,14 @@ pub struct Args {
     pub seed: u64,
     pub scenario: Scenario,
     pub json: bool,
+    /// Which strategies to run, in table order.
+    pub strategies: Vec<&'static str>,
 }
 
 pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
 [--requests N (10..=1000000, default 10000)] [--backends N (2..=64, default 8)] \
-[--seed N (default 1)] [--scenario default|slow-tail] [--json]";
+[--seed N (default 1)] [--scenario default|slow-tail] \
+[--strategies NAME,... (default all: round_robin,p2c,consistent_hash,model_aware)] [--json]";
 
 /// Why parsing stopped: a help request, or an error to report.
 #[derive(Debug)]
@@ -48,6 +53,7 @@ impl Args {
             seed: 1,
             scenario: Scenario::Default,
             json: false,
+            strategies: NAMES.to_vec(),
         };
         // `--flag value` and `--flag=value` alike.
         let mut args = args.flat_map(|arg| match arg.split_once('=') {
@@ -70,6 +76,7 @@ impl Args {
                         other => return Err(Stop::Error(format!("unknown scenario `{other}`"))),
                     }
                 }
+                "--strategies" => parsed.strategies = strategies(&value("--strategies")?)?,
                 "--json" => parsed.json = true,
                 "-h" | "--help" => return Err(Stop::Help),
                 other => return Err(Stop::Error(format!("unknown argument `{other}`"))),
@@ -83,6 +90,24 @@ impl Args {
         }
         Ok(parsed)
     }
+}
+
+/// A comma-separated list of known strategy names, each at most once.
+fn strategies(list: &str) -> Result<Vec<&'static str>, Stop> {
+    let mut chosen = Vec::new();
+    for name in list.split(',') {
+        let Some(known) = NAMES.iter().find(|n| **n == name) else {
+            return Err(Stop::Error(format!(
+                "unknown strategy `{name}` (known: {})",
+                NAMES.join(", ")
+            )));
+        };
+        if chosen.contains(known) {
+            return Err(Stop::Error(format!("strategy `{name}` given twice")));
+        }
+        chosen.push(*known);
+    }
+    Ok(chosen)
 }
 
 fn number<T: std::str::FromStr>(text: &str, flag: &str) -> Result<T, Stop> {

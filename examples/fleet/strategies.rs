@@ -18,7 +18,9 @@ use tower::load::{CompleteOnResponse, PeakEwmaDiscover};
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, BalancerHandle, ModelBalancer};
+use tower_model_balance::balance::{
+    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer,
+};
 use tower_model_balance::endpoint::SetOrigin;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::RouteInfo;
@@ -62,8 +64,13 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
         .collect()
 }
 
-/// Builds strategy `name` over `servers`; the balancer handle when it has one.
-pub fn build(name: &str, servers: &[ModelServer]) -> (Strategy, Option<BalancerHandle>) {
+/// Builds strategy `name` over `servers`, which each keep `model_slots`
+/// models resident; the balancer handle when it has one.
+pub fn build(
+    name: &str,
+    servers: &[ModelServer],
+    model_slots: usize,
+) -> (Strategy, Option<BalancerHandle>) {
     let endpoints = endpoints(servers);
     match name {
         "round_robin" => (finish(Select::round_robin(endpoints)), None),
@@ -79,7 +86,12 @@ pub fn build(name: &str, servers: &[ModelServer]) -> (Strategy, Option<BalancerH
         }
         "consistent_hash" => (finish(Select::consistent_hash(endpoints)), None),
         "model_aware" => {
-            let backends = endpoints.into_iter().map(|(id, e)| Backend::new(id, e));
+            let backends = endpoints.into_iter().map(|(id, e)| {
+                let meta = BackendMeta::new(id)
+                    .with_model_slots(model_slots)
+                    .expect("the scenario's slots are within 1..=16");
+                Backend::with_meta(meta, e)
+            });
             let balancer = ModelBalancer::new(
                 ServiceList::new(backends.collect::<Vec<_>>()),
                 BalanceConfig::default(),

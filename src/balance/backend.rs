@@ -2,6 +2,7 @@
 
 use crate::backend::BackendId;
 use crate::error::InvalidConfig;
+use crate::route::ModelId;
 
 /// Metadata of one backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,6 +12,10 @@ pub struct BackendMeta {
     pub(crate) id: BackendId,
     /// Relative share of the ring, 1 ..= 10 000. Default 1.
     pub(crate) weight: u32,
+    /// How many models the backend keeps resident at once. Default 4.
+    pub(crate) model_slots: usize,
+    /// Models declared resident when the backend is inserted.
+    pub(crate) resident_models: Vec<ModelId>,
 }
 
 impl BackendMeta {
@@ -24,9 +29,55 @@ impl BackendMeta {
         self.weight
     }
 
-    /// Metadata for `id` with weight 1.
+    /// How many models the backend keeps resident at once.
+    pub fn model_slots(&self) -> usize {
+        self.model_slots
+    }
+
+    /// The models declared resident.
+    pub fn resident_models(&self) -> &[ModelId] {
+        &self.resident_models
+    }
+
+    /// Metadata for `id` with weight 1, 4 model slots and no model
+    /// declared resident.
     pub fn new(id: BackendId) -> Self {
-        Self { id, weight: 1 }
+        Self {
+            id,
+            weight: 1,
+            model_slots: Self::DEFAULT_MODEL_SLOTS,
+            resident_models: Vec::new(),
+        }
+    }
+
+    /// Default [`BackendMeta::model_slots`].
+    pub const DEFAULT_MODEL_SLOTS: usize = 4;
+    /// Largest accepted [`BackendMeta::model_slots`].
+    pub const MAX_MODEL_SLOTS: usize = 16;
+
+    /// Sets how many models the backend keeps resident at once (its GPU
+    /// memory's worth; 1 ..= 16, default 4). The balancer learns residency
+    /// from the requests it routes — a model sent to a backend is resident
+    /// there — and forgets a model once this many others were sent there
+    /// since, as the server's LRU would evict it.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `model_slots` when outside 1 ..= 16.
+    pub fn with_model_slots(mut self, slots: usize) -> Result<Self, InvalidConfig> {
+        if !(1..=Self::MAX_MODEL_SLOTS).contains(&slots) {
+            return Err(InvalidConfig::new("model_slots", "1 ..= 16"));
+        }
+        self.model_slots = slots;
+        Ok(self)
+    }
+
+    /// Declares the models resident on the backend when it is inserted
+    /// (the first `model_slots` are kept). An `Insert` for a live key with
+    /// a non-empty list replaces what the balancer had learned.
+    pub fn with_resident_models(mut self, models: impl IntoIterator<Item = ModelId>) -> Self {
+        self.resident_models = models.into_iter().collect();
+        self
     }
 
     /// Largest accepted weight.

@@ -1,49 +1,13 @@
 //! The response body wrapper whose end is the request's completion.
 
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::table::BackendState;
-use crate::breaker::{Outcome, Permit};
-
-/// One request in flight on a backend: counted from the pick until the end
-/// of the response body (or until dropped), holding the breaker permit.
-#[derive(Debug)]
-pub(crate) struct InFlight {
-    state: Arc<BackendState>,
-    permit: Option<Permit>,
-}
-
-impl InFlight {
-    pub(crate) fn new(state: Arc<BackendState>, permit: Permit) -> Self {
-        state.in_flight.fetch_add(1, Ordering::Relaxed);
-        state.fleet_in_flight.fetch_add(1, Ordering::Relaxed);
-        state.picked.fetch_add(1, Ordering::Relaxed);
-        Self {
-            state,
-            permit: Some(permit),
-        }
-    }
-
-    /// Records the outcome; the in-flight count drops with `self`.
-    pub(crate) fn finish(mut self, outcome: Outcome) {
-        if let Some(permit) = self.permit.take() {
-            permit.record(outcome);
-        }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.state.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.state.fleet_in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+use super::guard::Guard;
+use crate::breaker::Outcome;
 
 /// What the end of a response records: the outcome its status gave, unless
 /// the body fails. Recorded when the body ends, fails or is dropped — a
@@ -51,7 +15,7 @@ impl Drop for InFlight {
 /// reads its body (a 503 must count whether or not it is read).
 #[derive(Debug)]
 struct Completion {
-    guard: Option<InFlight>,
+    guard: Option<Guard>,
     outcome: Outcome,
 }
 
@@ -86,7 +50,7 @@ pin_project! {
 }
 
 impl<B: Body> ResponseBody<B> {
-    pub(crate) fn new(inner: B, guard: InFlight, outcome: Outcome) -> Self {
+    pub(crate) fn new(inner: B, guard: Guard, outcome: Outcome) -> Self {
         let ended = inner.is_end_stream();
         let completion = Completion {
             guard: Some(guard),

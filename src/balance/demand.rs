@@ -6,8 +6,14 @@
 //! only overestimate a model's demand). When the total reaches
 //! [`WINDOW`], every count is halved, so the shares follow recent traffic
 //! with a half-life of about `WINDOW / 2` requests.
+//!
+//! Each bucket also remembers its model's current number of owners `k`, so
+//! that `k` moves with hysteresis: it grows as soon as the share needs more
+//! owners, and shrinks one at a time only once the share has fallen
+//! [`HYSTERESIS`] below what one owner fewer could carry — a model whose
+//! share hovers around a boundary keeps its owners (and their warm copies).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 /// Buckets in the table (a power of two).
 const BUCKETS: usize = 4096;
@@ -16,19 +22,57 @@ pub(crate) const WINDOW: u32 = 8192;
 /// Requests counted before shares are trusted; until then every model gets
 /// the minimum number of owners.
 const WARM_UP: u32 = 256;
+/// How far (in owners' worth of load) a share must fall below a boundary
+/// before a model gives an owner back.
+pub(crate) const HYSTERESIS: f64 = 0.25;
 
 #[derive(Debug)]
 pub(crate) struct Demand {
     buckets: Box<[AtomicU32]>,
+    owners: Box<[AtomicU8]>,
     total: AtomicU32,
+}
+
+/// Bounds on a model's owners and what one owner carries.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    /// Backends in the fleet.
+    pub(crate) n: usize,
+    /// Bounded-load factor.
+    pub(crate) c: f64,
+    pub(crate) min: usize,
+    pub(crate) max: usize,
 }
 
 impl Demand {
     pub(crate) fn new() -> Self {
         Self {
             buckets: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+            owners: (0..BUCKETS).map(|_| AtomicU8::new(0)).collect(),
             total: AtomicU32::new(0),
         }
+    }
+
+    /// Counts one request for the model with hash `key` and returns how
+    /// many owners it has now, within `bounds` (see the module docs).
+    pub(crate) fn owners(&self, key: u64, bounds: Bounds) -> usize {
+        let share = self.record(key);
+        let (min, max) = (bounds.min, bounds.max.max(bounds.min));
+        let slot = &self.owners[key as usize % BUCKETS];
+        let current = usize::from(slot.load(Ordering::Relaxed)).clamp(min, max);
+        let Some(share) = share else { return current };
+        let load = share * bounds.n as f64 / bounds.c;
+        let next = if load > current as f64 {
+            (load.ceil() as usize).min(max)
+        } else if current > min && load <= (current - 1) as f64 - HYSTERESIS {
+            current - 1
+        } else {
+            current
+        };
+        if next != current {
+            slot.store(next.min(usize::from(u8::MAX)) as u8, Ordering::Relaxed);
+        }
+        next
     }
 
     /// Counts one request for the model with hash `key` and returns the
@@ -48,13 +92,6 @@ impl Demand {
         }
         (total >= WARM_UP).then(|| (f64::from(count) / f64::from(total)).min(1.0))
     }
-}
-
-/// Owners a model needs: enough that none carries more than its bounded
-/// share, `ceil(share × n / c)`, within `min ..= max`.
-pub(crate) fn owners_needed(share: Option<f64>, n: usize, c: f64, min: usize, max: usize) -> usize {
-    let needed = share.map_or(min, |s| (s * n as f64 / c).ceil() as usize);
-    needed.clamp(min, max.max(min))
 }
 
 #[cfg(test)]
@@ -81,16 +118,46 @@ mod tests {
         assert!(d.total.load(Ordering::Relaxed) < WINDOW, "halved");
     }
 
-    #[test]
-    fn owners_follow_share() {
+    fn bounds(min: usize, max: usize) -> Bounds {
         // 8 backends, c = 1.25: one owner carries up to 15.6% of traffic.
-        assert_eq!(owners_needed(None, 8, 1.25, 1, 2), 1);
-        assert_eq!(owners_needed(Some(0.10), 8, 1.25, 1, 2), 1);
-        assert_eq!(owners_needed(Some(0.28), 8, 1.25, 1, 2), 2);
-        assert_eq!(owners_needed(Some(0.28), 8, 1.25, 1, 4), 2);
-        assert_eq!(owners_needed(Some(0.90), 8, 1.25, 1, 4), 4);
+        Bounds {
+            n: 8,
+            c: 1.25,
+            min,
+            max,
+        }
+    }
+
+    /// Feeds `d` until model 0's share of the window is about `share`.
+    fn settle(d: &Demand, share: f64, b: Bounds) -> usize {
+        let mut k = 0;
+        for i in 0..4 * WINDOW {
+            let hot = (f64::from(i % 100)) < share * 100.0;
+            let key = if hot { 0 } else { 1 + u64::from(i % 7) };
+            let owners = d.owners(key, b);
+            if key == 0 {
+                k = owners;
+            }
+        }
+        k
+    }
+
+    #[test]
+    fn owners_follow_share_with_hysteresis() {
+        let b = bounds(1, 4);
+        let d = Demand::new();
+        assert_eq!(d.owners(0, b), 1, "the minimum while warming up");
+        assert_eq!(settle(&d, 0.10, b), 1);
+        assert_eq!(settle(&d, 0.28, b), 2, "0.28 × 8 / 1.25 = 1.8");
+        assert_eq!(settle(&d, 0.90, b), 4, "capped at the maximum");
+        assert_eq!(settle(&d, 0.20, b), 2, "a cooling model gives owners back");
+        // 0.14 needs one owner (1.12 ≤ 1 would need ≤ 0.156) but is not
+        // 25% below the boundary: k stays at 2 ...
+        assert_eq!(settle(&d, 0.14, b), 2, "no flapping near a boundary");
+        // ... until the share falls a quarter of an owner's load below it.
+        assert_eq!(settle(&d, 0.10, b), 1);
         assert_eq!(
-            owners_needed(Some(0.01), 8, 1.25, 2, 4),
+            settle(&Demand::new(), 0.01, bounds(2, 4)),
             2,
             "the minimum holds"
         );

@@ -5,13 +5,13 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
 use tower::discover::{Change, Discover};
 
-use super::table::{BackendState, Snapshot, Table};
+use super::table::{BackendState, Fleet, Snapshot, Table};
 use super::{Backend, BackendMeta, BalanceConfig, Shared};
 use crate::breaker::Policy;
 use crate::error::BoxError;
@@ -30,7 +30,7 @@ struct Entry<K, E> {
 pub(crate) struct Registry<K, E> {
     entries: Vec<Entry<K, E>>,
     config: BalanceConfig,
-    fleet_in_flight: Arc<AtomicUsize>,
+    fleet: Arc<Fleet>,
 }
 
 /// How a drain of ready changes ended.
@@ -47,7 +47,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
         Self {
             entries: Vec::new(),
             config,
-            fleet_in_flight: Arc::default(),
+            fleet: Arc::new(Fleet::new()),
         }
     }
 
@@ -66,11 +66,20 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                     tracing::warn!(backend = %other.meta.id, "discovery inserted a backend ID already in use under another key; ignored");
                     return;
                 }
-                let (policy, fleet) = (&self.config.breaker, &self.fleet_in_flight);
+                let (policy, fleet) = (&self.config.breaker, &self.fleet);
                 match self.entries.iter_mut().find(|e| e.key == key) {
                     Some(entry) => {
                         if entry.meta.id != meta.id {
+                            entry.state.removed.store(true, Ordering::Relaxed);
                             entry.state = new_state(&meta, policy, fleet);
+                        } else {
+                            let residency = &entry.state.residency;
+                            residency.set_slots(meta.model_slots);
+                            if !meta.resident_models.is_empty() {
+                                let now = fleet.millis(tokio::time::Instant::now());
+                                let keys = meta.resident_models.iter().map(|m| m.hash64());
+                                residency.replace(keys, now);
+                            }
                         }
                         entry.meta = meta;
                         entry.endpoint = endpoint;
@@ -90,6 +99,9 @@ impl<K: Eq, E: Clone> Registry<K, E> {
             Change::Remove(key) => {
                 if let Some(pos) = self.entries.iter().position(|e| e.key == key) {
                     let entry = self.entries.swap_remove(pos);
+                    // Ineligible at once, also in snapshots still in use;
+                    // requests in flight there finish normally.
+                    entry.state.removed.store(true, Ordering::Relaxed);
                     tracing::debug!(backend = %entry.meta.id, "backend removed");
                 }
             }
@@ -124,7 +136,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                 // route on no backends and say so.
                 tracing::error!(%error, "cannot build the ring; no backend is routable");
                 return Snapshot {
-                    table: Arc::new(Table::empty(self.fleet_in_flight.clone())),
+                    table: Arc::new(Table::empty(self.fleet.clone())),
                     endpoints: Vec::new(),
                 };
             }
@@ -132,7 +144,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
         let table = Table {
             ring,
             backends: self.entries.iter().map(|e| e.state.clone()).collect(),
-            fleet_in_flight: self.fleet_in_flight.clone(),
+            fleet: self.fleet.clone(),
         };
         Snapshot {
             table: Arc::new(table),
@@ -165,12 +177,17 @@ impl<K: Eq, E: Clone> Registry<K, E> {
     }
 }
 
-fn new_state(meta: &BackendMeta, policy: &Policy, fleet: &Arc<AtomicUsize>) -> Arc<BackendState> {
-    Arc::new(BackendState::new(
+fn new_state(meta: &BackendMeta, policy: &Policy, fleet: &Arc<Fleet>) -> Arc<BackendState> {
+    let state = BackendState::new(
         meta.id.clone(),
         policy.clone(),
         fleet.clone(),
-    ))
+        meta.model_slots,
+    );
+    let now = fleet.millis(tokio::time::Instant::now());
+    let keys = meta.resident_models.iter().map(|m| m.hash64());
+    state.residency.replace(keys, now);
+    Arc::new(state)
 }
 
 /// Drives `discover` until it ends or every balancer clone is gone,

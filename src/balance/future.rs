@@ -6,7 +6,8 @@ use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use super::body::{InFlight, ResponseBody};
+use super::body::ResponseBody;
+use super::guard::Guard;
 use crate::breaker::{Outcome, ServerErrorsAsFailures};
 use crate::error::BoxError;
 
@@ -25,13 +26,13 @@ pin_project! {
     #[project = StateProj]
     #[derive(Debug)]
     enum State<F> {
-        Called { #[pin] future: F, guard: Option<InFlight> },
+        Called { #[pin] future: F, guard: Option<Guard> },
         Failed { error: Option<BoxError> },
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn new(future: F, guard: InFlight) -> Self {
+    pub(crate) fn new(future: F, guard: Guard) -> Self {
         Self {
             state: State::Called {
                 future,

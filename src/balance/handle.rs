@@ -6,13 +6,18 @@ use std::sync::Arc;
 
 use super::pick::Branch;
 use super::table::Table;
+use tokio::time::Instant;
+
 use crate::backend::BackendId;
 use crate::breaker::BreakerState;
+use crate::route::ModelId;
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    owner: AtomicU64,
+    resident_owner: AtomicU64,
+    cold_owner: AtomicU64,
     spill: AtomicU64,
+    panic: AtomicU64,
     update: AtomicU64,
     pub(crate) no_backend: AtomicU64,
     pub(crate) invalid_route: AtomicU64,
@@ -21,8 +26,10 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn count(&self, branch: Branch) {
         let counter = match branch {
-            Branch::Owner => &self.owner,
+            Branch::ResidentOwner => &self.resident_owner,
+            Branch::ColdOwner => &self.cold_owner,
             Branch::Spill => &self.spill,
+            Branch::Panic => &self.panic,
             Branch::Update => &self.update,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -37,13 +44,20 @@ pub(crate) trait View: Send + Sync {
 }
 
 /// Requests counted by the branch the balancer took, since it was built.
+/// Every request lands in exactly one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct BalanceStats {
-    /// Inference requests sent to one of their model's owners.
-    pub owner: u64,
+    /// Inference requests sent to an owner of their model where the model
+    /// was resident (as far as the balancer knew).
+    pub resident_owner: u64,
+    /// Inference requests sent to an owner that had to load the model.
+    pub cold_owner: u64,
     /// Inference requests spilled past every owner along the ring.
     pub spill: u64,
+    /// Requests routed in panic mode (too few eligible backends), over
+    /// every backend.
+    pub panic: u64,
     /// Update requests sent by P2C.
     pub update: u64,
     /// Requests failed fast with `NoHealthyBackend`.
@@ -84,8 +98,10 @@ impl BalancerHandle {
         let c = self.view.counters();
         let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
         BalanceStats {
-            owner: read(&c.owner),
+            resident_owner: read(&c.resident_owner),
+            cold_owner: read(&c.cold_owner),
             spill: read(&c.spill),
+            panic: read(&c.panic),
             update: read(&c.update),
             no_backend: read(&c.no_backend),
             invalid_route: read(&c.invalid_route),
@@ -111,6 +127,42 @@ impl BalancerHandle {
     /// Requests in flight over all current backends.
     pub fn in_flight(&self) -> usize {
         self.view.table().backends.iter().map(|b| b.load()).sum()
+    }
+
+    /// Declares the models resident on `backend` now (e.g. from a probe of
+    /// its model repository), replacing what the balancer had learned;
+    /// beyond the backend's `model_slots`, later models are ignored.
+    /// Returns false when no current backend has that ID.
+    pub fn set_resident_models<'a>(
+        &self,
+        backend: &BackendId,
+        models: impl IntoIterator<Item = &'a ModelId>,
+    ) -> bool {
+        let table = self.view.table();
+        let Some(state) = table.backends.iter().find(|b| &b.id == backend) else {
+            return false;
+        };
+        let now = table.fleet.millis(Instant::now());
+        state
+            .residency
+            .replace(models.into_iter().map(ModelId::hash64), now);
+        true
+    }
+
+    /// Whether the balancer takes `model` to be resident on `backend`.
+    pub fn is_resident(&self, backend: &BackendId, model: &ModelId) -> bool {
+        let table = self.view.table();
+        let state = table.backends.iter().find(|b| &b.id == backend);
+        state.is_some_and(|b| b.residency.contains(model.hash64()))
+    }
+
+    /// Sets `backend`'s health score, in [0, 1] (clamped; NaN reads as 0).
+    /// P2C divides its cost by the score (floored at 0.05). Returns false
+    /// when no current backend has that ID.
+    pub fn set_health(&self, backend: &BackendId, score: f64) -> bool {
+        let table = self.view.table();
+        let state = table.backends.iter().find(|b| &b.id == backend);
+        state.map(|b| b.health.set(score)).is_some()
     }
 
     /// Breaker trips over all current backends.

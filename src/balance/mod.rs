@@ -52,7 +52,8 @@
 //! let first = balancer.clone().oneshot(req()).await.unwrap().into_body().into_inner();
 //! let again = balancer.clone().oneshot(req()).await.unwrap().into_body().into_inner();
 //! assert_eq!(first, again, "an idle model sticks to its primary owner");
-//! assert_eq!(balancer.handle().stats().owner, 2);
+//! let stats = balancer.handle().stats();
+//! assert_eq!((stats.cold_owner, stats.resident_owner), (1, 1), "loaded once, then warm");
 //! # }
 //! ```
 //!
@@ -63,11 +64,15 @@
 mod backend;
 mod body;
 mod config;
+mod cost;
 mod demand;
 mod discover;
 pub mod future;
+mod guard;
 mod handle;
 mod pick;
+mod residency;
+mod router;
 mod service;
 mod table;
 
@@ -79,7 +84,9 @@ use arc_swap::ArcSwap;
 pub use self::backend::{Backend, BackendMeta};
 pub use self::body::ResponseBody;
 pub use self::config::{BalanceConfig, BalanceConfigBuilder};
+pub use self::guard::Guard;
 pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
+pub use self::router::Picked;
 pub use self::service::ModelBalancer;
 
 use self::demand::Demand;
@@ -93,16 +100,25 @@ struct Shared<E> {
     config: BalanceConfig,
     stats: Counters,
     demand: Demand,
+    /// `config.model_owners` by model hash, sorted.
+    fixed_owners: Box<[(u64, usize)]>,
     clones: AtomicU64,
 }
 
 impl<E> Shared<E> {
     fn new(snapshot: Snapshot<E>, config: BalanceConfig) -> Self {
+        let mut fixed_owners: Vec<(u64, usize)> = config
+            .model_owners
+            .iter()
+            .map(|(model, k)| (model.hash64(), *k))
+            .collect();
+        fixed_owners.sort_unstable();
         Self {
             snapshot: ArcSwap::from_pointee(snapshot),
             config,
             stats: Counters::default(),
             demand: Demand::new(),
+            fixed_owners: fixed_owners.into_boxed_slice(),
             clones: AtomicU64::new(0),
         }
     }

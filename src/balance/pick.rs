@@ -1,21 +1,52 @@
-//! Choosing a backend for one request from a table (no IO, no locks but the
-//! breaker's on its non-closed paths).
+//! Choosing a backend for one request from a table (no IO, no allocation,
+//! no lock but the breaker's on its non-closed paths).
 
 use tokio::time::Instant;
 
-use super::table::Table;
+use super::table::{BackendState, Table};
 use crate::breaker::Permit;
-use crate::route::RequestKind;
+use crate::route::{RequestKind, Urgency};
+
+/// The most owners a model can have (`BalanceConfig::owners` is bounded by
+/// it).
+pub(crate) const MAX_OWNERS: usize = 64;
+/// How far past its owners a spilled request looks for a backend where its
+/// model is resident, in distinct backends.
+const SPILL_SCAN: usize = 16;
 
 /// Which branch a pick took; counted in [`BalanceStats`](super::BalanceStats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Branch {
-    /// An inference request went to one of its model's `k` owners.
-    Owner,
+    /// An inference request went to an owner with its model resident.
+    ResidentOwner,
+    /// An inference request went to an owner that must load its model.
+    ColdOwner,
     /// Every owner was out; the request went further along the ring.
     Spill,
-    /// An update went to the better of two sampled backends.
+    /// Too few backends were eligible; the request was routed over all.
+    Panic,
+    /// An update went to the cheaper of two sampled backends.
     Update,
+}
+
+/// What is being routed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask {
+    pub(crate) kind: RequestKind,
+    pub(crate) urgency: Urgency,
+    /// The model ID's carried xxh3 hash.
+    pub(crate) key: u64,
+    /// How many owners the model has now (inference only).
+    pub(crate) owners: usize,
+}
+
+/// The knobs of a pick.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules {
+    /// Bounded-load factor `c`.
+    pub(crate) load_factor: f64,
+    /// Panic mode when fewer than this share of backends are eligible.
+    pub(crate) panic_threshold: f64,
 }
 
 /// A chosen backend with its breaker permit.
@@ -26,22 +57,31 @@ pub(crate) struct Pick {
     pub(crate) branch: Branch,
 }
 
-/// Picks a backend for a request of `kind` for the model with hash `key`,
-/// or `None` when no backend admits it. `owners` is how many owners the
-/// model has now (inference only); `c` the bounded-load factor.
+/// Picks a backend, or `None` when no backend admits the request.
+/// Inference marks the model resident on the chosen backend (it is loaded
+/// there to serve the request).
 pub(crate) fn pick(
     table: &Table,
-    kind: RequestKind,
-    key: u64,
-    owners: usize,
-    c: f64,
+    ask: &Ask,
+    rules: &Rules,
     now: Instant,
     random: &mut impl FnMut() -> u64,
 ) -> Option<Pick> {
-    match kind {
-        RequestKind::Update => pick_update(table, now, random),
-        _ => pick_inference(table, key, owners, c, now),
+    let mode = if in_panic(table, rules.panic_threshold, now) {
+        Mode::Panic
+    } else {
+        Mode::Normal
+    };
+    let ctx = Ctx { table, mode, now };
+    let picked = match ask.kind {
+        RequestKind::Update => pick_update(&ctx, random),
+        _ => pick_inference(&ctx, ask, rules.load_factor, random),
+    }?;
+    if ask.kind != RequestKind::Update {
+        let state = &table.backends[picked.index];
+        state.residency.touch(ask.key, table.fleet.millis(now));
     }
+    Some(picked)
 }
 
 /// The bounded-load cap: `ceil(c × (total in-flight + 1) / n)`.
@@ -50,83 +90,228 @@ pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
     (c * (table.fleet_load() + 1) as f64 / n).ceil() as usize
 }
 
-/// Among the model's first `k` owners whose breakers admit: the first under
-/// the bounded-load cap (so each model stays on its primary while it has
-/// room), else the least loaded (the earlier on ties). When no owner
-/// admits, the request spills along the ring: to the first admitting
-/// backend under the cap, else to the first admitting one.
-fn pick_inference(table: &Table, key: u64, k: usize, c: f64, now: Instant) -> Option<Pick> {
-    let eligible = |i: usize| table.backends[i].breaker.admits(now);
-    let cap = load_cap(table, c);
-    let mut best: Option<(usize, usize)> = None;
-    for index in table.ring.walk(key).take(k).filter(|&i| eligible(i)) {
-        let load = table.backends[index].load();
-        if load < cap {
-            best = Some((index, load));
-            break;
-        }
-        if best.is_none_or(|(_, b)| load < b) {
-            best = Some((index, load));
+/// Envoy's panic threshold: fewer than `threshold × n` backends eligible.
+/// Free while every breaker is closed; a scan of the table otherwise.
+fn in_panic(table: &Table, threshold: f64, now: Instant) -> bool {
+    if threshold <= 0.0
+        || table
+            .fleet
+            .not_closed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+    {
+        return false;
+    }
+    let n = table.backends.len();
+    let eligible = table.backends.iter().filter(|b| b.eligible(now)).count();
+    (eligible as f64) < threshold * n as f64
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Normal,
+    /// Every backend not removed is eligible, breakers bypassed.
+    Panic,
+}
+
+struct Ctx<'a> {
+    table: &'a Table,
+    mode: Mode,
+    now: Instant,
+}
+
+impl Ctx<'_> {
+    fn state(&self, i: usize) -> &BackendState {
+        &self.table.backends[i]
+    }
+
+    fn eligible(&self, i: usize) -> bool {
+        match self.mode {
+            Mode::Normal => self.state(i).eligible(self.now),
+            Mode::Panic => !self.state(i).is_removed(),
         }
     }
-    if let Some(pick) = best.and_then(|(index, _)| admit(table, index, Branch::Owner, now)) {
+
+    /// Takes a permit on backend `i`: the breaker's (which may refuse a
+    /// half-open backend whose probes are out), or a bypass in panic mode.
+    fn admit(&self, i: usize, branch: Branch) -> Option<Pick> {
+        let breaker = &self.state(i).breaker;
+        let (permit, branch) = match self.mode {
+            Mode::Normal => (breaker.try_acquire_at(self.now).ok()?, branch),
+            Mode::Panic => (breaker.bypass(), Branch::Panic),
+        };
+        Some(Pick {
+            index: i,
+            permit,
+            branch,
+        })
+    }
+
+    fn resident(&self, i: usize, key: u64) -> bool {
+        self.state(i).residency.contains(key)
+    }
+
+    fn cheapest(&self, among: impl Iterator<Item = usize>) -> Option<usize> {
+        among
+            .map(|i| (i, self.state(i).cost()))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(i, _)| i)
+    }
+
+    /// Power of two choices on cost over `set`.
+    fn p2c(&self, set: &[usize], random: &mut impl FnMut() -> u64) -> Option<usize> {
+        match set.len() {
+            0 => None,
+            1 => Some(set[0]),
+            2 => self.cheapest(set.iter().copied()),
+            n => {
+                let [a, b] = sample2(n as u64, random);
+                self.cheapest([set[a], set[b]].into_iter())
+            }
+        }
+    }
+}
+
+/// Inference: among the model's eligible owners, the resident ones under
+/// the bounded-load cap by P2C on cost, else the first cold owner under the
+/// cap; else spill along the ring (a backend with the model resident
+/// first); with every eligible backend over the cap, the cheapest owner.
+/// `High` urgency takes the cheapest resident owner instead of sampling;
+/// `Critical` takes the cheapest resident owner even over the cap, and
+/// goes to a resident backend past the owners before any cold one.
+fn pick_inference(
+    ctx: &Ctx<'_>,
+    ask: &Ask,
+    c: f64,
+    random: &mut impl FnMut() -> u64,
+) -> Option<Pick> {
+    let table = ctx.table;
+    let key = ask.key;
+    let cap = load_cap(table, c);
+    let under = |i: usize| table.backends[i].load() < cap;
+    let k = ask.owners.clamp(1, MAX_OWNERS);
+
+    // The eligible owners in walk order, and those of them with the model
+    // resident and room under the cap.
+    let (mut all, mut all_len) = ([0; MAX_OWNERS], 0);
+    let (mut warm, mut warm_len) = ([0; MAX_OWNERS], 0);
+    for i in table.ring.walk(key).take(k).filter(|&i| ctx.eligible(i)) {
+        all[all_len] = i;
+        all_len += 1;
+        if under(i) && ctx.resident(i, key) {
+            warm[warm_len] = i;
+            warm_len += 1;
+        }
+    }
+    let eligible_owners = &all[..all_len];
+    let resident_under = &warm[..warm_len];
+    let resident_owners = || {
+        eligible_owners
+            .iter()
+            .copied()
+            .filter(|&i| ctx.resident(i, key))
+    };
+
+    let choice = match ask.urgency {
+        Urgency::Critical => ctx
+            .cheapest(resident_owners())
+            .map(|i| (i, Branch::ResidentOwner))
+            .or_else(|| spill_resident(ctx, ask, k, |_| true).map(|i| (i, Branch::Spill))),
+        Urgency::High => ctx
+            .cheapest(resident_under.iter().copied())
+            .map(|i| (i, Branch::ResidentOwner)),
+        _ => ctx
+            .p2c(resident_under, random)
+            .map(|i| (i, Branch::ResidentOwner)),
+    };
+    let choice = choice
+        .or_else(|| {
+            eligible_owners
+                .iter()
+                .copied()
+                .find(|&i| under(i))
+                .map(|i| (i, Branch::ColdOwner))
+        })
+        .or_else(|| spill_resident(ctx, ask, k, under).map(|i| (i, Branch::Spill)))
+        .or_else(|| {
+            let room = |i: usize| under(i) && table.backends[i].residency.has_free_slot();
+            spill_first(ctx, key, k, room).map(|i| (i, Branch::Spill))
+        })
+        .or_else(|| {
+            // Every eligible backend is over the cap: stay with the owners.
+            ctx.cheapest(resident_owners())
+                .map(|i| (i, Branch::ResidentOwner))
+                .or_else(|| {
+                    ctx.cheapest(eligible_owners.iter().copied())
+                        .map(|i| (i, Branch::ColdOwner))
+                })
+        });
+    let owner_branch = |i: usize| {
+        if ctx.resident(i, key) {
+            Branch::ResidentOwner
+        } else {
+            Branch::ColdOwner
+        }
+    };
+    if let Some(pick) = choice.and_then(|(i, branch)| ctx.admit(i, branch)) {
         return Some(pick);
     }
-    // Every owner is out (or the chosen one's half-open permits were taken).
-    let mut over_cap = None;
-    for (pos, index) in table
+    // The choice's breaker refused (its half-open probes are out): the
+    // first admitting backend along the walk.
+    table
         .ring
         .walk(key)
         .enumerate()
-        .filter(|&(_, i)| eligible(i))
-    {
-        let branch = if pos < k {
-            Branch::Owner
-        } else {
-            Branch::Spill
-        };
-        if table.backends[index].load() >= cap {
-            over_cap = over_cap.or(Some((index, branch)));
-        } else if let Some(pick) = admit(table, index, branch, now) {
-            return Some(pick);
-        }
-    }
-    over_cap.and_then(|(index, branch)| admit(table, index, branch, now))
+        .filter(|&(_, i)| ctx.eligible(i))
+        .find_map(|(pos, i)| {
+            let branch = if pos < k {
+                owner_branch(i)
+            } else {
+                Branch::Spill
+            };
+            ctx.admit(i, branch)
+        })
 }
 
-/// Power of two choices on in-flight count (Mitzenmacher, 2001): two
-/// distinct backends sampled uniformly, the less loaded eligible one taken;
-/// when neither is eligible, the least loaded eligible backend.
-fn pick_update(table: &Table, now: Instant, random: &mut impl FnMut() -> u64) -> Option<Pick> {
-    let n = table.backends.len();
-    let eligible = |i: usize| table.backends[i].breaker.admits(now);
-    let load = |i: usize| table.backends[i].load();
+/// The first eligible backend past the `k` owners, within [`SPILL_SCAN`],
+/// that has the model resident and passes `ok`.
+fn spill_resident(ctx: &Ctx<'_>, ask: &Ask, k: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
+    ctx.table
+        .ring
+        .walk(ask.key)
+        .skip(k)
+        .take(SPILL_SCAN)
+        .find(|&i| ctx.eligible(i) && ok(i) && ctx.resident(i, ask.key))
+}
+
+/// The first eligible backend past the `k` owners that passes `ok`.
+fn spill_first(ctx: &Ctx<'_>, key: u64, k: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
+    ctx.table
+        .ring
+        .walk(key)
+        .skip(k)
+        .find(|&i| ctx.eligible(i) && ok(i))
+}
+
+/// Power of two choices on cost (Mitzenmacher, 2001): two distinct
+/// backends sampled uniformly, the cheaper eligible one taken; when neither
+/// is eligible, the cheapest eligible backend (a scan).
+fn pick_update(ctx: &Ctx<'_>, random: &mut impl FnMut() -> u64) -> Option<Pick> {
+    let n = ctx.table.backends.len();
     let sampled = match n {
         0 => return None,
         1 => [0, 0],
         _ => sample2(n as u64, random),
     };
-    let best = sampled
-        .into_iter()
-        .filter(|&i| eligible(i))
-        .min_by_key(|&i| load(i));
-    if let Some(pick) = best.and_then(|i| admit(table, i, Branch::Update, now)) {
+    let best = ctx
+        .cheapest(sampled.into_iter().filter(|&i| ctx.eligible(i)))
+        .or_else(|| ctx.cheapest((0..n).filter(|&i| ctx.eligible(i))));
+    if let Some(pick) = best.and_then(|i| ctx.admit(i, Branch::Update)) {
         return Some(pick);
     }
-    let mut order: Vec<usize> = (0..n).filter(|&i| eligible(i)).collect();
-    order.sort_by_key(|&i| load(i));
-    order
-        .into_iter()
-        .find_map(|i| admit(table, i, Branch::Update, now))
-}
-
-fn admit(table: &Table, index: usize, branch: Branch, now: Instant) -> Option<Pick> {
-    let permit = table.backends[index].breaker.try_acquire_at(now).ok()?;
-    Some(Pick {
-        index,
-        permit,
-        branch,
-    })
+    (0..n)
+        .filter(|&i| ctx.eligible(i))
+        .find_map(|i| ctx.admit(i, Branch::Update))
 }
 
 /// Two distinct indices in `0..n` (`n >= 2`), uniformly (Floyd's

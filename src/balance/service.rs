@@ -9,14 +9,12 @@ use tower::util::Oneshot;
 use tower::ServiceExt;
 use tower_service::Service;
 
-use super::body::{InFlight, ResponseBody};
-use super::demand::owners_needed;
+use super::body::ResponseBody;
 use super::discover::{self, Drained, Registry};
 use super::future::ResponseFuture;
-use super::pick::pick;
-use super::{Backend, BalanceConfig, BalancerHandle, Shared};
+use super::{Backend, BalanceConfig, BalancerHandle, Picked, Shared};
 use crate::error::{BoxError, InvalidConfig, NoHealthyBackend};
-use crate::route::{RequestKind, RouteView};
+use crate::route::{RouteInfo, RouteView};
 
 /// The model-aware balancer; see the [module docs](super).
 ///
@@ -93,6 +91,49 @@ where
     }
 }
 
+impl<E: Clone, R: Rng> ModelBalancer<E, R> {
+    /// Picks a backend for `route` at `now`, for callers that are not
+    /// `Service`s (a custom client, a queue consumer): the same decision,
+    /// state and counters as the `Service` path. Send the request with the
+    /// returned endpoint (or to [`Picked::backend`] by other means), then
+    /// give the outcome back with [`Guard::finish`](super::Guard::finish); dropping the guard
+    /// counts the request as cancelled.
+    ///
+    /// # Errors
+    ///
+    /// [`NoHealthyBackend`] naming the model when no backend admits the
+    /// request.
+    ///
+    /// ```
+    /// use futures_util::stream;
+    /// use tower::discover::Change;
+    /// use tower_model_balance::backend::BackendId;
+    /// use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+    /// use tower_model_balance::breaker::Outcome;
+    /// use tower_model_balance::route::{ModelId, RouteInfo};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// // Endpoints can be anything Clone: here, the address to send to.
+    /// let backends = (0..3).map(|i| {
+    ///     let id = BackendId::new(&format!("node-{i}")).unwrap();
+    ///     Ok::<_, std::convert::Infallible>(Change::Insert(i, Backend::new(id, format!("10.0.0.{i}:8000"))))
+    /// });
+    /// let mut balancer = ModelBalancer::new(stream::iter(backends), BalanceConfig::default()).unwrap();
+    /// let route = RouteInfo::new(ModelId::new("llama-3-8b").unwrap());
+    /// let picked = balancer.pick(&route, tokio::time::Instant::now()).unwrap();
+    /// assert_eq!(balancer.handle().in_flight(), 1);
+    /// // ... send to picked.endpoint, then:
+    /// picked.guard.finish(Outcome::Success);
+    /// assert_eq!(balancer.handle().in_flight(), 0);
+    /// # }
+    /// ```
+    pub fn pick(&mut self, route: &RouteInfo, now: Instant) -> Result<Picked<E>, NoHealthyBackend> {
+        let (rng, salt) = (&mut self.rng, self.salt);
+        let mut random = || mix(rng.next_u64() ^ salt);
+        self.shared.route(&RouteView::from(route), now, &mut random)
+    }
+}
+
 impl<E, R> ModelBalancer<E, R> {
     /// A handle to read counters and backend states.
     pub fn handle(&self) -> BalancerHandle
@@ -131,46 +172,20 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let stats = &self.shared.stats;
         let route = match RouteView::from_parts(req.extensions(), req.headers()) {
             Ok(route) => route,
             Err(error) => {
+                let stats = &self.shared.stats;
                 stats.invalid_route.fetch_add(1, Ordering::Relaxed);
                 return ResponseFuture::failed(error.into());
             }
         };
-        let snapshot = self.shared.snapshot.load();
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
-        let config = &self.shared.config;
-        let owners = match route.kind {
-            RequestKind::Update => 0,
-            _ => {
-                let share = self.shared.demand.record(route.hash);
-                let n = snapshot.table.backends.len();
-                owners_needed(
-                    share,
-                    n,
-                    config.load_factor,
-                    config.min_owners,
-                    config.owners,
-                )
-            }
-        };
-        let now = Instant::now();
-        let c = config.load_factor;
-        let table = &snapshot.table;
-        let Some(picked) = pick(table, route.kind, route.hash, owners, c, now, &mut random) else {
-            stats.no_backend.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(model = route.model, "no healthy backend");
-            return ResponseFuture::failed(NoHealthyBackend::new(route.model_id()).into());
-        };
-        stats.count(picked.branch);
-        let state = &snapshot.table.backends[picked.index];
-        tracing::trace!(backend = %state.id, model = route.model, branch = ?picked.branch, "picked");
-        let guard = InFlight::new(state.clone(), picked.permit);
-        let endpoint = snapshot.endpoints[picked.index].clone();
-        ResponseFuture::new(endpoint.oneshot(req), guard)
+        match self.shared.route(&route, Instant::now(), &mut random) {
+            Ok(Picked { endpoint, guard }) => ResponseFuture::new(endpoint.oneshot(req), guard),
+            Err(error) => ResponseFuture::failed(error.into()),
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! A breaker shared by clones of a service (and by the balancer, one per
 //! backend), and the RAII permit it hands out.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::time::Instant;
@@ -40,11 +40,34 @@ struct Inner {
     open_until_ns: AtomicU64,
     base: Instant,
     trips: AtomicU64,
+    /// Counts the breakers of a fleet that are not closed (the balancer's
+    /// panic check reads it).
+    not_closed: Option<Arc<AtomicUsize>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(gauge) = &self.not_closed {
+            if self.published.load(Ordering::Acquire) & 1 == 0 {
+                gauge.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl Breaker {
     /// A closed breaker with `policy`.
     pub fn new(policy: Policy) -> Self {
+        Self::build(policy, None)
+    }
+
+    /// A closed breaker that keeps `not_closed` counting how many of the
+    /// breakers sharing it are open or half-open.
+    pub(crate) fn with_gauge(policy: Policy, not_closed: Arc<AtomicUsize>) -> Self {
+        Self::build(policy, Some(not_closed))
+    }
+
+    fn build(policy: Policy, not_closed: Option<Arc<AtomicUsize>>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(CircuitState::new(policy)),
@@ -52,7 +75,17 @@ impl Breaker {
                 open_until_ns: AtomicU64::new(0),
                 base: Instant::now(),
                 trips: AtomicU64::new(0),
+                not_closed,
             }),
+        }
+    }
+
+    /// A permit that bypasses the state machine: admitted whatever the
+    /// state, counting nothing (the balancer's panic mode).
+    pub(crate) fn bypass(&self) -> Permit {
+        Permit {
+            breaker: self.clone(),
+            ticket: None,
         }
     }
 
@@ -142,9 +175,18 @@ impl Breaker {
         });
         self.inner.open_until_ns.store(until, Ordering::Release);
         let closed = u64::from(transition.to == BreakerState::Closed);
-        self.inner
+        let was = self
+            .inner
             .published
-            .store(state.epoch() << 1 | closed, Ordering::Release);
+            .swap(state.epoch() << 1 | closed, Ordering::AcqRel)
+            & 1;
+        if let Some(gauge) = self.inner.not_closed.as_ref().filter(|_| was != closed) {
+            if closed == 1 {
+                gauge.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                gauge.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if transition.to == BreakerState::Open {
             self.inner.trips.fetch_add(1, Ordering::Relaxed);
         }

@@ -1,12 +1,13 @@
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use proptest::prelude::*;
 use tokio::time::Instant;
 
 use super::*;
 use crate::backend::BackendId;
-use crate::balance::table::BackendState;
+use crate::balance::table::{BackendState, Fleet};
 use crate::breaker::{Outcome, Policy};
 use crate::ring::{Ring, RingConfig};
 use crate::route::{ModelId, RouteInfo};
@@ -20,7 +21,7 @@ fn table(n: usize) -> Table {
         .minimum_calls(1)
         .build()
         .unwrap();
-    let fleet = Arc::new(AtomicUsize::new(0));
+    let fleet = Arc::new(Fleet::new());
     Table {
         ring: Ring::build(
             &RingConfig::default(),
@@ -29,9 +30,9 @@ fn table(n: usize) -> Table {
         .unwrap(),
         backends: ids
             .into_iter()
-            .map(|id| Arc::new(BackendState::new(id, policy.clone(), fleet.clone())))
+            .map(|id| Arc::new(BackendState::new(id, policy.clone(), fleet.clone(), 4)))
             .collect(),
-        fleet_in_flight: fleet,
+        fleet,
     }
 }
 
@@ -45,8 +46,8 @@ fn set_load(table: &Table, index: usize, load: usize) {
     let old = table.backends[index]
         .in_flight
         .swap(load, Ordering::Relaxed);
-    table.fleet_in_flight.fetch_add(load, Ordering::Relaxed);
-    table.fleet_in_flight.fetch_sub(old, Ordering::Relaxed);
+    table.fleet.in_flight.fetch_add(load, Ordering::Relaxed);
+    table.fleet.in_flight.fetch_sub(old, Ordering::Relaxed);
 }
 
 fn route(model: &str) -> RouteInfo {
@@ -57,114 +58,266 @@ fn walk(table: &Table, route: &RouteInfo) -> Vec<usize> {
     table.ring.walk(route.model.hash64()).collect()
 }
 
-fn no_random() -> impl FnMut() -> u64 {
-    || unreachable!("inference does not sample")
+fn make_resident(table: &Table, index: usize, route: &RouteInfo) {
+    table.backends[index]
+        .residency
+        .touch(route.model.hash64(), 0);
+}
+
+/// Fills backend `index`'s model slots with other models.
+fn fill_slots(table: &Table, index: usize) {
+    for m in 0..4 {
+        table.backends[index].residency.touch(u64::MAX - m, 0);
+    }
+}
+
+fn ask(route: &RouteInfo, owners: usize) -> Ask {
+    Ask {
+        kind: route.kind,
+        urgency: route.urgency,
+        key: route.model.hash64(),
+        owners,
+    }
+}
+
+const RULES: Rules = Rules {
+    load_factor: 1.25,
+    panic_threshold: 0.5,
+};
+
+/// Picks with no randomness available (inference over at most two
+/// resident owners never samples).
+fn pick_now(t: &Table, ask: &Ask) -> Option<(usize, Branch)> {
+    let mut no_random = || unreachable!("this pick does not sample");
+    let p = pick(t, ask, &RULES, Instant::now(), &mut no_random)?;
+    Some((p.index, p.branch))
 }
 
 #[tokio::test(start_paused = true)]
-async fn inference_stays_on_primary_while_under_the_load_cap() {
+async fn a_cold_model_goes_to_its_primary_and_is_resident_there_after() {
     let t = table(6);
     let r = route("llama");
     let order = walk(&t, &r);
-    let now = Instant::now();
-    let p = pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random()).unwrap();
-    assert_eq!((p.index, p.branch), (order[0], Branch::Owner));
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[0], Branch::ColdOwner))
+    );
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[0], Branch::ResidentOwner)),
+        "the pick marked it resident"
+    );
+    assert!(!t.backends[order[1]].residency.contains(r.model.hash64()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resident_owner_is_preferred_to_a_cold_primary() {
+    let t = table(6);
+    let r = route("llama");
+    let order = walk(&t, &r);
+    make_resident(&t, order[1], &r);
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[1], Branch::ResidentOwner))
+    );
+    // ... but not one past the owners while an owner is under the cap.
+    let t = table(6);
+    make_resident(&t, order[2], &r);
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[0], Branch::ColdOwner))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn between_two_resident_owners_the_cheaper_one_wins() {
+    let t = table(6);
+    let r = route("llama");
+    let order = walk(&t, &r);
+    make_resident(&t, order[0], &r);
+    make_resident(&t, order[1], &r);
+    set_load(&t, order[0], 1);
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[1], Branch::ResidentOwner)),
+        "fewer in flight"
+    );
+    set_load(&t, order[0], 0);
+    t.backends[order[1]]
+        .latency
+        .record(Duration::from_millis(500), false);
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[0], Branch::ResidentOwner)),
+        "the other is slower"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_owner_at_the_load_cap_is_passed_over() {
+    let t = table(6);
+    let r = route("llama");
+    let order = walk(&t, &r);
+    make_resident(&t, order[0], &r);
+    make_resident(&t, order[1], &r);
     // 15 in flight over 6 backends: cap = ceil(1.25 × 16 / 6) = 4.
     for &i in &order[2..] {
         set_load(&t, i, 3);
     }
-    set_load(&t, order[0], 3);
+    set_load(&t, order[0], 4);
+    set_load(&t, order[1], 0);
     assert_eq!(load_cap(&t, 1.25), 4);
     assert_eq!(
-        pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random())
-            .unwrap()
-            .index,
-        order[0]
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[1], Branch::ResidentOwner))
     );
-    set_load(&t, order[0], 4);
+    set_load(&t, order[1], 4);
+    set_load(&t, order[0], 3);
     assert_eq!(
-        pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random())
-            .unwrap()
-            .index,
-        order[1],
-        "the primary at the cap is passed over"
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[0], Branch::ResidentOwner))
     );
 }
 
 #[tokio::test(start_paused = true)]
-async fn inference_takes_least_loaded_owner_when_all_are_at_the_cap() {
+async fn with_every_owner_at_the_cap_the_request_spills_warm_first() {
     let t = table(6);
     let r = route("llama");
     let order = walk(&t, &r);
-    let now = Instant::now();
-    set_load(&t, order[0], 3);
-    set_load(&t, order[1], 2);
+    make_resident(&t, order[0], &r);
+    set_load(&t, order[0], 4);
+    set_load(&t, order[1], 4);
+    // 8 in flight: cap = ceil(1.25 × 9 / 6) = 2.
+    make_resident(&t, order[4], &r);
     assert_eq!(
-        pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random())
-            .unwrap()
-            .index,
-        order[1]
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[4], Branch::Spill)),
+        "a backend past the owners with the model resident"
     );
-    set_load(&t, order[2], 0);
+    // Nowhere warm with room: the first backend along the ring where
+    // loading it evicts nothing.
+    let t = table(6);
+    make_resident(&t, order[0], &r);
+    set_load(&t, order[0], 4);
+    set_load(&t, order[1], 4);
+    fill_slots(&t, order[2]);
+    assert_eq!(pick_now(&t, &ask(&r, 2)), Some((order[3], Branch::Spill)));
+    // Every backend's slots full: a cold load would evict a model in use;
+    // the request waits on its resident owner instead.
+    for i in 0..6 {
+        fill_slots(&t, i);
+    }
+    make_resident(&t, order[0], &r);
     assert_eq!(
-        pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random())
-            .unwrap()
-            .index,
-        order[1],
-        "never beyond k owners while one admits"
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[0], Branch::ResidentOwner))
     );
 }
 
 #[tokio::test(start_paused = true)]
-async fn inference_skips_open_breakers_then_spills_along_the_ring() {
+async fn open_breakers_are_skipped_then_the_request_spills() {
     let t = table(5);
     let r = route("resnet");
     let order = walk(&t, &r);
-    let now = Instant::now();
     trip(&t, order[0]);
-    let p = pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random()).unwrap();
-    assert_eq!((p.index, p.branch), (order[1], Branch::Owner));
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[1], Branch::ColdOwner))
+    );
     trip(&t, order[1]);
-    let p = pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random()).unwrap();
-    assert_eq!((p.index, p.branch), (order[2], Branch::Spill));
-    for &i in &order[2..] {
-        trip(&t, i);
+    assert_eq!(pick_now(&t, &ask(&r, 2)), Some((order[2], Branch::Spill)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn below_the_panic_threshold_every_backend_is_routable() {
+    let t = table(4);
+    let r = route("resnet");
+    let order = walk(&t, &r);
+    trip(&t, order[0]);
+    assert_eq!(pick_now(&t, &ask(&r, 1)).unwrap().1, Branch::Spill);
+    trip(&t, order[1]);
+    trip(&t, order[2]);
+    // 1 of 4 eligible, under 50%: panic, breakers bypassed.
+    assert_eq!(pick_now(&t, &ask(&r, 1)), Some((order[0], Branch::Panic)));
+    let no_panic = Rules {
+        panic_threshold: 0.0,
+        ..RULES
+    };
+    let mut no_random = || unreachable!();
+    let p = pick(&t, &ask(&r, 1), &no_panic, Instant::now(), &mut no_random).unwrap();
+    assert_eq!((p.index, p.branch), (order[3], Branch::Spill));
+    trip(&t, order[3]);
+    assert!(pick(&t, &ask(&r, 1), &no_panic, Instant::now(), &mut no_random).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn high_urgency_takes_the_cheapest_resident_owner_without_sampling() {
+    let t = table(8);
+    let r = route("llama").with_urgency(Urgency::High);
+    let order = walk(&t, &r);
+    for &i in &order[..4] {
+        make_resident(&t, i, &r);
+        set_load(&t, i, 1);
     }
-    assert!(pick(&t, r.kind, r.model.hash64(), 2, 1.25, now, &mut no_random()).is_none());
+    set_load(&t, order[2], 0);
+    // Four resident owners: normal urgency would sample two; High scans.
+    assert_eq!(
+        pick_now(&t, &ask(&r, 4)),
+        Some((order[2], Branch::ResidentOwner))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn critical_stays_warm_past_the_cap_and_never_spills_cold_while_warm_admits() {
+    let t = table(6);
+    let critical = route("llama").with_urgency(Urgency::Critical);
+    let normal = route("llama");
+    let order = walk(&t, &normal);
+    make_resident(&t, order[1], &normal);
+    set_load(&t, order[1], 5);
+    // Cap = ceil(1.25 × 6 / 6) = 2: the resident owner is over it.
+    assert_eq!(
+        pick_now(&t, &ask(&normal, 2)),
+        Some((order[0], Branch::ColdOwner))
+    );
+    let t = table(6);
+    make_resident(&t, order[1], &normal);
+    set_load(&t, order[1], 5);
+    assert_eq!(
+        pick_now(&t, &ask(&critical, 2)),
+        Some((order[1], Branch::ResidentOwner)),
+        "critical waits on the warm owner rather than load cold"
+    );
+    // Owners out; warm only far along the ring: critical goes there, not
+    // to the first (cold) backend past the owners.
+    let t = table(6);
+    trip(&t, order[0]);
+    trip(&t, order[1]);
+    make_resident(&t, order[4], &normal);
+    set_load(&t, order[4], 5);
+    assert_eq!(
+        pick_now(&t, &ask(&critical, 2)),
+        Some((order[4], Branch::Spill))
+    );
+    assert_eq!(
+        pick_now(&t, &ask(&normal, 2)).map(|p| p.1),
+        Some(Branch::Spill)
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn empty_table_has_no_pick() {
     let t = table(0);
-    let now = Instant::now();
-    assert!(pick(
-        &t,
-        RequestKind::Inference,
-        0,
-        2,
-        1.25,
-        now,
-        &mut no_random()
-    )
-    .is_none());
+    let r = route("m");
+    assert!(pick_now(&t, &ask(&r, 2)).is_none());
     let update = route("m").with_kind(RequestKind::Update);
-    assert!(pick(
-        &t,
-        update.kind,
-        update.model.hash64(),
-        2,
-        1.25,
-        now,
-        &mut || 7
-    )
-    .is_none());
+    assert!(pick(&t, &ask(&update, 0), &RULES, Instant::now(), &mut || 7).is_none());
 }
 
 #[tokio::test(start_paused = true)]
-async fn update_falls_back_to_least_loaded_eligible() {
+async fn update_falls_back_to_the_cheapest_eligible() {
     let t = table(4);
     let update = route("m").with_kind(RequestKind::Update);
-    let now = Instant::now();
     let mut zero = || 0;
     let [a, b] = sample2(4, &mut zero);
     trip(&t, a);
@@ -172,16 +325,7 @@ async fn update_falls_back_to_least_loaded_eligible() {
     let others: Vec<usize> = (0..4).filter(|i| *i != a && *i != b).collect();
     set_load(&t, others[0], 5);
     set_load(&t, others[1], 1);
-    let p = pick(
-        &t,
-        update.kind,
-        update.model.hash64(),
-        2,
-        1.25,
-        now,
-        &mut zero,
-    )
-    .unwrap();
+    let p = pick(&t, &ask(&update, 0), &RULES, Instant::now(), &mut zero).unwrap();
     assert_eq!((p.index, p.branch), (others[1], Branch::Update));
 }
 
@@ -194,26 +338,31 @@ proptest! {
         prop_assert!((a as u64) < n && (b as u64) < n);
     }
 
-    /// P2C takes the less loaded of the two sampled backends.
+    /// P2C takes the cheaper of the two sampled backends, by DESIGN.md's
+    /// cost: in-flight, latency and health together.
     #[test]
-    fn update_takes_less_loaded_of_the_sampled_pair(
-        loads in proptest::collection::vec(0usize..50, 2..12),
+    fn update_takes_the_cheaper_of_the_sampled_pair(
+        backends in proptest::collection::vec((0usize..50, 1u64..500, 0.0f64..=1.0), 2..12),
         x: u64,
         y: u64,
     ) {
-        let t = table(loads.len());
-        for (i, &load) in loads.iter().enumerate() {
+        let t = table(backends.len());
+        for (i, &(load, latency_ms, health)) in backends.iter().enumerate() {
             set_load(&t, i, load);
+            t.backends[i].latency.record(Duration::from_millis(latency_ms), false);
+            t.backends[i].health.set(health);
         }
+        let costs: Vec<f64> = t.backends.iter().map(|b| b.cost()).collect();
         let [a, b] = {
             let mut values = [x, y].into_iter();
-            sample2(loads.len() as u64, &mut || values.next().unwrap())
+            sample2(backends.len() as u64, &mut || values.next().unwrap())
         };
         let mut values = [x, y].into_iter();
         let update = route("m").with_kind(RequestKind::Update);
-        let p = pick(&t, update.kind, update.model.hash64(), 2, 1.25, Instant::now(), &mut || values.next().unwrap()).unwrap();
+        let p = pick(&t, &ask(&update, 0), &RULES, Instant::now(), &mut || values.next().unwrap()).unwrap();
         prop_assert!(p.index == a || p.index == b);
-        prop_assert_eq!(loads[p.index], loads[a].min(loads[b]));
+        prop_assert_eq!(p.branch, Branch::Update);
+        prop_assert_eq!(costs[p.index], costs[a].min(costs[b]));
     }
 }
 

@@ -1,0 +1,120 @@
+//! The cost of sending one more request to a backend, and the latency
+//! estimate it uses (pure logic over atomics).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Latency a backend is assumed to have before any response (ms).
+pub(crate) const DEFAULT_LATENCY_MS: f64 = 30.0;
+/// Weight of each new sample in the latency EWMA.
+const ALPHA: f64 = 0.2;
+/// Latency recorded for a failed request (ms) when it failed faster: a
+/// backend that fails fast must not look fast.
+pub(crate) const FAILURE_PENALTY_MS: f64 = 1_000.0;
+/// Health below which the cost stops growing (health can be 0).
+const HEALTH_FLOOR: f64 = 0.05;
+
+/// DESIGN.md's cost: `(in_flight + 1) × latency EWMA / max(health, 0.05)`.
+/// Lower is better; P2C takes the cheaper of two backends.
+pub(crate) fn cost(in_flight: usize, latency_ms: f64, health: f64) -> f64 {
+    (in_flight as f64 + 1.0) * latency_ms / health.max(HEALTH_FLOOR)
+}
+
+/// An exponentially weighted moving average of a backend's latency (ms),
+/// updated without a lock (a racing update may be lost).
+#[derive(Debug)]
+pub(crate) struct LatencyEwma {
+    bits: AtomicU64,
+}
+
+impl LatencyEwma {
+    pub(crate) fn new() -> Self {
+        Self {
+            bits: AtomicU64::new(DEFAULT_LATENCY_MS.to_bits()),
+        }
+    }
+
+    /// The estimate in ms.
+    pub(crate) fn get(&self) -> f64 {
+        f64::from_bits(self.bits.load(Ordering::Relaxed))
+    }
+
+    /// Folds in one request's latency; a failure counts as at least
+    /// [`FAILURE_PENALTY_MS`].
+    pub(crate) fn record(&self, latency: Duration, failed: bool) {
+        let mut sample = latency.as_secs_f64() * 1_000.0;
+        if failed {
+            sample = sample.max(FAILURE_PENALTY_MS);
+        }
+        let old = self.get();
+        let new = old + ALPHA * (sample - old);
+        self.bits.store(new.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// A backend's health score in [0, 1] (1 until a health source sets it).
+#[derive(Debug)]
+pub(crate) struct Health {
+    bits: AtomicU32,
+}
+
+impl Health {
+    pub(crate) fn new() -> Self {
+        Self {
+            bits: AtomicU32::new(1.0f32.to_bits()),
+        }
+    }
+
+    pub(crate) fn get(&self) -> f64 {
+        f64::from(f32::from_bits(self.bits.load(Ordering::Relaxed)))
+    }
+
+    /// Sets the score, clamped to [0, 1] (NaN reads as 0).
+    pub(crate) fn set(&self, score: f64) {
+        let score = if score.is_nan() {
+            0.0
+        } else {
+            score.clamp(0.0, 1.0)
+        };
+        self.bits.store((score as f32).to_bits(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cost_grows_with_load_and_latency_and_falls_with_health() {
+        assert_eq!(cost(0, 10.0, 1.0), 10.0);
+        assert_eq!(cost(3, 10.0, 1.0), 40.0);
+        assert_eq!(cost(3, 10.0, 0.5), 80.0);
+        assert_eq!(
+            cost(0, 10.0, 0.0),
+            cost(0, 10.0, 0.05),
+            "health 0 is floored"
+        );
+    }
+
+    #[test]
+    fn failing_fast_does_not_look_fast() {
+        let fast_failing = LatencyEwma::new();
+        let healthy = LatencyEwma::new();
+        for _ in 0..20 {
+            fast_failing.record(Duration::from_millis(1), true);
+            healthy.record(Duration::from_millis(20), false);
+        }
+        assert!(fast_failing.get() > 900.0, "{}", fast_failing.get());
+        assert!((healthy.get() - 20.0).abs() < 1.0, "{}", healthy.get());
+    }
+
+    #[test]
+    fn health_is_clamped() {
+        let h = Health::new();
+        assert_eq!(h.get(), 1.0);
+        h.set(7.0);
+        assert_eq!(h.get(), 1.0);
+        h.set(f64::NAN);
+        assert_eq!(h.get(), 0.0);
+    }
+}

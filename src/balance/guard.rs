@@ -1,0 +1,83 @@
+//! The guard of one picked request: in flight until its outcome is taken
+//! back.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::table::BackendState;
+use crate::backend::BackendId;
+use crate::breaker::{Outcome, Permit};
+
+/// One request in flight on a picked backend, from the pick until its
+/// outcome is recorded with [`Guard::finish`] (or [`Guard::finish_at`]).
+///
+/// While it lives the request counts in the backend's in-flight load.
+/// Finishing records the outcome in the backend's circuit breaker and, for
+/// a success or failure, the latency since the pick in its latency
+/// estimate (a failure counts as at least 1 s, so failing fast does not
+/// look fast). Dropped unfinished, the request counts as **cancelled**:
+/// the in-flight count drops, a half-open probe permit is given back, and
+/// nothing is recorded.
+///
+/// The [`ModelBalancer`](super::ModelBalancer) service keeps one inside
+/// each response body; [`ModelBalancer::pick`](super::ModelBalancer::pick)
+/// hands one to callers that are not `Service`s.
+#[derive(Debug)]
+#[must_use = "a guard dropped at once counts the request as cancelled"]
+pub struct Guard {
+    state: Arc<BackendState>,
+    permit: Option<Permit>,
+    started: Instant,
+}
+
+impl Guard {
+    pub(crate) fn new(state: Arc<BackendState>, permit: Permit, started: Instant) -> Self {
+        state.in_flight.fetch_add(1, Ordering::Relaxed);
+        state.fleet.in_flight.fetch_add(1, Ordering::Relaxed);
+        state.picked.fetch_add(1, Ordering::Relaxed);
+        Self {
+            state,
+            permit: Some(permit),
+            started,
+        }
+    }
+
+    /// The picked backend.
+    pub fn backend(&self) -> &BackendId {
+        &self.state.id
+    }
+
+    /// When the request was picked (Tokio's clock).
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Records the request's outcome now.
+    pub fn finish(self, outcome: Outcome) {
+        self.finish_at(outcome, Instant::now());
+    }
+
+    /// Records the request's outcome at `now`; its latency is `now` minus
+    /// [`Guard::started`] (0 if `now` is earlier).
+    pub fn finish_at(mut self, outcome: Outcome, now: Instant) {
+        let latency = now.saturating_duration_since(self.started);
+        match outcome {
+            Outcome::Success => self.state.latency.record(latency, false),
+            Outcome::Failure => self.state.latency.record(latency, true),
+            // The caller's error says nothing of the backend's speed.
+            _ => {}
+        }
+        if let Some(permit) = self.permit.take() {
+            permit.record_at(outcome, now);
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.state.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.state.fleet.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}

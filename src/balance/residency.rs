@@ -1,0 +1,138 @@
+//! Which models a backend holds resident, as far as the balancer knows
+//! (pure logic over atomics: no lock, no allocation).
+//!
+//! A backend's entry is a small table of model hashes with the time each
+//! was last sent to, declared or served there — an approximate LRU of the
+//! `model_slots` most recent models, mirroring the LRU a multi-model
+//! server keeps in GPU memory. A model the balancer routes to a backend is
+//! resident there once it is served (the server loads it to serve it), and
+//! stops counting as resident once `model_slots` other models have been
+//! routed there since. Declared residency (backend metadata, the handle)
+//! replaces what was learned.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// The most models one backend's entry tracks.
+pub(crate) const MAX_SLOTS: usize = 16;
+
+/// Models recently routed to or declared on one backend.
+#[derive(Debug)]
+pub(crate) struct Residency {
+    models: [AtomicU64; MAX_SLOTS],
+    /// Last use in ms since the fleet's base instant, plus one; 0 = empty.
+    stamps: [AtomicU64; MAX_SLOTS],
+    slots: AtomicUsize,
+}
+
+impl Residency {
+    /// An empty entry tracking `slots` models (clamped to 1 ..= 16).
+    pub(crate) fn new(slots: usize) -> Self {
+        Self {
+            models: Default::default(),
+            stamps: Default::default(),
+            slots: AtomicUsize::new(slots.clamp(1, MAX_SLOTS)),
+        }
+    }
+
+    /// Sets how many models the backend keeps resident (1 ..= 16).
+    pub(crate) fn set_slots(&self, slots: usize) {
+        self.slots
+            .store(slots.clamp(1, MAX_SLOTS), Ordering::Relaxed);
+    }
+
+    fn slots(&self) -> usize {
+        self.slots.load(Ordering::Relaxed)
+    }
+
+    /// Whether the model with hash `key` is resident.
+    pub(crate) fn contains(&self, key: u64) -> bool {
+        (0..self.slots()).any(|i| {
+            self.models[i].load(Ordering::Relaxed) == key
+                && self.stamps[i].load(Ordering::Relaxed) != 0
+        })
+    }
+
+    /// Whether a model could be loaded without evicting one the balancer
+    /// knows of: a slot is free.
+    pub(crate) fn has_free_slot(&self) -> bool {
+        (0..self.slots()).any(|i| self.stamps[i].load(Ordering::Relaxed) == 0)
+    }
+
+    /// Records that the model with hash `key` is in use at `now_ms`: its
+    /// stamp is refreshed, or it takes the least recently used slot.
+    /// Concurrent touches may lose one another (the table is a hint).
+    pub(crate) fn touch(&self, key: u64, now_ms: u64) {
+        let stamp = now_ms.saturating_add(1);
+        let mut oldest = (0, u64::MAX);
+        for i in 0..self.slots() {
+            let s = self.stamps[i].load(Ordering::Relaxed);
+            if s != 0 && self.models[i].load(Ordering::Relaxed) == key {
+                if s < stamp {
+                    self.stamps[i].store(stamp, Ordering::Relaxed);
+                }
+                return;
+            }
+            if s < oldest.1 {
+                oldest = (i, s);
+            }
+        }
+        let i = oldest.0;
+        self.stamps[i].store(0, Ordering::Relaxed);
+        self.models[i].store(key, Ordering::Relaxed);
+        self.stamps[i].store(stamp, Ordering::Relaxed);
+    }
+
+    /// Replaces the table with `keys` (the first `slots` of them).
+    pub(crate) fn replace(&self, keys: impl IntoIterator<Item = u64>, now_ms: u64) {
+        for stamp in &self.stamps {
+            stamp.store(0, Ordering::Relaxed);
+        }
+        for key in keys.into_iter().take(self.slots()) {
+            self.touch(key, now_ms);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learns_and_forgets_in_lru_order() {
+        let r = Residency::new(3);
+        assert!(!r.contains(1) && r.has_free_slot());
+        for (t, key) in [1, 2, 3].into_iter().enumerate() {
+            r.touch(key, t as u64);
+        }
+        assert!([1, 2, 3].iter().all(|&k| r.contains(k)));
+        assert!(!r.has_free_slot());
+        r.touch(1, 10); // 1 is used again: 2 is now the least recent.
+        r.touch(4, 11);
+        assert!(r.contains(1) && r.contains(3) && r.contains(4));
+        assert!(!r.contains(2), "the least recently used model was evicted");
+        r.replace([7, 8, 9, 10], 20);
+        assert!(r.contains(7) && r.contains(8) && r.contains(9));
+        assert!(!r.contains(10) && !r.contains(1), "only `slots` are kept");
+    }
+
+    #[test]
+    fn hash_zero_is_a_model_not_an_empty_slot() {
+        let r = Residency::new(2);
+        assert!(!r.contains(0));
+        r.touch(0, 0);
+        assert!(r.contains(0));
+    }
+
+    #[test]
+    fn slots_are_clamped() {
+        let r = Residency::new(0);
+        r.touch(1, 0);
+        r.touch(2, 1);
+        assert!(!r.contains(1) && r.contains(2), "at least one slot");
+        r.set_slots(100);
+        for key in 0..20 {
+            r.touch(key + 10, 2 + key);
+        }
+        assert_eq!((10..30).filter(|&k| r.contains(k)).count(), MAX_SLOTS);
+    }
+}
