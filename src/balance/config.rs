@@ -1,5 +1,7 @@
 //! The balancer's validated configuration.
 
+use std::time::Duration;
+
 use crate::breaker::Policy;
 use crate::error::InvalidConfig;
 use crate::ring::RingConfig;
@@ -16,6 +18,7 @@ use crate::route::ModelId;
 /// | `model_owners` (per-model fixed `k`) | none | 1 ..= 64 each |
 /// | `ring` | seed 0, 150 vnodes per unit of weight | see [`RingConfig`] |
 /// | `breaker` | [`Policy::default`] | see [`Policy`] |
+/// | `staging` | 10% of the ring per step, 10 s apart | see [`Staging`] |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BalanceConfig {
@@ -37,6 +40,8 @@ pub struct BalanceConfig {
     pub(crate) ring: RingConfig,
     /// Policy of each backend's circuit breaker.
     pub(crate) breaker: Policy,
+    /// How joins and weight changes enter the ring.
+    pub(crate) staging: Staging,
 }
 
 impl Default for BalanceConfig {
@@ -49,6 +54,7 @@ impl Default for BalanceConfig {
             model_owners: Vec::new(),
             ring: RingConfig::default(),
             breaker: Policy::default(),
+            staging: Staging::default(),
         }
     }
 }
@@ -87,6 +93,11 @@ impl BalanceConfig {
     /// The per-backend breaker policy.
     pub fn breaker(&self) -> &Policy {
         &self.breaker
+    }
+
+    /// How ring changes are staged.
+    pub fn staging(&self) -> &Staging {
+        &self.staging
     }
 
     /// A builder starting from the defaults.
@@ -162,6 +173,12 @@ impl BalanceConfigBuilder {
         self
     }
 
+    /// Sets how joins and weight changes are staged into the ring.
+    pub fn staging(mut self, staging: Staging) -> Self {
+        self.config.staging = staging;
+        self
+    }
+
     /// Validates and returns the config.
     ///
     /// # Errors
@@ -195,5 +212,83 @@ impl BalanceConfigBuilder {
             ));
         }
         Ok(self.config)
+    }
+}
+
+/// How ring changes are staged: when backends join or change weight, their
+/// ring points enter (or leave) a share at a time, a cooldown apart, so that
+/// a topology change does not move most models at once and set off a storm
+/// of cold loads.
+///
+/// | field | default | range |
+/// | --- | --- | --- |
+/// | `max_share` | 0.1 | above 0.0, up to 1.0 (1.0 turns staging off) |
+/// | `cooldown` | 10 s | 0 ..= 1 h |
+///
+/// A step changes at most `ceil(max_share × points)` points, `points` being
+/// those of the ring in force before it (at least one point), so about that
+/// share of models changes owner per step. The defaults move about a tenth
+/// of the models, and give their cold loads (seconds for an LLM) ten seconds
+/// to land before the next group: four backends joining eight take five
+/// steps, 40 s. Removals are not staged (a removed backend is not picked
+/// again at once), nor is the first backend set, as the ring is empty then.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_model_balance::balance::{BalanceConfig, Staging};
+///
+/// let staging = Staging::new(0.2, Duration::from_secs(30)).unwrap();
+/// let config = BalanceConfig::builder().staging(staging).build().unwrap();
+/// assert_eq!(config.staging().max_share(), 0.2);
+/// assert_eq!(Staging::new(0.0, Duration::ZERO).unwrap_err().field, "max_share");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Staging {
+    /// The most a step changes, as a share of the ring's points.
+    pub(crate) max_share: f64,
+    /// The least time between two steps.
+    pub(crate) cooldown: Duration,
+}
+
+impl Default for Staging {
+    fn default() -> Self {
+        Self {
+            max_share: 0.1,
+            cooldown: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Staging {
+    /// Steps changing at most `max_share` of the ring's points each
+    /// (above 0.0, up to 1.0; 1.0 lands every change at once), `cooldown`
+    /// apart (up to 1 h).
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `max_share` when it is not above 0.0 and
+    /// at most 1.0, `cooldown` when it is over an hour.
+    pub fn new(max_share: f64, cooldown: Duration) -> Result<Self, InvalidConfig> {
+        if !(max_share > 0.0 && max_share <= 1.0) {
+            return Err(InvalidConfig::new("max_share", "above 0.0, up to 1.0"));
+        }
+        if cooldown > Duration::from_secs(3600) {
+            return Err(InvalidConfig::new("cooldown", "0 ..= 1 h"));
+        }
+        Ok(Self {
+            max_share,
+            cooldown,
+        })
+    }
+
+    /// The most a step changes, as a share of the ring's points.
+    pub fn max_share(&self) -> f64 {
+        self.max_share
+    }
+
+    /// The least time between two steps.
+    pub fn cooldown(&self) -> Duration {
+        self.cooldown
     }
 }

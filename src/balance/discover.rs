@@ -2,15 +2,26 @@
 //!
 //! Changes are drained in batches: every change ready at once is applied,
 //! then one snapshot (ring rebuilt, table and endpoints) is published.
+//!
+//! Joins and weight changes are staged (see [`staging`]): each entry keeps
+//! the points the ring in force gives it, and the ring moves towards the
+//! points the weights call for one step at a time, steps at least the
+//! configured cooldown apart. A batch takes its first step at once when the
+//! last step is a cooldown old (or the ring has no points), else when it
+//! is; a change that arrives meanwhile is published at once (a removal, new
+//! metadata, a joining backend with no points yet) and re-targets the next
+//! step. Removals are not staged: a removed backend is ineligible at once.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
+use tokio::time::Instant;
 use tower::discover::{Change, Discover};
 
+use super::staging::{self, Counts};
 use super::table::{BackendState, Fleet, Snapshot, Table};
 use super::{Backend, BackendMeta, BalanceConfig, Shared};
 use crate::breaker::Policy;
@@ -23,6 +34,9 @@ struct Entry<K, E> {
     meta: BackendMeta,
     endpoint: E,
     state: Arc<BackendState>,
+    /// Points the ring in force gives the backend: its first `points`
+    /// vnodes (see [`Ring::build_with_points`]).
+    points: u32,
 }
 
 /// The backends discovery has announced, by key.
@@ -72,6 +86,8 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                         if entry.meta.id != meta.id {
                             entry.state.removed.store(true, Ordering::Relaxed);
                             entry.state = new_state(&meta, policy, fleet);
+                            // A new identity joins the ring from nothing.
+                            entry.points = 0;
                         } else {
                             let residency = &entry.state.residency;
                             residency.set_slots(meta.model_slots);
@@ -92,6 +108,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                             meta,
                             endpoint,
                             state,
+                            points: 0,
                         });
                     }
                 }
@@ -109,30 +126,74 @@ impl<K: Eq, E: Clone> Registry<K, E> {
     }
 
     /// Whether the ring still fits in its point limit with `meta` inserted
-    /// under `key` (replacing what the key held).
+    /// under `key` (replacing what the key held), counting each backend at
+    /// the larger of its current and target points: every step between
+    /// them fits then.
     fn fits(&self, key: &K, meta: &BackendMeta) -> bool {
-        let vnodes = self.config.ring.vnodes_per_weight().max(1) as usize;
-        let points = |weight: u32| (weight as usize).saturating_mul(vnodes);
+        let peak = |e: &Entry<K, E>| (e.points as usize).max(self.target(e.meta.weight));
         let others: usize = self
             .entries
             .iter()
             .filter(|e| &e.key != key)
-            .map(|e| points(e.meta.weight))
+            .map(peak)
             .fold(0, usize::saturating_add);
-        others.saturating_add(points(meta.weight)) <= MAX_POINTS
+        let own = match self.entries.iter().find(|e| &e.key == key) {
+            Some(e) if e.meta.id == meta.id => e.points as usize,
+            _ => 0,
+        };
+        let own = own.max(self.target(meta.weight));
+        others.saturating_add(own) <= MAX_POINTS
+    }
+
+    /// The points a weight calls for.
+    fn target(&self, weight: u32) -> usize {
+        let vnodes = self.config.ring.vnodes_per_weight().max(1) as usize;
+        (weight as usize).saturating_mul(vnodes)
+    }
+
+    fn counts(&self) -> Vec<Counts<'_>> {
+        let target =
+            |e: &Entry<K, E>| u32::try_from(self.target(e.meta.weight)).unwrap_or(u32::MAX);
+        self.entries
+            .iter()
+            .map(|e| Counts {
+                id: &e.meta.id,
+                current: e.points,
+                target: target(e),
+            })
+            .collect()
+    }
+
+    /// Whether the ring in force is the one the weights call for.
+    pub(crate) fn settled(&self) -> bool {
+        staging::settled(&self.counts())
+    }
+
+    /// Whether the ring in force holds no point (nothing to stage from).
+    fn unplaced(&self) -> bool {
+        self.entries.iter().all(|e| e.points == 0)
+    }
+
+    /// Moves the ring one step towards the weights (all the way when it has
+    /// no points, or staging is off).
+    pub(crate) fn step(&mut self) {
+        let next = staging::step(&self.counts(), self.config.staging.max_share);
+        for (entry, points) in self.entries.iter_mut().zip(next) {
+            if entry.points != points {
+                tracing::debug!(backend = %entry.meta.id, from = entry.points, to = points, "ring points staged");
+                entry.points = points;
+            }
+        }
     }
 
     /// Builds the snapshot of the current entries.
     pub(crate) fn snapshot(&self) -> Snapshot<E> {
-        let members = self
-            .entries
-            .iter()
-            .map(|e| (e.meta.id.clone(), e.meta.weight));
-        let ring = match Ring::build(&self.config.ring, members) {
+        let members = self.entries.iter().map(|e| (e.meta.id.clone(), e.points));
+        let ring = match Ring::build_with_points(&self.config.ring, members) {
             Ok(ring) => ring,
             Err(error) => {
-                // IDs are unique, weights valid and the point total bounded
-                // (all checked on insert): not reached. Rather than panic,
+                // IDs are unique and the point total bounded (both checked
+                // on insert): not reached. Rather than panic,
                 // route on no backends and say so.
                 tracing::error!(%error, "cannot build the ring; no backend is routable");
                 return Snapshot {
@@ -190,8 +251,20 @@ fn new_state(meta: &BackendMeta, policy: &Policy, fleet: &Arc<Fleet>) -> Arc<Bac
     Arc::new(state)
 }
 
+/// What woke the discovery task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// Changes were applied; more may come.
+    Changed,
+    /// The source ended (after applying what it had, if anything).
+    Ended,
+    /// The cooldown since the last step is over.
+    Due,
+}
+
 /// Drives `discover` until it ends or every balancer clone is gone,
-/// publishing a snapshot after each batch of changes.
+/// publishing a snapshot after each batch of changes and each staged step;
+/// once the source ends, finishes staging what it announced.
 pub(crate) async fn run<D, K, E>(
     mut discover: Pin<Box<D>>,
     mut registry: Registry<K, E>,
@@ -202,18 +275,45 @@ pub(crate) async fn run<D, K, E>(
     K: Eq,
     E: Clone,
 {
+    let cooldown = registry.config.staging.cooldown;
+    // No staged step before `due`: the first comes at once.
+    let mut due = Instant::now();
+    let mut sleep = std::pin::pin!(tokio::time::sleep_until(due));
+    let mut ended = false;
     loop {
-        let drained = poll_fn(|cx| match registry.drain(discover.as_mut(), cx) {
-            Drained::Pending { changed: false } => Poll::Pending,
-            other => Poll::Ready(other),
+        let wake = poll_fn(|cx| {
+            if !ended {
+                match registry.drain(discover.as_mut(), cx) {
+                    Drained::Pending { changed: false } => {}
+                    Drained::Pending { changed: true } => return Poll::Ready(Wake::Changed),
+                    Drained::Done => return Poll::Ready(Wake::Ended),
+                }
+            }
+            if !registry.settled() && sleep.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Wake::Due);
+            }
+            Poll::Pending
         })
         .await;
+        ended |= wake == Wake::Ended;
         let Some(shared) = shared.upgrade() else {
             return;
         };
+        let now = Instant::now();
+        if registry.unplaced() {
+            // Nothing to move away from: not a staged step.
+            registry.step();
+        } else if !registry.settled() && now >= due {
+            registry.step();
+            due = now + cooldown;
+            sleep.as_mut().reset(due);
+        }
         shared.publish(registry.snapshot());
-        if drained == Drained::Done {
+        if ended && registry.settled() {
             return;
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

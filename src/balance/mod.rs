@@ -34,6 +34,17 @@
 //! dropped); its outcome (5xx, 429 or an error: failure) reaches the
 //! backend's circuit breaker then.
 //!
+//! Ring changes are **staged**: when backends join or change weight, every
+//! model they take is a cold load on its new owner, so their ring points
+//! enter a share at a time ([`Staging`]: by default at most 10% of the
+//! ring's points per step, about a tenth of the models, steps 10 s apart),
+//! a joining backend owning part of its models until the last step. A
+//! change arriving meanwhile is published at once and re-targets the next
+//! step. A removed backend is not picked again at once (nothing to stage:
+//! its models must move), and the first backend set lands in one step. At
+//! rest the ring is exactly the one the weights define, so gateways that
+//! share backends and ring config agree on owners again.
+//!
 //! ```
 //! use tower::{discover::ServiceList, service_fn, ServiceExt};
 //! use tower_model_balance::backend::BackendId;
@@ -74,6 +85,7 @@ mod pick;
 mod residency;
 mod router;
 mod service;
+mod staging;
 mod table;
 
 use std::sync::atomic::AtomicU64;
@@ -83,7 +95,7 @@ use arc_swap::ArcSwap;
 
 pub use self::backend::{Backend, BackendMeta};
 pub use self::body::ResponseBody;
-pub use self::config::{BalanceConfig, BalanceConfigBuilder};
+pub use self::config::{BalanceConfig, BalanceConfigBuilder, Staging};
 pub use self::guard::Guard;
 pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
 pub use self::router::Picked;

@@ -73,6 +73,8 @@ where
         let mut discover = Box::pin(discover);
         let mut registry = Registry::new(config.clone());
         let drained = registry.drain(discover.as_mut(), &mut Context::from_waker(Waker::noop()));
+        // From an empty ring: the first backend set lands in one step.
+        registry.step();
         let shared = Arc::new(Shared::new(registry.snapshot(), config));
         if drained != Drained::Done {
             let runtime = tokio::runtime::Handle::try_current().map_err(|_| {

@@ -8,6 +8,15 @@
 //! the first `k` distinct backends met walking on from there (Karger et al.,
 //! 1997, with virtual nodes as in Dynamo).
 //!
+//! [`Ring::build_with_points`] gives members fewer points than their
+//! weight's: a member with `count` points holds the first `count` of its
+//! vnode indices, so its points are a subset of those it holds at full
+//! weight, and a ring whose members all hold their full count is exactly the
+//! ring [`Ring::build`] makes. The balancer stages ring changes this way
+//! (joins and weight changes land a share of points at a time). A member may
+//! hold no point at all: it is in the ring (it has an index) but owns no key
+//! and no walk yields it.
+//!
 //! Two points on the same position are both kept, ordered by backend ID bytes
 //! and then point index, so no point is ever lost and the mapping does not
 //! depend on the order members were given in. The mapping from a model to
@@ -108,12 +117,15 @@ struct Point {
 pub struct Ring {
     points: Box<[Point]>,
     members: Box<[BackendId]>,
+    /// Members holding at least one point: the most a walk can yield.
+    placed: usize,
     index: Index,
 }
 
 impl Ring {
     /// Builds a ring from `(id, weight)` pairs; weight is the relative share
-    /// of keys, at least 1.
+    /// of keys, at least 1. Each member holds `weight × vnodes_per_weight`
+    /// points.
     ///
     /// # Errors
     ///
@@ -124,19 +136,15 @@ impl Ring {
     where
         I: IntoIterator<Item = (BackendId, u32)>,
     {
-        let members: Vec<(BackendId, u32)> = members.into_iter().collect();
-        let mut sorted: Vec<&BackendId> = members.iter().map(|(id, _)| id).collect();
-        sorted.sort_unstable();
-        if sorted.windows(2).any(|w| w[0] == w[1]) {
-            return Err(InvalidConfig::new("backend_id", "unique within a ring"));
-        }
+        let mut members: Vec<(BackendId, u32)> = members.into_iter().collect();
+        check_unique(&members)?;
+        let vnodes = config.vnodes_per_weight.max(1);
         let mut total: usize = 0;
         for (_, weight) in &members {
             if *weight == 0 {
                 return Err(InvalidConfig::new("weight", "at least 1"));
             }
-            let n = (*weight as usize).saturating_mul(config.vnodes_per_weight.max(1) as usize);
-            total = total.saturating_add(n);
+            total = total.saturating_add((*weight as usize).saturating_mul(vnodes as usize));
         }
         if total > MAX_POINTS {
             return Err(InvalidConfig::new(
@@ -144,11 +152,63 @@ impl Ring {
                 "such that the ring holds at most 16 Mi points",
             ));
         }
+        // Each count is at most the total, so within `u32`.
+        for (_, weight) in &mut members {
+            *weight *= vnodes;
+        }
+        Ok(Self::from_counts(config, members, total))
+    }
+
+    /// Builds a ring from `(id, points)` pairs: member `id` holds its first
+    /// `points` vnodes (indices `0..points`), whatever its weight. A member
+    /// with its full `weight × vnodes_per_weight` points sits exactly where
+    /// [`Ring::build`] puts it; one with fewer owns a subset of the keys it
+    /// would own at full weight (and keys move to it from the others, never
+    /// between the others); one with none is in the ring, by index, but owns
+    /// no key and no walk yields it.
+    ///
+    /// ```
+    /// use tower_model_balance::backend::BackendId;
+    /// use tower_model_balance::ring::{Ring, RingConfig};
+    ///
+    /// let config = RingConfig::default();
+    /// let id = |i: usize| BackendId::new(&format!("node-{i}")).unwrap();
+    /// let full = Ring::build(&config, (0..3).map(|i| (id(i), 1))).unwrap();
+    /// let same = Ring::build_with_points(&config, (0..3).map(|i| (id(i), 150))).unwrap();
+    /// let joining = Ring::build_with_points(&config, [(id(0), 150), (id(1), 150), (id(2), 0)]).unwrap();
+    /// for key in [1, 1 << 40, u64::MAX] {
+    ///     assert_eq!(full.primary(key), same.primary(key));
+    ///     assert_ne!(joining.primary(key), Some(2), "node-2 owns nothing yet");
+    ///     assert_eq!(joining.walk(key).count(), 2);
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `backend_id` when an ID appears twice,
+    /// `points` when the ring would hold more than [`MAX_POINTS`] points.
+    pub fn build_with_points<I>(config: &RingConfig, members: I) -> Result<Self, InvalidConfig>
+    where
+        I: IntoIterator<Item = (BackendId, u32)>,
+    {
+        let members: Vec<(BackendId, u32)> = members.into_iter().collect();
+        check_unique(&members)?;
+        let total = members
+            .iter()
+            .map(|(_, count)| *count as usize)
+            .fold(0, usize::saturating_add);
+        if total > MAX_POINTS {
+            return Err(InvalidConfig::new("points", "at most 16 Mi over the ring"));
+        }
+        Ok(Self::from_counts(config, members, total))
+    }
+
+    /// A ring of checked `(id, points)` pairs holding `total` points.
+    fn from_counts(config: &RingConfig, members: Vec<(BackendId, u32)>, total: usize) -> Self {
         let mut points = Vec::with_capacity(total);
         let mut buf = Vec::new();
-        for (index, (id, weight)) in members.iter().enumerate() {
-            let count = weight * config.vnodes_per_weight.max(1);
-            for vnode in 0..count {
+        for (index, (id, count)) in members.iter().enumerate() {
+            for vnode in 0..*count {
                 points.push(Point {
                     hash: point_hash(&mut buf, id, vnode, config.seed),
                     member: index as u32,
@@ -157,14 +217,19 @@ impl Ring {
         }
         sort_points(&members, &mut points);
         let members = members.into_iter().map(|(id, _)| id).collect();
-        Ok(Self::from_sorted(points.into_boxed_slice(), members))
+        Self::from_sorted(points.into_boxed_slice(), members)
     }
 
     /// A ring over points already in ring order.
     fn from_sorted(points: Box<[Point]>, members: Box<[BackendId]>) -> Self {
         let index = Index::build(&points);
+        let mut placed = vec![false; members.len()];
+        for point in points.iter() {
+            placed[point.member as usize] = true;
+        }
         Self {
             points,
+            placed: placed.into_iter().filter(|&p| p).count(),
             members,
             index,
         }
@@ -200,8 +265,8 @@ impl Ring {
         &self.members
     }
 
-    /// Every member once, in ring order from `key`: the first is the key's
-    /// primary owner. Allocates nothing for rings of up to 256 members, nor
+    /// Every member holding a point once, in ring order from `key`: the
+    /// first is the key's primary owner. Allocates nothing for rings of up to 256 members, nor
     /// on larger rings for the first 16 members it yields.
     #[inline]
     pub fn walk(&self, key: u64) -> Walk<'_> {
@@ -216,8 +281,8 @@ impl Ring {
         point.or(self.points.first()).map(|p| p.member as usize)
     }
 
-    /// The first `k` distinct members from `key` (fewer when the ring has
-    /// fewer members).
+    /// The first `k` distinct members from `key` (fewer when fewer members
+    /// hold points).
     #[inline]
     pub fn owners(&self, key: u64, k: usize) -> std::iter::Take<Walk<'_>> {
         self.walk(key).take(k)
@@ -296,6 +361,16 @@ impl Index {
             first: first.into_boxed_slice(),
         }
     }
+}
+
+/// [`InvalidConfig`] naming `backend_id` when an ID appears twice.
+fn check_unique(members: &[(BackendId, u32)]) -> Result<(), InvalidConfig> {
+    let mut sorted: Vec<&BackendId> = members.iter().map(|(id, _)| id).collect();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return Err(InvalidConfig::new("backend_id", "unique within a ring"));
+    }
+    Ok(())
 }
 
 /// Orders points by position, then backend ID bytes: colliding points are

@@ -342,3 +342,5 @@ proptest! {
         }
     }
 }
+
+mod points;

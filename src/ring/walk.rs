@@ -5,7 +5,8 @@ use super::Ring;
 /// Iterator over a ring's members in ring order from a key, each once.
 ///
 /// Created by [`Ring::walk`]. Yields member indices; the first `k` are the
-/// key's owners, the rest the order to spill along.
+/// key's owners, the rest the order to spill along. Members holding no
+/// point are never yielded.
 #[derive(Debug, Clone)]
 pub struct Walk<'a> {
     ring: &'a Ring,
@@ -33,7 +34,7 @@ impl Iterator for Walk<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<usize> {
-        while self.steps_left > 0 && self.found < self.ring.members.len() {
+        while self.steps_left > 0 && self.found < self.ring.placed {
             if self.pos >= self.ring.points.len() {
                 self.pos = 0;
             }
@@ -49,7 +50,7 @@ impl Iterator for Walk<'_> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, Some(self.ring.members.len() - self.found))
+        (0, Some(self.ring.placed - self.found))
     }
 }
 
