@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::scoped::{BreakerScope, MAX_PAIRS};
 use crate::breaker::Policy;
 use crate::error::InvalidConfig;
 use crate::ring::RingConfig;
@@ -18,6 +19,7 @@ use crate::route::ModelId;
 /// | `model_owners` (per-model fixed `k`) | none | 1 ..= 64 each |
 /// | `ring` | seed 0, 150 vnodes per unit of weight | see [`RingConfig`] |
 /// | `breaker` | [`Policy::default`] | see [`Policy`] |
+/// | `breaker_scope` | [`BreakerScope::Backend`] | `BackendModel { max_pairs }`: 1 ..= 1 000 000 pairs |
 /// | `staging` | 10% of the ring per step, 10 s apart | see [`Staging`] |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -40,6 +42,8 @@ pub struct BalanceConfig {
     pub(crate) ring: RingConfig,
     /// Policy of each backend's circuit breaker.
     pub(crate) breaker: Policy,
+    /// What one breaker covers: a backend, or a (backend, model) pair.
+    pub(crate) breaker_scope: BreakerScope,
     /// How joins and weight changes enter the ring.
     pub(crate) staging: Staging,
 }
@@ -54,6 +58,7 @@ impl Default for BalanceConfig {
             model_owners: Vec::new(),
             ring: RingConfig::default(),
             breaker: Policy::default(),
+            breaker_scope: BreakerScope::Backend,
             staging: Staging::default(),
         }
     }
@@ -93,6 +98,11 @@ impl BalanceConfig {
     /// The per-backend breaker policy.
     pub fn breaker(&self) -> &Policy {
         &self.breaker
+    }
+
+    /// What one breaker covers (default [`BreakerScope::Backend`]).
+    pub fn breaker_scope(&self) -> BreakerScope {
+        self.breaker_scope
     }
 
     /// How ring changes are staged.
@@ -173,6 +183,15 @@ impl BalanceConfigBuilder {
         self
     }
 
+    /// Sets what one breaker covers (default [`BreakerScope::Backend`]):
+    /// [`BreakerScope::BackendModel`] keeps a breaker, with the `breaker`
+    /// policy, per (backend, model) pair, at most `max_pairs`
+    /// (1 ..= 1 000 000) of them, least recently used evicted.
+    pub fn breaker_scope(mut self, scope: BreakerScope) -> Self {
+        self.config.breaker_scope = scope;
+        self
+    }
+
     /// Sets how joins and weight changes are staged into the ring.
     pub fn staging(mut self, staging: Staging) -> Self {
         self.config.staging = staging;
@@ -186,7 +205,9 @@ impl BalanceConfigBuilder {
     /// [`InvalidConfig`] naming `owners` when it is outside 1 ..= 64,
     /// `min_owners` when outside 1 ..= `owners`, `load_factor` when
     /// outside 1.0 ..= 100.0, `panic_threshold` when outside 0.0 ..= 1.0,
-    /// `model_owners` when a model's `k` is outside 1 ..= 64.
+    /// `model_owners` when a model's `k` is outside 1 ..= 64,
+    /// `breaker_scope` when `BackendModel`'s `max_pairs` is outside
+    /// 1 ..= 1 000 000.
     pub fn build(self) -> Result<BalanceConfig, InvalidConfig> {
         if !(1..=64).contains(&self.config.owners) {
             return Err(InvalidConfig::new("owners", "1 ..= 64"));
@@ -210,6 +231,14 @@ impl BalanceConfigBuilder {
                 "model_owners",
                 "1 ..= 64 owners per model",
             ));
+        }
+        if let BreakerScope::BackendModel { max_pairs } = self.config.breaker_scope {
+            if !(1..=MAX_PAIRS).contains(&max_pairs) {
+                return Err(InvalidConfig::new(
+                    "breaker_scope",
+                    "Backend, or BackendModel with max_pairs in 1 ..= 1 000 000",
+                ));
+            }
         }
         Ok(self.config)
     }

@@ -59,9 +59,9 @@ pub(crate) enum Drained {
 impl<K: Eq, E: Clone> Registry<K, E> {
     pub(crate) fn new(config: BalanceConfig) -> Self {
         Self {
+            fleet: Arc::new(Fleet::for_config(&config)),
             entries: Vec::new(),
             config,
-            fleet: Arc::new(Fleet::new()),
         }
     }
 

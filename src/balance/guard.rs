@@ -14,7 +14,10 @@ use crate::breaker::{Outcome, Permit};
 /// outcome is recorded with [`Guard::finish`] (or [`Guard::finish_at`]).
 ///
 /// While it lives the request counts in the backend's in-flight load.
-/// Finishing records the outcome in the backend's circuit breaker and, for
+/// Finishing records the outcome in the circuit breaker that admitted the
+/// request (the backend's, or in
+/// [`BreakerScope::BackendModel`](super::BreakerScope::BackendModel) the
+/// pair's — even if the pair has since been evicted) and, for
 /// a success or failure, the latency since the pick in its latency
 /// estimate (a failure counts as at least 1 s, so failing fast does not
 /// look fast). Dropped unfinished, the request counts as **cancelled**:

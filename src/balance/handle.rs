@@ -74,9 +74,12 @@ pub struct BackendStatus {
     pub id: BackendId,
     /// Requests sent and not yet finished (end of response body).
     pub in_flight: usize,
-    /// Its breaker's state.
+    /// Its backend-level breaker's state. In
+    /// [`BreakerScope::BackendModel`](super::BreakerScope::BackendModel)
+    /// that breaker takes no traffic and stays closed: read the pairs with
+    /// [`BalancerHandle::breaker_state`].
     pub breaker: BreakerState,
-    /// Times its breaker opened.
+    /// Times its backend-level breaker opened.
     pub breaker_trips: u64,
     /// Requests sent to it.
     pub picked: u64,
@@ -165,7 +168,38 @@ impl BalancerHandle {
         state.map(|b| b.health.set(score)).is_some()
     }
 
-    /// Breaker trips over all current backends.
+    /// The state of the breaker that admits `model`'s requests to
+    /// `backend`: the backend's in [`BreakerScope::Backend`], the pair's in
+    /// [`BreakerScope::BackendModel`] (`Closed` for a pair not tracked, as
+    /// its next request would find it). `None` when no current backend has
+    /// that ID. Takes the pair map's lock in `BackendModel` scope.
+    ///
+    /// [`BreakerScope::Backend`]: super::BreakerScope::Backend
+    /// [`BreakerScope::BackendModel`]: super::BreakerScope::BackendModel
+    pub fn breaker_state(&self, backend: &BackendId, model: &ModelId) -> Option<BreakerState> {
+        let table = self.view.table();
+        let state = table.backends.iter().find(|b| &b.id == backend)?;
+        let now = Instant::now();
+        Some(match &table.fleet.scoped {
+            None => state.breaker.state_at(now),
+            Some(pairs) => pairs.state(state.uid, model.hash64(), now),
+        })
+    }
+
+    /// The (backend, model) pairs whose breakers are tracked now, at most
+    /// `max_pairs`; 0 in [`BreakerScope::Backend`](super::BreakerScope::Backend).
+    /// Takes the pair map's lock in `BackendModel` scope.
+    pub fn tracked_pairs(&self) -> usize {
+        self.view
+            .table()
+            .fleet
+            .scoped
+            .as_ref()
+            .map_or(0, |p| p.len())
+    }
+
+    /// Breaker trips over all current backends (their backend-level
+    /// breakers; pair breakers are not counted).
     pub fn breaker_trips(&self) -> u64 {
         self.view
             .table()

@@ -45,6 +45,15 @@
 //! rest the ring is exactly the one the weights define, so gateways that
 //! share backends and ring config agree on owners again.
 //!
+//! A breaker covers a backend by default. A multi-model server can fail for
+//! one model (an adapter that does not load, weights that do not fit) and
+//! serve the rest well; with [`BreakerScope::BackendModel`] a breaker covers
+//! one (backend, model) pair instead, so failures for one model eject the
+//! backend for that model only. The pairs tracked are bounded
+//! (`max_pairs`, least recently used evicted); checking a pair takes no
+//! lock while every pair near it is closed, taking a permit takes a short
+//! one. [`BalancerHandle::breaker_state`] reads a pair's state.
+//!
 //! ```
 //! use tower::{discover::ServiceList, service_fn, ServiceExt};
 //! use tower_model_balance::backend::BackendId;
@@ -81,9 +90,11 @@ mod discover;
 pub mod future;
 mod guard;
 mod handle;
+mod lru;
 mod pick;
 mod residency;
 mod router;
+mod scoped;
 mod service;
 mod staging;
 mod table;
@@ -99,6 +110,7 @@ pub use self::config::{BalanceConfig, BalanceConfigBuilder, Staging};
 pub use self::guard::Guard;
 pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
 pub use self::router::Picked;
+pub use self::scoped::BreakerScope;
 pub use self::service::ModelBalancer;
 
 use self::demand::Demand;

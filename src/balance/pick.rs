@@ -72,7 +72,12 @@ pub(crate) fn pick(
     } else {
         Mode::Normal
     };
-    let ctx = Ctx { table, mode, now };
+    let ctx = Ctx {
+        table,
+        mode,
+        now,
+        key: ask.key,
+    };
     let picked = match ask.kind {
         RequestKind::Update => pick_update(&ctx, random),
         _ => pick_inference(&ctx, ask, rules.load_factor, random),
@@ -118,6 +123,8 @@ struct Ctx<'a> {
     table: &'a Table,
     mode: Mode,
     now: Instant,
+    /// The model's hash: keys its breakers in `BackendModel` scope.
+    key: u64,
 }
 
 impl Ctx<'_> {
@@ -127,18 +134,19 @@ impl Ctx<'_> {
 
     fn eligible(&self, i: usize) -> bool {
         match self.mode {
-            Mode::Normal => self.state(i).eligible(self.now),
+            Mode::Normal => self.state(i).eligible_for(self.key, self.now),
             Mode::Panic => !self.state(i).is_removed(),
         }
     }
 
-    /// Takes a permit on backend `i`: the breaker's (which may refuse a
-    /// half-open backend whose probes are out), or a bypass in panic mode.
+    /// Takes a permit on backend `i`: the breaker in scope's (the
+    /// backend's, or the (backend, model) pair's; it may refuse a half-open
+    /// breaker whose probes are out), or a bypass in panic mode.
     fn admit(&self, i: usize, branch: Branch) -> Option<Pick> {
-        let breaker = &self.state(i).breaker;
+        let state = self.state(i);
         let (permit, branch) = match self.mode {
-            Mode::Normal => (breaker.try_acquire_at(self.now).ok()?, branch),
-            Mode::Panic => (breaker.bypass(), Branch::Panic),
+            Mode::Normal => (state.try_acquire(self.key, self.now)?, branch),
+            Mode::Panic => (state.breaker.bypass(), Branch::Panic),
         };
         Some(Pick {
             index: i,

@@ -7,8 +7,10 @@ use tokio::time::Instant;
 
 use super::cost::{cost, Health, LatencyEwma};
 use super::residency::Residency;
+use super::scoped::{BreakerScope, Scoped};
+use super::BalanceConfig;
 use crate::backend::BackendId;
-use crate::breaker::{Breaker, Policy};
+use crate::breaker::{Breaker, Permit, Policy};
 use crate::ring::Ring;
 
 /// State shared by every backend of one balancer.
@@ -20,14 +22,35 @@ pub(crate) struct Fleet {
     pub(crate) not_closed: Arc<AtomicUsize>,
     /// Origin of the millisecond stamps in residency tables.
     pub(crate) base: Instant,
+    /// The (backend, model) pair breakers, in `BackendModel` scope.
+    pub(crate) scoped: Option<Scoped>,
+    /// The next backend state's [`BackendState::uid`].
+    next_uid: AtomicU64,
 }
 
 impl Fleet {
+    /// A fleet with one breaker per backend.
     pub(crate) fn new() -> Self {
         Self {
             in_flight: AtomicUsize::new(0),
             not_closed: Arc::default(),
             base: Instant::now(),
+            scoped: None,
+            next_uid: AtomicU64::new(0),
+        }
+    }
+
+    /// A fleet with the breakers `config` scopes.
+    pub(crate) fn for_config(config: &BalanceConfig) -> Self {
+        let scoped = match config.breaker_scope {
+            BreakerScope::Backend => None,
+            BreakerScope::BackendModel { max_pairs } => {
+                Some(Scoped::new(config.breaker.clone(), max_pairs))
+            }
+        };
+        Self {
+            scoped,
+            ..Self::new()
         }
     }
 
@@ -43,6 +66,10 @@ impl Fleet {
 #[derive(Debug)]
 pub(crate) struct BackendState {
     pub(crate) id: BackendId,
+    /// Unique within the fleet, never reused: keys the backend's pair
+    /// breakers (an ID re-inserted after a removal gets a new state, and
+    /// starts over).
+    pub(crate) uid: u64,
     pub(crate) in_flight: AtomicUsize,
     pub(crate) fleet: Arc<Fleet>,
     pub(crate) breaker: Breaker,
@@ -63,6 +90,7 @@ impl BackendState {
     ) -> Self {
         Self {
             id,
+            uid: fleet.next_uid.fetch_add(1, Ordering::Relaxed),
             in_flight: AtomicUsize::new(0),
             breaker: Breaker::with_gauge(policy, fleet.not_closed.clone()),
             fleet,
@@ -91,6 +119,28 @@ impl BackendState {
 
     pub(crate) fn is_removed(&self) -> bool {
         self.removed.load(Ordering::Relaxed)
+    }
+
+    /// Whether the backend may be picked for the model with hash `key` at
+    /// `now`: not removed, and the breaker in scope admitting — the
+    /// backend's, or in `BackendModel` scope the (backend, model) pair's
+    /// (lock-free unless a pair near it is not closed).
+    pub(crate) fn eligible_for(&self, key: u64, now: Instant) -> bool {
+        match &self.fleet.scoped {
+            None => self.eligible(now),
+            Some(pairs) => !self.is_removed() && pairs.admits(self.uid, key, now),
+        }
+    }
+
+    /// A permit for a request for the model with hash `key` from the
+    /// breaker in scope (see [`BackendState::eligible_for`]), or `None` when
+    /// it refuses. In `BackendModel` scope this takes the pair map's lock
+    /// briefly.
+    pub(crate) fn try_acquire(&self, key: u64, now: Instant) -> Option<Permit> {
+        match &self.fleet.scoped {
+            None => self.breaker.try_acquire_at(now).ok(),
+            Some(pairs) => pairs.try_acquire(self.uid, key, now),
+        }
     }
 }
 

@@ -1,0 +1,172 @@
+//! Circuit breakers per (backend, model) pair, for
+//! [`BreakerScope::BackendModel`].
+//!
+//! Why a scope at all: a multi-model server can fail for one model (weights
+//! that do not fit, a corrupt adapter, a model-specific crash) while it
+//! serves the others well. One breaker per backend then ejects it for every
+//! model; one per pair ejects it only for the model that fails. The price is
+//! that a backend failing for *every* model trips pair by pair, each model
+//! paying the policy's `minimum_calls` before it moves away.
+//!
+//! Pairs are tracked in a map bounded to `max_pairs` entries, least
+//! recently used evicted: a pair is used whenever a request takes a permit
+//! from it, and — while any pair in its gauge slot is not closed — whenever
+//! a request checks it, so a pair that is open because its model still
+//! sends traffic stays tracked. An evicted pair forgets its failures (its
+//! next request finds a fresh, closed breaker); its permits still in flight
+//! record into the evicted breaker, which nothing else reads.
+//!
+//! Cost on the request path: checking a pair is one atomic load of a gauge
+//! slot (the count of tracked breakers not closed whose pair hashes there)
+//! while that count is zero — the common case — and a lookup under the
+//! map's mutex otherwise. Taking a permit finds or inserts the pair's
+//! breaker under the mutex (a hash lookup and a relink, no allocation once
+//! the pair is tracked; inserting one allocates its breaker), then admits
+//! through that breaker outside the mutex. Recording goes to the permit's
+//! own breaker, never through the map.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::time::Instant;
+
+use super::lru::Lru;
+use crate::breaker::{Breaker, BreakerState, Permit, Policy};
+
+/// The most pairs [`BreakerScope::BackendModel`] may track.
+pub(crate) const MAX_PAIRS: usize = 1_000_000;
+/// The most gauge slots (a power of two).
+const MAX_SLOTS: usize = 4096;
+
+/// What one circuit breaker covers; set with
+/// [`BalanceConfigBuilder::breaker_scope`](super::BalanceConfigBuilder::breaker_scope).
+///
+/// ```
+/// use tower_model_balance::balance::{BalanceConfig, BreakerScope};
+///
+/// let config = BalanceConfig::builder()
+///     .breaker_scope(BreakerScope::BackendModel { max_pairs: 10_000 })
+///     .build()
+///     .unwrap();
+/// assert_eq!(config.breaker_scope(), BreakerScope::BackendModel { max_pairs: 10_000 });
+/// let zero = BreakerScope::BackendModel { max_pairs: 0 };
+/// let err = BalanceConfig::builder().breaker_scope(zero).build().unwrap_err();
+/// assert_eq!(err.field, "breaker_scope");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum BreakerScope {
+    /// One breaker per backend: its failures, for any model, eject it for
+    /// every model. The default.
+    #[default]
+    Backend,
+    /// One breaker per (backend, model) pair: a backend failing for one
+    /// model stays eligible for the others. At most `max_pairs` pairs
+    /// (1 ..= 1 000 000) are tracked, least recently used evicted; an
+    /// evicted pair starts over closed. Each tracked pair holds a breaker
+    /// with the `breaker` policy: a few hundred bytes plus one byte per
+    /// call of its window.
+    ///
+    /// Panic mode does not look at pair breakers: a model failing on every
+    /// backend fails fast with `NoHealthyBackend` rather than being routed
+    /// over all of them.
+    BackendModel {
+        /// The most (backend, model) pairs tracked at once.
+        max_pairs: usize,
+    },
+}
+
+/// A (backend uid, model hash) pair.
+type Pair = (u64, u64);
+
+/// The pair breakers of one balancer.
+pub(crate) struct Scoped {
+    policy: Policy,
+    pairs: Mutex<Lru<Pair, Breaker>>,
+    /// Tracked breakers (and evicted ones still held by permits) not
+    /// closed, by slot of their pair's hash: a zero slot lets a check skip
+    /// the lookup.
+    not_closed: Box<[Arc<AtomicUsize>]>,
+}
+
+impl Scoped {
+    /// Pair breakers with `policy`, at most `max_pairs` tracked.
+    pub(crate) fn new(policy: Policy, max_pairs: usize) -> Self {
+        let slots = max_pairs.clamp(1, MAX_SLOTS).next_power_of_two();
+        Self {
+            policy,
+            pairs: Mutex::new(Lru::new(max_pairs)),
+            not_closed: (0..slots).map(|_| Arc::default()).collect(),
+        }
+    }
+
+    /// Whether the pair's breaker would likely admit a call at `now`: an
+    /// untracked pair would start closed. Lock-free while no breaker in the
+    /// pair's slot is open or half-open.
+    pub(crate) fn admits(&self, uid: u64, key: u64, now: Instant) -> bool {
+        if self.slot(uid, key).load(Ordering::Relaxed) == 0 {
+            return true;
+        }
+        self.lock()
+            .get(&(uid, key))
+            .is_none_or(|breaker| breaker.admits(now))
+    }
+
+    /// A permit from the pair's breaker (tracked from now on), or `None`
+    /// when it refuses.
+    pub(crate) fn try_acquire(&self, uid: u64, key: u64, now: Instant) -> Option<Permit> {
+        let (breaker, evicted) = {
+            let mut pairs = self.lock();
+            let (breaker, evicted) = pairs.get_or_insert_with((uid, key), || {
+                Breaker::with_gauge(self.policy.clone(), self.slot(uid, key).clone())
+            });
+            (breaker.clone(), evicted)
+        };
+        // Dropped outside the lock: the last reference frees the breaker.
+        drop(evicted);
+        breaker.try_acquire_at(now).ok()
+    }
+
+    /// The pair's breaker state at `now`; `Closed` when it is not tracked.
+    pub(crate) fn state(&self, uid: u64, key: u64, now: Instant) -> BreakerState {
+        let breaker = self.lock().peek(&(uid, key)).cloned();
+        breaker.map_or(BreakerState::Closed, |b| b.state_at(now))
+    }
+
+    /// Pairs tracked now.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn slot(&self, uid: u64, key: u64) -> &Arc<AtomicUsize> {
+        let mask = self.not_closed.len() - 1;
+        &self.not_closed[mix(key ^ uid.wrapping_mul(0x9e37_79b9_7f4a_7c15)) as usize & mask]
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Lru<Pair, Breaker>> {
+        // The map's links are only rewritten by code that does not panic
+        // half-way, so a lock poisoned elsewhere is still sound.
+        self.pairs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl fmt::Debug for Scoped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scoped")
+            .field("policy", &self.policy)
+            .field("pairs", &self.len())
+            .field("slots", &self.not_closed.len())
+            .finish()
+    }
+}
+
+/// SplitMix64's finalizer.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests;
