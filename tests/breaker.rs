@@ -182,3 +182,28 @@ async fn clones_share_the_breaker_and_new_layers_do_not() {
         "a new layered service, a new breaker"
     );
 }
+
+/// Successes recorded while the window is full of successes skip the lock;
+/// the failures that follow must still count, over the whole window.
+#[tokio::test(start_paused = true)]
+async fn a_window_full_of_successes_still_counts_the_failures_after_it() {
+    use tower_model_balance::breaker::{Breaker as Shared, Outcome};
+    let policy = Policy::builder()
+        .window(4)
+        .minimum_calls(4)
+        .failure_rate_threshold(0.5)
+        .build()
+        .unwrap();
+    let breaker = Shared::new(policy);
+    for _ in 0..8 {
+        breaker.try_acquire().unwrap().record(Outcome::Success);
+    }
+    // Caller errors while closed change nothing either.
+    breaker.try_acquire().unwrap().record(Outcome::Ignored);
+    breaker.try_acquire().unwrap().record(Outcome::Failure);
+    assert_eq!(breaker.state(), BreakerState::Closed, "1 of 4 failed");
+    breaker.try_acquire().unwrap().record(Outcome::Success);
+    assert_eq!(breaker.state(), BreakerState::Closed, "1 of 4 failed");
+    breaker.try_acquire().unwrap().record(Outcome::Failure);
+    assert_eq!(breaker.state(), BreakerState::Open, "2 of the last 4 failed");
+}

@@ -1,5 +1,6 @@
 //! Choosing a backend for one request from a table (no IO, no allocation,
-//! no lock but the breaker's on its non-closed paths).
+//! no lock but the breaker's on its non-closed paths — and, in the opt-in
+//! per-model breaker scope, a short one to find the pair's breaker).
 
 use tokio::time::Instant;
 
@@ -232,6 +233,7 @@ fn pick_inference(
             .p2c(resident_under, random)
             .map(|i| (i, Branch::ResidentOwner)),
     };
+    let now_ms = table.fleet.millis(ctx.now);
     let choice = choice
         .or_else(|| {
             eligible_owners
@@ -241,19 +243,22 @@ fn pick_inference(
                 .map(|i| (i, Branch::ColdOwner))
         })
         .or_else(|| spill_resident(ctx, ask, k, under).map(|i| (i, Branch::Spill)))
+        .or_else(|| spill_cold(ctx, ask, k, under, now_ms, u64::MAX))
         .or_else(|| {
-            let room = |i: usize| under(i) && table.backends[i].residency.has_free_slot();
-            spill_first(ctx, key, k, room).map(|i| (i, Branch::Spill))
-        })
-        .or_else(|| {
-            // Every eligible backend is over the cap: stay with the owners.
+            // No room anywhere without evicting a model in use: wait on an
+            // owner, however loaded, rather than thrash another backend.
             ctx.cheapest(resident_owners())
                 .map(|i| (i, Branch::ResidentOwner))
                 .or_else(|| {
                     ctx.cheapest(eligible_owners.iter().copied())
                         .map(|i| (i, Branch::ColdOwner))
                 })
-        });
+        })
+        // No owner is eligible: somewhere warm, else where loading the
+        // model does the least harm.
+        .or_else(|| spill_resident(ctx, ask, k, |_| true).map(|i| (i, Branch::Spill)))
+        .or_else(|| spill_cold(ctx, ask, k, under, now_ms, 0))
+        .or_else(|| spill_cold(ctx, ask, k, |_| true, now_ms, 0));
     let owner_branch = |i: usize| {
         if ctx.resident(i, key) {
             Branch::ResidentOwner
@@ -292,13 +297,36 @@ fn spill_resident(ctx: &Ctx<'_>, ask: &Ask, k: usize, ok: impl Fn(usize) -> bool
         .find(|&i| ctx.eligible(i) && ok(i) && ctx.resident(i, ask.key))
 }
 
-/// The first eligible backend past the `k` owners that passes `ok`.
-fn spill_first(ctx: &Ctx<'_>, key: u64, k: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
-    ctx.table
+/// Among the first [`SPILL_SCAN`] eligible backends past the `k` owners
+/// that pass `ok`, the one whose least recently used model has been idle
+/// longest (a free slot first; the earlier on ties), if idle at least
+/// `min_idle_ms`: where loading the model evicts the least in use.
+fn spill_cold(
+    ctx: &Ctx<'_>,
+    ask: &Ask,
+    k: usize,
+    ok: impl Fn(usize) -> bool,
+    now_ms: u64,
+    min_idle_ms: u64,
+) -> Option<(usize, Branch)> {
+    let mut best: Option<(usize, u64)> = None;
+    for i in ctx
+        .table
         .ring
-        .walk(key)
+        .walk(ask.key)
         .skip(k)
-        .find(|&i| ctx.eligible(i) && ok(i))
+        .filter(|&i| ctx.eligible(i) && ok(i))
+        .take(SPILL_SCAN)
+    {
+        let idle = ctx.state(i).residency.idle_ms(now_ms);
+        if idle >= min_idle_ms && best.is_none_or(|(_, b)| idle > b) {
+            best = Some((i, idle));
+        }
+        if idle == u64::MAX {
+            break;
+        }
+    }
+    best.map(|(i, _)| (i, Branch::Spill))
 }
 
 /// Power of two choices on cost (Mitzenmacher, 2001): two distinct

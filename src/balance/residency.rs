@@ -52,10 +52,18 @@ impl Residency {
         })
     }
 
-    /// Whether a model could be loaded without evicting one the balancer
-    /// knows of: a slot is free.
-    pub(crate) fn has_free_slot(&self) -> bool {
-        (0..self.slots()).any(|i| self.stamps[i].load(Ordering::Relaxed) == 0)
+    /// How long (ms) the least recently used model has gone unused at
+    /// `now_ms` — what loading one more model would evict; `u64::MAX` when
+    /// a slot is free.
+    pub(crate) fn idle_ms(&self, now_ms: u64) -> u64 {
+        let oldest = (0..self.slots())
+            .map(|i| self.stamps[i].load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(0);
+        match oldest {
+            0 => u64::MAX,
+            stamp => now_ms.saturating_sub(stamp - 1),
+        }
     }
 
     /// Records that the model with hash `key` is in use at `now_ms`: its
@@ -100,12 +108,13 @@ mod tests {
     #[test]
     fn learns_and_forgets_in_lru_order() {
         let r = Residency::new(3);
-        assert!(!r.contains(1) && r.has_free_slot());
+        assert!(!r.contains(1));
+        assert_eq!(r.idle_ms(0), u64::MAX, "a free slot");
         for (t, key) in [1, 2, 3].into_iter().enumerate() {
             r.touch(key, t as u64);
         }
         assert!([1, 2, 3].iter().all(|&k| r.contains(k)));
-        assert!(!r.has_free_slot());
+        assert_eq!(r.idle_ms(10), 10, "model 1, last used at 0");
         r.touch(1, 10); // 1 is used again: 2 is now the least recent.
         r.touch(4, 11);
         assert!(r.contains(1) && r.contains(3) && r.contains(4));

@@ -1,7 +1,7 @@
 //! A breaker shared by clones of a service (and by the balancer, one per
 //! backend), and the RAII permit it hands out.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::time::Instant;
@@ -40,6 +40,9 @@ struct Inner {
     open_until_ns: AtomicU64,
     base: Instant,
     trips: AtomicU64,
+    /// Set under the lock while the state is [`CircuitState::saturated`]:
+    /// a success then records nothing and skips the lock.
+    saturated: AtomicBool,
     /// Counts the breakers of a fleet that are not closed (the balancer's
     /// panic check reads it).
     not_closed: Option<Arc<AtomicUsize>>,
@@ -75,6 +78,7 @@ impl Breaker {
                 open_until_ns: AtomicU64::new(0),
                 base: Instant::now(),
                 trips: AtomicU64::new(0),
+                saturated: AtomicBool::new(false),
                 not_closed,
             }),
         }
@@ -211,12 +215,28 @@ impl Permit {
     }
 
     /// Records the call's outcome at `now`.
+    ///
+    /// Takes the breaker's lock, except for an outcome that cannot change
+    /// the state: a success while the window is full of successes, or a
+    /// caller's error (ignored) while closed.
     pub fn record_at(mut self, outcome: Outcome, now: Instant) {
-        if let Some(ticket) = self.ticket.take() {
-            let mut state = self.breaker.lock();
-            let transition = state.record(ticket, outcome, now);
-            self.breaker.publish(&state, transition);
+        let Some(ticket) = self.ticket.take() else {
+            return;
+        };
+        let inner = &self.breaker.inner;
+        let closed_now = inner.published.load(Ordering::Acquire) == ticket.epoch() << 1 | 1;
+        let no_op = match outcome {
+            Outcome::Success => closed_now && inner.saturated.load(Ordering::Acquire),
+            Outcome::Ignored => closed_now,
+            _ => false,
+        };
+        if no_op {
+            return;
         }
+        let mut state = self.breaker.lock();
+        let transition = state.record(ticket, outcome, now);
+        inner.saturated.store(state.saturated(), Ordering::Release);
+        self.breaker.publish(&state, transition);
     }
 
     /// The breaker this permit belongs to.

@@ -38,6 +38,13 @@ pub struct Ticket {
     epoch: u64,
 }
 
+impl Ticket {
+    /// The epoch the ticket was issued in.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+}
+
 /// A state change, returned by the call that caused it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -99,6 +106,15 @@ impl CircuitState {
     /// The transition epoch; changes on every transition.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Whether recording one more success would change nothing: closed,
+    /// with a full window of successes (the success pushed out is a
+    /// success too).
+    pub(crate) fn saturated(&self) -> bool {
+        matches!(self.state, State::Closed)
+            && self.window.len == self.window.failed.len()
+            && self.window.failures == 0
     }
 
     /// When an open breaker lets probes through; `None` when not open.
