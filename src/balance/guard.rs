@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::table::BackendState;
+use super::table::{Admission, BackendState};
 use crate::backend::BackendId;
-use crate::breaker::{Outcome, Permit};
+use crate::breaker::Outcome;
 
 /// One request in flight on a picked backend, from the pick until its
 /// outcome is recorded with [`Guard::finish`] (or [`Guard::finish_at`]).
@@ -31,18 +31,18 @@ use crate::breaker::{Outcome, Permit};
 #[must_use = "a guard dropped at once counts the request as cancelled"]
 pub struct Guard {
     state: Arc<BackendState>,
-    permit: Option<Permit>,
+    admission: Option<Admission>,
     started: Instant,
 }
 
 impl Guard {
-    pub(crate) fn new(state: Arc<BackendState>, permit: Permit, started: Instant) -> Self {
+    pub(crate) fn new(state: Arc<BackendState>, admission: Admission, started: Instant) -> Self {
         state.in_flight.fetch_add(1, Ordering::Relaxed);
         state.fleet.in_flight.fetch_add(1, Ordering::Relaxed);
         state.picked.fetch_add(1, Ordering::Relaxed);
         Self {
             state,
-            permit: Some(permit),
+            admission: Some(admission),
             started,
         }
     }
@@ -72,14 +72,21 @@ impl Guard {
             // The caller's error says nothing of the backend's speed.
             _ => {}
         }
-        if let Some(permit) = self.permit.take() {
-            permit.record_at(outcome, now);
+        match self.admission.take() {
+            Some(Admission::Backend(ticket)) => {
+                self.state.breaker.record_ticket_at(ticket, outcome, now);
+            }
+            Some(Admission::Pair(permit)) => permit.record_at(outcome, now),
+            Some(Admission::Bypass) | None => {}
         }
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        if let Some(Admission::Backend(ticket)) = self.admission.take() {
+            self.state.breaker.release_ticket(ticket);
+        }
         self.state.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.state.fleet.in_flight.fetch_sub(1, Ordering::Relaxed);
     }

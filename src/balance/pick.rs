@@ -4,8 +4,7 @@
 
 use tokio::time::Instant;
 
-use super::table::{BackendState, Table};
-use crate::breaker::Permit;
+use super::table::{Admission, BackendState, Table};
 use crate::route::{RequestKind, Urgency};
 
 /// The most owners a model can have (`BalanceConfig::owners` is bounded by
@@ -54,7 +53,7 @@ pub(crate) struct Rules {
 #[derive(Debug)]
 pub(crate) struct Pick {
     pub(crate) index: usize,
-    pub(crate) permit: Permit,
+    pub(crate) admission: Admission,
     pub(crate) branch: Branch,
 }
 
@@ -145,13 +144,13 @@ impl Ctx<'_> {
     /// breaker whose probes are out), or a bypass in panic mode.
     fn admit(&self, i: usize, branch: Branch) -> Option<Pick> {
         let state = self.state(i);
-        let (permit, branch) = match self.mode {
+        let (admission, branch) = match self.mode {
             Mode::Normal => (state.try_acquire(self.key, self.now)?, branch),
-            Mode::Panic => (state.breaker.bypass(), Branch::Panic),
+            Mode::Panic => (Admission::Bypass, Branch::Panic),
         };
         Some(Pick {
             index: i,
-            permit,
+            admission,
             branch,
         })
     }

@@ -77,7 +77,7 @@ impl<E: Clone> Shared<E> {
         tracing::trace!(backend = %state.id, model = route.model, branch = ?picked.branch, "picked");
         Ok(Picked {
             endpoint: snapshot.endpoints[picked.index].clone(),
-            guard: Guard::new(state.clone(), picked.permit, now),
+            guard: Guard::new(state.clone(), picked.admission, now),
         })
     }
 

@@ -10,7 +10,7 @@ use super::residency::Residency;
 use super::scoped::{BreakerScope, Scoped};
 use super::BalanceConfig;
 use crate::backend::BackendId;
-use crate::breaker::{Breaker, Permit, Policy};
+use crate::breaker::{Breaker, Permit, Policy, Ticket};
 use crate::ring::Ring;
 
 /// State shared by every backend of one balancer.
@@ -132,16 +132,28 @@ impl BackendState {
         }
     }
 
-    /// A permit for a request for the model with hash `key` from the
+    /// Admission of a request for the model with hash `key` by the
     /// breaker in scope (see [`BackendState::eligible_for`]), or `None` when
     /// it refuses. In `BackendModel` scope this takes the pair map's lock
     /// briefly.
-    pub(crate) fn try_acquire(&self, key: u64, now: Instant) -> Option<Permit> {
+    pub(crate) fn try_acquire(&self, key: u64, now: Instant) -> Option<Admission> {
         match &self.fleet.scoped {
-            None => self.breaker.try_acquire_at(now).ok(),
-            Some(pairs) => pairs.try_acquire(self.uid, key, now),
+            None => self.breaker.try_ticket_at(now).ok().map(Admission::Backend),
+            Some(pairs) => pairs.try_acquire(self.uid, key, now).map(Admission::Pair),
         }
     }
+}
+
+/// How a picked request was admitted, to be given back when it ends.
+#[derive(Debug)]
+pub(crate) enum Admission {
+    /// A ticket of the backend's own breaker (no clone of it needed: the
+    /// guard holds the backend).
+    Backend(Ticket),
+    /// A permit of a (backend, model) pair's breaker.
+    Pair(Permit),
+    /// Panic mode: no breaker was asked.
+    Bypass,
 }
 
 /// Ring and backend states; `backends[i]` is ring member `i`.

@@ -84,15 +84,6 @@ impl Breaker {
         }
     }
 
-    /// A permit that bypasses the state machine: admitted whatever the
-    /// state, counting nothing (the balancer's panic mode).
-    pub(crate) fn bypass(&self) -> Permit {
-        Permit {
-            breaker: self.clone(),
-            ticket: None,
-        }
-    }
-
     /// Asks to let one call through now (tokio's clock).
     ///
     /// # Errors
@@ -108,18 +99,56 @@ impl Breaker {
     ///
     /// As [`Breaker::try_acquire`].
     pub fn try_acquire_at(&self, now: Instant) -> Result<Permit, BreakerOpen> {
+        let ticket = self.try_ticket_at(now)?;
+        Ok(self.permit(ticket))
+    }
+
+    /// Admission without a permit: the ticket to hand back to
+    /// [`Breaker::record_ticket_at`] or [`Breaker::release_ticket`] (the
+    /// balancer keeps the breaker elsewhere and saves the permit's clone).
+    pub(crate) fn try_ticket_at(&self, now: Instant) -> Result<Ticket, BreakerOpen> {
         let published = self.inner.published.load(Ordering::Acquire);
         if published & 1 == 1 {
-            let ticket = CircuitState::ticket_for(published >> 1);
-            return Ok(self.permit(ticket));
+            return Ok(CircuitState::ticket_for(published >> 1));
         }
         let mut state = self.lock();
         match state.try_acquire(now) {
             Ok((ticket, transition)) => {
                 self.publish(&state, transition);
-                Ok(self.permit(ticket))
+                Ok(ticket)
             }
             Err(retry_after) => Err(BreakerOpen::new(retry_after)),
+        }
+    }
+
+    /// Records the outcome of the call `ticket` admitted, at `now`.
+    ///
+    /// Takes the lock, except for an outcome that cannot change the state:
+    /// a success while the window is full of successes, or a caller's error
+    /// (ignored) while closed.
+    pub(crate) fn record_ticket_at(&self, ticket: Ticket, outcome: Outcome, now: Instant) {
+        let inner = &self.inner;
+        let closed_now = inner.published.load(Ordering::Acquire) == ticket.epoch() << 1 | 1;
+        let no_op = match outcome {
+            Outcome::Success => closed_now && inner.saturated.load(Ordering::Acquire),
+            Outcome::Ignored => closed_now,
+            _ => false,
+        };
+        if no_op {
+            return;
+        }
+        let mut state = self.lock();
+        let transition = state.record(ticket, outcome, now);
+        inner.saturated.store(state.saturated(), Ordering::Release);
+        self.publish(&state, transition);
+    }
+
+    /// Gives back the call `ticket` admitted, counting nothing.
+    pub(crate) fn release_ticket(&self, ticket: Ticket) {
+        // Only a half-open ticket has anything to give back; while the
+        // published state is closed, no ticket can be one.
+        if self.inner.published.load(Ordering::Acquire) & 1 == 0 {
+            self.lock().release(ticket);
         }
     }
 
@@ -214,29 +243,13 @@ impl Permit {
         self.record_at(outcome, Instant::now());
     }
 
-    /// Records the call's outcome at `now`.
-    ///
-    /// Takes the breaker's lock, except for an outcome that cannot change
-    /// the state: a success while the window is full of successes, or a
-    /// caller's error (ignored) while closed.
+    /// Records the call's outcome at `now`. Takes the breaker's lock
+    /// unless the outcome cannot change its state (a success into a window
+    /// full of successes, a caller's error while closed).
     pub fn record_at(mut self, outcome: Outcome, now: Instant) {
-        let Some(ticket) = self.ticket.take() else {
-            return;
-        };
-        let inner = &self.breaker.inner;
-        let closed_now = inner.published.load(Ordering::Acquire) == ticket.epoch() << 1 | 1;
-        let no_op = match outcome {
-            Outcome::Success => closed_now && inner.saturated.load(Ordering::Acquire),
-            Outcome::Ignored => closed_now,
-            _ => false,
-        };
-        if no_op {
-            return;
+        if let Some(ticket) = self.ticket.take() {
+            self.breaker.record_ticket_at(ticket, outcome, now);
         }
-        let mut state = self.breaker.lock();
-        let transition = state.record(ticket, outcome, now);
-        inner.saturated.store(state.saturated(), Ordering::Release);
-        self.breaker.publish(&state, transition);
     }
 
     /// The breaker this permit belongs to.
@@ -247,13 +260,8 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let Some(ticket) = self.ticket.take() else {
-            return;
-        };
-        // Only a half-open permit has anything to give back; while the
-        // published state is closed, no ticket can be one.
-        if self.breaker.inner.published.load(Ordering::Acquire) & 1 == 0 {
-            self.breaker.lock().release(ticket);
+        if let Some(ticket) = self.ticket.take() {
+            self.breaker.release_ticket(ticket);
         }
     }
 }
