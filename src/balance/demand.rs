@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 /// Buckets in the table (a power of two).
 const BUCKETS: usize = 4096;
 /// Total count at which every count is halved.
-pub(crate) const WINDOW: u32 = 8192;
+pub(crate) const WINDOW: u32 = 2048;
 /// Requests counted before shares are trusted; until then every model gets
 /// the minimum number of owners.
-const WARM_UP: u32 = 256;
+const WARM_UP: u32 = 64;
 /// How far (in owners' worth of load) a share must fall below a boundary
 /// before a model gives an owner back.
 pub(crate) const HYSTERESIS: f64 = 0.25;
@@ -53,10 +53,11 @@ impl Demand {
         }
     }
 
-    /// Counts one request for the model with hash `key` and returns how
-    /// many owners it has now, within `bounds` (see the module docs).
-    pub(crate) fn owners(&self, key: u64, bounds: Bounds) -> usize {
-        let share = self.record(key);
+    /// Counts one request for the model with hash `key` when `count` (the
+    /// caller samples) and returns how many owners it has now, within
+    /// `bounds` (see the module docs).
+    pub(crate) fn owners(&self, key: u64, count: bool, bounds: Bounds) -> usize {
+        let share = if count { self.record(key) } else { None };
         let (min, max) = (bounds.min, bounds.max.max(bounds.min));
         let slot = &self.owners[key as usize % BUCKETS];
         let current = usize::from(slot.load(Ordering::Relaxed)).clamp(min, max);
@@ -134,7 +135,7 @@ mod tests {
         for i in 0..4 * WINDOW {
             let hot = (f64::from(i % 100)) < share * 100.0;
             let key = if hot { 0 } else { 1 + u64::from(i % 7) };
-            let owners = d.owners(key, b);
+            let owners = d.owners(key, true, b);
             if key == 0 {
                 k = owners;
             }
@@ -146,7 +147,7 @@ mod tests {
     fn owners_follow_share_with_hysteresis() {
         let b = bounds(1, 4);
         let d = Demand::new();
-        assert_eq!(d.owners(0, b), 1, "the minimum while warming up");
+        assert_eq!(d.owners(0, true, b), 1, "the minimum while warming up");
         assert_eq!(settle(&d, 0.10, b), 1);
         assert_eq!(settle(&d, 0.28, b), 2, "0.28 × 8 / 1.25 = 1.8");
         assert_eq!(settle(&d, 0.90, b), 4, "capped at the maximum");

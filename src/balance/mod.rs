@@ -99,7 +99,7 @@ mod service;
 mod staging;
 mod table;
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -126,6 +126,8 @@ struct Shared<E> {
     demand: Demand,
     /// `config.model_owners` by model hash, sorted.
     fixed_owners: Box<[(u64, usize)]>,
+    /// Bumped after each publish: clones reload their snapshot when it moves.
+    generation: AtomicU64,
     clones: AtomicU64,
 }
 
@@ -143,12 +145,14 @@ impl<E> Shared<E> {
             stats: Counters::default(),
             demand: Demand::new(),
             fixed_owners: fixed_owners.into_boxed_slice(),
+            generation: AtomicU64::new(0),
             clones: AtomicU64::new(0),
         }
     }
 
     fn publish(&self, snapshot: Snapshot<E>) {
         self.snapshot.store(Arc::new(snapshot));
+        self.generation.fetch_add(1, Ordering::Release);
     }
 }
 

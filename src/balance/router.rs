@@ -1,12 +1,14 @@
 //! One routing decision, shared by the `Service` path and the pick API.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use super::demand::Bounds;
 use super::guard::Guard;
 use super::pick::{pick, Ask, Rules};
+use super::table::Snapshot;
 use super::Shared;
 use crate::backend::BackendId;
 use crate::error::NoHealthyBackend;
@@ -31,23 +33,73 @@ impl<E> Picked<E> {
     }
 }
 
-impl<E: Clone> Shared<E> {
+/// One balancer clone's view of the shared state: the snapshot it last
+/// loaded (reloaded only when discovery published a newer one — one atomic
+/// load per request instead of an `ArcSwap` load) and a request count for
+/// sampling demand.
+#[derive(Debug)]
+pub(crate) struct Local<E> {
+    snapshot: Arc<Snapshot<E>>,
+    generation: u64,
+    requests: u32,
+}
+
+/// One inference request in this many is counted in the demand table
+/// (shares are estimated as well from a uniform sample, for a fraction of
+/// the shared-counter traffic).
+const DEMAND_SAMPLE: u32 = 4;
+
+impl<E> Local<E> {
+    pub(crate) fn new(shared: &Shared<E>) -> Self {
+        let generation = shared.generation.load(Ordering::Acquire);
+        Self {
+            snapshot: shared.snapshot.load_full(),
+            generation,
+            requests: 0,
+        }
+    }
+
+    fn refresh(&mut self, shared: &Shared<E>) {
+        let generation = shared.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            self.snapshot = shared.snapshot.load_full();
+            self.generation = generation;
+        }
+    }
+}
+
+impl<E> Clone for Local<E> {
+    fn clone(&self) -> Self {
+        Self {
+            snapshot: self.snapshot.clone(),
+            generation: self.generation,
+            requests: 0,
+        }
+    }
+}
+
+impl<E: Clone> Local<E> {
     /// Picks a backend for `route` at `now`, counting the branch taken.
     pub(crate) fn route(
-        &self,
+        &mut self,
+        shared: &Shared<E>,
         route: &RouteView<'_>,
         now: Instant,
         random: &mut impl FnMut() -> u64,
     ) -> Result<Picked<E>, NoHealthyBackend> {
-        let snapshot = self.snapshot.load();
+        self.refresh(shared);
+        let sample = self.requests % DEMAND_SAMPLE == 0;
+        self.requests = self.requests.wrapping_add(1);
+        let snapshot = &self.snapshot;
         let table = &snapshot.table;
-        let config = &self.config;
+        let config = &shared.config;
         let owners = match route.kind {
             RequestKind::Update => 0,
-            _ => match self.fixed_owners(route.hash) {
+            _ => match shared.fixed_owners(route.hash) {
                 Some(k) => k,
-                None => self.demand.owners(
+                None => shared.demand.owners(
                     route.hash,
+                    sample,
                     Bounds {
                         n: table.backends.len(),
                         c: config.load_factor,
@@ -68,11 +120,11 @@ impl<E: Clone> Shared<E> {
             panic_threshold: config.panic_threshold,
         };
         let Some(picked) = pick(table, &ask, &rules, now, random) else {
-            self.stats.no_backend.fetch_add(1, Ordering::Relaxed);
+            shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(model = route.model, "no healthy backend");
             return Err(NoHealthyBackend::new(route.model_id()));
         };
-        self.stats.count(picked.branch);
+        shared.stats.count(picked.branch);
         let state = &table.backends[picked.index];
         tracing::trace!(backend = %state.id, model = route.model, branch = ?picked.branch, "picked");
         Ok(Picked {
@@ -81,6 +133,9 @@ impl<E: Clone> Shared<E> {
         })
     }
 
+}
+
+impl<E> Shared<E> {
     fn fixed_owners(&self, key: u64) -> Option<usize> {
         if self.fixed_owners.is_empty() {
             return None;

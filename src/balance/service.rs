@@ -12,6 +12,7 @@ use tower_service::Service;
 use super::body::ResponseBody;
 use super::discover::{self, Drained, Registry};
 use super::future::ResponseFuture;
+use super::router::Local;
 use super::{Backend, BalanceConfig, BalancerHandle, Picked, Shared};
 use crate::error::{BoxError, InvalidConfig, NoHealthyBackend};
 use crate::route::{RouteInfo, RouteView};
@@ -23,6 +24,7 @@ use crate::route::{RouteInfo, RouteView};
 #[derive(Debug)]
 pub struct ModelBalancer<E, R = HasherRng> {
     shared: Arc<Shared<E>>,
+    local: Local<E>,
     rng: R,
     salt: u64,
 }
@@ -86,6 +88,7 @@ where
             runtime.spawn(discover::run(discover, registry, Arc::downgrade(&shared)));
         }
         Ok(Self {
+            local: Local::new(&shared),
             shared,
             rng,
             salt: 0,
@@ -132,7 +135,8 @@ impl<E: Clone, R: Rng> ModelBalancer<E, R> {
     pub fn pick(&mut self, route: &RouteInfo, now: Instant) -> Result<Picked<E>, NoHealthyBackend> {
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
-        self.shared.route(&RouteView::from(route), now, &mut random)
+        let shared = &self.shared;
+        self.local.route(shared, &RouteView::from(route), now, &mut random)
     }
 }
 
@@ -147,10 +151,12 @@ impl<E, R> ModelBalancer<E, R> {
 }
 
 impl<E, R: Clone> Clone for ModelBalancer<E, R> {
+    /// Shares the routing state; the clone gets its own random stream.
     fn clone(&self) -> Self {
         let n = self.shared.clones.fetch_add(1, Ordering::Relaxed) + 1;
         Self {
             shared: self.shared.clone(),
+            local: self.local.clone(),
             rng: self.rng.clone(),
             salt: mix(n),
         }
@@ -184,7 +190,7 @@ where
         };
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
-        match self.shared.route(&route, Instant::now(), &mut random) {
+        match self.local.route(&self.shared, &route, Instant::now(), &mut random) {
             Ok(Picked { endpoint, guard }) => ResponseFuture::new(endpoint.oneshot(req), guard),
             Err(error) => ResponseFuture::failed(error.into()),
         }

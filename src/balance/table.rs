@@ -56,8 +56,9 @@ impl Fleet {
 
     /// Milliseconds from the fleet's base to `now`.
     pub(crate) fn millis(&self, now: Instant) -> u64 {
-        let ms = now.saturating_duration_since(self.base).as_millis();
-        u64::try_from(ms).unwrap_or(u64::MAX)
+        // Not `as_millis`: its u128 arithmetic shows on the pick path.
+        let since = now.saturating_duration_since(self.base);
+        since.as_secs() * 1_000 + u64::from(since.subsec_millis())
     }
 }
 
