@@ -68,10 +68,11 @@ fn a_tracked_pair_costs_no_allocation() {
         .expect("a list source needs no runtime");
     let handle = balancer.handle();
     let models: Vec<String> = (0..MODELS).map(|i| format!("model-{i}")).collect();
-    let kinds = ["inference", "inference", "inference", "update"];
-    // Requests are built before counting: their header maps allocate.
+    // Inference only: each model's pairs are its owners', so the measured
+    // requests meet only pairs the warm-up tracked (updates by P2C could
+    // meet a new pair, whose breaker is allocated once).
     let mut requests: Vec<_> = (0..4_000)
-        .map(|i| request(&models[i % MODELS], kinds[(i / MODELS) % kinds.len()]))
+        .map(|i| request(&models[i % MODELS], "inference"))
         .collect();
     let mut cx = Context::from_waker(Waker::noop());
     let mut send = |balancer: &mut ModelBalancer<Ready, Lcg>, req| {
@@ -82,15 +83,11 @@ fn a_tracked_pair_costs_no_allocation() {
         };
         drop(response);
     };
-    // Warm up: updates by P2C reach every backend for every model.
     for req in requests.drain(..2_000) {
         send(&mut balancer, req);
     }
-    assert_eq!(
-        handle.tracked_pairs(),
-        BACKENDS * MODELS,
-        "every pair tracked"
-    );
+    let tracked = handle.tracked_pairs();
+    assert!(tracked >= MODELS, "a pair per model at least: {tracked}");
     let before = ALLOCATIONS.load(Ordering::Relaxed);
     let n = requests.len();
     for req in requests.drain(..) {
@@ -101,4 +98,5 @@ fn a_tracked_pair_costs_no_allocation() {
         allocations, 0,
         "{allocations} allocations over {n} requests"
     );
+    assert_eq!(handle.tracked_pairs(), tracked, "no new pair was met");
 }

@@ -12,11 +12,11 @@ use crate::route::ModelId;
 ///
 /// | field | default | range |
 /// | --- | --- | --- |
-/// | `owners` (k, the most a model gets) | 2 | 1 ..= 64 |
+/// | `owners` (k, the most a model gets) | 2 | 1 ..= 16 |
 /// | `min_owners` | 1 | 1 ..= `owners` |
 /// | `load_factor` (c) | 1.25 | 1.0 ..= 100.0 |
 /// | `panic_threshold` | 0.5 | 0.0 ..= 1.0 (0 turns panic mode off) |
-/// | `model_owners` (per-model fixed `k`) | none | 1 ..= 64 each |
+/// | `model_owners` (per-model fixed `k`) | none | 1 ..= 16 each |
 /// | `ring` | seed 0, 150 vnodes per unit of weight | see [`RingConfig`] |
 /// | `breaker` | [`Policy::default`] | see [`Policy`] |
 /// | `breaker_scope` | [`BreakerScope::Backend`] | `BackendModel { max_pairs }`: 1 ..= 1 000 000 pairs |
@@ -133,7 +133,7 @@ pub struct BalanceConfigBuilder {
 }
 
 impl BalanceConfigBuilder {
-    /// Sets `k`, the most owners a model gets (1 ..= 64; default 2).
+    /// Sets `k`, the most owners a model gets (1 ..= 16; default 2).
     pub fn owners(mut self, k: usize) -> Self {
         self.config.owners = k;
         self
@@ -161,7 +161,7 @@ impl BalanceConfigBuilder {
         self
     }
 
-    /// Gives `model` exactly `k` owners (1 ..= 64), whatever its demand —
+    /// Gives `model` exactly `k` owners (1 ..= 16), whatever its demand —
     /// e.g. a large model pinned to one backend, or a critical one always
     /// kept warm on three. A later call for the same model replaces the
     /// earlier one.
@@ -198,19 +198,22 @@ impl BalanceConfigBuilder {
         self
     }
 
+    /// The most owners a model may be given.
+    pub const MAX_OWNERS: usize = 16;
+
     /// Validates and returns the config.
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] naming `owners` when it is outside 1 ..= 64,
+    /// [`InvalidConfig`] naming `owners` when it is outside 1 ..= 16,
     /// `min_owners` when outside 1 ..= `owners`, `load_factor` when
     /// outside 1.0 ..= 100.0, `panic_threshold` when outside 0.0 ..= 1.0,
-    /// `model_owners` when a model's `k` is outside 1 ..= 64,
+    /// `model_owners` when a model's `k` is outside 1 ..= 16,
     /// `breaker_scope` when `BackendModel`'s `max_pairs` is outside
     /// 1 ..= 1 000 000.
     pub fn build(self) -> Result<BalanceConfig, InvalidConfig> {
-        if !(1..=64).contains(&self.config.owners) {
-            return Err(InvalidConfig::new("owners", "1 ..= 64"));
+        if !(1..=Self::MAX_OWNERS).contains(&self.config.owners) {
+            return Err(InvalidConfig::new("owners", "1 ..= 16"));
         }
         if !(1..=self.config.owners).contains(&self.config.min_owners) {
             return Err(InvalidConfig::new("min_owners", "1 ..= owners"));
@@ -225,11 +228,11 @@ impl BalanceConfigBuilder {
             .config
             .model_owners
             .iter()
-            .any(|&(_, k)| !(1..=64).contains(&k))
+            .any(|&(_, k)| !(1..=Self::MAX_OWNERS).contains(&k))
         {
             return Err(InvalidConfig::new(
                 "model_owners",
-                "1 ..= 64 owners per model",
+                "1 ..= 16 owners per model",
             ));
         }
         if let BreakerScope::BackendModel { max_pairs } = self.config.breaker_scope {

@@ -33,10 +33,17 @@ pub struct Guard {
     state: Arc<BackendState>,
     admission: Option<Admission>,
     started: Instant,
+    /// Whether [`Guard::finish`] samples the latency.
+    timed: bool,
 }
 
 impl Guard {
-    pub(crate) fn new(state: Arc<BackendState>, admission: Admission, started: Instant) -> Self {
+    pub(crate) fn new(
+        state: Arc<BackendState>,
+        admission: Admission,
+        started: Instant,
+        timed: bool,
+    ) -> Self {
         state.in_flight.fetch_add(1, Ordering::Relaxed);
         state.fleet.in_flight.fetch_add(1, Ordering::Relaxed);
         state.picked.fetch_add(1, Ordering::Relaxed);
@@ -44,6 +51,7 @@ impl Guard {
             state,
             admission: Some(admission),
             started,
+            timed,
         }
     }
 
@@ -58,13 +66,22 @@ impl Guard {
     }
 
     /// Records the request's outcome now.
+    ///
+    /// Guards from [`ModelBalancer::pick`](super::ModelBalancer::pick)
+    /// always record the latency; the `Service` path samples it on one
+    /// request in four (and on every failure), sparing a clock read on the
+    /// others.
     pub fn finish(self, outcome: Outcome) {
-        self.finish_at(outcome, Instant::now());
+        if self.timed || outcome == Outcome::Failure {
+            self.finish_at(outcome, Instant::now());
+        } else {
+            self.record(outcome, None);
+        }
     }
 
     /// Records the request's outcome at `now`; its latency is `now` minus
     /// [`Guard::started`] (0 if `now` is earlier).
-    pub fn finish_at(mut self, outcome: Outcome, now: Instant) {
+    pub fn finish_at(self, outcome: Outcome, now: Instant) {
         let latency = now.saturating_duration_since(self.started);
         match outcome {
             Outcome::Success => self.state.latency.record(latency, false),
@@ -72,11 +89,18 @@ impl Guard {
             // The caller's error says nothing of the backend's speed.
             _ => {}
         }
+        self.record(outcome, Some(now));
+    }
+
+    /// Gives the outcome to the breaker in scope; without `now`, the clock
+    /// is read only if the breaker's state can change.
+    fn record(mut self, outcome: Outcome, now: Option<Instant>) {
+        let now = || now.unwrap_or_else(Instant::now);
         match self.admission.take() {
             Some(Admission::Backend(ticket)) => {
-                self.state.breaker.record_ticket_at(ticket, outcome, now);
+                self.state.breaker.record_ticket_with(ticket, outcome, now);
             }
-            Some(Admission::Pair(permit)) => permit.record_at(outcome, now),
+            Some(Admission::Pair(permit)) => permit.record_at(outcome, now()),
             Some(Admission::Bypass) | None => {}
         }
     }

@@ -7,9 +7,8 @@ use tokio::time::Instant;
 use super::table::{Admission, BackendState, Table};
 use crate::route::{RequestKind, Urgency};
 
-/// The most owners a model can have (`BalanceConfig::owners` is bounded by
-/// it).
-pub(crate) const MAX_OWNERS: usize = 64;
+/// The most owners a model can have.
+const MAX_OWNERS: usize = super::BalanceConfigBuilder::MAX_OWNERS;
 /// How far past its owners a spilled request looks for a backend where its
 /// model is resident, in distinct backends.
 const SPILL_SCAN: usize = 16;
@@ -201,8 +200,8 @@ fn pick_inference(
 
     // The eligible owners in walk order, and those of them with the model
     // resident and room under the cap.
-    let (mut all, mut all_len) = ([0; MAX_OWNERS], 0);
-    let (mut warm, mut warm_len) = ([0; MAX_OWNERS], 0);
+    let (mut all, mut all_len) = ([0usize; MAX_OWNERS], 0);
+    let (mut warm, mut warm_len) = ([0usize; MAX_OWNERS], 0);
     for i in table.ring.walk(key).take(k).filter(|&i| ctx.eligible(i)) {
         all[all_len] = i;
         all_len += 1;

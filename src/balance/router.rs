@@ -44,10 +44,10 @@ pub(crate) struct Local<E> {
     requests: u32,
 }
 
-/// One inference request in this many is counted in the demand table
-/// (shares are estimated as well from a uniform sample, for a fraction of
-/// the shared-counter traffic).
-const DEMAND_SAMPLE: u32 = 4;
+/// One request in this many is counted in the demand table and has its
+/// latency timed: shares and latency estimates come as well from a uniform
+/// sample, for a fraction of the shared-counter traffic and clock reads.
+const SAMPLE: u32 = 4;
 
 impl<E> Local<E> {
     pub(crate) fn new(shared: &Shared<E>) -> Self {
@@ -80,15 +80,18 @@ impl<E> Clone for Local<E> {
 
 impl<E: Clone> Local<E> {
     /// Picks a backend for `route` at `now`, counting the branch taken.
+    /// `timed`: the guard records the latency on every finish, not only on
+    /// the sampled requests.
     pub(crate) fn route(
         &mut self,
         shared: &Shared<E>,
         route: &RouteView<'_>,
         now: Instant,
+        timed: bool,
         random: &mut impl FnMut() -> u64,
     ) -> Result<Picked<E>, NoHealthyBackend> {
         self.refresh(shared);
-        let sample = self.requests % DEMAND_SAMPLE == 0;
+        let sample = self.requests % SAMPLE == 0;
         self.requests = self.requests.wrapping_add(1);
         let snapshot = &self.snapshot;
         let table = &snapshot.table;
@@ -129,10 +132,9 @@ impl<E: Clone> Local<E> {
         tracing::trace!(backend = %state.id, model = route.model, branch = ?picked.branch, "picked");
         Ok(Picked {
             endpoint: snapshot.endpoints[picked.index].clone(),
-            guard: Guard::new(state.clone(), picked.admission, now),
+            guard: Guard::new(state.clone(), picked.admission, now, timed || sample),
         })
     }
-
 }
 
 impl<E> Shared<E> {

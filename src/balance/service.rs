@@ -136,7 +136,8 @@ impl<E: Clone, R: Rng> ModelBalancer<E, R> {
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
         let shared = &self.shared;
-        self.local.route(shared, &RouteView::from(route), now, &mut random)
+        self.local
+            .route(shared, &RouteView::from(route), now, true, &mut random)
     }
 }
 
@@ -190,7 +191,11 @@ where
         };
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
-        match self.local.route(&self.shared, &route, Instant::now(), &mut random) {
+        let now = Instant::now();
+        match self
+            .local
+            .route(&self.shared, &route, now, false, &mut random)
+        {
             Ok(Picked { endpoint, guard }) => ResponseFuture::new(endpoint.oneshot(req), guard),
             Err(error) => ResponseFuture::failed(error.into()),
         }

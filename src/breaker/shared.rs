@@ -127,6 +127,17 @@ impl Breaker {
     /// a success while the window is full of successes, or a caller's error
     /// (ignored) while closed.
     pub(crate) fn record_ticket_at(&self, ticket: Ticket, outcome: Outcome, now: Instant) {
+        self.record_ticket_with(ticket, outcome, || now);
+    }
+
+    /// As [`Breaker::record_ticket_at`], reading the time from `now` only
+    /// when the record takes the lock.
+    pub(crate) fn record_ticket_with(
+        &self,
+        ticket: Ticket,
+        outcome: Outcome,
+        now: impl FnOnce() -> Instant,
+    ) {
         let inner = &self.inner;
         let closed_now = inner.published.load(Ordering::Acquire) == ticket.epoch() << 1 | 1;
         let no_op = match outcome {
@@ -137,6 +148,7 @@ impl Breaker {
         if no_op {
             return;
         }
+        let now = now();
         let mut state = self.lock();
         let transition = state.record(ticket, outcome, now);
         inner.saturated.store(state.saturated(), Ordering::Release);
