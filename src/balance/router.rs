@@ -91,7 +91,7 @@ impl<E: Clone> Local<E> {
         random: &mut impl FnMut() -> u64,
     ) -> Result<Picked<E>, NoHealthyBackend> {
         self.refresh(shared);
-        let sample = self.requests % SAMPLE == 0;
+        let sample = self.requests.is_multiple_of(SAMPLE);
         self.requests = self.requests.wrapping_add(1);
         let snapshot = &self.snapshot;
         let table = &snapshot.table;
