@@ -115,7 +115,7 @@ async fn run(
             share: 0.1,
         }));
     }
-    let (strategy, handle) = strategies::build(name, &servers, config.resident_slots());
+    let (strategy, handle) = strategies::build(name, &servers, config.resident_slots(), args.seed);
     let records = drive(&strategy, &servers, &plan, args.scenario).await;
     let cold_loads = servers.iter().map(|s| s.stats().cold_loads).sum();
     let loads: Vec<u64> = servers.iter().map(|s| s.stats().work).collect();

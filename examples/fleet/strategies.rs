@@ -11,10 +11,13 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
+
 use tower::balance::p2c::Balance;
 use tower::buffer::Buffer;
 use tower::discover::ServiceList;
 use tower::load::{CompleteOnResponse, PeakEwmaDiscover};
+
+use tower::util::rng::Rng;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
@@ -70,6 +73,7 @@ pub fn build(
     name: &str,
     servers: &[ModelServer],
     model_slots: usize,
+    seed: u64,
 ) -> (Strategy, Option<BalancerHandle>) {
     let endpoints = endpoints(servers);
     match name {
@@ -92,15 +96,31 @@ pub fn build(
                     .expect("the scenario's slots are within 1..=16");
                 Backend::with_meta(meta, e)
             });
-            let balancer = ModelBalancer::new(
+            let balancer = ModelBalancer::from_rng(
                 ServiceList::new(backends.collect::<Vec<_>>()),
                 BalanceConfig::default(),
+                SplitMix(seed),
             )
             .expect("built inside the runtime");
             let handle = balancer.handle();
             (finish(balancer), Some(handle))
         }
         other => unreachable!("unknown strategy {other}"),
+    }
+}
+
+/// SplitMix64 (Steele, Lea and Flood, 2014): the balancer's P2C samples
+/// from the workload's seed, so a run repeats its choices.
+#[derive(Debug, Clone)]
+struct SplitMix(u64);
+
+impl Rng for SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 }
 
