@@ -85,7 +85,10 @@ impl ModelId {
             Some(InvalidReason::Empty)
         } else if name.len() > Self::MAX_LEN {
             Some(InvalidReason::TooLong(Self::MAX_LEN))
-        } else if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        } else if !name.bytes().all(|b| b.is_ascii_graphic())
+            // Not all visible ASCII: check characters (slower).
+            && name.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
             Some(InvalidReason::ForbiddenCharacter)
         } else {
             None
@@ -366,8 +369,12 @@ impl<'a> Found<'a> {
             duplicate: [false; 4],
         };
         for (name, value) in headers {
-            let Some(i) = ROUTE_HEADERS.iter().position(|h| *h == name.as_str()) else {
-                continue;
+            let i = match name.as_str() {
+                "x-model-id" => MODEL,
+                "x-request-kind" => KIND,
+                "x-urgency" => URGENCY,
+                "content-length" => LENGTH,
+                _ => continue,
             };
             found.duplicate[i] |= found.values[i].replace(value).is_some();
         }
@@ -380,8 +387,13 @@ impl<'a> Found<'a> {
         if self.duplicate[i] {
             return Err(InvalidRoute::new(source, InvalidReason::Duplicate));
         }
+        // Visible ASCII in one simple pass; other UTF-8 is text too.
         self.values[i]
-            .map(|value| std::str::from_utf8(value.as_bytes()))
+            .map(|value| {
+                value
+                    .to_str()
+                    .or_else(|_| std::str::from_utf8(value.as_bytes()))
+            })
             .transpose()
             .map_err(|_| InvalidRoute::new(source, InvalidReason::NotText))
     }

@@ -205,5 +205,9 @@ async fn a_window_full_of_successes_still_counts_the_failures_after_it() {
     breaker.try_acquire().unwrap().record(Outcome::Success);
     assert_eq!(breaker.state(), BreakerState::Closed, "1 of 4 failed");
     breaker.try_acquire().unwrap().record(Outcome::Failure);
-    assert_eq!(breaker.state(), BreakerState::Open, "2 of the last 4 failed");
+    assert_eq!(
+        breaker.state(),
+        BreakerState::Open,
+        "2 of the last 4 failed"
+    );
 }
