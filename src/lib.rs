@@ -9,9 +9,10 @@
 //!   ID, inference or update, urgency, size) from its extensions or headers;
 //! * [`ring`] pins every model to a stable few backends by consistent
 //!   hashing (xxh3, virtual nodes, weights);
-//! * [`balance`] (feature `balance`) sends inference to the model's owners,
-//!   least loaded under a bounded-load cap, and updates by power of two
-//!   choices, with a circuit breaker per backend;
+//! * [`balance`] (feature `balance`) sends inference to the model's owners
+//!   — as many as its demand needs, those holding it resident first — under
+//!   a bounded-load cap, and updates by power of two choices on cost, with a
+//!   circuit breaker per backend and staged ring changes;
 //! * [`breaker`] (feature `breaker`) is that circuit breaker, usable alone as
 //!   a `Layer` in front of any `Service`;
 //! * [`endpoint`] turns one HTTP client into an endpoint per backend;

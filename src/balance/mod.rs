@@ -2,23 +2,50 @@
 //!
 //! [`ModelBalancer`] routes each request by its [`RouteInfo`]:
 //!
-//! * **inference** goes to the model's *owners*, the first distinct
-//!   backends on its ring walk. How many follows demand: a model gets
-//!   `ceil(share × n / c)` owners, between `min_owners` (default 1) and
-//!   `owners` (`k`, default 2), where `share` is its share of recent
-//!   inference requests, `n` the number of backends and `c` the
-//!   bounded-load factor (default 1.25) — so a hot model spreads over more
-//!   warm owners while a cold one stays where its weights are. Among its
-//!   owners whose breaker admits, the first under the bounded-load cap
-//!   `ceil(c × (total in-flight + 1) / n)` (Mirrokni, Thorup and
-//!   Zadimoghaddam, 2016) takes it, else the least loaded. When no owner
-//!   admits, the request spills along the ring to the first admitting
-//!   backend under the cap;
-//! * **updates** go to the less loaded of two backends sampled uniformly
-//!   (power of two choices; Mitzenmacher, 2001);
+//! * **inference** goes to the model's *owners*, the first `k` distinct
+//!   backends on its ring walk. `k` follows demand: a model gets
+//!   `ceil(share × n / c)` owners within `min_owners ..= owners` (default
+//!   1 ..= 2; or a fixed `k` per model, [`BalanceConfigBuilder::model_owners`]),
+//!   where `share` is its share of recent inference requests, `n` the
+//!   number of backends and `c` the bounded-load factor (default 1.25). `k`
+//!   grows at once and shrinks one owner at a time, only once the share is
+//!   a quarter of an owner's load below the boundary, so it does not flap.
+//!   Among the eligible owners (breaker admitting, not removed) under the
+//!   bounded-load cap `ceil(c × (total in-flight + 1) / n)` (Mirrokni,
+//!   Thorup and Zadimoghaddam, 2016), those with the model **resident** come
+//!   first, chosen by P2C on the cost `(in-flight + 1) × latency EWMA /
+//!   max(health, 0.05)`; else the first cold owner loads it. When every
+//!   owner is out the request **spills** along the ring: to a backend where
+//!   the model is resident, else to one with a free model slot (loading
+//!   there evicts nothing); with neither, it waits on its cheapest owner —
+//!   a cold load that evicts a model in use costs more than the queue, and
+//!   its evictions cascade. With no owner eligible at all, it goes where
+//!   the model is resident, else where loading it evicts the model idle
+//!   longest;
+//! * **residency** is learned from routing — a model sent to a backend is
+//!   resident there from then on, until `model_slots` other models were
+//!   sent there since ([`BackendMeta::with_model_slots`], the server's LRU)
+//!   — and declared by metadata ([`BackendMeta::with_resident_models`]) or
+//!   the handle ([`BalancerHandle::set_resident_models`]);
+//! * **urgency**: `High` takes the cheapest resident owner under the cap
+//!   (no sampling); `Critical` takes the cheapest resident owner even over
+//!   the cap, and is sent to a resident backend past the owners before any
+//!   cold one;
+//! * **updates** go to the cheaper, by the same cost, of two eligible
+//!   backends sampled uniformly (power of two choices; Mitzenmacher, 2001),
+//!   with the RNG injectable ([`ModelBalancer::from_rng`]);
+//! * **panic mode**: when fewer than `panic_threshold` (default 50%) of the
+//!   backends are eligible, requests are routed over all of them, breakers
+//!   bypassed, rather than piled onto the few left (Envoy's panic
+//!   threshold);
 //! * with no backend admitting the request, the response future fails at
 //!   once with [`NoHealthyBackend`] naming the model; an unreadable route
-//!   fails with [`InvalidRoute`].
+//!   fails with [`InvalidRoute`]. Every branch (resident owner, cold owner,
+//!   spill, panic, update, none, invalid) is counted in [`BalanceStats`].
+//!
+//! Callers that are not `Service`s use [`ModelBalancer::pick`]: the same
+//! decision and state, returning the backend's endpoint and a [`Guard`]
+//! that takes the outcome back (dropped: cancelled).
 //!
 //! The balancer **sheds**, it does not reserve: routing depends on the
 //! request, which `poll_ready` never sees, so `poll_ready` is always ready
