@@ -84,8 +84,9 @@ impl Residency {
                 oldest = (i, s);
             }
         }
+        // A reader between the two stores may see the new model with the
+        // old stamp: resident a moment early, as it is about to be.
         let i = oldest.0;
-        self.stamps[i].store(0, Ordering::Relaxed);
         self.models[i].store(key, Ordering::Relaxed);
         self.stamps[i].store(stamp, Ordering::Relaxed);
     }
