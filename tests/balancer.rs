@@ -1,6 +1,9 @@
 //! The model-aware balancer over mock endpoints: typed fast failures,
 //! in-flight accounting to the end of the body, breakers, discovery, P2C.
 
+#[path = "support/lcg.rs"]
+mod lcg;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -12,7 +15,6 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use tokio::sync::mpsc;
 use tower::discover::{Change, ServiceList};
-use tower::util::rng::Rng;
 use tower::ServiceExt;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
@@ -20,6 +22,8 @@ use tower_model_balance::breaker::{BreakerState, Policy};
 use tower_model_balance::error::{InvalidRoute, NoHealthyBackend};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::ModelId;
+
+use lcg::Lcg;
 
 type Body = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
 
@@ -286,20 +290,6 @@ async fn until(done: impl Fn() -> bool) {
         tokio::task::yield_now().await;
     }
     panic!("the discovery task did not apply the changes");
-}
-
-/// A deterministic RNG for `from_rng`.
-#[derive(Clone)]
-struct Lcg(u64);
-
-impl Rng for Lcg {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 11
-    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,8 +1,11 @@
 //! The balancer's request path allocates nothing: ready, call, response and
-//! completion, counted by a global allocator.
+//! completion, counted by a global allocator — with a breaker per backend,
+//! and with one per (backend, model) pair once the pairs are tracked.
 //!
 //! One test in this binary, so no other test allocates while it counts.
 
+#[path = "support/lcg.rs"]
+mod lcg;
 #[path = "support/ready.rs"]
 mod ready;
 
@@ -13,10 +16,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use tower::discover::ServiceList;
+use tower::util::rng::Rng;
 use tower::Service;
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::balance::{Backend, BalanceConfig, BreakerScope, ModelBalancer};
 
+use lcg::Lcg;
 use ready::{request, Ready};
 
 struct Counting;
@@ -37,21 +42,23 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-#[test]
-fn ready_call_response_and_completion_allocate_nothing() {
-    let backends: Vec<_> = (0..16)
+fn balancer(backends: usize, config: BalanceConfig) -> ModelBalancer<Ready, Lcg> {
+    let backends: Vec<_> = (0..backends)
         .map(|i| Backend::new(BackendId::new(&format!("b{i}")).unwrap(), Ready))
         .collect();
-    let mut balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default())
-        .expect("a list source needs no runtime");
-    let models: Vec<String> = (0..64).map(|i| format!("model-{i}")).collect();
-    let kinds = ["inference", "inference", "inference", "update"];
-    // Requests are built before counting: their header maps allocate.
-    let mut requests: Vec<_> = (0..2_000)
-        .map(|i| request(&models[i % models.len()], kinds[i % kinds.len()]))
-        .collect();
+    ModelBalancer::from_rng(ServiceList::new(backends), config, Lcg(3))
+        .expect("a list source needs no runtime")
+}
+
+/// Sends `requests` through `balancer`, each to the end of its response:
+/// the first `warm_up` uncounted, then the allocations of the rest.
+fn allocations<R: Rng>(
+    balancer: &mut ModelBalancer<Ready, R>,
+    mut requests: Vec<http::Request<()>>,
+    warm_up: usize,
+) -> usize {
     let mut cx = Context::from_waker(Waker::noop());
-    let mut send = |balancer: &mut ModelBalancer<Ready>, req| {
+    let mut send = |req| {
         assert!(balancer.poll_ready(&mut cx).is_ready());
         let fut = pin!(balancer.call(req));
         let Poll::Ready(Ok(response)) = fut.poll(&mut cx) else {
@@ -59,23 +66,68 @@ fn ready_call_response_and_completion_allocate_nothing() {
         };
         drop(response);
     };
-    // Warm up (the demand table's warm-up, arc-swap's thread-local slots).
-    for req in requests.drain(..1_000) {
-        send(&mut balancer, req);
+    // Warm up: the demand table, the breaker pairs.
+    for req in requests.drain(..warm_up) {
+        send(req);
     }
     let before = ALLOCATIONS.load(Ordering::Relaxed);
-    let n = requests.len();
-    for req in requests.drain(..) {
-        send(&mut balancer, req);
+    for req in requests {
+        send(req);
     }
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    ALLOCATIONS.load(Ordering::Relaxed) - before
+}
+
+/// A breaker per backend; inference and updates.
+fn per_backend() {
+    let mut balancer = balancer(16, BalanceConfig::default());
+    let models: Vec<String> = (0..64).map(|i| format!("model-{i}")).collect();
+    let kinds = ["inference", "inference", "inference", "update"];
+    // Requests are built before counting: their header maps allocate.
+    let requests: Vec<_> = (0..2_000)
+        .map(|i| request(&models[i % models.len()], kinds[i % kinds.len()]))
+        .collect();
+    let allocations = allocations(&mut balancer, requests, 1_000);
     assert_eq!(
         allocations, 0,
-        "{allocations} allocations over {n} requests"
+        "{allocations} allocations over 1000 requests"
     );
     let stats = balancer.handle().stats();
     assert_eq!(
         stats.resident_owner + stats.cold_owner + stats.spill + stats.update,
         2_000
     );
+}
+
+/// A breaker per (backend, model) pair: inference only, so the measured
+/// requests meet only pairs the warm-up tracked (an update by P2C could
+/// meet a new pair, whose breaker is allocated once).
+fn per_pair() {
+    const MODELS: usize = 8;
+    let config = BalanceConfig::builder()
+        .breaker_scope(BreakerScope::BackendModel { max_pairs: 64 })
+        .build()
+        .unwrap();
+    let mut balancer = balancer(4, config);
+    let handle = balancer.handle();
+    let models: Vec<String> = (0..MODELS).map(|i| format!("model-{i}")).collect();
+    let mut warm_up: Vec<_> = (0..4_000)
+        .map(|i| request(&models[i % MODELS], "inference"))
+        .collect();
+    let measured = warm_up.split_off(2_000);
+    let n = warm_up.len();
+    allocations(&mut balancer, warm_up, n);
+    let tracked = handle.tracked_pairs();
+    assert!(tracked >= MODELS, "a pair per model at least: {tracked}");
+    let allocations = allocations(&mut balancer, measured, 0);
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations over 2000 requests"
+    );
+    assert_eq!(handle.tracked_pairs(), tracked, "no new pair was met");
+}
+
+#[test]
+fn the_request_path_allocates_nothing() {
+    per_backend();
+    per_pair();
 }
