@@ -1,0 +1,547 @@
+//! The pick API (`ModelBalancer::pick` and its `Guard`) against the
+//! `Service` path: shared state and counters, cancellation, latency into
+//! P2C, urgency, and the typed error when nothing can be picked.
+
+#[path = "support/lcg.rs"]
+mod lcg;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream;
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tower::discover::{Change, ServiceList};
+use tower::{Service, ServiceExt};
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer, Picked, ResponseBody};
+use tower_model_balance::breaker::{BreakerState, Outcome, Policy};
+use tower_model_balance::error::NoHealthyBackend;
+use tower_model_balance::ring::{Ring, RingConfig};
+use tower_model_balance::route::{ModelId, RequestKind, RouteInfo, Urgency};
+
+use lcg::Lcg;
+
+/// The backends `model` walks, in ring order (the balancer's default ring,
+/// every backend of weight 1).
+fn walk(names: &[&'static str], model: &str) -> Vec<&'static str> {
+    let members = names.iter().map(|n| (BackendId::new(n).unwrap(), 1));
+    let ring = Ring::build(&RingConfig::default(), members).unwrap();
+    let key = ModelId::new(model).unwrap().hash64();
+    ring.walk(key).map(|i| names[i]).collect()
+}
+
+fn id(name: &str) -> BackendId {
+    BackendId::new(name).unwrap()
+}
+
+fn model(name: &str) -> ModelId {
+    ModelId::new(name).unwrap()
+}
+
+fn inference(name: &str) -> RouteInfo {
+    RouteInfo::new(model(name))
+}
+
+fn update(name: &str) -> RouteInfo {
+    RouteInfo::new(model(name)).with_kind(RequestKind::Update)
+}
+
+/// A discovery source that yields its backends at once and ends.
+type Listed = stream::Iter<std::vec::IntoIter<Result<Change<usize, Backend<String>>, Infallible>>>;
+
+/// A source of backends whose endpoints are their names (the pick API
+/// takes any `Clone` endpoint); it ends at once, so no task is spawned.
+fn named(names: &[&'static str]) -> Listed {
+    let changes: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(key, &name)| Ok(Change::Insert(key, Backend::new(id(name), name.to_owned()))))
+        .collect();
+    stream::iter(changes)
+}
+
+/// Picks `route` now; panics when nothing can be picked.
+fn pick<E: Clone>(balancer: &mut ModelBalancer<E, Lcg>, route: &RouteInfo) -> Picked<E> {
+    balancer.pick(route, Instant::now()).unwrap()
+}
+
+/// An endpoint answering with its name, a body that is not read: the
+/// request stays in flight until the response is dropped.
+#[derive(Clone)]
+struct Named(&'static str);
+
+impl Service<http::Request<String>> for Named {
+    type Response = http::Response<String>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<String>) -> Self::Future {
+        std::future::ready(Ok(http::Response::new(self.0.to_owned())))
+    }
+}
+
+fn request(model: &str, urgency: Option<&str>) -> http::Request<String> {
+    let mut req = http::Request::post("/infer").header("x-model-id", model);
+    if let Some(urgency) = urgency {
+        req = req.header("x-urgency", urgency);
+    }
+    req.body(String::new()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn pick_and_the_service_share_state_and_counters() {
+    const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+    let primary = walk(&NAMES, "m")[0];
+    let backends = || {
+        let list = NAMES.map(|name| Backend::new(id(name), Named(name)));
+        ServiceList::new(list)
+    };
+    // A cap too high to bind: every request for the idle model may go to
+    // its primary.
+    let config = BalanceConfig::builder().load_factor(100.0).build().unwrap();
+    let mut balancer = ModelBalancer::from_rng(backends(), config.clone(), Lcg(1)).unwrap();
+    let handle = balancer.handle();
+
+    let first = pick(&mut balancer, &inference("m"));
+    assert_eq!(first.backend().as_str(), primary);
+    assert_eq!(
+        first.endpoint.0, primary,
+        "the endpoint of the backend picked"
+    );
+    assert_eq!(handle.stats().cold_owner, 1, "a first pick loads the model");
+    assert_eq!(handle.in_flight(), 1, "the guard counts until finished");
+
+    // The Service path sees the residency the pick taught, and its request
+    // counts in the same in-flight total.
+    let rsp = balancer
+        .ready()
+        .await
+        .unwrap()
+        .call(request("m", None))
+        .await
+        .unwrap();
+    assert_eq!(rsp.body().get_ref(), primary);
+    assert_eq!(handle.stats().resident_owner, 1);
+    assert_eq!(handle.in_flight(), 2);
+
+    let second = pick(&mut balancer, &inference("m"));
+    assert_eq!(second.backend().as_str(), primary);
+    assert_eq!(handle.stats().resident_owner, 2, "warm after the first");
+    assert_eq!(handle.in_flight(), 3);
+    let write = pick(&mut balancer, &update("index"));
+    assert_eq!(handle.in_flight(), 4);
+    let status = handle.backends();
+    let on_primary = status.iter().find(|b| b.id.as_str() == primary).unwrap();
+    assert_eq!((on_primary.picked, on_primary.in_flight), (3, 3));
+
+    first.guard.finish(Outcome::Success);
+    assert_eq!(handle.in_flight(), 3);
+    drop(rsp);
+    assert_eq!(handle.in_flight(), 2);
+    second.guard.finish(Outcome::Failure);
+    write.guard.finish(Outcome::Ignored);
+    assert_eq!(handle.in_flight(), 0);
+
+    // The same requests through the Service path alone count the same.
+    let mut service = ModelBalancer::from_rng(backends(), config, Lcg(1)).unwrap();
+    for req in [request("m", None), request("m", None), request("m", None)] {
+        drop(service.ready().await.unwrap().call(req).await.unwrap());
+    }
+    let write = http::Request::post("/")
+        .header("x-model-id", "index")
+        .header("x-request-kind", "update")
+        .body(String::new())
+        .unwrap();
+    drop(service.ready().await.unwrap().call(write).await.unwrap());
+    let by_pick = handle.stats();
+    assert_eq!((by_pick.cold_owner, by_pick.resident_owner), (1, 2));
+    assert_eq!(by_pick.update, 1);
+    assert_eq!(service.handle().stats(), by_pick);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_guard_is_a_cancellation_counting_nothing() {
+    const NAMES: [&str; 3] = ["a", "b", "c"];
+    let primary = walk(&NAMES, "m")[0];
+    let open_for = Duration::from_secs(5);
+    let policy = Policy::builder()
+        .window(4)
+        .minimum_calls(3)
+        .failure_rate_threshold(0.5)
+        .open_duration(open_for)
+        .half_open_permits(3)
+        .build()
+        .unwrap();
+    // A cap too high to bind, so that every probe can go to the primary.
+    let config = BalanceConfig::builder()
+        .breaker(policy)
+        .load_factor(100.0)
+        .build()
+        .unwrap();
+    let mut balancer = ModelBalancer::from_rng(named(&NAMES), config, Lcg(2)).unwrap();
+    let handle = balancer.handle();
+    let m = inference("m");
+    let state = || handle.breaker_state(&id(primary), &model("m")).unwrap();
+
+    // Failure, ten cancellations, failure, ten cancellations, failure: the
+    // window holds three failures only, and trips on the third. (Had the
+    // cancellations counted as successes, the rate would be 1 in 4; as
+    // failures, it would have tripped at once.)
+    for round in 0..3 {
+        let failed = pick(&mut balancer, &m);
+        assert_eq!(failed.backend().as_str(), primary);
+        failed.guard.finish(Outcome::Failure);
+        if round == 2 {
+            break;
+        }
+        for _ in 0..10 {
+            let cancelled = pick(&mut balancer, &m);
+            assert_eq!(cancelled.backend().as_str(), primary);
+            drop(cancelled);
+        }
+        assert_eq!(handle.breaker_trips(), 0, "round {round}");
+        assert_eq!(state(), BreakerState::Closed);
+    }
+    assert_eq!(handle.breaker_trips(), 1);
+    assert_eq!(state(), BreakerState::Open);
+    assert_eq!(handle.in_flight(), 0);
+
+    // Open: picks avoid it, inference and updates alike.
+    for i in 0..50 {
+        let route = if i % 2 == 0 { m.clone() } else { update("u") };
+        let picked = pick(&mut balancer, &route);
+        assert_ne!(picked.backend().as_str(), primary);
+        assert_ne!(picked.endpoint, primary);
+        picked.guard.finish(Outcome::Success);
+    }
+
+    // Half-open after the open duration: three probes, no fourth.
+    tokio::time::advance(open_for).await;
+    let mut probes: Vec<_> = (0..3).map(|_| pick(&mut balancer, &m)).collect();
+    assert!(probes.iter().all(|p| p.backend().as_str() == primary));
+    assert_eq!(state(), BreakerState::HalfOpen);
+    let refused = pick(&mut balancer, &m);
+    assert_ne!(refused.backend().as_str(), primary, "every probe is out");
+    drop(refused);
+    // A dropped probe gives its permit back: one more probe is admitted.
+    drop(probes.pop());
+    let probe = pick(&mut balancer, &m);
+    assert_eq!(probe.backend().as_str(), primary, "the permit came back");
+    drop(probe);
+    // Cancelled probes decided nothing, either way.
+    drop(probes);
+    assert_eq!(state(), BreakerState::HalfOpen);
+    assert_eq!(handle.breaker_trips(), 1);
+    for probe in (0..3).map(|_| pick(&mut balancer, &m)).collect::<Vec<_>>() {
+        assert_eq!(probe.backend().as_str(), primary);
+        probe.guard.finish(Outcome::Success);
+    }
+    assert_eq!(state(), BreakerState::Closed, "three successful probes");
+}
+
+#[tokio::test(start_paused = true)]
+async fn finish_at_records_latency_into_p2c_cost() {
+    const NAMES: [&str; 2] = ["slow", "fast"];
+    let latency = |name: &str| match name {
+        "slow" => Duration::from_secs(1),
+        _ => Duration::from_millis(5),
+    };
+    let mut balancer =
+        ModelBalancer::from_rng(named(&NAMES), BalanceConfig::default(), Lcg(3)).unwrap();
+    let handle = balancer.handle();
+    let route = update("embeddings");
+
+    // Equal costs at first; the first guard held makes the second pick go
+    // to the other backend: one request on each.
+    let first = pick(&mut balancer, &route);
+    let second = pick(&mut balancer, &route);
+    assert_ne!(first.backend(), second.backend());
+    for picked in [first, second] {
+        let took = latency(picked.backend().as_str());
+        let end = picked.guard.started() + took;
+        picked.guard.finish_at(Outcome::Success, end);
+    }
+
+    // From now on P2C (both backends compared, in-flight equal) takes the
+    // one whose latency estimate is lower, and keeps it lower.
+    for i in 0..100 {
+        let picked = pick(&mut balancer, &route);
+        assert_eq!(picked.backend().as_str(), "fast", "pick {i}");
+        let end = picked.guard.started() + latency("fast");
+        picked.guard.finish_at(Outcome::Success, end);
+    }
+    assert_eq!(handle.stats().update, 102);
+    assert_eq!(handle.in_flight(), 0);
+}
+
+type Body = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
+
+/// A mock backend whose bodies stay open until the test drops the sender
+/// kept in `open`; counts the requests it served.
+#[derive(Clone)]
+struct Mock {
+    name: &'static str,
+    open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
+    served: Arc<Mutex<HashMap<&'static str, usize>>>,
+}
+
+impl Service<http::Request<String>> for Mock {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<String>) -> Self::Future {
+        *self.served.lock().unwrap().entry(self.name).or_default() += 1;
+        let (tx, rx) = mpsc::channel::<Bytes>(1);
+        self.open.lock().unwrap().push(tx);
+        let frames = stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
+        });
+        let body = StreamBody::new(Box::pin(frames) as stream::BoxStream<'static, _>);
+        std::future::ready(Ok(http::Response::new(body)))
+    }
+}
+
+/// Mock backends sharing one record of open bodies and served requests.
+struct Mocks {
+    mocks: Vec<Mock>,
+    open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
+    served: Arc<Mutex<HashMap<&'static str, usize>>>,
+}
+
+impl Mocks {
+    fn new(names: &[&'static str]) -> Self {
+        let open = Arc::new(Mutex::new(Vec::new()));
+        let served = Arc::new(Mutex::new(HashMap::new()));
+        let mocks = names
+            .iter()
+            .map(|&name| Mock {
+                name,
+                open: open.clone(),
+                served: served.clone(),
+            })
+            .collect();
+        Self {
+            mocks,
+            open,
+            served,
+        }
+    }
+
+    fn balancer(&self, config: BalanceConfig, seed: u64) -> ModelBalancer<Mock, Lcg> {
+        let backends = self
+            .mocks
+            .iter()
+            .map(|m| Backend::new(id(m.name), m.clone()));
+        let list = ServiceList::new(backends.collect::<Vec<_>>());
+        ModelBalancer::from_rng(list, config, Lcg(seed)).unwrap()
+    }
+
+    fn served(&self) -> HashMap<&'static str, usize> {
+        self.served.lock().unwrap().clone()
+    }
+
+    /// Ends every open response body.
+    fn close_bodies(&self) {
+        self.open.lock().unwrap().clear();
+    }
+}
+
+/// Sends `req` and keeps its response (its body open: in flight); returns
+/// the backend that served it.
+async fn send(
+    balancer: &mut ModelBalancer<Mock, Lcg>,
+    mocks: &Mocks,
+    req: http::Request<String>,
+    held: &mut Vec<http::Response<ResponseBody<Body>>>,
+) -> &'static str {
+    let before = mocks.served();
+    let rsp = balancer.ready().await.unwrap().call(req).await.unwrap();
+    held.push(rsp);
+    let after = mocks.served();
+    let mut by = after
+        .iter()
+        .filter(|&(name, n)| before.get(name).copied().unwrap_or(0) < *n)
+        .map(|(name, _)| *name);
+    let served = by.next().expect("a backend served the request");
+    assert!(by.next().is_none());
+    served
+}
+
+#[tokio::test(start_paused = true)]
+async fn urgency_high_and_critical_through_the_service_path() {
+    const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+    let mocks = Mocks::new(&NAMES);
+    let mut balancer = mocks.balancer(BalanceConfig::default(), 4);
+    let handle = balancer.handle();
+    let owner = walk(&NAMES, "hot")[0]; // One owner while demand warms up.
+    let mut held = Vec::new();
+    let stats = || {
+        let s = handle.stats();
+        (s.cold_owner, s.resident_owner, s.spill)
+    };
+
+    // In flight: owner 1. Cap ceil(1.25 × 2 / 4) = 1: the owner is full.
+    assert_eq!(
+        send(&mut balancer, &mocks, request("hot", None), &mut held).await,
+        owner
+    );
+    assert_eq!(stats(), (1, 0, 0));
+    let normal = send(&mut balancer, &mocks, request("hot", None), &mut held).await;
+    assert_ne!(normal, owner, "a normal request spills past the full owner");
+    assert_eq!(stats(), (1, 0, 1));
+    // In flight: owner 1, spill 1; cap ceil(1.25 × 3 / 4) = 1.
+    let critical = request("hot", Some("critical"));
+    assert_eq!(
+        send(&mut balancer, &mocks, critical, &mut held).await,
+        owner,
+        "critical stays on the resident owner over the cap"
+    );
+    assert_eq!(stats(), (1, 1, 1));
+    // In flight: owner 2, spill 1; cap ceil(1.25 × 4 / 4) = 2. At the same
+    // moment, a normal request goes where the model is resident and there
+    // is room: the backend it spilled to.
+    let again = send(&mut balancer, &mocks, request("hot", None), &mut held).await;
+    assert_eq!(again, normal);
+    assert_eq!(stats(), (1, 1, 2));
+    // In flight: owner 2, spill 2; cap ceil(1.25 × 5 / 4) = 2. High urgency
+    // does not override the cap: it spills too, to a third backend.
+    let high = send(
+        &mut balancer,
+        &mocks,
+        request("hot", Some("high")),
+        &mut held,
+    )
+    .await;
+    assert!(high != owner && high != normal, "{high}");
+    assert_eq!(stats(), (1, 1, 3));
+    let critical = request("hot", Some("critical"));
+    assert_eq!(
+        send(&mut balancer, &mocks, critical, &mut held).await,
+        owner
+    );
+    assert_eq!(stats(), (1, 2, 3));
+    assert_eq!(mocks.served()[owner], 3);
+    assert_eq!(handle.in_flight(), 6);
+
+    // Once the load is gone, high urgency goes to the resident owner.
+    held.clear();
+    mocks.close_bodies();
+    assert_eq!(handle.in_flight(), 0);
+    let high = send(
+        &mut balancer,
+        &mocks,
+        request("hot", Some("high")),
+        &mut held,
+    )
+    .await;
+    assert_eq!(high, owner);
+    assert_eq!(stats(), (1, 3, 3));
+}
+
+/// Sends 30 requests for `steady` of `urgency` one after the other (each
+/// ends before the next: loads stay equal) and counts where they went.
+async fn served_by(
+    balancer: &mut ModelBalancer<Mock, Lcg>,
+    mocks: &Mocks,
+    urgency: Option<&str>,
+) -> HashMap<&'static str, usize> {
+    let mut by = HashMap::new();
+    for _ in 0..30 {
+        let mut held = Vec::new();
+        let name = send(balancer, mocks, request("steady", urgency), &mut held).await;
+        *by.entry(name).or_default() += 1;
+    }
+    by
+}
+
+#[tokio::test(start_paused = true)]
+async fn urgency_high_takes_the_cheapest_resident_owner_where_normal_samples() {
+    const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+    let mocks = Mocks::new(&NAMES);
+    let config = BalanceConfig::builder()
+        .model_owners(model("steady"), 3)
+        .build()
+        .unwrap();
+    let mut balancer = mocks.balancer(config, 5);
+    let handle = balancer.handle();
+    let owners = &walk(&NAMES, "steady")[..3];
+    for (&owner, health) in owners.iter().zip([0.5, 1.0, 0.5]) {
+        assert!(handle.set_resident_models(&id(owner), [&model("steady")]));
+        assert!(handle.set_health(&id(owner), health));
+    }
+    let cheapest = owners[1];
+    let high = served_by(&mut balancer, &mocks, Some("high")).await;
+    assert_eq!(high, HashMap::from([(cheapest, 30)]), "{high:?}");
+    let normal = served_by(&mut balancer, &mocks, None).await;
+    assert!(
+        normal.keys().all(|name| owners.contains(name)),
+        "{normal:?}"
+    );
+    assert!(
+        normal.get(cheapest).copied().unwrap_or(0) < 30,
+        "P2C samples: {normal:?}"
+    );
+    assert_eq!(handle.stats().resident_owner, 60);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_backend_is_a_typed_error_naming_the_model() {
+    let empty: Vec<Result<Change<usize, Backend<String>>, Infallible>> = Vec::new();
+    let mut balancer =
+        ModelBalancer::from_rng(stream::iter(empty), BalanceConfig::default(), Lcg(6)).unwrap();
+    let handle = balancer.handle();
+    for route in [inference("llama-3-8b"), update("llama-3-8b")] {
+        let err: NoHealthyBackend = balancer.pick(&route, Instant::now()).unwrap_err();
+        assert_eq!(err.model.as_str(), "llama-3-8b");
+        assert!(err.to_string().contains("`llama-3-8b`"), "{err}");
+    }
+    let stats = handle.stats();
+    assert_eq!(stats.no_backend, 2);
+    assert_eq!(
+        (stats.cold_owner, stats.resident_owner, stats.update),
+        (0, 0, 0)
+    );
+    assert_eq!(handle.in_flight(), 0);
+
+    // Every breaker open, panic mode off: the same error, naming the model.
+    let policy = Policy::builder()
+        .window(4)
+        .minimum_calls(3)
+        .build()
+        .unwrap();
+    let config = BalanceConfig::builder()
+        .breaker(policy)
+        .panic_threshold(0.0)
+        .build()
+        .unwrap();
+    let mut balancer = ModelBalancer::from_rng(named(&["only"]), config, Lcg(7)).unwrap();
+    for _ in 0..3 {
+        let picked = pick(&mut balancer, &inference("resnet"));
+        picked.guard.finish(Outcome::Failure);
+    }
+    assert_eq!(balancer.handle().breaker_trips(), 1);
+    let err = balancer
+        .pick(
+            &RouteInfo::new(model("resnet")).with_urgency(Urgency::Critical),
+            Instant::now(),
+        )
+        .unwrap_err();
+    assert_eq!(err.model, model("resnet"));
+    assert_eq!(balancer.handle().stats().no_backend, 1);
+}
