@@ -181,11 +181,14 @@ impl Ctx<'_> {
 
 /// Inference: among the model's eligible owners, the resident ones under
 /// the bounded-load cap by P2C on cost, else the first cold owner under the
-/// cap; else spill along the ring (a backend with the model resident
-/// first); with every eligible backend over the cap, the cheapest owner.
-/// `High` urgency takes the cheapest resident owner instead of sampling;
-/// `Critical` takes the cheapest resident owner even over the cap, and
-/// goes to a resident backend past the owners before any cold one.
+/// cap. With every owner out, spill along the ring: to a backend under the
+/// cap with the model resident, else with a free model slot (nothing
+/// evicted); else wait on the cheapest owner (resident first). With no
+/// owner eligible: a resident backend, else the one where loading evicts
+/// the model idle longest. `High` urgency takes the cheapest resident owner
+/// instead of sampling; `Critical` takes the cheapest resident owner even
+/// over the cap, and goes to a resident backend past the owners before any
+/// cold one.
 fn pick_inference(
     ctx: &Ctx<'_>,
     ask: &Ask,
@@ -231,7 +234,7 @@ fn pick_inference(
             .p2c(resident_under, random)
             .map(|i| (i, Branch::ResidentOwner)),
     };
-    let now_ms = table.fleet.millis(ctx.now);
+    let now_ms = || table.fleet.millis(ctx.now);
     let choice = choice
         .or_else(|| {
             eligible_owners
@@ -241,7 +244,7 @@ fn pick_inference(
                 .map(|i| (i, Branch::ColdOwner))
         })
         .or_else(|| spill_resident(ctx, ask, k, under).map(|i| (i, Branch::Spill)))
-        .or_else(|| spill_cold(ctx, ask, k, under, now_ms, u64::MAX))
+        .or_else(|| spill_cold(ctx, ask, k, under, now_ms(), u64::MAX))
         .or_else(|| {
             // No room anywhere without evicting a model in use: wait on an
             // owner, however loaded, rather than thrash another backend.
@@ -255,8 +258,8 @@ fn pick_inference(
         // No owner is eligible: somewhere warm, else where loading the
         // model does the least harm.
         .or_else(|| spill_resident(ctx, ask, k, |_| true).map(|i| (i, Branch::Spill)))
-        .or_else(|| spill_cold(ctx, ask, k, under, now_ms, 0))
-        .or_else(|| spill_cold(ctx, ask, k, |_| true, now_ms, 0));
+        .or_else(|| spill_cold(ctx, ask, k, under, now_ms(), 0))
+        .or_else(|| spill_cold(ctx, ask, k, |_| true, now_ms(), 0));
     let owner_branch = |i: usize| {
         if ctx.resident(i, key) {
             Branch::ResidentOwner
