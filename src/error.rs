@@ -87,8 +87,9 @@ impl fmt::Display for InvalidRoute {
 impl std::error::Error for InvalidRoute {}
 
 /// No backend could take the request: none is known, or every candidate is
-/// ejected (breaker open). Returned at once by the balancer, never after a
-/// wait.
+/// ejected (breaker open) while panic mode does not apply (the balancer's
+/// `panic_threshold` is 0, or enough backends are eligible elsewhere).
+/// Returned at once by the balancer, never after a wait.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NoHealthyBackend {

@@ -423,6 +423,7 @@ async fn a_backend_too_heavy_for_the_ring_is_ignored_not_fatal() {
         ["light-a", "light-b"],
         "the one that does not fit is left out"
     );
+    assert_eq!(balancer.handle().ignored_backends(), 1, "and counted");
     assert_eq!(
         balancer.clone().oneshot(infer("m")).await.unwrap().status(),
         200

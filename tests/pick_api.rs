@@ -545,3 +545,33 @@ async fn no_backend_is_a_typed_error_naming_the_model() {
     assert_eq!(err.model, model("resnet"));
     assert_eq!(balancer.handle().stats().no_backend, 1);
 }
+
+/// The latest `Instant` this platform can represent, to a second.
+fn end_of_time() -> Instant {
+    let mut far = Instant::now();
+    for shift in (0..63).rev() {
+        if let Some(later) = far.checked_add(Duration::from_secs(1 << shift)) {
+            far = later;
+        }
+    }
+    far
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_now_at_the_end_of_time_is_not_a_panic() {
+    let policy = Policy::builder()
+        .window(2)
+        .minimum_calls(1)
+        .build()
+        .unwrap();
+    let config = BalanceConfig::builder().breaker(policy).build().unwrap();
+    let mut balancer = ModelBalancer::new(named(&["a", "b"]), config).unwrap();
+    let far = end_of_time();
+    for kind in [RequestKind::Inference, RequestKind::Update] {
+        let route = RouteInfo::new(ModelId::new("m").unwrap()).with_kind(kind);
+        let picked = balancer.pick(&route, far).unwrap();
+        // Opening the breaker `open_duration` past the end of time.
+        picked.guard.finish_at(Outcome::Failure, far);
+    }
+    assert!(balancer.handle().breaker_trips() >= 1);
+}

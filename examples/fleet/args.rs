@@ -29,7 +29,7 @@ pub struct Args {
     pub seed: u64,
     pub scenario: Scenario,
     pub json: bool,
-    /// Which strategies to run, in table order.
+    /// Which strategies to run, in the order given (the table's order).
     pub strategies: Vec<&'static str>,
 }
 
@@ -96,6 +96,11 @@ impl Args {
 fn strategies(list: &str) -> Result<Vec<&'static str>, Stop> {
     let mut chosen = Vec::new();
     for name in list.split(',') {
+        if name.is_empty() {
+            return Err(Stop::Error(format!(
+                "--strategies takes names separated by commas, got `{list}`"
+            )));
+        }
         let Some(known) = NAMES.iter().find(|n| **n == name) else {
             return Err(Stop::Error(format!(
                 "unknown strategy `{name}` (known: {})",

@@ -161,10 +161,11 @@ impl BalanceConfigBuilder {
         self
     }
 
-    /// Gives `model` exactly `k` owners (1 ..= 16), whatever its demand —
-    /// e.g. a large model pinned to one backend, or a critical one always
-    /// kept warm on three. A later call for the same model replaces the
-    /// earlier one.
+    /// Gives `model` exactly `k` owners (1 ..= 16), whatever its demand and
+    /// whatever `owners` and `min_owners` say (the override wins) — e.g. a
+    /// large model pinned to one backend, or a critical one always kept
+    /// warm on three. A later call for the same model replaces the earlier
+    /// one.
     pub fn model_owners(mut self, model: ModelId, k: usize) -> Self {
         self.config.model_owners.retain(|(m, _)| m != &model);
         self.config.model_owners.push((model, k));

@@ -69,6 +69,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
         match change {
             Change::Insert(key, Backend { meta, endpoint }) => {
                 if !self.fits(&key, &meta) {
+                    self.fleet.ignored.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(backend = %meta.id, weight = meta.weight, "discovery inserted a backend that would take the ring past its point limit; ignored");
                     return;
                 }
@@ -77,6 +78,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                     .iter()
                     .find(|e| e.key != key && e.meta.id == meta.id)
                 {
+                    self.fleet.ignored.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(backend = %other.meta.id, "discovery inserted a backend ID already in use under another key; ignored");
                     return;
                 }

@@ -198,6 +198,14 @@ impl BalancerHandle {
             .map_or(0, |p| p.len())
     }
 
+    /// Inserts from discovery the balancer ignored since it was built (each
+    /// also logged as a `tracing` warning): an ID already in use under
+    /// another key, or a backend that would take the ring past
+    /// [`MAX_POINTS`](crate::ring::MAX_POINTS) points.
+    pub fn ignored_backends(&self) -> u64 {
+        self.view.table().fleet.ignored.load(Ordering::Relaxed)
+    }
+
     /// Breaker trips over all current backends (their backend-level
     /// breakers; pair breakers are not counted).
     pub fn breaker_trips(&self) -> u64 {

@@ -26,6 +26,9 @@ pub(crate) struct Fleet {
     pub(crate) scoped: Option<Scoped>,
     /// The next backend state's [`BackendState::uid`].
     next_uid: AtomicU64,
+    /// Inserts discovery made that were ignored (duplicate ID, ring point
+    /// limit).
+    pub(crate) ignored: AtomicU64,
 }
 
 impl Fleet {
@@ -37,6 +40,7 @@ impl Fleet {
             base: Instant::now(),
             scoped: None,
             next_uid: AtomicU64::new(0),
+            ignored: AtomicU64::new(0),
         }
     }
 
@@ -58,7 +62,10 @@ impl Fleet {
     pub(crate) fn millis(&self, now: Instant) -> u64 {
         // Not `as_millis`: its u128 arithmetic shows on the pick path.
         let since = now.saturating_duration_since(self.base);
-        since.as_secs() * 1_000 + u64::from(since.subsec_millis())
+        since
+            .as_secs()
+            .saturating_mul(1_000)
+            .saturating_add(u64::from(since.subsec_millis()))
     }
 }
 

@@ -213,7 +213,8 @@ impl CircuitState {
     }
 
     fn open(&mut self, now: Instant) -> Transition {
-        let until = now + self.policy.open_duration;
+        // A `now` near the end of time opens until then, not past it.
+        let until = now.checked_add(self.policy.open_duration).unwrap_or(now);
         self.enter(State::Open { until })
     }
 
