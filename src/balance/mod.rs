@@ -16,10 +16,11 @@
 //!   first, chosen by P2C on the cost `(in-flight + 1) × latency EWMA /
 //!   max(health, 0.05)`; else the first cold owner loads it. When every
 //!   owner is out the request **spills** along the ring: to a backend where
-//!   the model is resident, else to one with a free model slot (loading
-//!   there evicts nothing); with neither, it waits on its cheapest owner —
-//!   a cold load that evicts a model in use costs more than the queue, and
-//!   its evictions cascade. With no owner eligible at all, it goes where
+//!   the model is resident, else — while the owners' copy was sent there
+//!   under 2 s ago and may still be loading — to one with a free model slot
+//!   (loading there evicts nothing); otherwise it waits on its cheapest
+//!   owner: a cold load elsewhere costs more than a passing queue, and one
+//!   that evicts a model in use starts a cascade of evictions. With no owner eligible at all, it goes where
 //!   the model is resident, else where loading it evicts the model idle
 //!   longest;
 //! * **residency** is learned from routing — a model sent to a backend is

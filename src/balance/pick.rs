@@ -12,6 +12,9 @@ const MAX_OWNERS: usize = super::BalanceConfigBuilder::MAX_OWNERS;
 /// How far past its owners a spilled request looks for a backend where its
 /// model is resident, in distinct backends.
 const SPILL_SCAN: usize = 16;
+/// How long (ms) after a model was first sent to a backend it may still be
+/// loading there (adapters load in 0.1–0.4 s, LLMs in seconds).
+const LOADING_GRACE_MS: u64 = 2_000;
 
 /// Which branch a pick took; counted in [`BalanceStats`](super::BalanceStats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,8 +185,9 @@ impl Ctx<'_> {
 /// Inference: among the model's eligible owners, the resident ones under
 /// the bounded-load cap by P2C on cost, else the first cold owner under the
 /// cap. With every owner out, spill along the ring: to a backend under the
-/// cap with the model resident, else with a free model slot (nothing
-/// evicted); else wait on the cheapest owner (resident first). With no
+/// cap with the model resident, else — while the owners' copy may still be
+/// loading — with a free model slot (nothing evicted); else wait on the
+/// cheapest owner (resident first). With no
 /// owner eligible: a resident backend, else the one where loading evicts
 /// the model idle longest. `High` urgency takes the cheapest resident owner
 /// instead of sampling; `Critical` takes the cheapest resident owner even
@@ -244,7 +248,19 @@ fn pick_inference(
                 .map(|i| (i, Branch::ColdOwner))
         })
         .or_else(|| spill_resident(ctx, ask, k, under).map(|i| (i, Branch::Spill)))
-        .or_else(|| spill_cold(ctx, ask, k, under, now_ms(), u64::MAX))
+        .or_else(|| {
+            // A second copy is worth a cold load only while the owners'
+            // copy may itself still be loading: the spilled request waits
+            // no longer than it would have there. Past that, the owner's
+            // queue is the cheaper wait.
+            let loading = eligible_owners.iter().any(|&i| {
+                let residency = &table.backends[i].residency;
+                residency.arrived_within(key, now_ms(), LOADING_GRACE_MS)
+            });
+            loading
+                .then(|| spill_cold(ctx, ask, k, under, now_ms(), u64::MAX))
+                .flatten()
+        })
         .or_else(|| {
             // No room anywhere without evicting a model in use: wait on an
             // owner, however loaded, rather than thrash another backend.

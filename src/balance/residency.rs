@@ -21,6 +21,8 @@ pub(crate) struct Residency {
     models: [AtomicU64; MAX_SLOTS],
     /// Last use in ms since the fleet's base instant, plus one; 0 = empty.
     stamps: [AtomicU64; MAX_SLOTS],
+    /// When each slot's model was first sent here, ms plus one.
+    loaded: [AtomicU64; MAX_SLOTS],
     slots: AtomicUsize,
 }
 
@@ -30,6 +32,7 @@ impl Residency {
         Self {
             models: Default::default(),
             stamps: Default::default(),
+            loaded: Default::default(),
             slots: AtomicUsize::new(slots.clamp(1, MAX_SLOTS)),
         }
     }
@@ -89,6 +92,20 @@ impl Residency {
         let i = oldest.0;
         self.models[i].store(key, Ordering::Relaxed);
         self.stamps[i].store(stamp, Ordering::Relaxed);
+        self.loaded[i].store(stamp, Ordering::Relaxed);
+    }
+
+    /// Whether the model with hash `key` was first sent here less than
+    /// `within_ms` before `now_ms` (it may still be loading).
+    pub(crate) fn arrived_within(&self, key: u64, now_ms: u64, within_ms: u64) -> bool {
+        (0..self.slots()).any(|i| {
+            self.models[i].load(Ordering::Relaxed) == key
+                && self.stamps[i].load(Ordering::Relaxed) != 0
+                && now_ms
+                    .saturating_add(1)
+                    .saturating_sub(self.loaded[i].load(Ordering::Relaxed))
+                    < within_ms
+        })
     }
 
     /// Replaces the table with `keys` (the first `slots` of them).
@@ -120,6 +137,12 @@ mod tests {
         r.touch(4, 11);
         assert!(r.contains(1) && r.contains(3) && r.contains(4));
         assert!(!r.contains(2), "the least recently used model was evicted");
+        assert!(r.arrived_within(4, 12, 2), "sent at 11");
+        assert!(!r.arrived_within(4, 13, 2));
+        assert!(
+            !r.arrived_within(1, 12, 10),
+            "sent at 0; using it at 10 does not renew its arrival"
+        );
         r.replace([7, 8, 9, 10], 20);
         assert!(r.contains(7) && r.contains(8) && r.contains(9));
         assert!(!r.contains(10) && !r.contains(1), "only `slots` are kept");

@@ -194,14 +194,26 @@ async fn with_every_owner_at_the_cap_the_request_spills_warm_first() {
         Some((order[4], Branch::Spill)),
         "a backend past the owners with the model resident"
     );
-    // Nowhere warm with room: the first backend along the ring where
-    // loading it evicts nothing.
+    // Nowhere warm with room, and the owner's copy just sent (it may still
+    // be loading): the first backend along the ring where loading a second
+    // copy evicts nothing.
     let t = table(6);
     make_resident(&t, order[0], &r);
     set_load(&t, order[0], 4);
     set_load(&t, order[1], 4);
     fill_slots(&t, order[2]);
     assert_eq!(pick_now(&t, &ask(&r, 2)), Some((order[3], Branch::Spill)));
+    // Once the owner's copy has long been loaded, its queue is the cheaper
+    // wait: no cold copy for a passing burst.
+    let t = table(6);
+    make_resident(&t, order[0], &r);
+    set_load(&t, order[0], 4);
+    set_load(&t, order[1], 4);
+    tokio::time::advance(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[0], Branch::ResidentOwner))
+    );
     // Every backend's slots full: a cold load would evict a model in use;
     // the request waits on its resident owner instead.
     for i in 0..6 {
