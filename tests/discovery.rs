@@ -1,19 +1,16 @@
 //! Discovery as the balancer sees it: removals, churn between picks,
 //! declared residency and per-model fixed owners.
 
+#[path = "support/held.rs"]
+mod held;
 #[path = "support/lcg.rs"]
 mod lcg;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::stream;
-use http_body_util::StreamBody;
-use hyper::body::Frame;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tower::discover::{Change, Discover, ServiceList};
@@ -27,6 +24,7 @@ use tower_model_balance::breaker::Outcome;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};
 
+use held::{Body, Mocks};
 use lcg::Lcg;
 
 fn id(name: &str) -> BackendId {
@@ -306,38 +304,6 @@ async fn declared_residency_steers_the_first_request() {
     assert!(!handle.is_resident(&id("unknown"), &m));
 }
 
-type Body = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
-
-/// A mock backend whose bodies stay open until the test drops the sender
-/// kept in `open`; counts the requests it served.
-#[derive(Clone)]
-struct Mock {
-    name: &'static str,
-    open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
-    served: Arc<Mutex<HashMap<&'static str, usize>>>,
-}
-
-impl Service<http::Request<String>> for Mock {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: http::Request<String>) -> Self::Future {
-        *self.served.lock().unwrap().entry(self.name).or_default() += 1;
-        let (tx, rx) = mpsc::channel::<Bytes>(1);
-        self.open.lock().unwrap().push(tx);
-        let frames = stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
-        });
-        let body = StreamBody::new(Box::pin(frames) as stream::BoxStream<'static, _>);
-        std::future::ready(Ok(http::Response::new(body)))
-    }
-}
-
 /// Sends `count` requests for `model`, keeping every response (its body
 /// open: in flight), and returns the backends that served them in order.
 async fn send_held(
@@ -346,30 +312,23 @@ async fn send_held(
     model: &str,
     count: usize,
 ) -> (Vec<&'static str>, BalancerHandle) {
-    let open = Arc::new(Mutex::new(Vec::new()));
-    let served = Arc::new(Mutex::new(HashMap::new()));
-    let backends: Vec<_> = names
+    let mocks = Mocks::new(names);
+    let backends: Vec<_> = mocks
+        .mocks
         .iter()
-        .map(|&name| {
-            let mock = Mock {
-                name,
-                open: open.clone(),
-                served: served.clone(),
-            };
-            Backend::new(id(name), mock)
-        })
+        .map(|m| Backend::new(id(m.name), m.clone()))
         .collect();
     let mut balancer = ModelBalancer::from_rng(ServiceList::new(backends), config, Lcg(4)).unwrap();
     let mut held: Vec<http::Response<ResponseBody<Body>>> = Vec::new();
     let mut order = Vec::new();
     for _ in 0..count {
-        let before = served.lock().unwrap().clone();
+        let before = mocks.served();
         let req = http::Request::post("/infer")
             .header("x-model-id", model)
             .body(String::new())
             .unwrap();
         held.push(balancer.ready().await.unwrap().call(req).await.unwrap());
-        let after = served.lock().unwrap().clone();
+        let after = mocks.served();
         let by = names
             .iter()
             .find(|&name| after.get(name) > before.get(name))

@@ -2,20 +2,17 @@
 //! `Service` path: shared state and counters, cancellation, latency into
 //! P2C, urgency, and the typed error when nothing can be picked.
 
+#[path = "support/held.rs"]
+mod held;
 #[path = "support/lcg.rs"]
 mod lcg;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::stream;
-use http_body_util::StreamBody;
-use hyper::body::Frame;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tower::discover::{Change, ServiceList};
 use tower::{Service, ServiceExt};
@@ -26,6 +23,7 @@ use tower_model_balance::error::NoHealthyBackend;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo, Urgency};
 
+use held::{Body, Mock, Mocks};
 use lcg::Lcg;
 
 /// The backends `model` walks, in ring order (the balancer's default ring,
@@ -285,81 +283,14 @@ async fn finish_at_records_latency_into_p2c_cost() {
     assert_eq!(handle.in_flight(), 0);
 }
 
-type Body = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
-
-/// A mock backend whose bodies stay open until the test drops the sender
-/// kept in `open`; counts the requests it served.
-#[derive(Clone)]
-struct Mock {
-    name: &'static str,
-    open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
-    served: Arc<Mutex<HashMap<&'static str, usize>>>,
-}
-
-impl Service<http::Request<String>> for Mock {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: http::Request<String>) -> Self::Future {
-        *self.served.lock().unwrap().entry(self.name).or_default() += 1;
-        let (tx, rx) = mpsc::channel::<Bytes>(1);
-        self.open.lock().unwrap().push(tx);
-        let frames = stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
-        });
-        let body = StreamBody::new(Box::pin(frames) as stream::BoxStream<'static, _>);
-        std::future::ready(Ok(http::Response::new(body)))
-    }
-}
-
-/// Mock backends sharing one record of open bodies and served requests.
-struct Mocks {
-    mocks: Vec<Mock>,
-    open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
-    served: Arc<Mutex<HashMap<&'static str, usize>>>,
-}
-
-impl Mocks {
-    fn new(names: &[&'static str]) -> Self {
-        let open = Arc::new(Mutex::new(Vec::new()));
-        let served = Arc::new(Mutex::new(HashMap::new()));
-        let mocks = names
-            .iter()
-            .map(|&name| Mock {
-                name,
-                open: open.clone(),
-                served: served.clone(),
-            })
-            .collect();
-        Self {
-            mocks,
-            open,
-            served,
-        }
-    }
-
-    fn balancer(&self, config: BalanceConfig, seed: u64) -> ModelBalancer<Mock, Lcg> {
-        let backends = self
-            .mocks
-            .iter()
-            .map(|m| Backend::new(id(m.name), m.clone()));
-        let list = ServiceList::new(backends.collect::<Vec<_>>());
-        ModelBalancer::from_rng(list, config, Lcg(seed)).unwrap()
-    }
-
-    fn served(&self) -> HashMap<&'static str, usize> {
-        self.served.lock().unwrap().clone()
-    }
-
-    /// Ends every open response body.
-    fn close_bodies(&self) {
-        self.open.lock().unwrap().clear();
-    }
+/// A balancer over `mocks`, sampling from `Lcg(seed)`.
+fn balancer(mocks: &Mocks, config: BalanceConfig, seed: u64) -> ModelBalancer<Mock, Lcg> {
+    let backends = mocks
+        .mocks
+        .iter()
+        .map(|m| Backend::new(id(m.name), m.clone()));
+    let list = ServiceList::new(backends.collect::<Vec<_>>());
+    ModelBalancer::from_rng(list, config, Lcg(seed)).unwrap()
 }
 
 /// Sends `req` and keeps its response (its body open: in flight); returns
@@ -387,7 +318,7 @@ async fn send(
 async fn urgency_high_and_critical_through_the_service_path() {
     const NAMES: [&str; 4] = ["a", "b", "c", "d"];
     let mocks = Mocks::new(&NAMES);
-    let mut balancer = mocks.balancer(BalanceConfig::default(), 4);
+    let mut balancer = balancer(&mocks, BalanceConfig::default(), 4);
     let handle = balancer.handle();
     let owner = walk(&NAMES, "hot")[0]; // One owner while demand warms up.
     let mut held = Vec::new();
@@ -478,7 +409,7 @@ async fn urgency_high_takes_the_cheapest_resident_owner_where_normal_samples() {
         .model_owners(model("steady"), 3)
         .build()
         .unwrap();
-    let mut balancer = mocks.balancer(config, 5);
+    let mut balancer = balancer(&mocks, config, 5);
     let handle = balancer.handle();
     let owners = &walk(&NAMES, "steady")[..3];
     for (&owner, health) in owners.iter().zip([0.5, 1.0, 0.5]) {

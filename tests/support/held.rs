@@ -1,0 +1,84 @@
+//! Mock backends whose response bodies stay open (the request in flight)
+//! until the test ends them, counting the requests each served.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::stream;
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+use tokio::sync::mpsc;
+use tower::Service;
+
+/// A body that ends when its sender, kept by the [`Mocks`], is dropped.
+pub type Body = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
+
+/// One backend: answers 200 at once with a body that stays open.
+#[derive(Clone)]
+pub struct Mock {
+    pub name: &'static str,
+    open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
+    served: Arc<Mutex<HashMap<&'static str, usize>>>,
+}
+
+impl Service<http::Request<String>> for Mock {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<String>) -> Self::Future {
+        *self.served.lock().unwrap().entry(self.name).or_default() += 1;
+        let (tx, rx) = mpsc::channel::<Bytes>(1);
+        self.open.lock().unwrap().push(tx);
+        let frames = stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
+        });
+        let body = StreamBody::new(Box::pin(frames) as stream::BoxStream<'static, _>);
+        std::future::ready(Ok(http::Response::new(body)))
+    }
+}
+
+/// Mock backends sharing one record of open bodies and served requests.
+pub struct Mocks {
+    pub mocks: Vec<Mock>,
+    open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
+    served: Arc<Mutex<HashMap<&'static str, usize>>>,
+}
+
+impl Mocks {
+    pub fn new(names: &[&'static str]) -> Self {
+        let open = Arc::new(Mutex::new(Vec::new()));
+        let served = Arc::new(Mutex::new(HashMap::new()));
+        let mocks = names
+            .iter()
+            .map(|&name| Mock {
+                name,
+                open: open.clone(),
+                served: served.clone(),
+            })
+            .collect();
+        Self {
+            mocks,
+            open,
+            served,
+        }
+    }
+
+    /// Requests served so far, by backend name.
+    pub fn served(&self) -> HashMap<&'static str, usize> {
+        self.served.lock().unwrap().clone()
+    }
+
+    /// Ends every open response body.
+    #[allow(dead_code)] // Not every test binary ends its bodies early.
+    pub fn close_bodies(&self) {
+        self.open.lock().unwrap().clear();
+    }
+}
