@@ -3,6 +3,8 @@
 
 #[path = "support/lcg.rs"]
 mod lcg;
+#[path = "support/until.rs"]
+mod until;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -24,6 +26,7 @@ use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::ModelId;
 
 use lcg::Lcg;
+use until::until;
 
 type Body = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
 
@@ -278,18 +281,6 @@ async fn discovery_changes_apply_in_the_background() {
     tx.send(Change::Remove("b")).unwrap();
     until(|| handle.backends().is_empty()).await;
     assert!(expect_err(balancer.clone().oneshot(infer("m")).await).is::<NoHealthyBackend>());
-}
-
-/// Lets the discovery task run until `done` holds; fails, never hangs, if
-/// it does not within a bounded number of turns.
-async fn until(done: impl Fn() -> bool) {
-    for _ in 0..1_000 {
-        if done() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("the discovery task did not apply the changes");
 }
 
 #[tokio::test(start_paused = true)]

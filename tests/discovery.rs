@@ -5,6 +5,8 @@
 mod held;
 #[path = "support/lcg.rs"]
 mod lcg;
+#[path = "support/until.rs"]
+mod until;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
@@ -26,6 +28,7 @@ use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};
 
 use held::{Body, Mocks};
 use lcg::Lcg;
+use until::until;
 
 fn id(name: &str) -> BackendId {
     BackendId::new(name).unwrap()
@@ -61,18 +64,6 @@ fn channel_discover<K: Eq + Send + 'static>() -> (
         rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
     });
     (tx, changes)
-}
-
-/// Lets the discovery task run until `done` holds; fails, never hangs, if
-/// it does not within a bounded number of turns.
-async fn until(done: impl Fn() -> bool) {
-    for _ in 0..1_000 {
-        if done() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("the discovery task did not apply the changes");
 }
 
 fn ids(handle: &BalancerHandle) -> Vec<String> {
