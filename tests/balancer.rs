@@ -468,3 +468,73 @@ async fn an_insert_for_a_live_key_keeps_its_breaker_and_a_remove_lets_requests_f
     f.close_bodies();
     assert!(pinned.into_body().collect().await.is_ok());
 }
+
+type MockEndpoint = tower_test::mock::Mock<http::Request<String>, http::Response<String>>;
+
+/// One backend whose endpoint is a `tower_test` mock the test drives.
+fn one_mock_backend(
+    config: BalanceConfig,
+) -> (
+    ModelBalancer<MockEndpoint, Lcg>,
+    tower_test::mock::Handle<http::Request<String>, http::Response<String>>,
+) {
+    let (endpoint, handle) = tower_test::mock::pair();
+    let backend = Backend::new(BackendId::new("busy").unwrap(), endpoint);
+    let balancer = ModelBalancer::from_rng(ServiceList::new(vec![backend]), config, Lcg(1))
+        .expect("a list source needs no runtime");
+    (balancer, handle)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_endpoint_gets_the_request_once_it_is_ready() {
+    use tokio_test::{assert_pending, assert_ready_ok};
+    use tower::Service;
+
+    let (mut balancer, mut handle) = one_mock_backend(BalanceConfig::default());
+    handle.allow(0);
+    let mut response = tokio_test::task::spawn(balancer.call(infer("llama")));
+    assert_pending!(response.poll());
+    assert_eq!(balancer.handle().in_flight(), 1, "picked and waiting");
+    assert!(!response.is_woken());
+
+    handle.allow(1);
+    assert!(
+        response.is_woken(),
+        "the endpoint's readiness wakes the request"
+    );
+    assert_pending!(response.poll());
+    let (request, send) = handle
+        .next_request()
+        .await
+        .expect("the request reached the endpoint");
+    assert_eq!(request.headers()["x-model-id"], "llama");
+    send.send_response(http::Response::new("done".to_owned()));
+    let body = assert_ready_ok!(response.poll()).into_body();
+    assert_eq!(body.collect().await.unwrap().to_bytes(), "done");
+    assert_eq!(balancer.handle().in_flight(), 0);
+    assert_eq!(balancer.handle().backends()[0].picked, 1);
+
+    // Ready at once: called in `call`, before the future is polled.
+    handle.allow(1);
+    let response = balancer.call(infer("llama"));
+    let (_, send) = handle.next_request().await.expect("sent at once");
+    send.send_response(http::Response::new(String::new()));
+    response.await.expect("the endpoint answered");
+    assert_eq!(balancer.handle().in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_failing_readiness_fails_the_request_and_counts_as_a_failure() {
+    use tower::Service;
+
+    let (mut balancer, mut handle) = one_mock_backend(trips_after_3_of_4());
+    for round in 0..3 {
+        handle.send_error(format!("connection refused {round}"));
+        let error = expect_err(balancer.call(infer("llama")).await);
+        assert_eq!(error.to_string(), format!("connection refused {round}"));
+        assert_eq!(balancer.handle().in_flight(), 0);
+    }
+    let backend = &balancer.handle().backends()[0];
+    assert_eq!(backend.breaker_trips, 1, "3 failures of 3 calls trip it");
+    assert_eq!(backend.breaker, BreakerState::Open);
+}

@@ -267,7 +267,7 @@ async fn finish_at_records_latency_into_p2c_cost() {
     assert_ne!(first.backend(), second.backend());
     for picked in [first, second] {
         let took = latency(picked.backend().as_str());
-        let end = picked.guard.started() + took;
+        let end = picked.guard.started().expect("pick times every request") + took;
         picked.guard.finish_at(Outcome::Success, end);
     }
 
@@ -276,7 +276,7 @@ async fn finish_at_records_latency_into_p2c_cost() {
     for i in 0..100 {
         let picked = pick(&mut balancer, &route);
         assert_eq!(picked.backend().as_str(), "fast", "pick {i}");
-        let end = picked.guard.started() + latency("fast");
+        let end = picked.guard.started().expect("pick times every request") + latency("fast");
         picked.guard.finish_at(Outcome::Success, end);
     }
     assert_eq!(handle.stats().update, 102);

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -32,17 +33,16 @@ use crate::breaker::Outcome;
 pub struct Guard {
     state: Arc<BackendState>,
     admission: Option<Admission>,
-    started: Instant,
-    /// Whether [`Guard::finish`] samples the latency.
-    timed: bool,
+    /// When the request was picked, if its latency is timed.
+    started: Option<Instant>,
 }
 
 impl Guard {
+    /// `started`: the pick's time, for a request whose latency is timed.
     pub(crate) fn new(
         state: Arc<BackendState>,
         admission: Admission,
-        started: Instant,
-        timed: bool,
+        started: Option<Instant>,
     ) -> Self {
         state.in_flight.fetch_add(1, Ordering::Relaxed);
         state.fleet.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -51,7 +51,6 @@ impl Guard {
             state,
             admission: Some(admission),
             started,
-            timed,
         }
     }
 
@@ -60,8 +59,10 @@ impl Guard {
         &self.state.id
     }
 
-    /// When the request was picked (Tokio's clock).
-    pub fn started(&self) -> Instant {
+    /// When the request was picked (Tokio's clock). Always set on guards
+    /// from [`ModelBalancer::pick`](super::ModelBalancer::pick); `None` on
+    /// the `Service` path's requests outside the latency sample.
+    pub fn started(&self) -> Option<Instant> {
         self.started
     }
 
@@ -72,7 +73,7 @@ impl Guard {
     /// request in four (and on every failure), sparing a clock read on the
     /// others.
     pub fn finish(self, outcome: Outcome) {
-        if self.timed || outcome == Outcome::Failure {
+        if self.started.is_some() || outcome == Outcome::Failure {
             self.finish_at(outcome, Instant::now());
         } else {
             self.record(outcome, None);
@@ -80,13 +81,17 @@ impl Guard {
     }
 
     /// Records the request's outcome at `now`; its latency is `now` minus
-    /// [`Guard::started`] (0 if `now` is earlier).
+    /// [`Guard::started`] (0 if `now` is earlier; an untimed failure counts
+    /// as the failure penalty alone).
     pub fn finish_at(self, outcome: Outcome, now: Instant) {
-        let latency = now.saturating_duration_since(self.started);
+        let latency = self.started.map_or(Duration::ZERO, |started| {
+            now.saturating_duration_since(started)
+        });
         match outcome {
-            Outcome::Success => self.state.latency.record(latency, false),
+            Outcome::Success if self.started.is_some() => self.state.latency.record(latency, false),
             Outcome::Failure => self.state.latency.record(latency, true),
-            // The caller's error says nothing of the backend's speed.
+            // An untimed success has no latency; the caller's error says
+            // nothing of the backend's speed.
             _ => {}
         }
         self.record(outcome, Some(now));

@@ -50,9 +50,11 @@
 //!
 //! The balancer **sheds**, it does not reserve: routing depends on the
 //! request, which `poll_ready` never sees, so `poll_ready` is always ready
-//! and `call` picks a backend and drives a clone of its endpoint
-//! (`endpoint.clone().oneshot(req)`) inside the response future. Endpoints
-//! are therefore `Clone`, as hyper-util's client and tonic's `Channel` are.
+//! and `call` picks a backend and calls a clone of its endpoint — at once
+//! if the clone is ready (hyper-util's client always is), else from the
+//! response future once it is, the clone and the request then waiting in
+//! one heap cell. Endpoints are therefore `Clone`, as hyper-util's client
+//! and tonic's `Channel` are.
 //!
 //! Backends come from any [`tower::discover::Discover`] yielding
 //! [`Backend`]s, driven by a background task; each batch of changes is
@@ -111,6 +113,7 @@
 
 mod backend;
 mod body;
+mod clock;
 mod config;
 mod cost;
 mod demand;

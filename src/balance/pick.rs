@@ -2,8 +2,7 @@
 //! no lock but the breaker's on its non-closed paths — and, in the opt-in
 //! per-model breaker scope, a short one to find the pair's breaker).
 
-use tokio::time::Instant;
-
+use super::clock::Now;
 use super::table::{Admission, BackendState, Table};
 use crate::route::{RequestKind, Urgency};
 
@@ -40,6 +39,11 @@ pub(crate) struct Ask {
     pub(crate) key: u64,
     /// How many owners the model has now (inference only).
     pub(crate) owners: usize,
+    /// Whether the request is in the sample that renews its model's
+    /// recency where it is resident already (see [`Residency::touch_with`]).
+    ///
+    /// [`Residency::touch_with`]: super::residency::Residency::touch_with
+    pub(crate) sampled: bool,
 }
 
 /// The knobs of a pick.
@@ -66,7 +70,7 @@ pub(crate) fn pick(
     table: &Table,
     ask: &Ask,
     rules: &Rules,
-    now: Instant,
+    now: &Now,
     random: &mut impl FnMut() -> u64,
 ) -> Option<Pick> {
     let mode = if in_panic(table, rules.panic_threshold, now) {
@@ -86,7 +90,10 @@ pub(crate) fn pick(
     }?;
     if ask.kind != RequestKind::Update {
         let state = &table.backends[picked.index];
-        state.residency.touch(ask.key, table.fleet.millis(now));
+        // A clock already read renews the stamp for free.
+        let refresh = ask.sampled || now.read().is_some();
+        let now_ms = || table.fleet.millis(now.get());
+        state.residency.touch_with(ask.key, refresh, now_ms);
     }
     Some(picked)
 }
@@ -99,7 +106,7 @@ pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
 
 /// Envoy's panic threshold: fewer than `threshold × n` backends eligible.
 /// Free while every breaker is closed; a scan of the table otherwise.
-fn in_panic(table: &Table, threshold: f64, now: Instant) -> bool {
+fn in_panic(table: &Table, threshold: f64, now: &Now) -> bool {
     if threshold <= 0.0
         || table
             .fleet
@@ -110,6 +117,7 @@ fn in_panic(table: &Table, threshold: f64, now: Instant) -> bool {
         return false;
     }
     let n = table.backends.len();
+    let now = now.get();
     let eligible = table.backends.iter().filter(|b| b.eligible(now)).count();
     (eligible as f64) < threshold * n as f64
 }
@@ -124,7 +132,7 @@ enum Mode {
 struct Ctx<'a> {
     table: &'a Table,
     mode: Mode,
-    now: Instant,
+    now: &'a Now,
     /// The model's hash: keys its breakers in `BackendModel` scope.
     key: u64,
 }
@@ -238,7 +246,7 @@ fn pick_inference(
             .p2c(resident_under, random)
             .map(|i| (i, Branch::ResidentOwner)),
     };
-    let now_ms = || table.fleet.millis(ctx.now);
+    let now_ms = || table.fleet.millis(ctx.now.get());
     let choice = choice
         .or_else(|| {
             eligible_owners

@@ -73,11 +73,23 @@ impl Residency {
     /// stamp is refreshed, or it takes the least recently used slot.
     /// Concurrent touches may lose one another (the table is a hint).
     pub(crate) fn touch(&self, key: u64, now_ms: u64) {
-        let stamp = now_ms.saturating_add(1);
+        self.touch_with(key, true, || now_ms);
+    }
+
+    /// As [`Residency::touch`], reading the time from `now_ms` only if it
+    /// is needed: to take a slot, or with `refresh` to renew the stamp of a
+    /// model already resident (a sample of the requests does: the stamps
+    /// of models in use stay recent without a clock read per request).
+    pub(crate) fn touch_with(&self, key: u64, refresh: bool, now_ms: impl FnOnce() -> u64) {
         let mut oldest = (0, u64::MAX);
         for i in 0..self.slots() {
             let s = self.stamps[i].load(Ordering::Relaxed);
             if s != 0 && self.models[i].load(Ordering::Relaxed) == key {
+                let stamp = if refresh {
+                    now_ms().saturating_add(1)
+                } else {
+                    0
+                };
                 if s < stamp {
                     self.stamps[i].store(stamp, Ordering::Relaxed);
                 }
@@ -87,6 +99,7 @@ impl Residency {
                 oldest = (i, s);
             }
         }
+        let stamp = now_ms().saturating_add(1);
         // A reader between the two stores may see the new model with the
         // old stamp: resident a moment early, as it is about to be.
         let i = oldest.0;
@@ -146,6 +159,26 @@ mod tests {
         r.replace([7, 8, 9, 10], 20);
         assert!(r.contains(7) && r.contains(8) && r.contains(9));
         assert!(!r.contains(10) && !r.contains(1), "only `slots` are kept");
+    }
+
+    #[test]
+    fn unsampled_touches_take_slots_but_leave_stamps() {
+        let r = Residency::new(2);
+        let read = std::cell::Cell::new(0);
+        let clock = |ms| {
+            read.set(read.get() + 1);
+            ms
+        };
+        r.touch_with(1, false, || clock(5));
+        assert_eq!(read.get(), 1, "taking a slot reads the clock");
+        r.touch_with(1, false, || clock(50));
+        assert_eq!(read.get(), 1, "a resident model unsampled: no read");
+        assert_eq!(r.idle_ms(60), u64::MAX, "one slot still free");
+        r.touch(2, 6);
+        assert_eq!(r.idle_ms(60), 55, "model 1's stamp stayed at 5");
+        r.touch_with(1, true, || clock(40));
+        assert_eq!(read.get(), 2);
+        assert_eq!(r.idle_ms(60), 54, "renewed: model 2 (6) is the oldest");
     }
 
     #[test]

@@ -3,8 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
+use super::clock::Now;
 use super::demand::Bounds;
 use super::guard::Guard;
 use super::pick::{pick, Ask, Rules};
@@ -35,19 +34,23 @@ impl<E> Picked<E> {
 
 /// One balancer clone's view of the shared state: the snapshot it last
 /// loaded (reloaded only when discovery published a newer one — one atomic
-/// load per request instead of an `ArcSwap` load) and a request count for
-/// sampling demand.
+/// load per request instead of an `ArcSwap` load) and the random stream
+/// that samples requests.
 #[derive(Debug)]
 pub(crate) struct Local<E> {
     snapshot: Arc<Snapshot<E>>,
     generation: u64,
-    requests: u32,
+    /// Xorshift64 state (never 0).
+    sampler: u64,
 }
 
-/// One request in this many is counted in the demand table and has its
-/// latency timed: shares and latency estimates come as well from a uniform
-/// sample, for a fraction of the shared-counter traffic and clock reads.
-const SAMPLE: u32 = 4;
+/// One request in this many, drawn at random, is counted in the demand
+/// table, has its latency timed and renews its model's recency where it is
+/// resident: shares, latency and recency estimates come as well from a
+/// uniform sample, for a fraction of the shared-counter traffic and clock
+/// reads. Random rather than every fourth request, so a client cycling
+/// through four models is not sampled for one model only.
+const SAMPLE: u64 = 4;
 
 impl<E> Local<E> {
     pub(crate) fn new(shared: &Shared<E>) -> Self {
@@ -55,8 +58,28 @@ impl<E> Local<E> {
         Self {
             snapshot: shared.snapshot.load_full(),
             generation,
-            requests: 0,
+            sampler: 1,
         }
+    }
+
+    /// A copy for a new balancer clone, sampling with its own stream
+    /// seeded from `seed`.
+    pub(crate) fn fork(&self, seed: u64) -> Self {
+        Self {
+            snapshot: self.snapshot.clone(),
+            generation: self.generation,
+            sampler: seed | 1,
+        }
+    }
+
+    /// Whether this request is in the sample (Marsaglia's xorshift64).
+    fn sample(&mut self) -> bool {
+        let mut x = self.sampler;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.sampler = x;
+        x.is_multiple_of(SAMPLE)
     }
 
     fn refresh(&mut self, shared: &Shared<E>) {
@@ -64,16 +87,6 @@ impl<E> Local<E> {
         if generation != self.generation {
             self.snapshot = shared.snapshot.load_full();
             self.generation = generation;
-        }
-    }
-}
-
-impl<E> Clone for Local<E> {
-    fn clone(&self) -> Self {
-        Self {
-            snapshot: self.snapshot.clone(),
-            generation: self.generation,
-            requests: 0,
         }
     }
 }
@@ -86,13 +99,12 @@ impl<E: Clone> Local<E> {
         &mut self,
         shared: &Shared<E>,
         route: &RouteView<'_>,
-        now: Instant,
+        now: &Now,
         timed: bool,
         random: &mut impl FnMut() -> u64,
     ) -> Result<Picked<E>, NoHealthyBackend> {
         self.refresh(shared);
-        let sample = self.requests.is_multiple_of(SAMPLE);
-        self.requests = self.requests.wrapping_add(1);
+        let sample = self.sample();
         let snapshot = &self.snapshot;
         let table = &snapshot.table;
         let config = &shared.config;
@@ -117,6 +129,7 @@ impl<E: Clone> Local<E> {
             urgency: route.urgency,
             key: route.hash,
             owners,
+            sampled: sample,
         };
         let rules = Rules {
             load_factor: config.load_factor,
@@ -132,7 +145,11 @@ impl<E: Clone> Local<E> {
         tracing::trace!(backend = %state.id, model = route.model, branch = ?picked.branch, "picked");
         Ok(Picked {
             endpoint: snapshot.endpoints[picked.index].clone(),
-            guard: Guard::new(state.clone(), picked.admission, now, timed || sample),
+            guard: Guard::new(
+                state.clone(),
+                picked.admission,
+                (timed || sample).then(|| now.get()),
+            ),
         })
     }
 }

@@ -5,11 +5,10 @@ use std::task::{Context, Poll, Waker};
 use tokio::time::Instant;
 use tower::discover::Discover;
 use tower::util::rng::{HasherRng, Rng};
-use tower::util::Oneshot;
-use tower::ServiceExt;
 use tower_service::Service;
 
 use super::body::ResponseBody;
+use super::clock::Now;
 use super::discover::{self, Drained, Registry};
 use super::future::ResponseFuture;
 use super::router::Local;
@@ -136,8 +135,9 @@ impl<E: Clone, R: Rng> ModelBalancer<E, R> {
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
         let shared = &self.shared;
+        let now = Now::at(now);
         self.local
-            .route(shared, &RouteView::from(route), now, true, &mut random)
+            .route(shared, &RouteView::from(route), &now, true, &mut random)
     }
 }
 
@@ -157,7 +157,7 @@ impl<E, R: Clone> Clone for ModelBalancer<E, R> {
         let n = self.shared.clones.fetch_add(1, Ordering::Relaxed) + 1;
         Self {
             shared: self.shared.clone(),
-            local: self.local.clone(),
+            local: self.local.fork(mix(n ^ 0x5a3c_96e1)),
             rng: self.rng.clone(),
             salt: mix(n),
         }
@@ -173,7 +173,7 @@ where
 {
     type Response = http::Response<ResponseBody<RB>>;
     type Error = BoxError;
-    type Future = ResponseFuture<Oneshot<E, http::Request<B>>>;
+    type Future = ResponseFuture<E, http::Request<B>>;
 
     /// Always ready: the balancer sheds in `call` rather than reserving.
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -191,12 +191,12 @@ where
         };
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
-        let now = Instant::now();
+        let now = Now::lazy();
         match self
             .local
-            .route(&self.shared, &route, now, false, &mut random)
+            .route(&self.shared, &route, &now, false, &mut random)
         {
-            Ok(Picked { endpoint, guard }) => ResponseFuture::new(endpoint.oneshot(req), guard),
+            Ok(Picked { endpoint, guard }) => ResponseFuture::new(endpoint, req, guard),
             Err(error) => ResponseFuture::failed(error.into()),
         }
     }

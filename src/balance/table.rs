@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::clock::Now;
 use super::cost::{cost, Health, LatencyEwma};
 use super::residency::Residency;
 use super::scoped::{BreakerScope, Scoped};
@@ -133,10 +134,10 @@ impl BackendState {
     /// `now`: not removed, and the breaker in scope admitting — the
     /// backend's, or in `BackendModel` scope the (backend, model) pair's
     /// (lock-free unless a pair near it is not closed).
-    pub(crate) fn eligible_for(&self, key: u64, now: Instant) -> bool {
+    pub(crate) fn eligible_for(&self, key: u64, now: &Now) -> bool {
         match &self.fleet.scoped {
-            None => self.eligible(now),
-            Some(pairs) => !self.is_removed() && pairs.admits(self.uid, key, now),
+            None => !self.is_removed() && self.breaker.admits_with(|| now.get()),
+            Some(pairs) => !self.is_removed() && pairs.admits(self.uid, key, now.get()),
         }
     }
 
@@ -144,10 +145,16 @@ impl BackendState {
     /// breaker in scope (see [`BackendState::eligible_for`]), or `None` when
     /// it refuses. In `BackendModel` scope this takes the pair map's lock
     /// briefly.
-    pub(crate) fn try_acquire(&self, key: u64, now: Instant) -> Option<Admission> {
+    pub(crate) fn try_acquire(&self, key: u64, now: &Now) -> Option<Admission> {
         match &self.fleet.scoped {
-            None => self.breaker.try_ticket_at(now).ok().map(Admission::Backend),
-            Some(pairs) => pairs.try_acquire(self.uid, key, now).map(Admission::Pair),
+            None => self
+                .breaker
+                .try_ticket_with(|| now.get())
+                .ok()
+                .map(Admission::Backend),
+            Some(pairs) => pairs
+                .try_acquire(self.uid, key, now.get())
+                .map(Admission::Pair),
         }
     }
 }

@@ -107,12 +107,21 @@ impl Breaker {
     /// [`Breaker::record_ticket_at`] or [`Breaker::release_ticket`] (the
     /// balancer keeps the breaker elsewhere and saves the permit's clone).
     pub(crate) fn try_ticket_at(&self, now: Instant) -> Result<Ticket, BreakerOpen> {
+        self.try_ticket_with(|| now)
+    }
+
+    /// As [`Breaker::try_ticket_at`], reading the time from `now` only
+    /// when the breaker is not closed.
+    pub(crate) fn try_ticket_with(
+        &self,
+        now: impl FnOnce() -> Instant,
+    ) -> Result<Ticket, BreakerOpen> {
         let published = self.inner.published.load(Ordering::Acquire);
         if published & 1 == 1 {
             return Ok(CircuitState::ticket_for(published >> 1));
         }
         let mut state = self.lock();
-        match state.try_acquire(now) {
+        match state.try_acquire(now()) {
             Ok((ticket, transition)) => {
                 self.publish(&state, transition);
                 Ok(ticket)
@@ -169,10 +178,16 @@ impl Breaker {
     /// balancer filters candidates with it; [`Breaker::try_acquire_at`]
     /// decides.
     pub fn admits(&self, now: Instant) -> bool {
+        self.admits_with(|| now)
+    }
+
+    /// As [`Breaker::admits`], reading the time from `now` only when the
+    /// breaker is not closed.
+    pub(crate) fn admits_with(&self, now: impl FnOnce() -> Instant) -> bool {
         if self.inner.published.load(Ordering::Acquire) & 1 == 1 {
             return true;
         }
-        let elapsed = now.saturating_duration_since(self.inner.base).as_nanos();
+        let elapsed = now().saturating_duration_since(self.inner.base).as_nanos();
         elapsed >= u128::from(self.inner.open_until_ns.load(Ordering::Acquire))
     }
 

@@ -77,6 +77,7 @@ fn ask(route: &RouteInfo, owners: usize) -> Ask {
         urgency: route.urgency,
         key: route.model.hash64(),
         owners,
+        sampled: true,
     }
 }
 
@@ -89,7 +90,7 @@ const RULES: Rules = Rules {
 /// resident owners never samples).
 fn pick_now(t: &Table, ask: &Ask) -> Option<(usize, Branch)> {
     let mut no_random = || unreachable!("this pick does not sample");
-    let p = pick(t, ask, &RULES, Instant::now(), &mut no_random)?;
+    let p = pick(t, ask, &RULES, &Now::lazy(), &mut no_random)?;
     Some((p.index, p.branch))
 }
 
@@ -256,10 +257,10 @@ async fn below_the_panic_threshold_every_backend_is_routable() {
         ..RULES
     };
     let mut no_random = || unreachable!();
-    let p = pick(&t, &ask(&r, 1), &no_panic, Instant::now(), &mut no_random).unwrap();
+    let p = pick(&t, &ask(&r, 1), &no_panic, &Now::lazy(), &mut no_random).unwrap();
     assert_eq!((p.index, p.branch), (order[3], Branch::Spill));
     trip(&t, order[3]);
-    assert!(pick(&t, &ask(&r, 1), &no_panic, Instant::now(), &mut no_random).is_none());
+    assert!(pick(&t, &ask(&r, 1), &no_panic, &Now::lazy(), &mut no_random).is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -323,7 +324,7 @@ async fn empty_table_has_no_pick() {
     let r = route("m");
     assert!(pick_now(&t, &ask(&r, 2)).is_none());
     let update = route("m").with_kind(RequestKind::Update);
-    assert!(pick(&t, &ask(&update, 0), &RULES, Instant::now(), &mut || 7).is_none());
+    assert!(pick(&t, &ask(&update, 0), &RULES, &Now::lazy(), &mut || 7).is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -337,7 +338,7 @@ async fn update_falls_back_to_the_cheapest_eligible() {
     let others: Vec<usize> = (0..4).filter(|i| *i != a && *i != b).collect();
     set_load(&t, others[0], 5);
     set_load(&t, others[1], 1);
-    let p = pick(&t, &ask(&update, 0), &RULES, Instant::now(), &mut zero).unwrap();
+    let p = pick(&t, &ask(&update, 0), &RULES, &Now::lazy(), &mut zero).unwrap();
     assert_eq!((p.index, p.branch), (others[1], Branch::Update));
 }
 
@@ -371,7 +372,7 @@ proptest! {
         };
         let mut values = [x, y].into_iter();
         let update = route("m").with_kind(RequestKind::Update);
-        let p = pick(&t, &ask(&update, 0), &RULES, Instant::now(), &mut || values.next().unwrap()).unwrap();
+        let p = pick(&t, &ask(&update, 0), &RULES, &Now::lazy(), &mut || values.next().unwrap()).unwrap();
         prop_assert!(p.index == a || p.index == b);
         prop_assert_eq!(p.branch, Branch::Update);
         prop_assert_eq!(costs[p.index], costs[a].min(costs[b]));
