@@ -44,9 +44,8 @@ impl Guard {
         admission: Admission,
         started: Option<Instant>,
     ) -> Self {
-        state.in_flight.fetch_add(1, Ordering::Relaxed);
+        state.traffic.start();
         state.fleet.in_flight.fetch_add(1, Ordering::Relaxed);
-        state.picked.fetch_add(1, Ordering::Relaxed);
         Self {
             state,
             admission: Some(admission),
@@ -116,7 +115,7 @@ impl Drop for Guard {
         if let Some(Admission::Backend(ticket)) = self.admission.take() {
             self.state.breaker.release_ticket(ticket);
         }
-        self.state.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.state.traffic.end();
         self.state.fleet.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -72,7 +72,8 @@ pub struct BalanceStats {
 pub struct BackendStatus {
     /// The backend.
     pub id: BackendId,
-    /// Requests sent and not yet finished (end of response body).
+    /// Requests sent and not yet finished (end of response body); counted
+    /// up to 2^24 − 1 (about 16.7 million) at once.
     pub in_flight: usize,
     /// Its backend-level breaker's state. In
     /// [`BreakerScope::BackendModel`](super::BreakerScope::BackendModel)
@@ -81,7 +82,8 @@ pub struct BackendStatus {
     pub breaker: BreakerState,
     /// Times its backend-level breaker opened.
     pub breaker_trips: u64,
-    /// Requests sent to it.
+    /// Requests sent to it since it joined (a counter that wraps after
+    /// 2^40, about a trillion).
     pub picked: u64,
 }
 
@@ -122,7 +124,7 @@ impl BalancerHandle {
                 in_flight: b.load(),
                 breaker: b.breaker.state(),
                 breaker_trips: b.breaker.trips(),
-                picked: b.picked.load(Ordering::Relaxed),
+                picked: b.traffic.picked(),
             })
             .collect()
     }

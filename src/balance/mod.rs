@@ -129,6 +129,7 @@ mod scoped;
 mod service;
 mod staging;
 mod table;
+mod traffic;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

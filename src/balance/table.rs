@@ -9,6 +9,7 @@ use super::clock::Now;
 use super::cost::{cost, Health, LatencyEwma};
 use super::residency::Residency;
 use super::scoped::{BreakerScope, Scoped};
+use super::traffic::Traffic;
 use super::BalanceConfig;
 use crate::backend::BackendId;
 use crate::breaker::{Breaker, Permit, Policy, Ticket};
@@ -79,7 +80,8 @@ pub(crate) struct BackendState {
     /// breakers (an ID re-inserted after a removal gets a new state, and
     /// starts over).
     pub(crate) uid: u64,
-    pub(crate) in_flight: AtomicUsize,
+    /// Requests in flight here and picked here.
+    pub(crate) traffic: Traffic,
     pub(crate) fleet: Arc<Fleet>,
     pub(crate) breaker: Breaker,
     pub(crate) residency: Residency,
@@ -87,7 +89,6 @@ pub(crate) struct BackendState {
     pub(crate) health: Health,
     /// Set when discovery removes the backend: not picked again.
     pub(crate) removed: AtomicBool,
-    pub(crate) picked: AtomicU64,
 }
 
 impl BackendState {
@@ -100,19 +101,18 @@ impl BackendState {
         Self {
             id,
             uid: fleet.next_uid.fetch_add(1, Ordering::Relaxed),
-            in_flight: AtomicUsize::new(0),
+            traffic: Traffic::default(),
             breaker: Breaker::with_gauge(policy, fleet.not_closed.clone()),
             fleet,
             residency: Residency::new(model_slots),
             latency: LatencyEwma::new(),
             health: Health::new(),
             removed: AtomicBool::new(false),
-            picked: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn load(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
+        self.traffic.in_flight()
     }
 
     /// The cost of one more request here (see [`cost`]).

@@ -43,9 +43,7 @@ fn trip(table: &Table, index: usize) {
 }
 
 fn set_load(table: &Table, index: usize, load: usize) {
-    let old = table.backends[index]
-        .in_flight
-        .swap(load, Ordering::Relaxed);
+    let old = table.backends[index].traffic.set_in_flight(load);
     table.fleet.in_flight.fetch_add(load, Ordering::Relaxed);
     table.fleet.in_flight.fetch_sub(old, Ordering::Relaxed);
 }
