@@ -1,7 +1,6 @@
 //! The guard of one picked request: in flight until its outcome is taken
 //! back.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +44,6 @@ impl Guard {
         started: Option<Instant>,
     ) -> Self {
         state.traffic.start();
-        state.fleet.in_flight.fetch_add(1, Ordering::Relaxed);
         Self {
             state,
             admission: Some(admission),
@@ -116,6 +114,6 @@ impl Drop for Guard {
             self.state.breaker.release_ticket(ticket);
         }
         self.state.traffic.end();
-        self.state.fleet.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.state.fleet.traffic.end();
     }
 }

@@ -12,28 +12,12 @@ use crate::backend::BackendId;
 use crate::breaker::BreakerState;
 use crate::route::ModelId;
 
+/// The requests that reached no backend; those picked are counted by
+/// branch in the fleet's traffic.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    resident_owner: AtomicU64,
-    cold_owner: AtomicU64,
-    spill: AtomicU64,
-    panic: AtomicU64,
-    update: AtomicU64,
     pub(crate) no_backend: AtomicU64,
     pub(crate) invalid_route: AtomicU64,
-}
-
-impl Counters {
-    pub(crate) fn count(&self, branch: Branch) {
-        let counter = match branch {
-            Branch::ResidentOwner => &self.resident_owner,
-            Branch::ColdOwner => &self.cold_owner,
-            Branch::Spill => &self.spill,
-            Branch::Panic => &self.panic,
-            Branch::Update => &self.update,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// What the handle reads from the balancer's shared state, whatever its
@@ -102,12 +86,14 @@ impl BalancerHandle {
     pub fn stats(&self) -> BalanceStats {
         let c = self.view.counters();
         let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let table = self.view.table();
+        let picked = |branch| table.fleet.traffic.picked(branch);
         BalanceStats {
-            resident_owner: read(&c.resident_owner),
-            cold_owner: read(&c.cold_owner),
-            spill: read(&c.spill),
-            panic: read(&c.panic),
-            update: read(&c.update),
+            resident_owner: picked(Branch::ResidentOwner),
+            cold_owner: picked(Branch::ColdOwner),
+            spill: picked(Branch::Spill),
+            panic: picked(Branch::Panic),
+            update: picked(Branch::Update),
             no_backend: read(&c.no_backend),
             invalid_route: read(&c.invalid_route),
         }

@@ -17,6 +17,7 @@ const LOADING_GRACE_MS: u64 = 2_000;
 
 /// Which branch a pick took; counted in [`BalanceStats`](super::BalanceStats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
 pub(crate) enum Branch {
     /// An inference request went to an owner with its model resident.
     ResidentOwner,
@@ -28,6 +29,11 @@ pub(crate) enum Branch {
     Panic,
     /// An update went to the cheaper of two sampled backends.
     Update,
+}
+
+impl Branch {
+    /// How many branches there are (`Update` is the last).
+    pub(crate) const COUNT: usize = Branch::Update as usize + 1;
 }
 
 /// What is being routed.

@@ -140,7 +140,9 @@ impl<E: Clone> Local<E> {
             tracing::debug!(model = route.model, "no healthy backend");
             return Err(NoHealthyBackend::new(route.model_id()));
         };
-        shared.stats.count(picked.branch);
+        // Counts the request in the fleet's in-flight load too: the
+        // guard's drop counts it out.
+        table.fleet.traffic.start(picked.branch);
         let state = &table.backends[picked.index];
         tracing::trace!(backend = %state.id, model = route.model, branch = ?picked.branch, "picked");
         Ok(Picked {

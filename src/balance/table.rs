@@ -9,7 +9,7 @@ use super::clock::Now;
 use super::cost::{cost, Health, LatencyEwma};
 use super::residency::Residency;
 use super::scoped::{BreakerScope, Scoped};
-use super::traffic::Traffic;
+use super::traffic::{FleetTraffic, Traffic};
 use super::BalanceConfig;
 use crate::backend::BackendId;
 use crate::breaker::{Breaker, Permit, Policy, Ticket};
@@ -18,8 +18,8 @@ use crate::ring::Ring;
 /// State shared by every backend of one balancer.
 #[derive(Debug)]
 pub(crate) struct Fleet {
-    /// Requests in flight over every backend.
-    pub(crate) in_flight: AtomicUsize,
+    /// Requests picked by branch and finished, over every backend.
+    pub(crate) traffic: FleetTraffic,
     /// Backends whose breaker is open or half-open.
     pub(crate) not_closed: Arc<AtomicUsize>,
     /// Origin of the millisecond stamps in residency tables.
@@ -37,7 +37,7 @@ impl Fleet {
     /// A fleet with one breaker per backend.
     pub(crate) fn new() -> Self {
         Self {
-            in_flight: AtomicUsize::new(0),
+            traffic: FleetTraffic::default(),
             not_closed: Arc::default(),
             base: Instant::now(),
             scoped: None,
@@ -190,7 +190,7 @@ impl Table {
 
     /// Requests in flight over every backend.
     pub(crate) fn fleet_load(&self) -> usize {
-        self.fleet.in_flight.load(Ordering::Relaxed)
+        self.fleet.traffic.in_flight()
     }
 }
 

@@ -1,4 +1,3 @@
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,8 +43,7 @@ fn trip(table: &Table, index: usize) {
 
 fn set_load(table: &Table, index: usize, load: usize) {
     let old = table.backends[index].traffic.set_in_flight(load);
-    table.fleet.in_flight.fetch_add(load, Ordering::Relaxed);
-    table.fleet.in_flight.fetch_sub(old, Ordering::Relaxed);
+    table.fleet.traffic.shift(load as u64, old as u64);
 }
 
 fn route(model: &str) -> RouteInfo {
