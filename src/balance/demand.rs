@@ -87,8 +87,14 @@ impl Demand {
                 .compare_exchange(total, total / 2, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
+            // A load and, where there is a count, a store — not a
+            // read-modify-write per bucket: a count racing the halving may
+            // be lost, which an estimate of shares can afford.
             for bucket in self.buckets.iter() {
-                let _ = bucket.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c / 2));
+                let c = bucket.load(Ordering::Relaxed);
+                if c != 0 {
+                    bucket.store(c / 2, Ordering::Relaxed);
+                }
             }
         }
         (total >= WARM_UP).then(|| (f64::from(count) / f64::from(total)).min(1.0))
