@@ -42,14 +42,19 @@ pub(crate) struct Local<E> {
     generation: u64,
     /// Xorshift64 state (never 0).
     sampler: u64,
+    /// Whether this clone routed a request yet.
+    used: bool,
 }
 
-/// One request in this many, drawn at random, is counted in the demand
-/// table, has its latency timed and renews its model's recency where it is
-/// resident: shares, latency and recency estimates come as well from a
-/// uniform sample, for a fraction of the shared-counter traffic and clock
-/// reads. Random rather than every fourth request, so a client cycling
-/// through four models is not sampled for one model only.
+/// After its first request, which is always in the sample, a clone puts
+/// one request in this many, drawn at random, in the sample: counted in
+/// the demand table, its latency timed, its model's recency renewed where
+/// it is resident. A long-lived clone (one per connection or task) pays
+/// for the shared counters and clock reads on a quarter of its requests —
+/// about 60 ns less per request; a clone made per request (axum's, or
+/// `clone().oneshot()`) feeds every request to the estimates. Random
+/// rather than every fourth request, so a client cycling through four
+/// models is not sampled for one model only.
 const SAMPLE: u64 = 4;
 
 impl<E> Local<E> {
@@ -59,6 +64,7 @@ impl<E> Local<E> {
             snapshot: shared.snapshot.load_full(),
             generation,
             sampler: 1,
+            used: false,
         }
     }
 
@@ -69,11 +75,17 @@ impl<E> Local<E> {
             snapshot: self.snapshot.clone(),
             generation: self.generation,
             sampler: seed | 1,
+            used: false,
         }
     }
 
-    /// Whether this request is in the sample (Marsaglia's xorshift64).
+    /// Whether this request is in the sample: the clone's first, then one
+    /// in [`SAMPLE`] (Marsaglia's xorshift64).
     fn sample(&mut self) -> bool {
+        if !self.used {
+            self.used = true;
+            return true;
+        }
         let mut x = self.sampler;
         x ^= x << 13;
         x ^= x >> 7;
