@@ -66,9 +66,10 @@ impl Guard {
     /// Records the request's outcome now.
     ///
     /// Guards from [`ModelBalancer::pick`](super::ModelBalancer::pick)
-    /// always record the latency; the `Service` path samples it on one
-    /// request in four (and on every failure), sparing a clock read on the
-    /// others.
+    /// always record the latency; the `Service` path times a clone's first
+    /// request and one in four after it, sparing two clock reads on the
+    /// others. A failure is always recorded (as at least the failure
+    /// penalty when it was not timed).
     pub fn finish(self, outcome: Outcome) {
         if self.started.is_some() || outcome == Outcome::Failure {
             self.finish_at(outcome, Instant::now());
