@@ -16,7 +16,7 @@
 //! * [`breaker`] (feature `breaker`) is that circuit breaker, usable alone as
 //!   a `Layer` in front of any `Service`;
 //! * [`endpoint`] turns one HTTP client into an endpoint per backend;
-//! * [`sim`] (feature `sim`) runs simulated model servers on loopback, to try
+//! * `sim` (feature `sim`) runs simulated model servers on loopback, to try
 //!   a stack before production.
 //!
 //! # Quick start

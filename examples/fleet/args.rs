@@ -60,7 +60,14 @@ impl Args {
             Some((flag, value)) if arg.starts_with("--") => vec![flag.to_owned(), value.to_owned()],
             _ => vec![arg],
         });
+        let mut seen: Vec<String> = Vec::new();
         while let Some(flag) = args.next() {
+            if flag.starts_with("--") && flag != "--help" {
+                if seen.contains(&flag) {
+                    return Err(Stop::Error(format!("`{flag}` given twice")));
+                }
+                seen.push(flag.clone());
+            }
             let mut value = |name: &str| {
                 args.next()
                     .ok_or_else(|| Stop::Error(format!("{name} needs a value")))

@@ -66,6 +66,7 @@ impl Breaker {
 
     /// A closed breaker that keeps `not_closed` counting how many of the
     /// breakers sharing it are open or half-open.
+    #[cfg(feature = "balance")]
     pub(crate) fn with_gauge(policy: Policy, not_closed: Arc<AtomicUsize>) -> Self {
         Self::build(policy, Some(not_closed))
     }
