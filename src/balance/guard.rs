@@ -34,20 +34,26 @@ pub struct Guard {
     admission: Option<Admission>,
     /// When the request was picked, if its latency is timed.
     started: Option<Instant>,
+    /// The model's hash, when its success confirms the model served on the
+    /// backend (the first requests there, while it may be loading).
+    confirms: Option<u64>,
 }
 
 impl Guard {
-    /// `started`: the pick's time, for a request whose latency is timed.
+    /// `started`: the pick's time, for a request whose latency is timed;
+    /// `confirms`: the model whose success here confirms it served.
     pub(crate) fn new(
         state: Arc<BackendState>,
         admission: Admission,
         started: Option<Instant>,
+        confirms: Option<u64>,
     ) -> Self {
         state.traffic.start();
         Self {
             state,
             admission: Some(admission),
             started,
+            confirms,
         }
     }
 
@@ -98,6 +104,9 @@ impl Guard {
     /// Gives the outcome to the breaker in scope; without `now`, the clock
     /// is read only if the breaker's state can change.
     fn record(mut self, outcome: Outcome, now: Option<Instant>) {
+        if let (Outcome::Success, Some(key)) = (outcome, self.confirms) {
+            self.state.residency.confirm(key);
+        }
         let now = || now.unwrap_or_else(Instant::now);
         match self.admission.take() {
             Some(Admission::Backend(ticket)) => {
@@ -116,5 +125,34 @@ impl Drop for Guard {
         }
         self.state.traffic.end();
         self.state.fleet.traffic.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::residency::Presence;
+    use crate::balance::table::Fleet;
+    use crate::breaker::Policy;
+
+    fn state() -> Arc<BackendState> {
+        let id = BackendId::new("b0").unwrap();
+        let policy = Policy::builder().build().unwrap();
+        Arc::new(BackendState::new(id, policy, Arc::new(Fleet::new()), 4))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_success_confirms_the_model_served() {
+        const KEY: u64 = 42;
+        let state = state();
+        state.residency.touch(KEY, 0);
+        let guard = |confirms| Guard::new(state.clone(), Admission::Bypass, None, confirms);
+        guard(Some(KEY)).finish(Outcome::Failure);
+        drop(guard(Some(KEY)));
+        guard(None).finish(Outcome::Success);
+        assert_eq!(state.residency.presence(KEY), Presence::Loading);
+        guard(Some(KEY)).finish(Outcome::Success);
+        assert_eq!(state.residency.presence(KEY), Presence::Served);
+        assert_eq!(state.load(), 0);
     }
 }

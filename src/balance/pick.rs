@@ -3,6 +3,7 @@
 //! per-model breaker scope, a short one to find the pair's breaker).
 
 use super::clock::Now;
+use super::residency::Presence;
 use super::table::{Admission, BackendState, Table};
 use crate::route::{RequestKind, Urgency};
 
@@ -14,6 +15,10 @@ const SPILL_SCAN: usize = 16;
 /// How long (ms) after a model was first sent to a backend it may still be
 /// loading there (adapters load in 0.1–0.4 s, LLMs in seconds).
 const LOADING_GRACE_MS: u64 = 2_000;
+/// Loads a backend is given at once: a model load holds memory bandwidth
+/// and, on many servers, a serving slot, so piling loads onto one backend
+/// stalls the warm traffic it serves.
+const LOADS_AT_ONCE: usize = 1;
 
 /// Which branch a pick took; counted in [`BalanceStats`](super::BalanceStats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +72,9 @@ pub(crate) struct Pick {
     pub(crate) index: usize,
     pub(crate) admission: Admission,
     pub(crate) branch: Branch,
+    /// An inference request whose model was not yet served there: its
+    /// success confirms the model in memory.
+    pub(crate) confirms: bool,
 }
 
 /// Picks a backend, or `None` when no backend admits the request.
@@ -90,7 +98,7 @@ pub(crate) fn pick(
         now,
         key: ask.key,
     };
-    let picked = match ask.kind {
+    let mut picked = match ask.kind {
         RequestKind::Update => pick_update(&ctx, random),
         _ => pick_inference(&ctx, ask, rules.load_factor, random),
     }?;
@@ -99,7 +107,7 @@ pub(crate) fn pick(
         // A clock already read renews the stamp for free.
         let refresh = ask.sampled || now.read().is_some();
         let now_ms = || table.fleet.millis(now.get());
-        state.residency.touch_with(ask.key, refresh, now_ms);
+        picked.confirms = !state.residency.touch_with(ask.key, refresh, now_ms);
     }
     Some(picked)
 }
@@ -168,6 +176,7 @@ impl Ctx<'_> {
             index: i,
             admission,
             branch,
+            confirms: false,
         })
     }
 
@@ -197,8 +206,9 @@ impl Ctx<'_> {
 }
 
 /// Inference: among the model's eligible owners, the resident ones under
-/// the bounded-load cap by P2C on cost, else the first cold owner under the
-/// cap. With every owner out, spill along the ring: to a backend under the
+/// the bounded-load cap by P2C on cost — those where the model was served
+/// first, then those where it may still be loading (a request there would
+/// wait for the load) — else the first cold owner under the cap. With every owner out, spill along the ring: to a backend under the
 /// cap with the model resident, else — while the owners' copy may still be
 /// loading — with a free model slot (nothing evicted); else wait on the
 /// cheapest owner (resident first). With no
@@ -219,46 +229,72 @@ fn pick_inference(
     let under = |i: usize| table.backends[i].load() < cap;
     let k = ask.owners.clamp(1, MAX_OWNERS);
 
-    // The eligible owners in walk order, and those of them with the model
-    // resident and room under the cap.
+    // The eligible owners in walk order, and those of them with room under
+    // the cap and the model served, or still loading.
     let (mut all, mut all_len) = ([0usize; MAX_OWNERS], 0);
     let (mut warm, mut warm_len) = ([0usize; MAX_OWNERS], 0);
+    let (mut loading, mut loading_len) = ([0usize; MAX_OWNERS], 0);
     for i in table.ring.walk(key).take(k).filter(|&i| ctx.eligible(i)) {
         all[all_len] = i;
         all_len += 1;
-        if under(i) && ctx.resident(i, key) {
-            warm[warm_len] = i;
-            warm_len += 1;
+        if !under(i) {
+            continue;
+        }
+        match ctx.state(i).residency.presence(key) {
+            Presence::Served => {
+                warm[warm_len] = i;
+                warm_len += 1;
+            }
+            Presence::Loading => {
+                loading[loading_len] = i;
+                loading_len += 1;
+            }
+            Presence::Absent => {}
         }
     }
     let eligible_owners = &all[..all_len];
-    let resident_under = &warm[..warm_len];
+    let (served_under, loading_under) = (&warm[..warm_len], &loading[..loading_len]);
     let resident_owners = || {
         eligible_owners
             .iter()
             .copied()
             .filter(|&i| ctx.resident(i, key))
     };
+    let served_owners = || {
+        eligible_owners
+            .iter()
+            .copied()
+            .filter(|&i| ctx.state(i).residency.presence(key) == Presence::Served)
+    };
 
     let choice = match ask.urgency {
         Urgency::Critical => ctx
-            .cheapest(resident_owners())
+            .cheapest(served_owners())
+            .or_else(|| ctx.cheapest(resident_owners()))
             .map(|i| (i, Branch::ResidentOwner))
             .or_else(|| spill_resident(ctx, ask, k, |_| true).map(|i| (i, Branch::Spill))),
         Urgency::High => ctx
-            .cheapest(resident_under.iter().copied())
+            .cheapest(served_under.iter().copied())
+            .or_else(|| ctx.cheapest(loading_under.iter().copied()))
             .map(|i| (i, Branch::ResidentOwner)),
         _ => ctx
-            .p2c(resident_under, random)
+            .p2c(served_under, random)
+            .or_else(|| ctx.p2c(loading_under, random))
             .map(|i| (i, Branch::ResidentOwner)),
     };
     let now_ms = || table.fleet.millis(ctx.now.get());
+    let can_load = |i: usize| {
+        table.backends[i]
+            .residency
+            .loading(now_ms(), LOADING_GRACE_MS)
+            < LOADS_AT_ONCE
+    };
     let choice = choice
         .or_else(|| {
             eligible_owners
                 .iter()
                 .copied()
-                .find(|&i| under(i))
+                .find(|&i| under(i) && can_load(i))
                 .map(|i| (i, Branch::ColdOwner))
         })
         .or_else(|| spill_resident(ctx, ask, k, under).map(|i| (i, Branch::Spill)))
@@ -272,7 +308,7 @@ fn pick_inference(
                 residency.arrived_within(key, now_ms(), LOADING_GRACE_MS)
             });
             loading
-                .then(|| spill_cold(ctx, ask, k, under, now_ms(), u64::MAX))
+                .then(|| spill_cold(ctx, ask, k, |i| under(i) && can_load(i), now_ms(), u64::MAX))
                 .flatten()
         })
         .or_else(|| {

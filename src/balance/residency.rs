@@ -9,11 +9,28 @@
 //! stops counting as resident once `model_slots` other models have been
 //! routed there since. Declared residency (backend metadata, the handle)
 //! replaces what was learned.
+//!
+//! A model routed to a backend is *loading* there until a request for it
+//! succeeds there (a response came back: the model is in memory), then
+//! *served*; declared models are served at once.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The most models one backend's entry tracks.
 pub(crate) const MAX_SLOTS: usize = 16;
+/// Set in a slot's arrival stamp once a request for its model succeeded.
+const SERVED: u64 = 1 << 63;
+
+/// Whether a backend holds a model, as far as the balancer knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Presence {
+    /// Not among its recent models.
+    Absent,
+    /// Sent there, with no success there since: it may still be loading.
+    Loading,
+    /// A request for it succeeded there, or it was declared.
+    Served,
+}
 
 /// Models recently routed to or declared on one backend.
 #[derive(Debug)]
@@ -21,7 +38,8 @@ pub(crate) struct Residency {
     models: [AtomicU64; MAX_SLOTS],
     /// Last use in ms since the fleet's base instant, plus one; 0 = empty.
     stamps: [AtomicU64; MAX_SLOTS],
-    /// When each slot's model was first sent here, ms plus one.
+    /// When each slot's model was first sent here, ms plus one, with
+    /// [`SERVED`] set once a request for it succeeded here.
     loaded: [AtomicU64; MAX_SLOTS],
     slots: AtomicUsize,
 }
@@ -47,12 +65,47 @@ impl Residency {
         self.slots.load(Ordering::Relaxed)
     }
 
-    /// Whether the model with hash `key` is resident.
-    pub(crate) fn contains(&self, key: u64) -> bool {
-        (0..self.slots()).any(|i| {
+    /// The slot of the model with hash `key`, if it is resident.
+    fn slot(&self, key: u64) -> Option<usize> {
+        (0..self.slots()).find(|&i| {
             self.models[i].load(Ordering::Relaxed) == key
                 && self.stamps[i].load(Ordering::Relaxed) != 0
         })
+    }
+
+    /// Whether the model with hash `key` is resident (loading or served).
+    pub(crate) fn contains(&self, key: u64) -> bool {
+        self.slot(key).is_some()
+    }
+
+    /// Whether the model with hash `key` is absent, loading or served.
+    pub(crate) fn presence(&self, key: u64) -> Presence {
+        match self.slot(key) {
+            None => Presence::Absent,
+            Some(i) if self.loaded[i].load(Ordering::Relaxed) & SERVED != 0 => Presence::Served,
+            Some(_) => Presence::Loading,
+        }
+    }
+
+    /// How many models sent here less than `within_ms` before `now_ms` have
+    /// not been served yet: loads likely in progress.
+    pub(crate) fn loading(&self, now_ms: u64, within_ms: u64) -> usize {
+        (0..self.slots())
+            .filter(|&i| {
+                let loaded = self.loaded[i].load(Ordering::Relaxed);
+                self.stamps[i].load(Ordering::Relaxed) != 0
+                    && loaded & SERVED == 0
+                    && now_ms.saturating_add(1).saturating_sub(loaded) < within_ms
+            })
+            .count()
+    }
+
+    /// Records that a request for the model with hash `key` succeeded: it
+    /// is served here from now on (while it stays resident).
+    pub(crate) fn confirm(&self, key: u64) {
+        if let Some(i) = self.slot(key) {
+            self.loaded[i].fetch_or(SERVED, Ordering::Relaxed);
+        }
     }
 
     /// How long (ms) the least recently used model has gone unused at
@@ -80,7 +133,8 @@ impl Residency {
     /// is needed: to take a slot, or with `refresh` to renew the stamp of a
     /// model already resident (a sample of the requests does: the stamps
     /// of models in use stay recent without a clock read per request).
-    pub(crate) fn touch_with(&self, key: u64, refresh: bool, now_ms: impl FnOnce() -> u64) {
+    /// Returns whether the model was served here already.
+    pub(crate) fn touch_with(&self, key: u64, refresh: bool, now_ms: impl FnOnce() -> u64) -> bool {
         let mut oldest = (0, u64::MAX);
         for i in 0..self.slots() {
             let s = self.stamps[i].load(Ordering::Relaxed);
@@ -93,7 +147,7 @@ impl Residency {
                 if s < stamp {
                     self.stamps[i].store(stamp, Ordering::Relaxed);
                 }
-                return;
+                return self.loaded[i].load(Ordering::Relaxed) & SERVED != 0;
             }
             if s < oldest.1 {
                 oldest = (i, s);
@@ -106,6 +160,7 @@ impl Residency {
         self.models[i].store(key, Ordering::Relaxed);
         self.stamps[i].store(stamp, Ordering::Relaxed);
         self.loaded[i].store(stamp, Ordering::Relaxed);
+        false
     }
 
     /// Whether the model with hash `key` was first sent here less than
@@ -116,18 +171,19 @@ impl Residency {
                 && self.stamps[i].load(Ordering::Relaxed) != 0
                 && now_ms
                     .saturating_add(1)
-                    .saturating_sub(self.loaded[i].load(Ordering::Relaxed))
+                    .saturating_sub(self.loaded[i].load(Ordering::Relaxed) & !SERVED)
                     < within_ms
         })
     }
 
-    /// Replaces the table with `keys` (the first `slots` of them).
+    /// Replaces the table with `keys` (the first `slots` of them), served.
     pub(crate) fn replace(&self, keys: impl IntoIterator<Item = u64>, now_ms: u64) {
         for stamp in &self.stamps {
             stamp.store(0, Ordering::Relaxed);
         }
         for key in keys.into_iter().take(self.slots()) {
             self.touch(key, now_ms);
+            self.confirm(key);
         }
     }
 }
@@ -179,6 +235,30 @@ mod tests {
         r.touch_with(1, true, || clock(40));
         assert_eq!(read.get(), 2);
         assert_eq!(r.idle_ms(60), 54, "renewed: model 2 (6) is the oldest");
+    }
+
+    #[test]
+    fn a_model_is_loading_until_confirmed_and_declared_ones_are_served() {
+        let r = Residency::new(3);
+        assert_eq!(r.presence(1), Presence::Absent);
+        assert!(!r.touch_with(1, false, || 100), "just sent: not served");
+        r.touch(2, 100);
+        assert_eq!(r.presence(1), Presence::Loading);
+        assert_eq!(r.loading(150, 2_000), 2);
+        assert_eq!(r.loading(2_100, 2_000), 0, "past the grace: not counted");
+        r.confirm(1);
+        assert_eq!(r.presence(1), Presence::Served);
+        assert!(r.touch_with(1, false, || 0), "served already");
+        assert_eq!(r.loading(150, 2_000), 1);
+        assert!(
+            r.arrived_within(1, 150, 2_000),
+            "the served bit is not time"
+        );
+        r.confirm(9); // not resident: nothing to confirm
+        assert_eq!(r.presence(9), Presence::Absent);
+        r.replace([7], 200);
+        assert_eq!(r.presence(7), Presence::Served, "declared");
+        assert_eq!(r.loading(250, 2_000), 0);
     }
 
     #[test]

@@ -163,6 +163,7 @@ impl<E: Clone> Local<E> {
                 state.clone(),
                 picked.admission,
                 (timed || sample).then(|| now.get()),
+                picked.confirms.then_some(route.hash),
             ),
         })
     }

@@ -54,16 +54,28 @@ fn walk(table: &Table, route: &RouteInfo) -> Vec<usize> {
     table.ring.walk(route.model.hash64()).collect()
 }
 
+/// Makes `route`'s model resident and served on backend `index`.
 fn make_resident(table: &Table, index: usize, route: &RouteInfo) {
-    table.backends[index]
-        .residency
-        .touch(route.model.hash64(), 0);
+    let residency = &table.backends[index].residency;
+    residency.touch(route.model.hash64(), 0);
+    residency.confirm(route.model.hash64());
 }
 
-/// Fills backend `index`'s model slots with other models.
+/// Sends `route`'s model to backend `index` now, with no response yet:
+/// resident, still loading.
+fn start_loading(table: &Table, index: usize, route: &RouteInfo) {
+    let now = table.fleet.millis(Instant::now());
+    table.backends[index]
+        .residency
+        .touch(route.model.hash64(), now);
+}
+
+/// Fills backend `index`'s model slots with other models, served.
 fn fill_slots(table: &Table, index: usize) {
     for m in 0..4 {
-        table.backends[index].residency.touch(u64::MAX - m, 0);
+        let residency = &table.backends[index].residency;
+        residency.touch(u64::MAX - m, 0);
+        residency.confirm(u64::MAX - m);
     }
 }
 
@@ -394,4 +406,71 @@ fn sample2_is_uniform_over_backends() {
     for h in hits {
         assert!((18_000..22_000).contains(&h), "{hits:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_owner_still_loading_a_model_is_not_given_a_second_load() {
+    let t = table(6);
+    let r = route("llama");
+    let order = walk(&t, &r);
+    start_loading(&t, order[0], &route("other-model"));
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[1], Branch::ColdOwner)),
+        "the primary is busy loading: the second owner loads it"
+    );
+    // Once the other model is served there, the primary loads again.
+    let t = table(6);
+    start_loading(&t, order[0], &route("other-model"));
+    t.backends[order[0]]
+        .residency
+        .confirm(route("other-model").model.hash64());
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[0], Branch::ColdOwner))
+    );
+    // ... and a load that never got its response stops counting after the
+    // loading grace.
+    let t = table(6);
+    start_loading(&t, order[0], &route("other-model"));
+    tokio::time::advance(Duration::from_millis(LOADING_GRACE_MS)).await;
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[0], Branch::ColdOwner))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_served_owner_is_preferred_to_one_where_the_model_is_still_loading() {
+    let t = table(6);
+    let r = route("llama");
+    let order = walk(&t, &r);
+    start_loading(&t, order[0], &r);
+    make_resident(&t, order[1], &r);
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[1], Branch::ResidentOwner)),
+        "a request on the primary would wait for its load"
+    );
+    // With the served owner at the cap, the loading one is next.
+    set_load(&t, order[1], 10);
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)),
+        Some((order[0], Branch::ResidentOwner))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pick_asks_for_confirmation_until_the_model_is_served() {
+    let t = table(6);
+    let r = route("llama");
+    let key = r.model.hash64();
+    let mut no_random = || unreachable!("this pick does not sample");
+    let first = pick(&t, &ask(&r, 1), &RULES, &Now::lazy(), &mut no_random).unwrap();
+    assert!(first.confirms, "a cold load");
+    let second = pick(&t, &ask(&r, 1), &RULES, &Now::lazy(), &mut no_random).unwrap();
+    assert!(second.confirms, "still loading: no response yet");
+    t.backends[first.index].residency.confirm(key);
+    let third = pick(&t, &ask(&r, 1), &RULES, &Now::lazy(), &mut no_random).unwrap();
+    assert!(!third.confirms, "served");
 }
