@@ -13,21 +13,27 @@
 //!   Among the eligible owners (breaker admitting, not removed) under the
 //!   bounded-load cap `ceil(c × (total in-flight + 1) / n)` (Mirrokni,
 //!   Thorup and Zadimoghaddam, 2016), those with the model **resident** come
-//!   first, chosen by P2C on the cost `(in-flight + 1) × latency EWMA /
-//!   max(health, 0.05)`; else the first cold owner loads it. When every
-//!   owner is out the request **spills** along the ring: to a backend where
-//!   the model is resident, else — while the owners' copy was sent there
-//!   under 2 s ago and may still be loading — to one with a free model slot
-//!   (loading there evicts nothing); otherwise it waits on its cheapest
-//!   owner: a cold load elsewhere costs more than a passing queue, and one
-//!   that evicts a model in use starts a cascade of evictions. With no owner eligible at all, it goes where
-//!   the model is resident, else where loading it evicts the model idle
-//!   longest;
+//!   first — where it was served before those where it is still loading —
+//!   chosen by P2C on the cost `(in-flight + 1) × latency EWMA /
+//!   max(health, 0.05)`; else the first cold owner with no load in progress
+//!   loads it (one load at a time per backend: loads hold memory bandwidth
+//!   and often a serving slot, and piled up they stall the backend's warm
+//!   traffic). When every owner is out the request **spills** along the
+//!   ring: to a backend where the model is resident, else — while the
+//!   owners' copy was sent there under 2 s ago and may still be loading —
+//!   to one with a free model slot and no load in progress (nothing is
+//!   evicted); otherwise it waits on its cheapest owner: a cold load
+//!   elsewhere costs more than a passing queue, and one that evicts a model
+//!   in use starts a cascade of evictions. With no owner eligible at all,
+//!   it goes where the model is resident, else where loading it evicts the
+//!   model idle longest;
 //! * **residency** is learned from routing — a model sent to a backend is
-//!   resident there from then on, until `model_slots` other models were
+//!   resident there from then on, *loading* until a request for it
+//!   succeeds there, then *served*, until `model_slots` other models were
 //!   sent there since ([`BackendMeta::with_model_slots`], the server's LRU)
-//!   — and declared by metadata ([`BackendMeta::with_resident_models`]) or
-//!   the handle ([`BalancerHandle::set_resident_models`]);
+//!   — and declared, served, by metadata
+//!   ([`BackendMeta::with_resident_models`]) or the handle
+//!   ([`BalancerHandle::set_resident_models`]);
 //! * **urgency**: `High` takes the cheapest resident owner under the cap
 //!   (no sampling); `Critical` takes the cheapest resident owner even over
 //!   the cap, and is sent to a resident backend past the owners before any
