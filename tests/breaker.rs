@@ -211,3 +211,25 @@ async fn a_window_full_of_successes_still_counts_the_failures_after_it() {
         "2 of the last 4 failed"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_half_open_breaker_with_every_probe_out_does_not_admit() {
+    use tower_model_balance::breaker::{Breaker as Shared, Outcome};
+
+    let breaker = Shared::new(policy());
+    for _ in 0..2 {
+        breaker.try_acquire().unwrap().record(Outcome::Failure);
+    }
+    let now = tokio::time::Instant::now;
+    assert!(!breaker.admits(now()), "open");
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert!(breaker.admits(now()), "its open time is up: a probe may go");
+    let probe = breaker.try_acquire().expect("the one probe");
+    assert!(!breaker.admits(now()), "the only probe is out");
+    assert!(breaker.try_acquire().is_err());
+    drop(probe); // cancelled: the permit comes back
+    assert!(breaker.admits(now()));
+    breaker.try_acquire().unwrap().record(Outcome::Success);
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    assert!(breaker.admits(now()));
+}

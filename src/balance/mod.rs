@@ -15,14 +15,16 @@
 //!   Thorup and Zadimoghaddam, 2016), those with the model **resident** come
 //!   first — where it was served before those where it is still loading —
 //!   chosen by P2C on the cost `(in-flight + 1) × latency EWMA /
-//!   max(health, 0.05)`; else the first cold owner with no load in progress
-//!   loads it (one load at a time per backend: loads hold memory bandwidth
-//!   and often a serving slot, and piled up they stall the backend's warm
-//!   traffic). When every owner is out the request **spills** along the
-//!   ring: to a backend where the model is resident, else — while the
-//!   owners' copy was sent there under 2 s ago and may still be loading —
-//!   to one with a free model slot and no load in progress (nothing is
-//!   evicted); otherwise it waits on its cheapest owner: a cold load
+//!   max(health, 0.05)`; else the first cold owner under the cap with no
+//!   load in progress loads it (loads hold memory bandwidth and often a
+//!   serving slot, and piled onto one backend they stall its warm traffic,
+//!   so a backend busy loading is passed over for a new load while another
+//!   owner or a free-slot spill can take it). When every owner is out the
+//!   request **spills** along the ring: to a backend where the model is
+//!   resident, else — while the owners' copy was sent there under 2 s ago
+//!   and may still be loading — to one with a free model slot and no load
+//!   in progress (nothing is evicted); otherwise it waits on its cheapest
+//!   owner, loading or not: a cold load
 //!   elsewhere costs more than a passing queue, and one that evicts a model
 //!   in use starts a cascade of evictions. With no owner eligible at all,
 //!   it goes where the model is resident, else where loading it evicts the
@@ -42,7 +44,8 @@
 //!   backends sampled uniformly (power of two choices; Mitzenmacher, 2001),
 //!   with the RNG injectable ([`ModelBalancer::from_rng`]);
 //! * **panic mode**: when fewer than `panic_threshold` (default 50%) of the
-//!   backends are eligible, requests are routed over all of them, breakers
+//!   backends are eligible (not removed, breaker closed, or half-open with a
+//!   probe permit left, or open with its time up), requests are routed over all of them, breakers
 //!   bypassed, rather than piled onto the few left (Envoy's panic
 //!   threshold);
 //! * with no backend admitting the request, the response future fails at

@@ -43,6 +43,9 @@ struct Inner {
     /// Set under the lock while the state is [`CircuitState::saturated`]:
     /// a success then records nothing and skips the lock.
     saturated: AtomicBool,
+    /// Set under the lock while half-open with every probe permit out
+    /// ([`CircuitState::probes_out`]): [`Breaker::admits`] is false then.
+    probes_out: AtomicBool,
     /// Counts the breakers of a fleet that are not closed (the balancer's
     /// panic check reads it).
     not_closed: Option<Arc<AtomicUsize>>,
@@ -80,6 +83,7 @@ impl Breaker {
                 base: Instant::now(),
                 trips: AtomicU64::new(0),
                 saturated: AtomicBool::new(false),
+                probes_out: AtomicBool::new(false),
                 not_closed,
             }),
         }
@@ -122,7 +126,9 @@ impl Breaker {
             return Ok(CircuitState::ticket_for(published >> 1));
         }
         let mut state = self.lock();
-        match state.try_acquire(now()) {
+        let admitted = state.try_acquire(now());
+        self.sync_probes(&state);
+        match admitted {
             Ok((ticket, transition)) => {
                 self.publish(&state, transition);
                 Ok(ticket)
@@ -162,6 +168,7 @@ impl Breaker {
         let mut state = self.lock();
         let transition = state.record(ticket, outcome, now);
         inner.saturated.store(state.saturated(), Ordering::Release);
+        self.sync_probes(&state);
         self.publish(&state, transition);
     }
 
@@ -170,14 +177,16 @@ impl Breaker {
         // Only a half-open ticket has anything to give back; while the
         // published state is closed, no ticket can be one.
         if self.inner.published.load(Ordering::Acquire) & 1 == 0 {
-            self.lock().release(ticket);
+            let mut state = self.lock();
+            state.release(ticket);
+            self.sync_probes(&state);
         }
     }
 
     /// Whether a call would likely be admitted at `now`, without taking the
-    /// lock or a permit: closed, or half-open, or open with its time up. The
-    /// balancer filters candidates with it; [`Breaker::try_acquire_at`]
-    /// decides.
+    /// lock or a permit: closed, or half-open with a probe permit left, or
+    /// open with its time up. The balancer filters candidates with it (and
+    /// counts them for its panic mode); [`Breaker::try_acquire_at`] decides.
     pub fn admits(&self, now: Instant) -> bool {
         self.admits_with(|| now)
     }
@@ -187,6 +196,9 @@ impl Breaker {
     pub(crate) fn admits_with(&self, now: impl FnOnce() -> Instant) -> bool {
         if self.inner.published.load(Ordering::Acquire) & 1 == 1 {
             return true;
+        }
+        if self.inner.probes_out.load(Ordering::Acquire) {
+            return false;
         }
         let elapsed = now().saturating_duration_since(self.inner.base).as_nanos();
         elapsed >= u128::from(self.inner.open_until_ns.load(Ordering::Acquire))
@@ -226,6 +238,13 @@ impl Breaker {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Republishes whether every probe permit is out (under the lock).
+    fn sync_probes(&self, state: &CircuitState) {
+        self.inner
+            .probes_out
+            .store(state.probes_out(), Ordering::Release);
     }
 
     fn publish(&self, state: &CircuitState, transition: Option<Transition>) {

@@ -117,6 +117,12 @@ impl CircuitState {
             && self.window.failures == 0
     }
 
+    /// Whether the breaker is half-open with every probe permit out: no
+    /// call is admitted until one comes back.
+    pub(crate) fn probes_out(&self) -> bool {
+        matches!(self.state, State::HalfOpen { issued, .. } if issued >= self.policy.half_open_permits)
+    }
+
     /// When an open breaker lets probes through; `None` when not open.
     pub fn open_until(&self) -> Option<Instant> {
         match self.state {

@@ -474,3 +474,29 @@ async fn a_pick_asks_for_confirmation_until_the_model_is_served() {
     let third = pick(&t, &ask(&r, 1), &RULES, &Now::lazy(), &mut no_random).unwrap();
     assert!(!third.confirms, "served");
 }
+
+#[tokio::test(start_paused = true)]
+async fn half_open_breakers_with_every_probe_out_count_as_ineligible_for_panic_mode() {
+    let t = table(4);
+    let r = route("resnet");
+    let order = walk(&t, &r);
+    for &i in &order {
+        trip(&t, i);
+    }
+    tokio::time::advance(Duration::from_secs(5)).await;
+    // Three of the four go half-open and send out all their probes.
+    let mut probes = Vec::new();
+    for &i in &order[1..] {
+        let breaker = &t.backends[i].breaker;
+        while let Ok(permit) = breaker.try_acquire() {
+            probes.push(permit);
+        }
+        assert!(!breaker.admits(Instant::now()), "no probe left");
+    }
+    // The fourth, half-open with its probes available, is all that admits:
+    // 1 of 4, under 50%.
+    assert_eq!(pick_now(&t, &ask(&r, 1)), Some((order[0], Branch::Panic)));
+    // A probe coming back makes its backend eligible again.
+    probes.pop();
+    assert!(t.backends[order[3]].breaker.admits(Instant::now()));
+}
