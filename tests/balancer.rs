@@ -514,6 +514,15 @@ async fn a_busy_endpoint_gets_the_request_once_it_is_ready() {
     assert_eq!(balancer.handle().in_flight(), 0);
     assert_eq!(balancer.handle().backends()[0].picked, 1);
 
+    // A request dropped while it waits for its endpoint is cancelled: it
+    // leaves the in-flight count and never reaches the endpoint.
+    handle.allow(0);
+    let mut waiting = tokio_test::task::spawn(balancer.call(infer("llama")));
+    assert_pending!(waiting.poll());
+    assert_eq!(balancer.handle().in_flight(), 1);
+    drop(waiting);
+    assert_eq!(balancer.handle().in_flight(), 0);
+
     // Ready at once: called in `call`, before the future is polled.
     handle.allow(1);
     let response = balancer.call(infer("llama"));
