@@ -1,20 +1,17 @@
 //! The model-aware balancer over mock endpoints: typed fast failures,
 //! in-flight accounting to the end of the body, breakers, discovery, P2C.
 
+#[path = "support/held.rs"]
+mod held;
 #[path = "support/lcg.rs"]
 mod lcg;
 #[path = "support/until.rs"]
 mod until;
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use futures_util::stream;
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Frame;
+use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 use tower::discover::{Change, ServiceList};
 use tower::ServiceExt;
@@ -25,76 +22,26 @@ use tower_model_balance::error::{InvalidRoute, NoHealthyBackend};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::ModelId;
 
+use held::{Mock, Mocks};
 use lcg::Lcg;
 use until::until;
 
-type Body = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
-
-/// A mock backend: answers with its status, and a body that ends when the
-/// test drops the matching sender (kept in `open`).
-#[derive(Clone)]
-struct Mock {
-    name: &'static str,
-    status: Arc<AtomicU16>,
-    open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
-    served: Arc<Mutex<HashMap<&'static str, usize>>>,
-}
-
-impl tower::Service<http::Request<String>> for Mock {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Infallible>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: http::Request<String>) -> Self::Future {
-        *self.served.lock().unwrap().entry(self.name).or_default() += 1;
-        let (tx, rx) = mpsc::channel::<Bytes>(1);
-        self.open.lock().unwrap().push(tx);
-        let frames = stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
-        });
-        let body = StreamBody::new(Box::pin(frames) as stream::BoxStream<'static, _>);
-        let code = self.status.load(Ordering::Relaxed);
-        std::future::ready(Ok(http::Response::builder()
-            .status(code)
-            .body(body)
-            .unwrap()))
-    }
-}
-
+/// The test's backends, named `a`, `b`, … in discovery order.
 struct Fleet {
     names: Vec<&'static str>,
+    held: Mocks,
     mocks: Vec<Mock>,
-    served: Arc<Mutex<HashMap<&'static str, usize>>>,
-    open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
 }
 
 const NAMES: [&str; 4] = ["a", "b", "c", "d"];
 
 fn fleet(n: usize) -> Fleet {
-    let served = Arc::new(Mutex::new(HashMap::new()));
-    let open = Arc::new(Mutex::new(Vec::new()));
     let names = NAMES[..n].to_vec();
-    let mocks = names
-        .iter()
-        .map(|&name| Mock {
-            name,
-            status: Arc::new(AtomicU16::new(200)),
-            open: open.clone(),
-            served: served.clone(),
-        })
-        .collect();
+    let held = Mocks::new(&names);
     Fleet {
+        mocks: held.mocks.clone(),
         names,
-        mocks,
-        served,
-        open,
+        held,
     }
 }
 
@@ -113,11 +60,11 @@ impl Fleet {
 
     /// Ends every open response body.
     fn close_bodies(&self) {
-        self.open.lock().unwrap().clear();
+        self.held.close_bodies();
     }
 
     fn served(&self, name: &str) -> usize {
-        self.served.lock().unwrap().get(name).copied().unwrap_or(0)
+        self.held.served().get(name).copied().unwrap_or(0)
     }
 
     /// The model's backends in ring order (the balancer's default ring).
@@ -240,7 +187,7 @@ async fn a_failing_owner_trips_and_traffic_moves_to_the_next() {
     let f = fleet(4);
     let walk = f.walk("resnet");
     let primary = f.mocks.iter().find(|m| m.name == walk[0]).unwrap();
-    primary.status.store(503, Ordering::Relaxed);
+    primary.set_status(503);
     let balancer = f.balancer(trips_after_3_of_4());
     let mut statuses = Vec::new();
     for _ in 0..6 {
@@ -343,7 +290,7 @@ async fn a_hot_model_spreads_within_the_load_cap_then_stays_where_it_is_resident
 async fn failed_statuses_count_even_when_their_bodies_are_never_read() {
     let f = fleet(2);
     for m in &f.mocks {
-        m.status.store(503, Ordering::Relaxed);
+        m.set_status(503);
     }
     let no_panic = BalanceConfig::builder()
         .breaker(trips_after_3_of_4().breaker().clone())
@@ -371,7 +318,7 @@ async fn failed_statuses_count_even_when_their_bodies_are_never_read() {
 async fn with_every_breaker_open_panic_mode_still_routes() {
     let f = fleet(2);
     for m in &f.mocks {
-        m.status.store(503, Ordering::Relaxed);
+        m.set_status(503);
     }
     let balancer = f.balancer(trips_after_3_of_4());
     for _ in 0..6 {
@@ -443,14 +390,14 @@ async fn an_insert_for_a_live_key_keeps_its_breaker_and_a_remove_lets_requests_f
     let (a, b) = (backends.next().unwrap(), backends.next().unwrap());
     tx.send(Change::Insert("a", a.clone())).unwrap();
     until(|| handle.backends().len() == 1).await;
-    f.mocks[0].status.store(503, Ordering::Relaxed);
+    f.mocks[0].set_status(503);
     for _ in 0..2 {
         drop(balancer.clone().oneshot(infer("m")).await.unwrap());
     }
     assert_eq!(breaker_of("a"), Some(BreakerState::Open));
     // The same key again, with an endpoint that now answers 200: metadata and
     // endpoint are updated, the breaker (still open) is kept.
-    f.mocks[0].status.store(200, Ordering::Relaxed);
+    f.mocks[0].set_status(200);
     tx.send(Change::Insert("a", a)).unwrap();
     tx.send(Change::Insert("b", b)).unwrap();
     until(|| handle.backends().len() == 2).await;
@@ -526,7 +473,9 @@ async fn a_busy_endpoint_gets_the_request_once_it_is_ready() {
     // Ready at once: called in `call`, before the future is polled.
     handle.allow(1);
     let response = balancer.call(infer("llama"));
-    let (_, send) = handle.next_request().await.expect("sent at once");
+    let (_, send) = futures_util::FutureExt::now_or_never(handle.next_request())
+        .flatten()
+        .expect("sent in `call`, before any poll");
     send.send_response(http::Response::new(String::new()));
     response.await.expect("the endpoint answered");
     assert_eq!(balancer.handle().in_flight(), 0);

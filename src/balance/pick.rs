@@ -184,6 +184,10 @@ impl Ctx<'_> {
         self.state(i).residency.contains(key)
     }
 
+    fn presence(&self, i: usize, key: u64) -> Presence {
+        self.state(i).residency.presence(key)
+    }
+
     fn cheapest(&self, among: impl Iterator<Item = usize>) -> Option<usize> {
         among
             .map(|i| (i, self.state(i).cost()))
@@ -208,9 +212,11 @@ impl Ctx<'_> {
 /// Inference: among the model's eligible owners, the resident ones under
 /// the bounded-load cap by P2C on cost — those where the model was served
 /// first, then those where it may still be loading (a request there would
-/// wait for the load) — else the first cold owner under the cap. With every owner out, spill along the ring: to a backend under the
-/// cap with the model resident, else — while the owners' copy may still be
-/// loading — with a free model slot (nothing evicted); else wait on the
+/// wait for the load) — else the first cold owner under the cap with no
+/// load in progress. With every owner out, spill along the ring: to a
+/// backend under the cap with the model resident, else — while the owners'
+/// copy may still be loading — with a free model slot and no load in
+/// progress (nothing evicted); else wait on the
 /// cheapest owner (resident first). With no
 /// owner eligible: a resident backend, else the one where loading evicts
 /// the model idle longest. `High` urgency takes the cheapest resident owner
@@ -232,7 +238,7 @@ fn pick_inference(
     // The eligible owners in walk order, and those of them with room under
     // the cap and the model served, or still loading.
     let (mut all, mut all_len) = ([0usize; MAX_OWNERS], 0);
-    let (mut warm, mut warm_len) = ([0usize; MAX_OWNERS], 0);
+    let (mut served, mut served_len) = ([0usize; MAX_OWNERS], 0);
     let (mut loading, mut loading_len) = ([0usize; MAX_OWNERS], 0);
     for i in table.ring.walk(key).take(k).filter(|&i| ctx.eligible(i)) {
         all[all_len] = i;
@@ -240,10 +246,10 @@ fn pick_inference(
         if !under(i) {
             continue;
         }
-        match ctx.state(i).residency.presence(key) {
+        match ctx.presence(i, key) {
             Presence::Served => {
-                warm[warm_len] = i;
-                warm_len += 1;
+                served[served_len] = i;
+                served_len += 1;
             }
             Presence::Loading => {
                 loading[loading_len] = i;
@@ -253,7 +259,7 @@ fn pick_inference(
         }
     }
     let eligible_owners = &all[..all_len];
-    let (served_under, loading_under) = (&warm[..warm_len], &loading[..loading_len]);
+    let (served_under, loading_under) = (&served[..served_len], &loading[..loading_len]);
     let resident_owners = || {
         eligible_owners
             .iter()
@@ -264,7 +270,7 @@ fn pick_inference(
         eligible_owners
             .iter()
             .copied()
-            .filter(|&i| ctx.state(i).residency.presence(key) == Presence::Served)
+            .filter(|&i| ctx.presence(i, key) == Presence::Served)
     };
 
     let choice = match ask.urgency {

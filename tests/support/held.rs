@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -16,12 +17,22 @@ use tower::Service;
 /// A body that ends when its sender, kept by the [`Mocks`], is dropped.
 pub type Body = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
 
-/// One backend: answers 200 at once with a body that stays open.
+/// One backend: answers at once, with its status (200 unless set) and a
+/// body that stays open.
 #[derive(Clone)]
 pub struct Mock {
     pub name: &'static str,
+    status: Arc<AtomicU16>,
     open: Arc<Mutex<Vec<mpsc::Sender<Bytes>>>>,
     served: Arc<Mutex<HashMap<&'static str, usize>>>,
+}
+
+impl Mock {
+    /// The status it answers with from now on.
+    #[allow(dead_code)] // Not every test binary fails its backends.
+    pub fn set_status(&self, code: u16) {
+        self.status.store(code, Ordering::Relaxed);
+    }
 }
 
 impl Service<http::Request<String>> for Mock {
@@ -41,7 +52,10 @@ impl Service<http::Request<String>> for Mock {
             rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
         });
         let body = StreamBody::new(Box::pin(frames) as stream::BoxStream<'static, _>);
-        std::future::ready(Ok(http::Response::new(body)))
+        let mut response = http::Response::new(body);
+        *response.status_mut() = http::StatusCode::from_u16(self.status.load(Ordering::Relaxed))
+            .expect("a status the test set");
+        std::future::ready(Ok(response))
     }
 }
 
@@ -60,6 +74,7 @@ impl Mocks {
             .iter()
             .map(|&name| Mock {
                 name,
+                status: Arc::new(AtomicU16::new(200)),
                 open: open.clone(),
                 served: served.clone(),
             })
