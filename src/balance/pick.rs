@@ -292,7 +292,7 @@ fn pick_inference(
     let can_load = |i: usize| {
         table.backends[i]
             .residency
-            .loading(now_ms(), LOADING_GRACE_MS)
+            .loading(now_ms, LOADING_GRACE_MS)
             < LOADS_AT_ONCE
     };
     let choice = choice
