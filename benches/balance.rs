@@ -14,9 +14,9 @@
 //!
 //! Every row does the same work per request apart from the routing:
 //! `ready().await`, `call(req).await`, drop the response, in a caller task
-//! spawned on a 2-worker multi-thread runtime. That task holds a clone of
-//! the `ModelBalancer` or `Buffer`, as each task of a server would; the one
-//! `Balance` of `tower_p2c` moves into it and back. The requests are
+//! spawned on a 2-worker multi-thread runtime (one per row). That task
+//! holds a clone of the `ModelBalancer` or `Buffer`, as each task of a
+//! server would; the one `Balance` of `tower_p2c` moves into it and back. The requests are
 //! inference requests for 1000 model IDs drawn Zipf(1.1) in one fixed,
 //! seeded sequence, built outside the timed region in chunks of 1024,
 //! identically for every row.
@@ -167,23 +167,21 @@ where
     (svc, elapsed)
 }
 
-/// One sample: `drive` in a caller task spawned on the runtime.
-fn sample<S>(env: &Env, svc: S, iters: u64) -> (S, Duration)
+/// One sample: `drive` in a caller task spawned on the row's runtime.
+fn sample<S>(env: &Env, rt: &Runtime, svc: S, iters: u64) -> (S, Duration)
 where
     S: Service<Req> + Send + 'static,
     S::Error: Debug,
     S::Future: Send,
 {
     let workload = env.workload.clone();
-    env.rt
-        .block_on(async { tokio::spawn(drive(svc, workload, iters)).await })
+    rt.block_on(async { tokio::spawn(drive(svc, workload, iters)).await })
         .expect("the caller task does not panic")
 }
 
 /// What every row shares.
 #[derive(Debug)]
 struct Env {
-    rt: Runtime,
     workload: Arc<Workload>,
     /// Each row's samples of at least one chunk, in ns per request.
     samples: RefCell<BTreeMap<String, Vec<f64>>>,
@@ -196,6 +194,20 @@ impl Env {
         ns.sort_by(f64::total_cmp);
         Some(ns[ns.len() / 2])
     }
+}
+
+/// A 2-worker multi-thread runtime. Each row gets its own, dropped after
+/// it: a row's worker threads, and what they left in their allocator
+/// caches, do not carry into the next row. (With one runtime for all rows,
+/// rows measured after a `tower_p2c_buffer` row — whose worker drops the
+/// requests on another thread than the one that built them — ran 5–15%
+/// slower than alone.)
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
 }
 
 // === rows in the group ===
@@ -230,27 +242,39 @@ fn bench_row(
 
 fn bench(c: &mut Criterion, env: &Env) {
     let mut group = c.benchmark_group(GROUP);
-    bench_row(&mut group, env, "direct", None, |iters| {
-        sample(env, Ready, iters).1
-    });
+    {
+        let rt = runtime();
+        bench_row(&mut group, env, "direct", None, |iters| {
+            sample(env, &rt, Ready, iters).1
+        });
+    }
     for n in SIZES {
-        // The caller task holds a clone, as each task of a server would.
-        let balancer = model_balancer(n);
-        bench_row(&mut group, env, "model_balancer", Some(n), |iters| {
-            sample(env, balancer.clone(), iters).1
-        });
-        let buffer = tower_p2c_buffer(&env.rt, n);
-        bench_row(&mut group, env, "tower_p2c_buffer", Some(n), |iters| {
-            sample(env, buffer.clone(), iters).1
-        });
-        // `Balance` is not `Clone`: the task takes it and gives it back.
-        let mut p2c = Some(tower_p2c(n));
-        bench_row(&mut group, env, "tower_p2c", Some(n), |iters| {
-            let svc = p2c.take().expect("given back by the last sample");
-            let (svc, elapsed) = sample(env, svc, iters);
-            p2c = Some(svc);
-            elapsed
-        });
+        {
+            // The caller task holds a clone, as each task of a server would.
+            let rt = runtime();
+            let balancer = model_balancer(n);
+            bench_row(&mut group, env, "model_balancer", Some(n), |iters| {
+                sample(env, &rt, balancer.clone(), iters).1
+            });
+        }
+        {
+            let rt = runtime();
+            let buffer = tower_p2c_buffer(&rt, n);
+            bench_row(&mut group, env, "tower_p2c_buffer", Some(n), |iters| {
+                sample(env, &rt, buffer.clone(), iters).1
+            });
+        }
+        {
+            let rt = runtime();
+            // `Balance` is not `Clone`: the task takes it and gives it back.
+            let mut p2c = Some(tower_p2c(n));
+            bench_row(&mut group, env, "tower_p2c", Some(n), |iters| {
+                let svc = p2c.take().expect("given back by the last sample");
+                let (svc, elapsed) = sample(env, &rt, svc, iters);
+                p2c = Some(svc);
+                elapsed
+            });
+        }
     }
     group.finish();
 }
@@ -311,11 +335,6 @@ fn report(env: &Env) {
 
 fn main() {
     let env = Env {
-        rt: tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a runtime"),
         workload: Arc::new(Workload::new()),
         samples: RefCell::default(),
     };

@@ -13,7 +13,7 @@ use super::discover::{self, Drained, Registry};
 use super::future::ResponseFuture;
 use super::router::Local;
 use super::{Backend, BalanceConfig, BalancerHandle, Picked, Shared};
-use crate::error::{BoxError, InvalidConfig, NoHealthyBackend};
+use crate::error::{BoxError, InvalidConfig, InvalidRoute, NoHealthyBackend};
 use crate::route::{RouteInfo, RouteView};
 
 /// The model-aware balancer; see the [module docs](super).
@@ -183,11 +183,7 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let route = match RouteView::from_parts(req.extensions(), req.headers()) {
             Ok(route) => route,
-            Err(error) => {
-                let stats = &self.shared.stats;
-                stats.invalid_route.fetch_add(1, Ordering::Relaxed);
-                return ResponseFuture::failed(error.into());
-            }
+            Err(error) => return ResponseFuture::failed(self.invalid(error)),
         };
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
@@ -199,6 +195,18 @@ where
             Ok(Picked { endpoint, guard }) => ResponseFuture::new(endpoint, req, guard),
             Err(error) => ResponseFuture::failed(error.into()),
         }
+    }
+}
+
+impl<E, R> ModelBalancer<E, R> {
+    /// Counts and fails a request whose route is invalid (out of line:
+    /// the error path stays out of `call`'s code and stack frame).
+    #[cold]
+    #[inline(never)]
+    fn invalid(&self, error: InvalidRoute) -> BoxError {
+        let stats = &self.shared.stats;
+        stats.invalid_route.fetch_add(1, Ordering::Relaxed);
+        error.into()
     }
 }
 
