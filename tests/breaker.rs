@@ -20,6 +20,7 @@ fn policy() -> Policy {
         .minimum_calls(2)
         .failure_rate_threshold(0.5)
         .open_duration(Duration::from_secs(10))
+        .jitter(false)
         .half_open_permits(1)
         .build()
         .unwrap()

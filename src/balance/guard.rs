@@ -77,42 +77,46 @@ impl Guard {
     /// others. A failure is always recorded (as at least the failure
     /// penalty when it was not timed).
     pub fn finish(self, outcome: Outcome) {
-        if self.started.is_some() || outcome == Outcome::Failure {
+        if self.started.is_some() || matches!(outcome, Outcome::Failure | Outcome::Overload) {
             self.finish_at(outcome, Instant::now());
         } else {
-            self.record(outcome, None);
+            self.record(outcome, None, None);
         }
     }
 
     /// Records the request's outcome at `now`; its latency is `now` minus
     /// [`Guard::started`] (0 if `now` is earlier; an untimed failure counts
-    /// as the failure penalty alone).
+    /// as the failure penalty alone). A timed call is slow for the breaker
+    /// if its latency reaches the policy's slow-call duration.
     pub fn finish_at(self, outcome: Outcome, now: Instant) {
-        let latency = self.started.map_or(Duration::ZERO, |started| {
-            now.saturating_duration_since(started)
-        });
+        let elapsed = self
+            .started
+            .map(|started| now.saturating_duration_since(started));
+        let latency = elapsed.unwrap_or(Duration::ZERO);
         match outcome {
             Outcome::Success if self.started.is_some() => self.state.latency.record(latency, false),
-            Outcome::Failure => self.state.latency.record(latency, true),
+            Outcome::Failure | Outcome::Overload => self.state.latency.record(latency, true),
             // An untimed success has no latency; the caller's error says
             // nothing of the backend's speed.
             _ => {}
         }
-        self.record(outcome, Some(now));
+        self.record(outcome, elapsed, Some(now));
     }
 
     /// Gives the outcome to the breaker in scope; without `now`, the clock
     /// is read only if the breaker's state can change.
-    fn record(mut self, outcome: Outcome, now: Option<Instant>) {
+    fn record(mut self, outcome: Outcome, elapsed: Option<Duration>, now: Option<Instant>) {
         if let (Outcome::Success, Some(key)) = (outcome, self.confirms) {
             self.state.residency.confirm(key);
         }
         let now = || now.unwrap_or_else(Instant::now);
         match self.admission.take() {
             Some(Admission::Backend(ticket)) => {
-                self.state.breaker.record_ticket_with(ticket, outcome, now);
+                self.state
+                    .breaker
+                    .record_ticket_with(ticket, outcome, elapsed, now);
             }
-            Some(Admission::Pair(permit)) => permit.record_at(outcome, now()),
+            Some(Admission::Pair(permit)) => permit.record_call(outcome, elapsed, now()),
             Some(Admission::Bypass) | None => {}
         }
     }

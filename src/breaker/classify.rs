@@ -24,7 +24,8 @@ where
 /// The default classifier for `http::Response`:
 ///
 /// * 5xx: failure;
-/// * 429 Too Many Requests: failure (the backend is overloaded);
+/// * 429 Too Many Requests: overload (a failure for the rate, not for the
+///   consecutive-failure trip);
 /// * other 4xx: ignored — the caller's mistake says nothing about the
 ///   backend (a half-open permit still comes back);
 /// * everything else: success;
@@ -41,7 +42,9 @@ impl ServerErrorsAsFailures {
 
     /// The outcome for a status code alone.
     pub fn classify_status(status: http::StatusCode) -> Outcome {
-        if status.is_server_error() || status == http::StatusCode::TOO_MANY_REQUESTS {
+        if status == http::StatusCode::TOO_MANY_REQUESTS {
+            Outcome::Overload
+        } else if status.is_server_error() {
             Outcome::Failure
         } else if status.is_client_error() {
             Outcome::Ignored
@@ -73,7 +76,7 @@ mod tests {
         assert_eq!(c(200), Outcome::Success);
         assert_eq!(c(304), Outcome::Success);
         assert_eq!(c(404), Outcome::Ignored);
-        assert_eq!(c(429), Outcome::Failure);
+        assert_eq!(c(429), Outcome::Overload);
         assert_eq!(c(500), Outcome::Failure);
         assert_eq!(c(503), Outcome::Failure);
         let err: Result<&http::Response<()>, &&str> = Err(&"reset");

@@ -47,19 +47,24 @@
 //! [`BreakerOpen`]: crate::error::BreakerOpen
 
 mod classify;
+mod events;
 pub mod future;
 mod layer;
 mod policy;
 mod service;
 mod shared;
 mod state;
+mod window;
 
 pub use self::classify::{Classify, ServerErrorsAsFailures};
+pub use self::events::OnTransition;
 pub use self::layer::CircuitBreakerLayer;
-pub use self::policy::{Policy, PolicyBuilder};
+pub use self::policy::{Policy, PolicyBuilder, SlidingWindow};
 pub use self::service::CircuitBreaker;
 pub use self::shared::{Breaker, Permit};
-pub use self::state::{BreakerState, CircuitState, Ticket, Transition};
+pub use self::state::{
+    BreakerState, CircuitState, Metrics, Mode, Reason, Refused, Ticket, Transition,
+};
 
 /// How one call went, as far as the breaker is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -67,8 +72,13 @@ pub use self::state::{BreakerState, CircuitState, Ticket, Transition};
 pub enum Outcome {
     /// The backend served the call.
     Success,
-    /// The backend failed the call (5xx, overload, timeout, connection error).
+    /// The backend failed the call (5xx, timeout, connection error).
     Failure,
+    /// The backend shed the call (429 Too Many Requests, gRPC
+    /// `RESOURCE_EXHAUSTED`): a failure for the failure rate, but it
+    /// neither counts toward nor breaks a run of consecutive failures — an
+    /// overloaded backend is up.
+    Overload,
     /// Says nothing about the backend (a caller's 4xx): not counted, but a
     /// half-open permit comes back.
     Ignored,

@@ -1,59 +1,90 @@
-//! The breaker's policy: validated thresholds, window and durations.
+//! The breaker's policy: validated windows, thresholds and durations.
 
 use std::time::Duration;
 
 use crate::error::InvalidConfig;
 
+/// The sliding window whose calls decide the failure and slow-call rates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SlidingWindow {
+    /// The last `calls` recorded calls (1 ..= 10 000).
+    Count {
+        /// Calls in the window.
+        calls: usize,
+    },
+    /// The calls recorded in the last `duration`, counted in `buckets`
+    /// equal slices that expire one at a time — the rate does not depend on
+    /// the request rate. `duration` 100 ms ..= 1 h, `buckets` 1 ..= 100,
+    /// each bucket at least 1 ms.
+    Time {
+        /// Length of the window.
+        duration: Duration,
+        /// Slices the window is counted in.
+        buckets: u32,
+    },
+}
+
 /// When a breaker trips, how long it stays open and how it probes.
 ///
-/// Built with [`Policy::builder`]; every value is validated by
-/// [`PolicyBuilder::build`]. Defaults (in the manner of resilience4j, scaled
-/// to an inference backend's request rate):
+/// Built with [`Policy::builder`]; [`PolicyBuilder::build`] validates every
+/// value and names the first field out of range. Defaults (in the manner
+/// of resilience4j, scaled to an inference backend):
 ///
 /// | field | default | range |
 /// | --- | --- | --- |
-/// | `window` (calls) | 20 | 1 ..= 10 000 |
-/// | `minimum_calls` | 10 | 1 ..= `window` |
+/// | `window` | last 20 calls | 1 ..= 10 000 calls, or a [time window](SlidingWindow::Time) |
+/// | `minimum_calls` | 10 | 1 ..= 10 000, and at most a count window's size |
 /// | `failure_rate_threshold` (fraction) | 0.5 | (0, 1] |
-/// | `open_duration` | 5 s | 1 ms ..= 1 h |
+/// | `slow_call_rate_threshold` (fraction) | 1.0 | (0, 1] |
+/// | `slow_call_duration` | 10 s | 1 ms ..= 1 h |
+/// | `consecutive_failures` | off | 1 ..= 10 000 |
 /// | `half_open_permits` (calls) | 3 | 1 ..= 1 000 |
+/// | `half_open_max_wait` | 60 s | 1 ms ..= 1 h |
+/// | `open_duration` (base of the backoff) | 5 s | 1 ms ..= 1 h |
+/// | `max_open_duration` | 120 s | `open_duration` ..= 24 h |
+/// | `jitter` | on | on / off |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Policy {
-    /// Size of the count-based sliding window: the last `window` recorded
-    /// calls decide the failure rate.
-    pub(crate) window: usize,
-    /// Calls the window must hold before the failure rate can trip the
-    /// breaker, so one or two blips never do.
+    pub(crate) window: SlidingWindow,
     pub(crate) minimum_calls: usize,
-    /// Failure rate, in `(0, 1]`, at or above which the breaker opens.
     pub(crate) failure_rate_threshold: f64,
-    /// How long the breaker stays open before it lets probes through.
-    pub(crate) open_duration: Duration,
-    /// Calls let through while half-open; their failure rate below the
-    /// threshold closes the breaker, at or above it opens it again.
+    pub(crate) slow_call_rate_threshold: f64,
+    pub(crate) slow_call_duration: Duration,
+    pub(crate) consecutive_failures: Option<u32>,
     pub(crate) half_open_permits: u32,
+    pub(crate) half_open_max_wait: Duration,
+    pub(crate) open_duration: Duration,
+    pub(crate) max_open_duration: Duration,
+    pub(crate) jitter: bool,
 }
 
 impl Default for Policy {
     fn default() -> Self {
         Self {
-            window: 20,
+            window: SlidingWindow::Count { calls: 20 },
             minimum_calls: 10,
             failure_rate_threshold: 0.5,
-            open_duration: Duration::from_secs(5),
+            slow_call_rate_threshold: 1.0,
+            slow_call_duration: Duration::from_secs(10),
+            consecutive_failures: None,
             half_open_permits: 3,
+            half_open_max_wait: Duration::from_secs(60),
+            open_duration: Duration::from_secs(5),
+            max_open_duration: Duration::from_secs(120),
+            jitter: true,
         }
     }
 }
 
 impl Policy {
-    /// Size of the count-based sliding window, in calls.
-    pub fn window(&self) -> usize {
+    /// The sliding window.
+    pub fn window(&self) -> SlidingWindow {
         self.window
     }
 
-    /// Calls the window must hold before the failure rate can trip.
+    /// Calls the window must hold before either rate can trip.
     pub fn minimum_calls(&self) -> usize {
         self.minimum_calls
     }
@@ -63,14 +94,55 @@ impl Policy {
         self.failure_rate_threshold
     }
 
-    /// How long the breaker stays open.
-    pub fn open_duration(&self) -> Duration {
-        self.open_duration
+    /// Slow-call rate in `(0, 1]` at or above which the breaker opens.
+    pub fn slow_call_rate_threshold(&self) -> f64 {
+        self.slow_call_rate_threshold
+    }
+
+    /// A timed call taking at least this long is slow.
+    pub fn slow_call_duration(&self) -> Duration {
+        self.slow_call_duration
+    }
+
+    /// Consecutive failures that trip the breaker at once, if set.
+    pub fn consecutive_failures(&self) -> Option<u32> {
+        self.consecutive_failures
     }
 
     /// Probe calls let through while half-open.
     pub fn half_open_permits(&self) -> u32 {
         self.half_open_permits
+    }
+
+    /// The longest a half-open probe round may take before the breaker
+    /// opens again.
+    pub fn half_open_max_wait(&self) -> Duration {
+        self.half_open_max_wait
+    }
+
+    /// Base of the open duration's exponential backoff.
+    pub fn open_duration(&self) -> Duration {
+        self.open_duration
+    }
+
+    /// Ceiling of the open duration's exponential backoff.
+    pub fn max_open_duration(&self) -> Duration {
+        self.max_open_duration
+    }
+
+    /// Whether open durations are drawn with full jitter.
+    pub fn jitter(&self) -> bool {
+        self.jitter
+    }
+
+    /// The open duration's ceiling after `reopened` consecutive reopenings
+    /// without closing: `open_duration × 2^reopened`, at most
+    /// `max_open_duration`.
+    pub(crate) fn open_ceiling(&self, reopened: u32) -> Duration {
+        let factor = 1u32.checked_shl(reopened.min(31)).unwrap_or(u32::MAX);
+        self.open_duration
+            .checked_mul(factor)
+            .map_or(self.max_open_duration, |d| d.min(self.max_open_duration))
     }
 
     /// A builder starting from the defaults.
@@ -88,10 +160,14 @@ impl Policy {
 /// use tower_model_balance::breaker::Policy;
 ///
 /// let policy = Policy::builder()
-///     .window(50)
+///     .time_window(Duration::from_secs(30), 10)
 ///     .minimum_calls(20)
 ///     .failure_rate_threshold(0.25)
-///     .open_duration(Duration::from_secs(10))
+///     .slow_call_rate_threshold(0.8)
+///     .slow_call_duration(Duration::from_secs(2))
+///     .consecutive_failures(5)
+///     .open_duration(Duration::from_secs(1))
+///     .max_open_duration(Duration::from_secs(60))
 ///     .build()
 ///     .unwrap();
 /// assert_eq!(policy.half_open_permits(), 3);
@@ -105,34 +181,93 @@ pub struct PolicyBuilder {
 }
 
 impl PolicyBuilder {
-    /// Sets the sliding window size in calls (1 ..= 10 000; default 20).
+    /// A count-based window of the last `calls` calls (1 ..= 10 000;
+    /// default 20).
     pub fn window(mut self, calls: usize) -> Self {
-        self.policy.window = calls;
+        self.policy.window = SlidingWindow::Count { calls };
         self
     }
 
-    /// Sets the minimum number of calls before tripping (1 ..= `window`;
-    /// default 10).
+    /// A time-based window: the calls of the last `duration` (100 ms ..=
+    /// 1 h), counted in `buckets` slices (1 ..= 100, each at least 1 ms).
+    pub fn time_window(mut self, duration: Duration, buckets: u32) -> Self {
+        self.policy.window = SlidingWindow::Time { duration, buckets };
+        self
+    }
+
+    /// Calls the window must hold before either rate can trip (1 ..=
+    /// 10 000, and at most a count window's size; default 10).
     pub fn minimum_calls(mut self, calls: usize) -> Self {
         self.policy.minimum_calls = calls;
         self
     }
 
-    /// Sets the failure-rate threshold, a fraction in `(0, 1]` (default 0.5).
+    /// The failure-rate threshold, a fraction in `(0, 1]` (default 0.5).
+    /// Failures and overloads (429) count.
     pub fn failure_rate_threshold(mut self, rate: f64) -> Self {
         self.policy.failure_rate_threshold = rate;
         self
     }
 
-    /// Sets how long the breaker stays open (1 ms ..= 1 h; default 5 s).
+    /// The slow-call-rate threshold, a fraction in `(0, 1]` of the timed
+    /// calls (default 1.0: every timed call in the window slow).
+    pub fn slow_call_rate_threshold(mut self, rate: f64) -> Self {
+        self.policy.slow_call_rate_threshold = rate;
+        self
+    }
+
+    /// How long a timed call must take to be slow (1 ms ..= 1 h; default
+    /// 10 s). Calls marked as cold loads are never timed.
+    pub fn slow_call_duration(mut self, duration: Duration) -> Self {
+        self.policy.slow_call_duration = duration;
+        self
+    }
+
+    /// Trips at once after `failures` consecutive failures (1 ..= 10 000;
+    /// default off), before the window holds its minimum: the fast path
+    /// for a hard outage. Overloads (429) neither count nor reset the run.
+    pub fn consecutive_failures(mut self, failures: u32) -> Self {
+        self.policy.consecutive_failures = Some(failures);
+        self
+    }
+
+    /// The number of half-open probe calls (1 ..= 1 000; default 3).
+    pub fn half_open_permits(mut self, calls: u32) -> Self {
+        self.policy.half_open_permits = calls;
+        self
+    }
+
+    /// The longest a half-open probe round may take (1 ms ..= 1 h; default
+    /// 60 s): past it, a round whose probes have not all reported opens the
+    /// breaker again instead of sticking.
+    pub fn half_open_max_wait(mut self, wait: Duration) -> Self {
+        self.policy.half_open_max_wait = wait;
+        self
+    }
+
+    /// The base open duration (1 ms ..= 1 h; default 5 s). The `n`-th
+    /// reopening in a row (from half-open) waits up to `base × 2^n`, at
+    /// most [`max_open_duration`](Self::max_open_duration); closing resets
+    /// `n` to 0.
     pub fn open_duration(mut self, duration: Duration) -> Self {
         self.policy.open_duration = duration;
         self
     }
 
-    /// Sets the number of half-open probe calls (1 ..= 1 000; default 3).
-    pub fn half_open_permits(mut self, calls: u32) -> Self {
-        self.policy.half_open_permits = calls;
+    /// The ceiling of the open duration's backoff (`open_duration` ..=
+    /// 24 h; default 120 s).
+    pub fn max_open_duration(mut self, duration: Duration) -> Self {
+        self.policy.max_open_duration = duration;
+        self
+    }
+
+    /// Whether to draw each open duration uniformly in `[0, ceiling]`
+    /// ("full jitter", as in AWS's *Exponential Backoff and Jitter*), so
+    /// that the breakers many gateways keep for one backend do not all
+    /// probe it at once (default on). Off, a breaker stays open for the
+    /// ceiling exactly.
+    pub fn jitter(mut self, on: bool) -> Self {
+        self.policy.jitter = on;
         self
     }
 
@@ -143,25 +278,131 @@ impl PolicyBuilder {
     /// [`InvalidConfig`] naming the first field out of its range.
     pub fn build(self) -> Result<Policy, InvalidConfig> {
         let p = self.policy;
-        if !(1..=10_000).contains(&p.window) {
-            return Err(InvalidConfig::new("window", "1 ..= 10000 calls"));
+        let within = |d: Duration, lo: Duration, hi: Duration| (lo..=hi).contains(&d);
+        const MS: Duration = Duration::from_millis(1);
+        const HOUR: Duration = Duration::from_secs(3600);
+        let window_calls = match p.window {
+            SlidingWindow::Count { calls } => {
+                if !(1..=10_000).contains(&calls) {
+                    return Err(InvalidConfig::new("window", "1 ..= 10000 calls"));
+                }
+                calls
+            }
+            SlidingWindow::Time { duration, buckets } => {
+                if !within(duration, Duration::from_millis(100), HOUR) {
+                    return Err(InvalidConfig::new("window", "a duration of 100 ms ..= 1 h"));
+                }
+                if !(1..=100).contains(&buckets) || duration / buckets < MS {
+                    return Err(InvalidConfig::new(
+                        "buckets",
+                        "1 ..= 100, each at least 1 ms",
+                    ));
+                }
+                10_000
+            }
+        };
+        if !(1..=window_calls).contains(&p.minimum_calls) {
+            return Err(InvalidConfig::new(
+                "minimum_calls",
+                "1 ..= 10000, and at most the window's calls",
+            ));
         }
-        if !(1..=p.window).contains(&p.minimum_calls) {
-            return Err(InvalidConfig::new("minimum_calls", "1 ..= window"));
-        }
-        let rate = p.failure_rate_threshold;
-        if !(rate > 0.0 && rate <= 1.0) {
+        let fraction = |rate: f64| rate > 0.0 && rate <= 1.0;
+        if !fraction(p.failure_rate_threshold) {
             return Err(InvalidConfig::new(
                 "failure_rate_threshold",
                 "a fraction in (0, 1]",
             ));
         }
-        if !(Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&p.open_duration) {
-            return Err(InvalidConfig::new("open_duration", "1 ms ..= 1 h"));
+        if !fraction(p.slow_call_rate_threshold) {
+            return Err(InvalidConfig::new(
+                "slow_call_rate_threshold",
+                "a fraction in (0, 1]",
+            ));
+        }
+        if !within(p.slow_call_duration, MS, HOUR) {
+            return Err(InvalidConfig::new("slow_call_duration", "1 ms ..= 1 h"));
+        }
+        if p.consecutive_failures
+            .is_some_and(|n| !(1..=10_000).contains(&n))
+        {
+            return Err(InvalidConfig::new("consecutive_failures", "1 ..= 10000"));
         }
         if !(1..=1_000).contains(&p.half_open_permits) {
             return Err(InvalidConfig::new("half_open_permits", "1 ..= 1000 calls"));
         }
+        if !within(p.half_open_max_wait, MS, HOUR) {
+            return Err(InvalidConfig::new("half_open_max_wait", "1 ms ..= 1 h"));
+        }
+        if !within(p.open_duration, MS, HOUR) {
+            return Err(InvalidConfig::new("open_duration", "1 ms ..= 1 h"));
+        }
+        if !within(p.max_open_duration, p.open_duration, 24 * HOUR) {
+            return Err(InvalidConfig::new(
+                "max_open_duration",
+                "open_duration ..= 24 h",
+            ));
+        }
         Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_out_of_range_is_named() {
+        let b = Policy::builder;
+        let ms = Duration::from_millis;
+        let cases: Vec<(PolicyBuilder, &str)> = vec![
+            (b().window(0), "window"),
+            (b().window(10_001), "window"),
+            (b().time_window(ms(99), 1), "window"),
+            (b().time_window(ms(1_000), 0), "buckets"),
+            (b().time_window(ms(100), 101), "buckets"),
+            (b().window(5).minimum_calls(6), "minimum_calls"),
+            (b().minimum_calls(0), "minimum_calls"),
+            (b().failure_rate_threshold(0.0), "failure_rate_threshold"),
+            (
+                b().failure_rate_threshold(f64::NAN),
+                "failure_rate_threshold",
+            ),
+            (
+                b().slow_call_rate_threshold(1.01),
+                "slow_call_rate_threshold",
+            ),
+            (b().slow_call_duration(Duration::ZERO), "slow_call_duration"),
+            (b().consecutive_failures(0), "consecutive_failures"),
+            (b().half_open_permits(0), "half_open_permits"),
+            (b().half_open_max_wait(Duration::ZERO), "half_open_max_wait"),
+            (
+                b().open_duration(Duration::from_secs(3601)),
+                "open_duration",
+            ),
+            (
+                b().open_duration(ms(10)).max_open_duration(ms(9)),
+                "max_open_duration",
+            ),
+        ];
+        for (builder, field) in cases {
+            assert_eq!(builder.build().unwrap_err().field, field);
+        }
+        let time = b()
+            .time_window(Duration::from_secs(10), 10)
+            .minimum_calls(500);
+        assert!(time.build().is_ok(), "a time window has no call-count cap");
+    }
+
+    #[test]
+    fn the_open_ceiling_doubles_up_to_the_maximum() {
+        let p = Policy::builder()
+            .open_duration(Duration::from_secs(1))
+            .max_open_duration(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let secs: Vec<u64> = (0..6).map(|n| p.open_ceiling(n).as_secs()).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 10, 10]);
+        assert_eq!(p.open_ceiling(u32::MAX), Duration::from_secs(10));
     }
 }

@@ -1,18 +1,25 @@
 //! A breaker shared by clones of a service (and by the balancer, one per
 //! backend), and the RAII permit it hands out.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::state::{CircuitState, Ticket, Transition};
+use super::events::OnTransition;
+use super::state::{CircuitState, Metrics, Mode, Refused, Ticket, Transition};
 use super::{BreakerState, Outcome, Policy};
 use crate::error::BreakerOpen;
 
-/// A circuit breaker: the [`CircuitState`] machine behind a mutex, with the
-/// closed state published in an atomic so that admission while closed takes
-/// no lock. Cloning shares the breaker.
+/// A circuit breaker: the [`CircuitState`] machine behind a mutex, with
+/// "admits freely" (closed, disabled, metrics only) published in an atomic
+/// so that admission then takes no lock. Cloning shares the breaker.
+///
+/// Read it with [`Breaker::state`], [`Breaker::metrics`] and
+/// [`Breaker::trips`]; run it by hand with [`Breaker::force_open`],
+/// [`Breaker::force_closed`], [`Breaker::disable`],
+/// [`Breaker::metrics_only`] and [`Breaker::reset`].
 ///
 /// ```
 /// use tower_model_balance::breaker::{Breaker, BreakerState, Outcome, Policy};
@@ -24,6 +31,8 @@ use crate::error::BreakerOpen;
 /// }
 /// assert_eq!(breaker.state(), BreakerState::Open);
 /// assert!(breaker.try_acquire().is_err());
+/// breaker.force_closed();
+/// assert!(breaker.try_acquire().is_ok());
 /// # }
 /// ```
 #[derive(Debug, Clone)]
@@ -31,24 +40,41 @@ pub struct Breaker {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     state: Mutex<CircuitState>,
-    /// `epoch << 1 | closed`, republished under the lock after every change.
+    /// `epoch << 1 | admits freely`, republished under the lock after
+    /// every change.
     published: AtomicU64,
-    /// While open: when probes may go, in ns after `base`.
+    /// While open: when probes may go, in ns after `base` (`u64::MAX`
+    /// when forced open).
     open_until_ns: AtomicU64,
+    /// While half-open with every probe permit out: when the round
+    /// expires, in ns after `base`; 0 otherwise. [`Breaker::admits`] is
+    /// false until then.
+    probes_out_until_ns: AtomicU64,
     base: Instant,
+    /// The policy's slow-call duration, for the lock-free record path.
+    slow_call: Duration,
     trips: AtomicU64,
+    rejected: AtomicU64,
     /// Set under the lock while the state is [`CircuitState::saturated`]:
-    /// a success then records nothing and skips the lock.
-    saturated: AtomicBool,
-    /// Set under the lock while half-open with every probe permit out
-    /// ([`CircuitState::probes_out`]): [`Breaker::admits`] is false then.
-    probes_out: AtomicBool,
+    /// a success that is not slow then records nothing and skips the lock.
+    saturated: std::sync::atomic::AtomicBool,
     /// Counts the breakers of a fleet that are not closed (the balancer's
     /// panic check reads it).
     not_closed: Option<Arc<AtomicUsize>>,
+    hook: Option<Box<dyn OnTransition>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Breaker")
+            .field("state", &self.state)
+            .field("trips", &self.trips)
+            .field("rejected", &self.rejected)
+            .field("hook", &self.hook.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for Inner {
@@ -64,27 +90,57 @@ impl Drop for Inner {
 impl Breaker {
     /// A closed breaker with `policy`.
     pub fn new(policy: Policy) -> Self {
-        Self::build(policy, None)
+        Self::build(policy, None, None)
+    }
+
+    /// A closed breaker with `policy` that reports every transition to
+    /// `hook` (after the breaker's lock is released, so the hook may read
+    /// the breaker), besides `tracing` (target `tower_model_balance`,
+    /// level debug).
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use tower_model_balance::breaker::{Breaker, BreakerState, Outcome, Policy, Transition};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = seen.clone();
+    /// let policy = Policy::builder().window(2).minimum_calls(2).build().unwrap();
+    /// let breaker = Breaker::with_hook(policy, move |t: &Transition| log.lock().unwrap().push(t.to));
+    /// breaker.try_acquire().unwrap().record(Outcome::Failure);
+    /// breaker.try_acquire().unwrap().record(Outcome::Failure);
+    /// assert_eq!(*seen.lock().unwrap(), [BreakerState::Open]);
+    /// # }
+    /// ```
+    pub fn with_hook(policy: Policy, hook: impl OnTransition) -> Self {
+        Self::build(policy, None, Some(Box::new(hook)))
     }
 
     /// A closed breaker that keeps `not_closed` counting how many of the
     /// breakers sharing it are open or half-open.
     #[cfg(feature = "balance")]
     pub(crate) fn with_gauge(policy: Policy, not_closed: Arc<AtomicUsize>) -> Self {
-        Self::build(policy, Some(not_closed))
+        Self::build(policy, Some(not_closed), None)
     }
 
-    fn build(policy: Policy, not_closed: Option<Arc<AtomicUsize>>) -> Self {
+    fn build(
+        policy: Policy,
+        not_closed: Option<Arc<AtomicUsize>>,
+        hook: Option<Box<dyn OnTransition>>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
+                slow_call: policy.slow_call_duration,
                 state: Mutex::new(CircuitState::new(policy)),
                 published: AtomicU64::new(1),
                 open_until_ns: AtomicU64::new(0),
+                probes_out_until_ns: AtomicU64::new(0),
                 base: Instant::now(),
                 trips: AtomicU64::new(0),
-                saturated: AtomicBool::new(false),
-                probes_out: AtomicBool::new(false),
+                rejected: AtomicU64::new(0),
+                saturated: std::sync::atomic::AtomicBool::new(false),
                 not_closed,
+                hook,
             }),
         }
     }
@@ -98,14 +154,15 @@ impl Breaker {
         self.try_acquire_at(Instant::now())
     }
 
-    /// As [`Breaker::try_acquire`], at `now`.
+    /// As [`Breaker::try_acquire`], at `now`; the permit times the call
+    /// from `now`.
     ///
     /// # Errors
     ///
     /// As [`Breaker::try_acquire`].
     pub fn try_acquire_at(&self, now: Instant) -> Result<Permit, BreakerOpen> {
         let ticket = self.try_ticket_at(now)?;
-        Ok(self.permit(ticket))
+        Ok(self.permit(ticket, now))
     }
 
     /// Admission without a permit: the ticket to hand back to
@@ -116,7 +173,7 @@ impl Breaker {
     }
 
     /// As [`Breaker::try_ticket_at`], reading the time from `now` only
-    /// when the breaker is not closed.
+    /// when the breaker does not admit freely.
     pub(crate) fn try_ticket_with(
         &self,
         now: impl FnOnce() -> Instant,
@@ -127,38 +184,50 @@ impl Breaker {
         }
         let mut state = self.lock();
         let admitted = state.try_acquire(now());
-        self.sync_probes(&state);
-        match admitted {
-            Ok((ticket, transition)) => {
-                self.publish(&state, transition);
-                Ok(ticket)
-            }
-            Err(retry_after) => Err(BreakerOpen::new(retry_after)),
-        }
+        let transition = match admitted {
+            Ok((_, transition)) | Err(Refused { transition, .. }) => transition,
+        };
+        self.publish(&state, transition);
+        drop(state);
+        self.notify(transition);
+        admitted.map(|(ticket, _)| ticket).map_err(|refused| {
+            self.inner.rejected.fetch_add(1, Ordering::Relaxed);
+            BreakerOpen::new(refused.retry_after)
+        })
     }
 
-    /// Records the outcome of the call `ticket` admitted, at `now`.
-    ///
-    /// Takes the lock, except for an outcome that cannot change the state:
-    /// a success while the window is full of successes, or a caller's error
-    /// (ignored) while closed.
-    pub(crate) fn record_ticket_at(&self, ticket: Ticket, outcome: Outcome, now: Instant) {
-        self.record_ticket_with(ticket, outcome, || now);
+    /// Records the outcome of the call `ticket` admitted, at `now`, the
+    /// call having taken `elapsed` if it was timed.
+    pub(crate) fn record_ticket_at(
+        &self,
+        ticket: Ticket,
+        outcome: Outcome,
+        elapsed: Option<Duration>,
+        now: Instant,
+    ) {
+        self.record_ticket_with(ticket, outcome, elapsed, || now);
     }
 
     /// As [`Breaker::record_ticket_at`], reading the time from `now` only
-    /// when the record takes the lock.
+    /// when the record takes the lock: not for a success that is not slow
+    /// into a count window full of such, nor for a caller's error (ignored)
+    /// while the breaker admits freely.
     pub(crate) fn record_ticket_with(
         &self,
         ticket: Ticket,
         outcome: Outcome,
+        elapsed: Option<Duration>,
         now: impl FnOnce() -> Instant,
     ) {
         let inner = &self.inner;
-        let closed_now = inner.published.load(Ordering::Acquire) == ticket.epoch() << 1 | 1;
+        let free_now = inner.published.load(Ordering::Acquire) == ticket.epoch() << 1 | 1;
         let no_op = match outcome {
-            Outcome::Success => closed_now && inner.saturated.load(Ordering::Acquire),
-            Outcome::Ignored => closed_now,
+            Outcome::Success => {
+                free_now
+                    && inner.saturated.load(Ordering::Acquire)
+                    && elapsed.is_none_or(|e| e < inner.slow_call)
+            }
+            Outcome::Ignored => free_now,
             _ => false,
         };
         if no_op {
@@ -166,42 +235,45 @@ impl Breaker {
         }
         let now = now();
         let mut state = self.lock();
-        let transition = state.record(ticket, outcome, now);
-        inner.saturated.store(state.saturated(), Ordering::Release);
-        self.sync_probes(&state);
+        let transition = state.record(ticket, outcome, elapsed, now);
         self.publish(&state, transition);
+        drop(state);
+        self.notify(transition);
     }
 
     /// Gives back the call `ticket` admitted, counting nothing.
     pub(crate) fn release_ticket(&self, ticket: Ticket) {
         // Only a half-open ticket has anything to give back; while the
-        // published state is closed, no ticket can be one.
+        // breaker admits freely, no ticket can be one.
         if self.inner.published.load(Ordering::Acquire) & 1 == 0 {
             let mut state = self.lock();
             state.release(ticket);
-            self.sync_probes(&state);
+            self.publish(&state, None);
         }
     }
 
     /// Whether a call would likely be admitted at `now`, without taking the
-    /// lock or a permit: closed, or half-open with a probe permit left, or
-    /// open with its time up. The balancer filters candidates with it (and
+    /// lock or a permit: closed (or disabled, or metrics only), or
+    /// half-open with a probe permit left or its round expired, or open
+    /// with its time up. The balancer filters candidates with it (and
     /// counts them for its panic mode); [`Breaker::try_acquire_at`] decides.
     pub fn admits(&self, now: Instant) -> bool {
         self.admits_with(|| now)
     }
 
     /// As [`Breaker::admits`], reading the time from `now` only when the
-    /// breaker is not closed.
+    /// breaker does not admit freely.
     pub(crate) fn admits_with(&self, now: impl FnOnce() -> Instant) -> bool {
-        if self.inner.published.load(Ordering::Acquire) & 1 == 1 {
+        let inner = &self.inner;
+        if inner.published.load(Ordering::Acquire) & 1 == 1 {
             return true;
         }
-        if self.inner.probes_out.load(Ordering::Acquire) {
-            return false;
+        let elapsed = now().saturating_duration_since(inner.base).as_nanos();
+        let probes_out_until = inner.probes_out_until_ns.load(Ordering::Acquire);
+        if probes_out_until != 0 {
+            return elapsed >= u128::from(probes_out_until);
         }
-        let elapsed = now().saturating_duration_since(self.inner.base).as_nanos();
-        elapsed >= u128::from(self.inner.open_until_ns.load(Ordering::Acquire))
+        elapsed >= u128::from(inner.open_until_ns.load(Ordering::Acquire))
     }
 
     /// The state now.
@@ -214,9 +286,25 @@ impl Breaker {
         self.lock().state(now)
     }
 
-    /// How many times the breaker has opened from closed or half-open.
+    /// The window's counts, the state and the mode now.
+    pub fn metrics(&self) -> Metrics {
+        self.metrics_at(Instant::now())
+    }
+
+    /// As [`Breaker::metrics`], at `now`.
+    pub fn metrics_at(&self, now: Instant) -> Metrics {
+        self.lock().metrics(now)
+    }
+
+    /// How many times the breaker has opened from closed or half-open
+    /// (forcing it open by hand is not a trip).
     pub fn trips(&self) -> u64 {
         self.inner.trips.load(Ordering::Relaxed)
+    }
+
+    /// How many calls it has refused.
+    pub fn rejected(&self) -> u64 {
+        self.inner.rejected.load(Ordering::Relaxed)
     }
 
     /// The policy in force.
@@ -224,10 +312,57 @@ impl Breaker {
         self.lock().policy().clone()
     }
 
-    fn permit(&self, ticket: Ticket) -> Permit {
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.lock().mode()
+    }
+
+    /// Opens the breaker until the mode changes: every call fails fast.
+    pub fn force_open(&self) {
+        self.set_mode(Mode::ForcedOpen);
+    }
+
+    /// Closes the breaker now, with an empty window and the backoff reset,
+    /// and runs it by its policy again (from any mode).
+    pub fn force_closed(&self) {
+        self.set_mode(Mode::Normal);
+    }
+
+    /// Admits every call and counts nothing until the mode changes.
+    pub fn disable(&self) {
+        self.set_mode(Mode::Disabled);
+    }
+
+    /// Admits every call and counts outcomes (readable from
+    /// [`Breaker::metrics`]), without ever tripping, until the mode
+    /// changes.
+    pub fn metrics_only(&self) {
+        self.set_mode(Mode::MetricsOnly);
+    }
+
+    /// Back to a new breaker's state: closed, normal mode, empty window,
+    /// backoff reset, trip and rejection counts zero.
+    pub fn reset(&self) {
+        self.set_mode(Mode::Normal);
+        self.inner.trips.store(0, Ordering::Relaxed);
+        self.inner.rejected.store(0, Ordering::Relaxed);
+    }
+
+    fn set_mode(&self, mode: Mode) {
+        let mut state = self.lock();
+        let transition = state.set_mode(mode, Instant::now());
+        // The epoch moved even without a transition: republish.
+        self.publish(&state, transition);
+        self.republish(&state);
+        drop(state);
+        self.notify(transition);
+    }
+
+    fn permit(&self, ticket: Ticket, admitted: Instant) -> Permit {
         Permit {
             breaker: self.clone(),
             ticket: Some(ticket),
+            admitted,
         }
     }
 
@@ -240,37 +375,68 @@ impl Breaker {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Republishes whether every probe permit is out (under the lock).
-    fn sync_probes(&self, state: &CircuitState) {
-        self.inner
-            .probes_out
-            .store(state.probes_out(), Ordering::Release);
+    /// Under the lock, after every change: republishes what the lock-free
+    /// paths read, and counts a transition.
+    fn publish(&self, state: &CircuitState, transition: Option<Transition>) {
+        let inner = &self.inner;
+        inner.saturated.store(state.saturated(), Ordering::Release);
+        let probes_out_until = if state.probes_out() {
+            state
+                .half_open_deadline()
+                .map_or(0, |deadline| self.ns(deadline).max(1))
+        } else {
+            0
+        };
+        inner
+            .probes_out_until_ns
+            .store(probes_out_until, Ordering::Release);
+        let Some(transition) = transition else { return };
+        self.republish(state);
+        if transition.to == BreakerState::Open && transition.reason != super::Reason::Manual {
+            inner.trips.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::debug!(
+            from = ?transition.from,
+            to = ?transition.to,
+            reason = ?transition.reason,
+            "circuit breaker transition"
+        );
     }
 
-    fn publish(&self, state: &CircuitState, transition: Option<Transition>) {
-        let Some(transition) = transition else { return };
-        let until = state.open_until().map_or(0, |until| {
-            let ns = until.saturating_duration_since(self.inner.base).as_nanos();
-            u64::try_from(ns).unwrap_or(u64::MAX)
-        });
-        self.inner.open_until_ns.store(until, Ordering::Release);
-        let closed = u64::from(transition.to == BreakerState::Closed);
-        let was = self
-            .inner
+    /// Publishes the epoch, whether calls are admitted freely, and until
+    /// when the breaker is open; keeps the fleet's gauge.
+    fn republish(&self, state: &CircuitState) {
+        let inner = &self.inner;
+        let until = match state.mode() {
+            Mode::ForcedOpen => u64::MAX,
+            _ => state.open_until().map_or(0, |until| self.ns(until)),
+        };
+        inner.open_until_ns.store(until, Ordering::Release);
+        let free = u64::from(state.admits_freely());
+        let was = inner
             .published
-            .swap(state.epoch() << 1 | closed, Ordering::AcqRel)
+            .swap(state.epoch() << 1 | free, Ordering::AcqRel)
             & 1;
-        if let Some(gauge) = self.inner.not_closed.as_ref().filter(|_| was != closed) {
-            if closed == 1 {
+        if let Some(gauge) = inner.not_closed.as_ref().filter(|_| was != free) {
+            if free == 1 {
                 gauge.fetch_sub(1, Ordering::Relaxed);
             } else {
                 gauge.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if transition.to == BreakerState::Open {
-            self.inner.trips.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `at` in ns after the breaker's base.
+    fn ns(&self, at: Instant) -> u64 {
+        let ns = at.saturating_duration_since(self.inner.base).as_nanos();
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+
+    /// Reports a transition to the hook, outside the lock.
+    fn notify(&self, transition: Option<Transition>) {
+        if let (Some(hook), Some(transition)) = (&self.inner.hook, transition) {
+            hook.on_transition(&transition);
         }
-        tracing::debug!(from = ?transition.from, to = ?transition.to, "circuit breaker transition");
     }
 }
 
@@ -282,21 +448,37 @@ impl Breaker {
 pub struct Permit {
     breaker: Breaker,
     ticket: Option<Ticket>,
+    admitted: Instant,
 }
 
 impl Permit {
-    /// Records the call's outcome now.
+    /// Records the call's outcome now, timed from its admission.
     pub fn record(self, outcome: Outcome) {
         self.record_at(outcome, Instant::now());
     }
 
-    /// Records the call's outcome at `now`. Takes the breaker's lock
-    /// unless the outcome cannot change its state (a success into a window
-    /// full of successes, a caller's error while closed).
-    pub fn record_at(mut self, outcome: Outcome, now: Instant) {
+    /// Records the call's outcome at `now`, timed from its admission (a
+    /// slow call if `now − admitted` reaches the policy's slow-call
+    /// duration). Takes the breaker's lock unless the outcome cannot change
+    /// its state (a success that is not slow into a window full of such, a
+    /// caller's error while closed).
+    pub fn record_at(self, outcome: Outcome, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.admitted);
+        self.record_call(outcome, Some(elapsed), now);
+    }
+
+    /// Records the call's outcome at `now`, with how long it took if it
+    /// was timed: `None` for a call that must never count as slow (a cold
+    /// model load), or that was not timed.
+    pub fn record_call(mut self, outcome: Outcome, elapsed: Option<Duration>, now: Instant) {
         if let Some(ticket) = self.ticket.take() {
-            self.breaker.record_ticket_at(ticket, outcome, now);
+            self.breaker.record_ticket_at(ticket, outcome, elapsed, now);
         }
+    }
+
+    /// When the call was admitted (the slow-call clock's start).
+    pub fn admitted(&self) -> Instant {
+        self.admitted
     }
 
     /// The breaker this permit belongs to.

@@ -1,11 +1,22 @@
 //! The breaker's state machine: pure logic, no clock, no locks, no IO.
 //!
-//! Closed → Open when, with at least `minimum_calls` in the count-based
-//! window, the failure rate reaches the threshold. Open → HalfOpen once
-//! `open_duration` has passed (on the next admission request). HalfOpen lets
-//! `half_open_permits` probe calls through: as soon as their failures alone
-//! reach the threshold share it opens again; when all have reported with a
-//! failure rate below the threshold it closes with an empty window.
+//! * **Closed → Open** when the window holds at least `minimum_calls` and
+//!   its failure rate (failures and overloads over calls) or its slow-call
+//!   rate (slow calls over timed calls) reaches its threshold; or, if set,
+//!   after `consecutive_failures` failures in a row (overloads neither
+//!   count nor break the run).
+//! * **Open → HalfOpen** once the open duration has passed (on the next
+//!   admission). The `n`-th reopening in a row waits up to `open_duration ×
+//!   2^n`, at most `max_open_duration`, drawn with full jitter unless
+//!   jitter is off.
+//! * **HalfOpen** lets `half_open_permits` probe calls through. As soon as
+//!   their failures, or their slow calls, alone reach the threshold share
+//!   of the permits it opens again; when all have reported below both
+//!   thresholds it closes, with an empty window and the backoff reset. A
+//!   round not finished within `half_open_max_wait` opens it again.
+//! * **Modes** set by hand: forced open (nothing admitted), disabled
+//!   (everything admitted, nothing counted), metrics only (everything
+//!   admitted and counted, no transition), normal.
 //!
 //! Every admission returns a [`Ticket`] stamped with the current epoch; the
 //! epoch advances on every transition, so an outcome from an earlier state
@@ -13,10 +24,12 @@
 //! counted against the new state. A ticket given back without an outcome
 //! (a cancelled call) frees its half-open permit and counts nothing.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::window::{Entry, Window};
 use super::{Outcome, Policy};
 
 /// A breaker's state, in the standard sense of the words.
@@ -29,6 +42,44 @@ pub enum BreakerState {
     Open,
     /// A limited number of probe calls decide whether to close or reopen.
     HalfOpen,
+}
+
+/// How a breaker is run: by its policy, or by hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// The policy decides (the default).
+    #[default]
+    Normal,
+    /// Open until the mode changes: nothing is admitted.
+    ForcedOpen,
+    /// Everything is admitted and nothing counted.
+    Disabled,
+    /// Everything is admitted; outcomes are counted (rates readable) but
+    /// never trip the breaker.
+    MetricsOnly,
+}
+
+/// Why a transition happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The window's failure rate reached the threshold.
+    FailureRate,
+    /// The window's slow-call rate reached the threshold.
+    SlowCallRate,
+    /// `consecutive_failures` failures in a row.
+    ConsecutiveFailures,
+    /// The open duration passed: probes may go.
+    OpenElapsed,
+    /// The half-open probes failed (or were slow) too often.
+    ProbesFailed,
+    /// Every half-open probe reported, below both thresholds.
+    ProbesSucceeded,
+    /// The half-open round outlasted `half_open_max_wait`.
+    HalfOpenTimeout,
+    /// The mode was set by hand.
+    Manual,
 }
 
 /// Admission of one call; give it back to [`CircuitState::record`] or
@@ -53,6 +104,47 @@ pub struct Transition {
     pub from: BreakerState,
     /// State after.
     pub to: BreakerState,
+    /// What caused it.
+    pub reason: Reason,
+}
+
+/// A refused admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Refused {
+    /// How long until a probe may go: the rest of the open duration, or
+    /// while half-open with every permit out, the rest of the round.
+    pub retry_after: Duration,
+    /// The transition the asking caused: a half-open round past its
+    /// maximum wait opens the breaker again.
+    pub transition: Option<Transition>,
+}
+
+/// Counts over a breaker's window and its current state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// The state at the time of reading.
+    pub state: BreakerState,
+    /// The mode.
+    pub mode: Mode,
+    /// Calls in the window.
+    pub calls: u64,
+    /// Failures (and overloads) in the window.
+    pub failures: u64,
+    /// Timed calls in the window (not cold loads).
+    pub timed_calls: u64,
+    /// Slow calls in the window.
+    pub slow_calls: u64,
+    /// `failures / calls`, in `[0, 1]`.
+    pub failure_rate: f64,
+    /// `slow_calls / timed_calls`, in `[0, 1]`.
+    pub slow_call_rate: f64,
+    /// Failures in a row, while closed.
+    pub consecutive_failures: u32,
+    /// Reopenings in a row since the breaker last closed (the backoff's
+    /// exponent).
+    pub reopened: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -62,9 +154,11 @@ enum State {
         until: Instant,
     },
     HalfOpen {
+        since: Instant,
         issued: u32,
         successes: u32,
         failures: u32,
+        slow: u32,
     },
 }
 
@@ -73,18 +167,37 @@ enum State {
 pub struct CircuitState {
     policy: Policy,
     state: State,
+    mode: Mode,
     epoch: u64,
     window: Window,
+    consecutive: u32,
+    reopened: u32,
+    /// SplitMix64 state for the open durations' jitter.
+    rng: u64,
 }
 
+/// Seeds breakers made without one apart from each other.
+static SEEDS: AtomicU64 = AtomicU64::new(0x2545_f491_4f6c_dd1d);
+
 impl CircuitState {
-    /// A closed breaker with an empty window.
+    /// A closed breaker with an empty window, its jitter seeded apart from
+    /// every other breaker's.
     pub fn new(policy: Policy) -> Self {
+        let seed = SEEDS.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        Self::with_seed(policy, seed)
+    }
+
+    /// A closed breaker whose jitter draws from `seed` (deterministic).
+    pub fn with_seed(policy: Policy, seed: u64) -> Self {
         Self {
             window: Window::new(policy.window),
             policy,
             state: State::Closed,
+            mode: Mode::Normal,
             epoch: 0,
+            consecutive: 0,
+            reopened: 0,
+            rng: seed,
         }
     }
 
@@ -93,13 +206,38 @@ impl CircuitState {
         &self.policy
     }
 
-    /// The state at `now` (an open breaker whose time is up reads as
-    /// half-open).
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The state at `now`: an open breaker whose time is up reads as
+    /// half-open, a half-open one past its maximum wait as open.
     pub fn state(&self, now: Instant) -> BreakerState {
         match self.state {
+            _ if self.mode == Mode::ForcedOpen => BreakerState::Open,
             State::Closed => BreakerState::Closed,
             State::Open { until } if now < until => BreakerState::Open,
-            State::Open { .. } | State::HalfOpen { .. } => BreakerState::HalfOpen,
+            State::Open { .. } => BreakerState::HalfOpen,
+            State::HalfOpen { since, .. } if self.round_expired(since, now) => BreakerState::Open,
+            State::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+
+    /// The window's counts and the state at `now`.
+    pub fn metrics(&self, now: Instant) -> Metrics {
+        let totals = self.window.totals(now);
+        Metrics {
+            state: self.state(now),
+            mode: self.mode,
+            calls: totals.calls,
+            failures: totals.failures,
+            timed_calls: totals.timed,
+            slow_calls: totals.slow,
+            failure_rate: totals.failure_rate(),
+            slow_call_rate: totals.slow_call_rate(),
+            consecutive_failures: self.consecutive,
+            reopened: self.reopened,
         }
     }
 
@@ -108,49 +246,103 @@ impl CircuitState {
         self.epoch
     }
 
-    /// Whether recording one more success would change nothing: closed,
-    /// with a full window of successes (the success pushed out is a
-    /// success too).
+    /// Whether calls are admitted without asking: closed in normal mode,
+    /// or disabled, or metrics only.
+    pub(crate) fn admits_freely(&self) -> bool {
+        match self.mode {
+            Mode::Normal => matches!(self.state, State::Closed),
+            Mode::ForcedOpen => false,
+            Mode::Disabled | Mode::MetricsOnly => true,
+        }
+    }
+
+    /// Whether recording one more success that is not slow would change
+    /// nothing: admitting freely, with a count window full of successes
+    /// that are not slow (the call pushed out is one too) — or disabled.
     pub(crate) fn saturated(&self) -> bool {
-        matches!(self.state, State::Closed)
-            && self.window.len == self.window.failed.len()
-            && self.window.failures == 0
+        match self.mode {
+            Mode::Disabled => true,
+            Mode::ForcedOpen => false,
+            Mode::Normal | Mode::MetricsOnly => self.admits_freely() && self.window.saturated(),
+        }
     }
 
     /// Whether the breaker is half-open with every probe permit out: no
-    /// call is admitted until one comes back.
+    /// call is admitted until one comes back (or the round expires).
     pub(crate) fn probes_out(&self) -> bool {
-        matches!(self.state, State::HalfOpen { issued, .. } if issued >= self.policy.half_open_permits)
+        self.mode == Mode::Normal
+            && matches!(self.state, State::HalfOpen { issued, .. } if issued >= self.policy.half_open_permits)
     }
 
-    /// When an open breaker lets probes through; `None` when not open.
+    /// When an open breaker lets probes through; `None` when not open
+    /// (forced open: never, `Some` of the far future is not given either —
+    /// see [`CircuitState::mode`]).
     pub fn open_until(&self) -> Option<Instant> {
         match self.state {
-            State::Open { until } => Some(until),
+            State::Open { until } if self.mode == Mode::Normal => Some(until),
             _ => None,
         }
     }
 
-    /// Asks to let one call through at `now`.
+    /// When the current half-open round expires; `None` when not
+    /// half-open.
+    pub(crate) fn half_open_deadline(&self) -> Option<Instant> {
+        match self.state {
+            State::HalfOpen { since, .. } if self.mode == Mode::Normal => {
+                Some(since + self.policy.half_open_max_wait)
+            }
+            _ => None,
+        }
+    }
+
+    /// Asks to let one call through at `now`: its ticket and the
+    /// transition the asking caused (an open breaker whose time is up goes
+    /// half-open).
     ///
     /// # Errors
     ///
-    /// The time until a probe may go (zero while half-open with every permit
-    /// out) when the call must fail fast.
-    pub fn try_acquire(&mut self, now: Instant) -> Result<(Ticket, Option<Transition>), Duration> {
+    /// [`Refused`] when the call must fail fast: open, forced open, or
+    /// half-open with every probe permit out.
+    pub fn try_acquire(&mut self, now: Instant) -> Result<(Ticket, Option<Transition>), Refused> {
+        let refused = |retry_after, transition| Refused {
+            retry_after,
+            transition,
+        };
+        match self.mode {
+            Mode::Normal => {}
+            Mode::ForcedOpen => return Err(refused(self.policy.max_open_duration, None)),
+            Mode::Disabled | Mode::MetricsOnly => return Ok((Ticket { epoch: self.epoch }, None)),
+        }
         let mut transition = None;
+        if let State::HalfOpen { since, .. } = self.state {
+            if self.round_expired(since, now) {
+                transition = Some(self.open(now, Reason::HalfOpenTimeout));
+            }
+        }
         if let State::Open { until } = self.state {
             if now < until {
-                return Err(until - now);
+                return Err(refused(until - now, transition));
             }
-            transition = Some(self.enter(half_open()));
+            transition = Some(self.enter(
+                State::HalfOpen {
+                    since: now,
+                    issued: 0,
+                    successes: 0,
+                    failures: 0,
+                    slow: 0,
+                },
+                Reason::OpenElapsed,
+            ));
         }
+        let permits = self.policy.half_open_permits;
         match &mut self.state {
             State::Closed => {}
-            State::HalfOpen { issued, .. } if *issued < self.policy.half_open_permits => {
-                *issued += 1;
+            State::HalfOpen { issued, .. } if *issued < permits => *issued += 1,
+            State::HalfOpen { since, .. } => {
+                let deadline = *since + self.policy.half_open_max_wait;
+                return Err(refused(deadline.saturating_duration_since(now), transition));
             }
-            State::HalfOpen { .. } | State::Open { .. } => return Err(Duration::ZERO),
+            State::Open { .. } => return Err(refused(Duration::ZERO, transition)),
         }
         Ok((Ticket { epoch: self.epoch }, transition))
     }
@@ -163,42 +355,75 @@ impl CircuitState {
     }
 
     /// Records the outcome of an admitted call that ended at `now`.
-    pub fn record(&mut self, ticket: Ticket, outcome: Outcome, now: Instant) -> Option<Transition> {
-        if ticket.epoch != self.epoch {
+    /// `elapsed`: how long it took, if timed; a call without (a cold load,
+    /// or one the caller did not time) is never slow.
+    pub fn record(
+        &mut self,
+        ticket: Ticket,
+        outcome: Outcome,
+        elapsed: Option<Duration>,
+        now: Instant,
+    ) -> Option<Transition> {
+        if ticket.epoch != self.epoch || self.mode == Mode::Disabled {
             return None;
         }
-        let threshold = self.policy.failure_rate_threshold;
+        let failed = match outcome {
+            Outcome::Success => false,
+            Outcome::Failure | Outcome::Overload => true,
+            Outcome::Ignored => {
+                self.release(ticket);
+                return None;
+            }
+        };
+        let slow = elapsed.is_some_and(|e| e >= self.policy.slow_call_duration);
+        let entry = Entry {
+            failed,
+            timed: elapsed.is_some(),
+            slow,
+        };
+        if let State::HalfOpen { since, .. } = self.state {
+            if self.round_expired(since, now) {
+                return Some(self.open(now, Reason::HalfOpenTimeout));
+            }
+        }
         match &mut self.state {
             State::Closed => {
-                let failed = match outcome {
-                    Outcome::Success => false,
-                    Outcome::Failure => true,
-                    Outcome::Ignored => return None,
-                };
-                self.window.push(failed);
-                let tripped = self.window.calls() >= self.policy.minimum_calls
-                    && self.window.failure_rate() >= threshold;
-                tripped.then(|| self.open(now))
+                self.window.push(entry, now);
+                match outcome {
+                    Outcome::Failure => self.consecutive = self.consecutive.saturating_add(1),
+                    Outcome::Success => self.consecutive = 0,
+                    _ => {}
+                }
+                if self.mode != Mode::Normal {
+                    return None;
+                }
+                let reason = self.trip_reason(now)?;
+                Some(self.open(now, reason))
             }
             State::HalfOpen {
-                issued,
                 successes,
                 failures,
+                slow: slow_probes,
+                ..
             } => {
-                match outcome {
-                    Outcome::Success => *successes += 1,
-                    Outcome::Failure => *failures += 1,
-                    Outcome::Ignored => {
-                        *issued -= 1;
-                        return None;
-                    }
+                *slow_probes += u32::from(slow);
+                if failed {
+                    *failures += 1;
+                } else {
+                    *successes += 1;
                 }
                 let permits = f64::from(self.policy.half_open_permits);
-                if f64::from(*failures) / permits >= threshold {
-                    Some(self.open(now))
-                } else if *successes + *failures >= self.policy.half_open_permits {
-                    self.window.clear();
-                    Some(self.enter(State::Closed))
+                let (failures, slow, done) = (
+                    f64::from(*failures) / permits,
+                    f64::from(*slow_probes) / permits,
+                    *successes + *failures >= self.policy.half_open_permits,
+                );
+                if failures >= self.policy.failure_rate_threshold
+                    || slow >= self.policy.slow_call_rate_threshold
+                {
+                    Some(self.open(now, Reason::ProbesFailed))
+                } else if done {
+                    Some(self.close(Reason::ProbesSucceeded))
                 } else {
                     None
                 }
@@ -218,28 +443,94 @@ impl CircuitState {
         }
     }
 
-    fn open(&mut self, now: Instant) -> Transition {
-        // A `now` near the end of time opens until then, not past it.
-        let until = now.checked_add(self.policy.open_duration).unwrap_or(now);
-        self.enter(State::Open { until })
+    /// Sets the mode at `now`. Every mode starts from a fresh state:
+    /// forced open is open, the others closed with an empty window and
+    /// the backoff reset.
+    pub fn set_mode(&mut self, mode: Mode, now: Instant) -> Option<Transition> {
+        let from = self.state(now);
+        self.mode = mode;
+        self.window.clear();
+        self.consecutive = 0;
+        self.reopened = 0;
+        self.state = State::Closed;
+        self.epoch += 1;
+        let to = self.state(now);
+        (from != to).then_some(Transition {
+            from,
+            to,
+            reason: Reason::Manual,
+        })
     }
 
-    fn enter(&mut self, state: State) -> Transition {
+    fn round_expired(&self, since: Instant, now: Instant) -> bool {
+        now >= since + self.policy.half_open_max_wait
+    }
+
+    /// The reason the closed window trips now, if it does.
+    fn trip_reason(&self, now: Instant) -> Option<Reason> {
+        let p = &self.policy;
+        if p.consecutive_failures
+            .is_some_and(|n| self.consecutive >= n)
+        {
+            return Some(Reason::ConsecutiveFailures);
+        }
+        let totals = self.window.totals(now);
+        if totals.calls < p.minimum_calls as u64 {
+            return None;
+        }
+        if totals.failure_rate() >= p.failure_rate_threshold {
+            Some(Reason::FailureRate)
+        } else if totals.timed > 0 && totals.slow_call_rate() >= p.slow_call_rate_threshold {
+            Some(Reason::SlowCallRate)
+        } else {
+            None
+        }
+    }
+
+    fn open(&mut self, now: Instant, reason: Reason) -> Transition {
+        let from_half_open = matches!(self.state, State::HalfOpen { .. });
+        if from_half_open {
+            self.reopened = self.reopened.saturating_add(1);
+        } else {
+            self.reopened = 0;
+        }
+        let ceiling = self.policy.open_ceiling(self.reopened);
+        let duration = if self.policy.jitter {
+            let ns = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
+            Duration::from_nanos(self.next_random() % ns.saturating_add(1))
+        } else {
+            ceiling
+        };
+        // A `now` near the end of time opens until then, not past it.
+        let until = now.checked_add(duration).unwrap_or(now);
+        self.enter(State::Open { until }, reason)
+    }
+
+    fn close(&mut self, reason: Reason) -> Transition {
+        self.window.clear();
+        self.consecutive = 0;
+        self.reopened = 0;
+        self.enter(State::Closed, reason)
+    }
+
+    fn enter(&mut self, state: State, reason: Reason) -> Transition {
         let from = kind(&self.state);
         self.state = state;
         self.epoch += 1;
         Transition {
             from,
             to: kind(&self.state),
+            reason,
         }
     }
-}
 
-fn half_open() -> State {
-    State::HalfOpen {
-        issued: 0,
-        successes: 0,
-        failures: 0,
+    /// SplitMix64.
+    fn next_random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 }
 
@@ -248,56 +539,6 @@ fn kind(state: &State) -> BreakerState {
         State::Closed => BreakerState::Closed,
         State::Open { .. } => BreakerState::Open,
         State::HalfOpen { .. } => BreakerState::HalfOpen,
-    }
-}
-
-/// The last `capacity` outcomes, as a ring buffer with a running failure
-/// count; allocated once.
-#[derive(Debug, Clone)]
-struct Window {
-    failed: Box<[bool]>,
-    next: usize,
-    len: usize,
-    failures: usize,
-}
-
-impl Window {
-    fn new(capacity: usize) -> Self {
-        Self {
-            failed: vec![false; capacity.max(1)].into_boxed_slice(),
-            next: 0,
-            len: 0,
-            failures: 0,
-        }
-    }
-
-    fn push(&mut self, failed: bool) {
-        if self.len == self.failed.len() {
-            self.failures -= usize::from(self.failed[self.next]);
-        } else {
-            self.len += 1;
-        }
-        self.failed[self.next] = failed;
-        self.failures += usize::from(failed);
-        self.next = (self.next + 1) % self.failed.len();
-    }
-
-    fn calls(&self) -> usize {
-        self.len
-    }
-
-    fn failure_rate(&self) -> f64 {
-        if self.len == 0 {
-            0.0
-        } else {
-            self.failures as f64 / self.len as f64
-        }
-    }
-
-    fn clear(&mut self) {
-        self.next = 0;
-        self.len = 0;
-        self.failures = 0;
     }
 }
 

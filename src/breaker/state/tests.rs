@@ -11,6 +11,7 @@ fn policy() -> Policy {
         .minimum_calls(5)
         .failure_rate_threshold(0.5)
         .open_duration(Duration::from_secs(5))
+        .jitter(false)
         .half_open_permits(2)
         .build()
         .unwrap()
@@ -18,7 +19,7 @@ fn policy() -> Policy {
 
 fn call(s: &mut CircuitState, outcome: Outcome, now: Instant) -> Option<Transition> {
     let (ticket, _) = s.try_acquire(now).expect("admitted");
-    s.record(ticket, outcome, now)
+    s.record(ticket, outcome, None, now)
 }
 
 #[test]
@@ -82,7 +83,9 @@ fn open_fails_fast_until_duration_passes() {
     let now = Instant::now();
     let mut s = tripped(now);
     assert_eq!(
-        s.try_acquire(now + Duration::from_secs(2)).unwrap_err(),
+        s.try_acquire(now + Duration::from_secs(2))
+            .unwrap_err()
+            .retry_after,
         Duration::from_secs(3)
     );
     let (_, t) = s.try_acquire(now + Duration::from_secs(5)).unwrap();
@@ -97,12 +100,12 @@ fn half_open_limits_probes_and_closes_on_success() {
     let (a, _) = s.try_acquire(now).unwrap();
     let (b, _) = s.try_acquire(now).unwrap();
     assert_eq!(
-        s.try_acquire(now).unwrap_err(),
-        Duration::ZERO,
-        "only 2 permits"
+        s.try_acquire(now).unwrap_err().retry_after,
+        Duration::from_secs(60),
+        "only 2 permits: wait for the round's end"
     );
-    assert_eq!(s.record(a, Outcome::Success, now), None);
-    let t = s.record(b, Outcome::Success, now).unwrap();
+    assert_eq!(s.record(a, Outcome::Success, None, now), None);
+    let t = s.record(b, Outcome::Success, None, now).unwrap();
     assert_eq!(t.to, BreakerState::Closed);
     // Closed with an empty window: 4 failures do not trip it again.
     for _ in 0..4 {
@@ -117,7 +120,7 @@ fn half_open_reopens_as_soon_as_failures_reach_threshold() {
     let now = t0 + Duration::from_secs(5);
     let (a, _) = s.try_acquire(now).unwrap();
     let (_b, _) = s.try_acquire(now).unwrap();
-    let t = s.record(a, Outcome::Failure, now).unwrap();
+    let t = s.record(a, Outcome::Failure, None, now).unwrap();
     assert_eq!(
         t.to,
         BreakerState::Open,
@@ -134,14 +137,14 @@ fn released_and_ignored_probes_give_their_permit_back() {
     let (a, _) = s.try_acquire(now).unwrap();
     let (b, _) = s.try_acquire(now).unwrap();
     s.release(a);
-    assert_eq!(s.record(b, Outcome::Ignored, now), None);
+    assert_eq!(s.record(b, Outcome::Ignored, None, now), None);
     // Both permits are back: two fresh probes are admitted.
     let (c, _) = s.try_acquire(now).unwrap();
     let (d, _) = s.try_acquire(now).unwrap();
     assert!(s.try_acquire(now).is_err());
-    s.record(c, Outcome::Success, now);
+    s.record(c, Outcome::Success, None, now);
     assert_eq!(
-        s.record(d, Outcome::Success, now).unwrap().to,
+        s.record(d, Outcome::Success, None, now).unwrap().to,
         BreakerState::Closed
     );
 }
@@ -157,9 +160,9 @@ fn stale_outcomes_do_not_count() {
     let later = now + Duration::from_secs(5);
     let (probe, _) = s.try_acquire(later).unwrap();
     // The closed-era call ends now: it is not a probe.
-    assert_eq!(s.record(old, Outcome::Success, later), None);
+    assert_eq!(s.record(old, Outcome::Success, None, later), None);
     assert_eq!(s.state(later), BreakerState::HalfOpen);
-    s.record(probe, Outcome::Success, later);
+    s.record(probe, Outcome::Success, None, later);
     assert_eq!(
         s.state(later),
         BreakerState::HalfOpen,
@@ -205,18 +208,19 @@ proptest! {
                     Err(wait) => {
                         prop_assert_ne!(before, BreakerState::Closed);
                         if before == BreakerState::Open {
-                            prop_assert_eq!(Some(now + wait), s.open_until());
+                            prop_assert_eq!(Some(now + wait.retry_after), s.open_until());
                         }
                     }
                 },
                 Op::Record(i, o) if !out.is_empty() => {
                     let ticket = out.swap_remove(i % out.len());
                     let outcome = [Outcome::Success, Outcome::Failure, Outcome::Ignored][o as usize];
-                    if let Some(t) = s.record(ticket, outcome, now) {
+                    if let Some(t) = s.record(ticket, outcome, None, now) {
                         prop_assert_eq!(t.from, before);
                         if t.from == BreakerState::Closed {
                             prop_assert_ne!(outcome, Outcome::Ignored);
-                            prop_assert!(s.window.calls() >= p.minimum_calls);
+                            prop_assert!(s.window.totals(now).calls >= p.minimum_calls as u64
+                                || p.consecutive_failures.is_some());
                         }
                     }
                 }
@@ -227,7 +231,7 @@ proptest! {
                 Op::Advance(ms) => now += Duration::from_millis(ms),
                 _ => {}
             }
-            if let State::HalfOpen { issued, successes, failures } = s.state {
+            if let State::HalfOpen { issued, successes, failures, .. } = s.state {
                 prop_assert!(issued <= p.half_open_permits);
                 prop_assert!(successes + failures <= issued);
             }
