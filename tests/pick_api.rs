@@ -506,3 +506,24 @@ async fn a_now_at_the_end_of_time_is_not_a_panic() {
     }
     assert!(balancer.handle().breaker_trips() >= 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_forced_open_from_the_handle_is_skipped_until_closed_again() {
+    let names = ["a", "b", "c", "d"];
+    let mut balancer =
+        ModelBalancer::from_rng(named(&names), BalanceConfig::default(), Lcg(7)).unwrap();
+    let handle = balancer.handle();
+    let route = inference("llama-3-8b");
+    let primary = walk(&names, "llama-3-8b")[0];
+    assert_eq!(pick(&mut balancer, &route).endpoint, primary);
+    let breaker = handle.breaker(&id(primary)).expect("a current backend");
+    breaker.force_open();
+    for _ in 0..20 {
+        let picked = pick(&mut balancer, &route);
+        assert_ne!(picked.endpoint, primary, "drained by hand");
+        picked.guard.finish(Outcome::Success);
+    }
+    breaker.force_closed();
+    assert_eq!(pick(&mut balancer, &route).endpoint, primary);
+    assert!(handle.breaker(&id("nope")).is_none());
+}

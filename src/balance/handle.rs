@@ -9,7 +9,7 @@ use super::table::Table;
 use tokio::time::Instant;
 
 use crate::backend::BackendId;
-use crate::breaker::BreakerState;
+use crate::breaker::{Breaker, BreakerState};
 use crate::route::ModelId;
 
 /// The requests that reached no backend; those picked are counted by
@@ -172,6 +172,23 @@ impl BalancerHandle {
             None => state.breaker.state_at(now),
             Some(pairs) => pairs.state(state.uid, model.hash64(), now),
         })
+    }
+
+    /// The breaker of `backend` (its backend-level breaker: the one that
+    /// admits its requests in [`BreakerScope::Backend`], the default), to
+    /// read its [`metrics`](Breaker::metrics) or run it by hand —
+    /// [`force_open`](Breaker::force_open) to drain a backend,
+    /// [`force_closed`](Breaker::force_closed), [`disable`](Breaker::disable),
+    /// [`metrics_only`](Breaker::metrics_only), [`reset`](Breaker::reset).
+    /// The same state machine the balancer's picks consult: a forced-open
+    /// backend is skipped at once. `None` when no current backend has that
+    /// ID.
+    ///
+    /// [`BreakerScope::Backend`]: super::BreakerScope::Backend
+    pub fn breaker(&self, backend: &BackendId) -> Option<Breaker> {
+        let table = self.view.table();
+        let state = table.backends.iter().find(|b| &b.id == backend)?;
+        Some(state.breaker.clone())
     }
 
     /// The (backend, model) pairs whose breakers are tracked now, at most
