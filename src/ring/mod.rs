@@ -23,10 +23,12 @@
 //! its owners is a stable contract: golden vectors in the tests pin it.
 //!
 //! Finding a key's first point takes O(1) expected time: the build also keeps
-//! a bucket index: `2^b` buckets of 4 bytes for at most `2^b` points (at
+//! a bucket index: `2^b` buckets of 8 bytes for at most `2^b` points (at
 //! most one point per bucket on average), bucket `j` holding the position
-//! of the first point at or after `j << (64 - b)`. A lookup reads the key's
-//! bucket and compares the key with the next 4 points, without branching;
+//! of the first point at or after `j << (64 - b)` and, when no point falls
+//! inside the bucket (about half of them), that point's member — the key's
+//! primary owner, read with no further lookup. Otherwise a lookup compares
+//! the key with the next 4 points from the bucket's, without branching;
 //! only when the key lies beyond them (a crowded bucket, the end of the
 //! ring) does it binary search the rest. It finds exactly the point a binary
 //! search over the whole ring would.
@@ -270,14 +272,23 @@ impl Ring {
     /// on larger rings for the first 16 members it yields.
     #[inline]
     pub fn walk(&self, key: u64) -> Walk<'_> {
-        Walk::new(self, self.start(key))
+        let bucket = self.index.bucket(key);
+        match bucket.owner() {
+            // An empty bucket: the key's first point is the bucket's.
+            Some(owner) => Walk::from_owner(self, bucket.first as usize, owner),
+            None => Walk::new(self, self.start_in(bucket, key)),
+        }
     }
 
     /// The key's primary owner, the first member of [`Ring::walk`], found
     /// without setting up a walk; `None` when the ring is empty.
     #[inline]
     pub fn primary(&self, key: u64) -> Option<usize> {
-        let point = self.points.get(self.start(key));
+        let bucket = self.index.bucket(key);
+        if let Some(owner) = bucket.owner() {
+            return Some(owner);
+        }
+        let point = self.points.get(self.start_in(bucket, key));
         point.or(self.points.first()).map(|p| p.member as usize)
     }
 
@@ -296,11 +307,16 @@ impl Ring {
     /// Position of the first point at or after `key`; `points()` when there
     /// is none (the walk wraps). The same as
     /// `points.partition_point(|p| p.hash < key)`, in O(1) expected time.
-    #[inline]
+    #[cfg(test)]
     fn start(&self, key: u64) -> usize {
-        let bucket = (key >> self.index.shift) as usize;
+        self.start_in(self.index.bucket(key), key)
+    }
+
+    /// [`Ring::start`] from the key's bucket.
+    #[inline]
+    fn start_in(&self, bucket: Bucket, key: u64) -> usize {
         // Every point before `lo` is below the key's bucket, so below the key.
-        let lo = self.index.first.get(bucket).map_or(0, |&lo| lo as usize);
+        let lo = bucket.first as usize;
         match self.points.get(lo..lo + WINDOW) {
             // The answer is in the window: count without branching.
             Some(window) if window[WINDOW - 1].hash >= key => {
@@ -326,13 +342,32 @@ impl Ring {
 /// point per bucket, the key's first point is almost always among them.
 const WINDOW: usize = 4;
 
-/// The bucket index over a ring's points: `first[j]` is the position of the
-/// first point whose hash is at least `j << shift`, for each of the
-/// `2^(64 - shift)` buckets.
+/// The bucket index over a ring's points: bucket `j` holds the position of
+/// the first point whose hash is at least `j << shift`, for each of the
+/// `2^(64 - shift)` buckets — and, when no point falls inside the bucket,
+/// that point's member: every key of the bucket belongs to it, found with
+/// one read.
 #[derive(Debug, Clone)]
 struct Index {
     shift: u32,
-    first: Box<[u32]>,
+    buckets: Box<[Bucket]>,
+}
+
+/// One bucket of the [`Index`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    /// Position of the first point at or after the bucket's start.
+    first: u32,
+    /// 1 + the member owning every key of the bucket when no point falls
+    /// inside it; 0 otherwise (or on an empty ring).
+    owner: u32,
+}
+
+impl Bucket {
+    #[inline]
+    fn owner(self) -> Option<usize> {
+        (self.owner as usize).checked_sub(1)
+    }
 }
 
 impl Index {
@@ -346,20 +381,41 @@ impl Index {
             .trailing_zeros()
             .clamp(1, MAX_POINTS.trailing_zeros());
         let shift = u64::BITS - bits;
-        let buckets = 1usize << bits;
-        let mut first = Vec::with_capacity(buckets);
+        let count = 1usize << bits;
+        let mut firsts = Vec::with_capacity(count + 1);
         let mut pos = 0;
-        for bucket in 0..buckets as u64 {
+        for bucket in 0..count as u64 {
             let floor = bucket << shift;
             while pos < points.len() && points[pos].hash < floor {
                 pos += 1;
             }
-            first.push(pos as u32);
+            firsts.push(pos);
         }
-        Self {
-            shift,
-            first: first.into_boxed_slice(),
-        }
+        firsts.push(points.len());
+        let buckets = firsts
+            .windows(2)
+            .map(|w| {
+                let (first, next) = (w[0], w[1]);
+                // Past the last point, the walk wraps to the first.
+                let successor = points.get(first).or(points.first());
+                let owner = match successor {
+                    Some(point) if first == next => point.member + 1,
+                    _ => 0,
+                };
+                Bucket {
+                    first: first as u32,
+                    owner,
+                }
+            })
+            .collect();
+        Self { shift, buckets }
+    }
+
+    /// The bucket of `key`.
+    #[inline]
+    fn bucket(&self, key: u64) -> Bucket {
+        let j = (key >> self.shift) as usize;
+        self.buckets.get(j).copied().unwrap_or_default()
     }
 }
 

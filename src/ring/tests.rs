@@ -276,6 +276,8 @@ proptest! {
         for key in probe_keys(&ring).chain(random) {
             prop_assert_eq!(ring.start(key), ring.points.partition_point(|p| p.hash < key));
             prop_assert_eq!(ring.primary(key), ring.walk(key).next());
+            // Whether the index gave the first owner or the points did.
+            prop_assert_eq!(ring.walk(key).collect::<Vec<_>>(), reference_walk(&ring, key));
         }
     }
 

@@ -14,6 +14,9 @@ pub struct Walk<'a> {
     steps_left: usize,
     found: usize,
     pub(super) seen: Seen,
+    /// The first member, when the index gave it: yielded before reading
+    /// any point.
+    head: Option<usize>,
 }
 
 impl<'a> Walk<'a> {
@@ -25,7 +28,17 @@ impl<'a> Walk<'a> {
             steps_left: ring.points.len(),
             found: 0,
             seen: Seen::with_capacity(ring.members.len()),
+            head: None,
         }
+    }
+
+    /// A walk whose first point, at `start`, is known to be `owner`'s:
+    /// it yields `owner` without reading the point.
+    #[inline]
+    pub(super) fn from_owner(ring: &'a Ring, start: usize, owner: usize) -> Self {
+        let mut walk = Self::new(ring, start);
+        walk.head = Some(owner);
+        walk
     }
 }
 
@@ -34,6 +47,17 @@ impl Iterator for Walk<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<usize> {
+        if let Some(owner) = self.head.take() {
+            // The point at `pos` is the owner's: step past it.
+            if self.pos >= self.ring.points.len() {
+                self.pos = 0;
+            }
+            self.pos += 1;
+            self.steps_left -= 1;
+            self.seen.insert(owner, self.ring.members.len());
+            self.found += 1;
+            return Some(owner);
+        }
         while self.steps_left > 0 && self.found < self.ring.placed {
             if self.pos >= self.ring.points.len() {
                 self.pos = 0;
