@@ -79,7 +79,10 @@ fn jittered(seed: u64, trips: usize) -> Vec<Duration> {
 #[test]
 fn jitter_draws_open_durations_within_the_ceiling() {
     let waits = jittered(42, 500);
-    assert!(waits.iter().all(|&w| w <= secs(1)), "{waits:?}");
+    assert!(
+        waits.iter().all(|&w| !w.is_zero() && w <= secs(1)),
+        "{waits:?}"
+    );
     let distinct: std::collections::HashSet<_> = waits.iter().collect();
     assert!(distinct.len() > 450, "{} distinct of 500", distinct.len());
     let mean = waits.iter().sum::<Duration>() / 500;
@@ -119,4 +122,38 @@ fn jitter_scales_with_the_backoff_ceiling() {
         }
     }
     assert!(longest_third > secs(4), "draws reach past the base × 4");
+}
+
+/// A seed whose second draw is 0 for a 1 ms ceiling (found by search).
+const ZERO_SECOND_DRAW: u64 = 0xc391_0c8d_017e_356b;
+
+#[test]
+fn a_round_timing_out_on_a_zero_jitter_draw_still_reports_its_reopening() {
+    let p = base()
+        .consecutive_failures(1)
+        .open_duration(ms(1))
+        .max_open_duration(ms(1))
+        .half_open_max_wait(secs(1))
+        .jitter(true);
+    let mut s = CircuitState::with_seed(p.build().unwrap(), ZERO_SECOND_DRAW);
+    let t0 = Instant::now();
+    trip(&mut s, t0);
+    let at = s.open_until().unwrap();
+    let (_probe, t) = s.try_acquire(at).unwrap();
+    assert_eq!(t.map(|t| t.reason), Some(Reason::OpenElapsed));
+    // The round times out; the reopening draws its open duration.
+    let late = at + secs(1);
+    let transition = match s.try_acquire(late) {
+        Ok((_, t)) => t,
+        Err(refused) => refused.transition,
+    };
+    let t = transition.expect("the reopening is reported");
+    assert_eq!(
+        (t.from, t.to, t.reason),
+        (
+            BreakerState::HalfOpen,
+            BreakerState::Open,
+            Reason::HalfOpenTimeout
+        )
+    );
 }
