@@ -261,7 +261,7 @@ impl PolicyBuilder {
         self
     }
 
-    /// Whether to draw each open duration uniformly in `[0, ceiling]`
+    /// Whether to draw each open duration uniformly in `(0, ceiling]`
     /// ("full jitter", as in AWS's *Exponential Backoff and Jitter*), so
     /// that the breakers many gateways keep for one backend do not all
     /// probe it at once (default on). Off, a breaker stays open for the

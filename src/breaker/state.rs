@@ -496,8 +496,12 @@ impl CircuitState {
         }
         let ceiling = self.policy.open_ceiling(self.reopened);
         let duration = if self.policy.jitter {
+            // In [1 ns, ceiling], never zero: a breaker opened at `now` is
+            // open at `now`. A zero wait let the admission that timed a
+            // half-open round out go half-open again at once, and report
+            // that instead of the reopening (lost to the hook and trips).
             let ns = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
-            Duration::from_nanos(self.next_random() % ns.saturating_add(1))
+            Duration::from_nanos(1 + self.next_random() % ns.max(1))
         } else {
             ceiling
         };

@@ -3,7 +3,61 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tokio::time::Instant;
 
+use super::super::PolicyBuilder;
 use super::*;
+
+mod closed;
+mod half_open;
+mod modes;
+mod open;
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// The tests' base policy (no jitter, so durations are exact), for each
+/// test to change the knob it checks.
+fn base() -> PolicyBuilder {
+    Policy::builder()
+        .window(10)
+        .minimum_calls(5)
+        .failure_rate_threshold(0.5)
+        .open_duration(secs(5))
+        .jitter(false)
+        .half_open_permits(2)
+}
+
+/// A closed breaker with `policy` and a fixed jitter seed.
+fn breaker(policy: PolicyBuilder) -> CircuitState {
+    CircuitState::with_seed(policy.build().unwrap(), 7)
+}
+
+/// One call admitted and recorded at `now`, taking `elapsed` (`None`: not
+/// timed); the transition its record caused.
+fn timed(
+    s: &mut CircuitState,
+    outcome: Outcome,
+    elapsed: Option<Duration>,
+    now: Instant,
+) -> Option<Transition> {
+    let (ticket, _) = s.try_acquire(now).expect("admitted");
+    s.record(ticket, outcome, elapsed, now)
+}
+
+/// Trips `s` (closed, normal mode) with consecutive failures at `now`.
+fn trip(s: &mut CircuitState, now: Instant) {
+    for _ in 0..10_000 {
+        if call(s, Outcome::Failure, now).is_some() {
+            assert_eq!(s.state(now), BreakerState::Open);
+            return;
+        }
+    }
+    panic!("never tripped");
+}
 
 fn policy() -> Policy {
     Policy::builder()

@@ -1,0 +1,467 @@
+//! `CircuitState` against a reference model of its documented semantics
+//! (module docs of `breaker::state`, the policy's field docs, `Outcome`):
+//! random policies (count window, no jitter) and random sequences of
+//! admissions, outcomes, cancellations, clock steps and mode changes; the
+//! two must agree on every admission, every transition and the state read
+//! after each step.
+//!
+//! The model is deliberately plain: the window is a `Vec` of the last calls,
+//! rates are recomputed from it on every record.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tokio::time::Instant;
+use tower_model_balance::breaker::{
+    BreakerState, CircuitState, Mode, Outcome, Policy, Reason, Ticket, Transition,
+};
+
+/// The knobs the model reads, with the values the test draws.
+#[derive(Debug, Clone)]
+struct Knobs {
+    window: usize,
+    minimum_calls: usize,
+    failure_rate: f64,
+    slow_rate: f64,
+    slow_call: Duration,
+    consecutive: Option<u32>,
+    permits: u32,
+    max_wait: Duration,
+    open: Duration,
+    max_open: Duration,
+}
+
+impl Knobs {
+    fn policy(&self) -> Policy {
+        let mut b = Policy::builder()
+            .window(self.window)
+            .minimum_calls(self.minimum_calls)
+            .failure_rate_threshold(self.failure_rate)
+            .slow_call_rate_threshold(self.slow_rate)
+            .slow_call_duration(self.slow_call)
+            .half_open_permits(self.permits)
+            .half_open_max_wait(self.max_wait)
+            .open_duration(self.open)
+            .max_open_duration(self.max_open)
+            .jitter(false);
+        if let Some(n) = self.consecutive {
+            b = b.consecutive_failures(n);
+        }
+        b.build().unwrap()
+    }
+}
+
+fn knobs() -> impl Strategy<Value = Knobs> {
+    let rate = prop_oneof![Just(0.25), Just(0.5), Just(0.75), Just(1.0), Just(0.3)];
+    (
+        1usize..8,
+        any::<prop::sample::Index>(),
+        (rate.clone(), rate),
+        proptest::option::of(1u32..5),
+        1u32..4,
+        (1u64..10, 1u64..4, 1u32..6),
+    )
+        .prop_map(
+            |(window, min, (failure_rate, slow_rate), consecutive, permits, (wait, open, cap))| {
+                Knobs {
+                    window,
+                    minimum_calls: 1 + min.index(window),
+                    failure_rate,
+                    slow_rate,
+                    slow_call: Duration::from_millis(100),
+                    consecutive,
+                    permits,
+                    max_wait: Duration::from_secs(wait),
+                    open: Duration::from_secs(open),
+                    max_open: Duration::from_secs(open) * cap,
+                }
+            },
+        )
+}
+
+/// One recorded call in the model's window.
+#[derive(Debug, Clone, Copy)]
+struct Call {
+    failed: bool,
+    timed: bool,
+    slow: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ModelState {
+    Closed,
+    Open {
+        until: Instant,
+    },
+    HalfOpen {
+        since: Instant,
+        out: u32,
+        ok: u32,
+        failed: u32,
+        slow: u32,
+    },
+}
+
+/// The reference model. `generation` plays the epoch: it changes whenever
+/// the state does (a transition or a mode set by hand), and a ticket of an
+/// earlier generation counts nothing.
+#[derive(Debug)]
+struct Model {
+    k: Knobs,
+    mode: Mode,
+    state: ModelState,
+    generation: u64,
+    window: Vec<Call>,
+    run: u32,
+    reopened: u32,
+}
+
+/// What an admission returned, in comparable form.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Admission {
+    Admitted(Option<(BreakerState, BreakerState, Reason)>),
+    Refused(Duration, Option<(BreakerState, BreakerState, Reason)>),
+}
+
+fn key(t: Transition) -> (BreakerState, BreakerState, Reason) {
+    (t.from, t.to, t.reason)
+}
+
+fn kind(s: ModelState) -> BreakerState {
+    match s {
+        ModelState::Closed => BreakerState::Closed,
+        ModelState::Open { .. } => BreakerState::Open,
+        ModelState::HalfOpen { .. } => BreakerState::HalfOpen,
+    }
+}
+
+type Change = Option<(BreakerState, BreakerState, Reason)>;
+
+impl Model {
+    fn new(k: Knobs) -> Self {
+        Self {
+            k,
+            mode: Mode::Normal,
+            state: ModelState::Closed,
+            generation: 0,
+            window: Vec::new(),
+            run: 0,
+            reopened: 0,
+        }
+    }
+
+    /// What `state(now)` should read.
+    fn read(&self, now: Instant) -> BreakerState {
+        if self.mode == Mode::ForcedOpen {
+            return BreakerState::Open;
+        }
+        match self.state {
+            ModelState::Closed => BreakerState::Closed,
+            ModelState::Open { until } if now >= until => BreakerState::HalfOpen,
+            ModelState::Open { .. } => BreakerState::Open,
+            ModelState::HalfOpen { since, .. } if now >= since + self.k.max_wait => {
+                BreakerState::Open
+            }
+            ModelState::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+
+    fn go(&mut self, to: ModelState, reason: Reason) -> Change {
+        let from = kind(self.state);
+        self.state = to;
+        self.generation += 1;
+        Some((from, kind(to), reason))
+    }
+
+    /// Opens: the n-th reopening in a row (from half-open) waits
+    /// `open × 2^n`, at most `max_open`; from closed, `n` is 0.
+    fn open(&mut self, now: Instant, reason: Reason) -> Change {
+        if matches!(self.state, ModelState::HalfOpen { .. }) {
+            self.reopened += 1;
+        } else {
+            self.reopened = 0;
+        }
+        let mut wait = self.k.open;
+        for _ in 0..self.reopened {
+            wait = (wait * 2).min(self.k.max_open);
+        }
+        self.go(ModelState::Open { until: now + wait }, reason)
+    }
+
+    fn close(&mut self, reason: Reason) -> Change {
+        self.window.clear();
+        self.run = 0;
+        self.reopened = 0;
+        self.go(ModelState::Closed, reason)
+    }
+
+    fn acquire(&mut self, now: Instant) -> (Admission, Option<u64>) {
+        match self.mode {
+            Mode::ForcedOpen => {
+                return (Admission::Refused(self.k.max_open, None), None);
+            }
+            Mode::Disabled | Mode::MetricsOnly => {
+                return (Admission::Admitted(None), Some(self.generation));
+            }
+            _ => {}
+        }
+        let mut change = None;
+        if let ModelState::HalfOpen { since, .. } = self.state {
+            if now >= since + self.k.max_wait {
+                change = self.open(now, Reason::HalfOpenTimeout);
+            }
+        }
+        if let ModelState::Open { until } = self.state {
+            if now < until {
+                return (Admission::Refused(until - now, change), None);
+            }
+            let probing = ModelState::HalfOpen {
+                since: now,
+                out: 0,
+                ok: 0,
+                failed: 0,
+                slow: 0,
+            };
+            change = self.go(probing, Reason::OpenElapsed);
+        }
+        let permits = self.k.permits;
+        let max_wait = self.k.max_wait;
+        match &mut self.state {
+            ModelState::HalfOpen { out, since, .. } => {
+                if *out == permits {
+                    let rest = (*since + max_wait) - now;
+                    return (Admission::Refused(rest, change), None);
+                }
+                *out += 1;
+            }
+            ModelState::Closed => {}
+            ModelState::Open { .. } => unreachable!("left above"),
+        }
+        (Admission::Admitted(change), Some(self.generation))
+    }
+
+    fn release(&mut self, generation: u64) {
+        if generation != self.generation {
+            return;
+        }
+        if let ModelState::HalfOpen { out, .. } = &mut self.state {
+            *out -= 1;
+        }
+    }
+
+    fn record(
+        &mut self,
+        generation: u64,
+        outcome: Outcome,
+        elapsed: Option<Duration>,
+        now: Instant,
+    ) -> Change {
+        if generation != self.generation || self.mode == Mode::Disabled {
+            return None;
+        }
+        if outcome == Outcome::Ignored {
+            self.release(generation);
+            return None;
+        }
+        let failed = matches!(outcome, Outcome::Failure | Outcome::Overload);
+        let call = Call {
+            failed,
+            timed: elapsed.is_some(),
+            slow: elapsed.is_some_and(|e| e >= self.k.slow_call),
+        };
+        match self.state {
+            ModelState::Closed => {
+                self.window.push(call);
+                if self.window.len() > self.k.window {
+                    self.window.remove(0);
+                }
+                match outcome {
+                    Outcome::Failure => self.run += 1,
+                    Outcome::Success => self.run = 0,
+                    _ => {}
+                }
+                if self.mode == Mode::MetricsOnly {
+                    return None;
+                }
+                let reason = self.trip_reason()?;
+                self.open(now, reason)
+            }
+            ModelState::HalfOpen { since, .. } if now >= since + self.k.max_wait => {
+                self.open(now, Reason::HalfOpenTimeout)
+            }
+            ModelState::HalfOpen {
+                ok,
+                failed: bad,
+                slow,
+                ..
+            } => {
+                let (ok, bad, slow) = (
+                    ok + u32::from(!failed),
+                    bad + u32::from(failed),
+                    slow + u32::from(call.slow),
+                );
+                if let ModelState::HalfOpen {
+                    ok: o,
+                    failed: f,
+                    slow: s,
+                    ..
+                } = &mut self.state
+                {
+                    (*o, *f, *s) = (ok, bad, slow);
+                }
+                let permits = f64::from(self.k.permits);
+                if f64::from(bad) / permits >= self.k.failure_rate
+                    || f64::from(slow) / permits >= self.k.slow_rate
+                {
+                    self.open(now, Reason::ProbesFailed)
+                } else if ok + bad == self.k.permits {
+                    self.close(Reason::ProbesSucceeded)
+                } else {
+                    None
+                }
+            }
+            ModelState::Open { .. } => unreachable!("no ticket of an open generation"),
+        }
+    }
+
+    fn trip_reason(&self) -> Option<Reason> {
+        if self.k.consecutive.is_some_and(|n| self.run >= n) {
+            return Some(Reason::ConsecutiveFailures);
+        }
+        let calls = self.window.len();
+        if calls < self.k.minimum_calls {
+            return None;
+        }
+        let failures = self.window.iter().filter(|c| c.failed).count();
+        let timed = self.window.iter().filter(|c| c.timed).count();
+        let slow = self.window.iter().filter(|c| c.slow).count();
+        if failures as f64 / calls as f64 >= self.k.failure_rate {
+            Some(Reason::FailureRate)
+        } else if timed > 0 && slow as f64 / timed as f64 >= self.k.slow_rate {
+            Some(Reason::SlowCallRate)
+        } else {
+            None
+        }
+    }
+
+    fn set_mode(&mut self, mode: Mode, now: Instant) -> Change {
+        let from = self.read(now);
+        self.mode = mode;
+        self.state = ModelState::Closed;
+        self.window.clear();
+        self.run = 0;
+        self.reopened = 0;
+        self.generation += 1;
+        let to = self.read(now);
+        (from != to).then_some((from, to, Reason::Manual))
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire,
+    Record(prop::sample::Index, u8, Option<u64>),
+    Release(prop::sample::Index),
+    Advance(u64),
+    SetMode(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => Just(Op::Acquire),
+        6 => (any::<prop::sample::Index>(), 0u8..4, proptest::option::of(0u64..200))
+            .prop_map(|(i, o, e)| Op::Record(i, o, e)),
+        2 => any::<prop::sample::Index>().prop_map(Op::Release),
+        3 => prop_oneof![0u64..100, 0u64..12_000].prop_map(Op::Advance),
+        1 => (0u8..4).prop_map(Op::SetMode),
+    ]
+}
+
+const OUTCOMES: [Outcome; 4] = [
+    Outcome::Success,
+    Outcome::Failure,
+    Outcome::Overload,
+    Outcome::Ignored,
+];
+const MODES: [Mode; 4] = [
+    Mode::Normal,
+    Mode::ForcedOpen,
+    Mode::Disabled,
+    Mode::MetricsOnly,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn circuit_state_agrees_with_the_reference_model(
+        k in knobs(),
+        ops in proptest::collection::vec(op(), 1..120),
+    ) {
+        let mut real = CircuitState::with_seed(k.policy(), 1);
+        let mut model = Model::new(k);
+        let mut now = Instant::now();
+        // Calls admitted and not yet ended: the real ticket, the model's.
+        let mut out: Vec<(Ticket, u64)> = Vec::new();
+        for (step, op) in ops.into_iter().enumerate() {
+            match op {
+                Op::Acquire => {
+                    let got = match real.try_acquire(now) {
+                        Ok((ticket, t)) => {
+                            out.push((ticket, u64::MAX));
+                            Admission::Admitted(t.map(key))
+                        }
+                        Err(refused) => {
+                            Admission::Refused(refused.retry_after, refused.transition.map(key))
+                        }
+                    };
+                    let (want, generation) = model.acquire(now);
+                    prop_assert_eq!(got, want, "step {}: admission", step);
+                    if let Some(g) = generation {
+                        out.last_mut().unwrap().1 = g;
+                    }
+                }
+                Op::Record(i, o, elapsed) if !out.is_empty() => {
+                    let (ticket, g) = out.swap_remove(i.index(out.len()));
+                    let outcome = OUTCOMES[o as usize];
+                    let elapsed = elapsed.map(Duration::from_millis);
+                    let got = real.record(ticket, outcome, elapsed, now).map(key);
+                    let want = model.record(g, outcome, elapsed, now);
+                    prop_assert_eq!(got, want, "step {}: record {:?} {:?}", step, outcome, elapsed);
+                }
+                Op::Release(i) if !out.is_empty() => {
+                    let (ticket, g) = out.swap_remove(i.index(out.len()));
+                    real.release(ticket);
+                    model.release(g);
+                }
+                Op::Advance(ms) => now += Duration::from_millis(ms),
+                Op::SetMode(m) => {
+                    let mode = MODES[m as usize];
+                    let got = real.set_mode(mode, now).map(key);
+                    let want = model.set_mode(mode, now);
+                    prop_assert_eq!(got, want, "step {}: set_mode {:?}", step, mode);
+                }
+                _ => {}
+            }
+            prop_assert_eq!(real.state(now), model.read(now), "step {}: state", step);
+            let m = real.metrics(now);
+            let calls = model.window.len() as u64;
+            let failures = model.window.iter().filter(|c| c.failed).count() as u64;
+            let timed = model.window.iter().filter(|c| c.timed).count() as u64;
+            let slow = model.window.iter().filter(|c| c.slow).count() as u64;
+            prop_assert_eq!(
+                (m.calls, m.failures, m.timed_calls, m.slow_calls, m.reopened, m.mode),
+                (calls, failures, timed, slow, model.reopened, model.mode),
+                "step {}: metrics", step
+            );
+            let until = match model.state {
+                ModelState::Open { until } if model.mode == Mode::Normal => Some(until),
+                _ => None,
+            };
+            prop_assert_eq!(real.open_until(), until, "step {}: open until", step);
+            if model.state == ModelState::Closed {
+                prop_assert_eq!(m.consecutive_failures, model.run, "step {}: run", step);
+            }
+        }
+    }
+}
