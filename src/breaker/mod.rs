@@ -46,6 +46,7 @@
 //!
 //! [`BreakerOpen`]: crate::error::BreakerOpen
 
+mod admission;
 mod classify;
 mod events;
 pub mod future;
@@ -56,6 +57,7 @@ mod shared;
 mod state;
 mod window;
 
+pub use self::admission::Admission;
 pub use self::classify::{Classify, ServerErrorsAsFailures};
 pub use self::events::OnTransition;
 pub use self::layer::CircuitBreakerLayer;
