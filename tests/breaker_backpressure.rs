@@ -400,3 +400,21 @@ fn the_service_and_its_future_are_send_and_sync() {
     send_sync::<Svc>();
     send_sync::<<Svc as Service<Req>>::Future>();
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_layer_sets_the_admission() {
+    use tower_model_balance::breaker::CircuitBreakerLayer;
+
+    let layer = CircuitBreakerLayer::new(policy(1)).admission(Admission::Backpressure);
+    let (mut svc, mut handle) = mock::spawn_layer::<Req, Rsp, _>(layer);
+    assert_eq!(svc.get_ref().admission(), Admission::Backpressure);
+    handle.allow(1);
+    trip(svc.get_ref().breaker());
+    assert_pending!(svc.poll_ready(), "pushes back while open");
+    let copy = clone(&svc);
+    assert_eq!(
+        copy.get_ref().admission(),
+        Admission::Backpressure,
+        "kept by Clone"
+    );
+}
