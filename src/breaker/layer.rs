@@ -1,6 +1,6 @@
 use tower_layer::Layer;
 
-use super::{Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
+use super::{Admission, Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
 
 /// Wraps a service in a [`CircuitBreaker`] with its own [`Breaker`], shared
 /// by the clones of the wrapped service.
@@ -8,14 +8,16 @@ use super::{Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
 pub struct CircuitBreakerLayer<C = ServerErrorsAsFailures> {
     policy: Policy,
     classifier: C,
+    admission: Admission,
 }
 
 impl CircuitBreakerLayer {
-    /// A layer with `policy` and the default HTTP classifier.
+    /// A layer with `policy`, the default HTTP classifier, failing fast.
     pub const fn new(policy: Policy) -> Self {
         Self {
             policy,
             classifier: ServerErrorsAsFailures,
+            admission: Admission::FailFast,
         }
     }
 }
@@ -26,7 +28,15 @@ impl<C> CircuitBreakerLayer<C> {
         CircuitBreakerLayer {
             policy: self.policy,
             classifier,
+            admission: self.admission,
         }
+    }
+
+    /// Sets how callers are treated while the breaker does not admit
+    /// (default [`Admission::FailFast`]); [`Admission::Backpressure`] under
+    /// a balancer.
+    pub fn admission(self, admission: Admission) -> Self {
+        Self { admission, ..self }
     }
 }
 
@@ -39,5 +49,6 @@ impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
             Breaker::new(self.policy.clone()),
             self.classifier.clone(),
         )
+        .with_admission(self.admission)
     }
 }

@@ -13,11 +13,11 @@
 //! future dropped) gives its permit back and counts nothing, so a cancelled
 //! probe never wedges a half-open breaker.
 //!
-//! [`CircuitBreaker`] **sheds**: while open it stays ready and `call` fails
-//! fast; while closed or half-open, `poll_ready` drives the inner service to
-//! ready first, and `call` never forwards to an inner service it has not
-//! driven to ready. Stack timeouts *below* the breaker, so that a timeout is
-//! an error the breaker counts rather than a cancellation.
+//! [`CircuitBreaker`] **sheds** by default: while open it stays ready and
+//! `call` fails fast. Under a balancer it can **push back** instead
+//! ([below](#admission-fail-fast-or-backpressure)). Stack timeouts *below*
+//! the breaker, so that a timeout is an error the breaker counts rather
+//! than a cancellation ([why](#where-the-timeout-goes)).
 //!
 //! The outcome is read when the response future resolves (headers, for
 //! HTTP); the balancer instead records at the end of the response body.
@@ -44,8 +44,104 @@
 //! # }
 //! ```
 //!
+//! # Admission: fail fast or backpressure
+//!
+//! What [`CircuitBreaker`] does while its breaker does not admit (open, or
+//! half-open with every probe out) is its [`Admission`], set with
+//! [`CircuitBreakerLayer::admission`] or [`CircuitBreaker::with_admission`]:
+//!
+//! * [`Admission::FailFast`] (the default, for a breaker used alone, as in
+//!   the example above) **sheds**: `poll_ready` stays ready and `call`
+//!   fails at once with [`BreakerOpen`], whose `retry_after` says when a
+//!   probe may go. While closed or half-open, `poll_ready` drives the inner
+//!   service to ready first, and `call` never forwards to an inner service
+//!   it has not driven to ready.
+//! * [`Admission::Backpressure`] (under a balancer) **pushes back**:
+//!   `poll_ready` drives the inner service to ready (returning its errors),
+//!   then is `Pending` until the breaker admits. It wakes itself without
+//!   polling: by a timer until the open duration ends (re-armed whenever
+//!   the breaker reopens with another duration) or, half-open with every
+//!   probe out, until the round's deadline (`half_open_max_wait`); and the
+//!   breaker wakes it at once on any transition (a round closing or
+//!   reopening it), change of mode, or probe permit given back. Forced
+//!   open, only a change of mode wakes it. tower's `balance::p2c::Balance`
+//!   and `ReadyCache` take a pending service as unavailable, so traffic
+//!   goes to the other backends until probes may go. Needs a Tokio runtime
+//!   with time enabled.
+//!
+//! Under backpressure, `Ready` from `poll_ready` holds a **reservation**:
+//! the call's [`Permit`], taken from the breaker then (while half-open, one
+//! of its `half_open_permits` probes: services sharing a breaker reserve no
+//! more than that between them). `call` takes it and it travels in the
+//! response future; a service dropped before its `call` gives it back
+//! uncounted, and a clone starts without one. A reservation belongs to the
+//! breaker's state when it was taken: one half-open round, or one closed
+//! spell. Ready stays ready until `call` (tower's contract), so a service
+//! parked ready (in a balancer's ready cache) can outlive that state. Its
+//! `call` then:
+//!
+//! * goes ahead under the reservation if the breaker has not moved (the
+//!   same epoch: no transition or change of mode since) and, for a probe,
+//!   its round is not past its deadline;
+//! * otherwise (reserved half-open and the round has ended: closed,
+//!   reopened or timed out; or reserved closed and the breaker has opened
+//!   since) goes ahead under a fresh permit only if the breaker now admits
+//!   freely (closed, disabled, metrics only), and else **fails fast** with
+//!   [`BreakerOpen`] without touching the inner service. It never takes a
+//!   probe it did not reserve; each service parked ready when its breaker
+//!   trips fails at most one call.
+//!
+//! Each backend behind a breaker that pushes back (and a timeout below it),
+//! under tower's P2C balancer: the open backend is pending, so every
+//! request goes to the other.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::balance::p2c::Balance;
+//! use tower::discover::ServiceList;
+//! use tower::load::Constant;
+//! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+//! use tower_model_balance::breaker::{Admission, CircuitBreakerLayer, Outcome, Policy};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
+//! // Open for 5 s (no jitter: it could draw a shorter time).
+//! let policy = Policy::builder().window(4).minimum_calls(2).jitter(false).build()?;
+//! let backends: Vec<_> = (0..2)
+//!     .map(|id| {
+//!         ServiceBuilder::new()
+//!             .layer(CircuitBreakerLayer::new(policy.clone()).admission(Admission::Backpressure))
+//!             .timeout(Duration::from_secs(30))
+//!             .service(service_fn(move |_req: http::Request<()>| async move {
+//!                 Ok::<_, std::io::Error>(http::Response::new(id))
+//!             }))
+//!     })
+//!     .collect();
+//! // Backend 0 fails twice: its breaker opens.
+//! for _ in 0..2 {
+//!     backends[0].breaker().try_acquire()?.record(Outcome::Failure);
+//! }
+//! let backends = backends.into_iter().map(|svc| Constant::new(svc, 0));
+//! let mut balance = Balance::new(ServiceList::new(backends.collect::<Vec<_>>()));
+//! for _ in 0..10 {
+//!     let rsp = balance.ready().await?.call(http::Request::new(())).await?;
+//!     assert_eq!(*rsp.body(), 1);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Where the timeout goes
+//!
+//! *Below* the breaker, as above: `ServiceBuilder::new().layer(breaker)
+//! .timeout(t)`, a `ServiceBuilder`'s first layer being the outermost. The
+//! timeout then turns a request that takes too long into an `Elapsed`
+//! error, which the breaker sees as the call's outcome and counts as a
+//! failure. Above the breaker, the timeout would drop the breaker's
+//! response future instead: a cancellation, whose permit is given back
+//! uncounted, so a backend that hangs would never trip its breaker.
+//!
 //! [`BreakerOpen`]: crate::error::BreakerOpen
 
+mod admission;
 mod classify;
 mod events;
 pub mod future;
@@ -56,6 +152,7 @@ mod shared;
 mod state;
 mod window;
 
+pub use self::admission::Admission;
 pub use self::classify::{Classify, ServerErrorsAsFailures};
 pub use self::events::OnTransition;
 pub use self::layer::CircuitBreakerLayer;

@@ -1,10 +1,11 @@
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use tokio::time::Instant;
 use tower_service::Service;
 
+use super::admission::Reservation;
 use super::future::ResponseFuture;
-use super::{Breaker, Classify};
+use super::{Admission, Breaker, Classify};
 use crate::error::{BoxError, BreakerOpen};
 
 /// A service behind a circuit breaker; see the [module docs](super).
@@ -13,7 +14,11 @@ pub struct CircuitBreaker<S, C> {
     inner: S,
     breaker: Breaker,
     classifier: C,
+    admission: Admission,
+    /// Fail-fast: whether (and how) `poll_ready` returned ready.
     ready: Ready,
+    /// Backpressure: the permit `poll_ready` reserved, and its timer.
+    reservation: Reservation,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,14 +32,35 @@ enum Ready {
 }
 
 impl<S, C> CircuitBreaker<S, C> {
-    /// Wraps `inner` with `breaker`, classifying outcomes with `classifier`.
+    /// Wraps `inner` with `breaker`, classifying outcomes with
+    /// `classifier`; fails fast ([`Admission::FailFast`]).
     pub fn new(inner: S, breaker: Breaker, classifier: C) -> Self {
         Self {
             inner,
             breaker,
             classifier,
+            admission: Admission::FailFast,
             ready: Ready::No,
+            reservation: Reservation::default(),
         }
+    }
+
+    /// Sets how callers are treated while the breaker does not admit
+    /// (default [`Admission::FailFast`]); see the
+    /// [module docs](super#admission-fail-fast-or-backpressure). Forgets
+    /// any readiness or reservation already obtained.
+    pub fn with_admission(self, admission: Admission) -> Self {
+        Self {
+            admission,
+            ready: Ready::No,
+            reservation: Reservation::default(),
+            ..self
+        }
+    }
+
+    /// How callers are treated while the breaker does not admit.
+    pub fn admission(&self) -> Admission {
+        self.admission
     }
 
     /// The breaker, to read its state or trips.
@@ -59,13 +85,15 @@ impl<S, C> CircuitBreaker<S, C> {
 }
 
 impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
-    /// Shares the breaker; the clone has not been polled ready.
+    /// Shares the breaker and the admission mode; the clone has not been
+    /// polled ready and holds no reservation.
     fn clone(&self) -> Self {
         Self::new(
             self.inner.clone(),
             self.breaker.clone(),
             self.classifier.clone(),
         )
+        .with_admission(self.admission)
     }
 }
 
@@ -80,6 +108,9 @@ where
     type Future = ResponseFuture<S::Future, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if self.admission == Admission::Backpressure {
+            return self.poll_reserve(cx);
+        }
         if self.ready != Ready::No {
             return Poll::Ready(Ok(()));
         }
@@ -98,6 +129,16 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
+        if self.admission == Admission::Backpressure {
+            // Reserved in `poll_ready` only after the inner service was
+            // driven ready; a stale reservation fails fast.
+            return match self.reservation.take(&self.breaker, Instant::now()) {
+                Ok(permit) => {
+                    ResponseFuture::new(self.inner.call(req), permit, self.classifier.clone())
+                }
+                Err(open) => ResponseFuture::failed(open),
+            };
+        }
         let ready = std::mem::replace(&mut self.ready, Ready::No);
         match (ready, self.breaker.try_acquire()) {
             (Ready::Inner, Ok(permit)) => {
@@ -109,5 +150,24 @@ where
             // an unready service; the permit goes back uncounted.
             (_, Ok(_permit)) => ResponseFuture::failed(BreakerOpen::new(Default::default())),
         }
+    }
+}
+
+impl<S, C> CircuitBreaker<S, C> {
+    /// Backpressure's `poll_ready`: the inner service driven ready, then a
+    /// permit reserved, else `Pending` until the breaker may admit.
+    fn poll_reserve<Req>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>
+    where
+        S: Service<Req>,
+        S::Error: Into<BoxError>,
+    {
+        if self.reservation.is_reserved() {
+            // Ready stays ready until `call`, even if the breaker has moved
+            // on since: `call` then fails fast.
+            return Poll::Ready(Ok(()));
+        }
+        ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
+        ready!(self.reservation.poll_reserve(&self.breaker, cx));
+        Poll::Ready(Ok(()))
     }
 }

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -64,6 +65,10 @@ struct Inner {
     /// panic check reads it).
     not_closed: Option<Arc<AtomicUsize>>,
     hook: Option<Box<dyn OnTransition>>,
+    /// Tasks waiting for the breaker to admit (backpressure services),
+    /// woken and cleared on every transition, change of mode or half-open
+    /// permit given back.
+    waiters: Mutex<Vec<Waker>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -141,6 +146,7 @@ impl Breaker {
                 saturated: std::sync::atomic::AtomicBool::new(false),
                 not_closed,
                 hook,
+                waiters: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -239,6 +245,10 @@ impl Breaker {
         self.publish(&state, transition);
         drop(state);
         self.notify(transition);
+        if outcome == Outcome::Ignored && transition.is_none() {
+            // A half-open permit may have come back.
+            self.wake_waiters();
+        }
     }
 
     /// Gives back the call `ticket` admitted, counting nothing.
@@ -249,6 +259,8 @@ impl Breaker {
             let mut state = self.lock();
             state.release(ticket);
             self.publish(&state, None);
+            drop(state);
+            self.wake_waiters();
         }
     }
 
@@ -356,6 +368,9 @@ impl Breaker {
         self.republish(&state);
         drop(state);
         self.notify(transition);
+        if transition.is_none() {
+            self.wake_waiters();
+        }
     }
 
     fn permit(&self, ticket: Ticket, admitted: Instant) -> Permit {
@@ -432,11 +447,82 @@ impl Breaker {
         u64::try_from(ns).unwrap_or(u64::MAX)
     }
 
-    /// Reports a transition to the hook, outside the lock.
+    /// Reports a transition to the hook and wakes the waiters, outside
+    /// the lock.
     fn notify(&self, transition: Option<Transition>) {
-        if let (Some(hook), Some(transition)) = (&self.inner.hook, transition) {
+        let Some(transition) = transition else { return };
+        if let Some(hook) = &self.inner.hook {
             hook.on_transition(&transition);
         }
+        self.wake_waiters();
+    }
+
+    // === backpressure (crate-internal) ===
+
+    /// Wakes `waker` on the breaker's next transition, change of mode or
+    /// half-open permit given back — the changes that time alone does not
+    /// bring (see [`Breaker::next_admission`]). Register before checking
+    /// [`Breaker::admits`], so that no change falls in between.
+    pub(crate) fn wake_on_change(&self, waker: &Waker) {
+        let mut waiters = self
+            .inner
+            .waiters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !waiters.iter().any(|w| w.will_wake(waker)) {
+            waiters.push(waker.clone());
+        }
+    }
+
+    fn wake_waiters(&self) {
+        let waiters = std::mem::take(
+            &mut *self
+                .inner
+                .waiters
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        waiters.into_iter().for_each(Waker::wake);
+    }
+
+    /// When a breaker that does not admit now will admit by the passing of
+    /// time alone: the end of the open duration, or while half-open with
+    /// every probe out, the round's deadline. `None` when forced open
+    /// (only a change of mode admits again). Meaningless while
+    /// [`Breaker::admits`] is true.
+    pub(crate) fn next_admission(&self) -> Option<Instant> {
+        let inner = &self.inner;
+        let at = match inner.probes_out_until_ns.load(Ordering::Acquire) {
+            0 => inner.open_until_ns.load(Ordering::Acquire),
+            probes_out_until => probes_out_until,
+        };
+        (at != u64::MAX).then(|| inner.base + Duration::from_nanos(at))
+    }
+
+    /// A permit only if the breaker admits freely now (closed, disabled or
+    /// metrics only): never a half-open probe. For a call whose
+    /// reservation went stale.
+    ///
+    /// # Errors
+    ///
+    /// [`BreakerOpen`] with the time until a probe may go (zero when
+    /// half-open with a permit left), counted as a rejection.
+    pub(crate) fn try_acquire_freely(&self, now: Instant) -> Result<Permit, BreakerOpen> {
+        let published = self.inner.published.load(Ordering::Acquire);
+        if published & 1 == 1 {
+            return Ok(self.permit(CircuitState::ticket_for(published >> 1), now));
+        }
+        let state = self.lock();
+        let retry_at = match state.mode() {
+            Mode::ForcedOpen => Some(now + state.policy().max_open_duration),
+            _ if state.probes_out() => state.half_open_deadline(),
+            _ => state.open_until(),
+        };
+        drop(state);
+        self.inner.rejected.fetch_add(1, Ordering::Relaxed);
+        Err(BreakerOpen::new(retry_at.map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(now)
+        })))
     }
 }
 
@@ -484,6 +570,28 @@ impl Permit {
     /// The breaker this permit belongs to.
     pub fn breaker(&self) -> &Breaker {
         &self.breaker
+    }
+
+    /// Whether the breaker is still, at `now`, in the state this permit
+    /// was admitted in: the same epoch (no transition or change of mode
+    /// since) and, for a half-open probe, a round not past its deadline.
+    pub(crate) fn is_current_at(&self, now: Instant) -> bool {
+        let Some(ticket) = self.ticket else {
+            return false;
+        };
+        let published = self.breaker.inner.published.load(Ordering::Acquire);
+        if published >> 1 != ticket.epoch() {
+            return false;
+        }
+        // Same epoch and not admitting freely: the half-open round this
+        // probe belongs to, unless it has run out of time.
+        published & 1 == 1 || self.breaker.lock().state(now) == BreakerState::HalfOpen
+    }
+
+    /// Restarts the slow-call clock at `now`: a permit reserved ahead of
+    /// its call times the call, not the wait for it.
+    pub(crate) fn restart(&mut self, now: Instant) {
+        self.admitted = now;
     }
 }
 
