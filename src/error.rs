@@ -117,8 +117,11 @@ impl std::error::Error for NoHealthyBackend {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct BreakerOpen {
-    /// How long until the breaker lets a probe through; zero when it is
-    /// half-open and waiting for its probes to finish.
+    /// How long until the breaker may let a call through: the rest of its
+    /// open duration; while half-open with every probe out, the rest of the
+    /// probe round (its maximum wait); forced open, the policy's maximum
+    /// open duration (a hint: only a change of mode admits). Zero for a
+    /// backpressure reservation that outlived its round.
     pub retry_after: Duration,
 }
 

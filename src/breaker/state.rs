@@ -140,7 +140,8 @@ pub struct Metrics {
     pub failure_rate: f64,
     /// `slow_calls / timed_calls`, in `[0, 1]`.
     pub slow_call_rate: f64,
-    /// Failures in a row, while closed.
+    /// Failures in a row while closed (overloads and ignored calls skipped);
+    /// kept through open and half-open until the breaker closes.
     pub consecutive_failures: u32,
     /// Reopenings in a row since the breaker last closed (the backoff's
     /// exponent).
