@@ -1,6 +1,6 @@
 use tower_layer::Layer;
 
-use super::{Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
+use super::{Breaker, CircuitBreaker, ColdLoad, Policy, ServerErrorsAsFailures, StopPoint};
 
 /// Wraps a service in a [`CircuitBreaker`] with its own [`Breaker`], shared
 /// by the clones of the wrapped service.
@@ -8,6 +8,7 @@ use super::{Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
 pub struct CircuitBreakerLayer<C = ServerErrorsAsFailures> {
     policy: Policy,
     classifier: C,
+    stop: StopPoint,
 }
 
 impl CircuitBreakerLayer {
@@ -16,16 +17,51 @@ impl CircuitBreakerLayer {
         Self {
             policy,
             classifier: ServerErrorsAsFailures,
+            stop: StopPoint::FirstFrame,
         }
     }
 }
 
 impl<C> CircuitBreakerLayer<C> {
-    /// Uses `classifier` to decide what counts as a failure.
+    /// Uses `classifier` to decide what counts as a failure (default
+    /// [`ServerErrorsAsFailures`]; [`GrpcErrorsAsFailures`] for gRPC).
+    /// Replaces a [`cold_load`](Self::cold_load) predicate set before.
+    ///
+    /// [`GrpcErrorsAsFailures`]: super::GrpcErrorsAsFailures
     pub fn classifier<C2>(self, classifier: C2) -> CircuitBreakerLayer<C2> {
         CircuitBreakerLayer {
             policy: self.policy,
             classifier,
+            stop: self.stop,
+        }
+    }
+
+    /// Where the slow-call clock stops (default
+    /// [`StopPoint::FirstFrame`]); it starts at admission.
+    pub fn stop_point(mut self, stop: StopPoint) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// Marks the responses `predicate` picks as cold model loads: recorded
+    /// untimed, so that loading a model never counts as a slow call (their
+    /// outcome still counts). Wraps the classifier set so far in
+    /// [`ColdLoad`], so call it after [`classifier`](Self::classifier).
+    ///
+    /// ```
+    /// use tower_model_balance::breaker::{CircuitBreakerLayer, Policy};
+    ///
+    /// let layer = CircuitBreakerLayer::new(Policy::default())
+    ///     .cold_load(|rsp: &http::Response<hyper::body::Incoming>| {
+    ///         rsp.headers().contains_key("x-model-cold-load")
+    ///     });
+    /// # drop(layer);
+    /// ```
+    pub fn cold_load<P>(self, predicate: P) -> CircuitBreakerLayer<ColdLoad<C, P>> {
+        CircuitBreakerLayer {
+            policy: self.policy,
+            classifier: ColdLoad::new(self.classifier, predicate),
+            stop: self.stop,
         }
     }
 }
@@ -39,5 +75,6 @@ impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
             Breaker::new(self.policy.clone()),
             self.classifier.clone(),
         )
+        .with_stop_point(self.stop)
     }
 }

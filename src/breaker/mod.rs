@@ -19,11 +19,9 @@
 //! driven to ready. Stack timeouts *below* the breaker, so that a timeout is
 //! an error the breaker counts rather than a cancellation.
 //!
-//! The outcome is read when the response future resolves (headers, for
-//! HTTP); the balancer instead records at the end of the response body.
-//!
 //! ```
-//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use http_body_util::Empty;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 //! use tower_model_balance::breaker::{CircuitBreakerLayer, Policy};
 //! use tower_model_balance::error::BreakerOpen;
@@ -33,7 +31,8 @@
 //! let mut svc = ServiceBuilder::new()
 //!     .layer(CircuitBreakerLayer::new(policy))
 //!     .service(service_fn(|_req: http::Request<()>| async {
-//!         Ok::<_, std::io::Error>(http::Response::builder().status(503).body(()).unwrap())
+//!         let rsp = http::Response::builder().status(503).body(Empty::<Bytes>::new());
+//!         Ok::<_, std::io::Error>(rsp.unwrap())
 //!     }));
 //! for _ in 0..4 {
 //!     let rsp = svc.ready().await.unwrap().call(http::Request::new(())).await.unwrap();
@@ -44,8 +43,53 @@
 //! # }
 //! ```
 //!
+//! # Classification: what counts, and when
+//!
+//! What a call's result means for the backend is decided apart from the
+//! breaker, by a [`Classify`] (in the manner of tower-http's `classify`):
+//! [`ServerErrorsAsFailures`] for HTTP (the default: 5xx fail, 429 is an
+//! overload, other 4xx are the caller's and ignored), [`GrpcErrorsAsFailures`]
+//! for gRPC (`grpc-status` decides, from the headers of a trailers-only
+//! response or else from the trailers), or a closure
+//! `Fn(Result<&Response, &Error>) -> Outcome`. Errors without a response —
+//! a timeout stacked below the breaker (tower's `Elapsed`), a connection
+//! refused or reset — fail by default.
+//!
+//! A response's outcome is **recorded at the end of its body**, which a
+//! [`ResponseBody`] wraps without allocating: at its last frame, at a body
+//! error (a failure, whatever the status), or when it is dropped (the
+//! status decides: a 503 counts whether or not its body is read; a gRPC
+//! stream dropped before its trailers is a cancellation, ignored). Until
+//! then the call is in flight, so a half-open probe that is still streaming
+//! keeps its permit. An empty body records at once.
+//!
+//! **Slow calls** are timed from admission to a [`StopPoint`] set on the
+//! layer: the response's head, its first frame (the default: for a stream
+//! of tokens, close to the time to first token), or its end.
+//!
+//! **Cold loads**: a response that says the backend loaded the model for
+//! it ([`CircuitBreakerLayer::cold_load`]) is recorded untimed, so model
+//! loading never counts as a slow call; its outcome still counts.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_model_balance::breaker::{
+//!     CircuitBreakerLayer, GrpcErrorsAsFailures, Policy, StopPoint,
+//! };
+//!
+//! let policy = Policy::builder().slow_call_duration(Duration::from_secs(2)).build().unwrap();
+//! let layer = CircuitBreakerLayer::new(policy)
+//!     .classifier(GrpcErrorsAsFailures::new())
+//!     .stop_point(StopPoint::FirstFrame)
+//!     .cold_load(|rsp: &http::Response<hyper::body::Incoming>| {
+//!         rsp.headers().contains_key("x-model-cold-load")
+//!     });
+//! # drop(layer);
+//! ```
+//!
 //! [`BreakerOpen`]: crate::error::BreakerOpen
 
+mod body;
 mod classify;
 mod events;
 pub mod future;
@@ -56,7 +100,11 @@ mod shared;
 mod state;
 mod window;
 
-pub use self::classify::{Classify, ServerErrorsAsFailures};
+pub use self::body::{ResponseBody, StopPoint};
+pub use self::classify::{
+    Classified, Classify, ClassifyEos, ColdLoad, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures,
+    ServerErrorsAsFailures,
+};
 pub use self::events::OnTransition;
 pub use self::layer::CircuitBreakerLayer;
 pub use self::policy::{Policy, PolicyBuilder, SlidingWindow};

@@ -4,7 +4,7 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use super::{Breaker, Classify};
+use super::{Breaker, Classify, ResponseBody, StopPoint};
 use crate::error::{BoxError, BreakerOpen};
 
 /// A service behind a circuit breaker; see the [module docs](super).
@@ -14,6 +14,7 @@ pub struct CircuitBreaker<S, C> {
     breaker: Breaker,
     classifier: C,
     ready: Ready,
+    stop: StopPoint,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +35,15 @@ impl<S, C> CircuitBreaker<S, C> {
             breaker,
             classifier,
             ready: Ready::No,
+            stop: StopPoint::FirstFrame,
         }
+    }
+
+    /// Stops the slow-call clock at `stop` (default
+    /// [`StopPoint::FirstFrame`]).
+    pub fn with_stop_point(mut self, stop: StopPoint) -> Self {
+        self.stop = stop;
+        self
     }
 
     /// The breaker, to read its state or trips.
@@ -66,16 +75,18 @@ impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
             self.breaker.clone(),
             self.classifier.clone(),
         )
+        .with_stop_point(self.stop)
     }
 }
 
-impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
+impl<S, C, Req, B> Service<Req> for CircuitBreaker<S, C>
 where
-    S: Service<Req>,
+    S: Service<Req, Response = http::Response<B>>,
     S::Error: Into<BoxError>,
-    C: Classify<S::Response, S::Error> + Clone,
+    C: Classify<http::Response<B>, S::Error> + Clone,
+    B: http_body::Body,
 {
-    type Response = S::Response;
+    type Response = http::Response<ResponseBody<B, C::Eos>>;
     type Error = BoxError;
     type Future = ResponseFuture<S::Future, C>;
 
@@ -101,7 +112,8 @@ where
         let ready = std::mem::replace(&mut self.ready, Ready::No);
         match (ready, self.breaker.try_acquire()) {
             (Ready::Inner, Ok(permit)) => {
-                ResponseFuture::new(self.inner.call(req), permit, self.classifier.clone())
+                let classifier = self.classifier.clone();
+                ResponseFuture::new(self.inner.call(req), permit, classifier, self.stop)
             }
             (_, Err(open)) => ResponseFuture::failed(open),
             // Admitted, but the inner service was not driven to ready (the
