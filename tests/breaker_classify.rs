@@ -91,6 +91,15 @@ where
     (mock::Spawn::new(layer.layer(mock)), handle)
 }
 
+/// The request the last call sent; panics (rather than waiting forever)
+/// if the breaker refused it.
+fn sent(handle: &mut mock::Handle<Req, Rsp>) -> mock::SendResponse<Rsp> {
+    match handle.poll_request() {
+        Poll::Ready(Some((_, send))) => send,
+        _ => panic!("the call was not sent: refused by the breaker?"),
+    }
+}
+
 /// Sends one request and answers it with `rsp`; returns the response with
 /// its body still unread.
 async fn exchange<C>(
@@ -103,8 +112,7 @@ where
 {
     assert_ready_ok!(svc.poll_ready());
     let fut = svc.call(http::Request::new(()));
-    let (_, send) = handle.next_request().await.expect("the call was sent");
-    send.send_response(rsp);
+    sent(handle).send_response(rsp);
     fut.await.expect("a response")
 }
 
@@ -374,7 +382,7 @@ async fn slow_trips(
     for _ in 0..2 {
         assert_ready_ok!(svc.poll_ready());
         let fut = svc.call(http::Request::new(()));
-        let (_, send) = handle.next_request().await.unwrap();
+        let send = sent(&mut handle);
         advance(Duration::from_secs(1)).await;
         let (rsp, tx) = response(200, headers);
         send.send_response(rsp);
