@@ -440,6 +440,8 @@ async fn a_cold_load_is_never_a_slow_call() {
         CircuitBreakerLayer::new(slow_policy(Duration::from_secs(2)))
             .cold_load(|rsp: &Rsp| rsp.headers().contains_key("x-model-cold-load"))
     };
+    // Debug without the predicate being Debug.
+    assert!(format!("{:?}", layer()).contains("ColdLoad"));
     assert!(slow_trips(layer(), &[]).await, "warm and slow");
     assert!(!slow_trips(layer(), &cold).await, "cold: loading, not slow");
 }

@@ -191,10 +191,19 @@ impl<B, E> Classify<http::Response<B>, E> for ServerErrorsAsFailures {
 /// let cold = http::Response::builder().header("x-model-cold-load", "1").body(()).unwrap();
 /// assert!(Classify::<_, std::io::Error>::is_cold_load(&c, &cold));
 /// ```
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct ColdLoad<C, P> {
     inner: C,
     predicate: P,
+}
+
+impl<C: std::fmt::Debug, P> std::fmt::Debug for ColdLoad<C, P> {
+    /// The predicate, a closure as a rule, is not shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ColdLoad")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<C, P> ColdLoad<C, P> {
