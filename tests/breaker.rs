@@ -1,18 +1,23 @@
 //! The circuit breaker as a `Service`, over mock inner services and paused
 //! time.
 
+use std::convert::Infallible;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Empty;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Service, ServiceExt};
 use tower_model_balance::breaker::{
-    BreakerState, CircuitBreaker, CircuitBreakerLayer, Policy, ServerErrorsAsFailures,
+    BreakerState, CircuitBreaker, CircuitBreakerLayer, Policy, ResponseBody, ServerErrorsAsFailures,
 };
 use tower_model_balance::error::BreakerOpen;
 use tower_test::mock;
 
 type Req = http::Request<()>;
-type Rsp = http::Response<()>;
+/// Empty bodies: the breaker records as soon as the head arrives.
+type Rsp = http::Response<Empty<Bytes>>;
+type Out = http::Response<ResponseBody<Empty<Bytes>, Infallible>>;
 
 fn policy() -> Policy {
     Policy::builder()
@@ -27,7 +32,10 @@ fn policy() -> Policy {
 }
 
 fn status(code: u16) -> Rsp {
-    http::Response::builder().status(code).body(()).unwrap()
+    http::Response::builder()
+        .status(code)
+        .body(Empty::new())
+        .unwrap()
 }
 
 type Breaker = CircuitBreaker<mock::Mock<Req, Rsp>, ServerErrorsAsFailures>;
@@ -38,10 +46,10 @@ fn new_service() -> (mock::Spawn<Breaker>, mock::Handle<Req, Rsp>) {
 
 /// Sends one request through `svc`, answering it with `code`.
 async fn exchange(
-    svc: &mut mock::Spawn<impl Service<Req, Response = Rsp, Error = tower::BoxError>>,
+    svc: &mut mock::Spawn<impl Service<Req, Response = Out, Error = tower::BoxError>>,
     handle: &mut mock::Handle<Req, Rsp>,
     code: u16,
-) -> Result<Rsp, tower::BoxError> {
+) -> Result<Out, tower::BoxError> {
     assert_ready_ok!(svc.poll_ready());
     let fut = svc.call(http::Request::new(()));
     if let Some((_, send)) = handle.next_request().await {
@@ -51,7 +59,7 @@ async fn exchange(
 }
 
 async fn trip(
-    svc: &mut mock::Spawn<impl Service<Req, Response = Rsp, Error = tower::BoxError>>,
+    svc: &mut mock::Spawn<impl Service<Req, Response = Out, Error = tower::BoxError>>,
     handle: &mut mock::Handle<Req, Rsp>,
 ) {
     handle.allow(2);

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Empty;
 use tokio::time::advance;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Service, ServiceExt};
@@ -16,7 +18,8 @@ use tower_model_balance::error::BreakerOpen;
 use tower_test::mock;
 
 type Req = http::Request<()>;
-type Rsp = http::Response<()>;
+/// Empty bodies: the breaker records as soon as the head arrives.
+type Rsp = http::Response<Empty<Bytes>>;
 type Svc = CircuitBreaker<mock::Mock<Req, Rsp>, ServerErrorsAsFailures>;
 
 const OPEN: Duration = Duration::from_secs(10);
@@ -37,7 +40,10 @@ fn policy(permits: u32) -> Policy {
 }
 
 fn status(code: u16) -> Rsp {
-    http::Response::builder().status(code).body(()).unwrap()
+    http::Response::builder()
+        .status(code)
+        .body(Empty::new())
+        .unwrap()
 }
 
 /// A backpressure service over a mock, with its breaker.

@@ -154,9 +154,9 @@ async fn an_unavailable_owner_is_ejected_then_probed_back() {
     // Once the open duration is up, a probe closes it and the owner is back.
     // Real time: requests until the 300 ms have passed and a probe went
     // through (a generous deadline only bounds a failing run).
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let mut served_by_owner = false;
-    while std::time::Instant::now() < deadline {
+    while tokio::time::Instant::now() < deadline {
         let (status, backend, _) = infer(&balancer, "resnet-50").await;
         assert_eq!(status, 200);
         if backend == owner.name() {

@@ -1,6 +1,8 @@
 //! The balancer's request path allocates nothing: ready, call, response and
 //! completion, counted by a global allocator — with a breaker per backend,
-//! and with one per (backend, model) pair once the pairs are tracked.
+//! and with one per (backend, model) pair once the pairs are tracked. The
+//! standalone breaker layer, its response body included, allocates nothing
+//! either.
 //!
 //! One test in this binary, so no other test allocates while it counts.
 
@@ -20,6 +22,7 @@ use tower::util::rng::Rng;
 use tower::Service;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, BreakerScope, ModelBalancer};
+use tower_model_balance::breaker::{CircuitBreakerLayer, Policy};
 
 use lcg::Lcg;
 use ready::{request, Ready};
@@ -126,8 +129,36 @@ fn per_pair() {
     assert_eq!(handle.tracked_pairs(), tracked, "no new pair was met");
 }
 
+/// The breaker layer alone: admission, the response future, the body
+/// wrapper and the record at its end.
+fn breaker_layer() {
+    use tower::Layer;
+    let policy = Policy::builder().build().expect("the default policy");
+    let mut svc = CircuitBreakerLayer::new(policy).layer(Ready);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut send = || {
+        assert!(svc.poll_ready(&mut cx).is_ready());
+        let fut = pin!(svc.call(http::Request::new(())));
+        let Poll::Ready(Ok(response)) = fut.poll(&mut cx) else {
+            panic!("the endpoint answers at once");
+        };
+        drop(response);
+    };
+    for _ in 0..100 {
+        send();
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..1_000 {
+        send();
+    }
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!(allocations, 0, "{allocations} allocations over 1000 calls");
+    assert_eq!(svc.breaker().metrics().failures, 0);
+}
+
 #[test]
 fn the_request_path_allocates_nothing() {
     per_backend();
     per_pair();
+    breaker_layer();
 }

@@ -16,6 +16,12 @@ impl OnTransition for () {
     fn on_transition(&self, _: &Transition) {}
 }
 
+impl<H: OnTransition + ?Sized> OnTransition for std::sync::Arc<H> {
+    fn on_transition(&self, transition: &Transition) {
+        (**self).on_transition(transition)
+    }
+}
+
 impl<F> OnTransition for F
 where
     F: Fn(&Transition) + Send + Sync + 'static,

@@ -5,14 +5,18 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
+use tokio::time::Instant;
 
-use super::{Classify, Permit};
+use super::body::{Record, ResponseBody};
+use super::{Classify, Permit, StopPoint};
 use crate::error::{BoxError, BreakerOpen};
 
 pin_project! {
     /// Response future of [`CircuitBreaker`](super::CircuitBreaker): the
     /// inner future with the call's permit, or a fast failure. Dropped
-    /// before it resolves, it gives the permit back uncounted.
+    /// before it resolves, it gives the permit back uncounted; an error
+    /// is recorded as its classifier says; a response hands the permit on
+    /// to its [`ResponseBody`], which records at the body's end.
     #[derive(Debug)]
     pub struct ResponseFuture<F, C> {
         #[pin]
@@ -24,18 +28,25 @@ pin_project! {
     #[project = StateProj]
     #[derive(Debug)]
     enum State<F, C> {
-        Called { #[pin] future: F, permit: Option<Permit>, classifier: C },
+        Called {
+            #[pin]
+            future: F,
+            permit: Option<Permit>,
+            classifier: C,
+            stop: StopPoint,
+        },
         Failed { error: Option<BreakerOpen> },
     }
 }
 
 impl<F, C> ResponseFuture<F, C> {
-    pub(super) fn new(future: F, permit: Permit, classifier: C) -> Self {
+    pub(super) fn new(future: F, permit: Permit, classifier: C, stop: StopPoint) -> Self {
         Self {
             state: State::Called {
                 future,
                 permit: Some(permit),
                 classifier,
+                stop,
             },
         }
     }
@@ -47,13 +58,14 @@ impl<F, C> ResponseFuture<F, C> {
     }
 }
 
-impl<F, C, T, E> Future for ResponseFuture<F, C>
+impl<F, C, B, E> Future for ResponseFuture<F, C>
 where
-    F: Future<Output = Result<T, E>>,
+    F: Future<Output = Result<http::Response<B>, E>>,
     E: Into<BoxError>,
-    C: Classify<T, E>,
+    C: Classify<http::Response<B>, E>,
+    B: http_body::Body,
 {
-    type Output = Result<T, BoxError>;
+    type Output = Result<http::Response<ResponseBody<B, C::Eos>>, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
@@ -61,12 +73,24 @@ where
                 future,
                 permit,
                 classifier,
+                stop,
             } => {
                 let result = ready!(future.poll(cx));
-                if let Some(permit) = permit.take() {
-                    permit.record(classifier.classify(result.as_ref()));
-                }
-                Poll::Ready(result.map_err(Into::into))
+                let Some(permit) = permit.take() else {
+                    return Poll::Ready(Err("response future polled after completion".into()));
+                };
+                Poll::Ready(match result {
+                    Ok(response) => {
+                        let cold = classifier.is_cold_load(&response);
+                        let classified = classifier.classify_response(&response);
+                        let record = Record::new(permit, classified, *stop, cold, Instant::now());
+                        Ok(response.map(|body| ResponseBody::new(body, record)))
+                    }
+                    Err(error) => {
+                        permit.record(classifier.classify_error(&error));
+                        Err(error.into())
+                    }
+                })
             }
             StateProj::Failed { error } => {
                 let error = error.take().unwrap_or_default();

@@ -1,14 +1,34 @@
 use tower_layer::Layer;
 
-use super::{Admission, Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
+use std::fmt;
+use std::sync::Arc;
+
+use super::{
+    Admission, Breaker, CircuitBreaker, ColdLoad, OnTransition, Policy, ServerErrorsAsFailures,
+    StopPoint,
+};
 
 /// Wraps a service in a [`CircuitBreaker`] with its own [`Breaker`], shared
 /// by the clones of the wrapped service.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CircuitBreakerLayer<C = ServerErrorsAsFailures> {
     policy: Policy,
     classifier: C,
     admission: Admission,
+    stop: StopPoint,
+    hook: Option<Arc<dyn OnTransition>>,
+}
+
+impl<C: fmt::Debug> fmt::Debug for CircuitBreakerLayer<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreakerLayer")
+            .field("policy", &self.policy)
+            .field("classifier", &self.classifier)
+            .field("admission", &self.admission)
+            .field("stop", &self.stop)
+            .field("hook", &self.hook.is_some())
+            .finish()
+    }
 }
 
 impl CircuitBreakerLayer {
@@ -18,17 +38,56 @@ impl CircuitBreakerLayer {
             policy,
             classifier: ServerErrorsAsFailures,
             admission: Admission::FailFast,
+            stop: StopPoint::FirstFrame,
+            hook: None,
         }
     }
 }
 
 impl<C> CircuitBreakerLayer<C> {
-    /// Uses `classifier` to decide what counts as a failure.
+    /// Uses `classifier` to decide what counts as a failure (default
+    /// [`ServerErrorsAsFailures`]; [`GrpcErrorsAsFailures`] for gRPC).
+    /// Replaces a [`cold_load`](Self::cold_load) predicate set before.
+    ///
+    /// [`GrpcErrorsAsFailures`]: super::GrpcErrorsAsFailures
     pub fn classifier<C2>(self, classifier: C2) -> CircuitBreakerLayer<C2> {
         CircuitBreakerLayer {
             policy: self.policy,
             classifier,
             admission: self.admission,
+            stop: self.stop,
+            hook: self.hook,
+        }
+    }
+
+    /// Where the slow-call clock stops (default
+    /// [`StopPoint::FirstFrame`]); it starts at admission.
+    pub fn stop_point(mut self, stop: StopPoint) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// Marks the responses `predicate` picks as cold model loads: recorded
+    /// untimed, so that loading a model never counts as a slow call (their
+    /// outcome still counts). Wraps the classifier set so far in
+    /// [`ColdLoad`], so call it after [`classifier`](Self::classifier).
+    ///
+    /// ```
+    /// use tower_model_balance::breaker::{CircuitBreakerLayer, Policy};
+    ///
+    /// let layer = CircuitBreakerLayer::new(Policy::default())
+    ///     .cold_load(|rsp: &http::Response<hyper::body::Incoming>| {
+    ///         rsp.headers().contains_key("x-model-cold-load")
+    ///     });
+    /// # drop(layer);
+    /// ```
+    pub fn cold_load<P>(self, predicate: P) -> CircuitBreakerLayer<ColdLoad<C, P>> {
+        CircuitBreakerLayer {
+            policy: self.policy,
+            classifier: ColdLoad::new(self.classifier, predicate),
+            admission: self.admission,
+            stop: self.stop,
+            hook: self.hook,
         }
     }
 
@@ -38,17 +97,28 @@ impl<C> CircuitBreakerLayer<C> {
     pub fn admission(self, admission: Admission) -> Self {
         Self { admission, ..self }
     }
+
+    /// Reports every transition of the breakers this layer makes to `hook`
+    /// (one breaker per [`layer`](Layer::layer) call; see
+    /// [`Breaker::with_hook`]).
+    pub fn on_transition(self, hook: impl OnTransition) -> Self {
+        Self {
+            hook: Some(Arc::new(hook)),
+            ..self
+        }
+    }
 }
 
 impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
     type Service = CircuitBreaker<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        CircuitBreaker::new(
-            inner,
-            Breaker::new(self.policy.clone()),
-            self.classifier.clone(),
-        )
-        .with_admission(self.admission)
+        let breaker = match &self.hook {
+            Some(hook) => Breaker::with_hook(self.policy.clone(), hook.clone()),
+            None => Breaker::new(self.policy.clone()),
+        };
+        CircuitBreaker::new(inner, breaker, self.classifier.clone())
+            .with_admission(self.admission)
+            .with_stop_point(self.stop)
     }
 }

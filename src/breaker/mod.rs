@@ -1,13 +1,16 @@
 //! Circuit breaking: fail fast around a sick backend, probe it back.
 //!
-//! A breaker is Closed (traffic flows, outcomes counted over a count-based
-//! sliding window), Open (every call fails fast with [`BreakerOpen`]) or
-//! HalfOpen (a few probe calls decide). It trips on the failure *rate* once
-//! the window holds a minimum of calls, so one or two blips never open it.
-//! The decision logic is a pure state machine ([`CircuitState`]) that takes
-//! `now` and outcomes; [`Breaker`] shares it between clones, and
-//! [`CircuitBreakerLayer`] puts it in front of any `Service`. The balancer
-//! keeps one [`Breaker`] per backend.
+//! A breaker is Closed (traffic flows, outcomes counted over a count- or
+//! time-based sliding window), Open (every call fails fast with
+//! [`BreakerOpen`]) or HalfOpen (a few probe calls decide). It trips on the
+//! failure *rate* or the slow-call *rate* once the window holds a minimum
+//! of calls, so one or two blips never open it — or, if set, after a run of
+//! consecutive failures (a hard outage). It stays open for an exponential
+//! backoff with full jitter. The decision logic is a pure state machine
+//! ([`CircuitState`]) that takes `now` and outcomes; [`Breaker`] shares it
+//! between clones (and is the handle: metrics, manual modes, a transition
+//! hook), and [`CircuitBreakerLayer`] puts it in front of any HTTP
+//! `Service`. The balancer keeps one [`Breaker`] per backend.
 //!
 //! Admission is an RAII [`Permit`]: a call dropped before it finished (its
 //! future dropped) gives its permit back and counts nothing, so a cancelled
@@ -17,13 +20,13 @@
 //! `call` fails fast. Under a balancer it can **push back** instead
 //! ([below](#admission-fail-fast-or-backpressure)). Stack timeouts *below*
 //! the breaker, so that a timeout is an error the breaker counts rather
-//! than a cancellation ([why](#where-the-timeout-goes)).
-//!
-//! The outcome is read when the response future resolves (headers, for
-//! HTTP); the balancer instead records at the end of the response body.
+//! than a cancellation ([why](#where-the-timeout-goes)). Outcomes are
+//! recorded at the end of the response body
+//! ([classification](#classification-what-counts-and-when)).
 //!
 //! ```
-//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use http_body_util::Empty;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 //! use tower_model_balance::breaker::{CircuitBreakerLayer, Policy};
 //! use tower_model_balance::error::BreakerOpen;
@@ -33,7 +36,8 @@
 //! let mut svc = ServiceBuilder::new()
 //!     .layer(CircuitBreakerLayer::new(policy))
 //!     .service(service_fn(|_req: http::Request<()>| async {
-//!         Ok::<_, std::io::Error>(http::Response::builder().status(503).body(()).unwrap())
+//!         let rsp = http::Response::builder().status(503).body(Empty::<Bytes>::new());
+//!         Ok::<_, std::io::Error>(rsp.unwrap())
 //!     }));
 //! for _ in 0..4 {
 //!     let rsp = svc.ready().await.unwrap().call(http::Request::new(())).await.unwrap();
@@ -97,6 +101,8 @@
 //!
 //! ```
 //! use std::time::Duration;
+//! use bytes::Bytes;
+//! use http_body_util::Empty;
 //! use tower::balance::p2c::Balance;
 //! use tower::discover::ServiceList;
 //! use tower::load::Constant;
@@ -112,7 +118,8 @@
 //!             .layer(CircuitBreakerLayer::new(policy.clone()).admission(Admission::Backpressure))
 //!             .timeout(Duration::from_secs(30))
 //!             .service(service_fn(move |_req: http::Request<()>| async move {
-//!                 Ok::<_, std::io::Error>(http::Response::new(id))
+//!                 let rsp = http::Response::builder().header("backend", id);
+//!                 Ok::<_, std::io::Error>(rsp.body(Empty::<Bytes>::new()).unwrap())
 //!             }))
 //!     })
 //!     .collect();
@@ -124,7 +131,7 @@
 //! let mut balance = Balance::new(ServiceList::new(backends.collect::<Vec<_>>()));
 //! for _ in 0..10 {
 //!     let rsp = balance.ready().await?.call(http::Request::new(())).await?;
-//!     assert_eq!(*rsp.body(), 1);
+//!     assert_eq!(rsp.headers()["backend"], "1");
 //! }
 //! # Ok(()) }
 //! ```
@@ -139,9 +146,54 @@
 //! response future instead: a cancellation, whose permit is given back
 //! uncounted, so a backend that hangs would never trip its breaker.
 //!
+//! # Classification: what counts, and when
+//!
+//! What a call's result means for the backend is decided apart from the
+//! breaker, by a [`Classify`] (in the manner of tower-http's `classify`):
+//! [`ServerErrorsAsFailures`] for HTTP (the default: 5xx fail, 429 is an
+//! overload, other 4xx are the caller's and ignored), [`GrpcErrorsAsFailures`]
+//! for gRPC (`grpc-status` decides, from the headers of a trailers-only
+//! response or else from the trailers), or a closure
+//! `Fn(Result<&Response, &Error>) -> Outcome`. Errors without a response —
+//! a timeout stacked below the breaker (tower's `Elapsed`), a connection
+//! refused or reset — fail by default.
+//!
+//! A response's outcome is **recorded at the end of its body**, which a
+//! [`ResponseBody`] wraps without allocating: at its last frame, at a body
+//! error (a failure, whatever the status), or when it is dropped (the
+//! status decides: a 503 counts whether or not its body is read; a gRPC
+//! stream dropped before its trailers is a cancellation, ignored). Until
+//! then the call is in flight, so a half-open probe that is still streaming
+//! keeps its permit. An empty body records at once.
+//!
+//! **Slow calls** are timed from admission to a [`StopPoint`] set on the
+//! layer: the response's head, its first frame (the default: for a stream
+//! of tokens, close to the time to first token), or its end.
+//!
+//! **Cold loads**: a response that says the backend loaded the model for
+//! it ([`CircuitBreakerLayer::cold_load`]) is recorded untimed, so model
+//! loading never counts as a slow call; its outcome still counts.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_model_balance::breaker::{
+//!     CircuitBreakerLayer, GrpcErrorsAsFailures, Policy, StopPoint,
+//! };
+//!
+//! let policy = Policy::builder().slow_call_duration(Duration::from_secs(2)).build().unwrap();
+//! let layer = CircuitBreakerLayer::new(policy)
+//!     .classifier(GrpcErrorsAsFailures::new())
+//!     .stop_point(StopPoint::FirstFrame)
+//!     .cold_load(|rsp: &http::Response<hyper::body::Incoming>| {
+//!         rsp.headers().contains_key("x-model-cold-load")
+//!     });
+//! # drop(layer);
+//! ```
+//!
 //! [`BreakerOpen`]: crate::error::BreakerOpen
 
 mod admission;
+mod body;
 mod classify;
 mod events;
 pub mod future;
@@ -153,7 +205,11 @@ mod state;
 mod window;
 
 pub use self::admission::Admission;
-pub use self::classify::{Classify, ServerErrorsAsFailures};
+pub use self::body::{ResponseBody, StopPoint};
+pub use self::classify::{
+    Classified, Classify, ClassifyEos, ColdLoad, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures,
+    ServerErrorsAsFailures,
+};
 pub use self::events::OnTransition;
 pub use self::layer::CircuitBreakerLayer;
 pub use self::policy::{Policy, PolicyBuilder, SlidingWindow};

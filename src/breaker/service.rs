@@ -5,7 +5,7 @@ use tower_service::Service;
 
 use super::admission::Reservation;
 use super::future::ResponseFuture;
-use super::{Admission, Breaker, Classify};
+use super::{Admission, Breaker, Classify, ResponseBody, StopPoint};
 use crate::error::{BoxError, BreakerOpen};
 
 /// A service behind a circuit breaker; see the [module docs](super).
@@ -19,6 +19,7 @@ pub struct CircuitBreaker<S, C> {
     ready: Ready,
     /// Backpressure: the permit `poll_ready` reserved, and its timer.
     reservation: Reservation,
+    stop: StopPoint,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +43,7 @@ impl<S, C> CircuitBreaker<S, C> {
             admission: Admission::FailFast,
             ready: Ready::No,
             reservation: Reservation::default(),
+            stop: StopPoint::FirstFrame,
         }
     }
 
@@ -61,6 +63,13 @@ impl<S, C> CircuitBreaker<S, C> {
     /// How callers are treated while the breaker does not admit.
     pub fn admission(&self) -> Admission {
         self.admission
+    }
+
+    /// Stops the slow-call clock at `stop` (default
+    /// [`StopPoint::FirstFrame`]).
+    pub fn with_stop_point(mut self, stop: StopPoint) -> Self {
+        self.stop = stop;
+        self
     }
 
     /// The breaker, to read its state or trips.
@@ -94,16 +103,18 @@ impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
             self.classifier.clone(),
         )
         .with_admission(self.admission)
+        .with_stop_point(self.stop)
     }
 }
 
-impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
+impl<S, C, Req, B> Service<Req> for CircuitBreaker<S, C>
 where
-    S: Service<Req>,
+    S: Service<Req, Response = http::Response<B>>,
     S::Error: Into<BoxError>,
-    C: Classify<S::Response, S::Error> + Clone,
+    C: Classify<http::Response<B>, S::Error> + Clone,
+    B: http_body::Body,
 {
-    type Response = S::Response;
+    type Response = http::Response<ResponseBody<B, C::Eos>>;
     type Error = BoxError;
     type Future = ResponseFuture<S::Future, C>;
 
@@ -114,7 +125,8 @@ where
         if self.ready != Ready::No {
             return Poll::Ready(Ok(()));
         }
-        if !self.breaker.admits(Instant::now()) {
+        // The clock is read only when the breaker does not admit freely.
+        if !self.breaker.admits_with(Instant::now) {
             self.ready = Ready::Shed;
             return Poll::Ready(Ok(()));
         }
@@ -134,7 +146,8 @@ where
             // driven ready; a stale reservation fails fast.
             return match self.reservation.take(&self.breaker, Instant::now()) {
                 Ok(permit) => {
-                    ResponseFuture::new(self.inner.call(req), permit, self.classifier.clone())
+                    let classifier = self.classifier.clone();
+                    ResponseFuture::new(self.inner.call(req), permit, classifier, self.stop)
                 }
                 Err(open) => ResponseFuture::failed(open),
             };
@@ -142,7 +155,8 @@ where
         let ready = std::mem::replace(&mut self.ready, Ready::No);
         match (ready, self.breaker.try_acquire()) {
             (Ready::Inner, Ok(permit)) => {
-                ResponseFuture::new(self.inner.call(req), permit, self.classifier.clone())
+                let classifier = self.classifier.clone();
+                ResponseFuture::new(self.inner.call(req), permit, classifier, self.stop)
             }
             (_, Err(open)) => ResponseFuture::failed(open),
             // Admitted, but the inner service was not driven to ready (the
