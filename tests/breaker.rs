@@ -242,3 +242,20 @@ async fn a_half_open_breaker_with_every_probe_out_does_not_admit() {
     assert_eq!(breaker.state(), BreakerState::Closed);
     assert!(breaker.admits(now()));
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_layer_reports_its_breakers_transitions_to_its_hook() {
+    use std::sync::{Arc, Mutex};
+    use tower_model_balance::breaker::{Reason, Transition};
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let layer = CircuitBreakerLayer::new(policy())
+        .on_transition(move |t: &Transition| log.lock().unwrap().push((t.to, t.reason)));
+    let (mut svc, mut handle) = mock::spawn_layer::<Req, Rsp, _>(layer);
+    trip(&mut svc, &mut handle).await;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(BreakerState::Open, Reason::FailureRate)]
+    );
+}
