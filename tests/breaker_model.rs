@@ -173,11 +173,14 @@ impl Model {
         Some((from, kind(to), reason))
     }
 
-    /// Opens: the n-th reopening in a row (from half-open) waits
-    /// `open × 2^n`, at most `max_open`; from closed, `n` is 0.
+    /// Opens: the n-th reopening in a row (from half-open, on probes that
+    /// reported) waits `open × 2^n`, at most `max_open`; from closed, `n`
+    /// is 0; a round that timed out keeps `n`.
     fn open(&mut self, now: Instant, reason: Reason) -> Change {
         if matches!(self.state, ModelState::HalfOpen { .. }) {
-            self.reopened += 1;
+            if reason != Reason::HalfOpenTimeout {
+                self.reopened += 1;
+            }
         } else {
             self.reopened = 0;
         }

@@ -527,3 +527,21 @@ async fn a_backend_forced_open_from_the_handle_is_skipped_until_closed_again() {
     assert_eq!(pick(&mut balancer, &route).endpoint, primary);
     assert!(handle.breaker(&id("nope")).is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn backends_drained_by_hand_stay_out_in_panic_mode() {
+    let names = ["a", "b", "c"];
+    let mut balancer =
+        ModelBalancer::from_rng(named(&names), BalanceConfig::default(), Lcg(8)).unwrap();
+    let handle = balancer.handle();
+    for name in ["a", "b"] {
+        handle.breaker(&id(name)).unwrap().force_open();
+    }
+    // One backend of three admits: below the panic threshold (0.5).
+    for i in 0..30 {
+        let picked = pick(&mut balancer, &inference(&format!("model-{i}")));
+        assert_eq!(picked.endpoint, "c", "drained backends get nothing");
+        picked.guard.finish(Outcome::Success);
+    }
+    assert_eq!(handle.stats().panic, 30, "panic mode, over the undrained");
+}

@@ -181,7 +181,8 @@ impl BalancerHandle {
     /// [`force_closed`](Breaker::force_closed), [`disable`](Breaker::disable),
     /// [`metrics_only`](Breaker::metrics_only), [`reset`](Breaker::reset).
     /// The same state machine the balancer's picks consult: a forced-open
-    /// backend is skipped at once. `None` when no current backend has that
+    /// backend is skipped at once, in panic mode too and in either breaker
+    /// scope (drained on purpose). `None` when no current backend has that
     /// ID.
     ///
     /// [`BreakerScope::Backend`]: super::BreakerScope::Backend

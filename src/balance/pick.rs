@@ -139,7 +139,8 @@ fn in_panic(table: &Table, threshold: f64, now: &Now) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Normal,
-    /// Every backend not removed is eligible, breakers bypassed.
+    /// Every backend not removed nor drained by hand is eligible, breakers
+    /// bypassed.
     Panic,
 }
 
@@ -159,7 +160,7 @@ impl Ctx<'_> {
     fn eligible(&self, i: usize) -> bool {
         match self.mode {
             Mode::Normal => self.state(i).eligible_for(self.key, self.now),
-            Mode::Panic => !self.state(i).is_removed(),
+            Mode::Panic => !self.state(i).is_removed() && !self.state(i).is_drained(),
         }
     }
 

@@ -137,8 +137,16 @@ impl BackendState {
     pub(crate) fn eligible_for(&self, key: u64, now: &Now) -> bool {
         match &self.fleet.scoped {
             None => !self.is_removed() && self.breaker.admits_with(|| now.get()),
-            Some(pairs) => !self.is_removed() && pairs.admits(self.uid, key, now.get()),
+            Some(pairs) => {
+                !self.is_drained() && !self.is_removed() && pairs.admits(self.uid, key, now.get())
+            }
         }
+    }
+
+    /// Whether the backend's breaker was forced open by hand: left out of
+    /// every pick, panic mode's included, in either breaker scope.
+    pub(crate) fn is_drained(&self) -> bool {
+        self.breaker.is_forced_open()
     }
 
     /// Admission of a request for the model with hash `key` by the

@@ -239,7 +239,11 @@ impl PolicyBuilder {
 
     /// The longest a half-open probe round may take (1 ms ..= 1 h; default
     /// 60 s): past it, a round whose probes have not all reported opens the
-    /// breaker again instead of sticking.
+    /// breaker again (for the same wait as before: no doubling) instead of
+    /// sticking. A probe's outcome is recorded at the end of its response
+    /// body, so set this above your longest call, streams included (an LLM
+    /// generating for minutes): a probe still streaming at the deadline
+    /// cannot close the breaker.
     pub fn half_open_max_wait(mut self, wait: Duration) -> Self {
         self.policy.half_open_max_wait = wait;
         self

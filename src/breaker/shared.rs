@@ -288,6 +288,15 @@ impl Breaker {
         elapsed >= u128::from(inner.open_until_ns.load(Ordering::Acquire))
     }
 
+    /// Whether the breaker is forced open by hand ([`Breaker::force_open`]),
+    /// without taking the lock: the balancer leaves such a backend out
+    /// even in panic mode (it was drained on purpose).
+    pub(crate) fn is_forced_open(&self) -> bool {
+        let inner = &self.inner;
+        inner.published.load(Ordering::Acquire) & 1 == 0
+            && inner.open_until_ns.load(Ordering::Acquire) == u64::MAX
+    }
+
     /// The state now.
     pub fn state(&self) -> BreakerState {
         self.state_at(Instant::now())

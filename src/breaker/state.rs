@@ -177,15 +177,25 @@ pub struct CircuitState {
     rng: u64,
 }
 
-/// Seeds breakers made without one apart from each other.
-static SEEDS: AtomicU64 = AtomicU64::new(0x2545_f491_4f6c_dd1d);
+/// Seeds breakers made without one apart from each other — and, from a
+/// random start per process, apart from those of other processes (gateway
+/// replicas keep breakers for the same backends).
+static SEEDS: AtomicU64 = AtomicU64::new(0);
+
+fn next_seed() -> u64 {
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(|| {
+        use std::hash::BuildHasher;
+        std::collections::hash_map::RandomState::new().hash_one(0x2545_f491_4f6c_dd1du64)
+    });
+    start.wrapping_add(SEEDS.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed))
+}
 
 impl CircuitState {
     /// A closed breaker with an empty window, its jitter seeded apart from
-    /// every other breaker's.
+    /// every other breaker's, in this process and others.
     pub fn new(policy: Policy) -> Self {
-        let seed = SEEDS.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
-        Self::with_seed(policy, seed)
+        Self::with_seed(policy, next_seed())
     }
 
     /// A closed breaker whose jitter draws from `seed` (deterministic).
@@ -489,11 +499,14 @@ impl CircuitState {
     }
 
     fn open(&mut self, now: Instant, reason: Reason) -> Transition {
-        let from_half_open = matches!(self.state, State::HalfOpen { .. });
-        if from_half_open {
-            self.reopened = self.reopened.saturating_add(1);
-        } else {
-            self.reopened = 0;
+        match self.state {
+            // A round that ran out of time without its probes reporting
+            // proved nothing (its probes may still be streaming, or a
+            // backpressure reservation was never called): the same wait
+            // again, no doubling.
+            State::HalfOpen { .. } if reason == Reason::HalfOpenTimeout => {}
+            State::HalfOpen { .. } => self.reopened = self.reopened.saturating_add(1),
+            _ => self.reopened = 0,
         }
         let ceiling = self.policy.open_ceiling(self.reopened);
         let duration = if self.policy.jitter {

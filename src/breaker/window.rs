@@ -136,12 +136,23 @@ impl Window {
 
 /// The last `capacity` calls, as a ring buffer with running totals;
 /// allocated once.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct CountWindow {
     entries: Box<[u8]>,
     next: usize,
     len: usize,
     totals: Totals,
+}
+
+impl std::fmt::Debug for CountWindow {
+    /// The totals, not the (up to 10 000) entries.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountWindow")
+            .field("capacity", &self.entries.len())
+            .field("len", &self.len)
+            .field("totals", &self.totals)
+            .finish()
+    }
 }
 
 impl CountWindow {

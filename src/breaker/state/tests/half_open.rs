@@ -125,10 +125,11 @@ fn an_unfinished_round_reopens_on_the_first_admission_past_its_max_wait() {
     );
     assert_eq!(
         refused.retry_after,
-        secs(10),
-        "the first reopening waits 2 × 5 s"
+        secs(5),
+        "a timed-out round proved nothing: the same 5 s, not doubled"
     );
-    assert_eq!(s.open_until(), Some(deadline + secs(10)));
+    assert_eq!(s.open_until(), Some(deadline + secs(5)));
+    assert_eq!(s.metrics(deadline).reopened, 0);
 }
 
 #[test]
