@@ -294,12 +294,15 @@ impl PolicyBuilder {
             }
             SlidingWindow::Time { duration, buckets } => {
                 if !within(duration, Duration::from_millis(100), HOUR) {
-                    return Err(InvalidConfig::new("window", "a duration of 100 ms ..= 1 h"));
+                    return Err(InvalidConfig::new(
+                        "time_window",
+                        "a duration of 100 ms ..= 1 h",
+                    ));
                 }
                 if !(1..=100).contains(&buckets) || duration / buckets < MS {
                     return Err(InvalidConfig::new(
-                        "buckets",
-                        "1 ..= 100, each at least 1 ms",
+                        "time_window",
+                        "1 ..= 100 buckets, each at least 1 ms",
                     ));
                 }
                 10_000
@@ -362,9 +365,9 @@ mod tests {
         let cases: Vec<(PolicyBuilder, &str)> = vec![
             (b().window(0), "window"),
             (b().window(10_001), "window"),
-            (b().time_window(ms(99), 1), "window"),
-            (b().time_window(ms(1_000), 0), "buckets"),
-            (b().time_window(ms(100), 101), "buckets"),
+            (b().time_window(ms(99), 1), "time_window"),
+            (b().time_window(ms(1_000), 0), "time_window"),
+            (b().time_window(ms(100), 101), "time_window"),
             (b().window(5).minimum_calls(6), "minimum_calls"),
             (b().minimum_calls(0), "minimum_calls"),
             (b().failure_rate_threshold(0.0), "failure_rate_threshold"),

@@ -317,8 +317,9 @@ impl Breaker {
         self.lock().metrics(now)
     }
 
-    /// How many times the breaker has opened from closed or half-open
-    /// (forcing it open by hand is not a trip).
+    /// How many times the breaker has opened from closed or half-open on
+    /// the evidence of its calls (forcing it open by hand is not a trip,
+    /// nor is a half-open round running out of time).
     pub fn trips(&self) -> u64 {
         self.inner.trips.load(Ordering::Relaxed)
     }
@@ -416,7 +417,11 @@ impl Breaker {
             .store(probes_out_until, Ordering::Release);
         let Some(transition) = transition else { return };
         self.republish(state);
-        if transition.to == BreakerState::Open && transition.reason != super::Reason::Manual {
+        let tripped = !matches!(
+            transition.reason,
+            super::Reason::Manual | super::Reason::HalfOpenTimeout
+        );
+        if transition.to == BreakerState::Open && tripped {
             inner.trips.fetch_add(1, Ordering::Relaxed);
         }
         tracing::debug!(
