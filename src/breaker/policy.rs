@@ -40,7 +40,7 @@ pub enum SlidingWindow {
 /// | `slow_call_duration` | 10 s | 1 ms ..= 1 h |
 /// | `consecutive_failures` | off | 1 ..= 10 000 |
 /// | `half_open_permits` (calls) | 3 | 1 ..= 1 000 |
-/// | `half_open_max_wait` | 60 s | 1 ms ..= 1 h |
+/// | `half_open_max_wait` | 300 s | 1 ms ..= 1 h |
 /// | `open_duration` (base of the backoff) | 5 s | 1 ms ..= 1 h |
 /// | `max_open_duration` | 120 s | `open_duration` ..= 24 h |
 /// | `jitter` | on | on / off |
@@ -70,7 +70,7 @@ impl Default for Policy {
             slow_call_duration: Duration::from_secs(10),
             consecutive_failures: None,
             half_open_permits: 3,
-            half_open_max_wait: Duration::from_secs(60),
+            half_open_max_wait: Duration::from_secs(300),
             open_duration: Duration::from_secs(5),
             max_open_duration: Duration::from_secs(120),
             jitter: true,
@@ -238,7 +238,7 @@ impl PolicyBuilder {
     }
 
     /// The longest a half-open probe round may take (1 ms ..= 1 h; default
-    /// 60 s): past it, a round whose probes have not all reported opens the
+    /// 300 s, above most LLM generations): past it, a round whose probes have not all reported opens the
     /// breaker again (for the same wait as before: no doubling) instead of
     /// sticking. A probe's outcome is recorded at the end of its response
     /// body, so set this above your longest call, streams included (an LLM

@@ -155,7 +155,7 @@ fn half_open_limits_probes_and_closes_on_success() {
     let (b, _) = s.try_acquire(now).unwrap();
     assert_eq!(
         s.try_acquire(now).unwrap_err().retry_after,
-        Duration::from_secs(60),
+        Duration::from_secs(300),
         "only 2 permits: wait for the round's end"
     );
     assert_eq!(s.record(a, Outcome::Success, None, now), None);

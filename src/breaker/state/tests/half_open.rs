@@ -22,7 +22,7 @@ fn exactly_half_open_permits_probes_are_admitted() {
         assert_eq!(t, None);
     }
     let refused = s.try_acquire(now).unwrap_err();
-    assert_eq!(refused.retry_after, secs(60), "the rest of the round");
+    assert_eq!(refused.retry_after, secs(300), "the rest of the round");
     assert_eq!(refused.transition, None);
 }
 
