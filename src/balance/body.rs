@@ -39,7 +39,7 @@ pin_project! {
     /// Response body returned by the balancer: the backend's body, unchanged,
     /// with the request's completion recorded when it ends: its last frame,
     /// or an error (a failure whatever the status), or its drop (the
-    /// status decides: 5xx and 429 fail, other 4xx are ignored, the rest
+    /// status decides: 5xx fail, 429 is an overload, other 4xx are ignored, the rest
     /// succeed). Until then the request counts as in flight.
     #[derive(Debug)]
     pub struct ResponseBody<B> {

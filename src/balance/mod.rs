@@ -70,7 +70,7 @@
 //! published as a new snapshot (ring and backend table) swapped atomically,
 //! and the pick path reads it without a lock. A request counts as in flight
 //! from the pick until the end of its response *body* (or until the body is
-//! dropped); its outcome (5xx, 429 or an error: failure) reaches the
+//! dropped); its outcome (5xx or an error: failure; 429: overload) reaches the
 //! backend's circuit breaker then.
 //!
 //! Ring changes are **staged**: when backends join or change weight, every
