@@ -545,3 +545,40 @@ async fn backends_drained_by_hand_stay_out_in_panic_mode() {
     }
     assert_eq!(handle.stats().panic, 30, "panic mode, over the undrained");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_config_hook_hears_each_backend_breaker_transition_with_its_backend() {
+    use std::sync::{Arc, Mutex};
+    use tower_model_balance::breaker::Reason;
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let config = BalanceConfig::builder()
+        .breaker(
+            Policy::builder()
+                .window(4)
+                .minimum_calls(2)
+                .build()
+                .unwrap(),
+        )
+        .on_breaker_transition(move |backend, t| {
+            log.lock()
+                .unwrap()
+                .push((backend.as_str().to_owned(), t.to, t.reason));
+        })
+        .build()
+        .unwrap();
+    let names = ["a", "b", "c"];
+    let mut balancer = ModelBalancer::from_rng(named(&names), config, Lcg(9)).unwrap();
+    let route = inference("llama-3-8b");
+    let primary = walk(&names, "llama-3-8b")[0];
+    for _ in 0..2 {
+        let picked = pick(&mut balancer, &route);
+        assert_eq!(picked.endpoint, primary);
+        picked.guard.finish(Outcome::Failure);
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(primary.to_owned(), BreakerState::Open, Reason::FailureRate)]
+    );
+}

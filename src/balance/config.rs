@@ -1,9 +1,12 @@
 //! The balancer's validated configuration.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::scoped::{BreakerScope, MAX_PAIRS};
-use crate::breaker::Policy;
+use crate::backend::BackendId;
+use crate::breaker::{Policy, Transition};
 use crate::error::InvalidConfig;
 use crate::ring::RingConfig;
 use crate::route::ModelId;
@@ -46,6 +49,29 @@ pub struct BalanceConfig {
     pub(crate) breaker_scope: BreakerScope,
     /// How joins and weight changes enter the ring.
     pub(crate) staging: Staging,
+    /// Told of every transition of the backends' breakers.
+    pub(crate) breaker_hook: Option<BreakerHook>,
+}
+
+/// A hook on the balancer's backend breakers: the backend and the
+/// transition. Compared by identity (two configs are equal when they share
+/// the same hook).
+#[derive(Clone)]
+pub(crate) struct BreakerHook(pub(crate) Arc<HookFn>);
+
+/// What a [`BreakerHook`] calls.
+type HookFn = dyn Fn(&BackendId, &Transition) + Send + Sync;
+
+impl fmt::Debug for BreakerHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BreakerHook")
+    }
+}
+
+impl PartialEq for BreakerHook {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.0), Arc::as_ptr(&other.0))
+    }
 }
 
 impl Default for BalanceConfig {
@@ -60,6 +86,7 @@ impl Default for BalanceConfig {
             breaker: Policy::default(),
             breaker_scope: BreakerScope::Backend,
             staging: Staging::default(),
+            breaker_hook: None,
         }
     }
 }
@@ -181,6 +208,33 @@ impl BalanceConfigBuilder {
     /// Sets the per-backend breaker policy.
     pub fn breaker(mut self, policy: Policy) -> Self {
         self.config.breaker = policy;
+        self
+    }
+
+    /// Tells `hook` of every transition of a backend's breaker (the
+    /// backend-level breakers; in [`BreakerScope::BackendModel`] the pair
+    /// breakers are not reported), with the backend's ID, after the
+    /// breaker's lock is released. Also in `tracing` at debug level.
+    ///
+    /// ```
+    /// use tower_model_balance::balance::BalanceConfig;
+    /// use tower_model_balance::breaker::BreakerState;
+    ///
+    /// let config = BalanceConfig::builder()
+    ///     .on_breaker_transition(|backend, t| {
+    ///         if t.to == BreakerState::Open {
+    ///             eprintln!("{backend} opened: {:?}", t.reason);
+    ///         }
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(config);
+    /// ```
+    pub fn on_breaker_transition(
+        mut self,
+        hook: impl Fn(&BackendId, &Transition) + Send + Sync + 'static,
+    ) -> Self {
+        self.config.breaker_hook = Some(BreakerHook(Arc::new(hook)));
         self
     }
 

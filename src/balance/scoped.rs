@@ -119,7 +119,7 @@ impl Scoped {
         let (breaker, evicted) = {
             let mut pairs = self.lock();
             let (breaker, evicted) = pairs.get_or_insert_with((uid, key), || {
-                Breaker::with_gauge(self.policy.clone(), self.slot(uid, key).clone())
+                Breaker::with_gauge(self.policy.clone(), self.slot(uid, key).clone(), None)
             });
             (breaker.clone(), evicted)
         };

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::clock::Now;
+use super::config::BreakerHook;
 use super::cost::{cost, Health, LatencyEwma};
 use super::residency::Residency;
 use super::scoped::{BreakerScope, Scoped};
 use super::traffic::{FleetTraffic, Traffic};
 use super::BalanceConfig;
 use crate::backend::BackendId;
-use crate::breaker::{Breaker, Permit, Policy, Ticket};
+use crate::breaker::{Breaker, OnTransition, Permit, Policy, Ticket, Transition};
 use crate::ring::Ring;
 
 /// State shared by every backend of one balancer.
@@ -31,6 +32,8 @@ pub(crate) struct Fleet {
     /// Inserts discovery made that were ignored (duplicate ID, ring point
     /// limit).
     pub(crate) ignored: AtomicU64,
+    /// Told of the backend breakers' transitions.
+    pub(crate) breaker_hook: Option<BreakerHook>,
 }
 
 impl Fleet {
@@ -43,6 +46,7 @@ impl Fleet {
             scoped: None,
             next_uid: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
+            breaker_hook: None,
         }
     }
 
@@ -56,6 +60,7 @@ impl Fleet {
         };
         Self {
             scoped,
+            breaker_hook: config.breaker_hook.clone(),
             ..Self::new()
         }
     }
@@ -69,6 +74,13 @@ impl Fleet {
             .saturating_mul(1_000)
             .saturating_add(u64::from(since.subsec_millis()))
     }
+}
+
+/// The fleet's breaker hook, told `id` with each transition.
+fn hook(id: &BackendId, fleet: &Fleet) -> Option<Box<dyn OnTransition>> {
+    let BreakerHook(hook) = fleet.breaker_hook.clone()?;
+    let id = id.clone();
+    Some(Box::new(move |t: &Transition| hook(&id, t)))
 }
 
 /// Live state of one backend that outlives snapshot swaps and metadata
@@ -98,11 +110,12 @@ impl BackendState {
         fleet: Arc<Fleet>,
         model_slots: usize,
     ) -> Self {
+        let breaker = Breaker::with_gauge(policy, fleet.not_closed.clone(), hook(&id, &fleet));
         Self {
             id,
             uid: fleet.next_uid.fetch_add(1, Ordering::Relaxed),
             traffic: Traffic::default(),
-            breaker: Breaker::with_gauge(policy, fleet.not_closed.clone()),
+            breaker,
             fleet,
             residency: Residency::new(model_slots),
             latency: LatencyEwma::new(),

@@ -124,8 +124,12 @@ impl Breaker {
     /// A closed breaker that keeps `not_closed` counting how many of the
     /// breakers sharing it are open or half-open.
     #[cfg(feature = "balance")]
-    pub(crate) fn with_gauge(policy: Policy, not_closed: Arc<AtomicUsize>) -> Self {
-        Self::build(policy, Some(not_closed), None)
+    pub(crate) fn with_gauge(
+        policy: Policy,
+        not_closed: Arc<AtomicUsize>,
+        hook: Option<Box<dyn OnTransition>>,
+    ) -> Self {
+        Self::build(policy, Some(not_closed), hook)
     }
 
     fn build(
