@@ -15,11 +15,17 @@
 //! the tables rather than hitting one cache line. Maglev is the fastest
 //! stable mapping we know of (one table read) but yields one owner, not an
 //! order to spill along; the target is `candidates/1024` within 1.5× of
-//! `maglev/1024`. After the group, a table gives each row's mean and its
-//! ratio to Maglev at the same N, from criterion's estimates of this run.
+//! `maglev/1024`. After the group, a table gives each row's median ns per
+//! lookup over the samples criterion took in this run (of at least 1000
+//! lookups; not criterion's `estimates.json`, which a filtered run would
+//! leave from an earlier one) and its ratio to Maglev at the same N.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
-use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use criterion::{black_box, BenchmarkId, Criterion};
 use maglev::{ConsistentHasher, Maglev};
@@ -66,7 +72,31 @@ fn backend(i: usize) -> BackendId {
     BackendId::new(&format!("backend-{i}")).unwrap()
 }
 
-fn bench(c: &mut Criterion) {
+/// Each row's samples of at least [`MIN_ITERS`] lookups, in ns per lookup.
+type Samples = RefCell<BTreeMap<String, Vec<f64>>>;
+
+/// Samples shorter than this are left out of the table (timer resolution).
+const MIN_ITERS: u64 = 1_000;
+
+/// Times `iters` calls of `op`, keeping the sample for `row`'s median.
+fn timed(samples: &Samples, row: &str, iters: u64, mut op: impl FnMut()) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        op();
+    }
+    let elapsed = start.elapsed();
+    if iters >= MIN_ITERS {
+        let ns = elapsed.as_nanos() as f64 / iters as f64;
+        samples
+            .borrow_mut()
+            .entry(row.to_owned())
+            .or_default()
+            .push(ns);
+    }
+    elapsed
+}
+
+fn bench(c: &mut Criterion, samples: &Samples) {
     let hashes: Vec<u64> = (0..MODELS)
         .map(|i| ModelId::new(&format!("model-{i}")).unwrap().hash64())
         .collect();
@@ -85,46 +115,55 @@ fn bench(c: &mut Criterion) {
         let nodes = (0..n).map(|i| xxhash_rust::xxh3::xxh3_64(backend(i).as_bytes()));
         let maglev = Maglev::with_hasher(nodes, Identity);
 
+        let row = |name: &str| format!("{name}/{n}");
         group.bench_function(BenchmarkId::new("candidates", n), |b| {
-            b.iter(|| black_box(ring.primary(black_box(next()))))
+            b.iter_custom(|iters| {
+                timed(samples, &row("candidates"), iters, || {
+                    black_box(ring.primary(black_box(next())));
+                })
+            })
         });
         group.bench_function(BenchmarkId::new("owners", n), |b| {
-            b.iter(|| black_box(ring.owners(black_box(next()), 1).next()))
+            b.iter_custom(|iters| {
+                timed(samples, &row("owners"), iters, || {
+                    black_box(ring.owners(black_box(next()), 1).next());
+                })
+            })
         });
         group.bench_function(BenchmarkId::new("maglev", n), |b| {
-            b.iter(|| black_box(maglev.get(&black_box(next())).copied()))
+            b.iter_custom(|iters| {
+                timed(samples, &row("maglev"), iters, || {
+                    black_box(maglev.get(&black_box(next())).copied());
+                })
+            })
         });
     }
     group.finish();
 }
 
-/// Mean time of one benchmark from criterion's saved estimates, in ns.
-fn mean_ns(name: &str, n: usize) -> Option<f64> {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
-    let path = target
-        .join("criterion")
-        .join(GROUP)
-        .join(name)
-        .join(n.to_string())
-        .join("new/estimates.json");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    json["mean"]["point_estimate"].as_f64()
+/// Median ns per lookup of `row` in this run, if criterion measured it.
+fn median(samples: &Samples, row: &str) -> Option<f64> {
+    let mut ns = samples.borrow().get(row)?.clone();
+    ns.sort_by(f64::total_cmp);
+    Some(ns[ns.len() / 2])
 }
 
 fn main() {
+    let samples = Samples::default();
     let mut criterion = Criterion::default().configure_from_args();
-    bench(&mut criterion);
+    bench(&mut criterion, &samples);
     criterion.final_summary();
+    if samples.borrow().is_empty() {
+        return;
+    }
     println!("\nratio to Maglev at the same N (same run, {MODELS} model hashes):");
     for n in SIZES {
-        let Some(maglev) = mean_ns("maglev", n) else {
+        let Some(maglev) = median(&samples, &format!("maglev/{n}")) else {
             continue;
         };
         for name in ["candidates", "owners"] {
-            if let Some(ns) = mean_ns(name, n) {
-                let row = format!("{name}/{n}");
+            let row = format!("{name}/{n}");
+            if let Some(ns) = median(&samples, &row) {
                 println!("  {row:<16} {ns:>6.2} ns  {:>5.2}x", ns / maglev);
             }
         }
