@@ -1,6 +1,9 @@
 //! The circuit breaker as a `Service`, over mock inner services and paused
 //! time.
 
+#[path = "support/breaker.rs"]
+mod support;
+
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -14,28 +17,13 @@ use tower_model_balance::breaker::{
 use tower_model_balance::error::BreakerOpen;
 use tower_test::mock;
 
+use support::{status, Rsp};
+
 type Req = http::Request<()>;
-/// Empty bodies: the breaker records as soon as the head arrives.
-type Rsp = http::Response<Empty<Bytes>>;
 type Out = http::Response<ResponseBody<Empty<Bytes>, Infallible>>;
 
 fn policy() -> Policy {
-    Policy::builder()
-        .window(4)
-        .minimum_calls(2)
-        .failure_rate_threshold(0.5)
-        .open_duration(Duration::from_secs(10))
-        .jitter(false)
-        .half_open_permits(1)
-        .build()
-        .unwrap()
-}
-
-fn status(code: u16) -> Rsp {
-    http::Response::builder()
-        .status(code)
-        .body(Empty::new())
-        .unwrap()
+    support::quick_trip().half_open_permits(1).build().unwrap()
 }
 
 type Breaker = CircuitBreaker<mock::Mock<Req, Rsp>, ServerErrorsAsFailures>;

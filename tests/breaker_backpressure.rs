@@ -2,12 +2,13 @@
 //! when probes may go, a permit reserved in `poll_ready` for one round; and
 //! under tower's own P2C balancer. Mock inner services and paused time.
 
+#[path = "support/breaker.rs"]
+mod support;
+
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Empty;
 use tokio::time::advance;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Service, ServiceExt};
@@ -17,32 +18,21 @@ use tower_model_balance::breaker::{
 use tower_model_balance::error::BreakerOpen;
 use tower_test::mock;
 
+use support::{status, Rsp};
+
 type Req = http::Request<()>;
-/// Empty bodies: the breaker records as soon as the head arrives.
-type Rsp = http::Response<Empty<Bytes>>;
 type Svc = CircuitBreaker<mock::Mock<Req, Rsp>, ServerErrorsAsFailures>;
 
+/// The open duration of [`support::quick_trip`].
 const OPEN: Duration = Duration::from_secs(10);
 const ROUND: Duration = Duration::from_secs(5);
 const MS: Duration = Duration::from_millis(1);
 
 fn policy(permits: u32) -> Policy {
-    Policy::builder()
-        .window(4)
-        .minimum_calls(2)
-        .failure_rate_threshold(0.5)
-        .open_duration(OPEN)
-        .jitter(false)
+    support::quick_trip()
         .half_open_permits(permits)
         .half_open_max_wait(ROUND)
         .build()
-        .unwrap()
-}
-
-fn status(code: u16) -> Rsp {
-    http::Response::builder()
-        .status(code)
-        .body(Empty::new())
         .unwrap()
 }
 

@@ -3,6 +3,9 @@
 //! the slow-call clock's stop point and cold loads. Mock inner services,
 //! paused time.
 
+#[path = "support/breaker.rs"]
+mod support;
+
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -69,15 +72,7 @@ fn trailers(tx: Frames, grpc_status: &str) {
 
 /// Trips on two failures of the last four; one probe; open for 10 s.
 fn policy() -> Policy {
-    Policy::builder()
-        .window(4)
-        .minimum_calls(2)
-        .failure_rate_threshold(0.5)
-        .open_duration(Duration::from_secs(10))
-        .jitter(false)
-        .half_open_permits(1)
-        .build()
-        .unwrap()
+    support::quick_trip().half_open_permits(1).build().unwrap()
 }
 
 type Svc<C> = mock::Spawn<tower_model_balance::breaker::CircuitBreaker<mock::Mock<Req, Rsp>, C>>;
