@@ -139,7 +139,7 @@ impl Policy {
     /// without closing: `open_duration × 2^reopened`, at most
     /// `max_open_duration`.
     pub(crate) fn open_ceiling(&self, reopened: u32) -> Duration {
-        let factor = 1u32.checked_shl(reopened.min(31)).unwrap_or(u32::MAX);
+        let factor = 1u32 << reopened.min(31);
         self.open_duration
             .checked_mul(factor)
             .map_or(self.max_open_duration, |d| d.min(self.max_open_duration))

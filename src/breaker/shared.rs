@@ -1,7 +1,7 @@
 //! A breaker shared by clones of a service (and by the balancer, one per
 //! backend), and the RAII permit it hands out.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
@@ -60,7 +60,7 @@ struct Inner {
     rejected: AtomicU64,
     /// Set under the lock while the state is [`CircuitState::saturated`]:
     /// a success that is not slow then records nothing and skips the lock.
-    saturated: std::sync::atomic::AtomicBool,
+    saturated: AtomicBool,
     /// Counts the breakers of a fleet that are not closed (the balancer's
     /// panic check reads it).
     not_closed: Option<Arc<AtomicUsize>>,
@@ -147,7 +147,7 @@ impl Breaker {
                 base: Instant::now(),
                 trips: AtomicU64::new(0),
                 rejected: AtomicU64::new(0),
-                saturated: std::sync::atomic::AtomicBool::new(false),
+                saturated: AtomicBool::new(false),
                 not_closed,
                 hook,
                 waiters: Mutex::new(Vec::new()),
@@ -377,9 +377,11 @@ impl Breaker {
     fn set_mode(&self, mode: Mode) {
         let mut state = self.lock();
         let transition = state.set_mode(mode, Instant::now());
-        // The epoch moved even without a transition: republish.
         self.publish(&state, transition);
-        self.republish(&state);
+        if transition.is_none() {
+            // The epoch moved all the same (a transition republishes).
+            self.republish(&state);
+        }
         drop(state);
         self.notify(transition);
         if transition.is_none() {

@@ -285,9 +285,9 @@ impl CircuitState {
             && matches!(self.state, State::HalfOpen { issued, .. } if issued >= self.policy.half_open_permits)
     }
 
-    /// When an open breaker lets probes through; `None` when not open
-    /// (forced open: never, `Some` of the far future is not given either —
-    /// see [`CircuitState::mode`]).
+    /// When an open breaker lets probes through; `None` when not open, and
+    /// when forced open (only a change of [`mode`](CircuitState::mode)
+    /// admits then).
     pub fn open_until(&self) -> Option<Instant> {
         match self.state {
             State::Open { until } if self.mode == Mode::Normal => Some(until),
@@ -300,7 +300,7 @@ impl CircuitState {
     pub(crate) fn half_open_deadline(&self) -> Option<Instant> {
         match self.state {
             State::HalfOpen { since, .. } if self.mode == Mode::Normal => {
-                Some(since + self.policy.half_open_max_wait)
+                Some(self.round_deadline(since))
             }
             _ => None,
         }
@@ -349,8 +349,8 @@ impl CircuitState {
         match &mut self.state {
             State::Closed => {}
             State::HalfOpen { issued, .. } if *issued < permits => *issued += 1,
-            State::HalfOpen { since, .. } => {
-                let deadline = *since + self.policy.half_open_max_wait;
+            State::HalfOpen { .. } => {
+                let deadline = self.half_open_deadline().unwrap_or(now);
                 return Err(refused(deadline.saturating_duration_since(now), transition));
             }
             State::Open { .. } => return Err(refused(Duration::ZERO, transition)),
@@ -474,7 +474,12 @@ impl CircuitState {
     }
 
     fn round_expired(&self, since: Instant, now: Instant) -> bool {
-        now >= since + self.policy.half_open_max_wait
+        now >= self.round_deadline(since)
+    }
+
+    /// When a half-open round begun at `since` runs out of time.
+    fn round_deadline(&self, since: Instant) -> Instant {
+        since + self.policy.half_open_max_wait
     }
 
     /// The reason the closed window trips now, if it does.
