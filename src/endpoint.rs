@@ -23,6 +23,8 @@
 //! # }
 //! ```
 
+use std::fmt;
+use std::net::SocketAddr;
 use std::task::{Context, Poll};
 
 use http::uri::{Authority, PathAndQuery, Scheme, Uri};
@@ -39,15 +41,35 @@ pub struct SetOrigin<S> {
     authority: Authority,
 }
 
-impl<S> SetOrigin<S> {
-    /// Wraps `inner` to send to `origin`, such as `http://127.0.0.1:8000`.
+/// Where a backend is reached: an `http://` or `https://` scheme and a host
+/// with an optional port, nothing else. Backend metadata carries one
+/// ([`BackendMeta::with_address`](crate::balance::BackendMeta::with_address));
+/// probes and [`SetOrigin`] send to it.
+///
+/// ```
+/// use tower_model_balance::endpoint::Origin;
+///
+/// let origin = Origin::parse("http://10.0.0.7:8000").unwrap();
+/// assert_eq!(origin.to_string(), "http://10.0.0.7:8000");
+/// assert_eq!(origin.uri("/v2/health/ready").unwrap(), "http://10.0.0.7:8000/v2/health/ready");
+/// let addr = "127.0.0.1:9000".parse().unwrap();
+/// assert_eq!(Origin::http(addr).to_string(), "http://127.0.0.1:9000");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Origin {
+    scheme: Scheme,
+    authority: Authority,
+}
+
+impl Origin {
+    /// Parses an origin such as `http://127.0.0.1:8000`.
     ///
     /// # Errors
     ///
     /// [`InvalidConfig`] naming `origin` unless it is `http://` or
     /// `https://` with a host (and optional port) and nothing else: no path
     /// beyond `/`, no query, no user info.
-    pub fn new(inner: S, origin: &str) -> Result<Self, InvalidConfig> {
+    pub fn parse(origin: &str) -> Result<Self, InvalidConfig> {
         let invalid = || {
             InvalidConfig::new(
                 "origin",
@@ -72,12 +94,77 @@ impl<S> SetOrigin<S> {
             return Err(invalid());
         }
         match (parts.scheme, parts.authority) {
-            (Some(scheme), Some(authority)) => Ok(Self {
-                inner,
-                scheme,
-                authority,
-            }),
+            (Some(scheme), Some(authority)) => Ok(Self { scheme, authority }),
             _ => Err(invalid()),
+        }
+    }
+
+    /// `http://` to a socket address (`[..]` around an IPv6 host).
+    pub fn http(addr: SocketAddr) -> Self {
+        let authority =
+            Authority::try_from(addr.to_string()).expect("a socket address is a valid authority");
+        Self {
+            scheme: Scheme::HTTP,
+            authority,
+        }
+    }
+
+    /// The scheme: `http` or `https`.
+    pub fn scheme(&self) -> &Scheme {
+        &self.scheme
+    }
+
+    /// The host and optional port.
+    pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    /// The URI of `path_and_query` (such as `/v2/health/ready`) at this
+    /// origin.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `path` when `path_and_query` is not a valid
+    /// absolute path.
+    pub fn uri(&self, path_and_query: &str) -> Result<Uri, InvalidConfig> {
+        let invalid = || InvalidConfig::new("path", "an absolute path such as /v2/health/ready");
+        if !path_and_query.starts_with('/') {
+            return Err(invalid());
+        }
+        let path = PathAndQuery::try_from(path_and_query).map_err(|_| invalid())?;
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(path)
+            .build()
+            .map_err(|_| invalid())
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.scheme, self.authority)
+    }
+}
+
+impl<S> SetOrigin<S> {
+    /// Wraps `inner` to send to `origin`, such as `http://127.0.0.1:8000`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `origin` unless it is `http://` or
+    /// `https://` with a host (and optional port) and nothing else: no path
+    /// beyond `/`, no query, no user info (see [`Origin::parse`]).
+    pub fn new(inner: S, origin: &str) -> Result<Self, InvalidConfig> {
+        Ok(Self::to(inner, Origin::parse(origin)?))
+    }
+
+    /// Wraps `inner` to send to `origin`.
+    pub fn to(inner: S, origin: Origin) -> Self {
+        Self {
+            inner,
+            scheme: origin.scheme,
+            authority: origin.authority,
         }
     }
 

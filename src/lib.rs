@@ -73,6 +73,10 @@ pub mod breaker;
 #[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
 pub mod balance;
 
+#[cfg(feature = "health")]
+#[cfg_attr(docsrs, doc(cfg(feature = "health")))]
+pub mod health;
+
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;

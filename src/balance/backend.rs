@@ -1,6 +1,7 @@
 //! What discovery yields: a backend's metadata paired with its endpoint.
 
 use crate::backend::BackendId;
+use crate::endpoint::Origin;
 use crate::error::InvalidConfig;
 use crate::route::ModelId;
 
@@ -16,6 +17,10 @@ pub struct BackendMeta {
     pub(crate) model_slots: usize,
     /// Models declared resident when the backend is inserted.
     pub(crate) resident_models: Vec<ModelId>,
+    /// Where the backend is reached, for probes. Default none.
+    pub(crate) address: Option<Origin>,
+    /// The backend's GPU memory in bytes. Default unknown.
+    pub(crate) gpu_memory_bytes: Option<u64>,
 }
 
 impl BackendMeta {
@@ -47,7 +52,35 @@ impl BackendMeta {
             weight: 1,
             model_slots: Self::DEFAULT_MODEL_SLOTS,
             resident_models: Vec::new(),
+            address: None,
+            gpu_memory_bytes: None,
         }
+    }
+
+    /// Where the backend is reached, if discovery said.
+    pub fn address(&self) -> Option<&Origin> {
+        self.address.as_ref()
+    }
+
+    /// Sets where the backend is reached: the origin its active health
+    /// probes are sent to (see [`crate::health`]). Without one a backend is
+    /// not probed, only judged by its requests' outcomes.
+    pub fn with_address(mut self, address: Origin) -> Self {
+        self.address = Some(address);
+        self
+    }
+
+    /// The backend's GPU memory in bytes, if discovery said.
+    pub fn gpu_memory_bytes(&self) -> Option<u64> {
+        self.gpu_memory_bytes
+    }
+
+    /// Sets the backend's total GPU memory in bytes: the capacity a probe's
+    /// used-memory figure is measured against when the server does not
+    /// report its total.
+    pub fn with_gpu_memory(mut self, bytes: u64) -> Self {
+        self.gpu_memory_bytes = Some(bytes);
+        self
     }
 
     /// Default [`BackendMeta::model_slots`].

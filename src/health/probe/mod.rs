@@ -1,0 +1,145 @@
+//! Active probes of the APIs real model servers expose.
+//!
+//! A [`Prober`] asks one backend, at its [`Origin`], whether it is ready,
+//! which models it holds and how loaded it is, and answers a
+//! [`ProbeReport`]. A pair of probers is a prober too: both are asked and
+//! their reports merged.
+
+use std::fmt;
+use std::future::Future;
+
+use http::StatusCode;
+
+use super::LoadSignals;
+use crate::backend::BackendId;
+use crate::endpoint::Origin;
+use crate::error::BoxError;
+use crate::route::ModelId;
+
+/// The backend a probe asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProbeTarget {
+    /// The backend.
+    pub id: BackendId,
+    /// Where it is reached.
+    pub address: Origin,
+}
+
+impl ProbeTarget {
+    /// The backend `id` at `address`.
+    pub fn new(id: BackendId, address: Origin) -> Self {
+        Self { id, address }
+    }
+}
+
+/// What one probe learned of a backend. A field is `None` when the probe
+/// does not say.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ProbeReport {
+    /// Whether the server says it is ready to serve.
+    pub ready: Option<bool>,
+    /// The models resident (loaded and ready) on the server.
+    pub resident_models: Option<Vec<ModelId>>,
+    /// The server's load.
+    pub load: LoadSignals,
+}
+
+impl ProbeReport {
+    /// Both reports in one: ready when neither says not ready, the union
+    /// of the resident models either lists, each load signal from `self`
+    /// where set, else from `other`.
+    pub fn merge(self, other: Self) -> Self {
+        let ready = match (self.ready, other.ready) {
+            (Some(a), Some(b)) => Some(a && b),
+            (a, b) => a.or(b),
+        };
+        let resident_models = match (self.resident_models, other.resident_models) {
+            (Some(mut a), Some(b)) => {
+                for model in b {
+                    if !a.contains(&model) {
+                        a.push(model);
+                    }
+                }
+                Some(a)
+            }
+            (a, b) => a.or(b),
+        };
+        Self {
+            ready,
+            resident_models,
+            load: self.load.or(other.load),
+        }
+    }
+}
+
+/// Why a probe failed. A failed probe counts against the backend's health
+/// like a failed request.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// No answer within the probe timeout.
+    Timeout,
+    /// The request could not be sent or its response not read
+    /// (connection refused or reset, ...).
+    Transport(BoxError),
+    /// The server answered with an unexpected status.
+    Status(StatusCode),
+    /// The response could not be understood: `what` names the endpoint
+    /// and what was wrong.
+    Malformed {
+        /// What was wrong, e.g. `"/v2/repository/index: expected a JSON array"`.
+        what: String,
+    },
+}
+
+impl ProbeError {
+    /// A malformed response: `what` names the endpoint and what was wrong.
+    pub fn malformed(what: impl Into<String>) -> Self {
+        Self::Malformed { what: what.into() }
+    }
+}
+
+impl fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Timeout => f.write_str("probe timed out"),
+            Self::Transport(e) => write!(f, "probe transport error: {e}"),
+            Self::Status(status) => write!(f, "probe answered {status}"),
+            Self::Malformed { what } => write!(f, "malformed probe response: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for ProbeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Transport(e) => Some(&**e),
+            _ => None,
+        }
+    }
+}
+
+/// Asks one backend how it is. Implementations hold what they need (an
+/// HTTP client, paths, metric names) and clone it into the future, which
+/// owns everything it uses.
+pub trait Prober: Send + Sync + 'static {
+    /// Probes `target` once. The caller applies the timeout.
+    fn probe(
+        &self,
+        target: &ProbeTarget,
+    ) -> impl Future<Output = Result<ProbeReport, ProbeError>> + Send + 'static;
+}
+
+/// Both probers are asked, one after the other; the probe fails if either
+/// fails, else their reports are [merged](ProbeReport::merge).
+impl<A: Prober, B: Prober> Prober for (A, B) {
+    fn probe(
+        &self,
+        target: &ProbeTarget,
+    ) -> impl Future<Output = Result<ProbeReport, ProbeError>> + Send + 'static {
+        let (a, b) = (self.0.probe(target), self.1.probe(target));
+        async move { Ok(a.await?.merge(b.await?)) }
+    }
+}

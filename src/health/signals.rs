@@ -1,0 +1,45 @@
+//! What a model server reports of its load: the inputs of the health
+//! score's capacity term.
+
+/// Load signals one probe read from a model server (every field optional:
+/// servers expose different ones). The health score's capacity term uses
+/// KV-cache usage and queue depth where the server reports them (LLM
+/// servers such as vLLM, which preallocate most GPU memory so that free
+/// memory says nothing), else free GPU memory (multi-model servers such as
+/// Triton, where it is room to load another model).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
+pub struct LoadSignals {
+    /// Share of the KV cache in use, a fraction in [0, 1] (vLLM's
+    /// `vllm:kv_cache_usage_perc`, which despite its name is a fraction).
+    pub kv_cache_usage: Option<f64>,
+    /// Requests being served now (vLLM's `vllm:num_requests_running`).
+    pub requests_running: Option<f64>,
+    /// Requests queued, waiting to be served: the queue depth (vLLM's
+    /// `vllm:num_requests_waiting`).
+    pub requests_waiting: Option<f64>,
+    /// GPU memory in use, in bytes, summed over the server's GPUs
+    /// (Triton's `nv_gpu_memory_used_bytes`).
+    pub gpu_memory_used_bytes: Option<f64>,
+    /// GPU memory in total, in bytes, summed over the server's GPUs
+    /// (Triton's `nv_gpu_memory_total_bytes`).
+    pub gpu_memory_total_bytes: Option<f64>,
+}
+
+impl LoadSignals {
+    /// Whether no signal is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Each field from `self` where set, else from `other`.
+    pub fn or(self, other: Self) -> Self {
+        Self {
+            kv_cache_usage: self.kv_cache_usage.or(other.kv_cache_usage),
+            requests_running: self.requests_running.or(other.requests_running),
+            requests_waiting: self.requests_waiting.or(other.requests_waiting),
+            gpu_memory_used_bytes: self.gpu_memory_used_bytes.or(other.gpu_memory_used_bytes),
+            gpu_memory_total_bytes: self.gpu_memory_total_bytes.or(other.gpu_memory_total_bytes),
+        }
+    }
+}
