@@ -1,0 +1,140 @@
+//! A lock-free latency histogram for one evaluation interval: log-scaled
+//! buckets of atomic counters, four per power of two (about ±12%), from
+//! 1 µs to about 71 minutes.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// Sub-buckets per power of two.
+const SUB_BITS: u32 = 2;
+const SUBS: usize = 1 << SUB_BITS;
+/// Powers of two covered: 1 µs ..= 2^32 µs.
+const OCTAVES: usize = 33;
+const BUCKETS: usize = OCTAVES * SUBS;
+
+/// Latency samples of one interval, recorded without a lock.
+#[derive(Debug)]
+pub(crate) struct LatencyHistogram {
+    buckets: [AtomicU32; BUCKETS],
+}
+
+/// What [`LatencyHistogram::take`] read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Taken {
+    /// Samples recorded.
+    pub(crate) count: u64,
+    /// Their 99th percentile in ms (the middle of its bucket), if any.
+    pub(crate) p99_ms: Option<f64>,
+}
+
+impl LatencyHistogram {
+    pub(crate) fn new() -> Self {
+        Self {
+            buckets: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
+
+    /// Counts one sample (one read-modify-write).
+    pub(crate) fn record(&self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.buckets[index(micros)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads and clears the samples recorded since the last take.
+    pub(crate) fn take(&self) -> Taken {
+        let mut counts = [0u32; BUCKETS];
+        for (count, bucket) in counts.iter_mut().zip(&self.buckets) {
+            *count = bucket.swap(0, Ordering::Relaxed);
+        }
+        let count: u64 = counts.iter().map(|&c| u64::from(c)).sum();
+        if count == 0 {
+            return Taken {
+                count,
+                p99_ms: None,
+            };
+        }
+        // The smallest bucket with at least 99% of the samples at or below it.
+        let rank = (count * 99).div_ceil(100);
+        let mut seen = 0;
+        let mut at = BUCKETS - 1;
+        for (i, &c) in counts.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= rank {
+                at = i;
+                break;
+            }
+        }
+        Taken {
+            count,
+            p99_ms: Some(middle_micros(at) / 1_000.0),
+        }
+    }
+}
+
+/// The bucket of a sample of `micros`.
+fn index(micros: u64) -> usize {
+    let v = micros.max(1);
+    let octave = 63 - v.leading_zeros() as usize;
+    if octave >= OCTAVES {
+        return BUCKETS - 1;
+    }
+    let sub = if octave >= SUB_BITS as usize {
+        ((v >> (octave - SUB_BITS as usize)) as usize) & (SUBS - 1)
+    } else {
+        ((v << (SUB_BITS as usize - octave)) as usize) & (SUBS - 1)
+    };
+    octave * SUBS + sub
+}
+
+/// The middle of bucket `i`, in µs.
+fn middle_micros(i: usize) -> f64 {
+    let (octave, sub) = (i / SUBS, i % SUBS);
+    let low = 2f64.powi(octave as i32) * (1.0 + sub as f64 / SUBS as f64);
+    let width = 2f64.powi(octave as i32) / SUBS as f64;
+    low + width / 2.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotonic_and_within_an_eighth() {
+        let mut last = 0;
+        for micros in (1..2_000_000u64).step_by(997) {
+            let i = index(micros);
+            assert!(i >= last);
+            last = i;
+            let mid = middle_micros(i);
+            let err = (mid - micros as f64).abs() / micros as f64;
+            assert!(err <= 0.13, "{micros} µs → {mid} ({err})");
+        }
+        assert_eq!(index(0), index(1));
+        assert_eq!(index(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn p99_of_an_interval_and_cleared_after() {
+        let h = LatencyHistogram::new();
+        for _ in 0..990 {
+            h.record(Duration::from_millis(10));
+        }
+        for _ in 0..10 {
+            h.record(Duration::from_millis(500));
+        }
+        let taken = h.take();
+        assert_eq!(taken.count, 1000);
+        let p99 = taken.p99_ms.unwrap();
+        assert!((9.0..11.5).contains(&p99), "{p99}");
+        h.record(Duration::from_millis(500));
+        let p99 = h.take().p99_ms.unwrap();
+        assert!((440.0..560.0).contains(&p99), "{p99}");
+        assert_eq!(
+            h.take(),
+            Taken {
+                count: 0,
+                p99_ms: None
+            }
+        );
+    }
+}

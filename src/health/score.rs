@@ -1,0 +1,331 @@
+//! The health score of one backend, and the fleet's ejections (pure logic:
+//! observations and elapsed time in, scores and verdicts out).
+//!
+//! `score = (1 − error_rate) × (w_l × latency + w_c × capacity + w_n ×
+//! connection)`, each term in [0, 1]:
+//!
+//! * `error_rate`: an EWMA over outcomes (requests and probes), a failure
+//!   counting 1;
+//! * `latency`: the backend's learned baseline p99 over its recent p99
+//!   (at most 1), failures counted at the failure penalty; the baseline
+//!   follows the recent p99 down at once and up slowly (1% of the gap an
+//!   interval), so a backend that turns slow does not become its own
+//!   baseline;
+//! * `capacity`: from probed load signals: the lesser of `1 − KV-cache
+//!   usage` and `1 / (1 + queue depth / queue_scale)` where the server
+//!   reports them, else its free share of GPU memory, else 1;
+//! * `connection`: 1 below the policy's `full_below` requests in flight,
+//!   falling linearly to 0 at `zero_at`.
+//!
+//! With no data, every term relaxes toward neutral (error rate 0, latency
+//! at baseline, full capacity) with the policy's half-life.
+
+use std::time::Duration;
+
+use super::{HealthPolicy, LoadSignals};
+
+/// Timed calls an interval needs before its p99 can mark a latency outlier.
+const OUTLIER_MIN_SAMPLES: u64 = 5;
+/// Error rate at or above which a backend counts as failing, not slow:
+/// an outlier is a backend slow while not failing.
+const FAILING: f64 = 0.5;
+/// Weight of the recent p99 in the baseline when above it, each interval
+/// with data (the baseline follows it up slowly, down at once).
+const BASELINE_UP: f64 = 0.01;
+/// Consecutive outlier ejections past which the ejection time stops
+/// growing.
+const MAX_OUTLIER_STREAK: u32 = 10;
+
+/// What one evaluation interval saw of a backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Observation {
+    /// Outcomes: requests finished and probes answered.
+    pub(crate) calls: u64,
+    /// Failures among them (a probe that failed or answered not ready).
+    pub(crate) failures: u64,
+    /// Timed requests (failures included, at the penalty).
+    pub(crate) timed: u64,
+    /// Their 99th percentile latency, ms.
+    pub(crate) p99_ms: Option<f64>,
+    /// Requests in flight at the end of the interval.
+    pub(crate) in_flight: usize,
+    /// Load signals from a recent probe.
+    pub(crate) load: Option<LoadSignals>,
+    /// The backend's GPU memory from its metadata, bytes.
+    pub(crate) gpu_memory_bytes: Option<u64>,
+}
+
+/// Why a backend is out of the eligible set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ejection {
+    /// Its score fell below the policy's `eject_below`; it comes back above
+    /// `readmit_above`.
+    Score,
+    /// Its p99 latency ran over the policy's `outlier_factor` × its
+    /// baseline while it was not failing; it comes back after the ejection
+    /// time.
+    Outlier,
+}
+
+/// One backend's health as last evaluated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct HealthStatus {
+    /// The score, in [0, 1].
+    pub score: f64,
+    /// The weight its cost is divided by: the score, times the warm-up
+    /// ramp while the backend warms up.
+    pub weight: f64,
+    /// Why it is ejected, if it is.
+    pub ejected: Option<Ejection>,
+    /// Smoothed error rate, a fraction in [0, 1].
+    pub error_rate: f64,
+    /// Smoothed recent p99 latency, ms, once measured.
+    pub p99_ms: Option<f64>,
+    /// Learned baseline p99 latency, ms, once measured.
+    pub baseline_ms: Option<f64>,
+    /// The capacity term, in [0, 1].
+    pub capacity: f64,
+    /// The connection term, in [0, 1].
+    pub connection: f64,
+}
+
+/// The health of one backend.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HealthState {
+    error_rate: f64,
+    p99_ms: Option<f64>,
+    baseline_ms: Option<f64>,
+    capacity: f64,
+    connection: f64,
+    score: f64,
+    ejected: Option<Ejection>,
+    /// Outlier ejection time left.
+    remaining: Duration,
+    /// Consecutive outlier ejections.
+    streak: u32,
+    /// Time since it was last ejected or an outlier.
+    healthy_for: Duration,
+    /// Time evaluated since it joined.
+    age: Duration,
+    /// Whether it warms up (it joined a running fleet).
+    warming: bool,
+}
+
+impl HealthState {
+    /// A backend with no data: score 1, eligible. `warming`: it joined a
+    /// running fleet and starts slowly.
+    pub(crate) fn new(warming: bool) -> Self {
+        Self {
+            error_rate: 0.0,
+            p99_ms: None,
+            baseline_ms: None,
+            capacity: 1.0,
+            connection: 1.0,
+            score: 1.0,
+            ejected: None,
+            remaining: Duration::ZERO,
+            streak: 0,
+            healthy_for: Duration::ZERO,
+            age: Duration::ZERO,
+            warming,
+        }
+    }
+
+    pub(crate) fn score(&self) -> f64 {
+        self.score
+    }
+
+    pub(crate) fn ejected(&self) -> Option<Ejection> {
+        self.ejected
+    }
+
+    /// The cost weight: the score, times the warm-up ramp from
+    /// `warm_up_min_weight` to 1.
+    pub(crate) fn weight(&self, p: &HealthPolicy) -> f64 {
+        self.score * self.ramp(p)
+    }
+
+    fn ramp(&self, p: &HealthPolicy) -> f64 {
+        if !self.warming || p.warm_up.is_zero() || self.age >= p.warm_up {
+            return 1.0;
+        }
+        let progress = self.age.as_secs_f64() / p.warm_up.as_secs_f64();
+        p.warm_up_min_weight + (1.0 - p.warm_up_min_weight) * progress
+    }
+
+    pub(crate) fn status(&self, p: &HealthPolicy) -> HealthStatus {
+        HealthStatus {
+            score: self.score,
+            weight: self.weight(p),
+            ejected: self.ejected,
+            error_rate: self.error_rate,
+            p99_ms: self.p99_ms,
+            baseline_ms: self.baseline_ms,
+            capacity: self.capacity,
+            connection: self.connection,
+        }
+    }
+
+    /// Folds one interval of `dt` into the terms and the score.
+    pub(crate) fn update(&mut self, p: &HealthPolicy, obs: &Observation, dt: Duration) {
+        self.age = self.age.saturating_add(dt);
+        let decay = 0.5f64.powf(dt.as_secs_f64() / p.relax_half_life.as_secs_f64());
+        // Error rate: one EWMA step per outcome, the interval's as a batch.
+        if obs.calls > 0 {
+            let keep = (1.0 - p.error_alpha).powf(obs.calls as f64);
+            let rate = obs.failures.min(obs.calls) as f64 / obs.calls as f64;
+            self.error_rate = self.error_rate * keep + rate * (1.0 - keep);
+        } else {
+            self.error_rate *= decay;
+        }
+        // Latency: recent p99 and the baseline it is judged against.
+        match (obs.p99_ms, self.p99_ms) {
+            (Some(sample), None) => self.p99_ms = Some(sample),
+            (Some(sample), Some(recent)) => {
+                self.p99_ms = Some(recent + p.latency_alpha * (sample - recent));
+            }
+            (None, Some(recent)) => {
+                let base = self.baseline_ms.unwrap_or(recent);
+                self.p99_ms = Some(base + (recent - base) * decay);
+            }
+            (None, None) => {}
+        }
+        if let (Some(_), Some(recent)) = (obs.p99_ms, self.p99_ms) {
+            self.baseline_ms = Some(match self.baseline_ms {
+                Some(base) if recent > base => base + BASELINE_UP * (recent - base),
+                _ => recent,
+            });
+        }
+        self.capacity = match obs.load.and_then(|l| capacity(p, &l, obs.gpu_memory_bytes)) {
+            Some(term) => term,
+            None => 1.0 - (1.0 - self.capacity) * decay,
+        };
+        let (full, zero) = p.connections;
+        let over = obs.in_flight.saturating_sub(full as usize) as f64;
+        self.connection = (1.0 - over / f64::from(zero - full)).clamp(0.0, 1.0);
+        let [wl, wc, wn] = p.weights;
+        let sum = wl * self.latency_term() + wc * self.capacity + wn * self.connection;
+        self.score = ((1.0 - self.error_rate) * sum).clamp(0.0, 1.0);
+        if self.ejected == Some(Ejection::Outlier) {
+            self.remaining = self.remaining.saturating_sub(dt);
+        }
+        if self.ejected.is_none() && !self.is_outlier(p) {
+            // Consecutive ejections end once it served well for as long as
+            // a first ejection lasts.
+            self.healthy_for = self.healthy_for.saturating_add(dt);
+            if self.healthy_for >= p.outlier_ejection {
+                self.streak = 0;
+            }
+        } else {
+            self.healthy_for = Duration::ZERO;
+        }
+    }
+
+    /// `baseline / recent`, at most 1 (1 before any measurement).
+    fn latency_term(&self) -> f64 {
+        match (self.baseline_ms, self.p99_ms) {
+            (Some(base), Some(recent)) if recent > 0.0 => (base / recent).min(1.0),
+            _ => 1.0,
+        }
+    }
+
+    /// Slow against its own baseline while not failing.
+    fn is_outlier(&self, p: &HealthPolicy) -> bool {
+        match (p.outlier_factor, self.baseline_ms, self.p99_ms) {
+            (Some(factor), Some(base), Some(recent)) => {
+                self.error_rate < FAILING && recent > factor * base
+            }
+            _ => false,
+        }
+    }
+
+    /// What this backend asks for after [`HealthState::update`].
+    fn verdict(&self, p: &HealthPolicy, obs: &Observation) -> Verdict {
+        match self.ejected {
+            Some(Ejection::Score) if self.score > p.readmit_above => Verdict::Readmit,
+            Some(Ejection::Outlier) if self.remaining.is_zero() => Verdict::Readmit,
+            Some(_) => Verdict::Stay,
+            None if self.score < p.eject_below => Verdict::Eject(Ejection::Score),
+            None if obs.timed >= OUTLIER_MIN_SAMPLES && self.is_outlier(p) => {
+                Verdict::Eject(Ejection::Outlier)
+            }
+            None => Verdict::Stay,
+        }
+    }
+
+    fn eject(&mut self, p: &HealthPolicy, why: Ejection) {
+        self.ejected = Some(why);
+        if why == Ejection::Outlier {
+            self.streak = (self.streak + 1).min(MAX_OUTLIER_STREAK);
+            self.remaining = p.outlier_ejection.saturating_mul(self.streak);
+        }
+    }
+
+    fn readmit(&mut self) {
+        if self.ejected == Some(Ejection::Outlier) {
+            // Judged afresh on what it serves from now on.
+            self.p99_ms = self.baseline_ms;
+        }
+        self.ejected = None;
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Stay,
+    Eject(Ejection),
+    Readmit,
+}
+
+/// The capacity term from load signals, if they say anything.
+fn capacity(p: &HealthPolicy, load: &LoadSignals, gpu_memory: Option<u64>) -> Option<f64> {
+    let finite = |x: Option<f64>| x.filter(|v| v.is_finite() && *v >= 0.0);
+    let kv = finite(load.kv_cache_usage).map(|u| 1.0 - u.min(1.0));
+    let queue = finite(load.requests_waiting).map(|w| 1.0 / (1.0 + w / p.queue_scale));
+    let llm = match (kv, queue) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    llm.or_else(|| {
+        let used = finite(load.gpu_memory_used_bytes)?;
+        let total = finite(load.gpu_memory_total_bytes)
+            .or(gpu_memory.map(|b| b as f64))
+            .filter(|t| *t > 0.0)?;
+        Some((1.0 - used / total).clamp(0.0, 1.0))
+    })
+}
+
+/// Evaluates every backend of a fleet over one interval of `dt`: updates
+/// the scores, readmits the ejected that recovered, then ejects the worst
+/// of those that ask, worst first, while fewer than the policy's
+/// `max_ejected` are out.
+pub(crate) fn evaluate(
+    p: &HealthPolicy,
+    fleet: &mut [(&mut HealthState, Observation)],
+    dt: Duration,
+) {
+    let mut asking = Vec::new();
+    for (i, (state, obs)) in fleet.iter_mut().enumerate() {
+        state.update(p, obs, dt);
+        match state.verdict(p, obs) {
+            Verdict::Readmit => state.readmit(),
+            Verdict::Eject(why) => asking.push((state.score, i, why)),
+            Verdict::Stay => {}
+        }
+    }
+    let mut out = fleet.iter().filter(|(s, _)| s.ejected.is_some()).count();
+    let cap = p.max_ejected(fleet.len());
+    asking.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for (_, i, why) in asking {
+        if out >= cap {
+            break;
+        }
+        fleet[i].0.eject(p, why);
+        out += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests;
