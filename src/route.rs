@@ -79,6 +79,11 @@ impl ModelId {
         })
     }
 
+    /// The hash of `name` if it is a valid model ID, allocating nothing.
+    pub(crate) fn hash_of(name: &str) -> Option<u64> {
+        Self::validate("model", name).ok()
+    }
+
     /// Checks `name` and returns its hash, allocating nothing.
     fn validate(source: &'static str, name: &str) -> Result<u64, InvalidRoute> {
         let reason = if name.is_empty() {

@@ -20,6 +20,8 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer, Picked, ResponseBody};
 use tower_model_balance::breaker::{BreakerState, Outcome, Policy};
 use tower_model_balance::error::NoHealthyBackend;
+use tower_model_balance::health::probe::ProbeReport;
+use tower_model_balance::health::{HealthPolicy, LoadSignals};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo, Urgency};
 
@@ -412,11 +414,21 @@ async fn urgency_high_takes_the_cheapest_resident_owner_where_normal_samples() {
     let mut balancer = balancer(&mocks, config, 5);
     let handle = balancer.handle();
     let owners = &walk(&NAMES, "steady")[..3];
-    for (&owner, health) in owners.iter().zip([0.5, 1.0, 0.5]) {
+    // Owners 0 and 2 report a deep queue: their health, and with it the
+    // weight their cost is divided by, drops at the next evaluation.
+    let deep = ProbeReport::default().with_load(LoadSignals::default().with_requests_waiting(40.0));
+    for (i, &owner) in owners.iter().enumerate() {
         assert!(handle.set_resident_models(&id(owner), [&model("steady")]));
-        assert!(handle.set_health(&id(owner), health));
+        if i != 1 {
+            assert!(handle.report_probe(&id(owner), Ok(&deep)));
+        }
     }
+    tokio::time::sleep(HealthPolicy::default().interval() + Duration::from_millis(1)).await;
     let cheapest = owners[1];
+    for (i, &owner) in owners.iter().enumerate() {
+        let health = handle.health(&id(owner)).unwrap();
+        assert_eq!(health.score < 0.8, i != 1, "{owner}: {health:?}");
+    }
     let high = served_by(&mut balancer, &mocks, Some("high")).await;
     assert_eq!(high, HashMap::from([(cheapest, 30)]), "{high:?}");
     let normal = served_by(&mut balancer, &mocks, None).await;

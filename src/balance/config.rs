@@ -8,8 +8,10 @@ use super::scoped::{BreakerScope, MAX_PAIRS};
 use crate::backend::BackendId;
 use crate::breaker::{Policy, Transition};
 use crate::error::InvalidConfig;
+use crate::health::HealthPolicy;
 use crate::ring::RingConfig;
 use crate::route::ModelId;
+use http::HeaderName;
 
 /// How the balancer routes.
 ///
@@ -24,6 +26,8 @@ use crate::route::ModelId;
 /// | `breaker` | [`Policy::default`] | see [`Policy`] |
 /// | `breaker_scope` | [`BreakerScope::Backend`] | `BackendModel { max_pairs }`: 1 ..= 1 000 000 pairs |
 /// | `staging` | 10% of the ring per step, 10 s apart | see [`Staging`] |
+/// | `health` | [`HealthPolicy::default`] | see [`HealthPolicy`] |
+/// | `residency_header` | none | see [`ResidencyHeader`] |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BalanceConfig {
@@ -51,6 +55,26 @@ pub struct BalanceConfig {
     pub(crate) staging: Staging,
     /// Told of every transition of the backends' breakers.
     pub(crate) breaker_hook: Option<BreakerHook>,
+    /// How backend health is scored and when a backend is ejected.
+    pub(crate) health: HealthPolicy,
+    /// The response header residency is learned from, if any.
+    pub(crate) residency_header: Option<ResidencyHeader>,
+}
+
+/// A response header that tells the balancer what a backend holds
+/// resident, read from every response (its headers, before the body).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResidencyHeader {
+    /// The header lists the models resident on the backend after the
+    /// request, comma-separated (e.g. the simulator's
+    /// `x-sim-resident-models`); it replaces what the balancer had learned
+    /// of that backend. Names that are not valid model IDs are skipped.
+    ResidentModels(HeaderName),
+    /// The header is `true` when the request waited for its model to load
+    /// (e.g. the simulator's `x-sim-cold-load`): either way the model is
+    /// resident there now, and served.
+    ColdLoad(HeaderName),
 }
 
 /// A hook on the balancer's backend breakers: the backend and the
@@ -87,6 +111,8 @@ impl Default for BalanceConfig {
             breaker_scope: BreakerScope::Backend,
             staging: Staging::default(),
             breaker_hook: None,
+            health: HealthPolicy::default(),
+            residency_header: None,
         }
     }
 }
@@ -135,6 +161,16 @@ impl BalanceConfig {
     /// How ring changes are staged.
     pub fn staging(&self) -> &Staging {
         &self.staging
+    }
+
+    /// How backend health is scored and when a backend is ejected.
+    pub fn health(&self) -> &HealthPolicy {
+        &self.health
+    }
+
+    /// The response header residency is learned from, if any.
+    pub fn residency_header(&self) -> Option<&ResidencyHeader> {
+        self.residency_header.as_ref()
     }
 
     /// A builder starting from the defaults.
@@ -255,6 +291,20 @@ impl BalanceConfigBuilder {
 
     /// The most owners a model may be given.
     pub const MAX_OWNERS: usize = 16;
+
+    /// How backend health is scored and when a backend is ejected (default
+    /// [`HealthPolicy::default`]).
+    pub fn health(mut self, policy: HealthPolicy) -> Self {
+        self.config.health = policy;
+        self
+    }
+
+    /// Learns residency from a response header (default: none; residency
+    /// is then learned from routing, metadata, probes and the handle).
+    pub fn residency_header(mut self, header: ResidencyHeader) -> Self {
+        self.config.residency_header = Some(header);
+        self
+    }
 
     /// Validates and returns the config.
     ///

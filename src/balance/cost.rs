@@ -28,9 +28,12 @@ pub(crate) struct LatencyEwma {
 }
 
 impl LatencyEwma {
-    pub(crate) fn new() -> Self {
+    /// An estimate that starts at `ms` (a joining backend starts at the
+    /// fleet's median, so that it looks neither faster nor slower than
+    /// the backends already measured).
+    pub(crate) fn starting_at(ms: f64) -> Self {
         Self {
-            bits: AtomicU64::new(DEFAULT_LATENCY_MS.to_bits()),
+            bits: AtomicU64::new(ms.to_bits()),
         }
     }
 
@@ -52,7 +55,8 @@ impl LatencyEwma {
     }
 }
 
-/// A backend's health score in [0, 1] (1 until a health source sets it).
+/// The weight in [0, 1] a backend's cost is divided by: its health score
+/// times its warm-up ramp (1 until the health evaluation sets it).
 #[derive(Debug)]
 pub(crate) struct Health {
     bits: AtomicU32,
@@ -98,8 +102,8 @@ mod tests {
 
     #[test]
     fn failing_fast_does_not_look_fast() {
-        let fast_failing = LatencyEwma::new();
-        let healthy = LatencyEwma::new();
+        let fast_failing = LatencyEwma::starting_at(DEFAULT_LATENCY_MS);
+        let healthy = LatencyEwma::starting_at(DEFAULT_LATENCY_MS);
         for _ in 0..20 {
             fast_failing.record(Duration::from_millis(1), true);
             healthy.record(Duration::from_millis(20), false);

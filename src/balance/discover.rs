@@ -21,6 +21,7 @@ use std::task::{Context, Poll};
 use tokio::time::Instant;
 use tower::discover::{Change, Discover};
 
+use super::cost::DEFAULT_LATENCY_MS;
 use super::staging::{self, Counts};
 use super::table::{BackendState, Fleet, Snapshot, Table};
 use super::{Backend, BackendMeta, BalanceConfig, Shared};
@@ -83,16 +84,22 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                     return;
                 }
                 let (policy, fleet) = (&self.config.breaker, &self.fleet);
+                let joining = Joining {
+                    warming: !self.unplaced(),
+                    latency_ms: median_latency(&self.entries),
+                };
                 match self.entries.iter_mut().find(|e| e.key == key) {
                     Some(entry) => {
                         if entry.meta.id != meta.id {
                             entry.state.removed.store(true, Ordering::Relaxed);
-                            entry.state = new_state(&meta, policy, fleet);
+                            entry.state = new_state(&meta, policy, fleet, joining);
                             // A new identity joins the ring from nothing.
                             entry.points = 0;
                         } else {
                             let residency = &entry.state.residency;
                             residency.set_slots(meta.model_slots);
+                            let health = &entry.state.health;
+                            health.set_meta(meta.address.clone(), meta.gpu_memory_bytes);
                             if !meta.resident_models.is_empty() {
                                 let now = fleet.millis(tokio::time::Instant::now());
                                 let keys = meta.resident_models.iter().map(|m| m.hash64());
@@ -103,7 +110,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                         entry.endpoint = endpoint;
                     }
                     None => {
-                        let state = new_state(&meta, policy, fleet);
+                        let state = new_state(&meta, policy, fleet, joining);
                         tracing::debug!(backend = %meta.id, "backend inserted");
                         self.entries.push(Entry {
                             key,
@@ -240,13 +247,44 @@ impl<K: Eq, E: Clone> Registry<K, E> {
     }
 }
 
-fn new_state(meta: &BackendMeta, policy: &Policy, fleet: &Arc<Fleet>) -> Arc<BackendState> {
+/// How a new backend state starts.
+#[derive(Debug, Clone, Copy)]
+struct Joining {
+    /// It joins a fleet already routing: it warms up.
+    warming: bool,
+    /// Its first latency estimate, ms.
+    latency_ms: f64,
+}
+
+/// The median latency estimate of the backends, or the default with none:
+/// a joining backend starts there, looking neither faster (and flooded)
+/// nor slower (and starved) than those measured.
+fn median_latency<K, E>(entries: &[Entry<K, E>]) -> f64 {
+    let mut all: Vec<f64> = entries.iter().map(|e| e.state.latency.get()).collect();
+    if all.is_empty() {
+        return DEFAULT_LATENCY_MS;
+    }
+    all.sort_by(f64::total_cmp);
+    all[all.len() / 2]
+}
+
+fn new_state(
+    meta: &BackendMeta,
+    policy: &Policy,
+    fleet: &Arc<Fleet>,
+    joining: Joining,
+) -> Arc<BackendState> {
     let state = BackendState::new(
         meta.id.clone(),
         policy.clone(),
         fleet.clone(),
         meta.model_slots,
+        joining.warming,
+        joining.latency_ms,
     );
+    state
+        .health
+        .set_meta(meta.address.clone(), meta.gpu_memory_bytes);
     let now = fleet.millis(tokio::time::Instant::now());
     let keys = meta.resident_models.iter().map(|m| m.hash64());
     state.residency.replace(keys, now);

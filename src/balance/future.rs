@@ -114,6 +114,7 @@ where
                     };
                     return Poll::Ready(match result {
                         Ok(response) => {
+                            guard.read_residency(response.headers());
                             let outcome =
                                 ServerErrorsAsFailures::classify_status(response.status());
                             Ok(response.map(|body| ResponseBody::new(body, guard, outcome)))

@@ -6,9 +6,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use http::HeaderMap;
+
 use super::table::{Admission, BackendState};
+use super::ResidencyHeader;
 use crate::backend::BackendId;
 use crate::breaker::Outcome;
+use crate::route::ModelId;
 
 /// One request in flight on a picked backend, from the pick until its
 /// outcome is recorded with [`Guard::finish`] (or [`Guard::finish_at`]).
@@ -19,8 +23,9 @@ use crate::breaker::Outcome;
 /// [`BreakerScope::BackendModel`](super::BreakerScope::BackendModel) the
 /// pair's — even if the pair has since been evicted) and, for
 /// a success or failure, the latency since the pick in its latency
-/// estimate (a failure counts as at least 1 s, so failing fast does not
-/// look fast). Dropped unfinished, the request counts as **cancelled**:
+/// estimate and its health (a failure counts as at least the health
+/// policy's failure penalty, 1 s by default, so failing fast does not look
+/// fast). Dropped unfinished, the request counts as **cancelled**:
 /// the in-flight count drops, a half-open probe permit is given back, and
 /// nothing is recorded.
 ///
@@ -34,26 +39,56 @@ pub struct Guard {
     admission: Option<Admission>,
     /// When the request was picked, if its latency is timed.
     started: Option<Instant>,
-    /// The model's hash, when its success confirms the model served on the
-    /// backend (the first requests there, while it may be loading).
-    confirms: Option<u64>,
+    /// The model's hash, for inference.
+    model: Option<u64>,
+    /// Whether its success confirms the model served on the backend (the
+    /// first requests there, while it may be loading).
+    confirms: bool,
 }
 
 impl Guard {
     /// `started`: the pick's time, for a request whose latency is timed;
-    /// `confirms`: the model whose success here confirms it served.
+    /// `model`: an inference request's model; `confirms`: whether its
+    /// success here confirms the model served.
     pub(crate) fn new(
         state: Arc<BackendState>,
         admission: Admission,
         started: Option<Instant>,
-        confirms: Option<u64>,
+        model: Option<u64>,
+        confirms: bool,
     ) -> Self {
         state.traffic.start();
         Self {
             state,
             admission: Some(admission),
             started,
+            model,
             confirms,
+        }
+    }
+
+    /// Learns residency from the response's headers, if the balancer is
+    /// configured with a [`ResidencyHeader`].
+    pub(crate) fn read_residency(&self, headers: &HeaderMap) {
+        let Some(header) = &self.state.fleet.residency_header else {
+            return;
+        };
+        let residency = &self.state.residency;
+        match header {
+            ResidencyHeader::ResidentModels(name) => {
+                let Some(list) = headers.get(name).and_then(|v| v.to_str().ok()) else {
+                    return;
+                };
+                let keys = list.split(',').map(str::trim).filter_map(ModelId::hash_of);
+                residency.replace(keys, self.state.fleet.millis(Instant::now()));
+            }
+            ResidencyHeader::ColdLoad(name) => {
+                // Loaded now or resident before: resident and served.
+                if let (Some(key), true) = (self.model, headers.contains_key(name)) {
+                    residency.touch(key, self.state.fleet.millis(Instant::now()));
+                    residency.confirm(key);
+                }
+            }
         }
     }
 
@@ -93,9 +128,16 @@ impl Guard {
             .started
             .map(|started| now.saturating_duration_since(started));
         let latency = elapsed.unwrap_or(Duration::ZERO);
+        let penalty = self.state.fleet.health.failure_penalty;
         match outcome {
-            Outcome::Success if self.started.is_some() => self.state.latency.record(latency, false),
-            Outcome::Failure | Outcome::Overload => self.state.latency.record(latency, true),
+            Outcome::Success if self.started.is_some() => {
+                self.state.latency.record(latency, false);
+                self.state.health.record(elapsed, false, penalty);
+            }
+            Outcome::Failure | Outcome::Overload => {
+                self.state.latency.record(latency, true);
+                self.state.health.record(elapsed, true, penalty);
+            }
             // An untimed success has no latency; the caller's error says
             // nothing of the backend's speed.
             _ => {}
@@ -106,7 +148,7 @@ impl Guard {
     /// Gives the outcome to the breaker in scope; without `now`, the clock
     /// is read only if the breaker's state can change.
     fn record(mut self, outcome: Outcome, elapsed: Option<Duration>, now: Option<Instant>) {
-        if let (Outcome::Success, Some(key)) = (outcome, self.confirms) {
+        if let (Outcome::Success, Some(key), true) = (outcome, self.model, self.confirms) {
             self.state.residency.confirm(key);
         }
         let now = || now.unwrap_or_else(Instant::now);
@@ -142,7 +184,14 @@ mod tests {
     fn state() -> Arc<BackendState> {
         let id = BackendId::new("b0").unwrap();
         let policy = Policy::builder().build().unwrap();
-        Arc::new(BackendState::new(id, policy, Arc::new(Fleet::new()), 4))
+        Arc::new(BackendState::new(
+            id,
+            policy,
+            Arc::new(Fleet::new()),
+            4,
+            false,
+            30.0,
+        ))
     }
 
     #[tokio::test(start_paused = true)]
@@ -150,12 +199,13 @@ mod tests {
         const KEY: u64 = 42;
         let state = state();
         state.residency.touch(KEY, 0);
-        let guard = |confirms| Guard::new(state.clone(), Admission::Bypass, None, confirms);
-        guard(Some(KEY)).finish(Outcome::Failure);
-        drop(guard(Some(KEY)));
-        guard(None).finish(Outcome::Success);
+        let guard =
+            |confirms| Guard::new(state.clone(), Admission::Bypass, None, Some(KEY), confirms);
+        guard(true).finish(Outcome::Failure);
+        drop(guard(true));
+        guard(false).finish(Outcome::Success);
         assert_eq!(state.residency.presence(KEY), Presence::Loading);
-        guard(Some(KEY)).finish(Outcome::Success);
+        guard(true).finish(Outcome::Success);
         assert_eq!(state.residency.presence(KEY), Presence::Served);
         assert_eq!(state.load(), 0);
     }

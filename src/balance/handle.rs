@@ -8,8 +8,11 @@ use super::pick::Branch;
 use super::table::Table;
 use tokio::time::Instant;
 
+use super::ProbeTask;
 use crate::backend::BackendId;
 use crate::breaker::{Breaker, BreakerState};
+use crate::health::probe::{ProbeConfig, ProbeError, ProbeReport, Prober};
+use crate::health::HealthStatus;
 use crate::route::ModelId;
 
 /// The requests that reached no backend; those picked are counted by
@@ -51,7 +54,7 @@ pub struct BalanceStats {
 }
 
 /// One backend as the balancer sees it now.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BackendStatus {
     /// The backend.
@@ -69,6 +72,10 @@ pub struct BackendStatus {
     /// Requests sent to it since it joined (a counter that wraps after
     /// 2^40, about a trillion).
     pub picked: u64,
+    /// Its health score as last evaluated, in [0, 1].
+    pub health: f64,
+    /// Whether health ejected it from the eligible set.
+    pub ejected: bool,
 }
 
 /// A cheap, cloneable handle on a balancer's counters and backends.
@@ -101,8 +108,8 @@ impl BalancerHandle {
 
     /// The current backends, in discovery order.
     pub fn backends(&self) -> Vec<BackendStatus> {
-        self.view
-            .table()
+        let table = self.view.table();
+        table
             .backends
             .iter()
             .map(|b| BackendStatus {
@@ -111,6 +118,8 @@ impl BalancerHandle {
                 breaker: b.breaker.state(),
                 breaker_trips: b.breaker.trips(),
                 picked: b.traffic.picked(),
+                health: b.health.status(&table.fleet.health).score,
+                ejected: b.health.is_ejected(),
             })
             .collect()
     }
@@ -140,6 +149,57 @@ impl BalancerHandle {
         true
     }
 
+    /// Takes one probe's answer for `backend` (from a
+    /// [`Prober`](crate::health::probe::Prober) or the caller's own
+    /// telemetry): a failure, or an answer of not ready, counts against its
+    /// health like a failed request; load signals feed its capacity term
+    /// until three evaluation intervals old; resident models, when listed,
+    /// replace what the balancer had learned (as
+    /// [`BalancerHandle::set_resident_models`]). Scores change at the next
+    /// evaluation. Returns false when no current backend has that ID.
+    pub fn report_probe(
+        &self,
+        backend: &BackendId,
+        answer: Result<&ProbeReport, &ProbeError>,
+    ) -> bool {
+        let table = self.view.table();
+        let Some(state) = table.backends.iter().find(|b| &b.id == backend) else {
+            return false;
+        };
+        let now = Instant::now();
+        match answer {
+            Ok(report) => {
+                let failed = report.ready == Some(false);
+                state.health.record_probe(failed, Some(report.load), now);
+                if let Some(models) = &report.resident_models {
+                    let at = table.fleet.millis(now);
+                    state
+                        .residency
+                        .replace(models.iter().map(ModelId::hash64), at);
+                }
+            }
+            Err(_) => state.health.record_probe(true, None, now),
+        }
+        true
+    }
+
+    /// Starts probing this balancer's backends with `prober`, in a task on
+    /// the current Tokio runtime: every backend whose metadata has an
+    /// [`address`](super::BackendMeta::with_address) is probed once a round
+    /// (rounds `config.interval` apart, jittered, at most
+    /// `config.concurrency` probes at once, each failed after
+    /// `config.timeout`), and each answer taken as by
+    /// [`BalancerHandle::report_probe`]. A backend joining is probed from
+    /// the next round on. The task stops when the returned [`ProbeTask`]
+    /// is dropped or once every clone and handle of the balancer is gone.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (as `tokio::spawn` does).
+    pub fn spawn_probes<P: Prober>(&self, prober: P, config: ProbeConfig) -> ProbeTask {
+        super::probing::spawn(Arc::downgrade(&self.view), prober, config)
+    }
+
     /// Whether the balancer takes `model` to be resident on `backend`.
     pub fn is_resident(&self, backend: &BackendId, model: &ModelId) -> bool {
         let table = self.view.table();
@@ -147,13 +207,15 @@ impl BalancerHandle {
         state.is_some_and(|b| b.residency.contains(model.hash64()))
     }
 
-    /// Sets `backend`'s health score, in [0, 1] (clamped; NaN reads as 0).
-    /// P2C divides its cost by the score (floored at 0.05). Returns false
-    /// when no current backend has that ID.
-    pub fn set_health(&self, backend: &BackendId, score: f64) -> bool {
+    /// `backend`'s health as last evaluated (every
+    /// [`HealthPolicy::interval`](crate::health::HealthPolicy::interval)):
+    /// its score, the weight P2C divides its cost by, whether it is
+    /// ejected and why, and the terms. `None` when no current backend has
+    /// that ID.
+    pub fn health(&self, backend: &BackendId) -> Option<HealthStatus> {
         let table = self.view.table();
-        let state = table.backends.iter().find(|b| &b.id == backend);
-        state.map(|b| b.health.set(score)).is_some()
+        let state = table.backends.iter().find(|b| &b.id == backend)?;
+        Some(state.health.status(&table.fleet.health))
     }
 
     /// The state of the breaker that admits `model`'s requests to

@@ -119,15 +119,12 @@ pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
 }
 
 /// Envoy's panic threshold: fewer than `threshold × n` backends eligible.
-/// Free while every breaker is closed; a scan of the table otherwise.
+/// Free while every breaker is closed and no backend ejected; a scan of
+/// the table otherwise.
 fn in_panic(table: &Table, threshold: f64, now: &Now) -> bool {
-    if threshold <= 0.0
-        || table
-            .fleet
-            .not_closed
-            .load(std::sync::atomic::Ordering::Relaxed)
-            == 0
-    {
+    use std::sync::atomic::Ordering::Relaxed;
+    let fleet = &table.fleet;
+    if threshold <= 0.0 || fleet.not_closed.load(Relaxed) + fleet.ejected.load(Relaxed) == 0 {
         return false;
     }
     let n = table.backends.len();

@@ -163,7 +163,8 @@ impl<E: Clone> Local<E> {
                 state.clone(),
                 picked.admission,
                 (timed || sample).then(|| now.get()),
-                picked.confirms.then_some(route.hash),
+                (route.kind != RequestKind::Update).then_some(route.hash),
+                picked.confirms,
             ),
         })
     }

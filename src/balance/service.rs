@@ -1,5 +1,5 @@
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use tokio::time::Instant;
@@ -11,6 +11,8 @@ use super::body::ResponseBody;
 use super::clock::Now;
 use super::discover::{self, Drained, Registry};
 use super::future::ResponseFuture;
+use super::handle::View;
+use super::health;
 use super::router::Local;
 use super::{Backend, BalanceConfig, BalancerHandle, Picked, Shared};
 use crate::error::{BoxError, InvalidConfig, InvalidRoute, NoHealthyBackend};
@@ -39,6 +41,11 @@ where
     /// background task on the current Tokio runtime applies later ones until
     /// the source ends or fails (the last backend set stays in force), or
     /// until the first change after every clone of the balancer is dropped.
+    /// A second task evaluates backend health every
+    /// [`HealthPolicy::interval`](crate::health::HealthPolicy::interval)
+    /// until every clone and handle is dropped (built outside a runtime
+    /// from a source that has ended, the balancer logs a warning and keeps
+    /// every backend's health neutral).
     ///
     /// # Errors
     ///
@@ -76,15 +83,26 @@ where
         let drained = registry.drain(discover.as_mut(), &mut Context::from_waker(Waker::noop()));
         // From an empty ring: the first backend set lands in one step.
         registry.step();
+        let interval = config.health.interval;
         let shared = Arc::new(Shared::new(registry.snapshot(), config));
+        let runtime = tokio::runtime::Handle::try_current();
         if drained != Drained::Done {
-            let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            let runtime = runtime.as_ref().map_err(|_| {
                 InvalidConfig::new(
                     "runtime",
                     "a Tokio runtime entered when the balancer is built",
                 )
             })?;
             runtime.spawn(discover::run(discover, registry, Arc::downgrade(&shared)));
+        }
+        match &runtime {
+            Ok(runtime) => {
+                let view: Weak<dyn View> = Arc::downgrade(&shared) as Weak<dyn View>;
+                runtime.spawn(health::run(view, interval));
+            }
+            Err(_) => tracing::warn!(
+                "balancer built outside a Tokio runtime: backend health is not evaluated"
+            ),
         }
         Ok(Self {
             local: Local::new(&shared),

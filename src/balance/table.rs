@@ -7,13 +7,15 @@ use tokio::time::Instant;
 
 use super::clock::Now;
 use super::config::BreakerHook;
-use super::cost::{cost, Health, LatencyEwma};
+use super::cost::{cost, LatencyEwma};
+use super::health::BackendHealth;
 use super::residency::Residency;
 use super::scoped::{BreakerScope, Scoped};
 use super::traffic::{FleetTraffic, Traffic};
-use super::BalanceConfig;
+use super::{BalanceConfig, ResidencyHeader};
 use crate::backend::BackendId;
 use crate::breaker::{Breaker, OnTransition, Permit, Policy, Ticket, Transition};
+use crate::health::HealthPolicy;
 use crate::ring::Ring;
 
 /// State shared by every backend of one balancer.
@@ -34,6 +36,12 @@ pub(crate) struct Fleet {
     pub(crate) ignored: AtomicU64,
     /// Told of the backend breakers' transitions.
     pub(crate) breaker_hook: Option<BreakerHook>,
+    /// How health is scored.
+    pub(crate) health: HealthPolicy,
+    /// Backends ejected by health at the last evaluation.
+    pub(crate) ejected: AtomicUsize,
+    /// The response header residency is learned from.
+    pub(crate) residency_header: Option<ResidencyHeader>,
 }
 
 impl Fleet {
@@ -47,6 +55,9 @@ impl Fleet {
             next_uid: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
             breaker_hook: None,
+            health: HealthPolicy::default(),
+            ejected: AtomicUsize::new(0),
+            residency_header: None,
         }
     }
 
@@ -61,6 +72,8 @@ impl Fleet {
         Self {
             scoped,
             breaker_hook: config.breaker_hook.clone(),
+            health: config.health.clone(),
+            residency_header: config.residency_header.clone(),
             ..Self::new()
         }
     }
@@ -98,17 +111,22 @@ pub(crate) struct BackendState {
     pub(crate) breaker: Breaker,
     pub(crate) residency: Residency,
     pub(crate) latency: LatencyEwma,
-    pub(crate) health: Health,
+    pub(crate) health: BackendHealth,
     /// Set when discovery removes the backend: not picked again.
     pub(crate) removed: AtomicBool,
 }
 
 impl BackendState {
+    /// `warming`: it joins a running fleet (see
+    /// [`HealthPolicy::warm_up`]); `latency_ms`: its first latency
+    /// estimate.
     pub(crate) fn new(
         id: BackendId,
         policy: Policy,
         fleet: Arc<Fleet>,
         model_slots: usize,
+        warming: bool,
+        latency_ms: f64,
     ) -> Self {
         let breaker = Breaker::with_gauge(policy, fleet.not_closed.clone(), hook(&id, &fleet));
         Self {
@@ -116,11 +134,11 @@ impl BackendState {
             uid: fleet.next_uid.fetch_add(1, Ordering::Relaxed),
             traffic: Traffic::default(),
             breaker,
-            fleet,
             residency: Residency::new(model_slots),
-            latency: LatencyEwma::new(),
-            health: Health::new(),
+            latency: LatencyEwma::starting_at(latency_ms),
+            health: BackendHealth::new(&fleet.health, warming),
             removed: AtomicBool::new(false),
+            fleet,
         }
     }
 
@@ -130,13 +148,13 @@ impl BackendState {
 
     /// The cost of one more request here (see [`cost`]).
     pub(crate) fn cost(&self) -> f64 {
-        cost(self.load(), self.latency.get(), self.health.get())
+        cost(self.load(), self.latency.get(), self.health.weight.get())
     }
 
-    /// Whether the backend may be picked at `now`: not removed and its
-    /// breaker admitting.
+    /// Whether the backend may be picked at `now`: not removed, not
+    /// ejected by health, and its breaker admitting.
     pub(crate) fn eligible(&self, now: Instant) -> bool {
-        !self.removed.load(Ordering::Relaxed) && self.breaker.admits(now)
+        !self.is_removed() && !self.health.is_ejected() && self.breaker.admits(now)
     }
 
     pub(crate) fn is_removed(&self) -> bool {
@@ -144,14 +162,22 @@ impl BackendState {
     }
 
     /// Whether the backend may be picked for the model with hash `key` at
-    /// `now`: not removed, and the breaker in scope admitting — the
+    /// `now`: not removed, not ejected by health, and the breaker in scope
+    /// admitting — the
     /// backend's, or in `BackendModel` scope the (backend, model) pair's
     /// (lock-free unless a pair near it is not closed).
     pub(crate) fn eligible_for(&self, key: u64, now: &Now) -> bool {
         match &self.fleet.scoped {
-            None => !self.is_removed() && self.breaker.admits_with(|| now.get()),
+            None => {
+                !self.is_removed()
+                    && !self.health.is_ejected()
+                    && self.breaker.admits_with(|| now.get())
+            }
             Some(pairs) => {
-                !self.is_drained() && !self.is_removed() && pairs.admits(self.uid, key, now.get())
+                !self.is_drained()
+                    && !self.is_removed()
+                    && !self.health.is_ejected()
+                    && pairs.admits(self.uid, key, now.get())
             }
         }
     }

@@ -6,8 +6,6 @@ mod policy;
 mod score;
 mod signals;
 
-#[cfg(feature = "probe")]
-#[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
 pub mod probe;
 
 pub(crate) use self::histogram::LatencyHistogram;

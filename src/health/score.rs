@@ -315,15 +315,11 @@ pub(crate) fn evaluate(
             Verdict::Stay => {}
         }
     }
-    let mut out = fleet.iter().filter(|(s, _)| s.ejected.is_some()).count();
-    let cap = p.max_ejected(fleet.len());
+    let out = fleet.iter().filter(|(s, _)| s.ejected.is_some()).count();
+    let room = p.max_ejected(fleet.len()).saturating_sub(out);
     asking.sort_by(|a, b| a.0.total_cmp(&b.0));
-    for (_, i, why) in asking {
-        if out >= cap {
-            break;
-        }
+    for (_, i, why) in asking.into_iter().take(room) {
         fleet[i].0.eject(p, why);
-        out += 1;
     }
 }
 

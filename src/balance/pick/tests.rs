@@ -29,7 +29,16 @@ fn table(n: usize) -> Table {
         .unwrap(),
         backends: ids
             .into_iter()
-            .map(|id| Arc::new(BackendState::new(id, policy.clone(), fleet.clone(), 4)))
+            .map(|id| {
+                Arc::new(BackendState::new(
+                    id,
+                    policy.clone(),
+                    fleet.clone(),
+                    4,
+                    false,
+                    30.0,
+                ))
+            })
             .collect(),
         fleet,
     }
@@ -371,7 +380,7 @@ proptest! {
         for (i, &(load, latency_ms, health)) in backends.iter().enumerate() {
             set_load(&t, i, load);
             t.backends[i].latency.record(Duration::from_millis(latency_ms), false);
-            t.backends[i].health.set(health);
+            t.backends[i].health.weight.set(health);
         }
         let costs: Vec<f64> = t.backends.iter().map(|b| b.cost()).collect();
         let [a, b] = {

@@ -5,6 +5,8 @@
 //! [`ProbeReport`]. A pair of probers is a prober too: both are asked and
 //! their reports merged.
 
+mod config;
+
 use std::fmt;
 use std::future::Future;
 
@@ -15,6 +17,8 @@ use crate::backend::BackendId;
 use crate::endpoint::Origin;
 use crate::error::BoxError;
 use crate::route::ModelId;
+
+pub use self::config::{ProbeConfig, ProbeConfigBuilder};
 
 /// The backend a probe asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +51,24 @@ pub struct ProbeReport {
 }
 
 impl ProbeReport {
+    /// Sets whether the server says it is ready.
+    pub fn with_ready(mut self, ready: bool) -> Self {
+        self.ready = Some(ready);
+        self
+    }
+
+    /// Sets the models resident on the server.
+    pub fn with_resident_models(mut self, models: Vec<ModelId>) -> Self {
+        self.resident_models = Some(models);
+        self
+    }
+
+    /// Sets the server's load signals.
+    pub fn with_load(mut self, load: LoadSignals) -> Self {
+        self.load = load;
+        self
+    }
+
     /// Both reports in one: ready when neither says not ready, the union
     /// of the resident models either lists, each load signal from `self`
     /// where set, else from `other`.

@@ -1,0 +1,202 @@
+//! Backend health inside the balancer: outcomes recorded without a lock on
+//! the request path, folded into scores by a background task every
+//! evaluation interval, and the verdicts published as atomics the picks
+//! read.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::cost::Health;
+use super::handle::View;
+use super::table::{BackendState, Fleet};
+use crate::endpoint::Origin;
+use crate::health::{
+    evaluate, HealthPolicy, HealthState, HealthStatus, LatencyHistogram, LoadSignals, Observation,
+};
+
+/// Probe load signals older than this many intervals are not used.
+const STALE_INTERVALS: u32 = 3;
+
+/// One backend's health: what the request path records, and the verdict
+/// it reads.
+#[derive(Debug)]
+pub(crate) struct BackendHealth {
+    /// The weight P2C divides the cost by (score × warm-up ramp).
+    pub(crate) weight: Health,
+    /// Out of the eligible set (by score or as a latency outlier).
+    ejected: AtomicBool,
+    /// Failed requests since the last evaluation.
+    failures: AtomicU64,
+    /// Timed requests' latencies since the last evaluation (failures at
+    /// the penalty).
+    latencies: LatencyHistogram,
+    inner: Mutex<Inner>,
+}
+
+/// What only the evaluation and probe reports touch.
+#[derive(Debug)]
+struct Inner {
+    state: HealthState,
+    /// Requests picked here at the last evaluation, and in flight then:
+    /// their change is the requests finished.
+    picked: u64,
+    in_flight: usize,
+    probes: u64,
+    probe_failures: u64,
+    load: Option<(LoadSignals, Instant)>,
+    address: Option<Origin>,
+    gpu_memory_bytes: Option<u64>,
+}
+
+impl BackendHealth {
+    /// A backend with no data; `warming` when it joins a running fleet.
+    pub(crate) fn new(policy: &HealthPolicy, warming: bool) -> Self {
+        let state = HealthState::new(warming);
+        let weight = Health::new();
+        weight.set(state.weight(policy));
+        Self {
+            weight,
+            ejected: AtomicBool::new(false),
+            failures: AtomicU64::new(0),
+            latencies: LatencyHistogram::new(),
+            inner: Mutex::new(Inner {
+                state,
+                picked: 0,
+                in_flight: 0,
+                probes: 0,
+                probe_failures: 0,
+                load: None,
+                address: None,
+                gpu_memory_bytes: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn is_ejected(&self) -> bool {
+        self.ejected.load(Ordering::Relaxed)
+    }
+
+    /// Records a finished request: `latency` when it was timed, `failed`
+    /// when it failed (counted at `penalty` at least, timed or not).
+    pub(crate) fn record(&self, latency: Option<Duration>, failed: bool, penalty: Duration) {
+        if failed {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            self.latencies
+                .record(latency.unwrap_or(Duration::ZERO).max(penalty));
+        } else if let Some(latency) = latency {
+            self.latencies.record(latency);
+        }
+    }
+
+    /// Records a probe's answer: `failed` when it failed or said not
+    /// ready; `load` when it read load signals.
+    pub(crate) fn record_probe(&self, failed: bool, load: Option<LoadSignals>, now: Instant) {
+        let mut inner = self.lock();
+        inner.probes += 1;
+        inner.probe_failures += u64::from(failed);
+        if let Some(load) = load.filter(|l| !l.is_empty()) {
+            inner.load = Some((load, now));
+        }
+    }
+
+    /// Sets what discovery said of the backend.
+    pub(crate) fn set_meta(&self, address: Option<Origin>, gpu_memory_bytes: Option<u64>) {
+        let mut inner = self.lock();
+        inner.address = address;
+        inner.gpu_memory_bytes = gpu_memory_bytes;
+    }
+
+    pub(crate) fn address(&self) -> Option<Origin> {
+        self.lock().address.clone()
+    }
+
+    pub(crate) fn status(&self, policy: &HealthPolicy) -> HealthStatus {
+        self.lock().state.status(policy)
+    }
+}
+
+/// Evaluates every backend of the table once, `dt` after the last time.
+pub(crate) fn evaluate_fleet(
+    backends: &[Arc<BackendState>],
+    fleet: &Fleet,
+    now: Instant,
+    dt: Duration,
+) {
+    let policy = &fleet.health;
+    let mut guards: Vec<_> = backends.iter().map(|b| b.health.lock()).collect();
+    let stale = policy.interval.saturating_mul(STALE_INTERVALS);
+    let observations: Vec<Observation> = backends
+        .iter()
+        .zip(guards.iter_mut())
+        .map(|(b, inner)| {
+            let (picked, in_flight) = (b.traffic.picked(), b.load());
+            // Picked since, less the growth of those in flight: finished.
+            let finished = (picked.wrapping_sub(inner.picked) as i64
+                - (in_flight as i64 - inner.in_flight as i64))
+                .max(0) as u64;
+            (inner.picked, inner.in_flight) = (picked, in_flight);
+            let taken = b.health.latencies.take();
+            let failures = b.health.failures.swap(0, Ordering::Relaxed);
+            let obs = Observation {
+                calls: finished + inner.probes,
+                failures: failures + inner.probe_failures,
+                timed: taken.count,
+                p99_ms: taken.p99_ms,
+                in_flight,
+                load: inner
+                    .load
+                    .filter(|(_, at)| now.saturating_duration_since(*at) <= stale)
+                    .map(|(l, _)| l),
+                gpu_memory_bytes: inner.gpu_memory_bytes,
+            };
+            (inner.probes, inner.probe_failures) = (0, 0);
+            obs
+        })
+        .collect();
+    let mut pairs: Vec<(&mut HealthState, Observation)> = guards
+        .iter_mut()
+        .map(|g| &mut g.state)
+        .zip(observations)
+        .collect();
+    evaluate(policy, &mut pairs, dt);
+    let mut ejected = 0;
+    for (b, (state, _)) in backends.iter().zip(&pairs) {
+        let out = state.ejected();
+        ejected += usize::from(out.is_some());
+        if b.health.ejected.swap(out.is_some(), Ordering::Relaxed) != out.is_some() {
+            match out {
+                Some(why) => {
+                    tracing::info!(backend = %b.id, ?why, score = state.score(), "backend ejected")
+                }
+                None => {
+                    tracing::info!(backend = %b.id, score = state.score(), "backend readmitted")
+                }
+            }
+        }
+        b.health.weight.set(state.weight(policy));
+    }
+    fleet.ejected.store(ejected, Ordering::Relaxed);
+}
+
+/// Evaluates health every interval until the balancer is gone.
+pub(crate) async fn run(view: Weak<dyn View>, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = ticks.tick().await;
+    loop {
+        let now = ticks.tick().await;
+        let Some(view) = view.upgrade() else {
+            return;
+        };
+        let table = view.table();
+        evaluate_fleet(&table.backends, &table.fleet, now, now - last);
+        last = now;
+    }
+}
