@@ -14,7 +14,7 @@ use crate::error::InvalidConfig;
 /// | --- | --- | --- |
 /// | `weights` (latency, capacity, connection) | 0.5, 0.33, 0.17 | each finite and ≥ 0, sum > 0 (normalized to sum 1) |
 /// | `interval` (evaluation period) | 1 s | 10 ms ..= 60 s |
-/// | `error_alpha` (weight of one outcome in the error rate) | 0.1 | (0, 1] |
+/// | `error_alpha` (weight of one outcome in the error rate) | 0.2 | (0, 1] |
 /// | `latency_alpha` (weight of one interval's p99) | 0.3 | (0, 1] |
 /// | `failure_penalty` (latency a failure counts as) | 1 s | 1 ms ..= 1 h |
 /// | `relax_half_life` (no data: back toward neutral) | 10 s | 100 ms ..= 1 h |
@@ -52,7 +52,7 @@ impl Default for HealthPolicy {
         Self {
             weights: [0.5, 0.33, 0.17],
             interval: Duration::from_secs(1),
-            error_alpha: 0.1,
+            error_alpha: 0.2,
             latency_alpha: 0.3,
             failure_penalty: Duration::from_secs(1),
             relax_half_life: Duration::from_secs(10),
@@ -206,7 +206,8 @@ impl HealthPolicyBuilder {
         self
     }
 
-    /// Weight of one outcome in the error-rate EWMA ((0, 1]; default 0.1).
+    /// Weight of one outcome in the error-rate EWMA ((0, 1]; default 0.2,
+    /// the original design's).
     pub fn error_alpha(mut self, alpha: f64) -> Self {
         self.policy.error_alpha = alpha;
         self

@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use super::{HealthPolicy, LoadSignals};
 
-/// Timed calls an interval needs before its p99 can mark a latency outlier.
+/// Timed calls needed (since the backend joined or was last readmitted)
+/// before its p99 can mark it a latency outlier.
 const OUTLIER_MIN_SAMPLES: u64 = 5;
 /// Error rate at or above which a backend counts as failing, not slow:
 /// an outlier is a backend slow while not failing.
@@ -107,6 +108,8 @@ pub(crate) struct HealthState {
     streak: u32,
     /// Time since it was last ejected or an outlier.
     healthy_for: Duration,
+    /// Timed calls since it joined or was last readmitted.
+    samples: u64,
     /// Time evaluated since it joined.
     age: Duration,
     /// Whether it warms up (it joined a running fleet).
@@ -128,6 +131,7 @@ impl HealthState {
             remaining: Duration::ZERO,
             streak: 0,
             healthy_for: Duration::ZERO,
+            samples: 0,
             age: Duration::ZERO,
             warming,
         }
@@ -171,6 +175,7 @@ impl HealthState {
     /// Folds one interval of `dt` into the terms and the score.
     pub(crate) fn update(&mut self, p: &HealthPolicy, obs: &Observation, dt: Duration) {
         self.age = self.age.saturating_add(dt);
+        self.samples = self.samples.saturating_add(obs.timed);
         let decay = 0.5f64.powf(dt.as_secs_f64() / p.relax_half_life.as_secs_f64());
         // Error rate: one EWMA step per outcome, the interval's as a batch.
         if obs.calls > 0 {
@@ -192,7 +197,9 @@ impl HealthState {
             }
             (None, None) => {}
         }
-        if let (Some(_), Some(recent)) = (obs.p99_ms, self.p99_ms) {
+        // Learned from clean intervals only: a backend failing from the
+        // start must not take the failure penalty for its baseline.
+        if let (Some(_), Some(recent), 0) = (obs.p99_ms, self.p99_ms, obs.failures) {
             self.baseline_ms = Some(match self.baseline_ms {
                 Some(base) if recent > base => base + BASELINE_UP * (recent - base),
                 _ => recent,
@@ -248,7 +255,7 @@ impl HealthState {
             Some(Ejection::Outlier) if self.remaining.is_zero() => Verdict::Readmit,
             Some(_) => Verdict::Stay,
             None if self.score < p.eject_below => Verdict::Eject(Ejection::Score),
-            None if obs.timed >= OUTLIER_MIN_SAMPLES && self.is_outlier(p) => {
+            None if obs.timed > 0 && self.samples >= OUTLIER_MIN_SAMPLES && self.is_outlier(p) => {
                 Verdict::Eject(Ejection::Outlier)
             }
             None => Verdict::Stay,
@@ -267,6 +274,7 @@ impl HealthState {
         if self.ejected == Some(Ejection::Outlier) {
             // Judged afresh on what it serves from now on.
             self.p99_ms = self.baseline_ms;
+            self.samples = 0;
         }
         self.ejected = None;
     }

@@ -121,13 +121,27 @@ fn a_backend_turning_slow_is_ejected_as_an_outlier_then_readmitted() {
 fn an_outlier_needs_enough_samples_and_must_not_be_failing() {
     let p = policy();
     let mut s = HealthState::new(false);
-    for _ in 0..30 {
-        run(&p, &mut s, obs(20, 0, 10.0));
-    }
-    for _ in 0..5 {
-        run(&p, &mut s, obs(4, 0, 100.0));
-    }
-    assert_eq!(s.ejected(), None, "4 samples an interval are too few");
+    run(&p, &mut s, obs(1, 0, 10.0));
+    run(&p, &mut s, obs(1, 0, 1_000.0));
+    assert!(s.status(&p).p99_ms.unwrap() > 50.0);
+    assert_eq!(s.ejected(), None, "2 samples are too few");
+    run(&p, &mut s, obs(3, 0, 1_000.0));
+    assert_eq!(s.ejected(), Some(Ejection::Outlier), "5 are enough");
+
+    let mut failing = HealthState::new(false);
+    run(&p, &mut failing, obs(20, 0, 10.0));
+    let slow_and_failing = Observation {
+        failures: 12,
+        ..obs(20, 0, 1_000.0)
+    };
+    run(&p, &mut failing, slow_and_failing);
+    run(&p, &mut failing, slow_and_failing);
+    assert!(failing.status(&p).error_rate >= FAILING);
+    assert_ne!(
+        failing.ejected(),
+        Some(Ejection::Outlier),
+        "failing, not slow"
+    );
 }
 
 #[test]

@@ -1,0 +1,399 @@
+//! Backend health inside the balancer, over mock backends on a paused
+//! clock: passive outcomes, ejection, warm-up, probes and residency
+//! learned from answers.
+
+#[path = "support/lcg.rs"]
+mod lcg;
+#[path = "support/nodes.rs"]
+mod nodes;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tower::discover::{Change, ServiceList};
+use tower::ServiceExt;
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer, ResidencyHeader};
+use tower_model_balance::breaker::Policy;
+use tower_model_balance::endpoint::Origin;
+use tower_model_balance::health::probe::{
+    ProbeConfig, ProbeError, ProbeReport, ProbeTarget, Prober,
+};
+use tower_model_balance::health::{Ejection, HealthPolicy, LoadSignals};
+use tower_model_balance::route::ModelId;
+
+use lcg::Lcg;
+use nodes::{request, served, worker, Behavior, Node};
+
+const FAST: Duration = Duration::from_millis(20);
+
+fn id(name: &str) -> BackendId {
+    BackendId::new(name).unwrap()
+}
+
+fn nodes(names: &[&'static str]) -> Vec<Node> {
+    names
+        .iter()
+        .map(|&n| Node::new(n, Behavior::Serve(FAST)))
+        .collect()
+}
+
+const EIGHT: [&str; 8] = ["a", "b", "c", "d", "e", "f", "g", "h"];
+
+fn balancer(nodes: &[Node], config: BalanceConfig, seed: u64) -> ModelBalancer<Node, Lcg> {
+    let list = ServiceList::new(nodes.iter().map(Node::backend).collect::<Vec<_>>());
+    ModelBalancer::from_rng(list, config, Lcg(seed)).unwrap()
+}
+
+/// Runs `workers` concurrent update workers of `each` requests.
+async fn updates(balancer: &ModelBalancer<Node, Lcg>, workers: usize, each: usize) {
+    let tasks: Vec<_> = (0..workers)
+        .map(|w| {
+            let b = balancer.clone();
+            tokio::spawn(worker(b, format!("index-{w}"), true, each))
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_failing_in_1_ms_gets_at_most_5_percent_of_update_traffic() {
+    let nodes = nodes(&EIGHT);
+    nodes[7].set(Behavior::Fail);
+    let balancer = balancer(&nodes, BalanceConfig::default(), 1);
+    updates(&balancer, 16, 200).await;
+    let served = served(&nodes);
+    let total: u64 = served.values().sum();
+    let share = served["h"] as f64 / total as f64;
+    assert!(share <= 0.05, "{share} of {total}: {served:?}");
+    let health = balancer.handle().health(&id("h")).unwrap();
+    assert!(
+        health.p99_ms.unwrap() > 900.0,
+        "failures count at the 1 s penalty: {health:?}"
+    );
+    assert!(health.score < 1.0, "{health:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_owner_failing_fast_is_ejected_by_score() {
+    let nodes = nodes(&EIGHT);
+    let config = BalanceConfig::builder()
+        .model_owners(ModelId::new("pinned").unwrap(), 1)
+        // The breaker alone would stop the traffic first.
+        .breaker(
+            Policy::builder()
+                .minimum_calls(1000)
+                .window(1000)
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let balancer = balancer(&nodes, config, 8);
+    let handle = balancer.handle();
+    worker(balancer.clone(), "pinned".into(), false, 10).await;
+    let owner = *served(&nodes).iter().max_by_key(|(_, n)| **n).unwrap().0;
+    nodes
+        .iter()
+        .find(|n| n.name == owner)
+        .unwrap()
+        .set(Behavior::Fail);
+    let mut ejected = None;
+    for _ in 0..2_000 {
+        worker(balancer.clone(), "pinned".into(), false, 1).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        ejected = handle.health(&id(owner)).unwrap().ejected;
+        if ejected.is_some() {
+            break;
+        }
+    }
+    assert_eq!(ejected, Some(Ejection::Score));
+    let status = handle.health(&id(owner)).unwrap();
+    assert!(status.score < 0.2 && status.error_rate > 0.8, "{status:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_turning_10x_slow_loses_its_share_of_updates() {
+    let nodes = nodes(&EIGHT);
+    let balancer = balancer(&nodes, BalanceConfig::default(), 2);
+    updates(&balancer, 16, 100).await;
+    nodes[3].set(Behavior::Serve(FAST * 10));
+    let changed = Instant::now();
+    while changed.elapsed() < Duration::from_secs(5) {
+        updates(&balancer, 16, 10).await;
+    }
+    let before = served(&nodes);
+    updates(&balancer, 16, 200).await;
+    let after = served(&nodes);
+    let total: u64 = after.values().sum::<u64>() - before.values().sum::<u64>();
+    let slow = after["d"] - before["d"];
+    let fair = total as f64 / 8.0;
+    assert!(
+        (slow as f64) <= fair / 2.0,
+        "{slow} of {total} (fair {fair})"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_latency_outlier_is_ejected_and_its_models_move() {
+    let nodes = nodes(&EIGHT);
+    let config = BalanceConfig::builder()
+        .model_owners(ModelId::new("pinned").unwrap(), 1)
+        .build()
+        .unwrap();
+    let balancer = balancer(&nodes, config, 3);
+    let handle = balancer.handle();
+    worker(balancer.clone(), "pinned".into(), false, 500).await;
+    let owner = *served(&nodes).iter().max_by_key(|(_, n)| **n).unwrap().0;
+    assert_eq!(served(&nodes)[owner], 500, "one owner serves the model");
+    let slow = nodes.iter().find(|n| n.name == owner).unwrap();
+    slow.set(Behavior::Serve(FAST * 10));
+    let mut ejected = None;
+    for _ in 0..100 {
+        worker(balancer.clone(), "pinned".into(), false, 1).await;
+        if let Some(why) = handle.health(&id(owner)).unwrap().ejected {
+            ejected = Some(why);
+            break;
+        }
+    }
+    assert_eq!(ejected, Some(Ejection::Outlier));
+    assert!(handle
+        .backends()
+        .iter()
+        .any(|b| b.id == id(owner) && b.ejected));
+    let before = slow.served();
+    worker(balancer.clone(), "pinned".into(), false, 50).await;
+    assert_eq!(slow.served(), before, "an ejected backend is not picked");
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_more_than_the_ejection_share_is_out_at_once() {
+    let nodes = nodes(&EIGHT);
+    for n in &nodes[..4] {
+        n.set(Behavior::Fail);
+    }
+    let balancer = balancer(&nodes, BalanceConfig::default(), 4);
+    let handle = balancer.handle();
+    updates(&balancer, 16, 100).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let out = handle.backends().iter().filter(|b| b.ejected).count();
+    assert_eq!(out, 2, "30% of 8, rounded down");
+}
+
+/// A discovery source the test feeds.
+fn channel() -> (
+    mpsc::UnboundedSender<Change<&'static str, tower_model_balance::balance::Backend<Node>>>,
+    impl tower::discover::Discover<
+            Key = &'static str,
+            Service = tower_model_balance::balance::Backend<Node>,
+            Error = Infallible,
+        > + Send
+        + 'static,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let changes = stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
+    });
+    (tx, changes)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_joining_backend_warms_up_neither_flooded_nor_starved() {
+    let all = nodes(&["a", "b", "c", "d", "e"]);
+    let (tx, source) = channel();
+    for n in &all[..4] {
+        tx.send(Change::Insert(n.name, n.backend())).unwrap();
+    }
+    let balancer = ModelBalancer::from_rng(source, BalanceConfig::default(), Lcg(5)).unwrap();
+    updates(&balancer, 8, 100).await;
+    tx.send(Change::Insert("e", all[4].backend())).unwrap();
+    let joined = Instant::now();
+    let warm_up = HealthPolicy::default().warm_up();
+    let mut first_picked = None;
+    let mut early = (0, 0); // (e, total) in its first 2 s
+    while joined.elapsed() < warm_up && first_picked.is_none()
+        || joined.elapsed() < Duration::from_secs(2)
+    {
+        let before = (all[4].served(), all.iter().map(Node::served).sum::<u64>());
+        updates(&balancer, 8, 5).await;
+        let after = (all[4].served(), all.iter().map(Node::served).sum::<u64>());
+        if joined.elapsed() <= Duration::from_secs(2) {
+            early.0 += after.0 - before.0;
+            early.1 += after.1 - before.1;
+        }
+        if first_picked.is_none() && after.0 > 0 {
+            first_picked = Some(joined.elapsed());
+        }
+    }
+    let first = first_picked.expect("picked within the warm-up");
+    assert!(first < warm_up, "{first:?}");
+    let share = early.0 as f64 / early.1 as f64;
+    assert!(
+        share < 0.2,
+        "not flooded: {share} in its first 2 s (fair 0.2)"
+    );
+}
+
+/// A prober answering what the test set for each backend, counting probes.
+#[derive(Clone)]
+struct Scripted {
+    probes: Arc<AtomicU64>,
+    answer: fn(&ProbeTarget) -> Option<Result<ProbeReport, ProbeError>>,
+}
+
+impl Prober for Scripted {
+    fn probe(
+        &self,
+        target: &ProbeTarget,
+    ) -> impl std::future::Future<Output = Result<ProbeReport, ProbeError>> + Send + 'static {
+        self.probes.fetch_add(1, Ordering::Relaxed);
+        let answer = (self.answer)(target);
+        async move {
+            match answer {
+                Some(answer) => answer,
+                // Never answers: the runner's timeout fails it.
+                None => std::future::pending().await,
+            }
+        }
+    }
+}
+
+fn addressed(nodes: &[Node]) -> ServiceList<Vec<tower_model_balance::balance::Backend<Node>>> {
+    ServiceList::new(
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let mut backend = n.backend();
+                let origin = Origin::parse(&format!("http://127.0.0.1:{}", 9000 + i)).unwrap();
+                backend.meta = backend.meta.with_address(origin);
+                backend
+            })
+            .collect(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn probes_feed_health_and_residency_and_stop_with_their_task() {
+    let nodes = nodes(&["a", "b", "c", "d"]);
+    let balancer =
+        ModelBalancer::from_rng(addressed(&nodes), BalanceConfig::default(), Lcg(6)).unwrap();
+    let handle = balancer.handle();
+    let probes = Arc::new(AtomicU64::new(0));
+    let prober = Scripted {
+        probes: probes.clone(),
+        answer: |t| match t.id.as_str() {
+            "a" => Some(Ok(ProbeReport::default().with_ready(false))),
+            "b" => None,
+            "c" => Some(Ok(ProbeReport::default()
+                .with_ready(true)
+                .with_resident_models(vec![ModelId::new("llama").unwrap()])
+                .with_load(LoadSignals::default().with_requests_waiting(40.0)))),
+            _ => Some(Ok(ProbeReport::default().with_ready(true))),
+        },
+    };
+    let config = ProbeConfig::builder()
+        .interval(Duration::from_secs(1))
+        .timeout(Duration::from_millis(200))
+        .jitter(0.0)
+        .build()
+        .unwrap();
+    let task = handle.spawn_probes(prober, config);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let rounds = probes.load(Ordering::Relaxed) / 4;
+    assert!((25..=31).contains(&rounds), "{rounds} rounds in 30 s");
+    let health = |n| handle.health(&id(n)).unwrap();
+    assert_eq!(
+        health("a").ejected,
+        Some(Ejection::Score),
+        "not ready: {:?}",
+        health("a")
+    );
+    assert!(health("b").error_rate > 0.9, "timed out: {:?}", health("b"));
+    assert!(health("c").capacity < 0.2, "deep queue: {:?}", health("c"));
+    assert!(handle.is_resident(&id("c"), &ModelId::new("llama").unwrap()));
+    assert_eq!(health("d").score, 1.0);
+    // At most the share is out: `b` stays in.
+    assert_eq!(health("b").ejected, None);
+
+    drop(task);
+    let count = probes.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        probes.load(Ordering::Relaxed),
+        count,
+        "dropping the task stops it"
+    );
+
+    let task = handle.spawn_probes(
+        Scripted {
+            probes: probes.clone(),
+            answer: |_| Some(Ok(ProbeReport::default())),
+        },
+        ProbeConfig::default(),
+    );
+    drop((balancer, handle));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(task.is_finished(), "stops once the balancer is gone");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_for_an_unknown_backend_is_refused() {
+    let nodes = nodes(&["a"]);
+    let balancer = balancer(&nodes, BalanceConfig::default(), 7);
+    let report = ProbeReport::default();
+    assert!(!balancer.handle().report_probe(&id("zz"), Ok(&report)));
+    assert!(balancer.handle().report_probe(&id("a"), Ok(&report)));
+    let err = ProbeError::Timeout;
+    assert!(balancer.handle().report_probe(&id("a"), Err(&err)));
+}
+
+/// A node that lists the models it holds in a response header.
+#[derive(Clone)]
+struct Listing;
+
+impl tower::Service<http::Request<String>> for Listing {
+    type Response = http::Response<String>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<String>) -> Self::Future {
+        let rsp = http::Response::builder()
+            .header("x-resident", "bert, llama ,not a model,")
+            .body(String::new())
+            .unwrap();
+        std::future::ready(Ok(rsp))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn residency_is_learned_from_a_response_header() {
+    let backends = [tower_model_balance::balance::Backend::new(id("a"), Listing)];
+    let config = BalanceConfig::builder()
+        .residency_header(ResidencyHeader::ResidentModels(
+            http::HeaderName::from_static("x-resident"),
+        ))
+        .build()
+        .unwrap();
+    let balancer = ModelBalancer::new(ServiceList::new(backends), config).unwrap();
+    let handle = balancer.handle();
+    let rsp = balancer.oneshot(request("gpt", false)).await.unwrap();
+    assert!(rsp.status().is_success());
+    let resident = |m| handle.is_resident(&id("a"), &ModelId::new(m).unwrap());
+    assert!(resident("bert") && resident("llama"));
+    assert!(!resident("gpt"), "the header replaced what routing taught");
+}
