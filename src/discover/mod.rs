@@ -75,6 +75,12 @@ mod diff;
 mod static_list;
 mod watch;
 
+#[cfg(feature = "dns")]
+mod dns;
+
+#[cfg(feature = "dns")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dns")))]
+pub use self::dns::{Dns, DnsBuilder, HickoryResolver, Resolve, SystemConfError};
 pub use self::static_list::Static;
 pub use self::watch::Watch;
 
@@ -121,6 +127,19 @@ impl Counters {
     fn add_duplicates(&self, n: usize) {
         let n = u64::try_from(n).unwrap_or(u64::MAX);
         self.inner.duplicates.fetch_add(n, Ordering::Relaxed);
+    }
+
+    #[cfg(feature = "dns")]
+    fn add_resolution(&self, empty: bool) {
+        self.inner.resolutions.fetch_add(1, Ordering::Relaxed);
+        if empty {
+            self.inner.empty.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[cfg(feature = "dns")]
+    fn add_failure(&self) {
+        self.inner.failures.fetch_add(1, Ordering::Relaxed);
     }
 }
 
