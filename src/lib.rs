@@ -15,6 +15,9 @@
 //!   circuit breaker per backend and staged ring changes;
 //! * [`breaker`] (feature `breaker`) is that circuit breaker, usable alone as
 //!   a `Layer` in front of any `Service`;
+//! * [`discover`] (feature `discover`) tells the balancer which backends
+//!   exist: a static list, whole sets from a `tokio::sync::watch` channel,
+//!   or (feature `dns`) a hostname re-resolved on an interval;
 //! * [`endpoint`] turns one HTTP client into an endpoint per backend;
 //! * `sim` (feature `sim`) runs simulated model servers on loopback, to try
 //!   a stack before production.
@@ -76,6 +79,10 @@ pub mod balance;
 #[cfg(feature = "health")]
 #[cfg_attr(docsrs, doc(cfg(feature = "health")))]
 pub mod health;
+
+#[cfg(feature = "discover")]
+#[cfg_attr(docsrs, doc(cfg(feature = "discover")))]
+pub mod discover;
 
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]

@@ -1,0 +1,155 @@
+//! Discovery sources: where the balancer learns which backends exist.
+//!
+//! ```
+//! use std::convert::Infallible;
+//!
+//! use tokio::sync::watch;
+//! use tower::service_fn;
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//! use tower_model_balance::discover::Watch;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
+//! let endpoint = service_fn(|_req: http::Request<String>| async {
+//!     Ok::<_, Infallible>(http::Response::new(String::new()))
+//! });
+//! let backend = |name: &str| Backend::new(BackendId::new(name).unwrap(), endpoint.clone());
+//!
+//! // Your registry publishes the whole fleet; the balancer sees the changes.
+//! let (fleet, sets) = watch::channel(vec![backend("gpu-0"), backend("gpu-1")]);
+//! let balancer = ModelBalancer::new(Watch::new(sets), BalanceConfig::default())?;
+//! let handle = balancer.handle();
+//! let names = || {
+//!     let mut names: Vec<_> = handle.backends().iter().map(|b| b.id.to_string()).collect();
+//!     names.sort();
+//!     names
+//! };
+//! assert_eq!(names(), ["gpu-0", "gpu-1"]);
+//!
+//! // gpu-0 leaves, gpu-2 joins: a `Remove` and an `Insert`, applied by the
+//! // balancer's discovery task.
+//! fleet.send_modify(|set| {
+//!     set.remove(0);
+//!     set.push(backend("gpu-2"));
+//! });
+//! for _ in 0..100 {
+//!     if names() == ["gpu-1", "gpu-2"] {
+//!         break;
+//!     }
+//!     tokio::task::yield_now().await;
+//! }
+//! assert_eq!(names(), ["gpu-1", "gpu-2"]);
+//! # Ok(()) }
+//! ```
+//!
+//! A discovery source is any [`tower::discover::Discover`] whose services
+//! are [`Backend`](crate::balance::Backend)s: a backend's
+//! [`BackendMeta`](crate::balance::BackendMeta) (ID, weight, model slots,
+//! resident models, address, GPU memory) paired with its endpoint. The
+//! sources here key every change by the backend's ID, and never fail
+//! (`Error = Infallible`):
+//!
+//! * [`Static`] — a fixed list: one `Insert` per backend, then quiet for
+//!   ever;
+//! * [`Watch`] — whole backend sets published on a
+//!   [`tokio::sync::watch`] channel by a registry of your own, turned into
+//!   `Remove`s and `Insert`s (new backends and changed metadata);
+//! * `Dns` (feature `dns`) — a hostname re-resolved on an interval, each
+//!   address a backend `ip:port`; a failed resolution keeps the fleet.
+//!
+//! How the balancer applies a change: an `Insert` for a new ID adds the
+//! backend (its ring points staged in, see
+//! [`Staging`](crate::balance::Staging)); an `Insert` for a live ID updates
+//! its metadata and endpoint and keeps its breaker, health and in-flight
+//! count; a `Remove` makes it ineligible at once, and requests in flight
+//! there finish normally.
+//!
+//! Sets are compared by metadata: endpoints are not comparable, so a new
+//! endpoint with unchanged metadata is not announced (see [`Watch`]).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+mod diff;
+mod static_list;
+mod watch;
+
+#[cfg(feature = "dns")]
+mod dns;
+
+#[cfg(feature = "dns")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dns")))]
+pub use self::dns::{Dns, DnsBuilder, HickoryResolver, Resolve, SystemConfError};
+pub use self::static_list::Static;
+pub use self::watch::Watch;
+
+/// A cheap, cloneable handle on a discovery source's counters, readable
+/// after the source was handed to a balancer. Every counter starts at 0
+/// and only grows (wrapping after 2^64).
+#[derive(Clone, Default)]
+pub struct Counters {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    duplicates: AtomicU64,
+    resolutions: AtomicU64,
+    failures: AtomicU64,
+    empty: AtomicU64,
+}
+
+impl Counters {
+    /// Backends dropped because an earlier one in the same published set
+    /// had their ID ([`Watch`]).
+    pub fn duplicates(&self) -> u64 {
+        self.inner.duplicates.load(Ordering::Relaxed)
+    }
+
+    /// Resolutions that returned an answer, empty or not (`Dns`).
+    pub fn resolutions(&self) -> u64 {
+        self.inner.resolutions.load(Ordering::Relaxed)
+    }
+
+    /// Resolutions that failed or timed out, each leaving the backend set
+    /// as it was (`Dns`).
+    pub fn failures(&self) -> u64 {
+        self.inner.failures.load(Ordering::Relaxed)
+    }
+
+    /// Resolutions that answered no address (`Dns`); also counted in
+    /// [`Counters::resolutions`].
+    pub fn empty_answers(&self) -> u64 {
+        self.inner.empty.load(Ordering::Relaxed)
+    }
+
+    fn add_duplicates(&self, n: usize) {
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        self.inner.duplicates.fetch_add(n, Ordering::Relaxed);
+    }
+
+    #[cfg(feature = "dns")]
+    fn add_resolution(&self, empty: bool) {
+        self.inner.resolutions.fetch_add(1, Ordering::Relaxed);
+        if empty {
+            self.inner.empty.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[cfg(feature = "dns")]
+    fn add_failure(&self) {
+        self.inner.failures.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl fmt::Debug for Counters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Counters")
+            .field("duplicates", &self.duplicates())
+            .field("resolutions", &self.resolutions())
+            .field("failures", &self.failures())
+            .field("empty_answers", &self.empty_answers())
+            .finish()
+    }
+}
