@@ -225,3 +225,21 @@ async fn a_balancer_fed_by_a_static_list_routes_over_it() {
     let picked = balancer.pick(&route, Instant::now()).unwrap();
     assert_eq!(picked.endpoint, picked.backend().as_str());
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_discovery_task_stops_with_the_balancer_though_its_source_is_quiet() {
+    let (fleet, sets) = watch::channel(vec![named("a"), named("b")]);
+    let balancer = ModelBalancer::new(Watch::new(sets), BalanceConfig::default()).unwrap();
+    let handle = balancer.handle();
+    until(|| handle.backends().len() == 2).await;
+    drop(balancer);
+    tokio::task::yield_now().await;
+    assert_eq!(
+        fleet.receiver_count(),
+        1,
+        "a handle keeps the balancer alive"
+    );
+    drop(handle);
+    // The task drops its source (and with it the receiver) when it stops.
+    until(|| fleet.receiver_count() == 0).await;
+}

@@ -12,14 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::stream;
-use tokio::sync::mpsc;
+use tokio::sync::watch;
 use tokio::time::Instant;
-use tower::discover::{Change, ServiceList};
+use tower::discover::ServiceList;
 use tower::ServiceExt;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{BalanceConfig, ModelBalancer, ResidencyHeader};
 use tower_model_balance::breaker::Policy;
+use tower_model_balance::discover::Watch;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{
     ProbeConfig, ProbeError, ProbeReport, ProbeTarget, Prober,
@@ -187,33 +187,14 @@ async fn no_more_than_the_ejection_share_is_out_at_once() {
     assert_eq!(out, 2, "30% of 8, rounded down");
 }
 
-/// A discovery source the test feeds.
-fn channel() -> (
-    mpsc::UnboundedSender<Change<&'static str, tower_model_balance::balance::Backend<Node>>>,
-    impl tower::discover::Discover<
-            Key = &'static str,
-            Service = tower_model_balance::balance::Backend<Node>,
-            Error = Infallible,
-        > + Send
-        + 'static,
-) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let changes = stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
-    });
-    (tx, changes)
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_joining_backend_warms_up_neither_flooded_nor_starved() {
     let all = nodes(&["a", "b", "c", "d", "e"]);
-    let (tx, source) = channel();
-    for n in &all[..4] {
-        tx.send(Change::Insert(n.name, n.backend())).unwrap();
-    }
-    let balancer = ModelBalancer::from_rng(source, BalanceConfig::default(), Lcg(5)).unwrap();
+    let (fleet, sets) = watch::channel(all[..4].iter().map(Node::backend).collect());
+    let balancer =
+        ModelBalancer::from_rng(Watch::new(sets), BalanceConfig::default(), Lcg(5)).unwrap();
     updates(&balancer, 8, 100).await;
-    tx.send(Change::Insert("e", all[4].backend())).unwrap();
+    fleet.send_modify(|set| set.push(all[4].backend()));
     let joined = Instant::now();
     let warm_up = HealthPolicy::default().warm_up();
     let mut first_picked = None;

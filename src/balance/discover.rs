@@ -300,15 +300,19 @@ enum Wake {
     Ended,
     /// The cooldown since the last step is over.
     Due,
+    /// Every clone and handle of the balancer is gone.
+    Gone,
 }
 
-/// Drives `discover` until it ends or every balancer clone is gone,
+/// Drives `discover` until it ends or every balancer clone and handle is
+/// gone (`gone` resolves),
 /// publishing a snapshot after each batch of changes and each staged step;
 /// once the source ends, finishes staging what it announced.
 pub(crate) async fn run<D, K, E>(
     mut discover: Pin<Box<D>>,
     mut registry: Registry<K, E>,
     shared: Weak<Shared<E>>,
+    mut gone: tokio::sync::oneshot::Receiver<()>,
 ) where
     D: Discover<Key = K, Service = Backend<E>>,
     D::Error: Into<BoxError>,
@@ -322,6 +326,9 @@ pub(crate) async fn run<D, K, E>(
     let mut ended = false;
     loop {
         let wake = poll_fn(|cx| {
+            if Pin::new(&mut gone).poll(cx).is_ready() {
+                return Poll::Ready(Wake::Gone);
+            }
             if !ended {
                 match registry.drain(discover.as_mut(), cx) {
                     Drained::Pending { changed: false } => {}
@@ -336,7 +343,7 @@ pub(crate) async fn run<D, K, E>(
         })
         .await;
         ended |= wake == Wake::Ended;
-        let Some(shared) = shared.upgrade() else {
+        let Some(shared) = shared.upgrade().filter(|_| wake != Wake::Gone) else {
             return;
         };
         let now = Instant::now();

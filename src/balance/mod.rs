@@ -173,10 +173,17 @@ struct Shared<E> {
     /// Bumped after each publish: clones reload their snapshot when it moves.
     generation: AtomicU64,
     clones: AtomicU64,
+    /// Dropped with the last clone and handle: tells the discovery task to
+    /// stop even while its source is quiet.
+    _gone: tokio::sync::oneshot::Sender<()>,
 }
 
 impl<E> Shared<E> {
-    fn new(snapshot: Snapshot<E>, config: BalanceConfig) -> Self {
+    fn new(
+        snapshot: Snapshot<E>,
+        config: BalanceConfig,
+        gone: tokio::sync::oneshot::Sender<()>,
+    ) -> Self {
         let mut fixed_owners: Vec<(u64, usize)> = config
             .model_owners
             .iter()
@@ -191,6 +198,7 @@ impl<E> Shared<E> {
             fixed_owners: fixed_owners.into_boxed_slice(),
             generation: AtomicU64::new(0),
             clones: AtomicU64::new(0),
+            _gone: gone,
         }
     }
 

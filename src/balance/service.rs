@@ -40,7 +40,7 @@ where
     /// Changes `discover` has ready now are applied before this returns; a
     /// background task on the current Tokio runtime applies later ones until
     /// the source ends or fails (the last backend set stays in force), or
-    /// until the first change after every clone of the balancer is dropped.
+    /// until every clone and handle of the balancer is dropped.
     /// A second task evaluates backend health every
     /// [`HealthPolicy::interval`](crate::health::HealthPolicy::interval)
     /// until every clone and handle is dropped (built outside a runtime
@@ -84,7 +84,8 @@ where
         // From an empty ring: the first backend set lands in one step.
         registry.step();
         let interval = config.health.interval;
-        let shared = Arc::new(Shared::new(registry.snapshot(), config));
+        let (gone, on_gone) = tokio::sync::oneshot::channel();
+        let shared = Arc::new(Shared::new(registry.snapshot(), config, gone));
         let runtime = tokio::runtime::Handle::try_current();
         if drained != Drained::Done {
             let runtime = runtime.as_ref().map_err(|_| {
@@ -93,7 +94,8 @@ where
                     "a Tokio runtime entered when the balancer is built",
                 )
             })?;
-            runtime.spawn(discover::run(discover, registry, Arc::downgrade(&shared)));
+            let weak = Arc::downgrade(&shared);
+            runtime.spawn(discover::run(discover, registry, weak, on_gone));
         }
         match &runtime {
             Ok(runtime) => {

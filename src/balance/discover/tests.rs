@@ -41,8 +41,9 @@ impl Fixture {
         let mut registry = Registry::new(config.clone());
         registry.drain(discover.as_mut(), &mut Context::from_waker(Waker::noop()));
         registry.step();
-        let shared = Arc::new(Shared::new(registry.snapshot(), config));
-        let task = tokio::spawn(run(discover, registry, Arc::downgrade(&shared)));
+        let (gone, on_gone) = tokio::sync::oneshot::channel();
+        let shared = Arc::new(Shared::new(registry.snapshot(), config, gone));
+        let task = tokio::spawn(run(discover, registry, Arc::downgrade(&shared), on_gone));
         let seen = shared.snapshot.load().table.clone();
         Self {
             tx,
