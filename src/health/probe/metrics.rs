@@ -336,13 +336,13 @@ fn parse_metrics(body: &[u8], names: &MetricNames) -> Result<LoadSignals, ProbeE
         }
         Ok(None)
     };
-    let mut load = LoadSignals::default();
-    load.kv_cache_usage = read(&names.kv_cache_usage, true)?;
-    load.requests_running = read(&names.requests_running, false)?;
-    load.requests_waiting = read(&names.requests_waiting, false)?;
-    load.gpu_memory_used_bytes = read(&names.gpu_memory_used_bytes, false)?;
-    load.gpu_memory_total_bytes = read(&names.gpu_memory_total_bytes, false)?;
-    Ok(load)
+    Ok(LoadSignals {
+        kv_cache_usage: read(&names.kv_cache_usage, true)?,
+        requests_running: read(&names.requests_running, false)?,
+        requests_waiting: read(&names.requests_waiting, false)?,
+        gpu_memory_used_bytes: read(&names.gpu_memory_used_bytes, false)?,
+        gpu_memory_total_bytes: read(&names.gpu_memory_total_bytes, false)?,
+    })
 }
 
 #[cfg(test)]
