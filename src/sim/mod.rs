@@ -32,6 +32,7 @@
 //! ```
 
 mod config;
+mod fault;
 mod metrics;
 pub mod protocol;
 mod queue;
@@ -40,5 +41,6 @@ mod residency;
 mod server;
 
 pub use self::config::{InferenceTimes, ServerConfig, ServerConfigBuilder};
+pub use self::fault::Fault;
 pub use self::residency::{Access, Residency};
-pub use self::server::{Fault, ModelServer, ServerStats};
+pub use self::server::{ModelServer, ServerStats};

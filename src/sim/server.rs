@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 
+use super::fault::Fault;
 use super::metrics::{self, Snapshot};
 use super::protocol::{self, BACKEND_HEADER, COLD_LOAD_HEADER, RESIDENT_MODELS_HEADER};
 use super::queue::{backlog_delay, Counted};
@@ -23,38 +24,6 @@ use super::repository;
 use super::residency::{Access, Residency};
 use super::ServerConfig;
 use crate::route::{ModelId, RequestKind, RouteInfo};
-
-/// A fault the server can be put in, and taken out of, while it runs.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
-pub enum Fault {
-    /// Every request is answered 503 Service Unavailable at once (after
-    /// its body is read), without waiting for a serving slot.
-    Unavailable,
-    /// A `share` (fraction in [0, 1]) of requests, chosen by hashing their
-    /// sequence number, take `factor` times their normal time: their
-    /// service time (inference or update) and their wait behind a
-    /// [`Backlog`](Self::Backlog). `Slow { factor: 10, share: 1.0 }` makes
-    /// every request 10× slower, none failing.
-    Slow {
-        /// Multiplier of the service time.
-        factor: u32,
-        /// Fraction of requests slowed, in [0, 1].
-        share: f64,
-    },
-    /// As if `waiting` requests of other clients were queued ahead of each
-    /// request: `vllm:num_requests_waiting` reports them on top of the real
-    /// queue, and each inference or update request first waits
-    /// `ceil(waiting / concurrency) × its own service time` (the phantom
-    /// requests take as long as it does, `concurrency` at once), counted
-    /// as waiting, before it queues for a serving slot. The phantom
-    /// requests hold no slot: `vllm:num_requests_running` and the KV-cache
-    /// usage stay true.
-    Backlog {
-        /// Phantom requests queued ahead.
-        waiting: u32,
-    },
-}
 
 /// Counters of one simulated server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -269,7 +238,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
     }
     .saturating_mul(slow);
     let waiting = Counted::enter(&state.counters.waiting);
-    tokio::time::sleep(backlog_delay(backlog, config.concurrency, service)).await;
+    if backlog > 0 {
+        // Only then: a zero sleep would still wait for the timer's next tick.
+        tokio::time::sleep(backlog_delay(backlog, config.concurrency, service)).await;
+    }
     let Ok(_slot) = state.slots.acquire().await else {
         return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "closed"));
     };

@@ -12,8 +12,10 @@ use super::ProbeError;
 use crate::endpoint::Origin;
 
 /// The HTTP client probers send with: hyper-util's legacy client over plain
-/// HTTP/1 (`http://` origins), pooling connections per host. Clones share
-/// the pool, so one client can serve every prober of a fleet.
+/// HTTP/1, pooling connections per host. Clones share the pool, so one
+/// client can serve every prober of a fleet. It speaks `http://` only: a
+/// probe of an `https://` origin fails with
+/// [`ProbeError::Transport`](super::ProbeError::Transport).
 pub type ProbeClient = Client<HttpConnector, Full<Bytes>>;
 
 /// A new [`ProbeClient`] with hyper-util's defaults (idle connections kept
