@@ -80,6 +80,7 @@ impl ModelId {
     }
 
     /// The hash of `name` if it is a valid model ID, allocating nothing.
+    #[cfg(feature = "balance")]
     pub(crate) fn hash_of(name: &str) -> Option<u64> {
         Self::validate("model", name).ok()
     }

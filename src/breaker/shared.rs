@@ -295,6 +295,7 @@ impl Breaker {
     /// Whether the breaker is forced open by hand ([`Breaker::force_open`]),
     /// without taking the lock: the balancer leaves such a backend out
     /// even in panic mode (it was drained on purpose).
+    #[cfg(feature = "balance")]
     pub(crate) fn is_forced_open(&self) -> bool {
         let inner = &self.inner;
         inner.published.load(Ordering::Acquire) & 1 == 0

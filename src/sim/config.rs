@@ -14,6 +14,11 @@ use crate::error::InvalidConfig;
 /// | `cold_load` (holds a serving slot) | 300 ms | ≤ 10 min |
 /// | `update_time` | 10 ms | ≤ 10 min |
 /// | `inference` | 5 ..= 30 ms per model, by seed 0 | see [`InferenceTimes`] |
+/// | `model_memory` (GPU memory of one resident model, bytes) | 16 GiB | 1 B ..= 1 TiB |
+///
+/// The simulated GPU holds `resident_slots × model_memory` bytes: the
+/// server reports that as its total GPU memory, and `resident models ×
+/// model_memory` as used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerConfig {
@@ -27,7 +32,14 @@ pub struct ServerConfig {
     pub(crate) update_time: Duration,
     /// Inference time of each model.
     pub(crate) inference: InferenceTimes,
+    /// GPU memory of one resident model, in bytes.
+    pub(crate) model_memory: u64,
 }
+
+/// Default GPU memory of one resident model: 16 GiB.
+const DEFAULT_MODEL_MEMORY: u64 = 16 << 30;
+/// Largest GPU memory of one resident model: 1 TiB.
+const MAX_MODEL_MEMORY: u64 = 1 << 40;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -37,6 +49,7 @@ impl Default for ServerConfig {
             cold_load: Duration::from_millis(300),
             update_time: Duration::from_millis(10),
             inference: InferenceTimes::default(),
+            model_memory: DEFAULT_MODEL_MEMORY,
         }
     }
 }
@@ -65,6 +78,11 @@ impl ServerConfig {
     /// Inference time of each model.
     pub fn inference(&self) -> &InferenceTimes {
         &self.inference
+    }
+
+    /// GPU memory of one resident model, in bytes.
+    pub fn model_memory(&self) -> u64 {
+        self.model_memory
     }
 
     /// A builder starting from the defaults.
@@ -120,6 +138,13 @@ impl ServerConfigBuilder {
         self
     }
 
+    /// Sets the GPU memory of one resident model, in bytes (1 ..= 2^40;
+    /// default 16 GiB).
+    pub fn model_memory(mut self, bytes: u64) -> Self {
+        self.config.model_memory = bytes;
+        self
+    }
+
     /// Validates and returns the config.
     ///
     /// # Errors
@@ -139,6 +164,9 @@ impl ServerConfigBuilder {
         }
         if c.update_time > ten_minutes {
             return Err(InvalidConfig::new("update_time", "at most 10 min"));
+        }
+        if !(1..=MAX_MODEL_MEMORY).contains(&c.model_memory) {
+            return Err(InvalidConfig::new("model_memory", "1 ..= 2^40 bytes"));
         }
         Ok(c)
     }

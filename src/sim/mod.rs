@@ -6,6 +6,9 @@
 //! number of requests at once (the rest queue), pays a cold load that holds a
 //! serving slot when a model is not resident, and can be put into a
 //! [`Fault`] while it runs. It speaks a subset of the KServe v2 protocol,
+//! Triton's repository index, the OpenAI model list and Prometheus metrics
+//! in vLLM's and Triton's names, so the probers of `health::probe`
+//! (feature `probe`) can ask it what they ask real servers; all of it is
 //! described in [`protocol`].
 //!
 //! ```
@@ -22,16 +25,22 @@
 //! let rsp = client.request(req).await.unwrap();
 //! assert_eq!(rsp.status(), 200);
 //! assert_eq!(rsp.headers()[protocol::COLD_LOAD_HEADER], "true");
+//! assert_eq!(rsp.headers()[protocol::RESIDENT_MODELS_HEADER], "resnet-50");
 //! assert_eq!(server.stats().cold_loads, 1);
 //! assert_eq!(server.resident_models(), ["resnet-50"]);
 //! # }
 //! ```
 
 mod config;
+mod fault;
+mod metrics;
 pub mod protocol;
+mod queue;
+mod repository;
 mod residency;
 mod server;
 
 pub use self::config::{InferenceTimes, ServerConfig, ServerConfigBuilder};
+pub use self::fault::Fault;
 pub use self::residency::{Access, Residency};
-pub use self::server::{Fault, ModelServer, ServerStats};
+pub use self::server::{ModelServer, ServerStats};

@@ -16,27 +16,14 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 
-use super::protocol::{self, BACKEND_HEADER, COLD_LOAD_HEADER};
+use super::fault::Fault;
+use super::metrics::{self, Snapshot};
+use super::protocol::{self, BACKEND_HEADER, COLD_LOAD_HEADER, RESIDENT_MODELS_HEADER};
+use super::queue::{backlog_delay, Counted};
+use super::repository;
 use super::residency::{Access, Residency};
 use super::ServerConfig;
 use crate::route::{ModelId, RequestKind, RouteInfo};
-
-/// A fault the server can be put in, and taken out of, while it runs.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
-pub enum Fault {
-    /// Every request is answered 503 Service Unavailable (after its body is
-    /// read).
-    Unavailable,
-    /// A `share` (fraction in [0, 1]) of requests, chosen by hashing their
-    /// sequence number, take `factor` times their normal time.
-    Slow {
-        /// Multiplier of the service time.
-        factor: u32,
-        /// Fraction of requests slowed, in [0, 1].
-        share: f64,
-    },
-}
 
 /// Counters of one simulated server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -48,8 +35,14 @@ pub struct ServerStats {
     pub work: u64,
     /// Model loads started.
     pub cold_loads: u64,
-    /// Requests answered 503 because of a fault.
+    /// Requests answered 503 because of a fault (readiness checks apart).
     pub unavailable: u64,
+    /// Inference and update requests waiting now: behind a
+    /// [`Fault::Backlog`] or for a serving slot (the phantom requests of
+    /// the backlog not counted).
+    pub waiting: u64,
+    /// Inference and update requests holding a serving slot now.
+    pub running: u64,
 }
 
 #[derive(Debug, Default)]
@@ -58,6 +51,8 @@ struct Counters {
     work: AtomicU64,
     cold_loads: AtomicU64,
     unavailable: AtomicU64,
+    waiting: AtomicU64,
+    running: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -68,6 +63,7 @@ struct State {
     residency: Mutex<Residency>,
     fault: Mutex<Option<Fault>>,
     counters: Counters,
+    gpu_uuid: String,
 }
 
 /// A running simulated model server; stops when dropped.
@@ -103,6 +99,7 @@ impl ModelServer {
             residency: Mutex::new(Residency::new(config.resident_slots)),
             fault: Mutex::new(None),
             counters: Counters::default(),
+            gpu_uuid: metrics::gpu_uuid(name),
             config,
         });
         let (shutdown, watch) = watch::channel(false);
@@ -129,7 +126,7 @@ impl ModelServer {
         *lock(&self.state.fault) = fault;
     }
 
-    /// Counters so far.
+    /// Counters so far, and the requests waiting and running now.
     pub fn stats(&self) -> ServerStats {
         let c = &self.state.counters;
         ServerStats {
@@ -137,7 +134,14 @@ impl ModelServer {
             work: c.work.load(Ordering::Relaxed),
             cold_loads: c.cold_loads.load(Ordering::Relaxed),
             unavailable: c.unavailable.load(Ordering::Relaxed),
+            waiting: c.waiting.load(Ordering::Relaxed),
+            running: c.running.load(Ordering::Relaxed),
         }
+    }
+
+    /// The config it serves by.
+    pub fn config(&self) -> &ServerConfig {
+        &self.state.config
     }
 
     /// Models resident now (loaded or loading).
@@ -198,6 +202,11 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
         };
         return Ok(plain(status, ""));
     }
+    if let Some(response) = info(&state, fault, req.method(), req.uri().path()) {
+        // Read a POST's body whole, so the connection stays usable.
+        let _ = req.into_body().collect().await;
+        return Ok(response);
+    }
     let model = match (req.method(), protocol::parse_infer_path(req.uri().path())) {
         (&Method::POST, Some(name)) => match ModelId::new(name) {
             Ok(model) => model,
@@ -213,27 +222,33 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
     if req.into_body().collect().await.is_err() {
         return Ok(plain(StatusCode::BAD_REQUEST, "unreadable body"));
     }
-    let slow = match fault {
-        Some(Fault::Unavailable) => {
-            state.counters.unavailable.fetch_add(1, Ordering::Relaxed);
-            return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "unavailable"));
-        }
+    let (slow, backlog) = match fault {
+        Some(Fault::Unavailable) => return Ok(unavailable(&state)),
         Some(Fault::Slow { factor, share }) => {
             let draw = xxhash_rust::xxh3::xxh3_64(&seq.to_le_bytes()) as f64 / u64::MAX as f64;
-            if draw < share {
-                factor.max(1)
-            } else {
-                1
-            }
+            (if draw < share { factor.max(1) } else { 1 }, 0)
         }
-        None => 1,
+        Some(Fault::Backlog { waiting }) => (1, waiting),
+        None => (1, 0),
     };
+    let config = &state.config;
+    let service = match kind {
+        RequestKind::Update => config.update_time,
+        _ => config.inference.of(model.as_str()),
+    }
+    .saturating_mul(slow);
+    let waiting = Counted::enter(&state.counters.waiting);
+    if backlog > 0 {
+        // Only then: a zero sleep would still wait for the timer's next tick.
+        tokio::time::sleep(backlog_delay(backlog, config.concurrency, service)).await;
+    }
     let Ok(_slot) = state.slots.acquire().await else {
         return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "closed"));
     };
-    let config = &state.config;
+    drop(waiting);
+    let _running = Counted::enter(&state.counters.running);
     let cold = if kind == RequestKind::Update {
-        tokio::time::sleep(config.update_time * slow).await;
+        tokio::time::sleep(service).await;
         false
     } else {
         let access =
@@ -250,9 +265,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
                 true
             }
         };
-        tokio::time::sleep(config.inference.of(model.as_str()) * slow).await;
+        tokio::time::sleep(service).await;
         cold
     };
+    let resident = repository::resident_list(&lock(&state.residency));
     let mut response = plain(StatusCode::OK, &protocol::infer_response(model.as_str()));
     let headers = response.headers_mut();
     headers.insert(
@@ -262,7 +278,72 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
     if let Ok(name) = http::HeaderValue::from_str(&state.name) {
         headers.insert(BACKEND_HEADER, name);
     }
+    // Model IDs hold no control characters: valid header bytes.
+    if let Ok(models) = http::HeaderValue::from_bytes(resident.as_bytes()) {
+        headers.insert(RESIDENT_MODELS_HEADER, models);
+    }
     Ok(response)
+}
+
+/// The answer to a request for the repository index, the model list or
+/// the metrics; `None` for any other request.
+fn info(state: &State, fault: Option<Fault>, method: &Method, path: &str) -> Option<SimResponse> {
+    let known = matches!(
+        (method, path),
+        (&Method::POST, protocol::REPOSITORY_INDEX_PATH)
+            | (&Method::GET, protocol::MODELS_PATH)
+            | (&Method::GET, protocol::METRICS_PATH)
+    );
+    if !known {
+        return None;
+    }
+    if fault == Some(Fault::Unavailable) {
+        return Some(unavailable(state));
+    }
+    let now = Instant::now();
+    let (body, content_type) = match path {
+        protocol::REPOSITORY_INDEX_PATH => (
+            repository::index_body(&lock(&state.residency), now),
+            "application/json",
+        ),
+        protocol::MODELS_PATH => (
+            repository::models_body(&lock(&state.residency), now),
+            "application/json",
+        ),
+        _ => (
+            metrics::render(&snapshot(state, fault), &state.gpu_uuid),
+            "text/plain; version=0.0.4",
+        ),
+    };
+    let mut response = plain(StatusCode::OK, &body);
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    Some(response)
+}
+
+/// What the metrics show now.
+fn snapshot(state: &State, fault: Option<Fault>) -> Snapshot {
+    let phantom = match fault {
+        Some(Fault::Backlog { waiting }) => u64::from(waiting),
+        _ => 0,
+    };
+    let c = &state.counters;
+    Snapshot {
+        running: c.running.load(Ordering::Relaxed),
+        waiting: c.waiting.load(Ordering::Relaxed) + phantom,
+        concurrency: state.config.concurrency as u64,
+        resident: lock(&state.residency).models().count() as u64,
+        slots: state.config.resident_slots as u64,
+        model_memory: state.config.model_memory,
+    }
+}
+
+/// A 503 for a fault, counted.
+fn unavailable(state: &State) -> SimResponse {
+    state.counters.unavailable.fetch_add(1, Ordering::Relaxed);
+    plain(StatusCode::SERVICE_UNAVAILABLE, "unavailable")
 }
 
 fn plain(status: StatusCode, body: &str) -> SimResponse {

@@ -3,9 +3,72 @@
 //! A [`Prober`] asks one backend, at its [`Origin`], whether it is ready,
 //! which models it holds and how loaded it is, and answers a
 //! [`ProbeReport`]. A pair of probers is a prober too: both are asked and
-//! their reports merged.
+//! their reports merged. A balancer runs one over its backends with
+//! [`BalancerHandle::spawn_probes`](crate::balance::BalancerHandle::spawn_probes)
+//! ([`ProbeConfig`]: interval, timeout, jitter, concurrency).
+//!
+//! The trait, the report and the config are always here; the HTTP probers
+//! of real model-server APIs need the `probe` feature:
+//!
+//! | prober | asks | learns |
+//! | --- | --- | --- |
+//! | [`KServeV2`] | `GET /v2/health/ready`, `POST /v2/repository/index` (Triton, KServe) | readiness, models `READY` |
+//! | [`OpenAiModels`] | `GET /v1/models` (vLLM, SGLang, TGI) | readiness, served models |
+//! | [`PrometheusMetrics`] | `GET /metrics`, names by [`MetricNames`] | KV-cache usage, queue, GPU memory |
+//!
+//! Probers apply no timeout — the caller does (a probe that hangs must
+//! count as failed, and only the caller knows its interval) — and share
+//! one [`ProbeClient`] when built [`with_client`](KServeV2::with_client).
+//! Each is `Clone` and cheap to clone.
+//!
+//! Against a simulated server, which serves all three APIs:
+//!
+//! ```
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::endpoint::Origin;
+//! use tower_model_balance::health::probe::{
+//!     KServeV2, MetricNames, Prober, ProbeTarget, PrometheusMetrics,
+//! };
+//! use tower_model_balance::sim::{ModelServer, ServerConfig};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let server = ModelServer::start("gpu-0", ServerConfig::default()).await.unwrap();
+//! let target = ProbeTarget::new(BackendId::new("gpu-0").unwrap(), Origin::http(server.addr()));
+//!
+//! // Triton-like: readiness and models from KServe v2, GPU memory from metrics.
+//! let prober = (KServeV2::new(), PrometheusMetrics::new(MetricNames::triton()));
+//! let probe = prober.probe(&target);
+//! // In production, bound it: tokio::time::timeout(Duration::from_secs(2), probe).
+//! let report = probe.await.unwrap();
+//! assert_eq!(report.ready, Some(true));
+//! assert_eq!(report.resident_models, Some(vec![]), "nothing loaded yet");
+//! assert_eq!(report.load.gpu_memory_used_bytes, Some(0.0));
+//! assert!(report.load.gpu_memory_total_bytes.unwrap() > 0.0);
+//! # }
+//! ```
 
 mod config;
+#[cfg(feature = "probe")]
+mod fetch;
+#[cfg(feature = "probe")]
+mod kserve;
+#[cfg(feature = "probe")]
+mod metrics;
+#[cfg(feature = "probe")]
+mod openai;
+
+#[cfg(feature = "probe")]
+#[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
+pub use self::fetch::{client, ProbeClient};
+#[cfg(feature = "probe")]
+#[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
+pub use self::kserve::KServeV2;
+#[cfg(feature = "probe")]
+#[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
+pub use self::metrics::{MetricNames, PrometheusMetrics};
+#[cfg(feature = "probe")]
+#[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
+pub use self::openai::OpenAiModels;
 
 use std::fmt;
 use std::future::Future;

@@ -1,0 +1,186 @@
+//! KServe Open Inference Protocol v2 (Triton, KServe model servers):
+//! readiness, and the resident models from Triton's model repository index.
+
+use std::future::Future;
+
+use serde::Deserialize;
+
+use super::fetch::{self, ProbeClient, MAX_JSON_BODY};
+use super::{ProbeError, ProbeReport, ProbeTarget, Prober};
+use crate::route::ModelId;
+
+/// The readiness path of the v2 protocol.
+const READY_PATH: &str = "/v2/health/ready";
+/// The index path of Triton's model repository extension.
+const INDEX_PATH: &str = "/v2/repository/index";
+
+/// Probes a KServe v2 server (Triton, KServe, the [`sim`](crate::sim)
+/// server).
+///
+/// 1. `GET /v2/health/ready`: a 2xx answer is `ready: Some(true)`; any
+///    other status (Triton answers 400 or 503 while not ready) is
+///    `ready: Some(false)` — a valid answer, not an error. A server that
+///    does not answer at all is [`ProbeError::Transport`].
+/// 2. When ready, `POST /v2/repository/index` with body `{}` (Triton's
+///    [model repository extension]): the models whose `state` is `READY`
+///    are `resident_models`; models loading, unavailable or without a state
+///    are not. A name that is not a valid [`ModelId`] is skipped (logged at
+///    debug level). Skipped when not ready (`resident_models: None`), or
+///    always with [`without_repository_index`](Self::without_repository_index)
+///    for servers without the extension.
+///
+/// Load signals are left unset: pair it with
+/// [`PrometheusMetrics`](super::PrometheusMetrics) for those.
+///
+/// # Errors
+///
+/// [`ProbeError::Transport`] when a request cannot be sent or its response
+/// not read; [`ProbeError::Status`] when the index answers other than 2xx;
+/// [`ProbeError::Malformed`] when the index is not a JSON array of objects
+/// with a string `name`, or exceeds 1 MiB. The prober applies no timeout:
+/// the caller (the probe runner) does.
+///
+/// [model repository extension]: https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_model_repository.md
+#[derive(Debug, Clone)]
+pub struct KServeV2 {
+    client: ProbeClient,
+    repository_index: bool,
+}
+
+impl Default for KServeV2 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KServeV2 {
+    /// A prober with its own HTTP client, asking the repository index.
+    pub fn new() -> Self {
+        Self::with_client(fetch::client())
+    }
+
+    /// A prober sending through `client` (clones share its connection
+    /// pool), asking the repository index.
+    pub fn with_client(client: ProbeClient) -> Self {
+        Self {
+            client,
+            repository_index: true,
+        }
+    }
+
+    /// Asks readiness only, not the repository index: for v2 servers
+    /// without Triton's model repository extension. The report's
+    /// `resident_models` stays `None`.
+    pub fn without_repository_index(mut self) -> Self {
+        self.repository_index = false;
+        self
+    }
+}
+
+impl Prober for KServeV2 {
+    fn probe(
+        &self,
+        target: &ProbeTarget,
+    ) -> impl Future<Output = Result<ProbeReport, ProbeError>> + Send + 'static {
+        let client = self.client.clone();
+        let origin = target.address.clone();
+        let index = self.repository_index;
+        async move {
+            let ready = fetch::send(&client, &origin, READY_PATH, None, MAX_JSON_BODY)
+                .await?
+                .status
+                .is_success();
+            let mut report = ProbeReport {
+                ready: Some(ready),
+                ..ProbeReport::default()
+            };
+            if ready && index {
+                let body = fetch::send(&client, &origin, INDEX_PATH, Some("{}"), MAX_JSON_BODY)
+                    .await?
+                    .success()?;
+                report.resident_models = Some(parse_repository_index(&body)?);
+            }
+            Ok(report)
+        }
+    }
+}
+
+/// One entry of a repository index; other fields (`version`, `reason`) are
+/// ignored.
+#[derive(Deserialize)]
+struct IndexEntry {
+    name: String,
+    #[serde(default)]
+    state: Option<String>,
+}
+
+/// The models a repository index lists as `READY`, each once, in the
+/// order listed.
+///
+/// # Errors
+///
+/// [`ProbeError::Malformed`] unless `body` is a JSON array of objects each
+/// with a string `name` (and, if present, a string or null `state`).
+fn parse_repository_index(body: &[u8]) -> Result<Vec<ModelId>, ProbeError> {
+    let entries: Vec<IndexEntry> = serde_json::from_slice(body)
+        .map_err(|e| ProbeError::malformed(format!("{INDEX_PATH}: {e}")))?;
+    let mut models: Vec<ModelId> = Vec::new();
+    for entry in entries {
+        if entry.state.as_deref() != Some("READY") {
+            continue;
+        }
+        match ModelId::new(&entry.name) {
+            Ok(model) if !models.contains(&model) => models.push(model),
+            Ok(_) => {}
+            Err(error) => {
+                tracing::debug!(name = %entry.name.escape_debug(), %error, "skipped an invalid model name in the repository index");
+            }
+        }
+    }
+    Ok(models)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(models: &[ModelId]) -> Vec<&str> {
+        models.iter().map(ModelId::as_str).collect()
+    }
+
+    #[test]
+    fn ready_models_of_a_triton_index() {
+        // Shaped like Triton's answer: versions as strings, an empty reason
+        // when ready, a reason when not, a model never loaded with no state.
+        let body = br#"[
+            {"name":"densenet_onnx","version":"1","state":"READY","reason":""},
+            {"name":"inception_graphdef","version":"1","state":"UNAVAILABLE","reason":"unloaded"},
+            {"name":"simple","version":"1","state":"READY","reason":""},
+            {"name":"simple","version":"2","state":"READY","reason":""},
+            {"name":"bert_large","version":"3","state":"LOADING","reason":""},
+            {"name":"ensemble_dali"},
+            {"name":"has space","version":"1","state":"READY","reason":""}
+        ]"#;
+        let models = parse_repository_index(body).unwrap();
+        assert_eq!(names(&models), ["densenet_onnx", "simple"]);
+        assert_eq!(parse_repository_index(b"[]").unwrap(), []);
+    }
+
+    #[test]
+    fn malformed_indexes() {
+        for body in [
+            &b"not json"[..],
+            br#"{"models":[]}"#,
+            br#"[{"state":"READY"}]"#,
+            br#"[{"name":7,"state":"READY"}]"#,
+            br#"[{"name":"a","state":"READY"}"#,
+            b"",
+        ] {
+            let error = parse_repository_index(body).unwrap_err();
+            assert!(
+                matches!(&error, ProbeError::Malformed { what } if what.starts_with(INDEX_PATH)),
+                "{error}"
+            );
+        }
+    }
+}
