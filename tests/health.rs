@@ -372,9 +372,14 @@ async fn residency_is_learned_from_a_response_header() {
         .unwrap();
     let balancer = ModelBalancer::new(ServiceList::new(backends), config).unwrap();
     let handle = balancer.handle();
+    assert!(handle.set_resident_models(&id("a"), [&ModelId::new("old").unwrap()]));
     let rsp = balancer.oneshot(request("gpt", false)).await.unwrap();
     assert!(rsp.status().is_success());
     let resident = |m| handle.is_resident(&id("a"), &ModelId::new(m).unwrap());
-    assert!(resident("bert") && resident("llama"));
-    assert!(!resident("gpt"), "the header replaced what routing taught");
+    assert!(resident("bert") && resident("llama"), "listed");
+    assert!(!resident("old"), "served before, not listed: evicted");
+    assert!(
+        resident("gpt"),
+        "sent there and loading when the list was read: kept"
+    );
 }

@@ -115,16 +115,18 @@ async fn run(
             share: 0.1,
         }));
     }
-    let (strategy, handle) = strategies::build(name, &servers, config.resident_slots(), args.seed);
+    let (strategy, balancer) =
+        strategies::build(name, &servers, config.resident_slots(), args.seed);
+    let handle = balancer.as_ref().map(|(handle, _probes)| handle);
     let records = drive(&strategy, &servers, &plan, args.scenario).await;
     let cold_loads = servers.iter().map(|s| s.stats().cold_loads).sum();
     let loads: Vec<u64> = servers.iter().map(|s| s.stats().work).collect();
-    let trips = handle.as_ref().map_or(0, |h| h.breaker_trips());
-    if let (Some(handle), false) = (&handle, args.json) {
+    let trips = handle.map_or(0, |h| h.breaker_trips());
+    if let (Some(handle), false) = (handle, args.json) {
         let s = handle.stats();
         emit!(
-            "{name} routing: {} to a resident owner, {} to a cold owner, {} spilled, {} in panic mode, {} updates by P2C, {} without a backend",
-            s.resident_owner, s.cold_owner, s.spill, s.panic, s.update, s.no_backend
+            "{name} routing: {} to a resident owner, {} to a cold owner, {} spilled, {} in panic mode, {} updates by P2C, {} without a backend; {} health ejections",
+            s.resident_owner, s.cold_owner, s.spill, s.panic, s.update, s.no_backend, handle.ejections()
         );
     }
     Ok(report::figures(name, &records, cold_loads, trips, &loads))

@@ -22,9 +22,10 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer,
+    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ProbeTask, ResidencyHeader,
 };
-use tower_model_balance::endpoint::SetOrigin;
+use tower_model_balance::endpoint::{Origin, SetOrigin};
+use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::RouteInfo;
 use tower_model_balance::sim::{protocol, ModelServer};
@@ -68,13 +69,14 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
 }
 
 /// Builds strategy `name` over `servers`, which each keep `model_slots`
-/// models resident; the balancer handle when it has one.
+/// models resident; the balancer's handle and its probe task when it has
+/// them.
 pub fn build(
     name: &str,
     servers: &[ModelServer],
     model_slots: usize,
     seed: u64,
-) -> (Strategy, Option<BalancerHandle>) {
+) -> (Strategy, Option<(BalancerHandle, ProbeTask)>) {
     let endpoints = endpoints(servers);
     match name {
         "round_robin" => (finish(Select::round_robin(endpoints)), None),
@@ -90,20 +92,36 @@ pub fn build(
         }
         "consistent_hash" => (finish(Select::consistent_hash(endpoints)), None),
         "model_aware" => {
-            let backends = endpoints.into_iter().map(|(id, e)| {
+            let backends = endpoints.into_iter().zip(servers).map(|((id, e), server)| {
                 let meta = BackendMeta::new(id)
                     .with_model_slots(model_slots)
-                    .expect("the scenario's slots are within 1..=16");
+                    .expect("the scenario's slots are within 1..=16")
+                    .with_address(Origin::http(server.addr()));
                 Backend::with_meta(meta, e)
             });
+            let config = BalanceConfig::builder()
+                .residency_header(ResidencyHeader::ResidentModels(
+                    protocol::RESIDENT_MODELS_HEADER,
+                ))
+                .build()
+                .expect("a valid config");
             let balancer = ModelBalancer::from_rng(
                 ServiceList::new(backends.collect::<Vec<_>>()),
-                BalanceConfig::default(),
+                config,
                 SplitMix(seed),
             )
             .expect("built inside the runtime");
             let handle = balancer.handle();
-            (finish(balancer), Some(handle))
+            // Readiness and resident models from KServe v2, queue depth and
+            // KV-cache usage from the vLLM-style metrics, once a second.
+            let prober = (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm()));
+            let probes = ProbeConfig::builder()
+                .interval(Duration::from_secs(1))
+                .timeout(Duration::from_millis(500))
+                .build()
+                .expect("a valid probe config");
+            let probes = handle.spawn_probes(prober, probes);
+            (finish(balancer), Some((handle, probes)))
         }
         other => unreachable!("unknown strategy {other}"),
     }

@@ -68,8 +68,11 @@ pub struct BalanceConfig {
 pub enum ResidencyHeader {
     /// The header lists the models resident on the backend after the
     /// request, comma-separated (e.g. the simulator's
-    /// `x-sim-resident-models`); it replaces what the balancer had learned
-    /// of that backend. Names that are not valid model IDs are skipped.
+    /// `x-sim-resident-models`): the server's own list, taken as
+    /// [`BalancerHandle::report_probe`](super::BalancerHandle::report_probe)
+    /// takes a probe's (listed: served; served before but not listed:
+    /// evicted; still loading: kept). Names that are not valid model IDs
+    /// are skipped.
     ResidentModels(HeaderName),
     /// The header is `true` when the request waited for its model to load
     /// (e.g. the simulator's `x-sim-cold-load`): either way the model is

@@ -80,7 +80,7 @@ impl Guard {
                     return;
                 };
                 let keys = list.split(',').map(str::trim).filter_map(ModelId::hash_of);
-                residency.replace(keys, self.state.fleet.millis(Instant::now()));
+                residency.sync(keys, self.state.fleet.millis(Instant::now()));
             }
             ResidencyHeader::ColdLoad(name) => {
                 // Loaded now or resident before: resident and served.
@@ -132,7 +132,12 @@ impl Guard {
         match outcome {
             Outcome::Success if self.started.is_some() => {
                 self.state.latency.record(latency, false);
-                self.state.health.record(elapsed, false, penalty);
+                // A request that may have waited for its model to load
+                // says nothing of the backend's health: cold loads are
+                // expected, and the balancer chose them.
+                if !self.confirms {
+                    self.state.health.record(elapsed, false, penalty);
+                }
             }
             Outcome::Failure | Outcome::Overload => {
                 self.state.latency.record(latency, true);

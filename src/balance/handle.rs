@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::pick::Branch;
-use super::table::Table;
+use super::table::{BackendState, Table};
 use tokio::time::Instant;
 
 use super::ProbeTask;
@@ -76,6 +76,8 @@ pub struct BackendStatus {
     pub health: f64,
     /// Whether health ejected it from the eligible set.
     pub ejected: bool,
+    /// Times health ejected it since it joined.
+    pub ejections: u64,
 }
 
 /// A cheap, cloneable handle on a balancer's counters and backends.
@@ -120,6 +122,7 @@ impl BalancerHandle {
                 picked: b.traffic.picked(),
                 health: b.health.status(&table.fleet.health).score,
                 ejected: b.health.is_ejected(),
+                ejections: b.health.ejections.load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -154,9 +157,11 @@ impl BalancerHandle {
     /// telemetry): a failure, or an answer of not ready, counts against its
     /// health like a failed request; load signals feed its capacity term
     /// until three evaluation intervals old; resident models, when listed,
-    /// replace what the balancer had learned (as
-    /// [`BalancerHandle::set_resident_models`]). Scores change at the next
-    /// evaluation. Returns false when no current backend has that ID.
+    /// are the server's own list: those listed are resident and served,
+    /// those the balancer took as served but not listed are dropped
+    /// (evicted), those it sent there that may still be loading are kept.
+    /// Scores change at the next evaluation. Returns false when no current
+    /// backend has that ID.
     pub fn report_probe(
         &self,
         backend: &BackendId,
@@ -173,9 +178,7 @@ impl BalancerHandle {
                 state.health.record_probe(failed, Some(report.load), now);
                 if let Some(models) = &report.resident_models {
                     let at = table.fleet.millis(now);
-                    state
-                        .residency
-                        .replace(models.iter().map(ModelId::hash64), at);
+                    state.residency.sync(models.iter().map(ModelId::hash64), at);
                 }
             }
             Err(_) => state.health.record_probe(true, None, now),
@@ -272,6 +275,14 @@ impl BalancerHandle {
     /// [`MAX_POINTS`](crate::ring::MAX_POINTS) points.
     pub fn ignored_backends(&self) -> u64 {
         self.view.table().fleet.ignored.load(Ordering::Relaxed)
+    }
+
+    /// Health ejections (by score and as latency outliers) over all current
+    /// backends since they joined.
+    pub fn ejections(&self) -> u64 {
+        let table = self.view.table();
+        let count = |b: &Arc<BackendState>| b.health.ejections.load(Ordering::Relaxed);
+        table.backends.iter().map(count).sum()
     }
 
     /// Breaker trips over all current backends (their backend-level

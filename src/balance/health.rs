@@ -28,6 +28,8 @@ pub(crate) struct BackendHealth {
     pub(crate) weight: Health,
     /// Out of the eligible set (by score or as a latency outlier).
     ejected: AtomicBool,
+    /// Times it was ejected.
+    pub(crate) ejections: AtomicU64,
     /// Failed requests since the last evaluation.
     failures: AtomicU64,
     /// Timed requests' latencies since the last evaluation (failures at
@@ -60,6 +62,7 @@ impl BackendHealth {
         Self {
             weight,
             ejected: AtomicBool::new(false),
+            ejections: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             latencies: LatencyHistogram::new(),
             inner: Mutex::new(Inner {
@@ -173,7 +176,8 @@ pub(crate) fn evaluate_fleet(
         if b.health.ejected.swap(out.is_some(), Ordering::Relaxed) != out.is_some() {
             match out {
                 Some(why) => {
-                    tracing::info!(backend = %b.id, ?why, score = state.score(), "backend ejected")
+                    b.health.ejections.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(backend = %b.id, ?why, score = state.score(), "backend ejected");
                 }
                 None => {
                     tracing::info!(backend = %b.id, score = state.score(), "backend readmitted")

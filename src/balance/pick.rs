@@ -400,19 +400,35 @@ fn spill_cold(
     best.map(|(i, _)| (i, Branch::Spill))
 }
 
+/// Draws after the first pair to replace an ineligible sample.
+const REDRAWS: usize = 4;
+
 /// Power of two choices on cost (Mitzenmacher, 2001): two distinct
-/// backends sampled uniformly, the cheaper eligible one taken; when neither
-/// is eligible, the cheapest eligible backend (a scan).
+/// eligible backends sampled uniformly, the cheaper taken. A sampled
+/// backend that is not eligible is replaced by another draw (up to
+/// [`REDRAWS`] each), so that an eligible backend paired with an ejected
+/// one is not taken for want of a rival; with no eligible pair found, the
+/// cheapest eligible backend (a scan).
 fn pick_update(ctx: &Ctx<'_>, random: &mut impl FnMut() -> u64) -> Option<Pick> {
     let n = ctx.table.backends.len();
-    let sampled = match n {
+    let mut sampled = match n {
         0 => return None,
         1 => [0, 0],
         _ => sample2(n as u64, random),
     };
-    let best = ctx
-        .cheapest(sampled.into_iter().filter(|&i| ctx.eligible(i)))
-        .or_else(|| ctx.cheapest((0..n).filter(|&i| ctx.eligible(i))));
+    for k in 0..2 {
+        if !ctx.eligible(sampled[k]) {
+            let other = sampled[1 - k];
+            let redraw = (0..REDRAWS)
+                .map(|_| (random() % n as u64) as usize)
+                .find(|&i| i != other && ctx.eligible(i));
+            sampled[k] = redraw.unwrap_or(other);
+        }
+    }
+    let best = match sampled {
+        [a, b] if a != b && ctx.eligible(a) && ctx.eligible(b) => ctx.cheapest([a, b].into_iter()),
+        _ => ctx.cheapest((0..n).filter(|&i| ctx.eligible(i))),
+    };
     if let Some(pick) = best.and_then(|i| ctx.admit(i, Branch::Update)) {
         return Some(pick);
     }

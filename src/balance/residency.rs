@@ -178,6 +178,33 @@ impl Residency {
         })
     }
 
+    /// Takes the server's own list of the models it holds (a probe of its
+    /// repository, a response header): each listed model is served (a
+    /// model not tracked takes the least recently used slot, one already
+    /// tracked keeps its place in the LRU order); a served model not
+    /// listed is dropped (the server evicted it); a model still loading
+    /// is kept (the server lists only models ready). Beyond `slots`,
+    /// later models are ignored.
+    pub(crate) fn sync(&self, keys: impl IntoIterator<Item = u64>, now_ms: u64) {
+        let mut listed = [0u64; MAX_SLOTS];
+        let mut n = 0;
+        for key in keys.into_iter().take(self.slots()) {
+            listed[n] = key;
+            n += 1;
+        }
+        let listed = &listed[..n];
+        for i in 0..self.slots() {
+            let served = self.loaded[i].load(Ordering::Relaxed) & SERVED != 0;
+            if served && !listed.contains(&self.models[i].load(Ordering::Relaxed)) {
+                self.stamps[i].store(0, Ordering::Relaxed);
+            }
+        }
+        for &key in listed {
+            self.touch_with(key, false, || now_ms);
+            self.confirm(key);
+        }
+    }
+
     /// Replaces the table with `keys` (the first `slots` of them), served.
     pub(crate) fn replace(&self, keys: impl IntoIterator<Item = u64>, now_ms: u64) {
         for stamp in &self.stamps {
@@ -217,6 +244,24 @@ mod tests {
         r.replace([7, 8, 9, 10], 20);
         assert!(r.contains(7) && r.contains(8) && r.contains(9));
         assert!(!r.contains(10) && !r.contains(1), "only `slots` are kept");
+    }
+
+    #[test]
+    fn a_servers_list_drops_evicted_models_and_keeps_loading_ones() {
+        let r = Residency::new(3);
+        for (t, key) in [1, 2, 3].into_iter().enumerate() {
+            r.touch(key, t as u64);
+        }
+        r.confirm(1);
+        r.confirm(2);
+        // The server lists 1 (and 9, loaded by another gateway), not 2
+        // (evicted) nor 3 (still loading, sent by us).
+        r.sync([9, 1], 10);
+        assert_eq!(r.presence(1), Presence::Served);
+        assert_eq!(r.presence(9), Presence::Served);
+        assert_eq!(r.presence(2), Presence::Absent, "evicted on the server");
+        assert_eq!(r.presence(3), Presence::Loading, "still loading");
+        assert_eq!(r.idle_ms(10), 10, "1 kept its place: last used at 0");
     }
 
     #[test]

@@ -57,8 +57,12 @@
 //! from the requests in flight. With no data the terms relax toward
 //! neutral (half-life 10 s), so an old penalty is not kept for ever.
 //!
-//! The balancer evaluates every backend once an interval (1 s): a backend
-//! whose score falls below 0.2 is **ejected** and comes back only above
+//! The balancer evaluates every backend once an interval (1 s). Load
+//! steers, it does not eject: the score is the weight P2C divides a
+//! backend's cost by, but ejection judges it with the capacity and
+//! connection terms at neutral (ejecting a busy backend would move its
+//! load and its models' cold loads onto the others). A backend whose
+//! ejection score falls below 0.2 is **ejected** and comes back only above
 //! 0.35 (hysteresis: a score hovering around one threshold does not
 //! toggle); one whose p99 runs over 5× its baseline while not failing is
 //! ejected as a **latency outlier** for 30 s × its consecutive ejections.

@@ -234,9 +234,10 @@ impl HealthPolicyBuilder {
         self
     }
 
-    /// Hysteresis: an eligible backend is ejected below `eject_below`, an
-    /// ejected one readmitted above `readmit_above` (0 ≤ eject < readmit ≤
-    /// 1; default 0.2 and 0.35).
+    /// Hysteresis: an eligible backend is ejected when its ejection score
+    /// (the score with the load terms at neutral) falls below
+    /// `eject_below`, an ejected one readmitted above `readmit_above` (0 ≤
+    /// eject < readmit ≤ 1; default 0.2 and 0.35).
     pub fn thresholds(mut self, eject_below: f64, readmit_above: f64) -> Self {
         self.policy.eject_below = eject_below;
         self.policy.readmit_above = readmit_above;
@@ -259,8 +260,9 @@ impl HealthPolicyBuilder {
     }
 
     /// The p99 latency over the backend's own baseline at which it is
-    /// ejected as a latency outlier (1.5 ..= 1 000; default 5.0; `None`:
-    /// off).
+    /// ejected as a latency outlier, once its smoothed p99 stayed over it
+    /// for 3 consecutive intervals with data (1.5 ..= 1 000; default 5.0;
+    /// `None`: off).
     pub fn outlier_factor(mut self, factor: Option<f64>) -> Self {
         self.policy.outlier_factor = factor;
         self

@@ -19,6 +19,14 @@
 //!
 //! With no data, every term relaxes toward neutral (error rate 0, latency
 //! at baseline, full capacity) with the policy's half-life.
+//!
+//! Load steers, it does not eject: the score (the weight P2C divides the
+//! cost by) has every term, but ejection by score judges the
+//! *ejection score*, the same with the capacity and connection terms at 1.
+//! A busy backend must keep its models — ejecting it would move its load,
+//! and its models' cold loads, onto the others, and they would be next.
+//! Ejection is for failing (the error rate) and, through outlier
+//! detection, for slowness against the backend's own baseline.
 
 use std::time::Duration;
 
@@ -27,6 +35,10 @@ use super::{HealthPolicy, LoadSignals};
 /// Timed calls needed (since the backend joined or was last readmitted)
 /// before its p99 can mark it a latency outlier.
 const OUTLIER_MIN_SAMPLES: u64 = 5;
+/// Consecutive intervals with data a backend must be slow in before it is
+/// ejected as a latency outlier: a passing queue (behind a cold load, say)
+/// is not an outlier.
+const OUTLIER_INTERVALS: u32 = 3;
 /// Error rate at or above which a backend counts as failing, not slow:
 /// an outlier is a backend slow while not failing.
 const FAILING: f64 = 0.5;
@@ -60,8 +72,9 @@ pub(crate) struct Observation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Ejection {
-    /// Its score fell below the policy's `eject_below`; it comes back above
-    /// `readmit_above`.
+    /// Its ejection score (the score with the load terms at neutral: the
+    /// error rate and the latency against its baseline) fell below the
+    /// policy's `eject_below`; it comes back above `readmit_above`.
     Score,
     /// Its p99 latency ran over the policy's `outlier_factor` × its
     /// baseline while it was not failing; it comes back after the ejection
@@ -75,6 +88,9 @@ pub enum Ejection {
 pub struct HealthStatus {
     /// The score, in [0, 1].
     pub score: f64,
+    /// The score with the load terms (capacity, connection) at neutral, in
+    /// [0, 1]: what ejection by score judges.
+    pub ejection_score: f64,
     /// The weight its cost is divided by: the score, times the warm-up
     /// ramp while the backend warms up.
     pub weight: f64,
@@ -101,6 +117,8 @@ pub(crate) struct HealthState {
     capacity: f64,
     connection: f64,
     score: f64,
+    /// The score with the load terms at 1.
+    ejection_score: f64,
     ejected: Option<Ejection>,
     /// Outlier ejection time left.
     remaining: Duration,
@@ -110,6 +128,8 @@ pub(crate) struct HealthState {
     healthy_for: Duration,
     /// Timed calls since it joined or was last readmitted.
     samples: u64,
+    /// Consecutive intervals with data it was slow in.
+    slow_intervals: u32,
     /// Time evaluated since it joined.
     age: Duration,
     /// Whether it warms up (it joined a running fleet).
@@ -127,11 +147,13 @@ impl HealthState {
             capacity: 1.0,
             connection: 1.0,
             score: 1.0,
+            ejection_score: 1.0,
             ejected: None,
             remaining: Duration::ZERO,
             streak: 0,
             healthy_for: Duration::ZERO,
             samples: 0,
+            slow_intervals: 0,
             age: Duration::ZERO,
             warming,
         }
@@ -162,6 +184,7 @@ impl HealthState {
     pub(crate) fn status(&self, p: &HealthPolicy) -> HealthStatus {
         HealthStatus {
             score: self.score,
+            ejection_score: self.ejection_score,
             weight: self.weight(p),
             ejected: self.ejected,
             error_rate: self.error_rate,
@@ -215,8 +238,17 @@ impl HealthState {
         let [wl, wc, wn] = p.weights;
         let sum = wl * self.latency_term() + wc * self.capacity + wn * self.connection;
         self.score = ((1.0 - self.error_rate) * sum).clamp(0.0, 1.0);
+        let unloaded = wl * self.latency_term() + wc + wn;
+        self.ejection_score = ((1.0 - self.error_rate) * unloaded).clamp(0.0, 1.0);
         if self.ejected == Some(Ejection::Outlier) {
             self.remaining = self.remaining.saturating_sub(dt);
+        }
+        if obs.timed > 0 {
+            self.slow_intervals = if self.is_outlier(p) {
+                self.slow_intervals.saturating_add(1)
+            } else {
+                0
+            };
         }
         if self.ejected.is_none() && !self.is_outlier(p) {
             // Consecutive ejections end once it served well for as long as
@@ -251,11 +283,14 @@ impl HealthState {
     /// What this backend asks for after [`HealthState::update`].
     fn verdict(&self, p: &HealthPolicy, obs: &Observation) -> Verdict {
         match self.ejected {
-            Some(Ejection::Score) if self.score > p.readmit_above => Verdict::Readmit,
+            Some(Ejection::Score) if self.ejection_score > p.readmit_above => Verdict::Readmit,
             Some(Ejection::Outlier) if self.remaining.is_zero() => Verdict::Readmit,
             Some(_) => Verdict::Stay,
-            None if self.score < p.eject_below => Verdict::Eject(Ejection::Score),
-            None if obs.timed > 0 && self.samples >= OUTLIER_MIN_SAMPLES && self.is_outlier(p) => {
+            None if self.ejection_score < p.eject_below => Verdict::Eject(Ejection::Score),
+            None if obs.timed > 0
+                && self.samples >= OUTLIER_MIN_SAMPLES
+                && self.slow_intervals >= OUTLIER_INTERVALS =>
+            {
                 Verdict::Eject(Ejection::Outlier)
             }
             None => Verdict::Stay,
@@ -275,6 +310,7 @@ impl HealthState {
             // Judged afresh on what it serves from now on.
             self.p99_ms = self.baseline_ms;
             self.samples = 0;
+            self.slow_intervals = 0;
         }
         self.ejected = None;
     }
@@ -319,7 +355,7 @@ pub(crate) fn evaluate(
         state.update(p, obs, dt);
         match state.verdict(p, obs) {
             Verdict::Readmit => state.readmit(),
-            Verdict::Eject(why) => asking.push((state.score, i, why)),
+            Verdict::Eject(why) => asking.push((state.ejection_score, i, why)),
             Verdict::Stay => {}
         }
     }

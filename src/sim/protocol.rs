@@ -41,9 +41,9 @@ pub const COLD_LOAD_HEADER: HeaderName = HeaderName::from_static("x-sim-cold-loa
 /// Response header: the name of the simulated backend that served the
 /// request.
 pub const BACKEND_HEADER: HeaderName = HeaderName::from_static("x-sim-backend");
-/// Response header: the models resident (loaded or loading) once the
-/// request was served, sorted and comma-separated (a name holding a comma
-/// reads as two).
+/// Response header: the models resident and ready (not those still
+/// loading) once the request was served, sorted and comma-separated (a
+/// name holding a comma reads as two).
 pub const RESIDENT_MODELS_HEADER: HeaderName = HeaderName::from_static("x-sim-resident-models");
 /// Readiness path.
 pub const READY_PATH: &str = "/v2/health/ready";

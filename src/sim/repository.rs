@@ -49,10 +49,14 @@ pub(crate) fn models_body(residency: &Residency, now: Instant) -> String {
     format!(r#"{{"object":"list","data":[{}]}}"#, data.join(","))
 }
 
-/// The resident models (loaded or loading), sorted and comma-separated.
-pub(crate) fn resident_list(residency: &Residency) -> String {
-    let mut models: Vec<&str> = residency.models().collect();
-    models.sort_unstable();
+/// The models loaded and ready at `now` (not those still loading), sorted
+/// and comma-separated.
+pub(crate) fn resident_list(residency: &Residency, now: Instant) -> String {
+    let models: Vec<&str> = sorted_states(residency, now)
+        .into_iter()
+        .filter(|&(_, loaded)| loaded)
+        .map(|(model, _)| model)
+        .collect();
     models.join(",")
 }
 
@@ -83,7 +87,7 @@ mod tests {
             models_body(&r, t1),
             r#"{"object":"list","data":[{"id":"a","object":"model","created":0,"owned_by":"sim"}]}"#
         );
-        assert_eq!(resident_list(&r), "a,c\"d");
+        assert_eq!(resident_list(&r, t1), "a", "c\"d is still loading");
         let empty = Residency::new(1);
         assert_eq!(index_body(&empty, t0), "[]");
         assert_eq!(models_body(&empty, t0), r#"{"object":"list","data":[]}"#);

@@ -268,7 +268,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
         tokio::time::sleep(service).await;
         cold
     };
-    let resident = repository::resident_list(&lock(&state.residency));
+    let resident = repository::resident_list(&lock(&state.residency), Instant::now());
     let mut response = plain(StatusCode::OK, &protocol::infer_response(model.as_str()));
     let headers = response.headers_mut();
     headers.insert(

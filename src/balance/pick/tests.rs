@@ -359,6 +359,35 @@ async fn update_falls_back_to_the_cheapest_eligible() {
     assert_eq!((p.index, p.branch), (others[1], Branch::Update));
 }
 
+/// An eligible backend sampled with an ineligible one gets a rival drawn
+/// among the eligible, not the pick by default.
+#[tokio::test(start_paused = true)]
+async fn update_redraws_an_ineligible_sample() {
+    let t = table(8);
+    trip(&t, 0);
+    trip(&t, 1);
+    for i in 2..8 {
+        set_load(&t, i, 1);
+    }
+    set_load(&t, 7, 40); // far costlier than every other eligible one
+    let update = route("m").with_kind(RequestKind::Update);
+    let mut state = 7u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        state >> 11
+    };
+    let mut costly = 0;
+    for _ in 0..10_000 {
+        let p = pick(&t, &ask(&update, 0), &RULES, &Now::lazy(), &mut next).unwrap();
+        assert!(p.index >= 2, "an open breaker is not picked");
+        costly += usize::from(p.index == 7);
+        drop(p);
+    }
+    assert!(costly < 100, "{costly} of 10 000 went to the costliest");
+}
+
 proptest! {
     #[test]
     fn sample2_is_distinct_and_in_range(n in 2u64..1000, x: u64, y: u64) {
