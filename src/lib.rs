@@ -15,6 +15,11 @@
 //!   circuit breaker per backend and staged ring changes;
 //! * [`breaker`] (feature `breaker`) is that circuit breaker, usable alone as
 //!   a `Layer` in front of any `Service`;
+//! * [`health`] (feature `health`) scores each backend from its outcomes
+//!   and from probes of model-server APIs (KServe v2 / Triton,
+//!   OpenAI-compatible, Prometheus metrics; feature `probe`), ejects the
+//!   failing and the latency outliers with hysteresis, and warms up
+//!   joining backends;
 //! * [`discover`] (feature `discover`) tells the balancer which backends
 //!   exist: a static list, whole sets from a `tokio::sync::watch` channel,
 //!   or (feature `dns`) a hostname re-resolved on an interval;
