@@ -10,12 +10,14 @@
 //!   number of backends and `c` the bounded-load factor (default 1.25). `k`
 //!   grows at once and shrinks one owner at a time, only once the share is
 //!   a quarter of an owner's load below the boundary, so it does not flap.
-//!   Among the eligible owners (breaker admitting, not removed) under the
+//!   Among the eligible owners (breaker admitting, not ejected by health,
+//!   not removed) under the
 //!   bounded-load cap `ceil(c × (total in-flight + 1) / n)` (Mirrokni,
 //!   Thorup and Zadimoghaddam, 2016), those with the model **resident** come
 //!   first — where it was served before those where it is still loading —
 //!   chosen by P2C on the cost `(in-flight + 1) × latency EWMA /
-//!   max(health, 0.05)`; else the first cold owner under the cap with no
+//!   max(health, 0.05)` (health: the backend's [score](crate::health)
+//!   times its warm-up ramp); else the first cold owner under the cap with no
 //!   load in progress loads it (loads hold memory bandwidth and often a
 //!   serving slot, and piled onto one backend they stall its warm traffic,
 //!   so a backend busy loading is passed over for a new load while another
@@ -35,7 +37,10 @@
 //!   sent there since ([`BackendMeta::with_model_slots`], the server's LRU)
 //!   — and declared, served, by metadata
 //!   ([`BackendMeta::with_resident_models`]) or the handle
-//!   ([`BalancerHandle::set_resident_models`]);
+//!   ([`BalancerHandle::set_resident_models`]); a server's own list, from
+//!   a probe of its model repository ([`BalancerHandle::spawn_probes`]) or
+//!   a response header ([`ResidencyHeader`]), marks the listed models
+//!   served and drops those it evicted, keeping loads in progress;
 //! * **urgency**: `High` takes the cheapest resident owner under the cap
 //!   (no sampling); `Critical` takes the cheapest resident owner even over
 //!   the cap, and is sent to a resident backend past the owners before any
@@ -43,9 +48,14 @@
 //! * **updates** go to the cheaper, by the same cost, of two eligible
 //!   backends sampled uniformly (power of two choices; Mitzenmacher, 2001),
 //!   with the RNG injectable ([`ModelBalancer::from_rng`]);
+//! * **health**: every backend is scored each second from its outcomes
+//!   and probes ([`crate::health`]); a failing backend or a latency
+//!   outlier is ejected (at most 30% of them at once), a joining one warms
+//!   up;
 //! * **panic mode**: when fewer than `panic_threshold` (default 50%) of the
-//!   backends are eligible (not removed, breaker closed, or half-open with a
-//!   probe permit left, or open with its time up), requests are routed over all of them, breakers
+//!   backends are eligible (not removed, not ejected by health, breaker
+//!   closed, or half-open with a probe permit left, or open with its time
+//!   up), requests are routed over all of them, breakers
 //!   bypassed, rather than piled onto the few left (Envoy's panic
 //!   threshold);
 //! * with no backend admitting the request, the response future fails at
