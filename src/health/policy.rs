@@ -261,8 +261,8 @@ impl HealthPolicyBuilder {
 
     /// The p99 latency over the backend's own baseline at which it is
     /// ejected as a latency outlier, once its smoothed p99 stayed over it
-    /// for 3 consecutive intervals with data (1.5 ..= 1 000; default 5.0;
-    /// `None`: off).
+    /// — and over 3× the fleet's median p99 — for 5 consecutive
+    /// intervals with data (1.5 ..= 1 000; default 5.0; `None`: off).
     pub fn outlier_factor(mut self, factor: Option<f64>) -> Self {
         self.policy.outlier_factor = factor;
         self

@@ -17,6 +17,11 @@
 //! * `connection`: 1 below the policy's `full_below` requests in flight,
 //!   falling linearly to 0 at `zero_at`.
 //!
+//! A **latency outlier** is slow against its own baseline (`outlier_factor`,
+//! 5×) and against its peers (2× the fleet's median recent p99, with 3
+//! backends or more measured) for 5 intervals with data in a row, while
+//! not failing: a backend slowed with the rest of the fleet is not one.
+//!
 //! With no data, every term relaxes toward neutral (error rate 0, latency
 //! at baseline, full capacity) with the policy's half-life.
 //!
@@ -32,13 +37,15 @@ use std::time::Duration;
 
 use super::{HealthPolicy, LoadSignals};
 
-/// Timed calls needed (since the backend joined or was last readmitted)
-/// before its p99 can mark it a latency outlier.
-const OUTLIER_MIN_SAMPLES: u64 = 5;
 /// Consecutive intervals with data a backend must be slow in before it is
 /// ejected as a latency outlier: a passing queue (behind a cold load, say)
 /// is not an outlier.
-const OUTLIER_INTERVALS: u32 = 3;
+const OUTLIER_INTERVALS: u32 = 5;
+/// How far over the fleet's median recent p99 a latency outlier must be
+/// too.
+const PEER_FACTOR: f64 = 3.0;
+/// Backends with a recent p99 needed for the comparison with peers.
+const MIN_PEERS: usize = 3;
 /// Error rate at or above which a backend counts as failing, not slow:
 /// an outlier is a backend slow while not failing.
 const FAILING: f64 = 0.5;
@@ -126,8 +133,6 @@ pub(crate) struct HealthState {
     streak: u32,
     /// Time since it was last ejected or an outlier.
     healthy_for: Duration,
-    /// Timed calls since it joined or was last readmitted.
-    samples: u64,
     /// Consecutive intervals with data it was slow in.
     slow_intervals: u32,
     /// Time evaluated since it joined.
@@ -152,7 +157,6 @@ impl HealthState {
             remaining: Duration::ZERO,
             streak: 0,
             healthy_for: Duration::ZERO,
-            samples: 0,
             slow_intervals: 0,
             age: Duration::ZERO,
             warming,
@@ -198,7 +202,6 @@ impl HealthState {
     /// Folds one interval of `dt` into the terms and the score.
     pub(crate) fn update(&mut self, p: &HealthPolicy, obs: &Observation, dt: Duration) {
         self.age = self.age.saturating_add(dt);
-        self.samples = self.samples.saturating_add(obs.timed);
         let decay = 0.5f64.powf(dt.as_secs_f64() / p.relax_half_life.as_secs_f64());
         // Error rate: one EWMA step per outcome, the interval's as a batch.
         if obs.calls > 0 {
@@ -243,14 +246,26 @@ impl HealthState {
         if self.ejected == Some(Ejection::Outlier) {
             self.remaining = self.remaining.saturating_sub(dt);
         }
+    }
+
+    /// Counts the interval of `dt` toward (or clears) a latency-outlier
+    /// verdict, `peers_ms` the median recent p99 of the fleet.
+    fn judge_slowness(
+        &mut self,
+        p: &HealthPolicy,
+        obs: &Observation,
+        peers_ms: Option<f64>,
+        dt: Duration,
+    ) {
+        let slow = self.is_outlier(p, peers_ms);
         if obs.timed > 0 {
-            self.slow_intervals = if self.is_outlier(p) {
+            self.slow_intervals = if slow {
                 self.slow_intervals.saturating_add(1)
             } else {
                 0
             };
         }
-        if self.ejected.is_none() && !self.is_outlier(p) {
+        if self.ejected.is_none() && !slow {
             // Consecutive ejections end once it served well for as long as
             // a first ejection lasts.
             self.healthy_for = self.healthy_for.saturating_add(dt);
@@ -270,11 +285,15 @@ impl HealthState {
         }
     }
 
-    /// Slow against its own baseline while not failing.
-    fn is_outlier(&self, p: &HealthPolicy) -> bool {
+    /// Slow against its own baseline, and against its peers (`peers_ms`,
+    /// the fleet's median recent p99), while not failing: a fleet slowed
+    /// by its load as a whole has no outlier.
+    fn is_outlier(&self, p: &HealthPolicy, peers_ms: Option<f64>) -> bool {
         match (p.outlier_factor, self.baseline_ms, self.p99_ms) {
             (Some(factor), Some(base), Some(recent)) => {
-                self.error_rate < FAILING && recent > factor * base
+                self.error_rate < FAILING
+                    && recent > factor * base
+                    && peers_ms.is_none_or(|m| recent > PEER_FACTOR * m)
             }
             _ => false,
         }
@@ -287,10 +306,7 @@ impl HealthState {
             Some(Ejection::Outlier) if self.remaining.is_zero() => Verdict::Readmit,
             Some(_) => Verdict::Stay,
             None if self.ejection_score < p.eject_below => Verdict::Eject(Ejection::Score),
-            None if obs.timed > 0
-                && self.samples >= OUTLIER_MIN_SAMPLES
-                && self.slow_intervals >= OUTLIER_INTERVALS =>
-            {
+            None if obs.timed > 0 && self.slow_intervals >= OUTLIER_INTERVALS => {
                 Verdict::Eject(Ejection::Outlier)
             }
             None => Verdict::Stay,
@@ -309,7 +325,6 @@ impl HealthState {
         if self.ejected == Some(Ejection::Outlier) {
             // Judged afresh on what it serves from now on.
             self.p99_ms = self.baseline_ms;
-            self.samples = 0;
             self.slow_intervals = 0;
         }
         self.ejected = None;
@@ -351,8 +366,12 @@ pub(crate) fn evaluate(
     dt: Duration,
 ) {
     let mut asking = Vec::new();
-    for (i, (state, obs)) in fleet.iter_mut().enumerate() {
+    for (state, obs) in fleet.iter_mut() {
         state.update(p, obs, dt);
+    }
+    let peers = median_p99(fleet);
+    for (i, (state, obs)) in fleet.iter_mut().enumerate() {
+        state.judge_slowness(p, obs, peers, dt);
         match state.verdict(p, obs) {
             Verdict::Readmit => state.readmit(),
             Verdict::Eject(why) => asking.push((state.ejection_score, i, why)),
@@ -365,6 +384,21 @@ pub(crate) fn evaluate(
     for (_, i, why) in asking.into_iter().take(room) {
         fleet[i].0.eject(p, why);
     }
+}
+
+/// The median recent p99 of the backends that have one and are not
+/// ejected, ms; `None` with fewer than [`MIN_PEERS`] of them.
+fn median_p99(fleet: &[(&mut HealthState, Observation)]) -> Option<f64> {
+    let mut all: Vec<f64> = fleet
+        .iter()
+        .filter(|(s, _)| s.ejected.is_none())
+        .filter_map(|(s, _)| s.p99_ms)
+        .collect();
+    if all.len() < MIN_PEERS {
+        return None;
+    }
+    all.sort_by(f64::total_cmp);
+    Some(all[all.len() / 2])
 }
 
 #[cfg(test)]
