@@ -383,3 +383,48 @@ async fn residency_is_learned_from_a_response_header() {
         "sent there and loading when the list was read: kept"
     );
 }
+
+/// A prober whose probes take 100 ms, counting how many run at once.
+#[derive(Clone, Default)]
+struct Slow {
+    running: Arc<AtomicU64>,
+    most: Arc<AtomicU64>,
+    done: Arc<AtomicU64>,
+}
+
+impl Prober for Slow {
+    fn probe(
+        &self,
+        _: &ProbeTarget,
+    ) -> impl std::future::Future<Output = Result<ProbeReport, ProbeError>> + Send + 'static {
+        let this = self.clone();
+        async move {
+            let now = this.running.fetch_add(1, Ordering::SeqCst) + 1;
+            this.most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            this.running.fetch_sub(1, Ordering::SeqCst);
+            this.done.fetch_add(1, Ordering::SeqCst);
+            Ok(ProbeReport::default().with_ready(true))
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn probes_run_at_most_the_configured_concurrency() {
+    let nodes = nodes(&EIGHT);
+    let balancer =
+        ModelBalancer::from_rng(addressed(&nodes), BalanceConfig::default(), Lcg(9)).unwrap();
+    let prober = Slow::default();
+    let config = ProbeConfig::builder()
+        .interval(Duration::from_secs(1))
+        .concurrency(3)
+        .build()
+        .unwrap();
+    let _task = balancer.handle().spawn_probes(prober.clone(), config);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        prober.done.load(Ordering::SeqCst) >= 32,
+        "every backend probed each round"
+    );
+    assert_eq!(prober.most.load(Ordering::SeqCst), 3);
+}

@@ -200,6 +200,37 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_cold_load_header_marks_the_model_served_even_if_the_body_is_dropped() {
+        const KEY: u64 = 42;
+        let id = BackendId::new("b0").unwrap();
+        let policy = Policy::builder().build().unwrap();
+        let mut fleet = Fleet::new();
+        let header = http::HeaderName::from_static("x-cold");
+        fleet.residency_header = Some(ResidencyHeader::ColdLoad(header));
+        let state = Arc::new(BackendState::new(
+            id,
+            policy,
+            Arc::new(fleet),
+            4,
+            false,
+            30.0,
+        ));
+        state.residency.touch(KEY, 0);
+        let guard = Guard::new(state.clone(), Admission::Bypass, None, Some(KEY), true);
+        guard.read_residency(&HeaderMap::new());
+        assert_eq!(
+            state.residency.presence(KEY),
+            Presence::Loading,
+            "no header"
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert("x-cold", http::HeaderValue::from_static("true"));
+        guard.read_residency(&headers);
+        drop(guard); // cancelled: only the header confirmed it
+        assert_eq!(state.residency.presence(KEY), Presence::Served);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn only_a_success_confirms_the_model_served() {
         const KEY: u64 = 42;
         let state = state();
