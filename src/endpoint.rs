@@ -54,6 +54,10 @@ pub struct SetOrigin<S> {
 /// assert_eq!(origin.uri("/v2/health/ready").unwrap(), "http://10.0.0.7:8000/v2/health/ready");
 /// let addr = "127.0.0.1:9000".parse().unwrap();
 /// assert_eq!(Origin::http(addr).to_string(), "http://127.0.0.1:9000");
+/// assert!(Origin::parse("http://[::1]:8000").is_ok());
+/// for bad in ["http://h:99999", "http://h:", "http://[fe80::1%eth0]:80", "http://h#top", "ftp://h"] {
+///     assert!(Origin::parse(bad).is_err(), "{bad}");
+/// }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Origin {
@@ -67,8 +71,9 @@ impl Origin {
     /// # Errors
     ///
     /// [`InvalidConfig`] naming `origin` unless it is `http://` or
-    /// `https://` with a host (and optional port) and nothing else: no path
-    /// beyond `/`, no query, no user info.
+    /// `https://` with a host (and optional port in 0 ..= 65535) and
+    /// nothing else: no path beyond `/`, no query, no fragment, no user
+    /// info, no unencoded IPv6 zone.
     pub fn parse(origin: &str) -> Result<Self, InvalidConfig> {
         let invalid = || {
             InvalidConfig::new(
@@ -86,11 +91,14 @@ impl Origin {
             .scheme
             .as_ref()
             .is_some_and(|s| *s == Scheme::HTTP || *s == Scheme::HTTPS);
-        let plain_authority = parts
-            .authority
-            .as_ref()
-            .is_some_and(|a| !a.as_str().contains('@') && !a.host().is_empty());
-        if !(bare_path && http && plain_authority) {
+        let plain_authority = parts.authority.as_ref().is_some_and(|a| {
+            !a.as_str().contains('@')
+                && !a.host().is_empty()
+                // An unencoded IPv6 zone, an empty or out-of-range port.
+                && !a.host().contains('%')
+                && (a.as_str().len() == a.host().len() || a.port_u16().is_some())
+        });
+        if !(bare_path && http && plain_authority) || origin.contains('#') {
             return Err(invalid());
         }
         match (parts.scheme, parts.authority) {

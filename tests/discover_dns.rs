@@ -235,6 +235,16 @@ fn the_builder_validates() {
         field(Dns::builder("models.test", 1).timeout(zero)),
         "timeout"
     );
+    let huge = Duration::MAX;
+    assert_eq!(
+        field(Dns::builder("models.test", 1).interval(huge)),
+        "interval",
+        "now + interval would overflow the clock"
+    );
+    assert_eq!(
+        field(Dns::builder("models.test", 1).timeout(huge)),
+        "timeout"
+    );
     assert_eq!(field(Dns::builder("models.test", 1).weight(0)), "weight");
     assert_eq!(
         field(Dns::builder("models.test", 1).model_slots(17)),

@@ -313,16 +313,24 @@ async fn probes_feed_health_and_residency_and_stop_with_their_task() {
         "dropping the task stops it"
     );
 
+    let hourly = ProbeConfig::builder()
+        .interval(Duration::from_secs(3600))
+        .build()
+        .unwrap();
     let task = handle.spawn_probes(
         Scripted {
             probes: probes.clone(),
             answer: |_| Some(Ok(ProbeReport::default())),
         },
-        ProbeConfig::default(),
+        hourly,
     );
+    tokio::time::sleep(Duration::from_millis(10)).await;
     drop((balancer, handle));
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert!(task.is_finished(), "stops once the balancer is gone");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(
+        task.is_finished(),
+        "stops once the balancer is gone, not an hour later"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -312,7 +312,7 @@ pub(crate) async fn run<D, K, E>(
     mut discover: Pin<Box<D>>,
     mut registry: Registry<K, E>,
     shared: Weak<Shared<E>>,
-    mut gone: tokio::sync::oneshot::Receiver<()>,
+    mut gone: tokio::sync::watch::Receiver<()>,
 ) where
     D: Discover<Key = K, Service = Backend<E>>,
     D::Error: Into<BoxError>,
@@ -324,9 +324,10 @@ pub(crate) async fn run<D, K, E>(
     let mut due = Instant::now();
     let mut sleep = std::pin::pin!(tokio::time::sleep_until(due));
     let mut ended = false;
+    let mut closed = std::pin::pin!(gone.changed());
     loop {
         let wake = poll_fn(|cx| {
-            if Pin::new(&mut gone).poll(cx).is_ready() {
+            if closed.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Wake::Gone);
             }
             if !ended {

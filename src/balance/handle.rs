@@ -28,6 +28,8 @@ pub(crate) struct Counters {
 pub(crate) trait View: Send + Sync {
     fn table(&self) -> Arc<Table>;
     fn counters(&self) -> &Counters;
+    /// Closed once every clone and handle of the balancer is dropped.
+    fn gone(&self) -> tokio::sync::watch::Receiver<()>;
 }
 
 /// Requests counted by the branch the balancer took, since it was built.
@@ -157,7 +159,9 @@ impl BalancerHandle {
     /// telemetry): a failure, or an answer of not ready, counts against its
     /// health like a failed request; load signals feed its capacity term
     /// until three evaluation intervals old; resident models, when listed,
-    /// are the server's own list: those listed are resident and served,
+    /// are the server's own list (its first `model_slots` models: see
+    /// [`BackendMeta::with_model_slots`](super::BackendMeta::with_model_slots),
+    /// set it to what the server holds): those listed are resident and served,
     /// those the balancer took as served but not listed are dropped
     /// (evicted), those it sent there that may still be loading are kept.
     /// Scores change at the next evaluation. Returns false when no current
@@ -200,7 +204,7 @@ impl BalancerHandle {
     ///
     /// Outside a Tokio runtime (as `tokio::spawn` does).
     pub fn spawn_probes<P: Prober>(&self, prober: P, config: ProbeConfig) -> ProbeTask {
-        super::probing::spawn(Arc::downgrade(&self.view), prober, config)
+        super::probing::spawn(&self.view, prober, config)
     }
 
     /// Whether the balancer takes `model` to be resident on `backend`.

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::cost::Health;
 use super::handle::View;
+use super::sleep_or_gone;
 use super::table::{BackendState, Fleet};
 use crate::endpoint::Origin;
 use crate::health::{
@@ -190,12 +191,17 @@ pub(crate) fn evaluate_fleet(
 }
 
 /// Evaluates health every interval until the balancer is gone.
-pub(crate) async fn run(view: Weak<dyn View>, interval: Duration) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last = ticks.tick().await;
+pub(crate) async fn run(
+    view: Weak<dyn View>,
+    interval: Duration,
+    mut gone: tokio::sync::watch::Receiver<()>,
+) {
+    let mut last = Instant::now();
     loop {
-        let now = ticks.tick().await;
+        if sleep_or_gone(last + interval, &mut gone).await {
+            return;
+        }
+        let now = Instant::now();
         let Some(view) = view.upgrade() else {
             return;
         };

@@ -183,16 +183,16 @@ struct Shared<E> {
     /// Bumped after each publish: clones reload their snapshot when it moves.
     generation: AtomicU64,
     clones: AtomicU64,
-    /// Dropped with the last clone and handle: tells the discovery task to
-    /// stop even while its source is quiet.
-    _gone: tokio::sync::oneshot::Sender<()>,
+    /// Dropped with the last clone and handle: tells the background tasks
+    /// (discovery, health, probes) to stop even while they wait.
+    gone: tokio::sync::watch::Sender<()>,
 }
 
 impl<E> Shared<E> {
     fn new(
         snapshot: Snapshot<E>,
         config: BalanceConfig,
-        gone: tokio::sync::oneshot::Sender<()>,
+        gone: tokio::sync::watch::Sender<()>,
     ) -> Self {
         let mut fixed_owners: Vec<(u64, usize)> = config
             .model_owners
@@ -208,7 +208,7 @@ impl<E> Shared<E> {
             fixed_owners: fixed_owners.into_boxed_slice(),
             generation: AtomicU64::new(0),
             clones: AtomicU64::new(0),
-            _gone: gone,
+            gone,
         }
     }
 
@@ -226,4 +226,27 @@ impl<E: Send + Sync> View for Shared<E> {
     fn counters(&self) -> &Counters {
         &self.stats
     }
+
+    fn gone(&self) -> tokio::sync::watch::Receiver<()> {
+        self.gone.subscribe()
+    }
+}
+
+/// Waits until `deadline`; true if the balancer went first (every clone
+/// and handle dropped, `gone` closed).
+async fn sleep_or_gone(
+    deadline: tokio::time::Instant,
+    gone: &mut tokio::sync::watch::Receiver<()>,
+) -> bool {
+    use std::future::Future;
+    let mut sleep = std::pin::pin!(tokio::time::sleep_until(deadline));
+    // Nothing is ever sent: `changed` resolves only once the sender drops.
+    let mut closed = std::pin::pin!(gone.changed());
+    std::future::poll_fn(|cx| {
+        if closed.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(true);
+        }
+        sleep.as_mut().poll(cx).map(|()| false)
+    })
+    .await
 }

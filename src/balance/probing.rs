@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tower::util::rng::{HasherRng, Rng};
 
 use super::handle::View;
-use super::BalancerHandle;
+use super::{sleep_or_gone, BalancerHandle};
 use crate::health::probe::{ProbeConfig, ProbeError, ProbeTarget, Prober};
 
 /// A running prober of one balancer's backends: stops when dropped, or
@@ -33,15 +33,23 @@ impl Drop for ProbeTask {
     }
 }
 
-pub(crate) fn spawn<P: Prober>(view: Weak<dyn View>, prober: P, config: ProbeConfig) -> ProbeTask {
+pub(crate) fn spawn<P: Prober>(view: &Arc<dyn View>, prober: P, config: ProbeConfig) -> ProbeTask {
+    let gone = view.gone();
+    let view = Arc::downgrade(view);
     ProbeTask {
-        task: tokio::spawn(run(view, prober, config, HasherRng::default())),
+        task: tokio::spawn(run(view, gone, prober, config, HasherRng::default())),
     }
 }
 
 /// Probes every backend with an address once a round, rounds an interval
 /// (jittered) apart, until the balancer is gone.
-async fn run<P: Prober>(view: Weak<dyn View>, prober: P, config: ProbeConfig, mut rng: HasherRng) {
+async fn run<P: Prober>(
+    view: Weak<dyn View>,
+    mut gone: tokio::sync::watch::Receiver<()>,
+    prober: P,
+    config: ProbeConfig,
+    mut rng: HasherRng,
+) {
     let limit = Arc::new(Semaphore::new(config.concurrency));
     loop {
         let round = Instant::now();
@@ -71,7 +79,9 @@ async fn run<P: Prober>(view: Weak<dyn View>, prober: P, config: ProbeConfig, mu
         }
         while probes.join_next().await.is_some() {}
         let spread = 1.0 + config.jitter * (2.0 * rng.next_f64() - 1.0);
-        tokio::time::sleep_until(round + config.interval.mul_f64(spread)).await;
+        if sleep_or_gone(round + config.interval.mul_f64(spread), &mut gone).await {
+            return;
+        }
     }
 }
 

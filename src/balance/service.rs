@@ -84,7 +84,7 @@ where
         // From an empty ring: the first backend set lands in one step.
         registry.step();
         let interval = config.health.interval;
-        let (gone, on_gone) = tokio::sync::oneshot::channel();
+        let (gone, on_gone) = tokio::sync::watch::channel(());
         let shared = Arc::new(Shared::new(registry.snapshot(), config, gone));
         let runtime = tokio::runtime::Handle::try_current();
         if drained != Drained::Done {
@@ -99,8 +99,9 @@ where
         }
         match &runtime {
             Ok(runtime) => {
+                let gone = shared.gone();
                 let view: Weak<dyn View> = Arc::downgrade(&shared) as Weak<dyn View>;
-                runtime.spawn(health::run(view, interval));
+                runtime.spawn(health::run(view, interval, gone));
             }
             Err(_) => tracing::warn!(
                 "balancer built outside a Tokio runtime: backend health is not evaluated"

@@ -12,13 +12,13 @@ use crate::error::InvalidConfig;
 ///
 /// | field | default | range |
 /// | --- | --- | --- |
-/// | `weights` (latency, capacity, connection) | 0.5, 0.33, 0.17 | each finite and ≥ 0, sum > 0 (normalized to sum 1) |
+/// | `weights` (latency, capacity, connection) | 0.5, 0.33, 0.17 | each in 0 ..= 1 000 000, sum > 0 (normalized to sum 1) |
 /// | `interval` (evaluation period) | 1 s | 10 ms ..= 60 s |
 /// | `error_alpha` (weight of one outcome in the error rate) | 0.2 | (0, 1] |
 /// | `latency_alpha` (weight of one interval's p99) | 0.3 | (0, 1] |
 /// | `failure_penalty` (latency a failure counts as) | 1 s | 1 ms ..= 1 h |
 /// | `relax_half_life` (no data: back toward neutral) | 10 s | 100 ms ..= 1 h |
-/// | `eject_below` / `readmit_above` (hysteresis) | 0.2 / 0.35 | 0 ≤ eject < readmit ≤ 1 |
+/// | `eject_below` / `readmit_above` (hysteresis) | 0.2 / 0.35 | 0 ≤ eject < readmit < 1 |
 /// | `queue_scale` (queue depth that halves the queue term, requests) | 8 | 0.1 ..= 1 000 000 |
 /// | `connections` (full below, zero at; requests in flight) | 100, 600 | 1 ≤ full < zero ≤ 1 000 000 |
 /// | `outlier_factor` (p99 over baseline that ejects) | 5.0 | 1.5 ..= 1 000, or off |
@@ -191,8 +191,8 @@ pub struct HealthPolicyBuilder {
 }
 
 impl HealthPolicyBuilder {
-    /// The weights of the latency, capacity and connection terms (each
-    /// finite and ≥ 0, sum > 0; normalized to sum 1; default 0.5, 0.33,
+    /// The weights of the latency, capacity and connection terms (each in
+    /// 0 ..= 1 000 000, sum > 0; normalized to sum 1; default 0.5, 0.33,
     /// 0.17).
     pub fn weights(mut self, latency: f64, capacity: f64, connection: f64) -> Self {
         self.weights = [latency, capacity, connection];
@@ -237,7 +237,8 @@ impl HealthPolicyBuilder {
     /// Hysteresis: an eligible backend is ejected when its ejection score
     /// (the score with the load terms at neutral) falls below
     /// `eject_below`, an ejected one readmitted above `readmit_above` (0 ≤
-    /// eject < readmit ≤ 1; default 0.2 and 0.35).
+    /// eject < readmit < 1, so that a recovered backend can come back;
+    /// default 0.2 and 0.35).
     pub fn thresholds(mut self, eject_below: f64, readmit_above: f64) -> Self {
         self.policy.eject_below = eject_below;
         self.policy.readmit_above = readmit_above;
@@ -277,7 +278,10 @@ impl HealthPolicyBuilder {
 
     /// The largest share of backends ejected at once, by score and as
     /// outliers together; at least one may be unless the share is 0 (0 ..=
-    /// 1; default 0.3).
+    /// 1; default 0.3). A backend past the cap stays eligible: its low
+    /// score steers P2C away from it (updates, and the choice among a
+    /// model's owners), but it stays its models' owner, and only its
+    /// breaker keeps failing requests off it.
     pub fn max_ejected_share(mut self, share: f64) -> Self {
         self.policy.max_ejected_share = share;
         self
@@ -311,10 +315,10 @@ impl HealthPolicyBuilder {
         let ms = Duration::from_millis;
         let secs = Duration::from_secs;
         let sum: f64 = self.weights.iter().sum();
-        if !(self.weights.iter().all(|w| w.is_finite() && *w >= 0.0) && sum > 0.0) {
+        if !(self.weights.iter().all(|w| (0.0..=1e6).contains(w)) && sum > 0.0) {
             return Err(InvalidConfig::new(
                 "weights",
-                "each finite and >= 0, sum > 0",
+                "each in 0 ..= 1 000 000, sum > 0",
             ));
         }
         p.weights = self.weights.map(|w| w / sum);
@@ -333,10 +337,10 @@ impl HealthPolicyBuilder {
         if !within(p.relax_half_life, ms(100), secs(3600)) {
             return Err(InvalidConfig::new("relax_half_life", "100 ms ..= 1 h"));
         }
-        if !(p.eject_below >= 0.0 && p.eject_below < p.readmit_above && p.readmit_above <= 1.0) {
+        if !(p.eject_below >= 0.0 && p.eject_below < p.readmit_above && p.readmit_above < 1.0) {
             return Err(InvalidConfig::new(
                 "thresholds",
-                "0 <= eject_below < readmit_above <= 1",
+                "0 <= eject_below < readmit_above < 1",
             ));
         }
         if !(0.1..=1e6).contains(&p.queue_scale) {
@@ -406,6 +410,8 @@ mod tests {
             (b().thresholds(0.3, 0.3), "thresholds"),
             (b().thresholds(-0.1, 0.3), "thresholds"),
             (b().thresholds(0.2, f64::NAN), "thresholds"),
+            (b().thresholds(0.5, 1.0), "thresholds"),
+            (b().weights(f64::MAX, f64::MAX, 1.0), "weights"),
             (b().queue_scale(0.0), "queue_scale"),
             (b().connections(0, 10), "connections"),
             (b().connections(10, 10), "connections"),

@@ -18,7 +18,7 @@
 //!   falling linearly to 0 at `zero_at`.
 //!
 //! A **latency outlier** is slow against its own baseline (`outlier_factor`,
-//! 5×) and against its peers (2× the fleet's median recent p99, with 3
+//! 5×) and against its peers (3× the fleet's median recent p99, with 3
 //! backends or more measured) for 5 intervals with data in a row, while
 //! not failing: a backend slowed with the rest of the fleet is not one.
 //!
@@ -341,7 +341,10 @@ enum Verdict {
 /// The capacity term from load signals, if they say anything.
 fn capacity(p: &HealthPolicy, load: &LoadSignals, gpu_memory: Option<u64>) -> Option<f64> {
     let finite = |x: Option<f64>| x.filter(|v| v.is_finite() && *v >= 0.0);
-    let kv = finite(load.kv_cache_usage).map(|u| 1.0 - u.min(1.0));
+    // A usage over 1 is a percentage by mistake, not a full cache: unread.
+    let kv = finite(load.kv_cache_usage)
+        .filter(|u| *u <= 1.0)
+        .map(|u| 1.0 - u);
     let queue = finite(load.requests_waiting).map(|w| 1.0 / (1.0 + w / p.queue_scale));
     let llm = match (kv, queue) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -2,7 +2,8 @@
 //! score's capacity term.
 
 /// Load signals one probe read from a model server (every field optional:
-/// servers expose different ones). The health score's capacity term uses
+/// servers expose different ones). A value out of its range (NaN, negative,
+/// a KV-cache usage over 1) is not read: the signal counts as absent. The health score's capacity term uses
 /// KV-cache usage and queue depth where the server reports them (LLM
 /// servers such as vLLM, which preallocate most GPU memory so that free
 /// memory says nothing), else free GPU memory (multi-model servers such as

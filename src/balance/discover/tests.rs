@@ -41,7 +41,7 @@ impl Fixture {
         let mut registry = Registry::new(config.clone());
         registry.drain(discover.as_mut(), &mut Context::from_waker(Waker::noop()));
         registry.step();
-        let (gone, on_gone) = tokio::sync::oneshot::channel();
+        let (gone, on_gone) = tokio::sync::watch::channel(());
         let shared = Arc::new(Shared::new(registry.snapshot(), config, gone));
         let task = tokio::spawn(run(discover, registry, Arc::downgrade(&shared), on_gone));
         let seen = shared.snapshot.load().table.clone();

@@ -45,15 +45,15 @@ impl DnsBuilder {
     }
 
     /// The time from the end of one resolution to the start of the next
-    /// (greater than zero; default 5 s).
+    /// (1 ms ..= 1 day; default 5 s).
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
         self
     }
 
     /// How long one resolution may take before it counts as failed
-    /// (greater than zero; default 10 s). Bounds the resolver's own
-    /// retries too.
+    /// (1 ms ..= 1 h; default 10 s). Bounds the resolver's own retries
+    /// too.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -113,7 +113,8 @@ impl DnsBuilder {
     ///
     /// [`InvalidConfig`] naming the field: `hostname` (empty, over 253
     /// bytes, or with whitespace or control characters), `port` (0),
-    /// `interval` or `timeout` (zero), `weight` (outside 1 ..= 10 000),
+    /// `interval` (outside 1 ms ..= 1 day), `timeout` (outside 1 ms ..=
+    /// 1 h), `weight` (outside 1 ..= 10 000),
     /// `model_slots` (outside 1 ..= 16).
     pub fn build_with<E, R: Resolve>(
         self,
@@ -145,11 +146,13 @@ impl DnsBuilder {
         if self.port == 0 {
             return Err(InvalidConfig::new("port", "1 ..= 65535"));
         }
-        if self.interval.is_zero() {
-            return Err(InvalidConfig::new("interval", "greater than zero"));
+        // Bounded: `now + interval` must not overflow the clock.
+        let ms = Duration::from_millis(1);
+        if !(ms..=Duration::from_secs(86_400)).contains(&self.interval) {
+            return Err(InvalidConfig::new("interval", "1 ms ..= 1 day"));
         }
-        if self.timeout.is_zero() {
-            return Err(InvalidConfig::new("timeout", "greater than zero"));
+        if !(ms..=Duration::from_secs(3_600)).contains(&self.timeout) {
+            return Err(InvalidConfig::new("timeout", "1 ms ..= 1 h"));
         }
         // "dns" is a valid ID; the error arm is not reached.
         let placeholder = BackendId::new("dns")?;

@@ -223,6 +223,11 @@ fn capacity_uses_kv_cache_and_queue_depth_else_free_gpu_memory() {
         "LLM signals first"
     );
     assert_eq!(c(load(Some(f64::NAN), None, None, None), None), None);
+    assert_eq!(
+        c(load(Some(85.0), None, None, None), None),
+        None,
+        "a percentage"
+    );
 }
 
 #[test]
