@@ -284,6 +284,48 @@ impl<'a> RouteView<'a> {
             Some(text) => (text, ModelId::validate("x-model-id", text)?),
             None => return Err(InvalidRoute::new("x-model-id", InvalidReason::Missing)),
         };
+        let traits = Traits::from_found(&found)?;
+        Ok(Self {
+            model,
+            hash,
+            kind: traits.kind,
+            urgency: traits.urgency,
+            payload_bytes: traits.payload_bytes,
+        })
+    }
+
+    /// The model ID, owned (allocates).
+    pub(crate) fn model_id(&self) -> ModelId {
+        ModelId {
+            name: Arc::from(self.model),
+            hash: self.hash,
+        }
+    }
+
+    /// The route info, owned (allocates).
+    pub(crate) fn to_owned(self) -> RouteInfo {
+        RouteInfo {
+            model: self.model_id(),
+            kind: self.kind,
+            urgency: self.urgency,
+            payload_bytes: self.payload_bytes,
+        }
+    }
+}
+
+/// Everything in a route but the model ID: kind, urgency and size, read from
+/// `x-request-kind`, `x-urgency` and `content-length` with the rules of
+/// [`RouteInfo::from_headers`], apart from the model ID.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Traits {
+    pub(crate) kind: RequestKind,
+    pub(crate) urgency: Urgency,
+    pub(crate) payload_bytes: Option<u64>,
+}
+
+impl Traits {
+    /// The checks in a fixed order: kind, urgency, size.
+    fn from_found(found: &Found<'_>) -> Result<Self, InvalidRoute> {
         let kind = match found.text(KIND)? {
             None => RequestKind::default(),
             Some(t) if t.eq_ignore_ascii_case("inference") => RequestKind::Inference,
@@ -305,30 +347,10 @@ impl<'a> RouteView<'a> {
             ),
         };
         Ok(Self {
-            model,
-            hash,
             kind,
             urgency,
             payload_bytes,
         })
-    }
-
-    /// The model ID, owned (allocates).
-    pub(crate) fn model_id(&self) -> ModelId {
-        ModelId {
-            name: Arc::from(self.model),
-            hash: self.hash,
-        }
-    }
-
-    /// The route info, owned (allocates).
-    pub(crate) fn to_owned(self) -> RouteInfo {
-        RouteInfo {
-            model: self.model_id(),
-            kind: self.kind,
-            urgency: self.urgency,
-            payload_bytes: self.payload_bytes,
-        }
     }
 }
 
