@@ -26,13 +26,14 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Returned by [`crate::route`] extraction and by every middleware that reads
 /// route info (for example the balancer) before the request is sent anywhere.
 /// `source` names where the value came from (a header name such as
-/// `x-model-id`, or `model` for a value built in code); `reason` says what is
-/// wrong with it.
+/// `x-model-id`, `body` or `path` for a model ID read from the JSON body or
+/// the KServe v2 path, or `model` for a value built in code); `reason` says
+/// what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct InvalidRoute {
-    /// Where the value was read: a header name, or `model` for a model ID
-    /// built in code.
+    /// Where the value was read: a header name, `body` or `path`, or `model`
+    /// for a model ID built in code.
     pub source: &'static str,
     /// What is wrong with the value.
     pub reason: InvalidReason,
@@ -56,6 +57,9 @@ pub enum InvalidReason {
     Duplicate,
     /// The value is not one of the allowed words or not a number.
     Unrecognized,
+    /// The request body is not a JSON object (a syntax error, truncated
+    /// JSON, or a top-level array, string, number, `true`/`false`/`null`).
+    NotJson,
 }
 
 impl InvalidRoute {
@@ -74,6 +78,7 @@ impl fmt::Display for InvalidReason {
             Self::NotText => f.write_str("not valid UTF-8"),
             Self::Duplicate => f.write_str("given more than once"),
             Self::Unrecognized => f.write_str("not a recognized value"),
+            Self::NotJson => f.write_str("not a JSON object"),
         }
     }
 }
@@ -85,6 +90,34 @@ impl fmt::Display for InvalidRoute {
 }
 
 impl std::error::Error for InvalidRoute {}
+
+/// A request body is larger than the configured limit, so it was not read
+/// to the end and the request was not sent.
+///
+/// Returned by [`ModelFromBody`](crate::route::ModelFromBody) (feature
+/// `body`) while it buffers the body to find the model ID. A gateway answers
+/// `413 Payload Too Large`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PayloadTooLarge {
+    /// The limit that was exceeded, in bytes.
+    pub limit: usize,
+}
+
+impl PayloadTooLarge {
+    /// Creates the error for a body over `limit` bytes.
+    pub const fn new(limit: usize) -> Self {
+        Self { limit }
+    }
+}
+
+impl fmt::Display for PayloadTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "request body larger than {} bytes", self.limit)
+    }
+}
+
+impl std::error::Error for PayloadTooLarge {}
 
 /// No backend could take the request: none is known, or every candidate is
 /// ejected (breaker open) while panic mode does not apply (the balancer's

@@ -6,7 +6,8 @@
 //! to 100× slower than an inference. This crate routes by model:
 //!
 //! * [`route`] reads each request's [`RouteInfo`](route::RouteInfo) (model
-//!   ID, inference or update, urgency, size) from its extensions or headers;
+//!   ID, inference or update, urgency, size) from its extensions or headers,
+//!   or (feature `body`) from an OpenAI-style JSON body or a KServe v2 path;
 //! * [`ring`] pins every model to a stable few backends by consistent
 //!   hashing (xxh3, virtual nodes, weights);
 //! * [`balance`] (feature `balance`) sends inference to the model's owners

@@ -14,6 +14,12 @@
 //! an [`InvalidRoute`] naming the header and the reason; nothing panics on
 //! input.
 //!
+//! When the model ID is not in a header — an OpenAI-compatible JSON body
+//! (`{"model": "llama-3-8b", ...}`) or a KServe v2 path
+//! (`/v2/models/{name}/infer`) — put `route::ModelFromBodyLayer` (feature `body`)
+//! in front: it reads the ID from there and stores the `RouteInfo` in the
+//! request's extensions.
+//!
 //! ```
 //! use tower_model_balance::route::{RequestKind, RouteInfo, Urgency};
 //!
@@ -41,6 +47,13 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Extensions, Request};
 
 use crate::error::{InvalidReason, InvalidRoute};
+
+#[cfg(feature = "body")]
+#[cfg_attr(docsrs, doc(cfg(feature = "body")))]
+pub mod body;
+#[cfg(feature = "body")]
+#[cfg_attr(docsrs, doc(cfg(feature = "body")))]
+pub use body::{ModelFromBody, ModelFromBodyBuilder, ModelFromBodyLayer};
 
 /// Header carrying the model ID.
 pub const MODEL_ID_HEADER: HeaderName = HeaderName::from_static("x-model-id");
@@ -73,6 +86,16 @@ impl ModelId {
     /// [`ModelId::MAX_LEN`] bytes, or holds whitespace or a control character.
     pub fn new(name: &str) -> Result<Self, InvalidRoute> {
         let hash = Self::validate("model", name)?;
+        Ok(Self {
+            name: Arc::from(name),
+            hash,
+        })
+    }
+
+    /// As [`ModelId::new`], with errors naming `source` (`body`, `path`).
+    #[cfg(feature = "body")]
+    pub(crate) fn from_source(source: &'static str, name: &str) -> Result<Self, InvalidRoute> {
+        let hash = Self::validate(source, name)?;
         Ok(Self {
             name: Arc::from(name),
             hash,
@@ -315,7 +338,8 @@ impl<'a> RouteView<'a> {
 
 /// Everything in a route but the model ID: kind, urgency and size, read from
 /// `x-request-kind`, `x-urgency` and `content-length` with the rules of
-/// [`RouteInfo::from_headers`], apart from the model ID.
+/// [`RouteInfo::from_headers`]. Shared by the header route and by layers
+/// that find the model ID elsewhere (the body, the KServe v2 path).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Traits {
     pub(crate) kind: RequestKind,
@@ -324,6 +348,12 @@ pub(crate) struct Traits {
 }
 
 impl Traits {
+    /// Reads the traits from `headers`, ignoring `x-model-id`.
+    #[cfg(feature = "body")]
+    pub(crate) fn from_headers(headers: &HeaderMap) -> Result<Self, InvalidRoute> {
+        Self::from_found(&Found::scan(headers))
+    }
+
     /// The checks in a fixed order: kind, urgency, size.
     fn from_found(found: &Found<'_>) -> Result<Self, InvalidRoute> {
         let kind = match found.text(KIND)? {
@@ -351,6 +381,17 @@ impl Traits {
             urgency,
             payload_bytes,
         })
+    }
+
+    /// The route info for `model` with these traits.
+    #[cfg(feature = "body")]
+    pub(crate) fn route(self, model: ModelId) -> RouteInfo {
+        RouteInfo {
+            model,
+            kind: self.kind,
+            urgency: self.urgency,
+            payload_bytes: self.payload_bytes,
+        }
     }
 }
 

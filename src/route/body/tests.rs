@@ -1,0 +1,114 @@
+use super::*;
+
+fn reason(json: &str) -> InvalidReason {
+    let err = model_from_json(json.as_bytes()).unwrap_err();
+    assert_eq!(err.source, "body", "{json}");
+    err.reason
+}
+
+#[test]
+fn reads_top_level_model_only() {
+    let json =
+        r#"{"messages":[{"model":"inner"}],"opts":{"model":"nested"},"model":"llama-3-8b","n":1}"#;
+    assert_eq!(
+        model_from_json(json.as_bytes()).unwrap().as_str(),
+        "llama-3-8b"
+    );
+    // Escapes are decoded (an owned string, not a borrow).
+    let escaped = r#"{"model":"llama\u002d3"}"#;
+    assert_eq!(
+        model_from_json(escaped.as_bytes()).unwrap().as_str(),
+        "llama-3"
+    );
+}
+
+#[test]
+fn classifies_bad_bodies() {
+    let cases: &[(&str, InvalidReason)] = &[
+        ("", InvalidReason::NotJson),
+        ("not json", InvalidReason::NotJson),
+        (r#"{"model":"m""#, InvalidReason::NotJson),
+        (r#"{"model":"m"} trailing"#, InvalidReason::NotJson),
+        (r#"["model","m"]"#, InvalidReason::NotJson),
+        (r#""m""#, InvalidReason::NotJson),
+        ("null", InvalidReason::NotJson),
+        ("{}", InvalidReason::Missing),
+        (r#"{"model":null}"#, InvalidReason::Missing),
+        (r#"{"model":1}"#, InvalidReason::Unrecognized),
+        (r#"{"model":{"name":"m"}}"#, InvalidReason::Unrecognized),
+        (r#"{"model":["m"]}"#, InvalidReason::Unrecognized),
+        (r#"{"model":true}"#, InvalidReason::Unrecognized),
+        (r#"{"model":"a","model":"b"}"#, InvalidReason::Duplicate),
+        (r#"{"model":""}"#, InvalidReason::Empty),
+        (
+            r#"{"model":"two words"}"#,
+            InvalidReason::ForbiddenCharacter,
+        ),
+    ];
+    for (json, expected) in cases {
+        assert_eq!(reason(json), *expected, "{json}");
+    }
+}
+
+#[test]
+fn deep_nesting_is_skipped_without_overflow() {
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    assert_eq!(
+        reason(&format!(r#"{{"x":{deep}}}"#)),
+        InvalidReason::Missing
+    );
+    let json = format!(r#"{{"x":{deep},"model":{deep}}}"#);
+    assert_eq!(reason(&json), InvalidReason::Unrecognized);
+    let unclosed = format!(r#"{{"model":"m","x":{}}}"#, "[".repeat(100_000));
+    assert_eq!(reason(&unclosed), InvalidReason::NotJson);
+}
+
+#[test]
+fn kserve_v2_paths() {
+    assert_eq!(kserve_v2_model("/v2/models/resnet/infer"), Some("resnet"));
+    assert_eq!(
+        kserve_v2_model("/v2/models/resnet/versions/3/infer"),
+        Some("resnet")
+    );
+    assert_eq!(kserve_v2_model("/v2/models//infer"), Some(""));
+    for path in [
+        "/v2/models/resnet",
+        "/v2/models/resnet/ready",
+        "/v2/models/resnet/versions//infer",
+        "/v2/models/resnet/versions/3/4/infer",
+        "/v2/models/a/b/infer",
+        "/v1/models/resnet/infer",
+        "/v2/models/resnet/infer/",
+        "/",
+    ] {
+        assert_eq!(kserve_v2_model(path), None, "{path}");
+    }
+}
+
+#[test]
+fn builder_bounds() {
+    assert_eq!(ModelFromBodyLayer::default().limit(), 1024 * 1024);
+    assert!(ModelFromBodyLayer::builder().limit(0).build().is_err());
+    assert!(ModelFromBodyLayer::builder()
+        .limit(MAX_LIMIT + 1)
+        .build()
+        .is_err());
+    let err = ModelFromBodyLayer::builder().limit(0).build().unwrap_err();
+    assert_eq!(err.field, "limit");
+    assert_eq!(
+        ModelFromBodyLayer::builder()
+            .limit(1)
+            .build()
+            .unwrap()
+            .limit(),
+        1
+    );
+    assert_eq!(
+        ModelFromBodyLayer::builder()
+            .limit(MAX_LIMIT)
+            .build()
+            .unwrap()
+            .limit(),
+        MAX_LIMIT
+    );
+}
