@@ -411,23 +411,31 @@ const REDRAWS: usize = 4;
 /// cheapest eligible backend (a scan).
 fn pick_update(ctx: &Ctx<'_>, random: &mut impl FnMut() -> u64) -> Option<Pick> {
     let n = ctx.table.backends.len();
-    let mut sampled = match n {
+    let scan = || ctx.cheapest((0..n).filter(|&i| ctx.eligible(i)));
+    let best = match n {
         0 => return None,
-        1 => [0, 0],
-        _ => sample2(n as u64, random),
-    };
-    for k in 0..2 {
-        if !ctx.eligible(sampled[k]) {
-            let other = sampled[1 - k];
-            let redraw = (0..REDRAWS)
-                .map(|_| (random() % n as u64) as usize)
-                .find(|&i| i != other && ctx.eligible(i));
-            sampled[k] = redraw.unwrap_or(other);
+        1 => scan(),
+        _ => {
+            let [a, b] = sample2(n as u64, random);
+            // An eligible index other than `not`, in at most REDRAWS draws.
+            let mut redraw = |not: usize| {
+                (0..REDRAWS)
+                    .map(|_| (random() % n as u64) as usize)
+                    .find(|&i| i != not && ctx.eligible(i))
+            };
+            let a = if ctx.eligible(a) { Some(a) } else { redraw(b) };
+            let b = a.and_then(|a| {
+                if b != a && ctx.eligible(b) {
+                    Some(b)
+                } else {
+                    redraw(a)
+                }
+            });
+            match (a, b) {
+                (Some(a), Some(b)) => ctx.cheapest([a, b].into_iter()),
+                _ => scan(),
+            }
         }
-    }
-    let best = match sampled {
-        [a, b] if a != b && ctx.eligible(a) && ctx.eligible(b) => ctx.cheapest([a, b].into_iter()),
-        _ => ctx.cheapest((0..n).filter(|&i| ctx.eligible(i))),
     };
     if let Some(pick) = best.and_then(|i| ctx.admit(i, Branch::Update)) {
         return Some(pick);
