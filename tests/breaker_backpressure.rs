@@ -57,6 +57,24 @@ fn trip(breaker: &Breaker) {
     assert_eq!(breaker.state(), BreakerState::Open);
 }
 
+/// Two services over one mock (letting two requests through) and one
+/// breaker with `permits` probe permits, tripped and just half-open.
+async fn half_open_pair(
+    permits: u32,
+) -> (
+    mock::Spawn<Svc>,
+    mock::Spawn<Svc>,
+    mock::Handle<Req, Rsp>,
+    Breaker,
+) {
+    let (a, mut handle, breaker) = service(permits);
+    handle.allow(2);
+    let b = clone(&a);
+    trip(&breaker);
+    advance(OPEN).await;
+    (a, b, handle, breaker)
+}
+
 fn is_open(err: tower::BoxError) -> bool {
     err.is::<BreakerOpen>()
 }
@@ -180,11 +198,7 @@ async fn a_probe_reservation_held_past_its_round_fails_fast() {
     assert!(handle.poll_request().is_pending(), "inner never called");
 
     // The round ends by another probe's failure: open again.
-    let (mut a, mut handle, breaker) = service(2);
-    handle.allow(2);
-    let mut b = clone(&a);
-    trip(&breaker);
-    advance(OPEN).await;
+    let (mut a, mut b, mut handle, breaker) = half_open_pair(2).await;
     assert_ready_ok!(a.poll_ready());
     assert_ready_ok!(b.poll_ready());
     let fut = b.call(http::Request::new(()));
@@ -255,11 +269,7 @@ async fn services_sharing_a_half_open_breaker_reserve_exactly_its_permits() {
 #[tokio::test(start_paused = true)]
 async fn every_probe_out_waits_for_a_probe_or_the_round() {
     // A probe returning closes the breaker: the waiter is woken at once.
-    let (mut a, mut handle, breaker) = service(1);
-    handle.allow(2);
-    let mut b = clone(&a);
-    trip(&breaker);
-    advance(OPEN).await;
+    let (mut a, mut b, mut handle, _breaker) = half_open_pair(1).await;
     assert_ready_ok!(a.poll_ready());
     assert_pending!(b.poll_ready());
     let fut = a.call(http::Request::new(()));
@@ -271,11 +281,7 @@ async fn every_probe_out_waits_for_a_probe_or_the_round() {
     assert_ready_ok!(b.poll_ready());
 
     // No probe returns: woken at the round's deadline.
-    let (mut a, mut handle, breaker) = service(1);
-    handle.allow(2);
-    let mut b = clone(&a);
-    trip(&breaker);
-    advance(OPEN).await;
+    let (mut a, mut b, _handle, breaker) = half_open_pair(1).await;
     assert_ready_ok!(a.poll_ready());
     let _probe = a.call(http::Request::new(()));
     assert_pending!(b.poll_ready());
