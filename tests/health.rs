@@ -217,8 +217,8 @@ async fn a_joining_backend_warms_up_neither_flooded_nor_starved() {
     assert!(first < warm_up, "{first:?}");
     let share = early.0 as f64 / early.1 as f64;
     assert!(
-        share < 0.2,
-        "not flooded: {share} in its first 2 s (fair 0.2)"
+        share < 0.1,
+        "not flooded: {share} in its first 2 s (fair 0.2; 0.205 without the warm-up)"
     );
 }
 
