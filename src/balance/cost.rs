@@ -58,11 +58,11 @@ impl LatencyEwma {
 /// The weight in [0, 1] a backend's cost is divided by: its health score
 /// times its warm-up ramp (1 until the health evaluation sets it).
 #[derive(Debug)]
-pub(crate) struct Health {
+pub(crate) struct Weight {
     bits: AtomicU32,
 }
 
-impl Health {
+impl Weight {
     pub(crate) fn new() -> Self {
         Self {
             bits: AtomicU32::new(1.0f32.to_bits()),
@@ -113,8 +113,8 @@ mod tests {
     }
 
     #[test]
-    fn health_is_clamped() {
-        let h = Health::new();
+    fn weight_is_clamped() {
+        let h = Weight::new();
         assert_eq!(h.get(), 1.0);
         h.set(7.0);
         assert_eq!(h.get(), 1.0);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cost::Health;
+use super::cost::Weight;
 use super::handle::View;
 use super::sleep_or_gone;
 use super::table::{BackendState, Fleet};
@@ -26,7 +26,7 @@ const STALE_INTERVALS: u32 = 3;
 #[derive(Debug)]
 pub(crate) struct BackendHealth {
     /// The weight P2C divides the cost by (score × warm-up ramp).
-    pub(crate) weight: Health,
+    pub(crate) weight: Weight,
     /// Out of the eligible set (by score or as a latency outlier).
     ejected: AtomicBool,
     /// Times it was ejected.
@@ -58,7 +58,7 @@ impl BackendHealth {
     /// A backend with no data; `warming` when it joins a running fleet.
     pub(crate) fn new(policy: &HealthPolicy, warming: bool) -> Self {
         let state = HealthState::new(warming);
-        let weight = Health::new();
+        let weight = Weight::new();
         weight.set(state.weight(policy));
         Self {
             weight,
