@@ -229,8 +229,13 @@ fn pick_inference(
 ) -> Option<Pick> {
     let table = ctx.table;
     let key = ask.key;
-    let cap = load_cap(table, c);
-    let under = |i: usize| table.backends[i].load() < cap;
+    // The cap is at least 1 (c ≥ 1): an idle backend is under it without
+    // summing the fleet's counters.
+    let cap = std::cell::OnceCell::new();
+    let under = |i: usize| match table.backends[i].load() {
+        0 => true,
+        load => load < *cap.get_or_init(|| load_cap(table, c)),
+    };
     let k = ask.owners.clamp(1, MAX_OWNERS);
 
     // The eligible owners in walk order, and those of them with room under

@@ -356,18 +356,20 @@ impl Traits {
 
     /// The checks in a fixed order: kind, urgency, size.
     fn from_found(found: &Found<'_>) -> Result<Self, InvalidRoute> {
-        let kind = match found.text(KIND)? {
+        // A known word is ASCII text: matched on the bytes, with the text
+        // checked only to tell a value that is not text from an unknown one.
+        let kind = match found.bytes(KIND)? {
             None => RequestKind::default(),
-            Some(t) if t.eq_ignore_ascii_case("inference") => RequestKind::Inference,
-            Some(t) if t.eq_ignore_ascii_case("update") => RequestKind::Update,
-            Some(_) => return Err(unrecognized("x-request-kind")),
+            Some(b) if b.eq_ignore_ascii_case(b"inference") => RequestKind::Inference,
+            Some(b) if b.eq_ignore_ascii_case(b"update") => RequestKind::Update,
+            Some(_) => return Err(found.unknown(KIND)),
         };
-        let urgency = match found.text(URGENCY)? {
+        let urgency = match found.bytes(URGENCY)? {
             None => Urgency::default(),
-            Some(t) if t.eq_ignore_ascii_case("normal") => Urgency::Normal,
-            Some(t) if t.eq_ignore_ascii_case("high") => Urgency::High,
-            Some(t) if t.eq_ignore_ascii_case("critical") => Urgency::Critical,
-            Some(_) => return Err(unrecognized("x-urgency")),
+            Some(b) if b.eq_ignore_ascii_case(b"normal") => Urgency::Normal,
+            Some(b) if b.eq_ignore_ascii_case(b"high") => Urgency::High,
+            Some(b) if b.eq_ignore_ascii_case(b"critical") => Urgency::Critical,
+            Some(_) => return Err(found.unknown(URGENCY)),
         };
         let payload_bytes = match found.text(LENGTH)? {
             None => None,
@@ -448,6 +450,27 @@ impl<'a> Found<'a> {
             found.duplicate[i] |= found.values[i].replace(value).is_some();
         }
         found
+    }
+
+    /// Header `i`'s bytes, if present once.
+    fn bytes(&self, i: usize) -> Result<Option<&'a [u8]>, InvalidRoute> {
+        if self.duplicate[i] {
+            return Err(InvalidRoute::new(
+                ROUTE_HEADERS[i],
+                InvalidReason::Duplicate,
+            ));
+        }
+        Ok(self.values[i].map(HeaderValue::as_bytes))
+    }
+
+    /// The error for header `i`, present once with a value that is no
+    /// word it takes: not text, else unrecognized.
+    #[cold]
+    fn unknown(&self, i: usize) -> InvalidRoute {
+        match self.text(i) {
+            Err(error) => error,
+            Ok(_) => unrecognized(ROUTE_HEADERS[i]),
+        }
     }
 
     /// Header `i` as text, if present once.
