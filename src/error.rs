@@ -15,6 +15,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::backend::BackendId;
 use crate::route::ModelId;
 
 /// The boxed error type used by services in this crate, as in tower.
@@ -205,3 +206,75 @@ impl fmt::Display for InvalidConfig {
 }
 
 impl std::error::Error for InvalidConfig {}
+
+/// A model could not be loaded on the backend the balancer placed it on
+/// (see [`placement`](crate::placement)): the load call failed, was refused,
+/// or did not finish within the placement policy's load timeout. Every
+/// request that waited for that load gets this error; it counts as a
+/// failure for the backend's breaker (in its configured scope), never as a
+/// slow call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModelLoadFailed {
+    /// The backend the model was to be loaded on.
+    pub backend: BackendId,
+    /// The model.
+    pub model: ModelId,
+    /// What went wrong, e.g. `"timed out after 60s"` or `"HTTP 500"`.
+    pub reason: String,
+}
+
+impl ModelLoadFailed {
+    /// Creates the error.
+    pub fn new(backend: BackendId, model: ModelId, reason: impl Into<String>) -> Self {
+        Self {
+            backend,
+            model,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for ModelLoadFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "loading model `{}` on backend `{}` failed: {}",
+            self.model, self.backend, self.reason
+        )
+    }
+}
+
+impl std::error::Error for ModelLoadFailed {}
+
+/// The request names a model that the backend's model repository does not
+/// know: with on-demand [`placement`](crate::placement), only models the
+/// repository index lists are ever loaded. Returned at once; no load is
+/// triggered and the backend's breaker counts nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnknownModel {
+    /// The backend whose repository was asked.
+    pub backend: BackendId,
+    /// The model.
+    pub model: ModelId,
+}
+
+impl UnknownModel {
+    /// Creates the error.
+    pub fn new(backend: BackendId, model: ModelId) -> Self {
+        Self { backend, model }
+    }
+}
+
+impl fmt::Display for UnknownModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "model `{}` is not in the repository of backend `{}`",
+            self.model, self.backend
+        )
+    }
+}
+
+impl std::error::Error for UnknownModel {}

@@ -86,6 +86,10 @@ pub mod balance;
 #[cfg_attr(docsrs, doc(cfg(feature = "health")))]
 pub mod health;
 
+#[cfg(feature = "balance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
+pub mod placement;
+
 #[cfg(feature = "discover")]
 #[cfg_attr(docsrs, doc(cfg(feature = "discover")))]
 pub mod discover;

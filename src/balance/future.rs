@@ -7,8 +7,15 @@ use std::task::{ready, Context, Poll, Waker};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use http::StatusCode;
+use tokio::sync::watch;
+
 use super::body::ResponseBody;
 use super::guard::Guard;
+use super::placement::{self, Status};
+use crate::error::{ModelLoadFailed, UnknownModel};
+use crate::placement::WaitedForLoad;
+use crate::route::ModelId;
 use crate::breaker::{Outcome, ServerErrorsAsFailures};
 use crate::error::BoxError;
 
@@ -36,8 +43,14 @@ pin_project! {
     where
         E: Service<Req>,
     {
-        Called { #[pin] future: E::Future, guard: Option<Guard> },
-        Waiting { waiting: Option<Box<(E, Req)>>, guard: Option<Guard> },
+        Called { #[pin] future: E::Future, guard: Option<Guard>, waited: bool },
+        Waiting { waiting: Option<Box<(E, Req)>>, guard: Option<Guard>, waited: bool },
+        Loading {
+            load: Pin<Box<dyn Future<Output = Status> + Send>>,
+            waiting: Option<Box<(E, Req)>>,
+            guard: Option<Guard>,
+            model: ModelId,
+        },
         Failed { error: Option<BoxError> },
     }
 }
@@ -55,6 +68,7 @@ where
             Poll::Ready(Ok(())) => State::Called {
                 future: endpoint.call(req),
                 guard: Some(guard),
+                waited: false,
             },
             Poll::Ready(Err(error)) => {
                 guard.finish(Outcome::Failure);
@@ -65,9 +79,29 @@ where
             Poll::Pending => State::Waiting {
                 waiting: Some(Box::new((endpoint, req))),
                 guard: Some(guard),
+                waited: false,
             },
         };
         Self { state }
+    }
+
+    /// Waits for the load of `model` on the picked backend, then calls
+    /// `endpoint` with `req` (see [`placement`](crate::placement)).
+    pub(crate) fn loading(
+        load: watch::Receiver<Status>,
+        model: ModelId,
+        endpoint: E,
+        req: Req,
+        guard: Guard,
+    ) -> Self {
+        Self {
+            state: State::Loading {
+                load: Box::pin(placement::wait(load)),
+                waiting: Some(Box::new((endpoint, req))),
+                guard: Some(guard),
+                model,
+            },
+        }
     }
 
     pub(crate) fn failed(error: BoxError) -> Self {
@@ -85,6 +119,7 @@ where
         let state = match &self.state {
             State::Called { .. } => "called",
             State::Waiting { .. } => "waiting for the endpoint",
+            State::Loading { .. } => "waiting for the model to load",
             State::Failed { .. } => "failed",
         };
         f.debug_struct("ResponseFuture")
@@ -107,13 +142,23 @@ where
         loop {
             let mut state = self.as_mut().project().state;
             match state.as_mut().project() {
-                StateProj::Called { future, guard } => {
+                StateProj::Called {
+                    future,
+                    guard,
+                    waited,
+                } => {
                     let result = ready!(future.poll(cx));
                     let Some(guard) = guard.take() else {
                         return Poll::Ready(Err(POLLED_AFTER_COMPLETION.into()));
                     };
                     return Poll::Ready(match result {
-                        Ok(response) => {
+                        Ok(mut response) => {
+                            if *waited {
+                                response.extensions_mut().insert(WaitedForLoad);
+                            }
+                            if response.status() == StatusCode::NOT_FOUND {
+                                not_found(&guard);
+                            }
                             guard.read_residency(response.headers());
                             let outcome =
                                 ServerErrorsAsFailures::classify_status(response.status());
@@ -125,7 +170,11 @@ where
                         }
                     });
                 }
-                StateProj::Waiting { waiting, guard } => {
+                StateProj::Waiting {
+                    waiting,
+                    guard,
+                    waited,
+                } => {
                     let Some(cell) = waiting.as_mut() else {
                         return Poll::Ready(Err(POLLED_AFTER_COMPLETION.into()));
                     };
@@ -140,10 +189,42 @@ where
                         return Poll::Ready(Err(error.into()));
                     }
                     let future = endpoint.call(req);
+                    let waited = *waited;
                     state.set(State::Called {
                         future,
                         guard: Some(guard),
+                        waited,
                     });
+                }
+                StateProj::Loading {
+                    load,
+                    waiting,
+                    guard,
+                    model,
+                } => {
+                    let status = ready!(load.as_mut().poll(cx));
+                    let (Some(cell), Some(guard)) = (waiting.take(), guard.take()) else {
+                        return Poll::Ready(Err(POLLED_AFTER_COMPLETION.into()));
+                    };
+                    let backend = guard.backend().clone();
+                    match status.not_pending() {
+                        Status::Loaded | Status::Pending => state.set(State::Waiting {
+                            waiting: Some(cell),
+                            guard: Some(guard),
+                            waited: true,
+                        }),
+                        Status::Unknown => {
+                            // Cancelled: nothing was sent, nothing counts.
+                            drop(guard);
+                            let error = UnknownModel::new(backend, model.clone());
+                            return Poll::Ready(Err(error.into()));
+                        }
+                        Status::Failed(reason) => {
+                            guard.fail_untimed();
+                            let error = ModelLoadFailed::new(backend, model.clone(), reason);
+                            return Poll::Ready(Err(error.into()));
+                        }
+                    }
                 }
                 StateProj::Failed { error } => {
                     return Poll::Ready(Err(error
@@ -151,6 +232,18 @@ where
                         .unwrap_or_else(|| POLLED_AFTER_COMPLETION.into())))
                 }
             }
+        }
+    }
+}
+
+/// A 404 for an inference request whose model was believed served on the
+/// backend: with placement on, the model is not resident there after all
+/// and one reload starts.
+#[cold]
+fn not_found(guard: &Guard) {
+    if let (Some(key), false) = (guard.model(), guard.confirms()) {
+        if let Some(placement) = guard.state().fleet.placement.get() {
+            placement.not_found(guard.state(), key);
         }
     }
 }

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use http::HeaderMap;
 
+use super::placement::Placement;
 use super::table::{Admission, BackendState};
 use super::ResidencyHeader;
 use crate::backend::BackendId;
@@ -44,6 +45,11 @@ pub struct Guard {
     /// Whether its success confirms the model served on the backend (the
     /// first requests there, while it may be loading).
     confirms: bool,
+    /// Whether it is counted in its model's requests in flight on the
+    /// backend (placement on: see [`Residency::enter`]).
+    ///
+    /// [`Residency::enter`]: super::residency::Residency::enter
+    counted: bool,
 }
 
 impl Guard {
@@ -64,7 +70,44 @@ impl Guard {
             started,
             model,
             confirms,
+            counted: false,
         }
+    }
+
+    /// With placement on, counts the request in its model's requests in
+    /// flight on the backend (a model with requests in flight is never
+    /// unloaded to make room), and returns the placement.
+    pub(crate) fn placement(&mut self) -> Option<Arc<Placement>> {
+        let placement = self.state.fleet.placement.get()?;
+        if let (Some(key), false) = (self.model, self.counted) {
+            self.counted = self.state.residency.enter(key);
+        }
+        Some(placement.clone())
+    }
+
+    /// The picked backend's state.
+    pub(crate) fn state(&self) -> &Arc<BackendState> {
+        &self.state
+    }
+
+    /// Whether the request's model was not known to be served on the
+    /// backend when it was picked (inference only).
+    pub(crate) fn confirms(&self) -> bool {
+        self.confirms
+    }
+
+    /// An inference request's model hash.
+    pub(crate) fn model(&self) -> Option<u64> {
+        self.model
+    }
+
+    /// Records a failure that says nothing of the backend's speed (a model
+    /// load that failed): a failure for the breaker and health, never a
+    /// slow call.
+    pub(crate) fn fail_untimed(self) {
+        let penalty = self.state.fleet.health.failure_penalty;
+        self.state.health.record(None, true, penalty);
+        self.record(Outcome::Failure, None, None);
     }
 
     /// Learns residency from the response's headers, if the balancer is
@@ -173,6 +216,9 @@ impl Drop for Guard {
     fn drop(&mut self) {
         if let Some(Admission::Backend(ticket)) = self.admission.take() {
             self.state.breaker.release_ticket(ticket);
+        }
+        if let (true, Some(key)) = (self.counted, self.model) {
+            self.state.residency.leave(key);
         }
         self.state.traffic.end();
         self.state.fleet.traffic.end();

@@ -8,7 +8,10 @@ use super::pick::Branch;
 use super::table::{BackendState, Table};
 use tokio::time::Instant;
 
+use super::placement::{Placement, PlacementStats, PlacementTask};
 use super::ProbeTask;
+use crate::error::InvalidConfig;
+use crate::placement::{ModelLoader, PlacementPolicy};
 use crate::backend::BackendId;
 use crate::breaker::{Breaker, BreakerState};
 use crate::health::probe::{ProbeConfig, ProbeError, ProbeReport, Prober};
@@ -30,6 +33,9 @@ pub(crate) trait View: Send + Sync {
     fn counters(&self) -> &Counters;
     /// Closed once every clone and handle of the balancer is dropped.
     fn gone(&self) -> tokio::sync::watch::Receiver<()>;
+    /// Whether the backend with `uid` is one of the owners of the model
+    /// with hash `key` now.
+    fn owns(&self, uid: u64, key: u64) -> bool;
 }
 
 /// Requests counted by the branch the balancer took, since it was built.
@@ -205,6 +211,50 @@ impl BalancerHandle {
     /// Outside a Tokio runtime (as `tokio::spawn` does).
     pub fn spawn_probes<P: Prober>(&self, prober: P, config: ProbeConfig) -> ProbeTask {
         super::probing::spawn(&self.view, prober, config)
+    }
+
+    /// Turns on-demand [placement](crate::placement) on: from now on, an
+    /// inference request routed to a backend where its model is not known
+    /// to be served waits while `loader` loads it there (one load per
+    /// (backend, model), shared), as `policy` says. Also starts a task on
+    /// the current Tokio runtime that re-reads every backend's repository
+    /// (the allow-list of loads) each `policy.repository_interval()`; it
+    /// stops when the returned [`PlacementTask`] is dropped (loads already
+    /// started still finish) or the balancer is gone. Every backend needs
+    /// an [`address`](super::BackendMeta::with_address); a backend without
+    /// one fails its loads.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `placement` when called outside a Tokio
+    /// runtime, or when placement is on already (once per balancer).
+    pub fn enable_placement<L: ModelLoader>(
+        &self,
+        loader: L,
+        policy: PlacementPolicy,
+    ) -> Result<PlacementTask, InvalidConfig> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| InvalidConfig::new("placement", "enabled inside a Tokio runtime"))?;
+        let table = self.view.table();
+        let placement = Arc::new(Placement::new(
+            loader,
+            policy,
+            runtime,
+            Arc::downgrade(&self.view),
+        ));
+        table
+            .fleet
+            .placement
+            .set(placement.clone())
+            .map_err(|_| InvalidConfig::new("placement", "enabled at most once per balancer"))?;
+        Ok(super::placement::spawn(&placement, self.view.gone()))
+    }
+
+    /// Placement's counters, once [enabled](Self::enable_placement).
+    pub fn placement_stats(&self) -> Option<PlacementStats> {
+        let table = self.view.table();
+        let placement = table.fleet.placement.get()?;
+        Some(placement.stats())
     }
 
     /// Whether the balancer takes `model` to be resident on `backend`.

@@ -143,6 +143,7 @@ mod handle;
 mod health;
 mod lru;
 mod pick;
+mod placement;
 mod probing;
 mod residency;
 mod router;
@@ -162,6 +163,7 @@ pub use self::body::ResponseBody;
 pub use self::config::{BalanceConfig, BalanceConfigBuilder, ResidencyHeader, Staging};
 pub use self::guard::Guard;
 pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
+pub use self::placement::{PlacementStats, PlacementTask};
 pub use self::probing::ProbeTask;
 pub use self::router::Picked;
 pub use self::scoped::BreakerScope;
@@ -229,6 +231,16 @@ impl<E: Send + Sync> View for Shared<E> {
 
     fn gone(&self) -> tokio::sync::watch::Receiver<()> {
         self.gone.subscribe()
+    }
+
+    fn owns(&self, uid: u64, key: u64) -> bool {
+        let table = self.snapshot.load().table.clone();
+        let k = self.owners_of(key, false, table.backends.len());
+        table
+            .ring
+            .walk(key)
+            .take(k)
+            .any(|i| table.backends[i].uid == uid)
     }
 }
 

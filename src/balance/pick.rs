@@ -64,6 +64,10 @@ pub(crate) struct Rules {
     pub(crate) load_factor: f64,
     /// Panic mode when fewer than this share of backends are eligible.
     pub(crate) panic_threshold: f64,
+    /// Placement's [`WhenCold::PreferWarm`](crate::placement::WhenCold):
+    /// with no owner serving the model under the cap, a backend past the
+    /// owners that serves it comes before an owner that must load it.
+    pub(crate) prefer_warm: bool,
 }
 
 /// A chosen backend with its breaker permit.
@@ -75,6 +79,9 @@ pub(crate) struct Pick {
     /// An inference request whose model was not yet served there: its
     /// success confirms the model in memory.
     pub(crate) confirms: bool,
+    /// With `prefer_warm`, the owner passed over for a warm backend: the
+    /// model should be loaded there.
+    pub(crate) prefetch: Option<usize>,
 }
 
 /// Picks a backend, or `None` when no backend admits the request.
@@ -100,7 +107,7 @@ pub(crate) fn pick(
     };
     let mut picked = match ask.kind {
         RequestKind::Update => pick_update(&ctx, random),
-        _ => pick_inference(&ctx, ask, rules.load_factor, random),
+        _ => pick_inference(&ctx, ask, rules, random),
     }?;
     if ask.kind != RequestKind::Update {
         let state = &table.backends[picked.index];
@@ -175,6 +182,7 @@ impl Ctx<'_> {
             admission,
             branch,
             confirms: false,
+            prefetch: None,
         })
     }
 
@@ -224,9 +232,10 @@ impl Ctx<'_> {
 fn pick_inference(
     ctx: &Ctx<'_>,
     ask: &Ask,
-    c: f64,
+    rules: &Rules,
     random: &mut impl FnMut() -> u64,
 ) -> Option<Pick> {
+    let c = rules.load_factor;
     let table = ctx.table;
     let key = ask.key;
     // The cap is at least 1 (c ≥ 1): an idle backend is under it without
@@ -286,10 +295,27 @@ fn pick_inference(
             .cheapest(served_under.iter().copied())
             .or_else(|| ctx.cheapest(loading_under.iter().copied()))
             .map(|i| (i, Branch::ResidentOwner)),
+        _ if rules.prefer_warm => ctx
+            .p2c(served_under, random)
+            .map(|i| (i, Branch::ResidentOwner))
+            .or_else(|| {
+                let served = |i| under(i) && ctx.presence(i, key) == Presence::Served;
+                spill_resident(ctx, ask, k, served).map(|i| (i, Branch::Spill))
+            })
+            .or_else(|| ctx.p2c(loading_under, random).map(|i| (i, Branch::ResidentOwner))),
         _ => ctx
             .p2c(served_under, random)
             .or_else(|| ctx.p2c(loading_under, random))
             .map(|i| (i, Branch::ResidentOwner)),
+    };
+    // A warm backend past the owners took it: the first owner without the
+    // model served loads it, for the requests to come.
+    let prefetch = match choice {
+        Some((_, Branch::Spill)) if rules.prefer_warm => eligible_owners
+            .iter()
+            .copied()
+            .find(|&i| ctx.presence(i, key) != Presence::Served),
+        _ => None,
     };
     let now_ms = || table.fleet.millis(ctx.now.get());
     let can_load = |i: usize| {
@@ -342,7 +368,8 @@ fn pick_inference(
             Branch::ColdOwner
         }
     };
-    if let Some(pick) = choice.and_then(|(i, branch)| ctx.admit(i, branch)) {
+    if let Some(mut pick) = choice.and_then(|(i, branch)| ctx.admit(i, branch)) {
+        pick.prefetch = prefetch;
         return Some(pick);
     }
     // The choice's breaker refused (its half-open probes are out): the

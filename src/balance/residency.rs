@@ -14,7 +14,7 @@
 //! succeeds there (a response came back: the model is in memory), then
 //! *served*; declared models are served at once.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// The most models one backend's entry tracks.
 pub(crate) const MAX_SLOTS: usize = 16;
@@ -41,6 +41,10 @@ pub(crate) struct Residency {
     /// When each slot's model was first sent here, ms plus one, with
     /// [`SERVED`] set once a request for it succeeded here.
     loaded: [AtomicU64; MAX_SLOTS],
+    /// Requests in flight per slot's model, counted only with placement
+    /// on (see [`Residency::enter`]); a slot with requests in flight is
+    /// never given to another model.
+    in_flight: [AtomicU32; MAX_SLOTS],
     slots: AtomicUsize,
 }
 
@@ -51,6 +55,7 @@ impl Residency {
             models: Default::default(),
             stamps: Default::default(),
             loaded: Default::default(),
+            in_flight: Default::default(),
             slots: AtomicUsize::new(slots.clamp(1, MAX_SLOTS)),
         }
     }
@@ -63,6 +68,11 @@ impl Residency {
 
     fn slots(&self) -> usize {
         self.slots.load(Ordering::Relaxed)
+    }
+
+    /// How many models the backend holds at once (its model slots).
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots()
     }
 
     /// The slot of the model with hash `key`, if it is resident.
@@ -151,9 +161,14 @@ impl Residency {
                 }
                 return self.loaded[i].load(Ordering::Relaxed) & SERVED != 0;
             }
-            if s < oldest.1 {
+            if s < oldest.1 && self.in_flight[i].load(Ordering::Relaxed) == 0 {
                 oldest = (i, s);
             }
+        }
+        if oldest.1 == u64::MAX {
+            // Every slot's model has requests in flight (placement on):
+            // this one is not tracked.
+            return false;
         }
         let stamp = now_ms().saturating_add(1);
         // A reader between the two stores may see the new model with the
@@ -196,7 +211,7 @@ impl Residency {
         for i in 0..self.slots() {
             let served = self.loaded[i].load(Ordering::Relaxed) & SERVED != 0;
             if served && !listed.contains(&self.models[i].load(Ordering::Relaxed)) {
-                self.stamps[i].store(0, Ordering::Relaxed);
+                self.drop_slot(i);
             }
         }
         for &key in listed {
@@ -205,10 +220,63 @@ impl Residency {
         }
     }
 
+    /// Forgets slot `i`'s model; with requests in flight there, only marks
+    /// it not served (it stays tracked until they finish).
+    fn drop_slot(&self, i: usize) {
+        if self.in_flight[i].load(Ordering::Relaxed) == 0 {
+            self.stamps[i].store(0, Ordering::Relaxed);
+        } else {
+            self.loaded[i].fetch_and(!SERVED, Ordering::Relaxed);
+        }
+    }
+
+    /// The model with hash `key` is not (or no longer) on the backend: a
+    /// failed load, a 404 from the server.
+    pub(crate) fn forget(&self, key: u64) {
+        if let Some(i) = self.slot(key) {
+            self.drop_slot(i);
+        }
+    }
+
+    /// A request for the model with hash `key` starts here; false when the
+    /// model is not tracked (nothing counted).
+    pub(crate) fn enter(&self, key: u64) -> bool {
+        match self.slot(key) {
+            Some(i) => {
+                self.in_flight[i].fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A request counted by [`Residency::enter`] ended.
+    pub(crate) fn leave(&self, key: u64) {
+        let i = (0..MAX_SLOTS).find(|&i| {
+            self.models[i].load(Ordering::Relaxed) == key
+                && self.in_flight[i].load(Ordering::Relaxed) > 0
+        });
+        if let Some(i) = i {
+            self.in_flight[i].fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The tracked model's last-use stamp (ms, 0 when not tracked) and
+    /// its requests in flight.
+    pub(crate) fn usage(&self, key: u64) -> (u64, u32) {
+        match self.slot(key) {
+            Some(i) => (
+                self.stamps[i].load(Ordering::Relaxed),
+                self.in_flight[i].load(Ordering::Relaxed),
+            ),
+            None => (0, 0),
+        }
+    }
+
     /// Replaces the table with `keys` (the first `slots` of them), served.
     pub(crate) fn replace(&self, keys: impl IntoIterator<Item = u64>, now_ms: u64) {
-        for stamp in &self.stamps {
-            stamp.store(0, Ordering::Relaxed);
+        for i in 0..MAX_SLOTS {
+            self.drop_slot(i);
         }
         for key in keys.into_iter().take(self.slots()) {
             self.touch(key, now_ms);

@@ -11,6 +11,7 @@ use super::table::Snapshot;
 use super::Shared;
 use crate::backend::BackendId;
 use crate::error::NoHealthyBackend;
+use crate::placement::WhenCold;
 use crate::route::{RequestKind, RouteView};
 
 /// A backend chosen by [`ModelBalancer::pick`](super::ModelBalancer::pick):
@@ -122,19 +123,7 @@ impl<E: Clone> Local<E> {
         let config = &shared.config;
         let owners = match route.kind {
             RequestKind::Update => 0,
-            _ => match shared.fixed_owners(route.hash) {
-                Some(k) => k,
-                None => shared.demand.owners(
-                    route.hash,
-                    sample,
-                    Bounds {
-                        n: table.backends.len(),
-                        c: config.load_factor,
-                        min: config.min_owners,
-                        max: config.owners,
-                    },
-                ),
-            },
+            _ => shared.owners_of(route.hash, sample, table.backends.len()),
         };
         let ask = Ask {
             kind: route.kind,
@@ -143,9 +132,11 @@ impl<E: Clone> Local<E> {
             owners,
             sampled: sample,
         };
+        let placement = table.fleet.placement.get();
         let rules = Rules {
             load_factor: config.load_factor,
             panic_threshold: config.panic_threshold,
+            prefer_warm: placement.is_some_and(|p| p.policy().when_cold() == WhenCold::PreferWarm),
         };
         let Some(picked) = pick(table, &ask, &rules, now, random) else {
             shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
@@ -155,6 +146,9 @@ impl<E: Clone> Local<E> {
         // Counts the request in the fleet's in-flight load too: the
         // guard's drop counts it out.
         table.fleet.traffic.start(picked.branch);
+        if let (Some(owner), Some(placement)) = (picked.prefetch, placement) {
+            placement.prefetch(&table.backends[owner], route.model_id());
+        }
         let state = &table.backends[picked.index];
         tracing::trace!(backend = %state.id, model = route.model, branch = ?picked.branch, "picked");
         Ok(Picked {
@@ -171,6 +165,25 @@ impl<E: Clone> Local<E> {
 }
 
 impl<E> Shared<E> {
+    /// How many owners the model with hash `key` has over `n` backends
+    /// (counting this request in its demand if `count`).
+    pub(super) fn owners_of(&self, key: u64, count: bool, n: usize) -> usize {
+        let config = &self.config;
+        match self.fixed_owners(key) {
+            Some(k) => k,
+            None => self.demand.owners(
+                key,
+                count,
+                Bounds {
+                    n,
+                    c: config.load_factor,
+                    min: config.min_owners,
+                    max: config.owners,
+                },
+            ),
+        }
+    }
+
     fn fixed_owners(&self, key: u64) -> Option<usize> {
         if self.fixed_owners.is_empty() {
             return None;

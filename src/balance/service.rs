@@ -11,12 +11,14 @@ use super::body::ResponseBody;
 use super::clock::Now;
 use super::discover::{self, Drained, Registry};
 use super::future::ResponseFuture;
+use super::guard::Guard;
+use super::placement::{Placement, Prepared};
 use super::handle::View;
 use super::health;
 use super::router::Local;
 use super::{Backend, BalanceConfig, BalancerHandle, Picked, Shared};
-use crate::error::{BoxError, InvalidConfig, InvalidRoute, NoHealthyBackend};
-use crate::route::{RouteInfo, RouteView};
+use crate::error::{BoxError, InvalidConfig, InvalidRoute, NoHealthyBackend, UnknownModel};
+use crate::route::{ModelId, RequestKind, RouteInfo, RouteView};
 
 /// The model-aware balancer; see the [module docs](super).
 ///
@@ -213,8 +215,49 @@ where
             .local
             .route(&self.shared, &route, &now, false, &mut random)
         {
-            Ok(Picked { endpoint, guard }) => ResponseFuture::new(endpoint, req, guard),
+            Ok(Picked {
+                endpoint,
+                mut guard,
+            }) => match guard.placement() {
+                None => ResponseFuture::new(endpoint, req, guard),
+                Some(placement) => {
+                    let cold = route.kind == RequestKind::Inference && guard.confirms();
+                    let model = cold.then(|| route.model_id());
+                    place(&placement, model, endpoint, req, guard)
+                }
+            },
             Err(error) => ResponseFuture::failed(error.into()),
+        }
+    }
+}
+
+/// With placement on: a request picked where its model is not known to be
+/// served waits for its load there (or fails at once for a model the
+/// repository does not know).
+#[cold]
+fn place<E, Req>(
+    placement: &Arc<Placement>,
+    model: Option<ModelId>,
+    endpoint: E,
+    req: Req,
+    guard: Guard,
+) -> ResponseFuture<E, Req>
+where
+    E: Service<Req>,
+    E::Error: Into<BoxError>,
+{
+    let Some(model) = model else {
+        return ResponseFuture::new(endpoint, req, guard);
+    };
+    match placement.prepare(guard.state(), model.clone()) {
+        Prepared::Wait(load) => ResponseFuture::loading(load, model, endpoint, req, guard),
+        Prepared::Unknown => {
+            let backend = guard.backend().clone();
+            // Not there, and never to be: the pick's mark is undone.
+            guard.state().residency.forget(model.hash64());
+            // Cancelled: nothing was sent, nothing counts.
+            drop(guard);
+            ResponseFuture::failed(UnknownModel::new(backend, model).into())
         }
     }
 }

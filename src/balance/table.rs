@@ -9,6 +9,7 @@ use super::clock::Now;
 use super::config::BreakerHook;
 use super::cost::{cost, LatencyEwma};
 use super::health::BackendHealth;
+use super::placement::Placement;
 use super::residency::Residency;
 use super::scoped::{BreakerScope, Scoped};
 use super::traffic::{FleetTraffic, Traffic};
@@ -42,6 +43,8 @@ pub(crate) struct Fleet {
     pub(crate) ejected: AtomicUsize,
     /// The response header residency is learned from.
     pub(crate) residency_header: Option<ResidencyHeader>,
+    /// On-demand placement, once enabled.
+    pub(crate) placement: std::sync::OnceLock<Arc<Placement>>,
 }
 
 impl Fleet {
@@ -58,6 +61,7 @@ impl Fleet {
             health: HealthPolicy::default(),
             ejected: AtomicUsize::new(0),
             residency_header: None,
+            placement: std::sync::OnceLock::new(),
         }
     }
 

@@ -101,6 +101,7 @@ fn ask(route: &RouteInfo, owners: usize) -> Ask {
 const RULES: Rules = Rules {
     load_factor: 1.25,
     panic_threshold: 0.5,
+    prefer_warm: false,
 };
 
 /// Picks with no randomness available (inference over at most two

@@ -1,0 +1,119 @@
+//! On-demand model placement: load a model where affinity places it,
+//! through the model server's own repository API.
+//!
+//! Many model servers do not load a model when a request names it: Triton
+//! in explicit model-control mode, KServe v2 servers such as MLServer, and
+//! vLLM for LoRA adapters answer 404 until someone calls their repository
+//! API. ModelMesh and AIBrix do that from a central controller; here the
+//! balancer does it where the routing decision is made. Enable it on a
+//! balancer with
+//! [`BalancerHandle::enable_placement`](crate::balance::BalancerHandle::enable_placement)
+//! and a [`ModelLoader`]; every backend needs an address
+//! ([`BackendMeta::with_address`](crate::balance::BackendMeta::with_address)).
+//!
+//! When an inference request is routed to a backend where its model is
+//! not known to be served:
+//!
+//! 1. **Allow-list.** Only models the backend's repository knows
+//!    ([`ModelLoader::repository`], refreshed every
+//!    [`repository_interval`](PlacementPolicyBuilder::repository_interval))
+//!    are loaded; any other fails at once with
+//!    [`UnknownModel`](crate::error::UnknownModel) and triggers no load.
+//! 2. **One load per (backend, model).** The first request starts the load;
+//!    every request that arrives while it runs waits for the same load (no
+//!    thundering herd of load calls). With [`WhenCold::PreferWarm`] a
+//!    request goes instead to a backend past the owners where the model is
+//!    served, if one admits, and the owner's load still starts.
+//! 3. **Room first.** When the backend already holds as many models as its
+//!    [`model_slots`](crate::balance::BackendMeta::with_model_slots), its
+//!    least recently routed model that it does not own under the current
+//!    ring and that has no request in flight there is unloaded first.
+//! 4. **Failure.** A load that fails or outlives
+//!    [`load_timeout`](PlacementPolicyBuilder::load_timeout) fails every
+//!    waiting request with [`ModelLoadFailed`](crate::error::ModelLoadFailed),
+//!    counted as a failure by the backend's breaker, never as a slow call.
+//!    A 404 from a backend believed to serve the model marks it not
+//!    resident there and starts one reload.
+//!
+//! A request that waited for a load carries [`WaitedForLoad`] in its
+//! response extensions: it was a cold start, however fast the server
+//! answered afterwards.
+//!
+//! Loaders for real servers (feature `probe`): [`KServeV2Loader`] (Triton,
+//! KServe v2: `POST /v2/repository/models/{name}/load`) and
+//! [`VllmLoraLoader`] (`POST /v1/load_lora_adapter`).
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_model_balance::placement::{PlacementPolicy, WhenCold};
+//!
+//! let policy = PlacementPolicy::builder()
+//!     .load_timeout(Duration::from_secs(300))
+//!     .when_cold(WhenCold::PreferWarm)
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(policy.load_timeout(), Duration::from_secs(300));
+//! assert!(PlacementPolicy::builder().load_timeout(Duration::ZERO).build().is_err());
+//! ```
+
+mod policy;
+
+pub use self::policy::{PlacementPolicy, PlacementPolicyBuilder, WhenCold};
+
+use std::future::Future;
+
+use crate::health::probe::{ProbeError, ProbeTarget};
+use crate::route::ModelId;
+
+/// The errors of a loader's calls: the same kinds as a probe's (no answer,
+/// transport, unexpected status, malformed answer).
+pub type LoadError = ProbeError;
+
+/// What a backend's model repository holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Repository {
+    /// Every model the repository knows: the allow-list of loads.
+    pub known: Vec<ModelId>,
+    /// The models loaded and ready to serve now.
+    pub resident: Vec<ModelId>,
+}
+
+impl Repository {
+    /// A repository knowing `known`, of which `resident` are loaded.
+    pub fn new(known: Vec<ModelId>, resident: Vec<ModelId>) -> Self {
+        Self { known, resident }
+    }
+}
+
+/// Loads and unloads models on one backend through its own API.
+/// Implementations hold what they need (an HTTP client, paths) and clone
+/// it into the futures, which own everything they use. The caller applies
+/// the timeout.
+pub trait ModelLoader: Send + Sync + 'static {
+    /// Loads `model` on `target`; resolves once it is ready to serve.
+    fn load(
+        &self,
+        target: &ProbeTarget,
+        model: &ModelId,
+    ) -> impl Future<Output = Result<(), LoadError>> + Send + 'static;
+
+    /// Unloads `model` from `target`.
+    fn unload(
+        &self,
+        target: &ProbeTarget,
+        model: &ModelId,
+    ) -> impl Future<Output = Result<(), LoadError>> + Send + 'static;
+
+    /// What `target`'s repository knows and holds.
+    fn repository(
+        &self,
+        target: &ProbeTarget,
+    ) -> impl Future<Output = Result<Repository, LoadError>> + Send + 'static;
+}
+
+/// Marks a response whose request waited for its model to be loaded (in
+/// the response's extensions): a cold start in every figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct WaitedForLoad;
