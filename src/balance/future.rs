@@ -13,11 +13,11 @@ use tokio::sync::watch;
 use super::body::ResponseBody;
 use super::guard::Guard;
 use super::placement::{self, Status};
+use crate::breaker::{Outcome, ServerErrorsAsFailures};
+use crate::error::BoxError;
 use crate::error::{ModelLoadFailed, UnknownModel};
 use crate::placement::WaitedForLoad;
 use crate::route::ModelId;
-use crate::breaker::{Outcome, ServerErrorsAsFailures};
-use crate::error::BoxError;
 
 pin_project! {
     /// Response future of [`ModelBalancer`](super::ModelBalancer): the

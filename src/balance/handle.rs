@@ -10,12 +10,12 @@ use tokio::time::Instant;
 
 use super::placement::{Placement, PlacementStats, PlacementTask};
 use super::ProbeTask;
-use crate::error::InvalidConfig;
-use crate::placement::{ModelLoader, PlacementPolicy};
 use crate::backend::BackendId;
 use crate::breaker::{Breaker, BreakerState};
+use crate::error::InvalidConfig;
 use crate::health::probe::{ProbeConfig, ProbeError, ProbeReport, Prober};
 use crate::health::HealthStatus;
+use crate::placement::{ModelLoader, PlacementPolicy};
 use crate::route::ModelId;
 
 /// The requests that reached no backend; those picked are counted by
@@ -33,9 +33,19 @@ pub(crate) trait View: Send + Sync {
     fn counters(&self) -> &Counters;
     /// Closed once every clone and handle of the balancer is dropped.
     fn gone(&self) -> tokio::sync::watch::Receiver<()>;
+    /// How many owners the model with hash `key` has now.
+    fn owners_of(&self, key: u64) -> usize;
     /// Whether the backend with `uid` is one of the owners of the model
     /// with hash `key` now.
-    fn owns(&self, uid: u64, key: u64) -> bool;
+    fn owns(&self, uid: u64, key: u64) -> bool {
+        let table = self.table();
+        let k = self.owners_of(key);
+        table
+            .ring
+            .walk(key)
+            .take(k)
+            .any(|i| table.backends[i].uid == uid)
+    }
 }
 
 /// Requests counted by the branch the balancer took, since it was built.
@@ -255,6 +265,21 @@ impl BalancerHandle {
         let table = self.view.table();
         let placement = table.fleet.placement.get()?;
         Some(placement.stats())
+    }
+
+    /// `model`'s owners now, in ring-walk order: the first `k` distinct
+    /// backends of its walk, `k` as demand has set it (or as configured
+    /// for the model). Empty with no backends.
+    pub fn owners(&self, model: &ModelId) -> Vec<BackendId> {
+        let table = self.view.table();
+        let key = model.hash64();
+        let k = self.view.owners_of(key);
+        table
+            .ring
+            .walk(key)
+            .take(k)
+            .map(|i| table.backends[i].id.clone())
+            .collect()
     }
 
     /// Whether the balancer takes `model` to be resident on `backend`.

@@ -233,14 +233,9 @@ impl<E: Send + Sync> View for Shared<E> {
         self.gone.subscribe()
     }
 
-    fn owns(&self, uid: u64, key: u64) -> bool {
-        let table = self.snapshot.load().table.clone();
-        let k = self.owners_of(key, false, table.backends.len());
-        table
-            .ring
-            .walk(key)
-            .take(k)
-            .any(|i| table.backends[i].uid == uid)
+    fn owners_of(&self, key: u64) -> usize {
+        let n = self.snapshot.load().table.backends.len();
+        Shared::owners_of(self, key, false, n)
     }
 }
 

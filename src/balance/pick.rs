@@ -64,6 +64,9 @@ pub(crate) struct Rules {
     pub(crate) load_factor: f64,
     /// Panic mode when fewer than this share of backends are eligible.
     pub(crate) panic_threshold: f64,
+    /// Placement on: a cold copy costs a load call, so a request waits on
+    /// its owner's load rather than spill to another cold backend.
+    pub(crate) placement: bool,
     /// Placement's [`WhenCold::PreferWarm`](crate::placement::WhenCold):
     /// with no owner serving the model under the cap, a backend past the
     /// owners that serves it comes before an owner that must load it.
@@ -302,7 +305,10 @@ fn pick_inference(
                 let served = |i| under(i) && ctx.presence(i, key) == Presence::Served;
                 spill_resident(ctx, ask, k, served).map(|i| (i, Branch::Spill))
             })
-            .or_else(|| ctx.p2c(loading_under, random).map(|i| (i, Branch::ResidentOwner))),
+            .or_else(|| {
+                ctx.p2c(loading_under, random)
+                    .map(|i| (i, Branch::ResidentOwner))
+            }),
         _ => ctx
             .p2c(served_under, random)
             .or_else(|| ctx.p2c(loading_under, random))
@@ -342,7 +348,7 @@ fn pick_inference(
                 let residency = &table.backends[i].residency;
                 residency.arrived_within(key, now_ms(), LOADING_GRACE_MS)
             });
-            loading
+            (loading && !rules.placement)
                 .then(|| spill_cold(ctx, ask, k, |i| under(i) && can_load(i), now_ms(), u64::MAX))
                 .flatten()
         })

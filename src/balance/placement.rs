@@ -188,7 +188,11 @@ impl Placement {
     }
 
     /// The load of `model` on `state`: the one running, or a new one.
-    fn start(self: &Arc<Self>, state: &Arc<BackendState>, model: ModelId) -> watch::Receiver<Status> {
+    fn start(
+        self: &Arc<Self>,
+        state: &Arc<BackendState>,
+        model: ModelId,
+    ) -> watch::Receiver<Status> {
         let slot = (state.uid, model.hash64());
         let mut loads = lock(&self.loads);
         if let Some(running) = loads.get(&slot) {
@@ -407,7 +411,9 @@ pub(crate) fn spawn(placement: &Arc<Placement>, gone: watch::Receiver<()>) -> Pl
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
@@ -435,8 +441,16 @@ mod tests {
             Some(0),
             "never one this backend owns"
         );
-        assert_eq!(choose_victim(&[c(0, 0, false), c(3, 0, false)]), Some(0), "never routed here: first");
-        assert_eq!(choose_victim(&[c(1, 2, false), c(3, 0, true)]), None, "all needed");
+        assert_eq!(
+            choose_victim(&[c(0, 0, false), c(3, 0, false)]),
+            Some(0),
+            "never routed here: first"
+        );
+        assert_eq!(
+            choose_victim(&[c(1, 2, false), c(3, 0, true)]),
+            None,
+            "all needed"
+        );
         assert_eq!(choose_victim(&[]), None);
     }
 }

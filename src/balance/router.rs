@@ -136,6 +136,7 @@ impl<E: Clone> Local<E> {
         let rules = Rules {
             load_factor: config.load_factor,
             panic_threshold: config.panic_threshold,
+            placement: placement.is_some(),
             prefer_warm: placement.is_some_and(|p| p.policy().when_cold() == WhenCold::PreferWarm),
         };
         let Some(picked) = pick(table, &ask, &rules, now, random) else {

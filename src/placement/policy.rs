@@ -130,7 +130,10 @@ impl PlacementPolicyBuilder {
         if !(Duration::from_millis(100)..=Duration::from_secs(86_400))
             .contains(&p.repository_interval)
         {
-            return Err(InvalidConfig::new("repository_interval", "100 ms ..= 1 day"));
+            return Err(InvalidConfig::new(
+                "repository_interval",
+                "100 ms ..= 1 day",
+            ));
         }
         Ok(p)
     }

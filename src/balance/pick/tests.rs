@@ -101,6 +101,7 @@ fn ask(route: &RouteInfo, owners: usize) -> Ask {
 const RULES: Rules = Rules {
     load_factor: 1.25,
     panic_threshold: 0.5,
+    placement: false,
     prefer_warm: false,
 };
 

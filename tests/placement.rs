@@ -1,0 +1,539 @@
+//! On-demand placement over mock model servers in explicit mode (404 until
+//! a model is loaded through the repository API), on a paused clock: one
+//! load per (backend, model) however many requests wait, the allow-list,
+//! failures and timeouts, the 404 reload, eviction, PreferWarm.
+
+use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tower::discover::ServiceList;
+use tower::{Service, ServiceExt};
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
+use tower_model_balance::endpoint::Origin;
+use tower_model_balance::error::{ModelLoadFailed, UnknownModel};
+use tower_model_balance::health::probe::{ProbeError, ProbeReport, ProbeTarget};
+use tower_model_balance::placement::{
+    LoadError, ModelLoader, PlacementPolicy, Repository, WaitedForLoad, WhenCold,
+};
+use tower_model_balance::route::ModelId;
+
+const LOAD_TIME: Duration = Duration::from_millis(300);
+const SERVE_TIME: Duration = Duration::from_millis(10);
+
+/// How a server's loads go.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Loads {
+    Succeed,
+    Fail,
+    Hang,
+}
+
+/// One mock server's state, shared by its endpoint and the loader.
+#[derive(Debug)]
+struct Server {
+    loaded: HashSet<String>,
+    loads: Loads,
+    /// Load calls received, by model.
+    load_calls: HashMap<String, u32>,
+    /// Load calls in flight now and at most, by model.
+    loading: HashMap<String, u32>,
+    max_loading: HashMap<String, u32>,
+    unloads: Vec<String>,
+    served: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Fleet {
+    servers: Arc<Mutex<HashMap<String, Server>>>,
+    /// The repository every server shares.
+    repository: Arc<Vec<String>>,
+}
+
+impl Fleet {
+    fn new(names: &[&str], repository: &[&str]) -> Self {
+        let servers = names
+            .iter()
+            .map(|n| {
+                let server = Server {
+                    loaded: HashSet::new(),
+                    loads: Loads::Succeed,
+                    load_calls: HashMap::new(),
+                    loading: HashMap::new(),
+                    max_loading: HashMap::new(),
+                    unloads: Vec::new(),
+                    served: 0,
+                };
+                (n.to_string(), server)
+            })
+            .collect();
+        Self {
+            servers: Arc::new(Mutex::new(servers)),
+            repository: Arc::new(repository.iter().map(|m| m.to_string()).collect()),
+        }
+    }
+
+    fn with<T>(&self, name: &str, f: impl FnOnce(&mut Server) -> T) -> T {
+        f(self.servers.lock().unwrap().get_mut(name).unwrap())
+    }
+
+    fn load_calls(&self, name: &str, model: &str) -> u32 {
+        self.with(name, |s| s.load_calls.get(model).copied().unwrap_or(0))
+    }
+
+    fn total_load_calls(&self) -> u32 {
+        let servers = self.servers.lock().unwrap();
+        servers.values().flat_map(|s| s.load_calls.values()).sum()
+    }
+
+    fn endpoint(&self, name: &str) -> Endpoint {
+        Endpoint {
+            fleet: self.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    /// A balancer over the servers, each with `slots` model slots and one
+    /// owner per model.
+    fn balancer(&self, names: &[&str], slots: usize) -> ModelBalancer<Endpoint> {
+        let backends: Vec<_> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let addr = format!("127.0.0.1:{}", 9000 + i).parse().unwrap();
+                let meta = BackendMeta::new(BackendId::new(n).unwrap())
+                    .with_address(Origin::http(addr))
+                    .with_model_slots(slots)
+                    .unwrap();
+                Backend::with_meta(meta, self.endpoint(n))
+            })
+            .collect();
+        let config = BalanceConfig::builder().owners(1).build().unwrap();
+        ModelBalancer::new(ServiceList::new(backends), config).unwrap()
+    }
+}
+
+/// A server's request endpoint: 404 for a model not loaded (explicit
+/// mode), else 200 after `SERVE_TIME`.
+#[derive(Clone, Debug)]
+struct Endpoint {
+    fleet: Fleet,
+    name: String,
+}
+
+impl Service<http::Request<String>> for Endpoint {
+    type Response = http::Response<String>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<String>) -> Self::Future {
+        let model = req.headers()["x-model-id"].to_str().unwrap().to_string();
+        let loaded = self.fleet.with(&self.name, |s| {
+            s.served += 1;
+            s.loaded.contains(&model)
+        });
+        Box::pin(async move {
+            if !loaded {
+                let mut rsp = http::Response::new(format!("model '{model}' is not found"));
+                *rsp.status_mut() = http::StatusCode::NOT_FOUND;
+                return Ok(rsp);
+            }
+            tokio::time::sleep(SERVE_TIME).await;
+            Ok(http::Response::new(String::new()))
+        })
+    }
+}
+
+/// Loads through the fleet's state, as a repository API would.
+#[derive(Clone, Debug)]
+struct Loader(Fleet);
+
+impl ModelLoader for Loader {
+    fn load(
+        &self,
+        target: &ProbeTarget,
+        model: &ModelId,
+    ) -> impl Future<Output = Result<(), LoadError>> + Send + 'static {
+        let (fleet, name, model) = (self.0.clone(), target.id.to_string(), model.to_string());
+        async move {
+            let loads = fleet.with(&name, |s| {
+                *s.load_calls.entry(model.clone()).or_default() += 1;
+                let now = s.loading.entry(model.clone()).or_default();
+                *now += 1;
+                let now = *now;
+                let max = s.max_loading.entry(model.clone()).or_default();
+                *max = (*max).max(now);
+                s.loads
+            });
+            let result = match loads {
+                Loads::Hang => std::future::pending().await,
+                Loads::Fail => {
+                    tokio::time::sleep(LOAD_TIME).await;
+                    Err(ProbeError::Status(http::StatusCode::INTERNAL_SERVER_ERROR))
+                }
+                Loads::Succeed => {
+                    tokio::time::sleep(LOAD_TIME).await;
+                    fleet.with(&name, |s| s.loaded.insert(model.clone()));
+                    Ok(())
+                }
+            };
+            fleet.with(&name, |s| *s.loading.get_mut(&model).unwrap() -= 1);
+            result
+        }
+    }
+
+    fn unload(
+        &self,
+        target: &ProbeTarget,
+        model: &ModelId,
+    ) -> impl Future<Output = Result<(), LoadError>> + Send + 'static {
+        let (fleet, name, model) = (self.0.clone(), target.id.to_string(), model.to_string());
+        async move {
+            fleet.with(&name, |s| {
+                s.loaded.remove(&model);
+                s.unloads.push(model);
+            });
+            Ok(())
+        }
+    }
+
+    fn repository(
+        &self,
+        target: &ProbeTarget,
+    ) -> impl Future<Output = Result<Repository, LoadError>> + Send + 'static {
+        let (fleet, name) = (self.0.clone(), target.id.to_string());
+        async move {
+            let ids = |names: &mut dyn Iterator<Item = &String>| {
+                names.map(|m| ModelId::new(m).unwrap()).collect::<Vec<_>>()
+            };
+            let known = ids(&mut fleet.repository.iter());
+            let resident = fleet.with(&name, |s| {
+                let mut loaded: Vec<_> = s.loaded.iter().cloned().collect();
+                loaded.sort();
+                ids(&mut loaded.iter())
+            });
+            Ok(Repository::new(known, resident))
+        }
+    }
+}
+
+fn request(model: &str) -> http::Request<String> {
+    http::Request::post("/infer")
+        .header("x-model-id", model)
+        .body(String::new())
+        .unwrap()
+}
+
+fn policy() -> PlacementPolicy {
+    PlacementPolicy::builder()
+        .load_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+type Answer = Result<http::Response<String>, tower::BoxError>;
+
+/// Sends `n` requests for `model` at once; their answers, bodies read.
+async fn burst(balancer: &ModelBalancer<Endpoint>, model: &str, n: usize) -> Vec<Answer> {
+    let mut tasks = JoinSet::new();
+    for _ in 0..n {
+        let b = balancer.clone();
+        let req = request(model);
+        tasks.spawn(async move { b.oneshot(req).await.map(read) });
+    }
+    let mut out = Vec::new();
+    while let Some(answer) = tasks.join_next().await {
+        out.push(answer.unwrap());
+    }
+    out
+}
+
+/// The response with its body dropped (its outcome recorded) and its
+/// status and extensions kept.
+fn read<B>(rsp: http::Response<B>) -> http::Response<String> {
+    let (parts, body) = rsp.into_parts();
+    drop(body);
+    http::Response::from_parts(parts, String::new())
+}
+
+fn owner(balancer: &ModelBalancer<Endpoint>, model: &str) -> String {
+    let owners = balancer.handle().owners(&ModelId::new(model).unwrap());
+    assert_eq!(owners.len(), 1, "one owner per model");
+    owners[0].to_string()
+}
+
+const NAMES: [&str; 3] = ["gpu-a", "gpu-b", "gpu-c"];
+const REPOSITORY: [&str; 12] = [
+    "m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9", "m10", "m11",
+];
+
+#[tokio::test(start_paused = true)]
+async fn a_herd_of_requests_for_a_cold_model_makes_one_load_call() {
+    let fleet = Fleet::new(&NAMES, &REPOSITORY);
+    let balancer = fleet.balancer(&NAMES, 4);
+    let _task = balancer
+        .handle()
+        .enable_placement(Loader(fleet.clone()), policy())
+        .unwrap();
+    let owner = owner(&balancer, "m1");
+
+    let answers = burst(&balancer, "m1", 100).await;
+    assert!(answers
+        .iter()
+        .all(|a| a.as_ref().is_ok_and(|r| r.status() == 200)));
+    assert!(
+        answers.iter().all(|a| a
+            .as_ref()
+            .unwrap()
+            .extensions()
+            .get::<WaitedForLoad>()
+            .is_some()),
+        "every request waited for the load: each is a cold start"
+    );
+    assert_eq!(fleet.load_calls(&owner, "m1"), 1, "one load for the herd");
+    assert_eq!(fleet.total_load_calls(), 1);
+    assert_eq!(fleet.with(&owner, |s| s.max_loading["m1"]), 1);
+    assert_eq!(balancer.handle().placement_stats().unwrap().loads, 1);
+
+    // Warm now: no wait, no load.
+    let answers = burst(&balancer, "m1", 10).await;
+    assert!(answers.iter().all(|a| {
+        let r = a.as_ref().unwrap();
+        r.status() == 200 && r.extensions().get::<WaitedForLoad>().is_none()
+    }));
+    assert_eq!(fleet.total_load_calls(), 1);
+    assert_eq!(balancer.handle().in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_model_the_repository_does_not_know_is_refused_and_never_loaded() {
+    let fleet = Fleet::new(&NAMES, &REPOSITORY);
+    let balancer = fleet.balancer(&NAMES, 4);
+    let _task = balancer
+        .handle()
+        .enable_placement(Loader(fleet.clone()), policy())
+        .unwrap();
+    // Let the first repository round finish: the allow-list is known.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+
+    for answer in burst(&balancer, "not-in-repo", 5).await {
+        let error = answer.unwrap_err();
+        let error = error.downcast_ref::<UnknownModel>().expect("typed");
+        assert_eq!(error.model.as_str(), "not-in-repo");
+    }
+    assert_eq!(fleet.total_load_calls(), 0, "no load triggered");
+    let owner = owner(&balancer, "not-in-repo");
+    assert_eq!(fleet.with(&owner, |s| s.served), 0, "nothing sent");
+    assert_eq!(
+        balancer.handle().placement_stats().unwrap().unknown_models,
+        5
+    );
+    let breaker = balancer
+        .handle()
+        .breaker(&BackendId::new(&owner).unwrap())
+        .unwrap();
+    assert_eq!(breaker.metrics().failures, 0, "the breaker counts nothing");
+    assert_eq!(balancer.handle().in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_load_fails_every_waiting_request_and_counts_for_the_breaker() {
+    let fleet = Fleet::new(&NAMES, &REPOSITORY);
+    let balancer = fleet.balancer(&NAMES, 4);
+    let _task = balancer
+        .handle()
+        .enable_placement(Loader(fleet.clone()), policy())
+        .unwrap();
+    let owner = owner(&balancer, "m2");
+    fleet.with(&owner, |s| s.loads = Loads::Fail);
+
+    let answers = burst(&balancer, "m2", 8).await;
+    for answer in &answers {
+        let error = answer.as_ref().unwrap_err();
+        let error = error.downcast_ref::<ModelLoadFailed>().expect("typed");
+        assert_eq!(
+            (error.backend.as_str(), error.model.as_str()),
+            (owner.as_str(), "m2")
+        );
+    }
+    assert_eq!(fleet.load_calls(&owner, "m2"), 1);
+    let metrics = balancer
+        .handle()
+        .breaker(&BackendId::new(&owner).unwrap())
+        .unwrap()
+        .metrics();
+    assert_eq!(metrics.failures, 8, "each waiting request is a failure");
+    assert_eq!(metrics.slow_calls, 0, "never a slow call");
+    assert_eq!(
+        balancer.handle().placement_stats().unwrap().load_failures,
+        1
+    );
+
+    // The server recovers: the next request loads again, and succeeds.
+    fleet.with(&owner, |s| s.loads = Loads::Succeed);
+    let answers = burst(&balancer, "m2", 3).await;
+    assert!(answers
+        .iter()
+        .all(|a| a.as_ref().is_ok_and(|r| r.status() == 200)));
+    assert_eq!(fleet.load_calls(&owner, "m2"), 2);
+    assert_eq!(balancer.handle().in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_load_that_hangs_fails_at_the_load_timeout() {
+    let fleet = Fleet::new(&NAMES, &REPOSITORY);
+    let balancer = fleet.balancer(&NAMES, 4);
+    let _task = balancer
+        .handle()
+        .enable_placement(Loader(fleet.clone()), policy())
+        .unwrap();
+    let owner = owner(&balancer, "m3");
+    fleet.with(&owner, |s| s.loads = Loads::Hang);
+
+    let start = tokio::time::Instant::now();
+    let answers = burst(&balancer, "m3", 4).await;
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(5),
+        "the policy's load timeout"
+    );
+    for answer in answers {
+        let error = answer.unwrap_err();
+        let error = error.downcast_ref::<ModelLoadFailed>().expect("typed");
+        assert!(error.reason.contains("timed out"), "{}", error.reason);
+    }
+    assert_eq!(balancer.handle().in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_404_for_a_model_believed_resident_starts_one_reload() {
+    let fleet = Fleet::new(&NAMES, &REPOSITORY);
+    let balancer = fleet.balancer(&NAMES, 4);
+    let _task = balancer
+        .handle()
+        .enable_placement(Loader(fleet.clone()), policy())
+        .unwrap();
+    let owner = owner(&balancer, "m4");
+    burst(&balancer, "m4", 1).await;
+    assert_eq!(fleet.load_calls(&owner, "m4"), 1);
+
+    // The server drops the model behind the balancer's back.
+    fleet.with(&owner, |s| s.loaded.remove("m4"));
+    let first = burst(&balancer, "m4", 1).await.pop().unwrap().unwrap();
+    assert_eq!(first.status(), 404, "the request that found out");
+    // The rest wait for the one reload rather than storm into 404s.
+    let answers = burst(&balancer, "m4", 20).await;
+    assert!(answers
+        .iter()
+        .all(|a| a.as_ref().is_ok_and(|r| r.status() == 200)));
+    assert_eq!(fleet.load_calls(&owner, "m4"), 2, "one reload");
+    assert_eq!(balancer.handle().placement_stats().unwrap().reloads, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_backend_unloads_a_model_it_does_not_own_to_make_room() {
+    let fleet = Fleet::new(&NAMES, &REPOSITORY);
+    let balancer = fleet.balancer(&NAMES, 2);
+    let handle = balancer.handle();
+    let _task = handle
+        .enable_placement(Loader(fleet.clone()), policy())
+        .unwrap();
+    // It owns `m0` and `owned`, and holds `owned` (least recently used)
+    // and `foreign` (loaded there by another gateway, owned elsewhere); it
+    // has room for two.
+    let target = owner(&balancer, "m0");
+    let owned = *REPOSITORY[1..]
+        .iter()
+        .find(|m| owner(&balancer, m) == target)
+        .expect("a second model owned by the same backend");
+    let foreign = *REPOSITORY
+        .iter()
+        .find(|m| owner(&balancer, m) != target)
+        .unwrap();
+    fleet.with(&target, |s| {
+        s.loaded.insert(owned.to_string());
+        s.loaded.insert(foreign.to_string());
+    });
+    let id = BackendId::new(&target).unwrap();
+    let (owned_id, foreign_id) = (ModelId::new(owned).unwrap(), ModelId::new(foreign).unwrap());
+    // The server's own list, as a probe reports it: `owned` first.
+    let report = |models: Vec<ModelId>| ProbeReport::default().with_resident_models(models);
+    handle.report_probe(&id, Ok(&report(vec![owned_id.clone()])));
+    tokio::time::advance(Duration::from_millis(5)).await;
+    handle.report_probe(&id, Ok(&report(vec![owned_id, foreign_id])));
+
+    let answers = burst(&balancer, "m0", 3).await;
+    assert!(answers
+        .iter()
+        .all(|a| a.as_ref().is_ok_and(|r| r.status() == 200)));
+    let unloads = fleet.with(&target, |s| s.unloads.clone());
+    assert_eq!(
+        unloads,
+        vec![foreign.to_string()],
+        "one unload, of the model it does not own (which one among several:
+         the unit tests of `choose_victim`)"
+    );
+    assert_eq!(handle.placement_stats().unwrap().unloads, 1);
+    assert!(fleet.with(&target, |s| s.loaded.contains(owned)
+        && s.loaded.contains("m0")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn prefer_warm_serves_from_a_warm_backend_while_the_owner_loads() {
+    let fleet = Fleet::new(&NAMES, &REPOSITORY);
+    let balancer = fleet.balancer(&NAMES, 4);
+    let handle = balancer.handle();
+    let policy = PlacementPolicy::builder()
+        .when_cold(WhenCold::PreferWarm)
+        .build()
+        .unwrap();
+    let _task = handle
+        .enable_placement(Loader(fleet.clone()), policy)
+        .unwrap();
+    let owner = owner(&balancer, "m5");
+    let warm = NAMES.iter().find(|n| **n != owner).unwrap();
+    fleet.with(warm, |s| s.loaded.insert("m5".to_string()));
+    let m5 = ModelId::new("m5").unwrap();
+    handle.set_resident_models(&BackendId::new(warm).unwrap(), [&m5]);
+
+    let first = burst(&balancer, "m5", 1).await.pop().unwrap().unwrap();
+    assert_eq!(first.status(), 200);
+    assert!(
+        first.extensions().get::<WaitedForLoad>().is_none(),
+        "no wait"
+    );
+    assert_eq!(fleet.with(warm, |s| s.served), 1, "served warm elsewhere");
+    // The owner's load started anyway; once done, the owner serves.
+    tokio::time::sleep(LOAD_TIME * 2).await;
+    assert_eq!(fleet.load_calls(&owner, "m5"), 1);
+    assert!(handle.is_resident(&BackendId::new(&owner).unwrap(), &m5));
+    for _ in 0..5 {
+        burst(&balancer, "m5", 1).await;
+    }
+    assert_eq!(fleet.with(&owner, |s| s.served), 5, "back on the owner");
+}
+
+#[tokio::test]
+async fn placement_is_enabled_once() {
+    let fleet = Fleet::new(&NAMES, &REPOSITORY);
+    let balancer = fleet.balancer(&NAMES, 4);
+    let handle = balancer.handle();
+    let _task = handle
+        .enable_placement(Loader(fleet.clone()), policy())
+        .unwrap();
+    let again = handle.enable_placement(Loader(fleet.clone()), policy());
+    assert_eq!(
+        again.unwrap_err().to_string(),
+        "invalid config: `placement` must be enabled at most once per balancer"
+    );
+}
