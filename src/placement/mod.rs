@@ -56,8 +56,18 @@
 //! assert!(PlacementPolicy::builder().load_timeout(Duration::ZERO).build().is_err());
 //! ```
 
+#[cfg(feature = "probe")]
+mod kserve;
+#[cfg(feature = "probe")]
+mod lora;
 mod policy;
 
+#[cfg(feature = "probe")]
+#[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
+pub use self::kserve::KServeV2Loader;
+#[cfg(feature = "probe")]
+#[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
+pub use self::lora::VllmLoraLoader;
 pub use self::policy::{PlacementPolicy, PlacementPolicyBuilder, WhenCold};
 
 use std::future::Future;

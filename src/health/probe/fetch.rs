@@ -55,8 +55,8 @@ impl Answer {
 pub(crate) async fn send(
     client: &ProbeClient,
     origin: &Origin,
-    path: &'static str,
-    json_body: Option<&'static str>,
+    path: &str,
+    json_body: Option<Bytes>,
     limit: usize,
 ) -> Result<Answer, ProbeError> {
     let uri = origin
@@ -68,7 +68,7 @@ pub(crate) async fn send(
         Some(body) => builder
             .method(Method::POST)
             .header(header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from_static(body.as_bytes()))),
+            .body(Full::new(body)),
     }
     .map_err(|e| ProbeError::Transport(Box::new(e)))?;
     let response = client

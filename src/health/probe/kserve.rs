@@ -12,7 +12,9 @@ use crate::route::ModelId;
 /// The readiness path of the v2 protocol.
 const READY_PATH: &str = "/v2/health/ready";
 /// The index path of Triton's model repository extension.
-const INDEX_PATH: &str = "/v2/repository/index";
+pub(crate) const INDEX_PATH: &str = "/v2/repository/index";
+/// The body of a repository call with no options.
+pub(crate) const EMPTY_OBJECT: bytes::Bytes = bytes::Bytes::from_static(b"{}");
 
 /// Probes a KServe v2 server (Triton, KServe, the [`sim`](crate::sim)
 /// server).
@@ -95,9 +97,15 @@ impl Prober for KServeV2 {
                 ..ProbeReport::default()
             };
             if ready && index {
-                let body = fetch::send(&client, &origin, INDEX_PATH, Some("{}"), MAX_JSON_BODY)
-                    .await?
-                    .success()?;
+                let body = fetch::send(
+                    &client,
+                    &origin,
+                    INDEX_PATH,
+                    Some(EMPTY_OBJECT),
+                    MAX_JSON_BODY,
+                )
+                .await?
+                .success()?;
                 report.resident_models = Some(parse_repository_index(&body)?);
             }
             Ok(report)
@@ -122,22 +130,31 @@ struct IndexEntry {
 /// [`ProbeError::Malformed`] unless `body` is a JSON array of objects each
 /// with a string `name` (and, if present, a string or null `state`).
 fn parse_repository_index(body: &[u8]) -> Result<Vec<ModelId>, ProbeError> {
+    Ok(parse_repository(body)?.1)
+}
+
+/// Every model a repository index lists, and those `READY`, each once, in
+/// the order listed (errors as [`parse_repository_index`]).
+pub(crate) fn parse_repository(body: &[u8]) -> Result<(Vec<ModelId>, Vec<ModelId>), ProbeError> {
     let entries: Vec<IndexEntry> = serde_json::from_slice(body)
         .map_err(|e| ProbeError::malformed(format!("{INDEX_PATH}: {e}")))?;
-    let mut models: Vec<ModelId> = Vec::new();
+    let (mut known, mut ready): (Vec<ModelId>, Vec<ModelId>) = (Vec::new(), Vec::new());
     for entry in entries {
-        if entry.state.as_deref() != Some("READY") {
-            continue;
-        }
-        match ModelId::new(&entry.name) {
-            Ok(model) if !models.contains(&model) => models.push(model),
-            Ok(_) => {}
+        let model = match ModelId::new(&entry.name) {
+            Ok(model) => model,
             Err(error) => {
                 tracing::debug!(name = %entry.name.escape_debug(), %error, "skipped an invalid model name in the repository index");
+                continue;
             }
+        };
+        if entry.state.as_deref() == Some("READY") && !ready.contains(&model) {
+            ready.push(model.clone());
+        }
+        if !known.contains(&model) {
+            known.push(model);
         }
     }
-    Ok(models)
+    Ok((known, ready))
 }
 
 #[cfg(test)]

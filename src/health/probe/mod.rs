@@ -49,13 +49,13 @@
 
 mod config;
 #[cfg(feature = "probe")]
-mod fetch;
+pub(crate) mod fetch;
 #[cfg(feature = "probe")]
-mod kserve;
+pub(crate) mod kserve;
 #[cfg(feature = "probe")]
 mod metrics;
 #[cfg(feature = "probe")]
-mod openai;
+pub(crate) mod openai;
 
 #[cfg(feature = "probe")]
 #[cfg_attr(docsrs, doc(cfg(feature = "probe")))]

@@ -9,7 +9,7 @@ use super::{ProbeError, ProbeReport, ProbeTarget, Prober};
 use crate::route::ModelId;
 
 /// The model list path of the OpenAI API.
-const MODELS_PATH: &str = "/v1/models";
+pub(crate) const MODELS_PATH: &str = "/v1/models";
 
 /// Probes an OpenAI-compatible server with `GET /v1/models`, as vLLM,
 /// SGLang and TGI serve it: `{"object": "list", "data": [{"id": ...,
@@ -91,7 +91,7 @@ struct ModelEntry {
 ///
 /// [`ProbeError::Malformed`] unless `body` is a JSON object whose `data` is
 /// an array of objects each with a string `id`.
-fn parse_models(body: &[u8]) -> Result<Vec<ModelId>, ProbeError> {
+pub(crate) fn parse_models(body: &[u8]) -> Result<Vec<ModelId>, ProbeError> {
     let list: ModelList = serde_json::from_slice(body)
         .map_err(|e| ProbeError::malformed(format!("{MODELS_PATH}: {e}")))?;
     let mut models: Vec<ModelId> = Vec::new();
