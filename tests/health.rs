@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use http_body_util::BodyExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::discover::ServiceList;
@@ -435,4 +436,22 @@ async fn probes_run_at_most_the_configured_concurrency() {
         "every backend probed each round"
     );
     assert_eq!(prober.most.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cold_start_is_never_a_slow_call() {
+    // 20 s an answer: over the breaker's 10 s slow-call duration.
+    let node = Node::new("a", Behavior::Serve(Duration::from_secs(20)));
+    let balancer = balancer(std::slice::from_ref(&node), BalanceConfig::default(), 1);
+    let breaker = balancer.handle().breaker(&id("a")).unwrap();
+    // Each clone times its first request.
+    let send = || balancer.clone().oneshot(request("llama", false));
+    let _ = send().await.unwrap().into_body().collect().await;
+    assert_eq!(
+        breaker.metrics().slow_calls,
+        0,
+        "the model's first request: cold"
+    );
+    let _ = send().await.unwrap().into_body().collect().await;
+    assert_eq!(breaker.metrics().slow_calls, 1, "served now: a slow call");
 }

@@ -304,6 +304,12 @@ async fn a_herd_of_requests_for_a_cold_model_makes_one_load_call() {
     assert_eq!(fleet.total_load_calls(), 1);
     assert_eq!(fleet.with(&owner, |s| s.max_loading["m1"]), 1);
     assert_eq!(balancer.handle().placement_stats().unwrap().loads, 1);
+    let stats = balancer.handle().stats();
+    assert_eq!(
+        (stats.cold_owner, stats.resident_owner),
+        (100, 0),
+        "each waited for the load: cold in every figure"
+    );
 
     // Warm now: no wait, no load.
     let answers = burst(&balancer, "m1", 10).await;

@@ -165,7 +165,9 @@ impl Guard {
     /// Records the request's outcome at `now`; its latency is `now` minus
     /// [`Guard::started`] (0 if `now` is earlier; an untimed failure counts
     /// as the failure penalty alone). A timed call is slow for the breaker
-    /// if its latency reaches the policy's slow-call duration.
+    /// if its latency reaches the policy's slow-call duration, unless its
+    /// model was not known to be served on the backend when picked (a cold
+    /// start: never slow).
     pub fn finish_at(self, outcome: Outcome, now: Instant) {
         let elapsed = self
             .started
@@ -190,6 +192,9 @@ impl Guard {
             // nothing of the backend's speed.
             _ => {}
         }
+        // A cold start is slow by nature: the breaker does not judge its
+        // time (a 30 s model load is not a slow call).
+        let elapsed = elapsed.filter(|_| !self.confirms);
         self.record(outcome, elapsed, Some(now));
     }
 

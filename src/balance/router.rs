@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::clock::Now;
 use super::demand::Bounds;
 use super::guard::Guard;
-use super::pick::{pick, Ask, Rules};
+use super::pick::{pick, Ask, Branch, Rules};
 use super::table::Snapshot;
 use super::Shared;
 use crate::backend::BackendId;
@@ -139,11 +139,15 @@ impl<E: Clone> Local<E> {
             placement: placement.is_some(),
             prefer_warm: placement.is_some_and(|p| p.policy().when_cold() == WhenCold::PreferWarm),
         };
-        let Some(picked) = pick(table, &ask, &rules, now, random) else {
+        let Some(mut picked) = pick(table, &ask, &rules, now, random) else {
             shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(model = route.model, "no healthy backend");
             return Err(NoHealthyBackend::new(route.model_id()));
         };
+        if placement.is_some() && picked.confirms && picked.branch == Branch::ResidentOwner {
+            // It waits for its model's load there: a cold request.
+            picked.branch = Branch::ColdOwner;
+        }
         // Counts the request in the fleet's in-flight load too: the
         // guard's drop counts it out.
         table.fleet.traffic.start(picked.branch);
