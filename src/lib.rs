@@ -90,6 +90,10 @@ pub mod health;
 #[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
 pub mod placement;
 
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod config;
+
 #[cfg(feature = "discover")]
 #[cfg_attr(docsrs, doc(cfg(feature = "discover")))]
 pub mod discover;

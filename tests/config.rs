@@ -1,0 +1,198 @@
+//! The stack's configuration from TOML: the example file is the defaults,
+//! every value reaches its builder, and bad files are errors naming the key.
+
+use std::time::Duration;
+
+use tower_model_balance::balance::BalanceConfig;
+use tower_model_balance::config::{ConfigError, StackConfig};
+use tower_model_balance::health::probe::ProbeConfig;
+use tower_model_balance::placement::{PlacementPolicy, WhenCold};
+
+const EXAMPLE: &str = include_str!("../examples/stack.toml");
+
+#[test]
+fn the_example_file_is_the_defaults() {
+    let config = StackConfig::from_toml(EXAMPLE).unwrap();
+    assert_eq!(
+        format!("{:?}", config.balance),
+        format!("{:?}", BalanceConfig::default())
+    );
+    assert_eq!(config.probe, ProbeConfig::default());
+    assert_eq!(config.placement, PlacementPolicy::default());
+    let empty = StackConfig::from_toml("").unwrap();
+    assert_eq!(
+        format!("{:?}", empty.balance),
+        format!("{:?}", config.balance)
+    );
+}
+
+#[test]
+fn every_value_reaches_its_builder() {
+    let config = StackConfig::from_toml(
+        r#"
+        [balance]
+        owners = 4
+        min_owners = 2
+        load_factor = 2.0
+        panic_threshold = 0.25
+        breaker_scope = "backend_model"
+        max_pairs = 500
+        staging_max_share = 0.05
+        staging_cooldown_ms = 2500
+        [balance.model_owners]
+        "llama-3-70b" = 3
+
+        [breaker]
+        time_window_ms = 30000
+        time_window_buckets = 30
+        consecutive_failures = 4
+        open_duration_ms = 750
+        jitter = false
+
+        [health]
+        eject_below = 0.1
+        outlier_factor = 0
+        warm_up_ms = 0
+
+        [probe]
+        interval_ms = 250
+        timeout_ms = 100
+
+        [placement]
+        when_cold = "prefer_warm"
+        load_timeout_ms = 60000
+        evict = false
+        "#,
+    )
+    .unwrap();
+    let b = &config.balance;
+    assert_eq!((b.owners(), b.min_owners()), (4, 2));
+    assert_eq!((b.load_factor(), b.panic_threshold()), (2.0, 0.25));
+    let debug = format!("{b:?}");
+    for expected in [
+        "BackendModel { max_pairs: 500 }",
+        "llama-3-70b",
+        "max_share: 0.05",
+        "cooldown: 2.5s",
+    ] {
+        assert!(debug.contains(expected), "{expected} in {debug}");
+    }
+    let breaker = b.breaker();
+    assert_eq!(breaker.open_duration(), Duration::from_millis(750));
+    assert_eq!(breaker.consecutive_failures(), Some(4));
+    assert!(!breaker.jitter());
+    assert!(format!("{:?}", breaker.window()).contains("30s"));
+    let health = b.health();
+    assert_eq!((health.eject_below(), health.readmit_above()), (0.1, 0.35));
+    assert_eq!(health.outlier_factor(), None);
+    assert_eq!(health.warm_up(), Duration::ZERO);
+    assert_eq!(config.probe.interval(), Duration::from_millis(250));
+    assert_eq!(config.probe.timeout(), Duration::from_millis(100));
+    assert_eq!(config.placement.when_cold(), WhenCold::PreferWarm);
+    assert_eq!(config.placement.load_timeout(), Duration::from_secs(60));
+    assert!(!config.placement.evict());
+}
+
+fn invalid(text: &str) -> (String, &'static str) {
+    match StackConfig::from_toml(text).unwrap_err() {
+        ConfigError::Invalid { key, expected } => (key, expected),
+        other => panic!("{text}: {other}"),
+    }
+}
+
+#[test]
+fn a_value_out_of_range_names_its_key_and_range() {
+    let cases = [
+        (
+            "[balance]\nload_factor = 0.5",
+            "balance.load_factor",
+            "1.0 ..= 100.0",
+        ),
+        ("[balance]\nowners = 17", "balance.owners", ""),
+        (
+            "[balance]\nstaging_max_share = 0",
+            "balance.staging_max_share",
+            "",
+        ),
+        (
+            "[balance]\nstaging_cooldown_ms = 7200000",
+            "balance.staging_cooldown_ms",
+            "",
+        ),
+        (
+            "[balance]\nbreaker_scope = \"model\"",
+            "balance.breaker_scope",
+            "",
+        ),
+        ("[balance]\nmax_pairs = 10", "balance.max_pairs", ""),
+        (
+            "[balance.model_owners]\n\"\" = 2",
+            "balance.model_owners.",
+            "",
+        ),
+        ("[breaker]\nwindow = 0", "breaker.window", ""),
+        (
+            "[breaker]\nopen_duration_ms = 0",
+            "breaker.open_duration_ms",
+            "1 ms ..= 1 h",
+        ),
+        (
+            "[breaker]\nfailure_rate_threshold = 1.5",
+            "breaker.failure_rate_threshold",
+            "",
+        ),
+        (
+            "[health]\neject_below = 0.5",
+            "health.eject_below / readmit_above",
+            "",
+        ),
+        (
+            "[health]\ninterval_ms = 5",
+            "health.interval_ms",
+            "10 ms ..= 60 s",
+        ),
+        (
+            "[health]\nconnections_zero_at = 50",
+            "health.connections_full_below / connections_zero_at",
+            "",
+        ),
+        ("[probe]\ntimeout_ms = 0", "probe.timeout_ms", ""),
+        (
+            "[placement]\nload_timeout_ms = 0",
+            "placement.load_timeout_ms",
+            "1 ms ..= 1 h",
+        ),
+        (
+            "[placement]\nwhen_cold = \"later\"",
+            "placement.when_cold",
+            "",
+        ),
+    ];
+    for (text, key, expected) in cases {
+        let (k, e) = invalid(text);
+        assert_eq!(k, key, "{text}");
+        assert!(e.contains(expected), "{text}: {e}");
+    }
+    let error = StackConfig::from_toml("[balance]\nload_factor = 0.5").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid config: `balance.load_factor` must be 1.0 ..= 100.0"
+    );
+}
+
+#[test]
+fn unknown_keys_and_wrong_types_are_parse_errors_with_their_place() {
+    for (text, needle) in [
+        ("[balance]\nload_facter = 1.5", "load_facter"),
+        ("[balanse]\nowners = 2", "balanse"),
+        ("[balance]\nowners = \"two\"", "line 2"),
+        ("[balance]\nowners = -1", "line 2"),
+        ("[probe]\ninterval_ms = 1.5", "line 2"),
+        ("not toml", "line 1"),
+    ] {
+        match StackConfig::from_toml(text).unwrap_err() {
+            ConfigError::Parse(message) => assert!(message.contains(needle), "{text}: {message}"),
+            other => panic!("{text}: {other}"),
+        }
+    }
+}
