@@ -94,6 +94,10 @@ pub mod placement;
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod config;
 
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
+
 #[cfg(feature = "discover")]
 #[cfg_attr(docsrs, doc(cfg(feature = "discover")))]
 pub mod discover;

@@ -96,6 +96,9 @@ pub struct BackendStatus {
     pub ejected: bool,
     /// Times health ejected it since it joined.
     pub ejections: u64,
+    /// Requests that failed on it since it joined (errors, 5xx, 429, failed
+    /// model loads).
+    pub failures: u64,
 }
 
 /// A cheap, cloneable handle on a balancer's counters and backends.
@@ -141,6 +144,7 @@ impl BalancerHandle {
                 health: b.health.status(&table.fleet.health).score,
                 ejected: b.health.is_ejected(),
                 ejections: b.health.ejections.load(Ordering::Relaxed),
+                failures: b.health.failed.load(Ordering::Relaxed),
             })
             .collect()
     }

@@ -33,6 +33,8 @@ pub(crate) struct BackendHealth {
     pub(crate) ejections: AtomicU64,
     /// Failed requests since the last evaluation.
     failures: AtomicU64,
+    /// Failed requests since it joined.
+    pub(crate) failed: AtomicU64,
     /// Timed requests' latencies since the last evaluation (failures at
     /// the penalty).
     latencies: LatencyHistogram,
@@ -65,6 +67,7 @@ impl BackendHealth {
             ejected: AtomicBool::new(false),
             ejections: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
             latencies: LatencyHistogram::new(),
             inner: Mutex::new(Inner {
                 state,
@@ -92,6 +95,7 @@ impl BackendHealth {
     pub(crate) fn record(&self, latency: Option<Duration>, failed: bool, penalty: Duration) {
         if failed {
             self.failures.fetch_add(1, Ordering::Relaxed);
+            self.failed.fetch_add(1, Ordering::Relaxed);
             self.latencies
                 .record(latency.unwrap_or(Duration::ZERO).max(penalty));
         } else if let Some(latency) = latency {

@@ -1,0 +1,126 @@
+//! The balancer's figures through the [`metrics`] facade (feature
+//! `metrics`), for whatever recorder the application installs (Prometheus,
+//! StatsD, OpenTelemetry...).
+//!
+//! [`export`] starts a task that reads a [`BalancerHandle`] on an interval
+//! and sets these series. The request path itself records nothing through
+//! the facade: its counters are the balancer's own atomics, read here, so
+//! exporting costs the hot path nothing.
+//!
+//! | name | kind | labels | unit, meaning |
+//! | --- | --- | --- | --- |
+//! | `model_balance_requests_total` | counter | `branch` | requests by the branch the balancer took: `resident_owner`, `cold_owner`, `spill`, `panic`, `update`, `no_backend`, `invalid_route` |
+//! | `model_balance_backend_requests_total` | counter | `backend` | requests sent to the backend |
+//! | `model_balance_backend_failures_total` | counter | `backend` | requests failed on it (errors, 5xx, 429, failed loads) |
+//! | `model_balance_backend_in_flight` | gauge | `backend` | requests in flight on it now |
+//! | `model_balance_backend_breaker_state` | gauge | `backend` | its breaker: 0 closed, 1 half-open, 2 open |
+//! | `model_balance_backend_breaker_trips_total` | counter | `backend` | times its breaker opened |
+//! | `model_balance_backend_health_score` | gauge | `backend` | its health score, a fraction in [0, 1] |
+//! | `model_balance_backend_ejected` | gauge | `backend` | 1 while health ejects it, else 0 |
+//! | `model_balance_backend_ejections_total` | counter | `backend` | times health ejected it |
+//! | `model_balance_placement_total` | counter | `event` | with placement on: `load`, `load_failure`, `unload`, `unknown_model`, `reload` |
+//!
+//! Labels are backend IDs and fixed words only — never model IDs, whose
+//! number a client does not bound. A backend that leaves keeps its last
+//! values in the recorder until the recorder drops idle series.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::discover::ServiceList;
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let backends = vec![Backend::new(BackendId::new("gpu-0").unwrap(), ())];
+//! let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default()).unwrap();
+//! // With a recorder installed (e.g. metrics-exporter-prometheus), every 5 s:
+//! let exporter = tower_model_balance::metrics::export(balancer.handle(), Duration::from_secs(5));
+//! # drop(exporter);
+//! # }
+//! ```
+
+use std::time::Duration;
+
+use metrics::{counter, gauge};
+use tokio::task::JoinHandle;
+
+use crate::balance::BalancerHandle;
+use crate::breaker::BreakerState;
+
+/// The exporting task: stops when dropped.
+#[derive(Debug)]
+#[must_use = "exporting stops when the task is dropped"]
+pub struct ExportTask {
+    task: JoinHandle<()>,
+}
+
+impl Drop for ExportTask {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Sets the series of the [module docs](self) from `handle` now, then
+/// every `interval` (at least 10 ms), in a task on the current Tokio
+/// runtime.
+///
+/// # Panics
+///
+/// Outside a Tokio runtime (as `tokio::spawn` does).
+pub fn export(handle: BalancerHandle, interval: Duration) -> ExportTask {
+    let interval = interval.max(Duration::from_millis(10));
+    let task = tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            record(&handle);
+        }
+    });
+    ExportTask { task }
+}
+
+/// Sets every series once from `handle` (what [`export`] does each
+/// interval).
+pub fn record(handle: &BalancerHandle) {
+    let stats = handle.stats();
+    for (branch, value) in [
+        ("resident_owner", stats.resident_owner),
+        ("cold_owner", stats.cold_owner),
+        ("spill", stats.spill),
+        ("panic", stats.panic),
+        ("update", stats.update),
+        ("no_backend", stats.no_backend),
+        ("invalid_route", stats.invalid_route),
+    ] {
+        counter!("model_balance_requests_total", "branch" => branch).absolute(value);
+    }
+    for b in handle.backends() {
+        let id = b.id.to_string();
+        let label = || [("backend", id.clone())];
+        counter!("model_balance_backend_requests_total", &label()).absolute(b.picked);
+        counter!("model_balance_backend_failures_total", &label()).absolute(b.failures);
+        gauge!("model_balance_backend_in_flight", &label()).set(b.in_flight as f64);
+        let state = match b.breaker {
+            BreakerState::Closed => 0.0,
+            BreakerState::HalfOpen => 1.0,
+            _ => 2.0,
+        };
+        gauge!("model_balance_backend_breaker_state", &label()).set(state);
+        counter!("model_balance_backend_breaker_trips_total", &label()).absolute(b.breaker_trips);
+        gauge!("model_balance_backend_health_score", &label()).set(b.health);
+        gauge!("model_balance_backend_ejected", &label()).set(f64::from(u8::from(b.ejected)));
+        counter!("model_balance_backend_ejections_total", &label()).absolute(b.ejections);
+    }
+    if let Some(p) = handle.placement_stats() {
+        for (event, value) in [
+            ("load", p.loads),
+            ("load_failure", p.load_failures),
+            ("unload", p.unloads),
+            ("unknown_model", p.unknown_models),
+            ("reload", p.reloads),
+        ] {
+            counter!("model_balance_placement_total", "event" => event).absolute(value);
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The balancer's figures through the `metrics` facade: every documented
+//! series, with the handle's values.
+
+#[path = "support/nodes.rs"]
+mod nodes;
+
+use std::collections::HashMap;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::{CompositeKey, MetricKind};
+use tower::discover::ServiceList;
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
+
+use nodes::{worker, Behavior, Node};
+
+/// (name, label value) → value, of one recording.
+fn snapshot(recorder: &DebuggingRecorder) -> HashMap<(String, String), f64> {
+    recorder
+        .snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value): (CompositeKey, _, _, DebugValue)| {
+            let (kind, key) = key.into_parts();
+            let label = key
+                .labels()
+                .next()
+                .map(|l| l.value().to_string())
+                .unwrap_or_default();
+            let value = match (kind, value) {
+                (MetricKind::Counter, DebugValue::Counter(v)) => v as f64,
+                (MetricKind::Gauge, DebugValue::Gauge(v)) => v.into_inner(),
+                other => panic!("unexpected {other:?}"),
+            };
+            ((key.name().to_string(), label), value)
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_series_carries_the_handles_figures() {
+    let ok = Node::new("ok", Behavior::Serve(std::time::Duration::from_millis(5)));
+    let bad = Node::new("bad", Behavior::Fail);
+    let list = ServiceList::new(vec![ok.backend(), bad.backend()]);
+    let balancer = ModelBalancer::new(list, BalanceConfig::default()).unwrap();
+    let failed = worker(balancer.clone(), "index".into(), true, 40).await;
+    let failed = failed + worker(balancer.clone(), "llama".into(), false, 10).await;
+
+    let recorder = DebuggingRecorder::new();
+    let handle = balancer.handle();
+    metrics::with_local_recorder(&recorder, || tower_model_balance::metrics::record(&handle));
+    let got = snapshot(&recorder);
+    let get = |name: &str, label: &str| got[&(name.to_string(), label.to_string())];
+
+    let stats = handle.stats();
+    assert_eq!(
+        get("model_balance_requests_total", "update"),
+        stats.update as f64
+    );
+    assert_eq!(get("model_balance_requests_total", "update"), 40.0);
+    let inference = stats.resident_owner + stats.cold_owner + stats.spill + stats.panic;
+    assert_eq!(
+        get("model_balance_requests_total", "resident_owner")
+            + get("model_balance_requests_total", "cold_owner")
+            + get("model_balance_requests_total", "spill")
+            + get("model_balance_requests_total", "panic"),
+        inference as f64
+    );
+    assert_eq!(get("model_balance_requests_total", "no_backend"), 0.0);
+    let sent = get("model_balance_backend_requests_total", "ok")
+        + get("model_balance_backend_requests_total", "bad");
+    assert_eq!(sent, 50.0);
+    assert_eq!(get("model_balance_backend_failures_total", "ok"), 0.0);
+    assert_eq!(
+        get("model_balance_backend_failures_total", "bad") as usize,
+        failed
+    );
+    assert!(failed > 0);
+    for status in handle.backends() {
+        let id = status.id.as_str();
+        assert_eq!(get("model_balance_backend_in_flight", id), 0.0);
+        let state = get("model_balance_backend_breaker_state", id);
+        let expected = match status.breaker {
+            tower_model_balance::breaker::BreakerState::Closed => 0.0,
+            tower_model_balance::breaker::BreakerState::HalfOpen => 1.0,
+            _ => 2.0,
+        };
+        assert_eq!(state, expected, "{id}");
+        assert_eq!(
+            get("model_balance_backend_breaker_trips_total", id),
+            status.breaker_trips as f64
+        );
+        assert_eq!(get("model_balance_backend_health_score", id), status.health);
+        assert_eq!(
+            get("model_balance_backend_ejected", id),
+            f64::from(u8::from(status.ejected))
+        );
+        assert_eq!(
+            get("model_balance_backend_ejections_total", id),
+            status.ejections as f64
+        );
+    }
+    assert!(
+        !got.keys()
+            .any(|(name, _)| name == "model_balance_placement_total"),
+        "no placement series while placement is off"
+    );
+}
