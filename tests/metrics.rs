@@ -2,6 +2,7 @@
 //! series, with the handle's values.
 
 #[path = "support/nodes.rs"]
+#[allow(dead_code)] // Shared support: this test uses part of it.
 mod nodes;
 
 use std::collections::HashMap;
