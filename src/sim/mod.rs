@@ -42,14 +42,18 @@
 mod config;
 mod control;
 mod fault;
+mod loads;
+mod lora;
 mod metrics;
 pub mod protocol;
 mod queue;
 mod repository;
 mod residency;
 mod server;
+mod stats;
 
 pub use self::config::{InferenceTimes, ServerConfig, ServerConfigBuilder};
 pub use self::fault::Fault;
 pub use self::residency::{Access, Residency};
-pub use self::server::{ModelServer, ServerStats};
+pub use self::server::ModelServer;
+pub use self::stats::ServerStats;
