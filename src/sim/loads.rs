@@ -31,7 +31,7 @@ impl Outcome {
         match self {
             Self::Loaded => "loaded",
             Self::Failed => "simulated load failure",
-            Self::Removed => "unloaded before its load ended",
+            Self::Removed => "evicted or unloaded before its load ended",
             Self::Stopped => "server stopped",
         }
     }
