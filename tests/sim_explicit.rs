@@ -125,6 +125,12 @@ async fn a_request_before_its_load_is_404_and_loads_nothing() {
     );
     assert_eq!((stats.not_found, stats.loads_failed), (1, 0));
     assert_eq!(server.resident_models(), ["resnet-50"]);
+    // Names are percent-decoded from the path (clients encode them).
+    let load = protocol::load_path("org/model:v1");
+    assert_eq!(post(&client, &server, &load, "{}").await.0, 200);
+    let mut resident = server.resident_models();
+    resident.sort();
+    assert_eq!(resident, ["org/model:v1", "resnet-50"]);
     // Updates need no resident model, in either mode.
     let req = http::Request::post(format!(
         "http://{}{}",
@@ -273,8 +279,8 @@ async fn unload_eviction_and_the_index_of_a_repository() {
     // Bad input: 400, never a panic.
     let (status, body) = post(&client, &server, &protocol::load_path("c"), "{not json").await;
     assert_eq!(status, 400, "{body}");
-    let (status, _) = post(&client, &server, &protocol::load_path("a%20b"), "").await;
-    assert_eq!(status, 404, "not in the repository");
+    let (status, body) = post(&client, &server, "/v2/repository/models/a%20b/load", "").await;
+    assert_eq!(status, 400, "decoded, an invalid model ID: {body}");
     let stats = server.stats();
     assert_eq!((stats.load_calls, stats.loads_started), (5, 2));
 }

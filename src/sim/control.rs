@@ -40,8 +40,8 @@ impl Route {
             protocol::LOAD_LORA_PATH => Some(Self::LoadLora),
             protocol::UNLOAD_LORA_PATH => Some(Self::UnloadLora),
             _ => match protocol::parse_control_path(path)? {
-                (name, true) => Some(Self::Load(name.to_owned())),
-                (name, false) => Some(Self::Unload(name.to_owned())),
+                (name, true) => Some(Self::Load(name)),
+                (name, false) => Some(Self::Unload(name)),
             },
         }
     }

@@ -11,7 +11,7 @@
 //! | `GET /v2/health/ready` | 200 when serving, 503 while a fault makes the server unavailable |
 //! | `POST /v2/models/{name}/infer` (any JSON body, read whole) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a [KServe error body](kserve_error) when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
 //! | `POST /v2/repository/index` (any body, read whole; `{"ready": true}` asks for ready models only) | 200 with a JSON array, see below; 503 while unavailable |
-//! | `POST /v2/repository/models/{name}/load` (explicit mode; body empty or JSON) | 200 with an empty body once the model is loaded, see below |
+//! | `POST /v2/repository/models/{name}/load` (explicit mode; body empty or JSON; `{name}` percent-decoded, as [`load_path`] encodes it) | 200 with an empty body once the model is loaded, see below |
 //! | `POST /v2/repository/models/{name}/unload` (explicit mode; body empty or JSON) | 200 with an empty body; the model, loaded or loading, is removed (a model not resident: 200 too, as Triton answers) |
 //! | `POST /v1/load_lora_adapter` (explicit mode; `{"lora_name", "lora_path"}`) | 200 `Success: LoRA adapter '{name}' added successfully.` (text), see below |
 //! | `POST /v1/unload_lora_adapter` (explicit mode; `{"lora_name"}`) | 200 `Success: LoRA adapter '{name}' removed successfully.` (text); 404 `NotFoundError` when the adapter is not loaded; waits for a load of it in progress first |
@@ -108,26 +108,64 @@ pub const LOAD_LORA_PATH: &str = "/v1/load_lora_adapter";
 /// vLLM's path to unload a LoRA adapter (POST).
 pub const UNLOAD_LORA_PATH: &str = "/v1/unload_lora_adapter";
 
-/// The KServe v2 repository path that loads `model` (POST).
+/// The KServe v2 repository path that loads `model` (POST), the name
+/// percent-encoded (every byte but `A-Z a-z 0-9 - . _ ~`).
 pub fn load_path(model: &str) -> String {
-    format!("/v2/repository/models/{model}/load")
+    format!("/v2/repository/models/{}/load", encode_segment(model))
 }
 
-/// The KServe v2 repository path that unloads `model` (POST).
+/// The KServe v2 repository path that unloads `model` (POST), the name
+/// percent-encoded as in [`load_path`].
 pub fn unload_path(model: &str) -> String {
-    format!("/v2/repository/models/{model}/unload")
+    format!("/v2/repository/models/{}/unload", encode_segment(model))
 }
 
-/// The model name and whether it is a load (`true`) or an unload of a
-/// KServe v2 repository path, if `path` is one.
-pub(crate) fn parse_control_path(path: &str) -> Option<(&str, bool)> {
+/// The model name (percent-decoded) and whether it is a load (`true`) or
+/// an unload of a KServe v2 repository path, if `path` is one with a
+/// valid encoding.
+pub(crate) fn parse_control_path(path: &str) -> Option<(String, bool)> {
     let rest = path.strip_prefix("/v2/repository/models/")?;
     let (name, load) = match rest.rsplit_once('/')? {
         (name, "load") => (name, true),
         (name, "unload") => (name, false),
         _ => return None,
     };
-    (!name.is_empty() && !name.contains('/')).then_some((name, load))
+    if name.is_empty() || name.contains('/') {
+        return None;
+    }
+    Some((decode_segment(name)?, load))
+}
+
+/// `text` with every byte but `A-Z a-z 0-9 - . _ ~` percent-encoded.
+fn encode_segment(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for &byte in text.as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+/// A percent-encoded path segment decoded; `None` for a bad escape or
+/// bytes that are not UTF-8.
+fn decode_segment(segment: &str) -> Option<String> {
+    let bytes = segment.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(decoded).ok()
 }
 
 /// A KServe v2 error body, `{"error": message}`.
@@ -198,8 +236,20 @@ mod tests {
         assert_eq!(parse_infer_path("/v2/models//infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/b/infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/ready"), None);
-        assert_eq!(parse_control_path(&load_path("m")), Some(("m", true)));
-        assert_eq!(parse_control_path(&unload_path("m")), Some(("m", false)));
+        let parsed = parse_control_path;
+        assert_eq!(parsed(&load_path("m")), Some(("m".to_owned(), true)));
+        assert_eq!(parsed(&unload_path("m")), Some(("m".to_owned(), false)));
+        assert_eq!(
+            load_path("org/model:v1"),
+            "/v2/repository/models/org%2Fmodel%3Av1/load"
+        );
+        assert_eq!(
+            parsed(&load_path("org/model:v1 模型")),
+            Some(("org/model:v1 模型".to_owned(), true))
+        );
+        assert_eq!(parsed("/v2/repository/models/a%2/load"), None);
+        assert_eq!(parsed("/v2/repository/models/a%zz/load"), None);
+        assert_eq!(parsed("/v2/repository/models/%FF/load"), None);
         assert_eq!(parse_control_path("/v2/repository/models//load"), None);
         assert_eq!(parse_control_path("/v2/repository/models/a/b/load"), None);
         assert_eq!(parse_control_path("/v2/repository/models/a/reload"), None);
