@@ -15,6 +15,8 @@ use crate::error::InvalidConfig;
 /// | `update_time` | 10 ms | ≤ 10 min |
 /// | `inference` | 5 ..= 30 ms per model, by seed 0 | see [`InferenceTimes`] |
 /// | `model_memory` (GPU memory of one resident model, bytes) | 16 GiB | 1 B ..= 1 TiB |
+/// | `explicit_load` (models load only through the repository API) | `false` | |
+/// | `repository` (the models the server can load) | any model | valid model IDs |
 ///
 /// The simulated GPU holds `resident_slots × model_memory` bytes: the
 /// server reports that as its total GPU memory, and `resident models ×
@@ -34,6 +36,12 @@ pub struct ServerConfig {
     pub(crate) inference: InferenceTimes,
     /// GPU memory of one resident model, in bytes.
     pub(crate) model_memory: u64,
+    /// Models load only through the repository API (Triton's explicit
+    /// model control), not on an inference request.
+    pub(crate) explicit_load: bool,
+    /// The models the repository holds, sorted and deduplicated; `None`:
+    /// any model.
+    pub(crate) repository: Option<Vec<String>>,
 }
 
 /// Default GPU memory of one resident model: 16 GiB.
@@ -50,6 +58,8 @@ impl Default for ServerConfig {
             update_time: Duration::from_millis(10),
             inference: InferenceTimes::default(),
             model_memory: DEFAULT_MODEL_MEMORY,
+            explicit_load: false,
+            repository: None,
         }
     }
 }
@@ -85,6 +95,26 @@ impl ServerConfig {
         self.model_memory
     }
 
+    /// Whether models load only through the repository API (`false`: an
+    /// inference request for a model not resident loads it).
+    pub fn explicit_load(&self) -> bool {
+        self.explicit_load
+    }
+
+    /// The models the server's repository holds, sorted; `None` when any
+    /// model name is known.
+    pub fn repository(&self) -> Option<&[String]> {
+        self.repository.as_deref()
+    }
+
+    /// Whether the repository holds `model` (always, without a repository
+    /// list).
+    pub(crate) fn knows(&self, model: &str) -> bool {
+        self.repository
+            .as_ref()
+            .is_none_or(|models| models.binary_search_by(|m| m.as_str().cmp(model)).is_ok())
+    }
+
     /// A builder starting from the defaults.
     pub fn builder() -> ServerConfigBuilder {
         ServerConfigBuilder {
@@ -101,6 +131,14 @@ impl ServerConfig {
 /// let config = ServerConfig::builder().resident_slots(16).build().unwrap();
 /// assert_eq!(config.concurrency(), 4);
 /// assert_eq!(ServerConfig::builder().concurrency(0).build().unwrap_err().field, "concurrency");
+///
+/// let explicit = ServerConfig::builder()
+///     .explicit_load(true)
+///     .repository(["resnet-50", "bert"])
+///     .build()
+///     .unwrap();
+/// assert_eq!(explicit.repository(), Some(&["bert".to_owned(), "resnet-50".to_owned()][..]));
+/// assert_eq!(ServerConfig::builder().repository(["a b"]).build().unwrap_err().field, "repository");
 /// ```
 #[derive(Debug, Clone)]
 pub struct ServerConfigBuilder {
@@ -145,6 +183,37 @@ impl ServerConfigBuilder {
         self
     }
 
+    /// Sets whether models load only through the repository API (default
+    /// `false`).
+    ///
+    /// `false` is the auto-load mode: an inference request for a model
+    /// that is not resident loads it (a cold load) and is then served.
+    /// `true` is the explicit mode of Triton (`--model-control-mode=explicit`),
+    /// of MLServer and of vLLM's LoRA adapters: such a request is answered
+    /// 404 at once, and a model loads only when asked through
+    /// `POST /v2/repository/models/{name}/load` or
+    /// `POST /v1/load_lora_adapter` (see [`protocol`](super::protocol)).
+    pub fn explicit_load(mut self, on: bool) -> Self {
+        self.config.explicit_load = on;
+        self
+    }
+
+    /// Sets the models the server's repository holds (default: any model
+    /// name is known). A request or load call for another model is
+    /// answered 404 without a load, and the repository index lists
+    /// exactly these models. Duplicates are ignored.
+    pub fn repository<I, S>(mut self, models: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut models: Vec<String> = models.into_iter().map(Into::into).collect();
+        models.sort_unstable();
+        models.dedup();
+        self.config.repository = Some(models);
+        self
+    }
+
     /// Validates and returns the config.
     ///
     /// # Errors
@@ -167,6 +236,13 @@ impl ServerConfigBuilder {
         }
         if !(1..=MAX_MODEL_MEMORY).contains(&c.model_memory) {
             return Err(InvalidConfig::new("model_memory", "1 ..= 2^40 bytes"));
+        }
+        let valid = |m: &String| crate::route::ModelId::new(m).is_ok();
+        if c.repository
+            .as_ref()
+            .is_some_and(|ms| !ms.iter().all(valid))
+        {
+            return Err(InvalidConfig::new("repository", "valid model IDs"));
         }
         Ok(c)
     }

@@ -30,4 +30,21 @@ pub enum Fault {
         /// Phantom requests queued ahead.
         waiting: u32,
     },
+    /// Loads through the repository API fail: a load that reaches the end
+    /// of its cold-load time while the fault holds fails instead of
+    /// making the model ready (it held its serving slot all that time, as
+    /// a real failing load does). Every load call waiting for it is
+    /// answered as the real server answers a failed load: 400 with
+    /// `{"error": "load failed for model '…': …"}` on the KServe v2 route
+    /// (Triton's status and body), 400 with a vLLM error body on
+    /// `/v1/load_lora_adapter`. Inference requests are served as usual;
+    /// cold loads of the auto-load mode are not affected.
+    LoadFails,
+    /// Loads through the repository API hang: a load that reaches the end
+    /// of its cold-load time while the fault holds does not end — the
+    /// model stays `LOADING`, the load keeps its serving slot and every
+    /// load call waiting for it stays unanswered (until its client gives
+    /// up). Once the fault is lifted or changed the load ends as it then
+    /// would (ready, or failed under [`LoadFails`](Self::LoadFails)).
+    LoadHangs,
 }

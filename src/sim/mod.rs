@@ -11,6 +11,14 @@
 //! (feature `probe`) can ask it what they ask real servers; all of it is
 //! described in [`protocol`].
 //!
+//! In the [explicit mode](ServerConfigBuilder::explicit_load) a server
+//! behaves like Triton with `--model-control-mode=explicit`, MLServer, or
+//! vLLM serving LoRA adapters: a request for a model that is not loaded
+//! is answered 404, and models load only when a client asks through the
+//! KServe v2 repository API or vLLM's LoRA adapter routes — one load per
+//! model at a time, with [`ServerStats`] counting the load calls so that
+//! a client's single-flighting can be checked from the server's side.
+//!
 //! ```
 //! use http_body_util::{BodyExt, Full};
 //! use hyper_util::client::legacy::Client;
@@ -32,15 +40,20 @@
 //! ```
 
 mod config;
+mod control;
 mod fault;
+mod loads;
+mod lora;
 mod metrics;
 pub mod protocol;
 mod queue;
 mod repository;
 mod residency;
 mod server;
+mod stats;
 
 pub use self::config::{InferenceTimes, ServerConfig, ServerConfigBuilder};
 pub use self::fault::Fault;
 pub use self::residency::{Access, Residency};
-pub use self::server::{ModelServer, ServerStats};
+pub use self::server::ModelServer;
+pub use self::stats::ServerStats;

@@ -9,11 +9,61 @@
 //! | request | response |
 //! | --- | --- |
 //! | `GET /v2/health/ready` | 200 when serving, 503 while a fault makes the server unavailable |
-//! | `POST /v2/models/{name}/infer` (any JSON body, read whole) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name |
-//! | `POST /v2/repository/index` (any body, read whole) | 200 with a JSON array: each resident model `{"name", "version": "1", "state": "READY", "reason": ""}` (`"LOADING"` while its load is in progress), then each model evicted since and not resident again, most recent first, at most [`Residency::EVICTED_KEPT`](super::Residency::EVICTED_KEPT), with `"state": "UNAVAILABLE", "reason": "unloaded"`; 503 while unavailable |
+//! | `POST /v2/models/{name}/infer` (any JSON body, read whole) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a [KServe error body](kserve_error) when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
+//! | `POST /v2/repository/index` (any body, read whole; `{"ready": true}` asks for ready models only) | 200 with a JSON array, see below; 503 while unavailable |
+//! | `POST /v2/repository/models/{name}/load` (explicit mode; body empty or JSON; `{name}` percent-decoded, as [`load_path`] encodes it) | 200 with an empty body once the model is loaded, see below |
+//! | `POST /v2/repository/models/{name}/unload` (explicit mode; body empty or JSON) | 200 with an empty body; the model, loaded or loading, is removed (a model not resident: 200 too, as Triton answers) |
+//! | `POST /v1/load_lora_adapter` (explicit mode; `{"lora_name", "lora_path"}`) | 200 `Success: LoRA adapter '{name}' added successfully.` (text), see below |
+//! | `POST /v1/unload_lora_adapter` (explicit mode; `{"lora_name"}`) | 200 `Success: LoRA adapter '{name}' removed successfully.` (text); 404 `NotFoundError` when the adapter is not loaded; waits for a load of it in progress first |
 //! | `GET /v1/models` | 200 with an OpenAI model list `{"object": "list", "data": [{"id", "object": "model", "created": 0, "owned_by": "sim"}]}` of the loaded models (not those loading); 503 while unavailable |
 //! | `GET /metrics` | 200 with Prometheus text (see below); 503 while unavailable |
 //! | anything else | 404 |
+//!
+//! The repository index lists, without a repository list, each resident
+//! model `{"name", "version": "1", "state": "READY", "reason": ""}`
+//! (`"LOADING"` while its load is in progress), then each model evicted
+//! or unloaded since and not resident again, most recent first, at most
+//! [`Residency::EVICTED_KEPT`](super::Residency::EVICTED_KEPT), with
+//! `"state": "UNAVAILABLE", "reason": "unloaded"`. With a repository list
+//! it lists exactly the repository's models, sorted by name, as Triton
+//! does: resident ones `READY` or `LOADING`, evicted or unloaded ones
+//! `UNAVAILABLE`, and those never loaded (or forgotten) as `{"name"}`
+//! alone.
+//!
+//! **Explicit mode.** An inference request for a model not loaded (or
+//! still loading) is answered 404 at once, without a load, without a
+//! serving slot, counted in [`ServerStats::not_found`](super::ServerStats):
+//! `{"error": "Request for unknown model: '{name}' has no available
+//! versions"}` for a model loading or unloaded, `… '{name}' is not found`
+//! for one never loaded (Triton's texts; Triton answers the latter 400).
+//! A load (through either route) of a model neither loaded nor loading
+//! starts one: the model is resident at once, `LOADING` (the LRU model
+//! evicted if every slot is taken), the load waits for a serving slot and
+//! holds it for the cold-load time, as a cold load does in the auto-load
+//! mode, then the model is `READY`. Load calls for a model whose load is
+//! in progress wait for that load (one load per model at a time, as
+//! Triton and vLLM do). The load routes answer:
+//!
+//! | case | `…/{name}/load` (Triton) | `/v1/load_lora_adapter` (vLLM) |
+//! | --- | --- | --- |
+//! | loaded by this call | 200, empty body | 200 `Success: …` |
+//! | already loaded | 200 at once | 400 `InvalidUserInput` `The lora adapter '{name}' has already been loaded.` |
+//! | joined a load in progress that succeeded | 200 | 400, already loaded (vLLM's per-adapter lock) |
+//! | the load failed ([`Fault::LoadFails`](super::Fault::LoadFails), or the model was evicted or unloaded before it ended) | 400 `{"error": "load failed for model '{name}': …"}` | 400 `BadRequestError` `Loading lora {name} failed: …` |
+//! | model not in the repository | 404 `{"error": "failed to load '{name}', failed to poll from model repository"}` (MLServer's status; Triton answers 500) | 404 `NotFoundError` `Loading lora {name} failed: No adapter found for {path}` |
+//! | unreadable or invalid body, invalid model name | 400 | 400 `InvalidUserInput` / `BadRequestError` |
+//! | while unavailable | 503 | 503 |
+//! | auto-load mode | 503 `{"error": "explicit model load / unload is not allowed if polling is enabled"}` (Triton's answer outside explicit mode) | 404 (vLLM without runtime LoRA updating) |
+//!
+//! vLLM's error bodies are `{"error": {"message", "type", "param": null,
+//! "code"}}` ([`vllm_error`]); KServe v2's are `{"error": "…"}`
+//! ([`kserve_error`]). A load call's client that hangs up does not stop
+//! the load. [`Fault::Unavailable`](super::Fault::Unavailable) answers
+//! model-control calls 503 too; [`Fault::Slow`](super::Fault::Slow) and
+//! [`Fault::Backlog`](super::Fault::Backlog) do not touch loads (as they
+//! do not touch cold loads in the auto-load mode);
+//! [`Fault::LoadFails`](super::Fault::LoadFails) and
+//! [`Fault::LoadHangs`](super::Fault::LoadHangs) make loads fail or hang.
 //!
 //! Lists are sorted by model name, except the evicted models. An inference
 //! request with header `x-request-kind: update` is served as an update: a
@@ -53,6 +103,85 @@ pub const REPOSITORY_INDEX_PATH: &str = "/v2/repository/index";
 pub const MODELS_PATH: &str = "/v1/models";
 /// The Prometheus metrics path.
 pub const METRICS_PATH: &str = "/metrics";
+/// vLLM's path to load a LoRA adapter (POST).
+pub const LOAD_LORA_PATH: &str = "/v1/load_lora_adapter";
+/// vLLM's path to unload a LoRA adapter (POST).
+pub const UNLOAD_LORA_PATH: &str = "/v1/unload_lora_adapter";
+
+/// The KServe v2 repository path that loads `model` (POST), the name
+/// percent-encoded (every byte but `A-Z a-z 0-9 - . _ ~`).
+pub fn load_path(model: &str) -> String {
+    format!("/v2/repository/models/{}/load", encode_segment(model))
+}
+
+/// The KServe v2 repository path that unloads `model` (POST), the name
+/// percent-encoded as in [`load_path`].
+pub fn unload_path(model: &str) -> String {
+    format!("/v2/repository/models/{}/unload", encode_segment(model))
+}
+
+/// The model name (percent-decoded) and whether it is a load (`true`) or
+/// an unload of a KServe v2 repository path, if `path` is one with a
+/// valid encoding.
+pub(crate) fn parse_control_path(path: &str) -> Option<(String, bool)> {
+    let rest = path.strip_prefix("/v2/repository/models/")?;
+    let (name, load) = match rest.rsplit_once('/')? {
+        (name, "load") => (name, true),
+        (name, "unload") => (name, false),
+        _ => return None,
+    };
+    if name.is_empty() || name.contains('/') {
+        return None;
+    }
+    Some((decode_segment(name)?, load))
+}
+
+/// `text` with every byte but `A-Z a-z 0-9 - . _ ~` percent-encoded.
+fn encode_segment(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for &byte in text.as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+/// A percent-encoded path segment decoded; `None` for a bad escape or
+/// bytes that are not UTF-8.
+fn decode_segment(segment: &str) -> Option<String> {
+    let bytes = segment.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(decoded).ok()
+}
+
+/// A KServe v2 error body, `{"error": message}`.
+pub fn kserve_error(message: &str) -> String {
+    format!(r#"{{"error":"{}"}}"#, json_escape(message))
+}
+
+/// A vLLM (OpenAI-style) error body: `{"error": {"message", "type",
+/// "param": null, "code"}}`, `code` the HTTP status.
+pub fn vllm_error(message: &str, kind: &str, code: u16) -> String {
+    format!(
+        r#"{{"error":{{"message":"{}","type":"{}","param":null,"code":{code}}}}}"#,
+        json_escape(message),
+        json_escape(kind)
+    )
+}
 
 /// The inference path for `model`.
 pub fn infer_path(model: &str) -> String {
@@ -107,5 +236,32 @@ mod tests {
         assert_eq!(parse_infer_path("/v2/models//infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/b/infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/ready"), None);
+        let parsed = parse_control_path;
+        assert_eq!(parsed(&load_path("m")), Some(("m".to_owned(), true)));
+        assert_eq!(parsed(&unload_path("m")), Some(("m".to_owned(), false)));
+        assert_eq!(
+            load_path("org/model:v1"),
+            "/v2/repository/models/org%2Fmodel%3Av1/load"
+        );
+        assert_eq!(
+            parsed(&load_path("org/model:v1 模型")),
+            Some(("org/model:v1 模型".to_owned(), true))
+        );
+        assert_eq!(parsed("/v2/repository/models/a%2/load"), None);
+        assert_eq!(parsed("/v2/repository/models/a%zz/load"), None);
+        assert_eq!(parsed("/v2/repository/models/%FF/load"), None);
+        assert_eq!(parse_control_path("/v2/repository/models//load"), None);
+        assert_eq!(parse_control_path("/v2/repository/models/a/b/load"), None);
+        assert_eq!(parse_control_path("/v2/repository/models/a/reload"), None);
+        assert_eq!(parse_control_path("/v2/repository/models/load"), None);
+    }
+
+    #[test]
+    fn error_bodies() {
+        assert_eq!(kserve_error("'a\"b' x"), r#"{"error":"'a\"b' x"}"#);
+        assert_eq!(
+            vllm_error("m", "NotFoundError", 404),
+            r#"{"error":{"message":"m","type":"NotFoundError","param":null,"code":404}}"#
+        );
     }
 }

@@ -13,22 +13,53 @@ fn sorted_states(residency: &Residency, now: Instant) -> Vec<(&str, bool)> {
     states
 }
 
-/// `POST /v2/repository/index`: resident models (`READY`, or `LOADING`
-/// while their load is in progress), then evicted ones (`UNAVAILABLE`).
-pub(crate) fn index_body(residency: &Residency, now: Instant) -> String {
-    let resident = sorted_states(residency, now)
+/// `POST /v2/repository/index`. Without a repository list: resident
+/// models (`READY`, or `LOADING` while their load is in progress), then
+/// evicted ones (`UNAVAILABLE`). With one: its models, sorted, each
+/// `READY`, `LOADING`, `UNAVAILABLE` (evicted or unloaded) or with its
+/// name alone (never loaded, as Triton lists them). `ready_only`: the
+/// `READY` ones alone.
+pub(crate) fn index_body(
+    residency: &Residency,
+    now: Instant,
+    repository: Option<&[String]>,
+    ready_only: bool,
+) -> String {
+    let resident = sorted_states(residency, now);
+    let state_of = |loaded| if loaded { "READY" } else { "LOADING" };
+    let entries: Vec<(&str, Option<(&str, &str)>)> = match repository {
+        None => resident
+            .iter()
+            .map(|&(model, loaded)| (model, Some((state_of(loaded), ""))))
+            .chain(
+                residency
+                    .evicted()
+                    .map(|model| (model, Some(("UNAVAILABLE", "unloaded")))),
+            )
+            .collect(),
+        Some(models) => models
+            .iter()
+            .map(|model| {
+                let state = match resident.iter().find(|(m, _)| m == model) {
+                    Some(&(_, loaded)) => Some((state_of(loaded), "")),
+                    None if residency.evicted().any(|m| m == model) => {
+                        Some(("UNAVAILABLE", "unloaded"))
+                    }
+                    None => None,
+                };
+                (model.as_str(), state)
+            })
+            .collect(),
+    };
+    let entries: Vec<String> = entries
         .into_iter()
-        .map(|(model, loaded)| (model, if loaded { "READY" } else { "LOADING" }, ""));
-    let evicted = residency
-        .evicted()
-        .map(|model| (model, "UNAVAILABLE", "unloaded"));
-    let entries: Vec<String> = resident
-        .chain(evicted)
-        .map(|(model, state, reason)| {
-            format!(
+        .filter(|(_, state)| !ready_only || matches!(state, Some(("READY", _))))
+        .map(|(model, state)| match state {
+            Some((state, reason)) => format!(
                 r#"{{"name":"{}","version":"1","state":"{state}","reason":"{reason}"}}"#,
                 json_escape(model)
-            )
+            ),
+            None => format!(r#"{{"name":"{}"}}"#, json_escape(model)),
         })
         .collect();
     format!("[{}]", entries.join(","))
@@ -76,7 +107,7 @@ mod tests {
         let t1 = t0 + Duration::from_millis(200);
         r.access("c\"d", t1, load);
         assert_eq!(
-            index_body(&r, t1),
+            index_body(&r, t1, None, false),
             concat!(
                 r#"[{"name":"a","version":"1","state":"READY","reason":""},"#,
                 r#"{"name":"c\"d","version":"1","state":"LOADING","reason":""},"#,
@@ -84,12 +115,30 @@ mod tests {
             )
         );
         assert_eq!(
+            index_body(&r, t1, None, true),
+            r#"[{"name":"a","version":"1","state":"READY","reason":""}]"#
+        );
+        let repository = ["a", "b", "c\"d", "e"].map(String::from);
+        assert_eq!(
+            index_body(&r, t1, Some(&repository), false),
+            concat!(
+                r#"[{"name":"a","version":"1","state":"READY","reason":""},"#,
+                r#"{"name":"b","version":"1","state":"UNAVAILABLE","reason":"unloaded"},"#,
+                r#"{"name":"c\"d","version":"1","state":"LOADING","reason":""},"#,
+                r#"{"name":"e"}]"#
+            )
+        );
+        assert_eq!(
+            index_body(&r, t1, Some(&repository), true),
+            r#"[{"name":"a","version":"1","state":"READY","reason":""}]"#
+        );
+        assert_eq!(
             models_body(&r, t1),
             r#"{"object":"list","data":[{"id":"a","object":"model","created":0,"owned_by":"sim"}]}"#
         );
         assert_eq!(resident_list(&r, t1), "a", "c\"d is still loading");
         let empty = Residency::new(1);
-        assert_eq!(index_body(&empty, t0), "[]");
+        assert_eq!(index_body(&empty, t0, None, false), "[]");
         assert_eq!(models_body(&empty, t0), r#"{"object":"list","data":[]}"#);
     }
 }

@@ -28,7 +28,15 @@ pub enum Access {
 struct Entry {
     model: String,
     last_used: Instant,
-    ready_at: Instant,
+    /// When the weights are (or will be) in memory; `None` for a load
+    /// started through the repository API that has not ended yet.
+    ready_at: Option<Instant>,
+}
+
+impl Entry {
+    fn loaded(&self, now: Instant) -> bool {
+        self.ready_at.is_some_and(|at| at <= now)
+    }
 }
 
 /// Resident models of one backend, least recently used evicted first; it
@@ -40,6 +48,8 @@ pub struct Residency {
     entries: Vec<Entry>,
     /// Evicted models not resident again, most recent first.
     evicted: VecDeque<String>,
+    /// Models evicted by the LRU to make room, ever.
+    evictions: u64,
 }
 
 impl Residency {
@@ -52,6 +62,7 @@ impl Residency {
             slots: slots.max(1),
             entries: Vec::with_capacity(slots.max(1)),
             evicted: VecDeque::new(),
+            evictions: 0,
         }
     }
 
@@ -60,29 +71,91 @@ impl Residency {
     pub fn access(&mut self, model: &str, now: Instant, load_time: Duration) -> Access {
         if let Some(entry) = self.entries.iter_mut().find(|e| e.model == model) {
             entry.last_used = now;
-            return if entry.ready_at > now {
-                Access::Loading {
-                    ready_at: entry.ready_at,
-                }
-            } else {
-                Access::Warm
+            return match entry.ready_at {
+                Some(at) if at <= now => Access::Warm,
+                Some(at) => Access::Loading { ready_at: at },
+                // A load through the repository API (explicit mode only,
+                // where requests do not come here): a full load time.
+                None => Access::Loading {
+                    ready_at: now + load_time,
+                },
             };
         }
+        let ready_at = now + load_time;
+        self.insert(model, now, Some(ready_at));
+        Access::Load { ready_at }
+    }
+
+    /// Makes room (evicting the least recently used model if every slot
+    /// is taken) and adds `model`, ready at `ready_at`.
+    fn insert(&mut self, model: &str, now: Instant, ready_at: Option<Instant>) {
         if self.entries.len() >= self.slots {
             if let Some(lru) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].last_used) {
                 let gone = self.entries.swap_remove(lru);
                 self.evicted.push_front(gone.model);
                 self.evicted.truncate(Self::EVICTED_KEPT);
+                self.evictions += 1;
             }
         }
         self.evicted.retain(|m| m != model);
-        let ready_at = now + load_time;
         self.entries.push(Entry {
             model: model.to_owned(),
             last_used: now,
             ready_at,
         });
-        Access::Load { ready_at }
+    }
+
+    /// Whether `model` is resident at `now`: `None` if not, `Some(true)`
+    /// once loaded, `Some(false)` while loading. With `touch`, a resident
+    /// model counts as used at `now`.
+    pub(crate) fn lookup(&mut self, model: &str, now: Instant, touch: bool) -> Option<bool> {
+        let entry = self.entries.iter_mut().find(|e| e.model == model)?;
+        if touch {
+            entry.last_used = now;
+        }
+        Some(entry.loaded(now))
+    }
+
+    /// Starts a load of `model` (not resident) at `now` that ends when
+    /// [`finish_load`](Self::finish_load) says so, evicting the least
+    /// recently used model if every slot is taken.
+    pub(crate) fn start_load(&mut self, model: &str, now: Instant) {
+        self.insert(model, now, None);
+    }
+
+    /// Ends the load of `model` at `now`; `false` when the model is no
+    /// longer resident (evicted or unloaded while it loaded).
+    pub(crate) fn finish_load(&mut self, model: &str, now: Instant) -> bool {
+        match self.entries.iter_mut().find(|e| e.model == model) {
+            Some(entry) => {
+                entry.ready_at.get_or_insert(now);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes `model` (loaded or loading), remembering it as evicted;
+    /// `false` when it was not resident.
+    pub(crate) fn remove(&mut self, model: &str) -> bool {
+        let Some(i) = self.entries.iter().position(|e| e.model == model) else {
+            return false;
+        };
+        let gone = self.entries.swap_remove(i);
+        self.evicted.push_front(gone.model);
+        self.evicted.truncate(Self::EVICTED_KEPT);
+        true
+    }
+
+    /// Removes `model` after a failed load, without remembering it.
+    pub(crate) fn abort_load(&mut self, model: &str) {
+        self.entries.retain(|e| e.model != model);
+    }
+
+    /// Models evicted by the LRU to make room for another, ever (not
+    /// those unloaded on request).
+    pub(crate) fn evictions(&self) -> u64 {
+        self.evictions
     }
 
     /// The resident models (loaded or loading), in no particular order.
@@ -95,7 +168,7 @@ impl Residency {
     pub fn states(&self, now: Instant) -> impl Iterator<Item = (&str, bool)> {
         self.entries
             .iter()
-            .map(move |e| (e.model.as_str(), e.ready_at <= now))
+            .map(move |e| (e.model.as_str(), e.loaded(now)))
     }
 
     /// The models evicted and not resident since, most recent first, at
@@ -148,6 +221,32 @@ mod tests {
         assert!(matches!(r.access("b", t3, load), Access::Load { .. }));
         // "b" is back, "a" went (it was used before "c").
         assert_eq!(r.evicted().collect::<Vec<_>>(), ["a"]);
+    }
+
+    #[test]
+    fn loads_through_the_repository_api() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_millis(1);
+        let mut r = Residency::new(2);
+        r.start_load("a", t0);
+        assert_eq!(
+            r.lookup("a", t1, false),
+            Some(false),
+            "loading until finished"
+        );
+        assert!(r.finish_load("a", t1));
+        assert_eq!(r.lookup("a", t1, true), Some(true));
+        r.start_load("b", t1 + Duration::from_millis(1));
+        r.start_load("c", t1 + Duration::from_millis(2));
+        assert_eq!(r.lookup("a", t1, false), None, "the LRU made room");
+        assert_eq!(r.evictions(), 1);
+        assert!(!r.finish_load("a", t1), "evicted: the load cannot end");
+        assert!(r.remove("b"));
+        assert!(!r.remove("b"));
+        assert_eq!(r.evicted().collect::<Vec<_>>(), ["b", "a"]);
+        r.abort_load("c");
+        assert_eq!(r.models().count(), 0);
+        assert_eq!(r.evictions(), 1, "unloads are not evictions");
     }
 
     #[test]

@@ -13,57 +13,37 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::Instant;
 
+use super::control;
 use super::fault::Fault;
+use super::loads::Loads;
 use super::metrics::{self, Snapshot};
 use super::protocol::{self, BACKEND_HEADER, COLD_LOAD_HEADER, RESIDENT_MODELS_HEADER};
 use super::queue::{backlog_delay, Counted};
 use super::repository;
 use super::residency::{Access, Residency};
+use super::stats::{Counters, ServerStats};
 use super::ServerConfig;
 use crate::route::{ModelId, RequestKind, RouteInfo};
 
-/// Counters of one simulated server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct ServerStats {
-    /// Requests received (every path).
-    pub requests: u64,
-    /// Inference and update requests received.
-    pub work: u64,
-    /// Model loads started.
-    pub cold_loads: u64,
-    /// Requests answered 503 because of a fault (readiness checks apart).
-    pub unavailable: u64,
-    /// Inference and update requests waiting now: behind a
-    /// [`Fault::Backlog`] or for a serving slot (the phantom requests of
-    /// the backlog not counted).
-    pub waiting: u64,
-    /// Inference and update requests holding a serving slot now.
-    pub running: u64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    requests: AtomicU64,
-    work: AtomicU64,
-    cold_loads: AtomicU64,
-    unavailable: AtomicU64,
-    waiting: AtomicU64,
-    running: AtomicU64,
-}
-
 #[derive(Debug)]
-struct State {
-    name: String,
-    config: ServerConfig,
-    slots: Semaphore,
-    residency: Mutex<Residency>,
-    fault: Mutex<Option<Fault>>,
-    counters: Counters,
+pub(super) struct State {
+    pub(super) name: String,
+    pub(super) config: ServerConfig,
+    pub(super) slots: Semaphore,
+    pub(super) residency: Mutex<Residency>,
+    pub(super) fault: watch::Sender<Option<Fault>>,
+    pub(super) counters: Counters,
     gpu_uuid: String,
+    /// Loads through the repository API in progress, and load calls.
+    pub(super) loads: Mutex<Loads>,
+    /// Woken when a request is answered and when a load call arrives, a
+    /// load starts or a load ends.
+    pub(super) changed: Notify,
+    /// Turns `true` when the server stops.
+    pub(super) shutdown: watch::Receiver<bool>,
 }
 
 /// A running simulated model server; stops when dropped.
@@ -93,16 +73,19 @@ impl ModelServer {
     pub async fn start(name: &str, config: ServerConfig) -> std::io::Result<Self> {
         let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
+        let (shutdown, watch) = watch::channel(false);
         let state = Arc::new(State {
             name: name.to_owned(),
             slots: Semaphore::new(config.concurrency),
             residency: Mutex::new(Residency::new(config.resident_slots)),
-            fault: Mutex::new(None),
+            fault: watch::Sender::new(None),
             counters: Counters::default(),
             gpu_uuid: metrics::gpu_uuid(name),
             config,
+            loads: Mutex::new(Loads::default()),
+            changed: Notify::new(),
+            shutdown: watch.clone(),
         });
-        let (shutdown, watch) = watch::channel(false);
         tokio::spawn(accept(listener, state.clone(), watch));
         Ok(Self {
             addr,
@@ -123,19 +106,46 @@ impl ModelServer {
 
     /// Puts the server in `fault`, or back to normal with `None`.
     pub fn set_fault(&self, fault: Option<Fault>) {
-        *lock(&self.state.fault) = fault;
+        self.state.fault.send_replace(fault);
     }
 
     /// Counters so far, and the requests waiting and running now.
     pub fn stats(&self) -> ServerStats {
         let c = &self.state.counters;
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         ServerStats {
-            requests: c.requests.load(Ordering::Relaxed),
-            work: c.work.load(Ordering::Relaxed),
-            cold_loads: c.cold_loads.load(Ordering::Relaxed),
-            unavailable: c.unavailable.load(Ordering::Relaxed),
-            waiting: c.waiting.load(Ordering::Relaxed),
-            running: c.running.load(Ordering::Relaxed),
+            requests: read(&c.requests),
+            work: read(&c.work),
+            cold_loads: read(&c.cold_loads),
+            unavailable: read(&c.unavailable),
+            waiting: read(&c.waiting),
+            running: read(&c.running),
+            not_found: read(&c.not_found),
+            load_calls: read(&c.load_calls),
+            loads_started: read(&c.loads_started),
+            loads_failed: read(&c.loads_failed),
+            max_concurrent_loads_per_model: lock(&self.state.loads).max_calls(),
+            unloads: read(&c.unloads),
+            evictions: lock(&self.state.residency).evictions(),
+        }
+    }
+
+    /// Waits until `done` holds for the server's [`stats`](Self::stats)
+    /// and returns them: an event hook for tests (no sleeping). The stats
+    /// are checked at once, then each time a request is answered and each
+    /// time a load call arrives, a load starts or a load ends — so a
+    /// condition on the gauges `waiting` and `running` alone may be seen
+    /// late. Bound it with a timeout: it waits as long as `done` is false.
+    pub async fn wait_for_stats(&self, done: impl Fn(&ServerStats) -> bool) -> ServerStats {
+        loop {
+            let changed = self.state.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let stats = self.stats();
+            if done(&stats) {
+                return stats;
+            }
+            changed.await;
         }
     }
 
@@ -159,7 +169,7 @@ impl Drop for ModelServer {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -179,7 +189,14 @@ async fn accept(listener: TcpListener, state: Arc<State>, mut shutdown: watch::R
         let state = state.clone();
         let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| handle(state.clone(), req));
+            let service = service_fn(move |req| {
+                let state = state.clone();
+                async move {
+                    let response = handle(state.clone(), req).await;
+                    state.changed.notify_waiters();
+                    response
+                }
+            });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {
                 _ = conn => {}
@@ -189,11 +206,11 @@ async fn accept(listener: TcpListener, state: Arc<State>, mut shutdown: watch::R
     }
 }
 
-type SimResponse = Response<Full<Bytes>>;
+pub(super) type SimResponse = Response<Full<Bytes>>;
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse, Infallible> {
     let seq = state.counters.requests.fetch_add(1, Ordering::Relaxed);
-    let fault = *lock(&state.fault);
+    let fault = *state.fault.borrow();
     if req.method() == Method::GET && req.uri().path() == protocol::READY_PATH {
         let status = if fault == Some(Fault::Unavailable) {
             StatusCode::SERVICE_UNAVAILABLE
@@ -201,6 +218,24 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
             StatusCode::OK
         };
         return Ok(plain(status, ""));
+    }
+    if let Some(route) = control::Route::of(req.method(), req.uri().path()) {
+        let body = req.into_body().collect().await.map(|b| b.to_bytes());
+        return Ok(control::serve(&state, route, body.ok()).await);
+    }
+    if req.method() == Method::POST && req.uri().path() == protocol::REPOSITORY_INDEX_PATH {
+        let body = req.into_body().collect().await.map(|b| b.to_bytes());
+        if fault == Some(Fault::Unavailable) {
+            return Ok(unavailable(&state));
+        }
+        let ready_only = body.is_ok_and(|b| control::asks_ready_only(&b));
+        let index = repository::index_body(
+            &lock(&state.residency),
+            Instant::now(),
+            state.config.repository(),
+            ready_only,
+        );
+        return Ok(json(StatusCode::OK, &index));
     }
     if let Some(response) = info(&state, fault, req.method(), req.uri().path()) {
         // Read a POST's body whole, so the connection stays usable.
@@ -229,8 +264,14 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
             (if draw < share { factor.max(1) } else { 1 }, 0)
         }
         Some(Fault::Backlog { waiting }) => (1, waiting),
-        None => (1, 0),
+        _ => (1, 0),
     };
+    if kind != RequestKind::Update {
+        if let Some(error) = control::not_found(&state, model.as_str()) {
+            state.counters.not_found.fetch_add(1, Ordering::Relaxed);
+            return Ok(json(StatusCode::NOT_FOUND, &error));
+        }
+    }
     let config = &state.config;
     let service = match kind {
         RequestKind::Update => config.update_time,
@@ -247,7 +288,9 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
     };
     drop(waiting);
     let _running = Counted::enter(&state.counters.running);
-    let cold = if kind == RequestKind::Update {
+    let cold = if kind == RequestKind::Update || config.explicit_load {
+        // Explicit mode: the model was loaded when the request arrived, and
+        // an admitted request keeps it (as Triton's requests hold theirs).
         tokio::time::sleep(service).await;
         false
     } else {
@@ -285,14 +328,12 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
     Ok(response)
 }
 
-/// The answer to a request for the repository index, the model list or
-/// the metrics; `None` for any other request.
+/// The answer to a request for the model list or the metrics; `None` for
+/// any other request.
 fn info(state: &State, fault: Option<Fault>, method: &Method, path: &str) -> Option<SimResponse> {
     let known = matches!(
         (method, path),
-        (&Method::POST, protocol::REPOSITORY_INDEX_PATH)
-            | (&Method::GET, protocol::MODELS_PATH)
-            | (&Method::GET, protocol::METRICS_PATH)
+        (&Method::GET, protocol::MODELS_PATH) | (&Method::GET, protocol::METRICS_PATH)
     );
     if !known {
         return None;
@@ -302,10 +343,6 @@ fn info(state: &State, fault: Option<Fault>, method: &Method, path: &str) -> Opt
     }
     let now = Instant::now();
     let (body, content_type) = match path {
-        protocol::REPOSITORY_INDEX_PATH => (
-            repository::index_body(&lock(&state.residency), now),
-            "application/json",
-        ),
         protocol::MODELS_PATH => (
             repository::models_body(&lock(&state.residency), now),
             "application/json",
@@ -341,12 +378,23 @@ fn snapshot(state: &State, fault: Option<Fault>) -> Snapshot {
 }
 
 /// A 503 for a fault, counted.
-fn unavailable(state: &State) -> SimResponse {
+pub(super) fn unavailable(state: &State) -> SimResponse {
     state.counters.unavailable.fetch_add(1, Ordering::Relaxed);
     plain(StatusCode::SERVICE_UNAVAILABLE, "unavailable")
 }
 
-fn plain(status: StatusCode, body: &str) -> SimResponse {
+/// A response with a JSON body.
+pub(super) fn json(status: StatusCode, body: &str) -> SimResponse {
+    let mut response = plain(status, body);
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A response with a text body (no content type).
+pub(super) fn plain(status: StatusCode, body: &str) -> SimResponse {
     let mut response = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
     *response.status_mut() = status;
     response

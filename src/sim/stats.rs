@@ -1,0 +1,70 @@
+//! The counters of a simulated server.
+
+use std::sync::atomic::AtomicU64;
+
+#[cfg(doc)]
+use super::Fault;
+
+/// Counters of one simulated server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ServerStats {
+    /// Requests received (every path).
+    pub requests: u64,
+    /// Inference and update requests received.
+    pub work: u64,
+    /// Model loads started: by inference requests in the auto-load mode,
+    /// by load calls in the explicit mode (there it equals
+    /// [`loads_started`](Self::loads_started)).
+    pub cold_loads: u64,
+    /// Requests answered 503 because of a fault (readiness checks apart).
+    pub unavailable: u64,
+    /// Inference and update requests waiting now: behind a
+    /// [`Fault::Backlog`] or for a serving slot (the phantom requests of
+    /// the backlog not counted); and loads waiting for a serving slot.
+    pub waiting: u64,
+    /// Inference and update requests holding a serving slot now, and
+    /// loads (each holds one for its cold-load time).
+    pub running: u64,
+    /// Inference requests answered 404 because their model is not in the
+    /// [repository](super::ServerConfigBuilder::repository) or, in the
+    /// [explicit mode](super::ServerConfigBuilder::explicit_load), not
+    /// loaded. None of them loads a model or takes a serving slot.
+    pub not_found: u64,
+    /// Load calls received (`POST /v2/repository/models/{name}/load` and
+    /// `POST /v1/load_lora_adapter`), whatever their answer.
+    pub load_calls: u64,
+    /// Loads started by load calls. A call for a model already loaded, or
+    /// whose load is in progress (it waits for that load), starts none.
+    pub loads_started: u64,
+    /// Loads started by load calls that failed: under
+    /// [`Fault::LoadFails`], or the model evicted or unloaded before its
+    /// load ended.
+    pub loads_failed: u64,
+    /// The most load calls for one model in flight at once on this server
+    /// (received and not yet answered), over its life: 1 when every
+    /// client single-flights its loads, whether or not a call finds the
+    /// model loaded.
+    pub max_concurrent_loads_per_model: u64,
+    /// Resident models (loaded or loading) removed by unload calls.
+    pub unloads: u64,
+    /// Resident models evicted by the LRU to make room for another (in
+    /// both modes; unloads not counted).
+    pub evictions: u64,
+}
+
+/// The counters behind [`ServerStats`], shared by the server's tasks.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) requests: AtomicU64,
+    pub(super) work: AtomicU64,
+    pub(super) cold_loads: AtomicU64,
+    pub(super) unavailable: AtomicU64,
+    pub(super) waiting: AtomicU64,
+    pub(super) running: AtomicU64,
+    pub(super) not_found: AtomicU64,
+    pub(super) load_calls: AtomicU64,
+    pub(super) loads_started: AtomicU64,
+    pub(super) loads_failed: AtomicU64,
+    pub(super) unloads: AtomicU64,
+}
