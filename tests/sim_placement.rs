@@ -104,3 +104,49 @@ async fn a_herd_for_a_cold_model_makes_one_load_call_per_backend_and_model() {
     }
     assert_eq!(servers.iter().map(|s| s.stats().load_calls).sum::<u64>(), 1);
 }
+
+#[tokio::test]
+async fn the_lora_loader_speaks_vllms_adapter_api() {
+    use tower_model_balance::health::probe::ProbeTarget;
+    use tower_model_balance::placement::{ModelLoader, VllmLoraLoader};
+    use tower_model_balance::route::ModelId;
+
+    let server = &servers(1).await[0];
+    let target = ProbeTarget::new(
+        BackendId::new(server.name()).unwrap(),
+        Origin::http(server.addr()),
+    );
+    let (m1, m2) = (ModelId::new("m1").unwrap(), ModelId::new("m2").unwrap());
+    let loader = VllmLoraLoader::new([
+        (m1.clone(), "/adapters/m1".to_string()),
+        (m2.clone(), "/adapters/m2".to_string()),
+    ]);
+    let repository = loader.repository(&target).await.unwrap();
+    assert_eq!(repository.known.len(), 2, "the configured adapters");
+    assert!(repository.resident.is_empty());
+
+    loader.load(&target, &m1).await.unwrap();
+    loader
+        .load(&target, &m1)
+        .await
+        .expect("already loaded is loaded");
+    let repository = loader.repository(&target).await.unwrap();
+    assert_eq!(repository.resident, vec![m1.clone()]);
+    loader
+        .unload(&target, &m2)
+        .await
+        .expect("not loaded is unloaded");
+    loader.unload(&target, &m1).await.unwrap();
+    assert!(loader
+        .repository(&target)
+        .await
+        .unwrap()
+        .resident
+        .is_empty());
+    let unknown = ModelId::new("no-such-adapter").unwrap();
+    assert!(
+        loader.load(&target, &unknown).await.is_err(),
+        "no path given"
+    );
+    assert_eq!(server.stats().loads_started, 1);
+}

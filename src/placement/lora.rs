@@ -23,7 +23,7 @@ const UNLOAD_PATH: &str = "/v1/unload_lora_adapter";
 /// | call | request | success |
 /// | --- | --- | --- |
 /// | load | `POST /v1/load_lora_adapter`, `{"lora_name", "lora_path"}` | 2xx, or 400 saying it is already loaded |
-/// | unload | `POST /v1/unload_lora_adapter`, `{"lora_name"}` | 2xx, or 400/404 saying it is not loaded |
+/// | unload | `POST /v1/unload_lora_adapter`, `{"lora_name"}` | 2xx, or 400/404 saying it cannot be found (not loaded) |
 /// | repository | `GET /v1/models` | the adapters given to [`VllmLoraLoader::new`] are known; those of them listed are resident |
 ///
 /// vLLM has no repository index: the allow-list is the adapters (name →
@@ -66,7 +66,7 @@ impl VllmLoraLoader {
         target: &ProbeTarget,
         path: &'static str,
         body: serde_json::Value,
-        done_already: &'static str,
+        done_already: &'static [&'static str],
     ) -> impl Future<Output = Result<(), LoadError>> + Send + 'static {
         let client = self.client.clone();
         let origin = target.address.clone();
@@ -75,9 +75,9 @@ impl VllmLoraLoader {
             let answer = fetch::send(&client, &origin, path, Some(body), MAX_JSON_BODY).await?;
             let status = answer.status;
             let text = String::from_utf8_lossy(&answer.body).to_ascii_lowercase();
+            let done = done_already.iter().any(|phrase| text.contains(phrase));
             if status.is_success()
-                || (matches!(status, StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND)
-                    && text.contains(done_already))
+                || (matches!(status, StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND) && done)
             {
                 Ok(())
             } else {
@@ -99,7 +99,7 @@ impl ModelLoader for VllmLoraLoader {
                 "{LOAD_PATH}: no path for adapter `{model}`"
             ))),
         };
-        let post = body.map(|body| self.post(target, LOAD_PATH, body, "already been loaded"));
+        let post = body.map(|body| self.post(target, LOAD_PATH, body, &["already been loaded"]));
         async move { post?.await }
     }
 
@@ -109,7 +109,7 @@ impl ModelLoader for VllmLoraLoader {
         model: &ModelId,
     ) -> impl Future<Output = Result<(), LoadError>> + Send + 'static {
         let body = serde_json::json!({ "lora_name": model.as_str() });
-        self.post(target, UNLOAD_PATH, body, "not found")
+        self.post(target, UNLOAD_PATH, body, &["cannot be found", "not found"])
     }
 
     fn repository(
