@@ -210,9 +210,9 @@ impl std::error::Error for InvalidConfig {}
 /// A model could not be loaded on the backend the balancer placed it on
 /// (see [`placement`](crate::placement)): the load call failed, was refused,
 /// or did not finish within the placement policy's load timeout. Every
-/// request that waited for that load gets this error; it counts as a
-/// failure for the backend's breaker (in its configured scope), never as a
-/// slow call.
+/// request that waited for that load gets this error; the load counts as
+/// one failure for the backend's breaker (in its configured scope) and its
+/// health, however many requests waited, never as a slow call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ModelLoadFailed {

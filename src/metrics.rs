@@ -26,13 +26,15 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tower::discover::ServiceList;
+//! use futures_util::stream;
+//! use tower::discover::Change;
 //! use tower_model_balance::backend::BackendId;
 //! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let backends = vec![Backend::new(BackendId::new("gpu-0").unwrap(), ())];
-//! let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default()).unwrap();
+//! let gpu = Backend::new(BackendId::new("gpu-0").unwrap(), "10.0.0.1:8000");
+//! let backends = stream::iter([Ok::<_, std::convert::Infallible>(Change::Insert(0, gpu))]);
+//! let balancer = ModelBalancer::new(backends, BalanceConfig::default()).unwrap();
 //! // With a recorder installed (e.g. metrics-exporter-prometheus), every 5 s:
 //! let exporter = tower_model_balance::metrics::export(balancer.handle(), Duration::from_secs(5));
 //! # drop(exporter);

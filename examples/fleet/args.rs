@@ -29,6 +29,9 @@ pub struct Args {
     pub seed: u64,
     pub scenario: Scenario,
     pub json: bool,
+    /// Servers in explicit model-control mode (404 until a model is loaded
+    /// through their repository API); `model_aware` places models itself.
+    pub explicit_load: bool,
     /// Which strategies to run, in the order given (the table's order).
     pub strategies: Vec<&'static str>,
 }
@@ -36,7 +39,7 @@ pub struct Args {
 pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
 [--requests N (10..=1000000, default 10000)] [--backends N (2..=64, default 8)] \
 [--seed N (default 1)] [--scenario default|slow-tail] \
-[--strategies NAME,... (default all: round_robin,p2c,consistent_hash,model_aware)] [--json]";
+[--strategies NAME,... (default all: round_robin,p2c,consistent_hash,model_aware)] [--explicit-load] [--json]";
 
 /// Why parsing stopped: a help request, or an error to report.
 #[derive(Debug)]
@@ -53,6 +56,7 @@ impl Args {
             seed: 1,
             scenario: Scenario::Default,
             json: false,
+            explicit_load: false,
             strategies: NAMES.to_vec(),
         };
         // `--flag value` and `--flag=value` alike.
@@ -85,6 +89,7 @@ impl Args {
                 }
                 "--strategies" => parsed.strategies = strategies(&value("--strategies")?)?,
                 "--json" => parsed.json = true,
+                "--explicit-load" => parsed.explicit_load = true,
                 "-h" | "--help" => return Err(Stop::Help),
                 other => return Err(Stop::Error(format!("unknown argument `{other}`"))),
             }

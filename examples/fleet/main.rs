@@ -11,6 +11,13 @@
 //! of the fleet's warm capacity, a 5 s deadline per request. In the
 //! `default` scenario one backend answers 503 for the middle third of the
 //! run; in `slow-tail` one answers 10% of its requests 10× slower.
+//!
+//! With `--explicit-load` the servers run in explicit model-control mode
+//! (404 until a model is loaded through the KServe v2 repository API) and
+//! `model_aware` places models itself (`tower_model_balance::placement`);
+//! the baselines, which do not, fail on every model not loaded. The JSON's
+//! `max_concurrent_loads` is the most load calls for one model any server
+//! had in flight at once.
 
 /// `println!` that ends the program quietly when stdout is closed (as when
 /// piped into `head`).
@@ -67,13 +74,20 @@ async fn main() {
     let config = ServerConfig::builder()
         .resident_slots(slots)
         .inference(times)
+        .explicit_load(args.explicit_load)
+        .repository((0..workload::MODELS).map(workload::model_name))
         .build()
         .expect("the scenario's config is valid");
     let rate = workload::arrival_rate(args.backends, config.concurrency(), &times);
     let plan = Arc::new(workload::plan(args.requests, rate, args.seed));
     if !args.json {
+        let mode = if args.explicit_load {
+            " · explicit model loading"
+        } else {
+            ""
+        };
         emit!(
-            "scenario {} · {} backends · {} requests per strategy · {:.0} req/s (30% of warm capacity) · seed {}",
+            "scenario {} · {} backends · {} requests per strategy · {:.0} req/s (30% of warm capacity) · seed {}{mode}",
             args.scenario, args.backends, args.requests, rate, args.seed
         );
     }
@@ -115,9 +129,14 @@ async fn run(
             share: 0.1,
         }));
     }
-    let (strategy, balancer) =
-        strategies::build(name, &servers, config.resident_slots(), args.seed);
-    let handle = balancer.as_ref().map(|(handle, _probes)| handle);
+    let (strategy, balancer) = strategies::build(
+        name,
+        &servers,
+        config.resident_slots(),
+        args.seed,
+        args.explicit_load,
+    );
+    let handle = balancer.as_ref().map(|b| &b.handle);
     let records = drive(&strategy, &servers, &plan, args.scenario).await;
     let cold_loads = servers.iter().map(|s| s.stats().cold_loads).sum();
     let loads: Vec<u64> = servers.iter().map(|s| s.stats().work).collect();
@@ -128,8 +147,23 @@ async fn run(
             "{name} routing: {} to a resident owner, {} to a cold owner, {} spilled, {} in panic mode, {} updates by P2C, {} without a backend; {} health ejections",
             s.resident_owner, s.cold_owner, s.spill, s.panic, s.update, s.no_backend, handle.ejections()
         );
+        if let Some(p) = handle.placement_stats() {
+            emit!(
+                "{name} placement: {} loads ({} failed), {} unloads, {} reloads after a 404",
+                p.loads,
+                p.load_failures,
+                p.unloads,
+                p.reloads
+            );
+        }
     }
-    Ok(report::figures(name, &records, cold_loads, trips, &loads))
+    let mut figures = report::figures(name, &records, cold_loads, trips, &loads);
+    figures.max_concurrent_loads = servers
+        .iter()
+        .map(|s| s.stats().max_concurrent_loads_per_model)
+        .max()
+        .unwrap_or(0);
+    Ok(figures)
 }
 
 /// Sends the planned requests open-loop and waits for every one to resolve

@@ -30,6 +30,9 @@ pub struct Figures {
     pub cold_loads: u64,
     pub breaker_trips: u64,
     pub max_mean_load: f64,
+    /// The most load calls for one model any server had in flight at once
+    /// (explicit mode: 1 when placement single-flights; 0 in auto mode).
+    pub max_concurrent_loads: u64,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -83,6 +86,7 @@ pub fn figures(
         } else {
             0.0
         },
+        max_concurrent_loads: 0,
     }
 }
 

@@ -22,10 +22,12 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ProbeTask, ResidencyHeader,
+    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, PlacementTask, ProbeTask,
+    ResidencyHeader,
 };
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
+use tower_model_balance::placement::{KServeV2Loader, PlacementPolicy, WaitedForLoad, WhenCold};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::RouteInfo;
 use tower_model_balance::sim::{protocol, ModelServer};
@@ -68,15 +70,24 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
         .collect()
 }
 
+/// The model-aware strategy's handle and background tasks (kept alive
+/// while it runs).
+pub struct Balancer {
+    pub handle: BalancerHandle,
+    _probes: ProbeTask,
+    _placement: Option<PlacementTask>,
+}
+
 /// Builds strategy `name` over `servers`, which each keep `model_slots`
-/// models resident; the balancer's handle and its probe task when it has
-/// them.
+/// models resident (loaded through their repository API when
+/// `explicit_load`); the balancer's handle and tasks when it has them.
 pub fn build(
     name: &str,
     servers: &[ModelServer],
     model_slots: usize,
     seed: u64,
-) -> (Strategy, Option<(BalancerHandle, ProbeTask)>) {
+    explicit_load: bool,
+) -> (Strategy, Option<Balancer>) {
     let endpoints = endpoints(servers);
     match name {
         "round_robin" => (finish(Select::round_robin(endpoints)), None),
@@ -121,10 +132,31 @@ pub fn build(
                 .build()
                 .expect("a valid probe config");
             let probes = handle.spawn_probes(prober, probes);
-            (finish(balancer), Some((handle, probes)))
+            // Servers that load only when told: the balancer places models.
+            let placement = explicit_load.then(|| {
+                handle
+                    .enable_placement(KServeV2Loader::new(), placement_policy())
+                    .expect("enabled once, inside the runtime")
+            });
+            let tasks = Balancer {
+                handle: handle.clone(),
+                _probes: probes,
+                _placement: placement,
+            };
+            (finish(balancer), Some(tasks))
         }
         other => unreachable!("unknown strategy {other}"),
     }
+}
+
+/// Placement for the explicit-load runs: a request whose owner must load
+/// its model goes to a backend already serving it, if one admits, while
+/// the owner loads.
+fn placement_policy() -> PlacementPolicy {
+    PlacementPolicy::builder()
+        .when_cold(WhenCold::PreferWarm)
+        .build()
+        .expect("a valid placement policy")
 }
 
 /// SplitMix64 (Steele, Lea and Flood, 2014): the balancer's P2C samples
@@ -155,10 +187,13 @@ where
     let service = service
         .map_err(Into::into)
         .and_then(|rsp: Response<B>| async move {
+            // The server loaded the model for it, or it waited while the
+            // balancer had it loaded (explicit mode).
             let cold = rsp
                 .headers()
                 .get(protocol::COLD_LOAD_HEADER)
-                .is_some_and(|v| v == "true");
+                .is_some_and(|v| v == "true")
+                || rsp.extensions().get::<WaitedForLoad>().is_some();
             let ok = rsp.status().is_success();
             rsp.into_body().collect().await.map_err(Into::into)?;
             Ok::<_, BoxError>(Reply { ok, cold })

@@ -208,11 +208,14 @@ where
                     };
                     let backend = guard.backend().clone();
                     match status.not_pending() {
-                        Status::Loaded | Status::Pending => state.set(State::Waiting {
-                            waiting: Some(cell),
-                            guard: Some(guard),
-                            waited: true,
-                        }),
+                        status @ (Status::Loaded | Status::Resident | Status::Pending) => {
+                            state.set(State::Waiting {
+                                waiting: Some(cell),
+                                guard: Some(guard),
+                                // Only a load makes it a cold start.
+                                waited: status == Status::Loaded,
+                            })
+                        }
                         Status::Unknown => {
                             // Cancelled: nothing was sent, nothing counts.
                             drop(guard);
@@ -220,7 +223,9 @@ where
                             return Poll::Ready(Err(error.into()));
                         }
                         Status::Failed(reason) => {
-                            guard.fail_untimed();
+                            // The load counted its failure once; the
+                            // request itself was never sent.
+                            drop(guard);
                             let error = ModelLoadFailed::new(backend, model.clone(), reason);
                             return Poll::Ready(Err(error.into()));
                         }

@@ -101,15 +101,6 @@ impl Guard {
         self.model
     }
 
-    /// Records a failure that says nothing of the backend's speed (a model
-    /// load that failed): a failure for the breaker and health, never a
-    /// slow call.
-    pub(crate) fn fail_untimed(self) {
-        let penalty = self.state.fleet.health.failure_penalty;
-        self.state.health.record(None, true, penalty);
-        self.record(Outcome::Failure, None, None);
-    }
-
     /// Learns residency from the response's headers, if the balancer is
     /// configured with a [`ResidencyHeader`].
     pub(crate) fn read_residency(&self, headers: &HeaderMap) {

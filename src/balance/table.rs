@@ -15,7 +15,7 @@ use super::scoped::{BreakerScope, Scoped};
 use super::traffic::{FleetTraffic, Traffic};
 use super::{BalanceConfig, ResidencyHeader};
 use crate::backend::BackendId;
-use crate::breaker::{Breaker, OnTransition, Permit, Policy, Ticket, Transition};
+use crate::breaker::{Breaker, OnTransition, Outcome, Permit, Policy, Ticket, Transition};
 use crate::health::HealthPolicy;
 use crate::ring::Ring;
 
@@ -196,6 +196,22 @@ impl BackendState {
     /// breaker in scope (see [`BackendState::eligible_for`]), or `None` when
     /// it refuses. In `BackendModel` scope this takes the pair map's lock
     /// briefly.
+    /// Counts one failure that was no request's own (a model load that
+    /// failed) for the breaker in scope and for health: untimed, so never
+    /// a slow call. A breaker that refuses (open) counts nothing more.
+    pub(crate) fn record_failure(&self, key: u64, now: Instant) {
+        let penalty = self.fleet.health.failure_penalty;
+        self.health.record(None, true, penalty);
+        match self.try_acquire(key, &Now::at(now)) {
+            Some(Admission::Backend(ticket)) => {
+                self.breaker
+                    .record_ticket_with(ticket, Outcome::Failure, None, || now);
+            }
+            Some(Admission::Pair(permit)) => permit.record_call(Outcome::Failure, None, now),
+            Some(Admission::Bypass) | None => {}
+        }
+    }
+
     pub(crate) fn try_acquire(&self, key: u64, now: &Now) -> Option<Admission> {
         match &self.fleet.scoped {
             None => self

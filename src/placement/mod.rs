@@ -30,8 +30,9 @@
 //!    ring and that has no request in flight there is unloaded first.
 //! 4. **Failure.** A load that fails or outlives
 //!    [`load_timeout`](PlacementPolicyBuilder::load_timeout) fails every
-//!    waiting request with [`ModelLoadFailed`](crate::error::ModelLoadFailed),
-//!    counted as a failure by the backend's breaker, never as a slow call.
+//!    waiting request with [`ModelLoadFailed`](crate::error::ModelLoadFailed);
+//!    the load counts as one failure for the backend's breaker (however
+//!    many requests waited), never as a slow call.
 //!    A 404 from a backend believed to serve the model marks it not
 //!    resident there and starts one reload.
 //!

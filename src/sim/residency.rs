@@ -87,10 +87,17 @@ impl Residency {
     }
 
     /// Makes room (evicting the least recently used model if every slot
-    /// is taken) and adds `model`, ready at `ready_at`.
+    /// is taken) and adds `model`, ready at `ready_at`. A model loading
+    /// through the repository API is evicted only when every slot is such
+    /// a load (a multi-model server does not drop weights it is still
+    /// reading in).
     fn insert(&mut self, model: &str, now: Instant, ready_at: Option<Instant>) {
         if self.entries.len() >= self.slots {
-            if let Some(lru) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].last_used) {
+            let lru = (0..self.entries.len())
+                .filter(|&i| self.entries[i].ready_at.is_some())
+                .min_by_key(|&i| self.entries[i].last_used)
+                .or_else(|| (0..self.entries.len()).min_by_key(|&i| self.entries[i].last_used));
+            if let Some(lru) = lru {
                 let gone = self.entries.swap_remove(lru);
                 self.evicted.push_front(gone.model);
                 self.evicted.truncate(Self::EVICTED_KEPT);
