@@ -1,0 +1,150 @@
+//! A deterministic discrete-event simulation of a large inference fleet
+//! (default 1,000 backends, 10,000 models) in virtual time, no sockets,
+//! comparing routing strategies with the crate's own selection code: the
+//! ring for the hashing strategies, the full `ModelBalancer` (its pick
+//! API, its breakers, health and staged ring changes) for `model_aware`,
+//! and the balancer's power-of-two-choices path for `p2c`.
+//!
+//! ```text
+//! cargo run --release --example simulate                 # the table
+//! cargo run --release --example simulate -- --json       # one JSON object per line
+//! cargo run --release --example simulate -- --svg sim.svg
+//! cargo run --release --example simulate -- --sweep      # vnodes, k, c, staging step
+//! ```
+//!
+//! The same seed gives the same output. See `--help` for the flags.
+
+mod args;
+mod chart;
+mod fleet;
+mod lru;
+mod metrics;
+mod queue;
+mod report;
+mod scenario;
+mod sim;
+mod strategy;
+mod sweep;
+mod workload;
+mod zipf;
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use args::{Config, Stop, USAGE};
+use scenario::{ChurnRow, StrategyRow};
+use strategy::Names;
+use workload::Workload;
+
+/// Membership changes simulated: this share of the backends joins at once.
+const CHURN_PCTS: [u32; 3] = [1, 5, 10];
+
+fn main() -> ExitCode {
+    let config = match Config::parse(std::env::args().skip(1)) {
+        Ok(config) => config,
+        Err(Stop::Help) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(Stop::Error(error)) => {
+            eprintln!("simulate: {error}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    // Outside any runtime Tokio's clock is the real one.
+    let started = tokio::time::Instant::now();
+    let workload = Workload::new(&config);
+    if config.sweep {
+        sweep::run(&config, &workload);
+        eprintln!("wall time {:.1} s", started.elapsed().as_secs_f64());
+        return ExitCode::SUCCESS;
+    }
+    let (strategies, churn) = simulate(&config, &workload);
+    let oracle = scenario::oracle_warm_hit(&config, &workload);
+    if config.json {
+        strategies.iter().for_each(|r| println!("{}", report::strategy_json(r)));
+        churn.iter().for_each(|r| println!("{}", report::churn_json(r)));
+    } else {
+        println!("{}", report::header(&config, &workload));
+        print!("{}", report::strategy_table(&config, &workload, &strategies, oracle));
+        if !churn.is_empty() {
+            print!("{}", report::churn_table(&config, &churn));
+        }
+    }
+    if let Some(path) = &config.svg {
+        if let Err(error) = chart::write(path, &strategies, &churn) {
+            eprintln!("simulate: cannot write {}: {error}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    eprintln!("wall time {:.1} s", started.elapsed().as_secs_f64());
+    ExitCode::SUCCESS
+}
+
+/// One simulation to run.
+enum Job {
+    Strategy(&'static str),
+    Churn(u32, bool),
+}
+
+enum Done {
+    Strategy(StrategyRow),
+    Churn(ChurnRow),
+}
+
+/// Runs every strategy and membership change, on as many threads as the
+/// machine has (each job on its own paused runtime: the results do not
+/// depend on the threads).
+pub fn simulate(config: &Config, workload: &Workload) -> (Vec<StrategyRow>, Vec<ChurnRow>) {
+    let mut jobs: Vec<Job> = config.strategies.iter().map(|s| Job::Strategy(s)).collect();
+    if config.churn {
+        for pct in CHURN_PCTS {
+            jobs.push(Job::Churn(pct, false));
+            jobs.push(Job::Churn(pct, true));
+        }
+    }
+    let names = Names::new(config.backends * 2, config.models);
+    let results = run_jobs(&jobs, |job| match *job {
+        Job::Strategy(name) => Done::Strategy(scenario::compare(config, workload, &names, name)),
+        Job::Churn(pct, staged) => Done::Churn(scenario::churn(config, workload, &names, pct, staged)),
+    });
+    let mut strategies = Vec::new();
+    let mut churn = Vec::new();
+    for done in results {
+        match done {
+            Done::Strategy(row) => strategies.push(row),
+            Done::Churn(row) => churn.push(row),
+        }
+    }
+    (strategies, churn)
+}
+
+/// Runs `f` over `jobs` on the machine's threads; results in job order.
+pub fn run_jobs<J: Sync, R: Send>(jobs: &[J], f: impl Fn(&J) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len().max(1));
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(job) = jobs.get(i) else { break };
+                let clock = tokio::time::Instant::now();
+                let result = f(job);
+                if std::env::var_os("SIMULATE_TIMING").is_some() {
+                    eprintln!("job {i}: {:.1} s", clock.elapsed().as_secs_f64());
+                }
+                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .flatten()
+        .collect()
+}

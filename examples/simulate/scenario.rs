@@ -1,0 +1,230 @@
+//! The runs: the strategy comparison (with failures, joins and leaves), the
+//! membership changes, and the oracle's bound on warm hits.
+
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+use crate::args::Config;
+use crate::metrics::Metrics;
+use crate::queue::Nanos;
+use crate::sim::{self, Change, Plan};
+use crate::strategy::{Names, NAMES};
+use crate::workload::Workload;
+
+const SECOND: Nanos = 1_000_000_000;
+/// The least virtual time a run warms the fleet up before it measures.
+pub const WARM_UP: Nanos = 20 * SECOND;
+
+/// Requests sent before the comparison measures.
+pub fn warmup_requests(config: &Config, workload: &Workload) -> usize {
+    let by_time = (WARM_UP as f64 / workload.gap_ns).ceil() as usize;
+    (config.requests / 10).max(by_time)
+}
+
+/// One strategy's figures.
+#[derive(Debug, Clone)]
+pub struct StrategyRow {
+    pub strategy: &'static str,
+    pub warm_hit_rate: f64,
+    pub cold_loads_per_1k: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_mean_load: f64,
+    pub errors: u64,
+    /// Latency quantiles for the chart: (quantile, ms).
+    pub curve: Vec<(f64, f64)>,
+}
+
+/// One membership change's figures.
+#[derive(Debug, Clone)]
+pub struct ChurnRow {
+    pub churn_pct: u32,
+    pub staged: bool,
+    pub models_moved: usize,
+    /// Loads started during the change beyond the rate before it.
+    pub cold_loads: i64,
+    pub peak_cold_loads_per_s: u32,
+    pub p99_ms: f64,
+    /// Loads per second before the change.
+    pub baseline_per_s: f64,
+    /// Loads per second from 10 s before the change to its end, for the chart.
+    pub timeline: Vec<u32>,
+}
+
+/// The comparison's plan: a warm-up (a tenth of the requests, and at
+/// least [`WARM_UP`] of virtual time: the first cold loads of every model
+/// queue for seconds), then `requests` are measured; 1% of the backends fail for the middle third
+/// of the run, and 0.5% leave while as many join halfway.
+pub fn comparison_plan(config: &Config, workload: &Workload) -> (Plan, Vec<usize>) {
+    let n = config.backends;
+    let warmup = warmup_requests(config, workload);
+    let total = warmup + config.requests;
+    let span = workload.span(total);
+    let fails = (n / 100).max(1);
+    let moves = (n / 200).max(1);
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    order.shuffle(&mut SmallRng::seed_from_u64(config.seed ^ 0x6661_696c));
+    let failing = order[..fails].to_vec();
+    let leaving = order[fails..fails + moves].to_vec();
+    let joining: Vec<u32> = (n as u32..(n + moves) as u32).collect();
+    let steady = order[fails + moves..].iter().map(|&b| b as usize).collect();
+    let plan = Plan {
+        requests: total,
+        measure: (workload.span(warmup), Nanos::MAX),
+        changes: vec![
+            (span / 3, Change::Fail(failing.clone())),
+            (span / 2, Change::Leave(leaving)),
+            (span / 2, Change::Join(joining)),
+            (2 * span / 3, Change::Recover(failing)),
+        ],
+        initial: n,
+        total: n + moves,
+    };
+    (plan, steady)
+}
+
+/// Runs one strategy through the comparison.
+pub fn compare(config: &Config, workload: &Workload, names: &Names, name: &str) -> StrategyRow {
+    let (plan, steady) = comparison_plan(config, workload);
+    let mut metrics = sim::block_on(sim::run(config, workload, names, &plan, name, true));
+    let strategy = NAMES.iter().find(|n| **n == name).copied().unwrap_or("?");
+    row(strategy, &mut metrics, steady)
+}
+
+fn row(strategy: &'static str, metrics: &mut Metrics, steady: Vec<usize>) -> StrategyRow {
+    let curve = [0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999]
+        .iter()
+        .map(|&q| (q, metrics.quantile_ms(q)))
+        .collect();
+    StrategyRow {
+        strategy,
+        warm_hit_rate: metrics.warm_hit_rate(),
+        cold_loads_per_1k: metrics.cold_loads_per_1k(),
+        p50_ms: metrics.quantile_ms(0.5),
+        p99_ms: metrics.quantile_ms(0.99),
+        max_mean_load: metrics.max_mean_load(steady.into_iter()),
+        errors: metrics.errors,
+        curve,
+    }
+}
+
+/// Staging steps a join of `share` of the ring takes at `step` per step:
+/// each step grows the ring, and the next budget, by `step`.
+fn staging_steps(share: f64, step: f64) -> u32 {
+    if step >= 1.0 || share <= step {
+        return 1;
+    }
+    ((1.0 + share).ln() / (1.0 + step).ln()).ceil() as u32
+}
+
+/// `pct`% of the backends join at once, with the model-aware balancer,
+/// after [`WARM_UP`]; measured until 10 s after the last staging step
+/// (the same window staged or not).
+pub fn churn(config: &Config, workload: &Workload, names: &Names, pct: u32, staged: bool) -> ChurnRow {
+    let n = config.backends;
+    let joins = ((n as u64 * u64::from(pct)).div_ceil(100) as usize).max(1);
+    let share = joins as f64 / n as f64;
+    let steps = staging_steps(share, config.staging_step);
+    let cooldown = (config.staging_cooldown * 1e9) as Nanos;
+    let at = WARM_UP;
+    let window = Nanos::from(steps.saturating_sub(1)) * cooldown + 10 * SECOND;
+    let requests = ((at + window) as f64 / workload.gap_ns) as usize;
+    let plan = Plan {
+        requests,
+        measure: (at, at + window),
+        changes: vec![(at, Change::Join((n as u32..(n + joins) as u32).collect()))],
+        initial: n,
+        total: n + joins,
+    };
+    let mut metrics = sim::block_on(sim::run(
+        config,
+        workload,
+        names,
+        &plan,
+        "model_aware",
+        staged,
+    ));
+    let (from, to) = ((at / SECOND) as usize, ((at + window) / SECOND) as usize);
+    let before = &metrics.cold_per_s[from.saturating_sub(10)..from.min(metrics.cold_per_s.len())];
+    let baseline_per_s = before.iter().map(|&c| f64::from(c)).sum::<f64>() / before.len().max(1) as f64;
+    let during: u64 = metrics
+        .cold_per_s
+        .get(from..to.min(metrics.cold_per_s.len()))
+        .unwrap_or(&[])
+        .iter()
+        .map(|&c| u64::from(c))
+        .sum();
+    let timeline = metrics
+        .cold_per_s
+        .get(from.saturating_sub(10)..to.min(metrics.cold_per_s.len()))
+        .unwrap_or(&[])
+        .to_vec();
+    ChurnRow {
+        churn_pct: pct,
+        staged,
+        models_moved: models_moved(config, names, n, joins),
+        cold_loads: during as i64 - (baseline_per_s * (to - from) as f64).round() as i64,
+        peak_cold_loads_per_s: metrics.peak_cold_per_s(from, to),
+        p99_ms: metrics.quantile_ms(0.99),
+        baseline_per_s,
+        timeline,
+    }
+}
+
+/// Models whose first owner on the ring differs after `joins` backends
+/// join `n`.
+fn models_moved(config: &Config, names: &Names, n: usize, joins: usize) -> usize {
+    use tower_model_balance::ring::{Ring, RingConfig};
+    let ring_config = RingConfig::new(0, config.vnodes).expect("vnodes ≥ 1");
+    let ring = |count: usize| {
+        let members = names.backends[..count].iter().map(|id| (id.clone(), 1));
+        Ring::build(&ring_config, members).expect("a valid ring")
+    };
+    let (before, after) = (ring(n), ring(n + joins));
+    names
+        .hashes
+        .iter()
+        .filter(|&&key| {
+            let owner = |r: &Ring| r.primary(key).map(|i| r.member(i).clone());
+            owner(&before) != owner(&after)
+        })
+        .count()
+}
+
+/// An upper bound on the warm-hit rate: a placement that knows each
+/// model's popularity gives the most popular models, in order, as many
+/// replicas as their share of the inference work needs to keep every
+/// backend at the mean load (at least one), until the fleet's model slots
+/// run out; every request for a placed model is warm, every other cold.
+pub fn oracle_warm_hit(config: &Config, workload: &Workload) -> f64 {
+    let n = config.backends;
+    let work: Vec<f64> = (0..workload.models.len())
+        .map(|i| workload.zipf.share(i) * workload.models[i].infer as f64)
+        .collect();
+    let total_work: f64 = work.iter().sum();
+    let mut slots_left = (n * config.model_slots) as f64;
+    let mut warm = 0.0;
+    for (i, w) in work.iter().enumerate() {
+        let replicas = (w / total_work * n as f64).ceil().max(1.0);
+        if replicas > slots_left {
+            break;
+        }
+        slots_left -= replicas;
+        warm += workload.zipf.share(i);
+    }
+    warm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_steps_follow_the_ring_growth() {
+        assert_eq!(staging_steps(0.1, 0.1), 1, "10% of the ring lands in one step");
+        assert_eq!(staging_steps(0.1, 0.02), 5);
+        assert_eq!(staging_steps(0.01, 0.02), 1);
+        assert_eq!(staging_steps(0.1, 1.0), 1);
+    }
+}
