@@ -1,13 +1,15 @@
 //! The simulated backends: serving slots with a FIFO queue beyond them,
 //! and GPU memory for a few models (LRU). A request for a model not
-//! resident loads it first, holding its serving slot; one for a model
-//! still loading waits for the load.
+//! resident starts its load — one load at a time per backend (they share
+//! the host-to-GPU bandwidth), a serving slot not held meanwhile — and
+//! queues for a slot once the model is ready; a request for a model still
+//! loading waits for that load.
 
 use std::collections::VecDeque;
 
 use crate::lru::Memory;
 use crate::queue::Nanos;
-use crate::workload::{Model, UPDATE_NS};
+use crate::workload::Model;
 
 /// A failed backend answers every request with an error after this long.
 pub const FAIL_NS: Nanos = 5_000_000;
@@ -18,18 +20,17 @@ pub struct Server {
     queue: VecDeque<u32>,
     pub memory: Memory,
     pub failed: bool,
-    /// Requests sent and not yet answered (queued and in service).
-    pub in_flight: u32,
+    /// When the load in progress (if any) ends.
+    loads_free_at: Nanos,
 }
 
-/// How a request started on a backend is served.
-pub struct Service {
-    /// When it ends.
-    pub end: Nanos,
-    /// Whether it waited for its model to load.
-    pub cold: bool,
-    /// Whether it started a load.
-    pub loaded: bool,
+/// Where an inference request for a model stands on arrival.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Resident and loaded: it can be served.
+    Warm,
+    /// It waits until the model is ready; `loaded`: it started the load.
+    Cold { ready: Nanos, loaded: bool },
 }
 
 impl Server {
@@ -39,12 +40,34 @@ impl Server {
             queue: VecDeque::new(),
             memory: Memory::new(model_slots),
             failed: false,
-            in_flight: 0,
+            loads_free_at: 0,
         }
     }
 
-    /// Takes a request: true if it starts now (a serving slot is free),
-    /// false if it queues.
+    /// An inference request for `model` arrives at `now`: warm, or waiting
+    /// for a load (started now, behind any load in progress, if the model
+    /// is not resident).
+    pub fn arrive(&mut self, id: u32, model: &Model, now: Nanos) -> Arrival {
+        match self.memory.touch(id, now) {
+            Some(ready) if ready <= now => Arrival::Warm,
+            Some(ready) => Arrival::Cold {
+                ready,
+                loaded: false,
+            },
+            None => {
+                let ready = self.loads_free_at.max(now) + model.load;
+                self.loads_free_at = ready;
+                self.memory.load(id, now, ready);
+                Arrival::Cold {
+                    ready,
+                    loaded: true,
+                }
+            }
+        }
+    }
+
+    /// Takes a request ready to be served: true if it starts now (a
+    /// serving slot is free), false if it queues.
     pub fn admit(&mut self, slot: u32) -> bool {
         if self.free > 0 {
             self.free -= 1;
@@ -52,33 +75,6 @@ impl Server {
         } else {
             self.queue.push_back(slot);
             false
-        }
-    }
-
-    /// Serves a request that holds a serving slot from `now`: an update,
-    /// or an inference for `model` (`None` for an update).
-    pub fn serve(&mut self, model: Option<(u32, &Model)>, now: Nanos) -> Service {
-        let Some((id, model)) = model else {
-            return Service {
-                end: now + UPDATE_NS,
-                cold: false,
-                loaded: false,
-            };
-        };
-        match self.memory.touch(id, now) {
-            Some(ready) => Service {
-                end: ready.max(now) + model.infer,
-                cold: ready > now,
-                loaded: false,
-            },
-            None => {
-                self.memory.load(id, now, now + model.load);
-                Service {
-                    end: now + model.load + model.infer,
-                    cold: true,
-                    loaded: true,
-                }
-            }
         }
     }
 
@@ -100,20 +96,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cold_request_loads_and_the_next_waits_for_the_load() {
+    fn loads_run_one_at_a_time_and_later_requests_wait_for_them() {
         let model = Model {
             size_gb: 1,
             infer: 10,
             load: 100,
         };
         let mut server = Server::new(2, 4);
+        let cold = |ready, loaded| Arrival::Cold { ready, loaded };
+        assert_eq!(server.arrive(7, &model, 0), cold(100, true));
+        assert_eq!(server.arrive(7, &model, 20), cold(100, false));
+        assert_eq!(server.arrive(8, &model, 30), cold(200, true), "behind 7's load");
+        assert_eq!(server.arrive(7, &model, 150), Arrival::Warm);
         assert!(server.admit(0) && server.admit(1) && !server.admit(2));
-        let first = server.serve(Some((7, &model)), 0);
-        assert_eq!((first.end, first.cold, first.loaded), (110, true, true));
-        let second = server.serve(Some((7, &model)), 20);
-        assert_eq!((second.end, second.cold, second.loaded), (110, true, false));
-        let warm = server.serve(Some((7, &model)), 200);
-        assert_eq!((warm.end, warm.cold), (210, false));
         assert_eq!(server.release(), Some(2), "the queued request takes the slot");
         assert_eq!(server.release(), None);
     }

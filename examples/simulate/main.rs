@@ -132,11 +132,7 @@ pub fn run_jobs<J: Sync, R: Send>(jobs: &[J], f: impl Fn(&J) -> R + Sync) -> Vec
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(job) = jobs.get(i) else { break };
-                let clock = tokio::time::Instant::now();
                 let result = f(job);
-                if std::env::var_os("SIMULATE_TIMING").is_some() {
-                    eprintln!("job {i}: {:.1} s", clock.elapsed().as_secs_f64());
-                }
                 results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
             });
         }

@@ -18,6 +18,9 @@ pub struct Metrics {
     pub cold_loads: u64,
     /// Measured requests sent to each backend.
     pub per_backend: Vec<u64>,
+    /// Each backend's requests in flight integrated over the measurement
+    /// window (request-nanoseconds).
+    pub occupancy: Vec<f64>,
     /// Loads started in each second of the run (every request).
     pub cold_per_s: Vec<u32>,
 }
@@ -26,6 +29,7 @@ impl Metrics {
     pub fn new(backends: usize) -> Self {
         Self {
             per_backend: vec![0; backends],
+            occupancy: vec![0.0; backends],
             ..Self::default()
         }
     }
@@ -74,15 +78,16 @@ impl Metrics {
         f64::from(self.latencies_us[i]) / 1000.0
     }
 
+    /// The busiest of `backends`' load — requests in flight, averaged over
+    /// the measurement window, the load bounded-load hashing caps — over
+    /// their mean.
+    pub fn max_mean_load(&self, backends: &[usize]) -> f64 {
+        max_over_mean(backends.iter().map(|&b| self.occupancy[b]))
+    }
+
     /// The busiest of `backends`' request counts over their mean.
-    pub fn max_mean_load(&self, backends: impl Iterator<Item = usize>) -> f64 {
-        let counts: Vec<u64> = backends.map(|b| self.per_backend[b]).collect();
-        let max = counts.iter().copied().max().unwrap_or(0) as f64;
-        let mean = counts.iter().sum::<u64>() as f64 / counts.len().max(1) as f64;
-        if mean == 0.0 {
-            return 0.0;
-        }
-        max / mean
+    pub fn max_mean_requests(&self, backends: &[usize]) -> f64 {
+        max_over_mean(backends.iter().map(|&b| self.per_backend[b] as f64))
     }
 
     /// The most loads started in one second within `[from, to)` seconds.
@@ -93,6 +98,19 @@ impl Metrics {
             .and_then(|s| s.iter().copied().max())
             .unwrap_or(0)
     }
+}
+
+fn max_over_mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (mut max, mut sum, mut n) = (0.0f64, 0.0, 0usize);
+    for v in values {
+        max = max.max(v);
+        sum += v;
+        n += 1;
+    }
+    if sum <= 0.0 {
+        return 0.0;
+    }
+    max / (sum / n as f64)
 }
 
 #[cfg(test)]
@@ -108,11 +126,13 @@ mod tests {
         m.load_started(1_500_000_000, true);
         m.load_started(1_600_000_000, false);
         m.per_backend = vec![30, 10];
+        m.occupancy = vec![1.0, 3.0];
         assert_eq!(m.quantile_ms(0.5), 51.0);
         assert_eq!(m.quantile_ms(0.99), 99.0);
         assert!((m.warm_hit_rate() - 0.9).abs() < 1e-12);
         assert_eq!(m.cold_loads_per_1k(), 10.0);
-        assert_eq!(m.max_mean_load(0..2), 1.5);
+        assert_eq!(m.max_mean_requests(&[0, 1]), 1.5);
+        assert_eq!(m.max_mean_load(&[0, 1]), 1.5);
         assert_eq!((m.peak_cold_per_s(0, 5), m.peak_cold_per_s(2, 5)), (2, 0));
     }
 }

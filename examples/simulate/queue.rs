@@ -58,6 +58,11 @@ impl<E> Queue<E> {
         });
     }
 
+    /// When the earliest event is due.
+    pub fn next_at(&self) -> Option<Nanos> {
+        self.heap.peek().map(|e| e.at)
+    }
+
     /// The earliest event, first pushed first among equal times.
     pub fn pop(&mut self) -> Option<(Nanos, E)> {
         self.heap.pop().map(|e| (e.at, e.event))

@@ -14,7 +14,7 @@ use crate::workload::Workload;
 
 const SECOND: Nanos = 1_000_000_000;
 /// The least virtual time a run warms the fleet up before it measures.
-pub const WARM_UP: Nanos = 20 * SECOND;
+pub const WARM_UP: Nanos = 30 * SECOND;
 
 /// Requests sent before the comparison measures.
 pub fn warmup_requests(config: &Config, workload: &Workload) -> usize {
@@ -31,6 +31,8 @@ pub struct StrategyRow {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_mean_load: f64,
+    /// The busiest backend's requests over the mean.
+    pub max_mean_requests: f64,
     pub errors: u64,
     /// Latency quantiles for the chart: (quantile, ms).
     pub curve: Vec<(f64, f64)>,
@@ -53,8 +55,8 @@ pub struct ChurnRow {
 }
 
 /// The comparison's plan: a warm-up (a tenth of the requests, and at
-/// least [`WARM_UP`] of virtual time: the first cold loads of every model
-/// queue for seconds), then `requests` are measured; 1% of the backends fail for the middle third
+/// least [`WARM_UP`] of virtual time: the owners that popular models add
+/// load them first), then `requests` are measured; 1% of the backends fail for the middle third
 /// of the run, and 0.5% leave while as many join halfway.
 pub fn comparison_plan(config: &Config, workload: &Workload) -> (Plan, Vec<usize>) {
     let n = config.backends;
@@ -93,6 +95,7 @@ pub fn compare(config: &Config, workload: &Workload, names: &Names, name: &str) 
 }
 
 fn row(strategy: &'static str, metrics: &mut Metrics, steady: Vec<usize>) -> StrategyRow {
+
     let curve = [0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999]
         .iter()
         .map(|&q| (q, metrics.quantile_ms(q)))
@@ -103,7 +106,8 @@ fn row(strategy: &'static str, metrics: &mut Metrics, steady: Vec<usize>) -> Str
         cold_loads_per_1k: metrics.cold_loads_per_1k(),
         p50_ms: metrics.quantile_ms(0.5),
         p99_ms: metrics.quantile_ms(0.99),
-        max_mean_load: metrics.max_mean_load(steady.into_iter()),
+        max_mean_load: metrics.max_mean_load(&steady),
+        max_mean_requests: metrics.max_mean_requests(&steady),
         errors: metrics.errors,
         curve,
     }
@@ -146,6 +150,7 @@ pub fn churn(config: &Config, workload: &Workload, names: &Names, pct: u32, stag
         staged,
     ));
     let (from, to) = ((at / SECOND) as usize, ((at + window) / SECOND) as usize);
+
     let before = &metrics.cold_per_s[from.saturating_sub(10)..from.min(metrics.cold_per_s.len())];
     let baseline_per_s = before.iter().map(|&c| f64::from(c)).sum::<f64>() / before.len().max(1) as f64;
     let during: u64 = metrics

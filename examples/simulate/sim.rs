@@ -3,6 +3,7 @@
 //! millisecond) so the balancer's own tasks — discovery, staging steps,
 //! health evaluation — run at the virtual times they would.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
@@ -10,14 +11,18 @@ use rand::SeedableRng;
 use tokio::time::Instant;
 
 use crate::args::Config;
-use crate::fleet::{Server, FAIL_NS};
+use crate::fleet::{Arrival, Server, FAIL_NS};
 use crate::metrics::Metrics;
 use crate::queue::{Nanos, Queue};
 use crate::strategy::{self, Names, Router, Token, View};
-use crate::workload::{Request, Workload};
+use crate::workload::{Request, Workload, UPDATE_NS};
 
 /// Seconds between two probes of each backend's readiness and models.
 const PROBE_NS: Nanos = 5_000_000_000;
+/// The client gives a request up after this long: it fails (a timeout
+/// inside the breaker), and the backend drops it unserved if it has not
+/// started it (the connection is gone); one already in service runs on.
+pub const DEADLINE_NS: Nanos = 20_000_000_000;
 
 /// A change to the fleet.
 #[derive(Debug, Clone)]
@@ -47,16 +52,22 @@ pub struct Plan {
 
 enum Event {
     Arrival(Request),
+    /// The request's model is loaded: it queues for a serving slot.
+    Ready(u32),
     Done(u32),
+    /// The client's deadline for the request with this ID in this slot.
+    Timeout(u32, u64),
     Change(usize),
     Probe,
 }
 
 struct Live {
+    id: u64,
     arrival: Nanos,
     req: Request,
     backend: u32,
-    token: Token,
+    /// Until the client has its answer (a response or its timeout).
+    token: Option<Token>,
     failed: bool,
     cold: bool,
     measured: bool,
@@ -72,9 +83,30 @@ struct State<'a> {
     metrics: Metrics,
     in_flight: Vec<u32>,
     total_in_flight: u64,
+    /// When each backend's in-flight count last changed.
+    since: Vec<Nanos>,
+    /// The measurement window, for the occupancy integral.
+    window: (Nanos, Nanos),
+    /// The time of the last event.
+    queue_end: Nanos,
+    next_id: u64,
+    /// Client deadlines, in arrival order: (when, slot, request ID).
+    deadlines: VecDeque<(Nanos, u32, u64)>,
 }
 
 impl State<'_> {
+    /// Adds `delta` to `b`'s in-flight count at `now`, first adding the
+    /// count's time integral within the measurement window.
+    fn in_flight_change(&mut self, b: usize, delta: i32, now: Nanos) {
+        let (from, to) = (self.since[b].max(self.window.0), now.min(self.window.1));
+        if to > from {
+            self.metrics.occupancy[b] += f64::from(self.in_flight[b]) * (to - from) as f64;
+        }
+        self.since[b] = now;
+        self.in_flight[b] = self.in_flight[b].saturating_add_signed(delta);
+        self.total_in_flight = self.total_in_flight.saturating_add_signed(i64::from(delta));
+    }
+
     fn insert(&mut self, live: Live) -> u32 {
         match self.free.pop() {
             Some(slot) => {
@@ -88,19 +120,58 @@ impl State<'_> {
         }
     }
 
-    /// Starts serving the request in `slot` on its backend at `now`.
-    fn start(&mut self, slot: u32, now: Nanos) {
-        let live = self.slab[slot as usize].as_mut().expect("a live request");
-        let model = (!live.req.update).then(|| {
-            let id = live.req.model;
-            (id, &self.workload.models[id as usize])
-        });
-        let service = self.servers[live.backend as usize].serve(model, now);
-        live.cold = service.cold;
-        if service.loaded {
-            self.metrics.load_started(now, live.measured);
+    /// Serves the request in `slot` on its backend from `now` (it holds
+    /// a serving slot) — or, if its client gave up, drops it and hands the
+    /// serving slot on.
+    fn start(&mut self, mut slot: u32, now: Nanos) {
+        loop {
+            let live = self.slab[slot as usize].as_ref().expect("a live request");
+            if live.token.is_some() {
+                let service = match live.req.update {
+                    true => UPDATE_NS,
+                    false => self.workload.models[live.req.model as usize].infer,
+                };
+                self.queue.push(now + service, Event::Done(slot));
+                return;
+            }
+            let b = live.backend as usize;
+            self.remove(slot);
+            match self.servers[b].release() {
+                Some(next) => slot = next,
+                None => return,
+            }
         }
-        self.queue.push(service.end, Event::Done(slot));
+    }
+
+    /// The request in `slot` is ready to be served at `now` (dropped if
+    /// its client gave up).
+    fn admit(&mut self, slot: u32, now: Nanos) {
+        let live = self.slab[slot as usize].as_ref().expect("a live request");
+        if live.token.is_none() {
+            self.remove(slot);
+        } else if self.servers[live.backend as usize].admit(slot) {
+            self.start(slot, now);
+        }
+    }
+
+    fn remove(&mut self, slot: u32) -> Live {
+        self.free.push(slot);
+        self.slab[slot as usize].take().expect("a live request")
+    }
+
+    /// The client has its answer for the request in `slot` at `now`.
+    fn answer(&mut self, router: &mut dyn Router, slot: u32, ok: bool, now: Nanos) {
+        let live = self.slab[slot as usize].as_mut().expect("a live request");
+        let Some(token) = live.token.take() else {
+            return;
+        };
+        let (b, arrival, update, cold, measured) =
+            (live.backend as usize, live.arrival, live.req.update, live.cold, live.measured);
+        router.finish(token, ok, now);
+        self.in_flight_change(b, -1, now);
+        if measured {
+            self.metrics.finished(now - arrival, !update, ok, cold);
+        }
     }
 }
 
@@ -116,19 +187,31 @@ pub async fn run(
 ) -> Metrics {
     let start = Instant::now();
     let mut members: Vec<u32> = (0..plan.initial as u32).collect();
-    let mut router = strategy::build(strategy, config, names, &members, start, staged);
+    let preload = preload(config, names, plan.initial);
+    let mut router = strategy::build(strategy, config, names, &members, &preload, start, staged);
     settle().await;
+    let mut servers: Vec<Server> = (0..plan.total)
+        .map(|_| Server::new(config.serving_slots, config.model_slots))
+        .collect();
+    for (server, models) in servers.iter_mut().zip(&preload) {
+        for &m in models {
+            server.memory.load(m, 0, 0);
+        }
+    }
     let mut state = State {
         workload,
-        servers: (0..plan.total)
-            .map(|_| Server::new(config.serving_slots, config.model_slots))
-            .collect(),
+        servers,
         slab: Vec::new(),
         free: Vec::new(),
         queue: Queue::new(),
         metrics: Metrics::new(plan.total),
         in_flight: vec![0; plan.total],
         total_in_flight: 0,
+        since: vec![0; plan.total],
+        window: plan.measure,
+        queue_end: 0,
+        next_id: 0,
+        deadlines: VecDeque::new(),
     };
     let mut rng = SmallRng::seed_from_u64(config.seed);
     let (gap, first) = workload.next(&mut rng);
@@ -139,7 +222,22 @@ pub async fn run(
     }
     state.queue.push(PROBE_NS, Event::Probe);
     let mut clock_ms = 0;
-    while let Some((now, event)) = state.queue.pop() {
+    // Deadlines come in arrival order: a FIFO beside the heap keeps them.
+    loop {
+        let due = state.deadlines.front().map(|d| d.0);
+        let (now, event) = match (state.queue.next_at(), due) {
+            (None, None) => break,
+            (Some(at), Some(due)) if due < at => {
+                let (due, slot, id) = state.deadlines.pop_front().expect("a deadline");
+                (due, Event::Timeout(slot, id))
+            }
+            (None, Some(_)) => {
+                let (due, slot, id) = state.deadlines.pop_front().expect("a deadline");
+                (due, Event::Timeout(slot, id))
+            }
+            _ => state.queue.pop().expect("an event"),
+        };
+        state.queue_end = now;
         let ms = now / 1_000_000;
         if ms > clock_ms {
             tokio::time::advance(Duration::from_millis(ms - clock_ms)).await;
@@ -154,24 +252,24 @@ pub async fn run(
                 }
                 arrive(&mut state, router.as_mut(), plan, req, now);
             }
+            Event::Ready(slot) => state.admit(slot, now),
             Event::Done(slot) => {
-                let live = state.slab[slot as usize].take().expect("a live request");
-                state.free.push(slot);
-                let b = live.backend as usize;
-                state.in_flight[b] -= 1;
-                state.total_in_flight -= 1;
-                if !live.failed {
+                let (b, failed) = {
+                    let live = state.slab[slot as usize].as_ref().expect("a live request");
+                    (live.backend as usize, live.failed)
+                };
+                state.answer(router.as_mut(), slot, !failed, now);
+                state.remove(slot);
+                if !failed {
                     if let Some(next) = state.servers[b].release() {
                         state.start(next, now);
                     }
                 }
-                router.finish(live.token, !live.failed, now);
-                if live.measured {
-                    let latency = now - live.arrival;
-                    let inference = !live.req.update;
-                    state
-                        .metrics
-                        .finished(latency, inference, !live.failed, live.cold);
+            }
+            Event::Timeout(slot, id) => {
+                let current = state.slab[slot as usize].as_ref().map(|l| l.id);
+                if current == Some(id) {
+                    state.answer(router.as_mut(), slot, false, now);
                 }
             }
             Event::Change(i) => {
@@ -192,6 +290,10 @@ pub async fn run(
     }
     drop(router);
     settle().await;
+    let end = plan.measure.1.min(state.queue_end);
+    for b in 0..plan.total {
+        state.in_flight_change(b, 0, end);
+    }
     state.metrics
 }
 
@@ -209,25 +311,43 @@ fn arrive(state: &mut State<'_>, router: &mut dyn Router, plan: &Plan, req: Requ
         return;
     };
     let b = backend as usize;
-    state.in_flight[b] += 1;
-    state.total_in_flight += 1;
+    state.in_flight_change(b, 1, now);
     if measured {
         state.metrics.per_backend[b] += 1;
     }
     let failed = state.servers[b].failed;
+    state.next_id += 1;
+    let id = state.next_id;
     let slot = state.insert(Live {
+        id,
         arrival: now,
         req,
         backend,
-        token,
+        token: Some(token),
         failed,
         cold: false,
         measured,
     });
     if failed {
         state.queue.push(now + FAIL_NS, Event::Done(slot));
-    } else if state.servers[b].admit(slot) {
-        state.start(slot, now);
+        return;
+    }
+    state.deadlines.push_back((now + DEADLINE_NS, slot, id));
+    if req.update {
+        return state.admit(slot, now);
+    }
+    let model = &state.workload.models[req.model as usize];
+    match state.servers[b].arrive(req.model, model, now) {
+        Arrival::Warm => state.admit(slot, now),
+        Arrival::Cold { ready, loaded } => {
+            if let Some(live) = state.slab[slot as usize].as_mut() {
+                live.cold = true;
+            }
+            if loaded {
+                state.metrics.load_started(now, measured);
+            }
+            state.queue.push(ready, Event::Ready(slot));
+        }
     }
 }
 
@@ -238,6 +358,31 @@ fn apply(change: &Change, servers: &mut [Server], members: &mut Vec<u32>) {
         Change::Leave(set) => members.retain(|b| !set.contains(b)),
         Change::Join(set) => members.extend(set),
     }
+}
+
+/// The models each of the first `initial` backends holds when a run
+/// starts: a fleet that has been serving for a while under affinity, each
+/// backend holding the most popular of the models whose first ring owner
+/// it is (as many as fit). Without it every strategy would start with a
+/// storm of first loads that takes over a million requests to settle
+/// (the rarest models come up once in that many).
+pub fn preload(config: &Config, names: &Names, initial: usize) -> Vec<Vec<u32>> {
+    use tower_model_balance::ring::{Ring, RingConfig};
+    let ring_config = RingConfig::new(0, config.vnodes).expect("vnodes ≥ 1");
+    let members = names.backends[..initial].iter().map(|id| (id.clone(), 1));
+    let mut held = vec![Vec::new(); initial];
+    let Ok(ring) = Ring::build(&ring_config, members) else {
+        return held;
+    };
+    // Model IDs are in popularity order.
+    for (m, &key) in names.hashes.iter().enumerate() {
+        if let Some(b) = ring.primary(key) {
+            if held[b].len() < config.model_slots {
+                held[b].push(m as u32);
+            }
+        }
+    }
+    held
 }
 
 /// Lets the balancer's tasks (discovery) take what was just sent.

@@ -95,6 +95,7 @@ pub fn build<'a>(
     config: &Config,
     names: &'a Names,
     members: &[u32],
+    preload: &[Vec<u32>],
     start: Instant,
     staged: bool,
 ) -> Box<dyn Router + 'a> {
@@ -119,8 +120,8 @@ pub fn build<'a>(
             hashing.set_members(members);
             Box::new(hashing)
         }
-        "p2c" => Box::new(Balanced::new(config, names, members, start, true, staged)),
-        _ => Box::new(Balanced::new(config, names, members, start, false, staged)),
+        "p2c" => Box::new(Balanced::new(config, names, members, preload, start, true, staged)),
+        _ => Box::new(Balanced::new(config, names, members, preload, start, false, staged)),
     }
 }
 
@@ -239,12 +240,19 @@ impl<'a> Balanced<'a> {
         config: &Config,
         names: &'a Names,
         members: &[u32],
+        preload: &[Vec<u32>],
         start: Instant,
         all_updates: bool,
         staged: bool,
     ) -> Self {
         let balance = balance_config(config, staged);
-        let backends = backends(names, members, config.model_slots);
+        let mut backends = backends(names, members, config.model_slots);
+        // The balancer is told what the fleet holds at start, as discovery
+        // metadata would.
+        for (backend, models) in backends.iter_mut().zip(preload) {
+            let resident = models.iter().map(|&m| names.models[m as usize].clone());
+            backend.meta = backend.meta.clone().with_resident_models(resident);
+        }
         let (sender, receiver) = watch::channel(backends);
         let rng = SimRng(SmallRng::seed_from_u64(config.seed ^ 0x7032_6321));
         let balancer = ModelBalancer::from_rng(Watch::new(receiver), balance, rng)
@@ -335,3 +343,4 @@ impl Router for Balanced<'_> {
         self.handle.report_probe(id, Ok(&report));
     }
 }
+

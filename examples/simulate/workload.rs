@@ -31,10 +31,12 @@ impl Model {
         let gb = f64::from(size_gb);
         Self {
             size_gb,
-            // 50 ms + 25 ms per GB: 75 ms for an adapter, 450 ms at 16 GB.
-            infer: ((50.0 + 25.0 * gb) * MS) as Nanos,
+            // 100 ms + 10 ms per GB: 110 ms for an adapter, 260 ms at
+            // 16 GB (a short completion, batched on a shared GPU: the
+            // size adds less than its share of memory bandwidth).
+            infer: ((100.0 + 10.0 * gb) * MS) as Nanos,
             // 0.5 s + 0.5 s per GB (2 GB/s from host memory or local
-            // disk): 1 s for an adapter, 8.5 s at 16 GB — 13× to 19× an
+            // disk): 1 s for an adapter, 8.5 s at 16 GB — 9× to 33× an
             // inference.
             load: ((500.0 + 500.0 * gb) * MS) as Nanos,
         }
