@@ -67,6 +67,7 @@ impl Memory {
     }
 
     /// Models held (loaded or loading).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.slots.len()
     }

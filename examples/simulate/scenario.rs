@@ -197,6 +197,25 @@ fn models_moved(config: &Config, names: &Names, n: usize, joins: usize) -> usize
         .count()
 }
 
+/// How evenly the ring spreads the models: the most models one backend is
+/// first owner of, over the mean.
+pub fn ring_balance(config: &Config, names: &Names) -> f64 {
+    use tower_model_balance::ring::{Ring, RingConfig};
+    let ring_config = RingConfig::new(0, config.vnodes).expect("vnodes ≥ 1");
+    let members = names.backends[..config.backends].iter().map(|id| (id.clone(), 1));
+    let Ok(ring) = Ring::build(&ring_config, members) else {
+        return 0.0;
+    };
+    let mut owned = vec![0u32; config.backends];
+    for &key in &names.hashes {
+        if let Some(b) = ring.primary(key) {
+            owned[b] += 1;
+        }
+    }
+    let max = owned.iter().copied().max().unwrap_or(0);
+    f64::from(max) * config.backends as f64 / names.hashes.len().max(1) as f64
+}
+
 /// An upper bound on the warm-hit rate: a placement that knows each
 /// model's popularity gives the most popular models, in order, as many
 /// replicas as their share of the inference work needs to keep every

@@ -13,7 +13,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalancerHandle, Guard, ModelBalancer, Staging,
 };
-use tower_model_balance::breaker::Outcome;
+use tower_model_balance::breaker::{Outcome, Policy};
 use tower_model_balance::discover::Watch;
 use tower_model_balance::health::probe::ProbeReport;
 use tower_model_balance::ring::{Ring, RingConfig};
@@ -276,7 +276,10 @@ impl<'a> Balanced<'a> {
 }
 
 /// The model-aware balancer's config for a run: the crate's defaults but
-/// for the flags (`k`, `c`, vnodes, staging).
+/// for the flags (`k`, `c`, vnodes, staging) and the breakers' jitter,
+/// which is off: its seed is random per process by design (gateway
+/// replicas must not probe a backend in step), and with it on two runs of
+/// one seed would differ in when breakers half-open.
 pub fn balance_config(config: &Config, staged: bool) -> BalanceConfig {
     let staging = match staged {
         true => Staging::new(
@@ -285,7 +288,12 @@ pub fn balance_config(config: &Config, staged: bool) -> BalanceConfig {
         ),
         false => Staging::new(1.0, Duration::ZERO),
     };
+    let breaker = Policy::builder()
+        .jitter(false)
+        .build()
+        .expect("the default policy with jitter off");
     BalanceConfig::builder()
+        .breaker(breaker)
         .owners(config.owners)
         .load_factor(config.load_factor)
         .ring(RingConfig::new(0, config.vnodes).expect("vnodes ≥ 1"))

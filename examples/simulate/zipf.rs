@@ -61,8 +61,9 @@ mod tests {
         let total: f64 = (0..zipf.len()).map(|i| zipf.share(i)).sum();
         assert!((total - 1.0).abs() < 1e-9);
         assert!((1..zipf.len()).all(|i| zipf.share(i) <= zipf.share(i - 1)));
-        // 1 / H(1000, 1.1): H ≈ 6.1.
-        assert!((zipf.share(0) - 0.164).abs() < 0.01, "{}", zipf.share(0));
+        assert!((zipf.share(0) / zipf.share(1) - 2f64.powf(1.1)).abs() < 1e-9);
+        // 1 / H(1000, 1.1), H ≈ ζ(1.1) − 1000^−0.1 / 0.1 ≈ 5.57.
+        assert!((zipf.share(0) - 0.18).abs() < 0.01, "{}", zipf.share(0));
     }
 
     #[test]
