@@ -29,7 +29,10 @@ pub fn write(path: &Path, strategies: &[StrategyRow], churn: &[ChurnRow]) -> Res
     Ok(())
 }
 
-fn latency<DB: DrawingBackend>(area: &DrawingArea<DB, plotters::coord::Shift>, rows: &[StrategyRow]) -> Result<(), Error>
+fn latency<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    rows: &[StrategyRow],
+) -> Result<(), Error>
 where
     DB::ErrorType: 'static,
 {
@@ -53,17 +56,25 @@ where
         .x_labels(quantiles.len())
         .x_label_formatter(&|x| {
             let i = x.round() as usize;
-            quantiles.get(i).map_or_else(String::new, |q| format!("p{}", q * 100.0))
+            quantiles
+                .get(i)
+                .map_or_else(String::new, |q| format!("p{}", q * 100.0))
         })
         .y_desc("ms (log)")
         .draw()?;
     for (i, row) in rows.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let points = row.curve.iter().enumerate().map(|(x, (_, ms))| (x as f64, ms.max(10.0)));
+        let points = row
+            .curve
+            .iter()
+            .enumerate()
+            .map(|(x, (_, ms))| (x as f64, ms.max(10.0)));
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))?
             .label(row.strategy)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()
@@ -74,7 +85,10 @@ where
     Ok(())
 }
 
-fn cold_loads<DB: DrawingBackend>(area: &DrawingArea<DB, plotters::coord::Shift>, rows: &[ChurnRow]) -> Result<(), Error>
+fn cold_loads<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    rows: &[ChurnRow],
+) -> Result<(), Error>
 where
     DB::ErrorType: 'static,
 {
@@ -90,12 +104,19 @@ where
         .unwrap_or(1) as f64
         * 1.15;
     let mut chart = ChartBuilder::on(area)
-        .caption(format!("cold loads per second, {pct}% of backends join at t = 0"), ("sans-serif", 18))
+        .caption(
+            format!("cold loads per second, {pct}% of backends join at t = 0"),
+            ("sans-serif", 18),
+        )
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(50)
         .build_cartesian_2d(-10.0..(len as f64 - 10.0), 0.0..top)?;
-    chart.configure_mesh().x_desc("seconds").y_desc("loads / s").draw()?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("loads / s")
+        .draw()?;
     for run in runs {
         let (color, label) = match run.staged {
             true => (COLORS[4], "staged"),
@@ -109,7 +130,9 @@ where
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))?
             .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()

@@ -106,10 +106,18 @@ mod tests {
         let cold = |ready, loaded| Arrival::Cold { ready, loaded };
         assert_eq!(server.arrive(7, &model, 0), cold(100, true));
         assert_eq!(server.arrive(7, &model, 20), cold(100, false));
-        assert_eq!(server.arrive(8, &model, 30), cold(200, true), "behind 7's load");
+        assert_eq!(
+            server.arrive(8, &model, 30),
+            cold(200, true),
+            "behind 7's load"
+        );
         assert_eq!(server.arrive(7, &model, 150), Arrival::Warm);
         assert!(server.admit(0) && server.admit(1) && !server.admit(2));
-        assert_eq!(server.release(), Some(2), "the queued request takes the slot");
+        assert_eq!(
+            server.release(),
+            Some(2),
+            "the queued request takes the slot"
+        );
         assert_eq!(server.release(), None);
     }
 }

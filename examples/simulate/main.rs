@@ -63,11 +63,18 @@ fn main() -> ExitCode {
     let (strategies, churn) = simulate(&config, &workload);
     let oracle = scenario::oracle_warm_hit(&config, &workload);
     if config.json {
-        strategies.iter().for_each(|r| println!("{}", report::strategy_json(r)));
-        churn.iter().for_each(|r| println!("{}", report::churn_json(r)));
+        strategies
+            .iter()
+            .for_each(|r| println!("{}", report::strategy_json(r)));
+        churn
+            .iter()
+            .for_each(|r| println!("{}", report::churn_json(r)));
     } else {
         println!("{}", report::header(&config, &workload));
-        print!("{}", report::strategy_table(&config, &workload, &strategies, oracle));
+        print!(
+            "{}",
+            report::strategy_table(&config, &workload, &strategies, oracle)
+        );
         if !churn.is_empty() {
             print!("{}", report::churn_table(&config, &churn));
         }
@@ -97,26 +104,51 @@ enum Done {
 /// machine has (each job on its own paused runtime: the results do not
 /// depend on the threads).
 pub fn simulate(config: &Config, workload: &Workload) -> (Vec<StrategyRow>, Vec<ChurnRow>) {
-    let mut jobs: Vec<Job> = config.strategies.iter().map(|s| Job::Strategy(s)).collect();
+    // The longest first, so that two threads finish together; a join that
+    // staging lands in one step is the same run staged or not, run once.
+    let mut jobs = Vec::new();
     if config.churn {
-        for pct in CHURN_PCTS {
+        for &pct in CHURN_PCTS.iter().rev() {
             jobs.push(Job::Churn(pct, false));
-            jobs.push(Job::Churn(pct, true));
+            if scenario::churn_steps(config, pct) > 1 {
+                jobs.push(Job::Churn(pct, true));
+            }
         }
     }
+    let mut strategies: Vec<&'static str> = config.strategies.clone();
+    strategies.sort_by_key(|s| {
+        strategy::NAMES
+            .iter()
+            .position(|n| n == s)
+            .map(std::cmp::Reverse)
+    });
+    jobs.extend(strategies.iter().map(|s| Job::Strategy(s)));
     let names = Names::new(config.backends * 2, config.models);
     let results = run_jobs(&jobs, |job| match *job {
         Job::Strategy(name) => Done::Strategy(scenario::compare(config, workload, &names, name)),
-        Job::Churn(pct, staged) => Done::Churn(scenario::churn(config, workload, &names, pct, staged)),
+        Job::Churn(pct, staged) => {
+            Done::Churn(scenario::churn(config, workload, &names, pct, staged))
+        }
     });
     let mut strategies = Vec::new();
     let mut churn = Vec::new();
     for done in results {
         match done {
             Done::Strategy(row) => strategies.push(row),
-            Done::Churn(row) => churn.push(row),
+            Done::Churn(row) => {
+                if scenario::churn_steps(config, row.churn_pct) == 1 {
+                    churn.push(ChurnRow {
+                        staged: true,
+                        ..row.clone()
+                    });
+                }
+                churn.push(row);
+            }
         }
     }
+    // Table order: the flags' strategies; changes by size, unstaged first.
+    strategies.sort_by_key(|r| config.strategies.iter().position(|s| *s == r.strategy));
+    churn.sort_by_key(|r| (r.churn_pct, r.staged));
     (strategies, churn)
 }
 
@@ -187,11 +219,23 @@ mod tests {
         };
         for line in lines(&config) {
             let value: serde_json::Value = serde_json::from_str(&line).unwrap();
-            let mut keys: Vec<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
+            let mut keys: Vec<&str> = value
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
             keys.sort_unstable();
             assert_eq!(
                 keys,
-                ["cold_loads_per_1k", "max_mean_load", "p50_ms", "p99_ms", "strategy", "warm_hit_rate"]
+                [
+                    "cold_loads_per_1k",
+                    "max_mean_load",
+                    "p50_ms",
+                    "p99_ms",
+                    "strategy",
+                    "warm_hit_rate"
+                ]
             );
         }
     }

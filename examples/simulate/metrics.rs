@@ -23,6 +23,10 @@ pub struct Metrics {
     pub occupancy: Vec<f64>,
     /// Loads started in each second of the run (every request).
     pub cold_per_s: Vec<u32>,
+    /// With `Some((from, width))`, measured latencies are also kept by
+    /// slice of arrival time: `[from + i × width, from + (i + 1) × width)`.
+    pub slicing: Option<(Nanos, Nanos)>,
+    pub slices: Vec<Vec<u32>>,
 }
 
 impl Metrics {
@@ -44,11 +48,26 @@ impl Metrics {
         self.cold_loads += u64::from(measured);
     }
 
-    /// A measured request finished after `latency`.
-    pub fn finished(&mut self, latency: Nanos, inference: bool, ok: bool, cold: bool) {
+    /// A measured request that arrived at `arrival` finished after
+    /// `latency`.
+    pub fn finished(
+        &mut self,
+        arrival: Nanos,
+        latency: Nanos,
+        inference: bool,
+        ok: bool,
+        cold: bool,
+    ) {
         self.requests += 1;
-        self.latencies_us
-            .push(u32::try_from(latency / 1000).unwrap_or(u32::MAX));
+        let us = u32::try_from(latency / 1000).unwrap_or(u32::MAX);
+        self.latencies_us.push(us);
+        if let Some((from, width)) = self.slicing {
+            let i = (arrival.saturating_sub(from) / width.max(1)) as usize;
+            if self.slices.len() <= i {
+                self.slices.resize_with(i + 1, Vec::new);
+            }
+            self.slices[i].push(us);
+        }
         self.errors += u64::from(!ok);
         if inference {
             self.inference += 1;
@@ -76,6 +95,19 @@ impl Metrics {
         let last = self.latencies_us.len() - 1;
         let i = ((q * last as f64).round() as usize).min(last);
         f64::from(self.latencies_us[i]) / 1000.0
+    }
+
+    /// The highest `q` quantile of latency over the slices, in ms.
+    pub fn worst_slice_quantile_ms(&mut self, q: f64) -> f64 {
+        self.slices
+            .iter_mut()
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.sort_unstable();
+                let last = s.len() - 1;
+                f64::from(s[((q * last as f64).round() as usize).min(last)]) / 1000.0
+            })
+            .fold(0.0, f64::max)
     }
 
     /// The busiest of `backends`' load — requests in flight, averaged over
@@ -120,9 +152,12 @@ mod tests {
     #[test]
     fn figures_from_counts() {
         let mut m = Metrics::new(2);
+        m.slicing = Some((0, 50));
         for ms in 1..=100 {
-            m.finished(ms * 1_000_000, true, true, ms > 90);
+            m.finished(ms, ms * 1_000_000, true, true, ms > 90);
         }
+        assert_eq!(m.slices.len(), 3, "arrivals 0..50, 50..100, 100");
+        assert_eq!(m.worst_slice_quantile_ms(0.5), 100.0);
         m.load_started(1_500_000_000, true);
         m.load_started(1_600_000_000, false);
         m.per_backend = vec![30, 10];

@@ -20,7 +20,12 @@ pub fn header(config: &Config, workload: &Workload) -> String {
     )
 }
 
-pub fn strategy_table(config: &Config, workload: &Workload, rows: &[StrategyRow], oracle: f64) -> String {
+pub fn strategy_table(
+    config: &Config,
+    workload: &Workload,
+    rows: &[StrategyRow],
+    oracle: f64,
+) -> String {
     let mut out = format!(
         "\n{} requests per strategy (after {} of warm-up); 1% of backends fail for the middle \
          third, 0.5% leave and 0.5% join halfway\n",
@@ -48,30 +53,42 @@ pub fn strategy_table(config: &Config, workload: &Workload, rows: &[StrategyRow]
             r.errors
         );
     }
-    out += &format!("{:<16} {:>9.3}   (upper bound: placement knowing popularity)\n", "oracle", oracle);
+    out += &format!(
+        "{:<16} {:>9.3}   (upper bound: placement knowing popularity)\n",
+        "oracle", oracle
+    );
     out
 }
 
 pub fn churn_table(config: &Config, rows: &[ChurnRow]) -> String {
     let mut out = format!(
         "\nmembership change: backends joining at once, model_aware; staged = {}% of the ring \
-         per step, {} s apart; unstaged = all at once\n",
+         per step, {} s apart; unstaged = all at once; cold_loads beyond the rate before; \
+         p99_ms: the worst 10 s slice\n",
         config.staging_step * 100.0,
         config.staging_cooldown
     );
     out += &format!(
-        "{:>6} {:>7} {:>13} {:>11} {:>12} {:>9} {:>12}\n",
-        "churn", "staged", "models_moved", "cold_loads", "peak_cold/s", "p99_ms", "loads/s before"
+        "{:>6} {:>7} {:>13} {:>11} {:>12} {:>9} {:>13} {:>15}\n",
+        "churn",
+        "staged",
+        "models_moved",
+        "cold_loads",
+        "peak_cold/s",
+        "p99_ms",
+        "window p99_ms",
+        "loads/s before"
     );
     for r in rows {
         out += &format!(
-            "{:>5}% {:>7} {:>13} {:>11} {:>12} {:>9.1} {:>12.1}\n",
+            "{:>5}% {:>7} {:>13} {:>11} {:>12} {:>9.1} {:>13.1} {:>15.1}\n",
             r.churn_pct,
             r.staged,
             r.models_moved,
             r.cold_loads,
             r.peak_cold_loads_per_s,
             r.p99_ms,
+            r.window_p99_ms,
             r.baseline_per_s
         );
     }

@@ -48,6 +48,8 @@ pub struct Plan {
     /// Backends there may ever be (joiners get the indices after
     /// `initial`).
     pub total: usize,
+    /// Keep latencies by slices of this width from the window's start too.
+    pub slice: Option<Nanos>,
 }
 
 enum Event {
@@ -165,12 +167,18 @@ impl State<'_> {
         let Some(token) = live.token.take() else {
             return;
         };
-        let (b, arrival, update, cold, measured) =
-            (live.backend as usize, live.arrival, live.req.update, live.cold, live.measured);
+        let (b, arrival, update, cold, measured) = (
+            live.backend as usize,
+            live.arrival,
+            live.req.update,
+            live.cold,
+            live.measured,
+        );
         router.finish(token, ok, now);
         self.in_flight_change(b, -1, now);
         if measured {
-            self.metrics.finished(now - arrival, !update, ok, cold);
+            self.metrics
+                .finished(arrival, now - arrival, !update, ok, cold);
         }
     }
 }
@@ -204,7 +212,10 @@ pub async fn run(
         slab: Vec::new(),
         free: Vec::new(),
         queue: Queue::new(),
-        metrics: Metrics::new(plan.total),
+        metrics: Metrics {
+            slicing: plan.slice.map(|width| (plan.measure.0, width)),
+            ..Metrics::new(plan.total)
+        },
         in_flight: vec![0; plan.total],
         total_in_flight: 0,
         since: vec![0; plan.total],
@@ -306,7 +317,7 @@ fn arrive(state: &mut State<'_>, router: &mut dyn Router, plan: &Plan, req: Requ
     };
     let Some((backend, token)) = router.pick(req, now, &view) else {
         if measured {
-            state.metrics.finished(0, !req.update, false, false);
+            state.metrics.finished(now, 0, !req.update, false, false);
         }
         return;
     };

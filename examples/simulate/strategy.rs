@@ -120,8 +120,12 @@ pub fn build<'a>(
             hashing.set_members(members);
             Box::new(hashing)
         }
-        "p2c" => Box::new(Balanced::new(config, names, members, preload, start, true, staged)),
-        _ => Box::new(Balanced::new(config, names, members, preload, start, false, staged)),
+        "p2c" => Box::new(Balanced::new(
+            config, names, members, preload, start, true, staged,
+        )),
+        _ => Box::new(Balanced::new(
+            config, names, members, preload, start, false, staged,
+        )),
     }
 }
 
@@ -329,7 +333,11 @@ impl Router for Balanced<'_> {
 
     fn finish(&mut self, token: Token, ok: bool, now: Nanos) {
         if let Token::Guard(guard) = token {
-            let outcome = if ok { Outcome::Success } else { Outcome::Failure };
+            let outcome = if ok {
+                Outcome::Success
+            } else {
+                Outcome::Failure
+            };
             guard.finish_at(outcome, self.start + Duration::from_nanos(now));
         }
     }
@@ -351,4 +359,3 @@ impl Router for Balanced<'_> {
         self.handle.report_probe(id, Ok(&report));
     }
 }
-

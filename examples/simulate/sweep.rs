@@ -26,19 +26,31 @@ enum Done {
 pub fn run(config: &Config, workload: &Workload) {
     let mut jobs = Vec::new();
     for v in VNODES {
-        let c = Config { vnodes: v, ..config.clone() };
+        let c = Config {
+            vnodes: v,
+            ..config.clone()
+        };
         jobs.push(Job::Compare("vnodes", f64::from(v), c));
     }
     for k in OWNERS {
-        let c = Config { owners: k, ..config.clone() };
+        let c = Config {
+            owners: k,
+            ..config.clone()
+        };
         jobs.push(Job::Compare("owners", k as f64, c));
     }
     for f in LOAD_FACTORS {
-        let c = Config { load_factor: f, ..config.clone() };
+        let c = Config {
+            load_factor: f,
+            ..config.clone()
+        };
         jobs.push(Job::Compare("load_factor", f, c));
     }
     for s in STAGING_STEPS {
-        let c = Config { staging_step: s, ..config.clone() };
+        let c = Config {
+            staging_step: s,
+            ..config.clone()
+        };
         jobs.push(Job::Staging(s, c));
     }
     let names = Names::new(config.backends * 2, config.models);
@@ -48,7 +60,9 @@ pub fn run(config: &Config, workload: &Workload) {
             let ring = scenario::ring_balance(c, &names);
             Done::Compare(what, *value, row, ring)
         }
-        Job::Staging(step, c) => Done::Staging(*step, scenario::churn(c, workload, &names, 10, true)),
+        Job::Staging(step, c) => {
+            Done::Staging(*step, scenario::churn(c, workload, &names, 10, true))
+        }
     });
     if !config.json {
         println!(
@@ -57,7 +71,15 @@ pub fn run(config: &Config, workload: &Workload) {
         );
         println!(
             "{:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10}",
-            "setting", "value", "warm_hit", "cold/1k", "p50_ms", "p99_ms", "max/mean", "errors", "ring max/mean"
+            "setting",
+            "value",
+            "warm_hit",
+            "cold/1k",
+            "p50_ms",
+            "p99_ms",
+            "max/mean",
+            "errors",
+            "ring max/mean"
         );
     }
     let mut staging_header = false;

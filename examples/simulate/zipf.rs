@@ -45,7 +45,9 @@ impl Zipf {
     /// Draws a rank.
     pub fn sample(&self, rng: &mut impl Rng) -> usize {
         let u: f64 = rng.gen();
-        self.cdf.partition_point(|&c| c <= u).min(self.cdf.len() - 1)
+        self.cdf
+            .partition_point(|&c| c <= u)
+            .min(self.cdf.len() - 1)
     }
 }
 
@@ -78,7 +80,10 @@ mod tests {
         for rank in [0, 1, 9, 99] {
             let seen = f64::from(counts[rank]) / f64::from(draws);
             let want = zipf.share(rank);
-            assert!((seen - want).abs() < 0.1 * want + 0.001, "rank {rank}: {seen} vs {want}");
+            assert!(
+                (seen - want).abs() < 0.1 * want + 0.001,
+                "rank {rank}: {seen} vs {want}"
+            );
         }
     }
 
