@@ -60,6 +60,7 @@ where
                 .get(i)
                 .map_or_else(String::new, |q| format!("p{}", q * 100.0))
         })
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .y_desc("ms (log)")
         .draw()?;
     for (i, row) in rows.iter().enumerate() {
@@ -78,7 +79,7 @@ where
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;

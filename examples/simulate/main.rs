@@ -1,9 +1,47 @@
 //! A deterministic discrete-event simulation of a large inference fleet
-//! (default 1,000 backends, 10,000 models) in virtual time, no sockets,
-//! comparing routing strategies with the crate's own selection code: the
-//! ring for the hashing strategies, the full `ModelBalancer` (its pick
-//! API, its breakers, health and staged ring changes) for `model_aware`,
-//! and the balancer's power-of-two-choices path for `p2c`.
+//! (default 1,000 backends, 10,000 models) in virtual time, with no
+//! sockets, comparing routing strategies by the crate's own selection
+//! code:
+//!
+//! * `consistent_hash` — the model's first owner on the crate's [`Ring`];
+//! * `bounded_load` — the first backend of the model's ring walk under the
+//!   cap `ceil(c × (total in-flight + 1) / n)` (consistent hashing with
+//!   bounded load, on the crate's ring walk);
+//! * `model_aware` — the full `ModelBalancer` through its pick API: demand
+//!   driven owners, residency, bounded load, spill, P2C, per-backend
+//!   breakers, health evaluation (its own task, on Tokio's paused clock
+//!   kept in step with the simulation) and staged ring changes (through a
+//!   `discover::Watch` the simulation publishes backend sets on);
+//! * `p2c` — the same balancer with every request sent as an update:
+//!   power of two choices on `(in-flight + 1) × latency EWMA / health`
+//!   over all eligible backends;
+//! * `round_robin`, `random` — the baselines.
+//!
+//! The fleet: each backend serves 4 requests at once (a FIFO queue
+//! beyond) and holds 16 models in GPU memory (LRU). A model is 1, 4, 8 or
+//! 16 GB (50 / 30 / 15 / 5% of models); inference takes 100 ms + 10 ms per
+//! GB, a cold load 0.5 s + 0.5 s per GB, one load at a time per backend,
+//! without holding a serving slot; a request for a model still loading
+//! waits for it. Updates (10%) take 10 ms and need no model. Popularity is
+//! Zipf (default exponent 1.1, as in the design's scenarios), arrivals are
+//! Poisson at 50% of the fleet's warm capacity, and a client gives a
+//! request up after 20 s (a failure for the breaker; the backend drops it
+//! unserved if it has not started it). The fleet starts warm (each backend
+//! holding the most popular of the models it is first ring owner of, and
+//! the balancer told so), warms up for at least 30 s of virtual time, then
+//! measures a million requests per strategy, during which 1% of the
+//! backends fail (answer errors) for the middle third, 0.5% leave and 0.5%
+//! join. The membership changes — 1%, 5% and 10% of the backends joining
+//! at once, staged or not — run the model-aware balancer alone. An oracle
+//! gives the warm-hit upper bound: the most popular models placed first,
+//! each on as many backends as its share of the work needs.
+//!
+//! The balancer reads what a real client would give it: each pick's
+//! outcome at the virtual time the answer arrives (`Guard::finish_at`:
+//! success, or failure for an error or a timeout), discovery's backend
+//! sets, and every 5 s a probe of each backend's readiness and resident
+//! models (`BalancerHandle::report_probe`). Its breakers' jitter is off:
+//! the jitter's seed is random per process by design.
 //!
 //! ```text
 //! cargo run --release --example simulate                 # the table
@@ -12,7 +50,10 @@
 //! cargo run --release --example simulate -- --sweep      # vnodes, k, c, staging step
 //! ```
 //!
-//! The same seed gives the same output. See `--help` for the flags.
+//! The same flags and seed give the same output. See `--help` for the
+//! flags.
+//!
+//! [`Ring`]: tower_model_balance::ring::Ring
 
 mod args;
 mod chart;
