@@ -134,11 +134,14 @@ fn main() -> ExitCode {
 enum Job {
     Strategy(&'static str),
     Churn(u32, bool),
+    /// The membership changes' control run, over this window.
+    Control(queue::Nanos),
 }
 
 enum Done {
     Strategy(StrategyRow),
     Churn(ChurnRow),
+    Control(Vec<u32>),
 }
 
 /// Runs every strategy and membership change, on as many threads as the
@@ -149,6 +152,11 @@ pub fn simulate(config: &Config, workload: &Workload) -> (Vec<StrategyRow>, Vec<
     // staging lands in one step is the same run staged or not, run once.
     let mut jobs = Vec::new();
     if config.churn {
+        let longest = CHURN_PCTS
+            .iter()
+            .map(|&p| scenario::churn_window(config, p))
+            .max();
+        jobs.push(Job::Control(longest.unwrap_or(0)));
         for &pct in CHURN_PCTS.iter().rev() {
             jobs.push(Job::Churn(pct, false));
             if scenario::churn_steps(config, pct) > 1 {
@@ -170,11 +178,14 @@ pub fn simulate(config: &Config, workload: &Workload) -> (Vec<StrategyRow>, Vec<
         Job::Churn(pct, staged) => {
             Done::Churn(scenario::churn(config, workload, &names, pct, staged))
         }
+        Job::Control(window) => Done::Control(scenario::control(config, workload, &names, window)),
     });
     let mut strategies = Vec::new();
     let mut churn = Vec::new();
+    let mut control = Vec::new();
     for done in results {
         match done {
+            Done::Control(per_s) => control = per_s,
             Done::Strategy(row) => strategies.push(row),
             Done::Churn(row) => {
                 if scenario::churn_steps(config, row.churn_pct) == 1 {
@@ -190,6 +201,10 @@ pub fn simulate(config: &Config, workload: &Workload) -> (Vec<StrategyRow>, Vec<
     // Table order: the flags' strategies; changes by size, unstaged first.
     strategies.sort_by_key(|r| config.strategies.iter().position(|s| *s == r.strategy));
     churn.sort_by_key(|r| (r.churn_pct, r.staged));
+    let churn = churn
+        .into_iter()
+        .map(|row| scenario::with_control(row, &control))
+        .collect();
     (strategies, churn)
 }
 

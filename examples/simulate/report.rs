@@ -63,13 +63,13 @@ pub fn strategy_table(
 pub fn churn_table(config: &Config, rows: &[ChurnRow]) -> String {
     let mut out = format!(
         "\nmembership change: backends joining at once, model_aware; staged = {}% of the ring \
-         per step, {} s apart; unstaged = all at once; cold_loads beyond the rate before; \
-         p99_ms: the worst 10 s slice\n",
+         per step, {} s apart; unstaged = all at once; cold_loads: those started in the change's window \
+         less those the same run started without the change; p99_ms: the worst 10 s slice\n",
         config.staging_step * 100.0,
         config.staging_cooldown
     );
     out += &format!(
-        "{:>6} {:>7} {:>13} {:>11} {:>12} {:>9} {:>13} {:>15}\n",
+        "{:>6} {:>7} {:>13} {:>11} {:>12} {:>9} {:>13} {:>16}\n",
         "churn",
         "staged",
         "models_moved",
@@ -77,11 +77,11 @@ pub fn churn_table(config: &Config, rows: &[ChurnRow]) -> String {
         "peak_cold/s",
         "p99_ms",
         "window p99_ms",
-        "loads/s before"
+        "loads w/o change"
     );
     for r in rows {
         out += &format!(
-            "{:>5}% {:>7} {:>13} {:>11} {:>12} {:>9.1} {:>13.1} {:>15.1}\n",
+            "{:>5}% {:>7} {:>13} {:>11} {:>12} {:>9.1} {:>13.1} {:>16}\n",
             r.churn_pct,
             r.staged,
             r.models_moved,
@@ -89,7 +89,7 @@ pub fn churn_table(config: &Config, rows: &[ChurnRow]) -> String {
             r.peak_cold_loads_per_s,
             r.p99_ms,
             r.window_p99_ms,
-            r.baseline_per_s
+            r.unchanged
         );
     }
     out

@@ -46,16 +46,21 @@ pub struct ChurnRow {
     pub churn_pct: u32,
     pub staged: bool,
     pub models_moved: usize,
-    /// Loads started during the change beyond the rate before it.
+    /// Loads started during the change beyond those started in the same
+    /// window of the same run without it (see [`with_control`]).
     pub cold_loads: i64,
+    /// Loads started during the change.
+    pub during: u64,
+    /// The change's window, in seconds of the run.
+    pub range: (usize, usize),
     pub peak_cold_loads_per_s: u32,
     /// The worst p99 of the requests arriving in one [`SLICE`] of the
     /// change (its first 10 s, all at once; any step's, staged).
     pub p99_ms: f64,
     /// p99 over the whole window.
     pub window_p99_ms: f64,
-    /// Loads per second before the change.
-    pub baseline_per_s: f64,
+    /// Loads started in the same window without the change.
+    pub unchanged: u64,
     /// Loads per second from 10 s before the change to its end, for the chart.
     pub timeline: Vec<u32>,
 }
@@ -142,8 +147,8 @@ pub fn churn_steps(config: &Config, pct: u32) -> u32 {
 /// `pct`% of the backends join at once, with the model-aware balancer,
 /// after [`WARM_UP`]; measured until 10 s after the last staging step
 /// (the same window staged or not): models whose first owner moves, loads
-/// beyond the rate before the change, the most loads started in one
-/// second, and the worst p99 over the window's 10 s slices.
+/// started (less the control's: [`with_control`]), the most loads started
+/// in one second, and the worst p99 over the window's 10 s slices.
 pub fn churn(
     config: &Config,
     workload: &Workload,
@@ -153,10 +158,8 @@ pub fn churn(
 ) -> ChurnRow {
     let n = config.backends;
     let joins = joins(config, pct);
-    let steps = churn_steps(config, pct);
-    let cooldown = (config.staging_cooldown * 1e9) as Nanos;
     let at = WARM_UP;
-    let window = Nanos::from(steps.saturating_sub(1)) * cooldown + 10 * SECOND;
+    let window = churn_window(config, pct);
     let requests = ((at + window) as f64 / workload.gap_ns) as usize;
     let plan = Plan {
         requests,
@@ -175,17 +178,7 @@ pub fn churn(
         staged,
     ));
     let (from, to) = ((at / SECOND) as usize, ((at + window) / SECOND) as usize);
-
-    let before = &metrics.cold_per_s[from.saturating_sub(10)..from.min(metrics.cold_per_s.len())];
-    let baseline_per_s =
-        before.iter().map(|&c| f64::from(c)).sum::<f64>() / before.len().max(1) as f64;
-    let during: u64 = metrics
-        .cold_per_s
-        .get(from..to.min(metrics.cold_per_s.len()))
-        .unwrap_or(&[])
-        .iter()
-        .map(|&c| u64::from(c))
-        .sum();
+    let during = loads_in(&metrics.cold_per_s, from, to);
     let timeline = metrics
         .cold_per_s
         .get(from.saturating_sub(10)..to.min(metrics.cold_per_s.len()))
@@ -195,13 +188,63 @@ pub fn churn(
         churn_pct: pct,
         staged,
         models_moved: models_moved(config, names, n, joins),
-        cold_loads: during as i64 - (baseline_per_s * (to - from) as f64).round() as i64,
+        cold_loads: during as i64,
+        during,
+        range: (from, to),
         peak_cold_loads_per_s: metrics.peak_cold_per_s(from, to),
         p99_ms: metrics.worst_slice_quantile_ms(0.99),
         window_p99_ms: metrics.quantile_ms(0.99),
-        baseline_per_s,
+        unchanged: 0,
         timeline,
     }
+}
+
+/// The window a join of `pct`% is measured over: until 10 s after its
+/// last staging step (at the run's staging step).
+pub fn churn_window(config: &Config, pct: u32) -> Nanos {
+    let cooldown = (config.staging_cooldown * 1e9) as Nanos;
+    Nanos::from(churn_steps(config, pct).saturating_sub(1)) * cooldown + 10 * SECOND
+}
+
+/// The control of the membership changes: the same run with no change,
+/// for `window` after [`WARM_UP`]; loads started in each second.
+pub fn control(config: &Config, workload: &Workload, names: &Names, window: Nanos) -> Vec<u32> {
+    let n = config.backends;
+    let plan = Plan {
+        requests: ((WARM_UP + window) as f64 / workload.gap_ns) as usize,
+        measure: (WARM_UP, WARM_UP + window),
+        changes: Vec::new(),
+        initial: n,
+        total: n,
+        slice: None,
+    };
+    let metrics = sim::block_on(sim::run(
+        config,
+        workload,
+        names,
+        &plan,
+        "model_aware",
+        true,
+    ));
+    metrics.cold_per_s
+}
+
+/// Sets the loads a change caused: those started in its window, less
+/// those the control started in the same seconds.
+pub fn with_control(mut row: ChurnRow, control: &[u32]) -> ChurnRow {
+    row.unchanged = loads_in(control, row.range.0, row.range.1);
+    row.cold_loads = row.during as i64 - row.unchanged as i64;
+    row
+}
+
+fn loads_in(per_s: &[u32], from: usize, to: usize) -> u64 {
+    let to = to.min(per_s.len());
+    per_s
+        .get(from.min(to)..to)
+        .unwrap_or(&[])
+        .iter()
+        .map(|&c| u64::from(c))
+        .sum()
 }
 
 /// Models whose first owner on the ring differs after `joins` backends

@@ -16,11 +16,13 @@ const STAGING_STEPS: [f64; 4] = [0.01, 0.02, 0.05, 0.1];
 enum Job {
     Compare(&'static str, f64, Config),
     Staging(f64, Config),
+    Control(Config),
 }
 
 enum Done {
     Compare(&'static str, f64, StrategyRow, f64),
     Staging(f64, ChurnRow),
+    Control(Vec<u32>),
 }
 
 pub fn run(config: &Config, workload: &Workload) {
@@ -53,6 +55,12 @@ pub fn run(config: &Config, workload: &Workload) {
         };
         jobs.push(Job::Staging(s, c));
     }
+    // The control of the staging runs, as long as the finest step's.
+    let finest = Config {
+        staging_step: STAGING_STEPS[0],
+        ..config.clone()
+    };
+    jobs.insert(0, Job::Control(finest));
     let names = Names::new(config.backends * 2, config.models);
     let results = crate::run_jobs(&jobs, |job| match job {
         Job::Compare(what, value, c) => {
@@ -63,7 +71,18 @@ pub fn run(config: &Config, workload: &Workload) {
         Job::Staging(step, c) => {
             Done::Staging(*step, scenario::churn(c, workload, &names, 10, true))
         }
+        Job::Control(c) => {
+            let window = scenario::churn_window(c, 10);
+            Done::Control(scenario::control(c, workload, &names, window))
+        }
     });
+    let control = results
+        .iter()
+        .find_map(|d| match d {
+            Done::Control(per_s) => Some(per_s.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
     if !config.json {
         println!(
             "sweep of the model-aware balancer, one setting at a time (others: vnodes {}, k {}, c {}, staging step {})",
@@ -84,7 +103,12 @@ pub fn run(config: &Config, workload: &Workload) {
     }
     let mut staging_header = false;
     for done in results {
+        let done = match done {
+            Done::Staging(step, row) => Done::Staging(step, scenario::with_control(row, &control)),
+            other => other,
+        };
         match done {
+            Done::Control(_) => {}
             Done::Compare(what, value, r, ring) if config.json => println!(
                 "{{\"sweep\":\"{what}\",\"value\":{value},\"warm_hit_rate\":{:.4},\"cold_loads_per_1k\":{:.2},\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"max_mean_load\":{:.3},\"errors\":{},\"ring_max_mean\":{ring:.3}}}",
                 r.warm_hit_rate, r.cold_loads_per_1k, r.p50_ms, r.p99_ms, r.max_mean_load, r.errors
