@@ -142,6 +142,14 @@ impl Config {
                 other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
             }
         }
+        // The largest membership change adds 10% of the backends.
+        let points = (c.backends + c.backends.div_ceil(10)) as u64 * u64::from(c.vnodes);
+        if points > tower_model_balance::ring::MAX_POINTS as u64 {
+            return Err(Stop::Error(format!(
+                "`--backends` × 1.1 × `--vnodes` is {points} ring points, over the ring's {}",
+                tower_model_balance::ring::MAX_POINTS
+            )));
+        }
         Ok(c)
     }
 }
@@ -204,6 +212,7 @@ mod tests {
             &["--strategies", "p2c,p2c"],
             &["--json", "--json"],
             &["--frobnicate"],
+            &["--backends", "20000", "--vnodes", "1000"],
         ] {
             assert!(matches!(parse(bad), Err(Stop::Error(_))), "{bad:?}");
         }

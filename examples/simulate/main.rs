@@ -60,6 +60,7 @@ mod chart;
 mod fleet;
 mod lru;
 mod metrics;
+mod placement;
 mod queue;
 mod report;
 mod scenario;
@@ -102,7 +103,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let (strategies, churn) = simulate(&config, &workload);
-    let oracle = scenario::oracle_warm_hit(&config, &workload);
+    let oracle = placement::oracle_warm_hit(&config, &workload);
     if config.json {
         strategies
             .iter()

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::args::Config;
 use crate::fleet::{Arrival, Server, FAIL_NS};
 use crate::metrics::Metrics;
+use crate::placement;
 use crate::queue::{Nanos, Queue};
 use crate::strategy::{self, Names, Router, Token, View};
 use crate::workload::{Request, Workload, UPDATE_NS};
@@ -195,7 +196,7 @@ pub async fn run(
 ) -> Metrics {
     let start = Instant::now();
     let mut members: Vec<u32> = (0..plan.initial as u32).collect();
-    let preload = preload(config, names, plan.initial);
+    let preload = placement::preload(config, names, plan.initial);
     let mut router = strategy::build(strategy, config, names, &members, &preload, start, staged);
     settle().await;
     let mut servers: Vec<Server> = (0..plan.total)
@@ -369,31 +370,6 @@ fn apply(change: &Change, servers: &mut [Server], members: &mut Vec<u32>) {
         Change::Leave(set) => members.retain(|b| !set.contains(b)),
         Change::Join(set) => members.extend(set),
     }
-}
-
-/// The models each of the first `initial` backends holds when a run
-/// starts: a fleet that has been serving for a while under affinity, each
-/// backend holding the most popular of the models whose first ring owner
-/// it is (as many as fit). Without it every strategy would start with a
-/// storm of first loads that takes over a million requests to settle
-/// (the rarest models come up once in that many).
-pub fn preload(config: &Config, names: &Names, initial: usize) -> Vec<Vec<u32>> {
-    use tower_model_balance::ring::{Ring, RingConfig};
-    let ring_config = RingConfig::new(0, config.vnodes).expect("vnodes ≥ 1");
-    let members = names.backends[..initial].iter().map(|id| (id.clone(), 1));
-    let mut held = vec![Vec::new(); initial];
-    let Ok(ring) = Ring::build(&ring_config, members) else {
-        return held;
-    };
-    // Model IDs are in popularity order.
-    for (m, &key) in names.hashes.iter().enumerate() {
-        if let Some(b) = ring.primary(key) {
-            if held[b].len() < config.model_slots {
-                held[b].push(m as u32);
-            }
-        }
-    }
-    held
 }
 
 /// Lets the balancer's tasks (discovery) take what was just sent.

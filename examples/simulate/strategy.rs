@@ -306,13 +306,17 @@ pub fn balance_config(config: &Config, staged: bool) -> BalanceConfig {
         .expect("flags are range-checked")
 }
 
+/// The backend set discovery announces. The balancer is told each
+/// backend's model slots, up to the most it takes
+/// ([`BackendMeta::MAX_MODEL_SLOTS`]).
 fn backends(names: &Names, members: &[u32], model_slots: usize) -> Vec<Backend<u32>> {
+    let model_slots = model_slots.clamp(1, BackendMeta::MAX_MODEL_SLOTS);
     members
         .iter()
         .map(|&b| {
             let meta = BackendMeta::new(names.backends[b as usize].clone())
                 .with_model_slots(model_slots)
-                .expect("model slots are range-checked");
+                .expect("clamped to the accepted range");
             Backend::with_meta(meta, b)
         })
         .collect()

@@ -65,7 +65,7 @@ pub fn run(config: &Config, workload: &Workload) {
     let results = crate::run_jobs(&jobs, |job| match job {
         Job::Compare(what, value, c) => {
             let row = scenario::compare(c, workload, &names, "model_aware");
-            let ring = scenario::ring_balance(c, &names);
+            let ring = crate::placement::ring_balance(c, &names);
             Done::Compare(what, *value, row, ring)
         }
         Job::Staging(step, c) => {
