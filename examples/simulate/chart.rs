@@ -115,6 +115,8 @@ where
         .build_cartesian_2d(-10.0..(len as f64 - 10.0), 0.0..top)?;
     chart
         .configure_mesh()
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .x_desc("seconds")
         .y_desc("loads / s")
         .draw()?;
