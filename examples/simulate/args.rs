@@ -1,0 +1,223 @@
+//! Command-line flags of the simulate example.
+
+use std::path::PathBuf;
+
+use crate::strategy::NAMES;
+
+/// One run's parameters: the fleet, the workload and the model-aware
+/// balancer's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub backends: usize,
+    pub models: usize,
+    /// Requests per strategy, after the warm-up.
+    pub requests: usize,
+    pub seed: u64,
+    pub zipf: f64,
+    /// Arrival rate as a share of the fleet's warm capacity.
+    pub utilization: f64,
+    pub update_share: f64,
+    /// Requests one backend serves at once (a queue beyond).
+    pub serving_slots: usize,
+    /// Models one backend holds in GPU memory.
+    pub model_slots: usize,
+    /// Virtual nodes per backend (the ring's).
+    pub vnodes: u32,
+    /// The most owners a model gets (`k`).
+    pub owners: usize,
+    /// The bounded-load factor `c`.
+    pub load_factor: f64,
+    /// Staged ring changes: the most of the ring's points one step moves.
+    pub staging_step: f64,
+    /// Seconds between two staging steps.
+    pub staging_cooldown: f64,
+    pub json: bool,
+    pub svg: Option<PathBuf>,
+    pub sweep: bool,
+    /// Run the membership-change scenarios.
+    pub churn: bool,
+    /// Strategies to run, in table order.
+    pub strategies: Vec<&'static str>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            backends: 1000,
+            models: 10_000,
+            requests: 1_000_000,
+            seed: 1,
+            zipf: 1.1,
+            utilization: 0.5,
+            update_share: 0.1,
+            serving_slots: 4,
+            model_slots: 16,
+            vnodes: 150,
+            owners: 16,
+            load_factor: 1.25,
+            staging_step: 0.02,
+            staging_cooldown: 10.0,
+            json: false,
+            svg: None,
+            sweep: false,
+            churn: true,
+            strategies: NAMES.to_vec(),
+        }
+    }
+}
+
+pub const USAGE: &str = "\
+usage: cargo run --release --example simulate -- [flags]
+
+  --backends N        backends (10..=20000, default 1000)
+  --models N          models (1..=1000000, default 10000)
+  --requests N        requests per strategy (1000..=100000000, default 1000000)
+  --seed N            seed (default 1)
+  --zipf S            Zipf exponent of popularity (0..=3, default 1.1)
+  --utilization U     arrivals as a share of warm capacity (0.01..=0.95, default 0.5)
+  --updates U         share of update requests (0..=1, default 0.1)
+  --serving-slots N   requests a backend serves at once (1..=256, default 4)
+  --model-slots N     models a backend holds resident (1..=1024, default 16)
+  --vnodes N          ring points per backend (1..=1000, default 150)
+  --owners K          most owners per model, model_aware (1..=16, default 16)
+  --load-factor C     bounded-load factor c (1..=100, default 1.25)
+  --staging-step S    staged ring change: share of points per step (0<S<=1, default 0.02)
+  --staging-cooldown T  seconds between staging steps (0..=3600, default 10)
+  --strategies LIST   comma-separated (default all: round_robin,random,p2c,
+                      consistent_hash,bounded_load,model_aware)
+  --no-churn          skip the membership-change scenarios
+  --sweep             sweep vnodes, k, c and the staging step instead
+  --json              one JSON object per line instead of the table
+  --svg PATH          also write an SVG chart to PATH
+  --help              this text";
+
+/// Why parsing stopped: a help request, or an error to report.
+#[derive(Debug)]
+pub enum Stop {
+    Help,
+    Error(String),
+}
+
+impl Config {
+    pub fn parse(args: impl Iterator<Item = String>) -> Result<Self, Stop> {
+        let mut c = Config::default();
+        // `--flag value` and `--flag=value` alike.
+        let mut args = args.flat_map(|arg| match arg.split_once('=') {
+            Some((flag, value)) if arg.starts_with("--") => vec![flag.to_owned(), value.to_owned()],
+            _ => vec![arg],
+        });
+        let mut seen: Vec<String> = Vec::new();
+        while let Some(flag) = args.next() {
+            if seen.contains(&flag) {
+                return Err(Stop::Error(format!("`{flag}` given twice")));
+            }
+            seen.push(flag.clone());
+            let mut value = || {
+                args.next()
+                    .ok_or_else(|| Stop::Error(format!("`{flag}` needs a value")))
+            };
+            match flag.as_str() {
+                "--help" | "-h" => return Err(Stop::Help),
+                "--backends" => c.backends = int(&flag, &value()?, 10, 20_000)?,
+                "--models" => c.models = int(&flag, &value()?, 1, 1_000_000)?,
+                "--requests" => c.requests = int(&flag, &value()?, 1000, 100_000_000)?,
+                "--seed" => c.seed = int(&flag, &value()?, 0, u64::MAX)?,
+                "--zipf" => c.zipf = float(&flag, &value()?, 0.0, 3.0)?,
+                "--utilization" => c.utilization = float(&flag, &value()?, 0.01, 0.95)?,
+                "--updates" => c.update_share = float(&flag, &value()?, 0.0, 1.0)?,
+                "--serving-slots" => c.serving_slots = int(&flag, &value()?, 1, 256)?,
+                "--model-slots" => c.model_slots = int(&flag, &value()?, 1, 1024)?,
+                "--vnodes" => c.vnodes = int(&flag, &value()?, 1, 1000)?,
+                "--owners" => c.owners = int(&flag, &value()?, 1, 16)?,
+                "--load-factor" => c.load_factor = float(&flag, &value()?, 1.0, 100.0)?,
+                "--staging-step" => {
+                    c.staging_step = float(&flag, &value()?, 1e-6, 1.0)?;
+                }
+                "--staging-cooldown" => c.staging_cooldown = float(&flag, &value()?, 0.0, 3600.0)?,
+                "--strategies" => c.strategies = strategies(&value()?)?,
+                "--no-churn" => c.churn = false,
+                "--sweep" => c.sweep = true,
+                "--json" => c.json = true,
+                "--svg" => c.svg = Some(PathBuf::from(value()?)),
+                other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
+            }
+        }
+        // The largest membership change adds 10% of the backends.
+        let points = (c.backends + c.backends.div_ceil(10)) as u64 * u64::from(c.vnodes);
+        if points > tower_model_balance::ring::MAX_POINTS as u64 {
+            return Err(Stop::Error(format!(
+                "`--backends` × 1.1 × `--vnodes` is {points} ring points, over the ring's {}",
+                tower_model_balance::ring::MAX_POINTS
+            )));
+        }
+        Ok(c)
+    }
+}
+
+fn int<T>(flag: &str, text: &str, min: T, max: T) -> Result<T, Stop>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    match text.parse::<T>() {
+        Ok(v) if v >= min && v <= max => Ok(v),
+        _ => Err(Stop::Error(format!(
+            "`{flag}` takes a whole number in {min}..={max}, not `{text}`"
+        ))),
+    }
+}
+
+fn float(flag: &str, text: &str, min: f64, max: f64) -> Result<f64, Stop> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= min && v <= max => Ok(v),
+        _ => Err(Stop::Error(format!(
+            "`{flag}` takes a number in {min}..={max}, not `{text}`"
+        ))),
+    }
+}
+
+fn strategies(list: &str) -> Result<Vec<&'static str>, Stop> {
+    let mut chosen = Vec::new();
+    for name in list.split(',').map(str::trim) {
+        let Some(known) = NAMES.iter().find(|n| **n == name) else {
+            return Err(Stop::Error(format!(
+                "unknown strategy `{name}` (one of {})",
+                NAMES.join(", ")
+            )));
+        };
+        if chosen.contains(known) {
+            return Err(Stop::Error(format!("strategy `{name}` given twice")));
+        }
+        chosen.push(*known);
+    }
+    Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, Stop> {
+        Config::parse(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn bad_flags_are_errors_not_panics() {
+        for bad in [
+            &["--backends"][..],
+            &["--backends", "x"],
+            &["--backends", "5"],
+            &["--zipf", "NaN"],
+            &["--staging-step", "0"],
+            &["--strategies", "nope"],
+            &["--strategies", "p2c,p2c"],
+            &["--json", "--json"],
+            &["--frobnicate"],
+            &["--backends", "20000", "--vnodes", "1000"],
+        ] {
+            assert!(matches!(parse(bad), Err(Stop::Error(_))), "{bad:?}");
+        }
+        assert!(matches!(parse(&["--help"]), Err(Stop::Help)));
+        let c = parse(&["--backends=50", "--strategies", "p2c,model_aware", "--json"]).unwrap();
+        assert_eq!((c.backends, c.strategies.len(), c.json), (50, 2, true));
+    }
+}
