@@ -25,7 +25,7 @@ use http::HeaderName;
 /// | `ring` | seed 0, 150 vnodes per unit of weight | see [`RingConfig`] |
 /// | `breaker` | [`Policy::default`] | see [`Policy`] |
 /// | `breaker_scope` | [`BreakerScope::Backend`] | `BackendModel { max_pairs }`: 1 ..= 1 000 000 pairs |
-/// | `staging` | 10% of the ring per step, 10 s apart | see [`Staging`] |
+/// | `staging` | 2% of the ring per step, 10 s apart | see [`Staging`] |
 /// | `health` | [`HealthPolicy::default`] | see [`HealthPolicy`] |
 /// | `residency_header` | none | see [`ResidencyHeader`] |
 #[derive(Debug, Clone, PartialEq)]
@@ -362,7 +362,7 @@ impl BalanceConfigBuilder {
 ///
 /// | field | default | range |
 /// | --- | --- | --- |
-/// | `max_share` | 0.1 | above 0.0, up to 1.0 (1.0 turns staging off) |
+/// | `max_share` | 0.02 | above 0.0, up to 1.0 (1.0 turns staging off) |
 /// | `cooldown` | 10 s | 0 ..= 1 h |
 ///
 /// A step changes at most `ceil(max_share × points)` points, `points` being
@@ -394,7 +394,7 @@ pub struct Staging {
 impl Default for Staging {
     fn default() -> Self {
         Self {
-            max_share: 0.1,
+            max_share: 0.02,
             cooldown: Duration::from_secs(10),
         }
     }
