@@ -22,6 +22,11 @@ pub(crate) const WINDOW: u32 = 2048;
 /// Requests counted before shares are trusted; until then every model gets
 /// the minimum number of owners.
 const WARM_UP: u32 = 64;
+/// Sampled requests in a bucket below which its models count as without
+/// demand: a few stray hits (a hash flood's IDs sharing a bucket) stay
+/// below, while a model drawing 0.4% of the sampled traffic holds 4 to 8
+/// (the total runs between `WINDOW / 2` and `WINDOW`).
+pub(crate) const UNSEEN_BELOW: u32 = 4;
 /// How far (in owners' worth of load) a share must fall below a boundary
 /// before a model gives an owner back.
 pub(crate) const HYSTERESIS: f64 = 0.25;
@@ -78,6 +83,16 @@ impl Demand {
 
     /// Counts one request for the model with hash `key` and returns the
     /// model's share of recent requests, in [0, 1]; `None` while warming up.
+    /// Whether fewer than [`UNSEEN_BELOW`] recent sampled requests counted
+    /// in the model's bucket (shared with the models that hash to it): a
+    /// model without demand worth keeping warm.
+    /// Always false while the table warms up (its first [`WARM_UP`]
+    /// sampled requests), when every model is unseen.
+    pub(crate) fn unseen(&self, key: u64) -> bool {
+        self.total.load(Ordering::Relaxed) >= WARM_UP
+            && self.buckets[key as usize % BUCKETS].load(Ordering::Relaxed) < UNSEEN_BELOW
+    }
+
     pub(crate) fn record(&self, key: u64) -> Option<f64> {
         let count = self.buckets[key as usize % BUCKETS].fetch_add(1, Ordering::Relaxed) + 1;
         let total = self.total.fetch_add(1, Ordering::Relaxed) + 1;

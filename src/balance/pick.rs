@@ -55,6 +55,9 @@ pub(crate) struct Ask {
     ///
     /// [`Residency::touch_with`]: super::residency::Residency::touch_with
     pub(crate) sampled: bool,
+    /// Whether the model has no recent demand (its demand bucket is
+    /// empty): nothing to keep warm for it.
+    pub(crate) unseen: bool,
 }
 
 /// The knobs of a pick.
@@ -225,8 +228,10 @@ impl Ctx<'_> {
 /// load in progress. With every owner out, spill along the ring: to a
 /// backend under the cap with the model resident, else — while the owners'
 /// copy may still be loading — with a free model slot and no load in
-/// progress (nothing evicted); else wait on the
-/// cheapest owner (resident first). With no
+/// progress (nothing evicted); else, for a model without demand cold on
+/// every owner while every owner is at the cap (a hash flood's IDs), a
+/// backend under the cap where loading it evicts the least; else wait on
+/// the cheapest owner (resident first). With no
 /// owner eligible: a resident backend, else the one where loading evicts
 /// the model idle longest. `High` urgency takes the cheapest resident owner
 /// instead of sampling; `Critical` takes the cheapest resident owner even
@@ -350,6 +355,20 @@ fn pick_inference(
             });
             (loading && !rules.placement)
                 .then(|| spill_cold(ctx, ask, k, |i| under(i) && can_load(i), now_ms(), u64::MAX))
+                .flatten()
+        })
+        .or_else(|| {
+            // A model without recent demand, cold on every owner, every
+            // owner at the cap: nothing to keep warm, and loading it on a
+            // backend under the cap costs what loading it on an owner would
+            // and keeps the cap. IDs crafted to share one owner (a hash
+            // flood) end here, one load each, spread out. A model in demand
+            // waits on its owner instead (below): a second cold copy of it
+            // would evict another backend's working set.
+            let cold = resident_owners().next().is_none();
+            let full = !eligible_owners.iter().any(|&i| under(i));
+            (ask.unseen && cold && full && !eligible_owners.is_empty())
+                .then(|| spill_cold(ctx, ask, k, under, now_ms(), 0))
                 .flatten()
         })
         .or_else(|| {

@@ -121,6 +121,8 @@ impl<E: Clone> Local<E> {
         let snapshot = &self.snapshot;
         let table = &snapshot.table;
         let config = &shared.config;
+        // Read before this request counts in it.
+        let unseen = route.kind != RequestKind::Update && shared.demand.unseen(route.hash);
         let owners = match route.kind {
             RequestKind::Update => 0,
             _ => shared.owners_of(route.hash, sample, table.backends.len()),
@@ -131,6 +133,7 @@ impl<E: Clone> Local<E> {
             key: route.hash,
             owners,
             sampled: sample,
+            unseen,
         };
         let placement = table.fleet.placement.get();
         let rules = Rules {
