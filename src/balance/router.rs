@@ -142,6 +142,10 @@ impl<E: Clone> Local<E> {
             key: route.hash,
             owners,
             sampled: sample,
+            // A hedge's backup: rare, so a scan of the table.
+            exclude: route
+                .exclude
+                .and_then(|id| table.backends.iter().position(|b| b.id == *id)),
         };
         let rules = Rules {
             load_factor: config.load_factor,

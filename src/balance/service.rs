@@ -15,6 +15,7 @@ use super::handle::View;
 use super::health;
 use super::router::Local;
 use super::{Backend, BalanceConfig, BalancerHandle, Picked, Shared};
+use crate::backend::PickedSlot;
 use crate::error::{BoxError, InvalidConfig, InvalidRoute, NoHealthyBackend};
 use crate::route::{RouteInfo, RouteView};
 
@@ -213,7 +214,13 @@ where
             .local
             .route(&self.shared, &route, &now, false, &mut random)
         {
-            Ok(Picked { endpoint, guard }) => ResponseFuture::new(endpoint, req, guard),
+            Ok(Picked { endpoint, guard }) => {
+                // A hedging layer's first attempt: tell it where it went.
+                if let Some(slot) = req.extensions().get::<PickedSlot>() {
+                    slot.set(guard.backend());
+                }
+                ResponseFuture::new(endpoint, req, guard)
+            }
             Err(error) => ResponseFuture::failed(error.into()),
         }
     }

@@ -95,6 +95,7 @@ fn ask(route: &RouteInfo, owners: usize) -> Ask {
         key: route.model.hash64(),
         owners,
         sampled: true,
+        exclude: None,
     }
 }
 
