@@ -79,6 +79,19 @@ pub(crate) type Counts = [u64; BUCKETS];
 /// counted in `counts`, in µs (the middle of the smallest bucket with at
 /// least that share of the samples at or below it); `None` without samples.
 pub(crate) fn quantile_micros(counts: &Counts, total: u64, basis_points: u64) -> Option<f64> {
+    quantile_bucket(counts, total, basis_points).map(middle_micros)
+}
+
+/// As [`quantile_micros`], the upper edge of the bucket instead of its
+/// middle: a value at least the quantile, at most a quarter above it.
+#[cfg_attr(not(feature = "hedge"), allow(dead_code))]
+pub(crate) fn quantile_upper_micros(counts: &Counts, total: u64, basis_points: u64) -> Option<f64> {
+    quantile_bucket(counts, total, basis_points).map(upper_micros)
+}
+
+/// The smallest bucket with at least `basis_points` ÷ 10 000 of the
+/// samples at or below it.
+fn quantile_bucket(counts: &Counts, total: u64, basis_points: u64) -> Option<usize> {
     if total == 0 {
         return None;
     }
@@ -87,15 +100,13 @@ pub(crate) fn quantile_micros(counts: &Counts, total: u64, basis_points: u64) ->
         .div_ceil(10_000)
         .clamp(1, total);
     let mut seen = 0;
-    let mut at = BUCKETS - 1;
     for (i, &c) in counts.iter().enumerate() {
         seen += c;
         if seen >= rank {
-            at = i;
-            break;
+            return Some(i);
         }
     }
-    Some(middle_micros(at))
+    Some(BUCKETS - 1)
 }
 
 /// The bucket of a sample of `micros`.
@@ -111,6 +122,12 @@ fn index(micros: u64) -> usize {
         ((v << (SUB_BITS as usize - octave)) as usize) & (SUBS - 1)
     };
     octave * SUBS + sub
+}
+
+/// The upper edge of bucket `i`, in µs.
+fn upper_micros(i: usize) -> f64 {
+    let (octave, sub) = (i / SUBS, i % SUBS);
+    2f64.powi(octave as i32) * (1.0 + (sub + 1) as f64 / SUBS as f64)
 }
 
 /// The middle of bucket `i`, in µs.
@@ -138,6 +155,15 @@ mod tests {
         }
         assert_eq!(index(0), index(1));
         assert_eq!(index(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn the_upper_edge_is_at_least_every_sample_of_its_bucket() {
+        for micros in (1..2_000_000u64).step_by(991) {
+            let upper = upper_micros(index(micros));
+            assert!(upper >= micros as f64, "{micros} µs → {upper}");
+            assert!(upper <= micros as f64 * 1.26 + 1.0, "{micros} µs → {upper}");
+        }
     }
 
     #[test]

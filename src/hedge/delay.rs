@@ -5,7 +5,8 @@
 //! crate's, four buckets per power of two, about ±12%), each holding half
 //! of the window: samples go to the current half; when a new half starts,
 //! the older one is cleared and takes the new samples, so the percentile
-//! reads the last half-window to whole window. The percentile is computed
+//! reads the last half-window to whole window. The percentile (the upper
+//! edge of its bucket: at least the true value, at most 25% above) is computed
 //! at most every [`REFRESH_MS`] and cached in an atomic: the request path
 //! reads one atomic, never walks buckets. The first `max_models` models
 //! seen get a window each (found by open addressing on the model ID's
@@ -17,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::HedgePolicy;
-use crate::histogram::{quantile_micros, Counts, LatencyHistogram, BUCKETS};
+use crate::histogram::{quantile_upper_micros, Counts, LatencyHistogram, BUCKETS};
 
 /// How often a window's percentile is recomputed at most, in ms.
 pub(crate) const REFRESH_MS: u64 = 100;
@@ -88,6 +89,7 @@ struct Key {
 #[derive(Debug)]
 pub(crate) struct Delays {
     basis_points: u64,
+    median_factor: f64,
     min_samples: u64,
     floor: Duration,
     ceiling: Duration,
@@ -106,6 +108,7 @@ impl Delays {
         let half = u64::try_from(policy.window.as_millis() / 2).unwrap_or(u64::MAX);
         Self {
             basis_points: (policy.percentile * 10_000.0).round() as u64,
+            median_factor: policy.median_factor,
             min_samples: policy.min_samples,
             floor: policy.floor,
             ceiling: policy.ceiling,
@@ -217,8 +220,12 @@ impl Delays {
         if total < self.min_samples {
             return NOT_ENOUGH;
         }
-        let percentile = quantile_micros(&counts, total, self.basis_points).unwrap_or(0.0);
-        let delay = Duration::from_micros(percentile as u64).clamp(self.floor, self.ceiling);
+        // The bucket's upper edge: at least the percentile, so that a model
+        // whose latency barely varies is not hedged on every request.
+        let percentile = quantile_upper_micros(&counts, total, self.basis_points).unwrap_or(0.0);
+        let median = quantile_upper_micros(&counts, total, 5_000).unwrap_or(0.0);
+        let micros = percentile.min(median * self.median_factor);
+        let delay = Duration::from_micros(micros as u64).clamp(self.floor, self.ceiling);
         u64::try_from(delay.as_micros()).unwrap_or(NOT_ENOUGH - 1)
     }
 }
@@ -239,7 +246,7 @@ mod tests {
 
     #[test]
     fn p95_per_model_after_the_minimum_of_samples() {
-        let (d, now) = delays(|b| b.min_samples(20));
+        let (d, now) = delays(|b| b.min_samples(20).median_factor(1_000.0));
         let fast = d.place(Some(11));
         let slow = d.place(Some(22));
         assert_ne!(fast, slow);
@@ -260,9 +267,27 @@ mod tests {
             d.record(slow, ms(40), later);
         }
         let p95 = d.delay(slow, later).unwrap();
-        assert!((ms(35)..=ms(45)).contains(&p95), "{p95:?}");
+        assert!((ms(40)..=ms(50)).contains(&p95), "{p95:?}");
         // The same hash finds the same window.
         assert_eq!(d.place(Some(11)), fast);
+    }
+
+    #[test]
+    fn a_slow_mode_over_five_percent_is_cut_at_a_multiple_of_the_median() {
+        let (d, now) = delays(|b| b.min_samples(1));
+        let p = d.place(Some(3));
+        // 12% of the model's requests 10x slower: its p95 is slow.
+        for i in 0..100 {
+            d.record(p, ms(if i < 12 { 230 } else { 23 }), now);
+        }
+        let delay = d.delay(p, now).unwrap();
+        assert!((ms(69)..=ms(90)).contains(&delay), "3 x the median: {delay:?}");
+        let (d, now) = delays(|b| b.min_samples(1).median_factor(1_000.0));
+        let p = d.place(Some(3));
+        for i in 0..100 {
+            d.record(p, ms(if i < 12 { 230 } else { 23 }), now);
+        }
+        assert!(d.delay(p, now).unwrap() > ms(230), "uncapped: the p95");
     }
 
     #[test]
@@ -285,7 +310,11 @@ mod tests {
     #[test]
     fn the_window_rotates_out_old_samples() {
         // 10 s window, halves of 5 s.
-        let (d, now) = delays(|b| b.min_samples(10).window(Duration::from_secs(10)));
+        let (d, now) = delays(|b| {
+            b.min_samples(10)
+                .window(Duration::from_secs(10))
+                .median_factor(1_000.0)
+        });
         let p = d.place(Some(5));
         for _ in 0..10 {
             d.record(p, ms(300), now);

@@ -12,6 +12,7 @@ use crate::error::InvalidConfig;
 /// | field | default | range |
 /// | --- | --- | --- |
 /// | `percentile` (fraction) | 0.95 | [0.5, 0.9999] |
+/// | `median_factor` (delay at most this × the median) | 3.0 | [1, 1 000] |
 /// | `window` (rotated in two halves) | 10 s | 100 ms ..= 1 h |
 /// | `min_samples` (per model, in the window) | 20 | 0 ..= 1 000 000 |
 /// | `floor` | 1 ms | 0 ..= `ceiling` |
@@ -25,7 +26,9 @@ use crate::error::InvalidConfig;
 /// The delay is the `percentile` of the model's latency over the last
 /// `window` (between half of it and all of it: the window is kept in two
 /// halves and the older half is dropped as a new one starts), clamped to
-/// `[floor, ceiling]`; a model with fewer than `min_samples` samples in the
+/// `[floor, ceiling]`, and at most `median_factor` × its median: a model
+/// whose p95 falls in its slow mode (more than 5% of its requests slow, as
+/// when one slow backend serves it) still hedges the slow ones. A model with fewer than `min_samples` samples in the
 /// window is not hedged (with `min_samples` 0 and no sample, the delay is
 /// the floor). The first `max_models` models seen are tracked apart; the
 /// rest share one histogram. Hedges and retries drawn from the budget are at most
@@ -37,6 +40,7 @@ use crate::error::InvalidConfig;
 #[non_exhaustive]
 pub struct HedgePolicy {
     pub(crate) percentile: f64,
+    pub(crate) median_factor: f64,
     pub(crate) window: Duration,
     pub(crate) min_samples: u64,
     pub(crate) floor: Duration,
@@ -52,6 +56,7 @@ impl Default for HedgePolicy {
     fn default() -> Self {
         Self {
             percentile: 0.95,
+            median_factor: 3.0,
             window: Duration::from_secs(10),
             min_samples: 20,
             floor: Duration::from_millis(1),
@@ -76,6 +81,11 @@ impl HedgePolicy {
     /// The latency percentile the delay is set at, as a fraction.
     pub fn percentile(&self) -> f64 {
         self.percentile
+    }
+
+    /// The most the delay may be, as a multiple of the median latency.
+    pub fn median_factor(&self) -> f64 {
+        self.median_factor
     }
 
     /// The latency window (kept in two halves).
@@ -157,6 +167,17 @@ impl HedgePolicyBuilder {
         self
     }
 
+    /// The most the delay may be, as a multiple of the model's median
+    /// latency in the window, in [1, 1 000] (default 3; 1 000 turns the cap
+    /// off in practice). Dean and Barroso's rule assumes slowness strikes
+    /// requests at random; when a model's slow share exceeds `1 −
+    /// percentile` (a model served by one degraded backend), its p95 lies in
+    /// the slow mode and a hedge at p95 comes too late to help.
+    pub fn median_factor(mut self, factor: f64) -> Self {
+        self.policy.median_factor = factor;
+        self
+    }
+
     /// The latency window, 100 ms ..= 1 h (default 10 s), kept in two
     /// halves: the delay reads the last half-window to whole window.
     pub fn window(mut self, window: Duration) -> Self {
@@ -226,6 +247,9 @@ impl HedgePolicyBuilder {
         if !(0.5..=0.9999).contains(&p.percentile) {
             return Err(InvalidConfig::new("percentile", "a fraction in [0.5, 0.9999]"));
         }
+        if !(1.0..=1_000.0).contains(&p.median_factor) {
+            return Err(InvalidConfig::new("median_factor", "in [1, 1000]"));
+        }
         if !(Duration::from_millis(100)..=HOUR).contains(&p.window) {
             return Err(InvalidConfig::new("window", "100 ms ..= 1 h"));
         }
@@ -268,6 +292,7 @@ mod tests {
         let cases: Vec<(HedgePolicyBuilder, &str)> = vec![
             (HedgePolicy::builder().percentile(0.4), "percentile"),
             (HedgePolicy::builder().percentile(f64::NAN), "percentile"),
+            (HedgePolicy::builder().median_factor(0.5), "median_factor"),
             (HedgePolicy::builder().window(ms(99)), "window"),
             (HedgePolicy::builder().min_samples(1_000_001), "min_samples"),
             (HedgePolicy::builder().ceiling(Duration::ZERO), "ceiling"),
