@@ -111,3 +111,4 @@ fn a_request_that_does_not_hedge_allocates_only_its_copy_and_slot() {
     let stats = layer.handle().stats();
     assert_eq!((stats.requests, stats.hedges), (4 * N as u64, 0));
 }
+

@@ -34,19 +34,26 @@ pin_project! {
 }
 
 pin_project! {
-    #[project = TimerProj]
-    enum Timer {
-        // Not armed yet: the timer starts on the first poll that finds the
-        // first attempt pending, so an answer ready at once costs no timer.
-        Unarmed,
-        Sleeping { #[pin] sleep: Sleep },
-        Fired,
+    /// The backup, from parked to sent; one state at a time, so the future
+    /// carries the copy, the timer and the backup's future in one place.
+    #[project = SecondProj]
+    #[project_replace = SecondReplace]
+    enum Second<S, Req, F> {
+        // Waiting: the timer starts on the first poll that finds the first
+        // attempt pending, so an answer ready at once costs no timer.
+        Parked { backup: Backup<S, Req> },
+        Sleeping { backup: Backup<S, Req>, #[pin] sleep: Sleep },
+        // The delay passed and the gate and budget allowed it: the
+        // service's clone is polled ready.
+        Firing { backup: Backup<S, Req> },
+        Running { #[pin] future: F, sent: Instant },
+        Done,
     }
 }
 
 pin_project! {
     /// The response future of [`Hedge`](super::Hedge): the first attempt,
-    /// the backup once sent, and the timer between them.
+    /// and the backup (parked, on its timer, or sent).
     ///
     /// Resolves to the first success; a failure (an error, or a response
     /// the classifier calls one) waits for the other attempt when one is
@@ -59,14 +66,7 @@ pin_project! {
         #[pin]
         first: Attempt<S::Future>,
         #[pin]
-        second: Attempt<S::Future>,
-        #[pin]
-        timer: Timer,
-        backup: Option<Backup<S, Req>>,
-        // The backup's clone is being polled ready.
-        firing: bool,
-        // A failed attempt's result, returned if the other fails too.
-        failed: Option<Result<S::Response, BoxError>>,
+        second: Second<S, Req, S::Future>,
         shared: Arc<Shared>,
         // The model's latency window; `None`: not timed (an update).
         place: Option<Place>,
@@ -86,21 +86,15 @@ where
         sent: Instant,
         classify: C,
     ) -> Self {
-        let timer = if backup.is_some() {
-            Timer::Unarmed
-        } else {
-            Timer::Fired
-        };
         Self {
             first: Attempt::Running {
                 future: first,
                 sent,
             },
-            second: Attempt::Done,
-            timer,
-            backup,
-            firing: false,
-            failed: None,
+            second: match backup {
+                Some(backup) => Second::Parked { backup },
+                None => Second::Done,
+            },
             shared,
             place,
             classify,
@@ -113,10 +107,15 @@ where
     S: Service<Req>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let second = match self.second {
+            Second::Parked { .. } | Second::Sleeping { .. } => "waiting",
+            Second::Firing { .. } => "firing",
+            Second::Running { .. } => "running",
+            Second::Done => "done",
+        };
         f.debug_struct("ResponseFuture")
             .field("first", &matches!(self.first, Attempt::Running { .. }))
-            .field("second", &matches!(self.second, Attempt::Running { .. }))
-            .field("backup", &self.backup.is_some())
+            .field("second", &second)
             .finish_non_exhaustive()
     }
 }
@@ -153,32 +152,45 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        loop {
-            let fails = |result: &Result<S::Response, BoxError>| match result {
-                Ok(response) => this.classify.is_failure(response),
-                Err(_) => true,
-            };
-            // The first attempt.
-            if let Some((result, sent)) = poll_attempt(this.first.as_mut(), cx) {
-                if !fails(&result) {
-                    // Won: the backup, if any, is dropped (cancelled).
-                    let now = Instant::now();
-                    if let Some(place) = *this.place {
-                        this.shared.delays.record(place, now - sent, now);
-                    }
-                    return Poll::Ready(result);
+        let classify = &*this.classify;
+        let fails = |result: &Result<S::Response, BoxError>| match result {
+            Ok(response) => classify.is_failure(response),
+            Err(_) => true,
+        };
+        // The first attempt, polled once per call.
+        if let Some((result, sent)) = poll_attempt(this.first.as_mut(), cx) {
+            if !fails(&result) {
+                // Won: the backup, if any, is dropped (cancelled).
+                let now = Instant::now();
+                if let Some(place) = *this.place {
+                    this.shared.delays.record(place, now - sent, now);
                 }
-                // A response (even a failed one) ends hedging.
-                *this.backup = None;
-                *this.firing = false;
-                if matches!(*this.second, Attempt::Done) {
-                    return Poll::Ready(result);
-                }
-                *this.failed = Some(result);
+                return Poll::Ready(result);
             }
-            // The backup.
-            if let Some((result, sent)) = poll_attempt(this.second.as_mut(), cx) {
-                if !fails(&result) {
+            // A response (even a failed one) ends hedging; a backup already
+            // sent goes on, and whichever finishes last is returned.
+            if !matches!(*this.second, Second::Running { .. }) {
+                return Poll::Ready(result);
+            }
+        }
+        // The backup, through as many states as are ready now.
+        loop {
+            let second = this.second.as_mut().project();
+            match second {
+                SecondProj::Running { future, sent } => {
+                    let Poll::Ready(result) = future.poll(cx) else {
+                        return Poll::Pending;
+                    };
+                    let result = result.map_err(Into::into);
+                    let sent = *sent;
+                    this.second.set(Second::Done);
+                    if fails(&result) {
+                        if matches!(*this.first, Attempt::Done) {
+                            return Poll::Ready(result);
+                        }
+                        // The first attempt goes on (its waker is set).
+                        return Poll::Pending;
+                    }
                     let now = Instant::now();
                     Counters::add(&this.shared.counters.won);
                     if let Some(place) = *this.place {
@@ -194,71 +206,65 @@ where
                     this.first.set(Attempt::Done);
                     return Poll::Ready(result);
                 }
-                if matches!(*this.first, Attempt::Done) {
-                    return Poll::Ready(result);
-                }
-                *this.failed = Some(result);
-            }
-            if matches!(*this.first, Attempt::Done) && matches!(*this.second, Attempt::Done) {
-                // Both failed: the last failure was returned above; only a
-                // first attempt that failed while the backup was never
-                // sent gets here, and it was returned too. Defensive.
-                return Poll::Ready(
-                    this.failed
-                        .take()
-                        .unwrap_or_else(|| Err("hedge: no attempt left".into())),
-                );
-            }
-            // Send the backup once its delay has passed.
-            let Some(backup) = this.backup.as_mut() else {
-                return Poll::Pending;
-            };
-            if *this.firing {
-                if let Err(error) = ready!(backup.service.poll_ready(cx)) {
-                    // The backup cannot be sent: the first attempt goes on.
-                    tracing::debug!(error = %error.into(), "hedge: backup not ready");
-                    *this.backup = None;
-                    *this.firing = false;
-                    continue;
-                }
-                let Some(Backup {
-                    mut service,
-                    mut request,
-                    slot,
-                    ..
-                }) = this.backup.take()
-                else {
+                SecondProj::Done => {
+                    if matches!(*this.first, Attempt::Done) {
+                        // Only reached when polled after completion.
+                        return Poll::Ready(Err("hedge: polled after completion".into()));
+                    }
                     return Poll::Pending;
-                };
-                *this.firing = false;
-                let picked = slot.as_ref().and_then(PickedSlot::get);
-                if let (Some(picked), Some(extensions)) = (picked, request.extensions_mut()) {
-                    extensions.insert(Exclude::new(picked.clone()));
                 }
-                Counters::add(&this.shared.counters.hedges);
-                let future = service.call(request);
-                this.second.set(Attempt::Running {
-                    future,
-                    sent: Instant::now(),
-                });
-                continue;
-            }
-            match this.timer.as_mut().project() {
-                TimerProj::Unarmed => {
+                SecondProj::Parked { backup } => {
                     let sleep = tokio::time::sleep_until(backup.deadline);
-                    this.timer.set(Timer::Sleeping { sleep });
+                    let SecondReplace::Parked { backup } =
+                        this.second.as_mut().project_replace(Second::Done)
+                    else {
+                        return Poll::Pending;
+                    };
+                    this.second.set(Second::Sleeping { backup, sleep });
                 }
-                TimerProj::Sleeping { sleep } => {
+                SecondProj::Sleeping { sleep, .. } => {
                     ready!(sleep.poll(cx));
-                    this.timer.set(Timer::Fired);
-                    if this.shared.may_hedge(Instant::now()) {
-                        *this.firing = true;
-                    } else {
-                        *this.backup = None;
+                    let SecondReplace::Sleeping { backup, .. } =
+                        this.second.as_mut().project_replace(Second::Done)
+                    else {
+                        return Poll::Pending;
+                    };
+                    if !this.shared.may_hedge(Instant::now()) {
+                        // Suppressed: the first attempt goes on alone.
                         return Poll::Pending;
                     }
+                    this.second.set(Second::Firing { backup });
                 }
-                TimerProj::Fired => return Poll::Pending,
+                SecondProj::Firing { backup } => {
+                    if let Err(error) = ready!(backup.service.poll_ready(cx)) {
+                        // The backup cannot be sent: the first attempt goes on.
+                        tracing::debug!(error = %error.into(), "hedge: backup not ready");
+                        this.second.set(Second::Done);
+                        return Poll::Pending;
+                    }
+                    let SecondReplace::Firing {
+                        backup:
+                            Backup {
+                                mut service,
+                                mut request,
+                                slot,
+                                ..
+                            },
+                    } = this.second.as_mut().project_replace(Second::Done)
+                    else {
+                        return Poll::Pending;
+                    };
+                    let picked = slot.as_ref().and_then(PickedSlot::get);
+                    if let (Some(picked), Some(extensions)) = (picked, request.extensions_mut()) {
+                        extensions.insert(Exclude::new(picked.clone()));
+                    }
+                    Counters::add(&this.shared.counters.hedges);
+                    let future = service.call(request);
+                    this.second.set(Second::Running {
+                        future,
+                        sent: Instant::now(),
+                    });
+                }
             }
         }
     }
