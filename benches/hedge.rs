@@ -94,7 +94,12 @@ impl Service<Req> for YieldOnce {
 }
 
 fn layer() -> HedgeLayer {
-    HedgeLayer::new(HedgePolicy::builder().min_samples(0).build().expect("valid"))
+    HedgeLayer::new(
+        HedgePolicy::builder()
+            .min_samples(0)
+            .build()
+            .expect("valid"),
+    )
 }
 
 fn tower_hedge<S>(inner: S) -> tower::hedge::Hedge<S, Always>
@@ -166,11 +171,20 @@ fn report(samples: &Samples) {
         return;
     }
     println!("\n{GROUP}: ns per request, median of this run's samples");
-    for name in ["direct", "layer_idle", "tower_hedge_armed", "layer_timer", "tower_hedge_timer"] {
+    for name in [
+        "direct",
+        "layer_idle",
+        "tower_hedge_armed",
+        "layer_timer",
+        "tower_hedge_timer",
+    ] {
         let cell = median(samples, name).map_or_else(|| "-".to_owned(), |ns| format!("{ns:.1}"));
         println!("  {name:<44}{cell:>12}");
     }
-    for (a, b) in [("layer_idle", "tower_hedge_armed"), ("layer_timer", "tower_hedge_timer")] {
+    for (a, b) in [
+        ("layer_idle", "tower_hedge_armed"),
+        ("layer_timer", "tower_hedge_timer"),
+    ] {
         let cell = match (median(samples, a), median(samples, b)) {
             (Some(x), Some(y)) => {
                 let verdict = if x / y <= 0.5 { "ok" } else { "MISS" };
@@ -192,7 +206,12 @@ fn main() {
     row(&mut c, &samples, "layer_idle", layer().layer(Ready));
     row(&mut c, &samples, "tower_hedge_armed", tower_hedge(Ready));
     row(&mut c, &samples, "layer_timer", layer().layer(YieldOnce));
-    row(&mut c, &samples, "tower_hedge_timer", tower_hedge(YieldOnce));
+    row(
+        &mut c,
+        &samples,
+        "tower_hedge_timer",
+        tower_hedge(YieldOnce),
+    );
     c.final_summary();
     report(&samples);
 }

@@ -183,9 +183,17 @@ async fn a_slow_first_attempt_gets_a_backup_and_the_loser_is_dropped() {
     let layer = HedgeLayer::new(policy().build().unwrap());
     let (result, seen, took) = send(&layer, vec![never(), ok_after(5)], "inference").await;
     assert_eq!(body(&result), "1", "the backup answered");
-    assert_eq!(took, Duration::from_millis(15), "sent at 10 ms, answered 5 ms later");
+    assert_eq!(
+        took,
+        Duration::from_millis(15),
+        "sent at 10 ms, answered 5 ms later"
+    );
     assert_eq!(seen.calls.load(Ordering::SeqCst), 2);
-    assert_eq!(seen.dropped.load(Ordering::SeqCst), 1, "the first attempt was cancelled");
+    assert_eq!(
+        seen.dropped.load(Ordering::SeqCst),
+        1,
+        "the first attempt was cancelled"
+    );
     let s = stats(&layer);
     assert_eq!((s.requests, s.hedges, s.hedges_won), (1, 1, 1));
 }
@@ -196,7 +204,11 @@ async fn the_first_success_wins_and_drops_the_backup() {
     let (result, seen, took) = send(&layer, vec![ok_after(12), ok_after(50)], "inference").await;
     assert_eq!(body(&result), "0");
     assert_eq!(took, Duration::from_millis(12));
-    assert_eq!(seen.dropped.load(Ordering::SeqCst), 1, "the backup was cancelled");
+    assert_eq!(
+        seen.dropped.load(Ordering::SeqCst),
+        1,
+        "the backup was cancelled"
+    );
     let s = stats(&layer);
     assert_eq!((s.hedges, s.hedges_won), (1, 0));
 }
@@ -218,11 +230,21 @@ async fn an_early_failure_waits_for_the_other_attempt() {
 #[tokio::test(start_paused = true)]
 async fn when_every_attempt_fails_the_last_failure_is_returned() {
     let layer = HedgeLayer::new(policy().build().unwrap());
-    let (result, _, took) = send(&layer, vec![status_after(12, 503), error_after(10)], "inference").await;
+    let (result, _, took) = send(
+        &layer,
+        vec![status_after(12, 503), error_after(10)],
+        "inference",
+    )
+    .await;
     let err = result.unwrap_err();
     assert_eq!(err.to_string(), "call 1 failed");
     assert_eq!(took, Duration::from_millis(20));
-    let (result, _, _) = send(&layer, vec![error_after(30), status_after(5, 500)], "inference").await;
+    let (result, _, _) = send(
+        &layer,
+        vec![error_after(30), status_after(5, 500)],
+        "inference",
+    )
+    .await;
     assert_eq!(result.unwrap_err().to_string(), "call 0 failed");
 }
 
@@ -230,7 +252,8 @@ async fn when_every_attempt_fails_the_last_failure_is_returned() {
 async fn no_backup_after_a_response_has_begun() {
     let layer = HedgeLayer::new(policy().build().unwrap());
     // A 503 before the delay: returned at once, no backup ever.
-    let (result, seen, took) = send(&layer, vec![status_after(3, 503), ok_after(1)], "inference").await;
+    let (result, seen, took) =
+        send(&layer, vec![status_after(3, 503), ok_after(1)], "inference").await;
     assert_eq!(result.unwrap().status(), 503);
     assert_eq!(took, Duration::from_millis(3));
     advance(Duration::from_millis(50)).await;
@@ -246,7 +269,10 @@ async fn an_empty_budget_suppresses_the_backup_not_the_first_attempt() {
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
     assert_eq!(seen.dropped.load(Ordering::SeqCst), 0);
     let s = stats(&layer);
-    assert_eq!((s.hedges, s.suppressed_by_budget, s.suppressed_by_load), (0, 1, 0));
+    assert_eq!(
+        (s.hedges, s.suppressed_by_budget, s.suppressed_by_load),
+        (0, 1, 0)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -290,10 +316,18 @@ async fn the_backup_service_is_polled_ready_only_when_sent() {
     let future = tokio::spawn(service.call(request("inference")));
     advance(Duration::from_millis(9)).await;
     tokio::task::yield_now().await;
-    assert_eq!(seen.ready_polls.load(Ordering::SeqCst), 1, "nothing reserved before the delay");
+    assert_eq!(
+        seen.ready_polls.load(Ordering::SeqCst),
+        1,
+        "nothing reserved before the delay"
+    );
     advance(Duration::from_millis(2)).await;
     tokio::task::yield_now().await;
-    assert_eq!(seen.ready_polls.load(Ordering::SeqCst), 2, "polled when the backup is sent");
+    assert_eq!(
+        seen.ready_polls.load(Ordering::SeqCst),
+        2,
+        "polled when the backup is sent"
+    );
     assert_eq!(seen.calls.load(Ordering::SeqCst), 2);
     future.await.unwrap().unwrap();
 }
@@ -319,16 +353,26 @@ async fn a_model_is_hedged_once_it_has_the_minimum_of_samples() {
     let model = tower_model_balance::route::ModelId::new("llama").unwrap();
     for _ in 0..5 {
         let (_, seen, _) = send(&layer, vec![ok_after(20), ok_after(1)], "inference").await;
-        assert_eq!(seen.calls.load(Ordering::SeqCst), 1, "too few samples to hedge");
+        assert_eq!(
+            seen.calls.load(Ordering::SeqCst),
+            1,
+            "too few samples to hedge"
+        );
     }
     advance(Duration::from_millis(100)).await;
     let delay = layer.handle().delay(&model).expect("5 samples");
-    assert!((Duration::from_millis(20)..=Duration::from_millis(25)).contains(&delay), "{delay:?}");
+    assert!(
+        (Duration::from_millis(20)..=Duration::from_millis(25)).contains(&delay),
+        "{delay:?}"
+    );
     let (result, _, took) = send(&layer, vec![never(), ok_after(1)], "inference").await;
     assert_eq!(body(&result), "1");
     // The timer wheel rounds the deadline up to the next millisecond.
     let sent = took - Duration::from_millis(1);
-    assert!(sent >= delay && sent < delay + Duration::from_millis(1), "{took:?}");
+    assert!(
+        sent >= delay && sent < delay + Duration::from_millis(1),
+        "{took:?}"
+    );
 }
 
 /// A request type that cannot be copied.

@@ -106,9 +106,11 @@ fn a_request_that_does_not_hedge_allocates_only_its_copy_and_slot() {
     let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default())
         .expect("a list source needs no runtime");
     let stacked = through(layer.layer(balancer));
-    assert_eq!(stacked, expected, "over the balancer: {stacked} vs {expected}");
+    assert_eq!(
+        stacked, expected,
+        "over the balancer: {stacked} vs {expected}"
+    );
 
     let stats = layer.handle().stats();
     assert_eq!((stats.requests, stats.hedges), (4 * N as u64, 0));
 }
-

@@ -54,7 +54,10 @@ impl Service<http::Request<String>> for Endpoint {
 }
 
 /// A balancer over `names`, with `llama` resident where `resident` says.
-fn fleet(names: &[&'static str], resident: impl Fn(&str) -> bool) -> (ModelBalancer<Endpoint>, Calls) {
+fn fleet(
+    names: &[&'static str],
+    resident: impl Fn(&str) -> bool,
+) -> (ModelBalancer<Endpoint>, Calls) {
     let calls: Calls = Arc::default();
     let started = Arc::new(AtomicUsize::new(0));
     let backends = names.iter().map(|&name| {
@@ -65,9 +68,11 @@ fn fleet(names: &[&'static str], resident: impl Fn(&str) -> bool) -> (ModelBalan
         };
         Backend::new(BackendId::new(name).unwrap(), endpoint)
     });
-    let balancer =
-        ModelBalancer::new(ServiceList::new(backends.collect::<Vec<_>>()), BalanceConfig::default())
-            .unwrap();
+    let balancer = ModelBalancer::new(
+        ServiceList::new(backends.collect::<Vec<_>>()),
+        BalanceConfig::default(),
+    )
+    .unwrap();
     let model = ModelId::new("llama").unwrap();
     for &name in names {
         if resident(name) {
@@ -107,7 +112,10 @@ async fn the_backup_goes_to_another_backend_holding_the_model() {
     let response = layer.layer(service).oneshot(request()).await.unwrap();
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), 2);
-    assert_ne!(calls[0], calls[1], "the backup excluded the first attempt's backend");
+    assert_ne!(
+        calls[0], calls[1],
+        "the backup excluded the first attempt's backend"
+    );
     assert_eq!(text(response), calls[1]);
     assert_eq!(layer.handle().stats().hedges_won, 1);
 }
@@ -161,7 +169,9 @@ async fn the_load_gate_reads_in_flight_against_capacity() {
     assert_eq!(gate.utilization(), 0.0);
     let route = RouteInfo::new(ModelId::new("llama").unwrap());
     let now = tokio::time::Instant::now();
-    let picks: Vec<_> = (0..3).map(|_| balancer.pick(&route, now).unwrap()).collect();
+    let picks: Vec<_> = (0..3)
+        .map(|_| balancer.pick(&route, now).unwrap())
+        .collect();
     assert_eq!(handle.utilization(2), 0.75);
     assert_eq!(gate.utilization(), 0.75);
     assert_eq!(handle.utilization(1), 1.5);

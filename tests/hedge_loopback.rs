@@ -45,7 +45,9 @@ impl Drop for OnDrop {
 /// A server that holds every request without `x-backup` forever and
 /// answers the others at once.
 async fn server(events: mpsc::UnboundedSender<Event>) -> SocketAddr {
-    let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+    let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
@@ -92,10 +94,14 @@ async fn the_losing_attempt_is_aborted_at_the_server() {
     for i in 0..2 {
         let addr = server(events.clone()).await;
         let endpoint = SetOrigin::new(client.clone(), &format!("http://{addr}")).unwrap();
-        backends.push(Backend::new(BackendId::new(&format!("node-{i}")).unwrap(), endpoint));
+        backends.push(Backend::new(
+            BackendId::new(&format!("node-{i}")).unwrap(),
+            endpoint,
+        ));
     }
     drop(events);
-    let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default()).unwrap();
+    let balancer =
+        ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default()).unwrap();
     for i in 0..2 {
         let id = BackendId::new(&format!("node-{i}")).unwrap();
         balancer.handle().set_resident_models(&id, [&model]);
@@ -112,7 +118,8 @@ async fn the_losing_attempt_is_aborted_at_the_server() {
     // Marks the backup on the wire, so the servers tell the attempts apart.
     let mark = |mut req: http::Request<Full<Bytes>>| {
         if req.extensions().get::<Exclude>().is_some() {
-            req.headers_mut().insert("x-backup", http::HeaderValue::from_static("1"));
+            req.headers_mut()
+                .insert("x-backup", http::HeaderValue::from_static("1"));
         }
         req
     };
@@ -135,5 +142,9 @@ async fn the_losing_attempt_is_aborted_at_the_server() {
     // connection was closed and the server dropped the request.
     assert_eq!(next(&mut seen).await, Some(Event::Held));
     assert_eq!(next(&mut seen).await, Some(Event::Aborted));
-    assert_eq!(balancer.handle().in_flight(), 0, "the loser's slot is released");
+    assert_eq!(
+        balancer.handle().in_flight(),
+        0,
+        "the loser's slot is released"
+    );
 }

@@ -74,7 +74,9 @@ impl std::error::Error for Wrapped {
 
 async fn send(policy: RetryPolicy, answers: Vec<Answer>) -> (Result<Rsp, BoxError>, usize) {
     let (service, calls) = scripted(answers);
-    let result = Retry::new(policy, service).oneshot(http::Request::new(())).await;
+    let result = Retry::new(policy, service)
+        .oneshot(http::Request::new(()))
+        .await;
     (result, calls.load(Ordering::SeqCst))
 }
 
@@ -142,7 +144,10 @@ async fn retries_stop_when_the_budget_is_spent() {
         retried += calls - 1;
     }
     assert_eq!(retried, 1);
-    assert_eq!((policy.budget().granted(), policy.budget().refused()), (1, 9));
+    assert_eq!(
+        (policy.budget().granted(), policy.budget().refused()),
+        (1, 9)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -163,7 +168,11 @@ async fn hedges_and_retries_share_one_budget() {
     let hedged = layer.layer(slow);
     // Two requests: one hedge (1 ≤ 0.5 × 2), the other suppressed.
     for _ in 0..2 {
-        hedged.clone().oneshot(http::Request::new(())).await.unwrap();
+        hedged
+            .clone()
+            .oneshot(http::Request::new(()))
+            .await
+            .unwrap();
     }
     let stats = layer.handle().stats();
     assert_eq!((stats.hedges, stats.suppressed_by_budget), (1, 1));
@@ -178,7 +187,11 @@ async fn hedges_and_retries_share_one_budget() {
         let fast = service_fn(|_req: http::Request<()>| async {
             Ok::<_, BoxError>(http::Response::new(()))
         });
-        layer.layer(fast).oneshot(http::Request::new(())).await.unwrap();
+        layer
+            .layer(fast)
+            .oneshot(http::Request::new(()))
+            .await
+            .unwrap();
     }
     let (result, calls) = send(layer.retry_policy(), busy).await;
     assert_eq!(result.unwrap().status(), 200);

@@ -19,16 +19,17 @@ use tower::load::{CompleteOnResponse, PeakEwmaDiscover};
 
 use tower::util::rng::Rng;
 use tower::util::BoxCloneSyncService;
-use tower::{BoxError, Service, ServiceExt};
+use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ProbeTask, ResidencyHeader,
 };
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
+use tower_model_balance::hedge::{BalancerLoad, HedgeHandle, HedgeLayer, HedgePolicy};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::RouteInfo;
-use tower_model_balance::sim::{protocol, ModelServer};
+use tower_model_balance::sim::{protocol, ModelServer, ServerConfig};
 
 pub type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
 
@@ -46,7 +47,22 @@ type BoxFuture<T> =
 
 pub type Strategy = BoxCloneSyncService<Request<Full<Bytes>>, Reply, BoxError>;
 
-pub const NAMES: [&str; 4] = ["round_robin", "p2c", "consistent_hash", "model_aware"];
+pub const NAMES: [&str; 5] = [
+    "round_robin",
+    "p2c",
+    "consistent_hash",
+    "model_aware",
+    "model_aware_hedged",
+];
+
+/// A strategy and the handles the report reads.
+pub struct Built {
+    pub strategy: Strategy,
+    /// The balancer's handle and its probe task (`model_aware*`).
+    pub balancer: Option<(BalancerHandle, ProbeTask)>,
+    /// The hedging layer's handle (`model_aware_hedged`).
+    pub hedge: Option<HedgeHandle>,
+}
 
 pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
     let mut connector = HttpConnector::new();
@@ -68,18 +84,18 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
         .collect()
 }
 
-/// Builds strategy `name` over `servers`, which each keep `model_slots`
-/// models resident; the balancer's handle and its probe task when it has
-/// them.
-pub fn build(
-    name: &str,
-    servers: &[ModelServer],
-    model_slots: usize,
-    seed: u64,
-) -> (Strategy, Option<(BalancerHandle, ProbeTask)>) {
+/// Builds strategy `name` over `servers`, which run `config` (its resident
+/// slots and serving slots); the balancer's handle and its probe task, and
+/// the hedging layer's handle, when it has them.
+pub fn build(name: &str, servers: &[ModelServer], config: &ServerConfig, seed: u64) -> Built {
     let endpoints = endpoints(servers);
+    let plain = |strategy| Built {
+        strategy,
+        balancer: None,
+        hedge: None,
+    };
     match name {
-        "round_robin" => (finish(Select::round_robin(endpoints)), None),
+        "round_robin" => plain(finish(Select::round_robin(endpoints))),
         "p2c" => {
             let list = ServiceList::new(endpoints.into_iter().map(|(_, e)| e).collect::<Vec<_>>());
             let discover = PeakEwmaDiscover::new(
@@ -88,10 +104,11 @@ pub fn build(
                 Duration::from_secs(10),
                 CompleteOnResponse::default(),
             );
-            (finish(Buffer::new(Balance::new(discover), 4096)), None)
+            plain(finish(Buffer::new(Balance::new(discover), 4096)))
         }
-        "consistent_hash" => (finish(Select::consistent_hash(endpoints)), None),
-        "model_aware" => {
+        "consistent_hash" => plain(finish(Select::consistent_hash(endpoints))),
+        "model_aware" | "model_aware_hedged" => {
+            let (model_slots, per_backend) = (config.resident_slots(), config.concurrency());
             let backends = endpoints.into_iter().zip(servers).map(|((id, e), server)| {
                 let meta = BackendMeta::new(id)
                     .with_model_slots(model_slots)
@@ -121,7 +138,24 @@ pub fn build(
                 .build()
                 .expect("a valid probe config");
             let probes = handle.spawn_probes(prober, probes);
-            (finish(balancer), Some((handle, probes)))
+            if name == "model_aware" {
+                return Built {
+                    strategy: finish(balancer),
+                    balancer: Some((handle, probes)),
+                    hedge: None,
+                };
+            }
+            // The same stack with the hedging layer outermost: the default
+            // policy (p95 per model, 5% budget), gated on the balancer's
+            // in-flight requests against the servers' serving slots.
+            let gate = BalancerLoad::new(handle.clone(), per_backend);
+            let layer = HedgeLayer::with_load_gate(HedgePolicy::default(), gate);
+            let hedge = layer.handle();
+            Built {
+                strategy: finish(layer.layer(balancer)),
+                balancer: Some((handle, probes)),
+                hedge: Some(hedge),
+            }
         }
         other => unreachable!("unknown strategy {other}"),
     }

@@ -92,8 +92,8 @@ mod signals;
 
 pub mod probe;
 
-pub(crate) use crate::histogram::LatencyHistogram;
 pub use self::policy::{HealthPolicy, HealthPolicyBuilder};
 pub(crate) use self::score::{evaluate, HealthState, Observation};
 pub use self::score::{Ejection, HealthStatus};
 pub use self::signals::LoadSignals;
+pub(crate) use crate::histogram::LatencyHistogram;

@@ -46,7 +46,9 @@
 //!
 //! * **Delay**: a latency percentile per model (the model read from the
 //!   request's `RouteInfo` extension or headers, as the balancer reads it),
-//!   over a rotating window, clamped to a floor and a ceiling, once a model
+//!   over a rotating window, at most a multiple of its median (2×: a model
+//!   served by one degraded backend has its p95 in the slow mode, where a
+//!   hedge comes too late), clamped to a floor and a ceiling, once a model
 //!   has a minimum of samples. Only successes and superseded first attempts
 //!   (how long they ran before the backup won) feed it: fast failures must
 //!   not pull the delay down, and the slow answers a hedge cuts short must

@@ -95,9 +95,7 @@ where
         let (hash, update) = route_of(&req);
         let place = (!update).then(|| shared.delays.place(hash));
         let backup = match place {
-            Some(place) if shared.policy.max_attempts >= 2 => {
-                self.backup(&mut req, place, now)
-            }
+            Some(place) if shared.policy.max_attempts >= 2 => self.backup(&mut req, place, now),
             _ => None,
         };
         let first = self.inner.call(req);
