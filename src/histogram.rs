@@ -3,6 +3,9 @@
 //! takes one per evaluation interval; the hedge's delay sums two halves of a
 //! rotating window.
 
+// Health's evaluation uses it with the balancer; the hedge, its own parts.
+#![cfg_attr(not(all(feature = "balance", feature = "hedge")), allow(dead_code))]
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -42,7 +45,6 @@ impl LatencyHistogram {
     }
 
     /// Reads and clears the samples recorded since the last take.
-    #[cfg_attr(not(feature = "health"), allow(dead_code))]
     pub(crate) fn take(&self) -> Taken {
         let mut counts = [0u64; BUCKETS];
         for (count, bucket) in counts.iter_mut().zip(&self.buckets) {
@@ -56,7 +58,6 @@ impl LatencyHistogram {
     }
 
     /// Adds the counts recorded so far to `counts`, clearing nothing.
-    #[cfg_attr(not(feature = "hedge"), allow(dead_code))]
     pub(crate) fn add_to(&self, counts: &mut Counts) {
         for (count, bucket) in counts.iter_mut().zip(&self.buckets) {
             *count += u64::from(bucket.load(Ordering::Relaxed));
@@ -64,7 +65,6 @@ impl LatencyHistogram {
     }
 
     /// Clears every bucket.
-    #[cfg_attr(not(feature = "hedge"), allow(dead_code))]
     pub(crate) fn clear(&self) {
         for bucket in &self.buckets {
             bucket.store(0, Ordering::Relaxed);
@@ -84,7 +84,6 @@ pub(crate) fn quantile_micros(counts: &Counts, total: u64, basis_points: u64) ->
 
 /// As [`quantile_micros`], the upper edge of the bucket instead of its
 /// middle: a value at least the quantile, at most a quarter above it.
-#[cfg_attr(not(feature = "hedge"), allow(dead_code))]
 pub(crate) fn quantile_upper_micros(counts: &Counts, total: u64, basis_points: u64) -> Option<f64> {
     quantile_bucket(counts, total, basis_points).map(upper_micros)
 }
