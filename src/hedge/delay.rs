@@ -176,6 +176,34 @@ impl Delays {
         Place::Shared
     }
 
+    /// The window of a model already seen (`None`: not seen, and a window
+    /// is free for it), assigning nothing.
+    pub(crate) fn find(&self, hash: u64) -> Option<Place> {
+        let hash = hash.max(1);
+        let mask = self.keys.len() - 1;
+        let mut at = (hash as usize) & mask;
+        for _ in 0..self.keys.len() {
+            let key = &self.keys[at];
+            match key.hash.load(Ordering::Acquire) {
+                0 if self.next.load(Ordering::Relaxed) < self.windows.len() => return None,
+                0 => return Some(Place::Shared),
+                seen if seen == hash => {
+                    return Some(match key.index.load(Ordering::Acquire) {
+                        0 | u32::MAX => Place::Shared,
+                        index => Place::Tracked(index - 1),
+                    })
+                }
+                _ => at = (at + 1) & mask,
+            }
+        }
+        Some(Place::Shared)
+    }
+
+    /// The delay a model not seen yet would get: an empty window's.
+    pub(crate) fn unseen(&self) -> Option<Duration> {
+        (self.min_samples == 0).then_some(self.floor)
+    }
+
     /// Feeds one latency: a success's, or how long a superseded attempt
     /// had run when it was dropped.
     pub(crate) fn record(&self, place: Place, latency: Duration, now: Instant) {
@@ -272,8 +300,11 @@ mod tests {
         }
         let p95 = d.delay(slow, later).unwrap();
         assert!((ms(40)..=ms(50)).contains(&p95), "{p95:?}");
-        // The same hash finds the same window.
+        // The same hash finds the same window; finding assigns none.
         assert_eq!(d.place(Some(11)), fast);
+        assert_eq!(d.find(11), Some(fast));
+        assert_eq!(d.find(33), None);
+        assert_eq!(d.find(33), None, "still not seen");
     }
 
     #[test]
@@ -373,5 +404,6 @@ mod tests {
         assert_eq!(d.delay(a, now), None);
         // Hash 0 is a valid model hash too.
         assert_eq!(d.place(Some(0)), Place::Shared);
+        assert_eq!(d.find(999), Some(Place::Shared), "no window left");
     }
 }

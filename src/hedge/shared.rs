@@ -117,10 +117,14 @@ impl HedgeHandle {
     }
 
     /// The delay a request for `model` would wait now before its backup,
-    /// or `None` while the model has too few samples to hedge.
+    /// or `None` while the model has too few samples to hedge. Reading
+    /// gives no window to a model not seen yet.
     pub fn delay(&self, model: &ModelId) -> Option<Duration> {
         let delays = &self.shared.delays;
-        delays.delay(delays.place(Some(model.hash64())), Instant::now())
+        match delays.find(model.hash64()) {
+            Some(place) => delays.delay(place, Instant::now()),
+            None => delays.unseen(),
+        }
     }
 
     /// The budget hedges (and a [`RetryPolicy`](super::RetryPolicy) built
