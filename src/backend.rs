@@ -107,6 +107,19 @@ impl PickedSlot {
     pub fn get(&self) -> Option<&BackendId> {
         self.0.get()
     }
+
+    /// Empties the slot for another request when no one else holds it
+    /// (its request and that request's hedge are done); false otherwise.
+    #[cfg(feature = "hedge")]
+    pub(crate) fn reuse(&mut self) -> bool {
+        match Arc::get_mut(&mut self.0) {
+            Some(cell) => {
+                cell.take();
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// A request extension asking the balancer not to pick one backend: a

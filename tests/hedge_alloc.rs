@@ -1,7 +1,8 @@
 //! A request that does not hedge allocates nothing beyond its copy (kept
 //! for the backup) and the one shared slot the balancer writes its pick in:
 //! counted by a global allocator, through the layer alone and through the
-//! layer over the balancer.
+//! layer over the balancer. A service reuses its slot once the last
+//! request is done, so the steady state allocates one less.
 //!
 //! One test in this binary, so no other test allocates while it counts.
 
@@ -97,8 +98,13 @@ fn a_request_that_does_not_hedge_allocates_only_its_copy_and_slot() {
     let expected = baseline();
     assert!(expected >= N, "the copy and the slot allocate: {expected}");
 
+    // At most: a service reuses its slot once the last request is done.
     let alone = through(layer.layer(Ready));
-    assert_eq!(alone, expected, "the layer alone: {alone} vs {expected}");
+    assert!(alone <= expected, "the layer alone: {alone} vs {expected}");
+    assert!(
+        alone + N >= expected,
+        "a slot is at most reused: {alone} vs {expected}"
+    );
 
     let backends: Vec<_> = (0..8)
         .map(|i| Backend::new(BackendId::new(&format!("b{i}")).unwrap(), Ready))
@@ -106,8 +112,8 @@ fn a_request_that_does_not_hedge_allocates_only_its_copy_and_slot() {
     let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default())
         .expect("a list source needs no runtime");
     let stacked = through(layer.layer(balancer));
-    assert_eq!(
-        stacked, expected,
+    assert!(
+        stacked <= expected,
         "over the balancer: {stacked} vs {expected}"
     );
 

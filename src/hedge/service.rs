@@ -18,11 +18,25 @@ use crate::route::{RequestKind, RouteInfo, RouteView};
 /// Readiness is the inner service's (this middleware applies the inner
 /// service's backpressure and adds none); the backup's clone of the inner
 /// service is polled ready only when the backup is sent.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Hedge<S, C = ServerErrors> {
     inner: S,
     shared: Arc<Shared>,
     classify: C,
+    /// The last request's slot, reused once its request is done.
+    slot: Option<PickedSlot>,
+}
+
+impl<S: Clone, C: Clone> Clone for Hedge<S, C> {
+    /// Shares the delays, budget and counters; the clone has no slot yet.
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+            classify: self.classify.clone(),
+            slot: None,
+        }
+    }
 }
 
 impl<S, C> Hedge<S, C> {
@@ -31,6 +45,7 @@ impl<S, C> Hedge<S, C> {
             inner,
             shared,
             classify,
+            slot: None,
         }
     }
 
@@ -94,19 +109,14 @@ where
         shared.budget.deposit(now);
         let (hash, update) = route_of(&req);
         let place = (!update).then(|| shared.delays.place(hash));
+        let hedges = shared.policy.max_attempts >= 2;
         let backup = match place {
-            Some(place) if shared.policy.max_attempts >= 2 => self.backup(&mut req, place, now),
+            Some(place) if hedges => self.backup(&mut req, place, now),
             _ => None,
         };
         let first = self.inner.call(req);
-        ResponseFuture::new(
-            first,
-            backup,
-            shared.clone(),
-            place,
-            now,
-            self.classify.clone(),
-        )
+        let shared = self.shared.clone();
+        ResponseFuture::new(first, backup, shared, place, now, self.classify.clone())
     }
 }
 
@@ -114,18 +124,25 @@ impl<S: Clone, C> Hedge<S, C> {
     /// The backup of `req`, when its model has a delay and `req` can be
     /// copied; puts the shared slot in `req`'s extensions.
     fn backup<Req: CloneRequest>(
-        &self,
+        &mut self,
         req: &mut Req,
         place: Place,
         now: Instant,
     ) -> Option<Backup<S, Req>> {
         let delay = self.shared.delays.delay(place, now)?;
         let copy = req.clone_request()?;
-        let slot = req.extensions_mut().map(|extensions| {
-            let slot = PickedSlot::new();
-            extensions.insert(slot.clone());
-            slot
-        });
+        let slot = match req.extensions_mut() {
+            Some(extensions) => {
+                let reused = self.slot.as_mut().is_some_and(PickedSlot::reuse);
+                let slot = match &self.slot {
+                    Some(slot) if reused => slot.clone(),
+                    _ => self.slot.insert(PickedSlot::new()).clone(),
+                };
+                extensions.insert(slot.clone());
+                Some(slot)
+            }
+            None => None,
+        };
         Some(Backup {
             service: self.inner.clone(),
             request: copy,
