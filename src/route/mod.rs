@@ -296,6 +296,9 @@ impl<'a> RouteView<'a> {
         extensions: &'a Extensions,
         headers: &'a HeaderMap,
     ) -> Result<Self, InvalidRoute> {
+        if extensions.is_empty() {
+            return Self::from_headers(headers);
+        }
         let mut view = match extensions.get::<RouteInfo>() {
             Some(route) => Self::from(route),
             None => Self::from_headers(headers)?,
