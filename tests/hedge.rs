@@ -401,3 +401,62 @@ async fn a_request_that_cannot_be_cloned_is_sent_once() {
     assert_eq!(answer, 7);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn failures_do_not_feed_the_delay() {
+    let layer = HedgeLayer::new(
+        policy()
+            .min_samples(3)
+            .floor(Duration::from_millis(1))
+            .ceiling(Duration::from_secs(1))
+            .build()
+            .unwrap(),
+    );
+    let model = tower_model_balance::route::ModelId::new("llama").unwrap();
+    for _ in 0..10 {
+        let (result, _, _) = send(&layer, vec![status_after(1, 503)], "inference").await;
+        assert_eq!(result.unwrap().status(), 503);
+        send(&layer, vec![error_after(1)], "inference")
+            .await
+            .0
+            .unwrap_err();
+    }
+    advance(Duration::from_millis(100)).await;
+    assert_eq!(
+        layer.handle().delay(&model),
+        None,
+        "20 failures are no samples"
+    );
+    for _ in 0..3 {
+        send(&layer, vec![ok_after(40)], "inference")
+            .await
+            .0
+            .unwrap();
+    }
+    advance(Duration::from_millis(100)).await;
+    let delay = layer.handle().delay(&model).expect("3 successes");
+    assert!(delay >= Duration::from_millis(40), "{delay:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_superseded_first_attempt_feeds_how_long_it_ran() {
+    let layer = HedgeLayer::new(
+        policy()
+            .floor(Duration::from_millis(10))
+            .ceiling(Duration::from_secs(1))
+            .median_factor(1_000.0)
+            .build()
+            .unwrap(),
+    );
+    let model = tower_model_balance::route::ModelId::new("llama").unwrap();
+    // The backup goes at 10 ms and answers 5 ms later: samples of 5 ms (the
+    // backup) and 15 ms (the first attempt, superseded).
+    let (result, _, _) = send(&layer, vec![never(), ok_after(5)], "inference").await;
+    assert_eq!(body(&result), "1");
+    advance(Duration::from_millis(100)).await;
+    let delay = layer.handle().delay(&model).unwrap();
+    assert!(
+        delay >= Duration::from_millis(15),
+        "the superseded 15 ms counts: {delay:?}"
+    );
+}
