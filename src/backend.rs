@@ -67,3 +67,80 @@ impl fmt::Display for BackendId {
         f.write_str(&self.0)
     }
 }
+
+/// A slot, shared between a request's sender and the balancer, where the
+/// balancer writes the backend it picked for the request.
+///
+/// A hedging layer puts one in the first attempt's extensions; the
+/// balancer writes its pick there (first write wins), and the layer builds
+/// the backup's [`Exclude`] from it, so the backup goes to a different
+/// backend. Always built, so the balancer reads it without feature `hedge`.
+/// Cloning shares the slot (one allocation when created).
+///
+/// ```
+/// use tower_model_balance::backend::{BackendId, PickedSlot};
+///
+/// let slot = PickedSlot::new();
+/// let seen_by_balancer = slot.clone();
+/// assert!(slot.get().is_none());
+/// seen_by_balancer.set(&BackendId::new("gpu-0").unwrap());
+/// assert_eq!(slot.get().unwrap().as_str(), "gpu-0");
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct PickedSlot(Arc<std::sync::OnceLock<BackendId>>);
+
+impl PickedSlot {
+    /// An empty slot.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records the picked backend; a second write is ignored (the first
+    /// pick is the one the request went to).
+    pub fn set(&self, backend: &BackendId) {
+        if self.0.get().is_none() {
+            let _ = self.0.set(backend.clone());
+        }
+    }
+
+    /// The backend written, if any yet.
+    pub fn get(&self) -> Option<&BackendId> {
+        self.0.get()
+    }
+
+    /// Empties the slot for another request when no one else holds it
+    /// (its request and that request's hedge are done); false otherwise.
+    #[cfg(feature = "hedge")]
+    pub(crate) fn reuse(&mut self) -> bool {
+        match Arc::get_mut(&mut self.0) {
+            Some(cell) => {
+                cell.take();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A request extension asking the balancer not to pick one backend: a
+/// hedge's backup carries the backend its first attempt went to.
+///
+/// The balancer's affinity pick skips it when another eligible backend has
+/// the request's model resident (the next resident owner, else a resident
+/// backend past the owners); when none has, it routes as if the extension
+/// were absent — the request is sent, never failed, for want of another
+/// backend. Updates ignore it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exclude(BackendId);
+
+impl Exclude {
+    /// Excludes `backend`.
+    pub fn new(backend: BackendId) -> Self {
+        Self(backend)
+    }
+
+    /// The excluded backend.
+    pub fn backend(&self) -> &BackendId {
+        &self.0
+    }
+}

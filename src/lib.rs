@@ -16,6 +16,9 @@
 //!   circuit breaker per backend and staged ring changes;
 //! * [`breaker`] (feature `breaker`) is that circuit breaker, usable alone as
 //!   a `Layer` in front of any `Service`;
+//! * [`hedge`] (feature `hedge`) sends a backup request to another backend
+//!   when the first is slower than the model's p95, within a 5% budget
+//!   shared with retries and never while the fleet is overloaded;
 //! * [`health`] (feature `health`) scores each backend from its outcomes
 //!   and from probes of model-server APIs (KServe v2 / Triton,
 //!   OpenAI-compatible, Prometheus metrics; feature `probe`), ejects the
@@ -74,6 +77,9 @@ pub mod error;
 pub mod ring;
 pub mod route;
 
+#[cfg(any(feature = "health", feature = "hedge"))]
+mod histogram;
+
 #[cfg(feature = "breaker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
 pub mod breaker;
@@ -94,6 +100,9 @@ pub mod placement;
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod config;
 
+#[cfg(feature = "hedge")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hedge")))]
+pub mod hedge;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;

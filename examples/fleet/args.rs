@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::strategies::NAMES;
+use crate::workload::DEFAULT_LOAD;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
@@ -29,6 +30,8 @@ pub struct Args {
     pub seed: u64,
     pub scenario: Scenario,
     pub json: bool,
+    /// Offered load as a fraction of the fleet's warm capacity.
+    pub load: f64,
     /// Servers in explicit model-control mode (404 until a model is loaded
     /// through their repository API); `model_aware` places models itself.
     pub explicit_load: bool,
@@ -38,8 +41,8 @@ pub struct Args {
 
 pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
 [--requests N (10..=1000000, default 10000)] [--backends N (2..=64, default 8)] \
-[--seed N (default 1)] [--scenario default|slow-tail] \
-[--strategies NAME,... (default all: round_robin,p2c,consistent_hash,model_aware)] [--explicit-load] [--json]";
+[--seed N (default 1)] [--scenario default|slow-tail] [--load FRACTION (0.01..=4, default 0.3)] \
+[--strategies NAME,... (default all: round_robin,p2c,consistent_hash,model_aware,model_aware_hedged)] [--explicit-load] [--json]";
 
 /// Why parsing stopped: a help request, or an error to report.
 #[derive(Debug)]
@@ -56,6 +59,7 @@ impl Args {
             seed: 1,
             scenario: Scenario::Default,
             json: false,
+            load: DEFAULT_LOAD,
             explicit_load: false,
             strategies: NAMES.to_vec(),
         };
@@ -90,6 +94,17 @@ impl Args {
                 "--strategies" => parsed.strategies = strategies(&value("--strategies")?)?,
                 "--json" => parsed.json = true,
                 "--explicit-load" => parsed.explicit_load = true,
+                "--load" => {
+                    let text = value("--load")?;
+                    parsed.load = match text.parse::<f64>() {
+                        Ok(load) if (0.01..=4.0).contains(&load) => load,
+                        _ => {
+                            return Err(Stop::Error(format!(
+                                "--load takes a fraction of warm capacity in 0.01..=4, got `{text}`"
+                            )))
+                        }
+                    };
+                }
                 "-h" | "--help" => return Err(Stop::Help),
                 other => return Err(Stop::Error(format!("unknown argument `{other}`"))),
             }

@@ -2,7 +2,7 @@
 //! through each routing strategy, side by side.
 //!
 //! ```text
-//! cargo run --release --example fleet [-- --requests 10000 --backends 8 --seed 1 --scenario default --json]
+//! cargo run --release --example fleet [-- --requests 10000 --backends 8 --seed 1 --scenario default --load 0.3 --json]
 //! ```
 //!
 //! Each strategy gets a fresh fleet of simulated model servers (see
@@ -10,14 +10,18 @@
 //! popularity over 32 models, 10% updates, open-loop Poisson arrivals at 30%
 //! of the fleet's warm capacity, a 5 s deadline per request. In the
 //! `default` scenario one backend answers 503 for the middle third of the
-//! run; in `slow-tail` one answers 10% of its requests 10× slower.
+//! run; in `slow-tail` one answers 10% of its requests 10× slower, and
+//! 2 000 uncounted warm-up requests go first (the scenario measures the
+//! tail once the models are resident, not the cold start). `--load` sets
+//! the offered load (default 0.3 of warm capacity); `model_aware_hedged`
+//! is `model_aware` with the hedging layer outermost.
 //!
 //! With `--explicit-load` the servers run in explicit model-control mode
 //! (404 until a model is loaded through the KServe v2 repository API) and
-//! `model_aware` places models itself (`tower_model_balance::placement`);
-//! the baselines, which do not, fail on every model not loaded. The JSON's
-//! `max_concurrent_loads` is the most load calls for one model any server
-//! had in flight at once.
+//! the `model_aware*` strategies place models themselves
+//! (`tower_model_balance::placement`); the baselines, which do not, fail on
+//! every model not loaded. The JSON's `max_concurrent_loads` is the most
+//! load calls for one model any server had in flight at once.
 
 /// `println!` that ends the program quietly when stdout is closed (as when
 /// piped into `head`).
@@ -51,6 +55,10 @@ use strategies::Strategy;
 use workload::Planned;
 
 const DEADLINE: Duration = Duration::from_secs(5);
+/// Requests sent, uncounted, before the measured run of `slow-tail`: the
+/// scenario measures the tail once every model is resident on its owners,
+/// not the cold start (whose queues behind loads no hedge can shorten).
+const WARM_UP: usize = 2_000;
 const FAULTY: usize = 0;
 
 #[tokio::main]
@@ -78,22 +86,20 @@ async fn main() {
         .repository((0..workload::MODELS).map(workload::model_name))
         .build()
         .expect("the scenario's config is valid");
-    let rate = workload::arrival_rate(args.backends, config.concurrency(), &times);
+    let rate = workload::arrival_rate(args.backends, config.concurrency(), &times, args.load);
     let plan = Arc::new(workload::plan(args.requests, rate, args.seed));
+    let warm_up = (args.scenario == Scenario::SlowTail)
+        .then(|| Arc::new(workload::plan(WARM_UP, rate, args.seed.wrapping_add(1_000))));
     if !args.json {
-        let mode = if args.explicit_load {
-            " · explicit model loading"
-        } else {
-            ""
-        };
         emit!(
-            "scenario {} · {} backends · {} requests per strategy · {:.0} req/s (30% of warm capacity) · seed {}{mode}",
-            args.scenario, args.backends, args.requests, rate, args.seed
+            "scenario {} · {} backends · {} requests per strategy · {:.0} req/s ({:.0}% of warm capacity) · seed {}{}",
+            args.scenario, args.backends, args.requests, rate, args.load * 100.0, args.seed,
+            if args.explicit_load { " · explicit model loading" } else { "" }
         );
     }
     let mut rows = Vec::new();
     for &name in &args.strategies {
-        let figures = match run(name, &args, &config, plan.clone()).await {
+        let figures = match run(name, &args, &config, plan.clone(), warm_up.clone()).await {
             Ok(figures) => figures,
             Err(error) => {
                 eprintln!("error: {name}: {error}");
@@ -118,6 +124,7 @@ async fn run(
     args: &Args,
     config: &ServerConfig,
     plan: Arc<Vec<Planned>>,
+    warm_up: Option<Arc<Vec<Planned>>>,
 ) -> std::io::Result<Figures> {
     let mut servers = Vec::with_capacity(args.backends);
     for i in 0..args.backends {
@@ -129,35 +136,69 @@ async fn run(
             share: 0.1,
         }));
     }
-    let (strategy, balancer) = strategies::build(
-        name,
-        &servers,
-        config.resident_slots(),
-        args.seed,
-        args.explicit_load,
-    );
-    let handle = balancer.as_ref().map(|b| &b.handle);
+    let built = strategies::build(name, &servers, config, args.seed, args.explicit_load);
+    let (strategy, hedge) = (built.strategy, built.hedge);
+    // Kept to the end of the run: placement's repository refresh.
+    let _placement = built.placement;
+    let handle = built.balancer.as_ref().map(|(handle, _probes)| handle);
+    if let Some(warm_up) = &warm_up {
+        drive(&strategy, &servers, warm_up, args.scenario).await;
+    }
+    // What the warm-up counted, taken off the run's figures.
+    let cold_before: u64 = servers.iter().map(|s| s.stats().cold_loads).sum();
+    let work_before: Vec<u64> = servers.iter().map(|s| s.stats().work).collect();
+    let trips_before = handle.map_or(0, |h| h.breaker_trips());
+    let routed_before = handle.map(|h| h.stats());
+    let hedged_before = hedge.as_ref().map(|h| h.stats());
     let records = drive(&strategy, &servers, &plan, args.scenario).await;
-    let cold_loads = servers.iter().map(|s| s.stats().cold_loads).sum();
-    let loads: Vec<u64> = servers.iter().map(|s| s.stats().work).collect();
-    let trips = handle.map_or(0, |h| h.breaker_trips());
-    if let (Some(handle), false) = (handle, args.json) {
-        let s = handle.stats();
+    let cold_loads = servers.iter().map(|s| s.stats().cold_loads).sum::<u64>() - cold_before;
+    let loads: Vec<u64> = servers
+        .iter()
+        .zip(&work_before)
+        .map(|(s, before)| s.stats().work - before)
+        .collect();
+    let trips = handle.map_or(0, |h| h.breaker_trips()) - trips_before;
+    if let (Some(handle), Some(b), false) = (handle, routed_before, args.json) {
+        let mut s = handle.stats();
+        s.resident_owner -= b.resident_owner;
+        s.cold_owner -= b.cold_owner;
+        s.spill -= b.spill;
+        s.panic -= b.panic;
+        s.update -= b.update;
+        s.no_backend -= b.no_backend;
         emit!(
             "{name} routing: {} to a resident owner, {} to a cold owner, {} spilled, {} in panic mode, {} updates by P2C, {} without a backend; {} health ejections",
             s.resident_owner, s.cold_owner, s.spill, s.panic, s.update, s.no_backend, handle.ejections()
         );
-        if let Some(p) = handle.placement_stats() {
-            emit!(
-                "{name} placement: {} loads ({} failed), {} unloads, {} reloads after a 404",
-                p.loads,
-                p.load_failures,
-                p.unloads,
-                p.reloads
-            );
-        }
     }
-    let mut figures = report::figures(name, &records, cold_loads, trips, &loads);
+    let hedged = hedge.as_ref().zip(hedged_before).map(|(h, b)| {
+        let mut s = h.stats();
+        s.hedges -= b.hedges;
+        s.hedges_won -= b.hedges_won;
+        s.suppressed_by_budget -= b.suppressed_by_budget;
+        s.suppressed_by_load -= b.suppressed_by_load;
+        s
+    });
+    let hedges = hedged.map_or((0, 0), |s| (s.hedges, s.hedges_won));
+    if let (Some(s), false) = (hedged, args.json) {
+        emit!(
+            "{name} hedging: {} sent, {} won, {} suppressed by budget, {} by load",
+            s.hedges,
+            s.hedges_won,
+            s.suppressed_by_budget,
+            s.suppressed_by_load
+        );
+    }
+    if let (Some(p), false) = (handle.and_then(|h| h.placement_stats()), args.json) {
+        emit!(
+            "{name} placement: {} loads ({} failed), {} unloads, {} reloads after a 404",
+            p.loads,
+            p.load_failures,
+            p.unloads,
+            p.reloads
+        );
+    }
+    let mut figures = report::figures(name, &records, cold_loads, trips, &loads, hedges);
     figures.max_concurrent_loads = servers
         .iter()
         .map(|s| s.stats().max_concurrent_loads_per_model)

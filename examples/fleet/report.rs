@@ -25,11 +25,16 @@ pub struct Figures {
     pub p50_ms: f64,
     pub p95_ms: f64,
     pub p99_ms: f64,
+    pub p999_ms: f64,
     /// `None` (JSON `null`) when no request was served warm.
     pub warm_p99_ms: Option<f64>,
     pub cold_loads: u64,
     pub breaker_trips: u64,
     pub max_mean_load: f64,
+    /// Backup requests sent (`model_aware_hedged`; 0 for the others).
+    pub hedges: u64,
+    /// Requests answered by their backup.
+    pub hedges_won: u64,
     /// The most load calls for one model any server had in flight at once
     /// (explicit mode: 1 when placement single-flights; 0 in auto mode).
     pub max_concurrent_loads: u64,
@@ -49,6 +54,7 @@ pub fn figures(
     cold_loads: u64,
     breaker_trips: u64,
     loads: &[u64],
+    (hedges, hedges_won): (u64, u64),
 ) -> Figures {
     let mut all = histogram();
     let mut warm = histogram();
@@ -78,6 +84,7 @@ pub fn figures(
         p50_ms: ms(all.value_at_quantile(0.50)),
         p95_ms: ms(all.value_at_quantile(0.95)),
         p99_ms: ms(all.value_at_quantile(0.99)),
+        p999_ms: ms(all.value_at_quantile(0.999)),
         warm_p99_ms: (!warm.is_empty()).then(|| ms(warm.value_at_quantile(0.99))),
         cold_loads,
         breaker_trips,
@@ -86,13 +93,15 @@ pub fn figures(
         } else {
             0.0
         },
+        hedges,
+        hedges_won,
         max_concurrent_loads: 0,
     }
 }
 
 pub fn print_table(rows: &[Figures]) {
     emit!(
-        "{:<16} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>6} {:>8}",
+        "{:<18} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>6} {:>8} {:>6} {:>6}",
         "strategy",
         "requests",
         "ok",
@@ -102,17 +111,21 @@ pub fn print_table(rows: &[Figures]) {
         "p50_ms",
         "p95_ms",
         "p99_ms",
+        "p999_ms",
         "warm_p99_ms",
         "cold",
         "trips",
-        "max/mean"
+        "max/mean",
+        "hedges",
+        "won"
     );
     for f in rows {
         let warm_p99 = f.warm_p99_ms.map_or("-".to_owned(), |v| format!("{v:.1}"));
         emit!(
-            "{:<16} {:>8} {:>8} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11} {:>6} {:>6} {:>8.2}",
+            "{:<18} {:>8} {:>8} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11} {:>6} {:>6} {:>8.2} {:>6} {:>6}",
             f.strategy, f.requests, f.ok, f.errors, f.warm_hit_rate, f.mean_ms, f.p50_ms, f.p95_ms,
-            f.p99_ms, warm_p99, f.cold_loads, f.breaker_trips, f.max_mean_load
+            f.p99_ms, f.p999_ms, warm_p99, f.cold_loads, f.breaker_trips, f.max_mean_load, f.hedges,
+            f.hedges_won
         );
     }
 }

@@ -19,7 +19,7 @@ use tower::load::{CompleteOnResponse, PeakEwmaDiscover};
 
 use tower::util::rng::Rng;
 use tower::util::BoxCloneSyncService;
-use tower::{BoxError, Service, ServiceExt};
+use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, PlacementTask, ProbeTask,
@@ -27,10 +27,11 @@ use tower_model_balance::balance::{
 };
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
+use tower_model_balance::hedge::{BalancerLoad, HedgeHandle, HedgeLayer, HedgePolicy};
 use tower_model_balance::placement::{KServeV2Loader, PlacementPolicy, WaitedForLoad, WhenCold};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::RouteInfo;
-use tower_model_balance::sim::{protocol, ModelServer};
+use tower_model_balance::sim::{protocol, ModelServer, ServerConfig};
 
 pub type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
 
@@ -48,7 +49,24 @@ type BoxFuture<T> =
 
 pub type Strategy = BoxCloneSyncService<Request<Full<Bytes>>, Reply, BoxError>;
 
-pub const NAMES: [&str; 4] = ["round_robin", "p2c", "consistent_hash", "model_aware"];
+pub const NAMES: [&str; 5] = [
+    "round_robin",
+    "p2c",
+    "consistent_hash",
+    "model_aware",
+    "model_aware_hedged",
+];
+
+/// A strategy and the handles the report reads.
+pub struct Built {
+    pub strategy: Strategy,
+    /// The balancer's handle and its probe task (`model_aware*`).
+    pub balancer: Option<(BalancerHandle, ProbeTask)>,
+    /// Placement's task (`model_aware*` with `--explicit-load`).
+    pub placement: Option<PlacementTask>,
+    /// The hedging layer's handle (`model_aware_hedged`).
+    pub hedge: Option<HedgeHandle>,
+}
 
 pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
     let mut connector = HttpConnector::new();
@@ -70,27 +88,25 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
         .collect()
 }
 
-/// The model-aware strategy's handle and background tasks (kept alive
-/// while it runs).
-pub struct Balancer {
-    pub handle: BalancerHandle,
-    _probes: ProbeTask,
-    _placement: Option<PlacementTask>,
-}
-
-/// Builds strategy `name` over `servers`, which each keep `model_slots`
-/// models resident (loaded through their repository API when
-/// `explicit_load`); the balancer's handle and tasks when it has them.
+/// Builds strategy `name` over `servers`, which run `config` (its resident
+/// slots and serving slots); the balancer's handle and its probe task, and
+/// the hedging layer's handle, when it has them.
 pub fn build(
     name: &str,
     servers: &[ModelServer],
-    model_slots: usize,
+    config: &ServerConfig,
     seed: u64,
     explicit_load: bool,
-) -> (Strategy, Option<Balancer>) {
+) -> Built {
     let endpoints = endpoints(servers);
+    let plain = |strategy| Built {
+        strategy,
+        balancer: None,
+        hedge: None,
+        placement: None,
+    };
     match name {
-        "round_robin" => (finish(Select::round_robin(endpoints)), None),
+        "round_robin" => plain(finish(Select::round_robin(endpoints))),
         "p2c" => {
             let list = ServiceList::new(endpoints.into_iter().map(|(_, e)| e).collect::<Vec<_>>());
             let discover = PeakEwmaDiscover::new(
@@ -99,10 +115,11 @@ pub fn build(
                 Duration::from_secs(10),
                 CompleteOnResponse::default(),
             );
-            (finish(Buffer::new(Balance::new(discover), 4096)), None)
+            plain(finish(Buffer::new(Balance::new(discover), 4096)))
         }
-        "consistent_hash" => (finish(Select::consistent_hash(endpoints)), None),
-        "model_aware" => {
+        "consistent_hash" => plain(finish(Select::consistent_hash(endpoints))),
+        "model_aware" | "model_aware_hedged" => {
+            let (model_slots, per_backend) = (config.resident_slots(), config.concurrency());
             let backends = endpoints.into_iter().zip(servers).map(|((id, e), server)| {
                 let meta = BackendMeta::new(id)
                     .with_model_slots(model_slots)
@@ -138,12 +155,26 @@ pub fn build(
                     .enable_placement(KServeV2Loader::new(), placement_policy())
                     .expect("enabled once, inside the runtime")
             });
-            let tasks = Balancer {
-                handle: handle.clone(),
-                _probes: probes,
-                _placement: placement,
-            };
-            (finish(balancer), Some(tasks))
+            if name == "model_aware" {
+                return Built {
+                    strategy: finish(balancer),
+                    balancer: Some((handle, probes)),
+                    hedge: None,
+                    placement,
+                };
+            }
+            // The same stack with the hedging layer outermost: the default
+            // policy (p95 per model, 5% budget), gated on the balancer's
+            // in-flight requests against the servers' serving slots.
+            let gate = BalancerLoad::new(handle.clone(), per_backend);
+            let layer = HedgeLayer::with_load_gate(HedgePolicy::default(), gate);
+            let hedge = layer.handle();
+            Built {
+                strategy: finish(layer.layer(balancer)),
+                balancer: Some((handle, probes)),
+                hedge: Some(hedge),
+                placement,
+            }
         }
         other => unreachable!("unknown strategy {other}"),
     }

@@ -10,7 +10,9 @@ use tower_model_balance::sim::InferenceTimes;
 pub const MODELS: usize = 32;
 pub const ZIPF_EXPONENT: f64 = 1.1;
 pub const UPDATE_SHARE: f64 = 0.1;
-pub const UTILIZATION: f64 = 0.3;
+/// Offered load, as a fraction of the fleet's warm capacity, unless
+/// `--load` says otherwise.
+pub const DEFAULT_LOAD: f64 = 0.3;
 
 #[derive(Debug, Clone)]
 pub struct Planned {
@@ -35,13 +37,13 @@ fn popularity() -> Vec<f64> {
 
 /// Requests per second at the target utilization: backends × slots ÷
 /// popularity-weighted mean inference time, times the utilization.
-pub fn arrival_rate(backends: usize, slots: usize, times: &InferenceTimes) -> f64 {
+pub fn arrival_rate(backends: usize, slots: usize, times: &InferenceTimes, load: f64) -> f64 {
     let mean: f64 = popularity()
         .iter()
         .enumerate()
         .map(|(rank, p)| p * times.of(&model_name(rank)).as_secs_f64())
         .sum();
-    UTILIZATION * (backends * slots) as f64 / mean
+    load * (backends * slots) as f64 / mean
 }
 
 pub fn plan(requests: usize, rate: f64, seed: u64) -> Vec<Planned> {

@@ -154,6 +154,19 @@ impl BalancerHandle {
         self.view.table().backends.iter().map(|b| b.load()).sum()
     }
 
+    /// The fleet's utilization: requests in flight (sent and not finished,
+    /// as [`in_flight`](Self::in_flight)) ÷ (`per_backend` × current
+    /// backends), where `per_backend` is how many requests one backend
+    /// serves at once (its serving slots or batch size). Above 1 requests
+    /// queue at the backends. With no backend or `per_backend` 0 the
+    /// capacity counts as 1. One atomic read of the fleet's count; what a
+    /// hedging layer's load gate reads.
+    pub fn utilization(&self, per_backend: usize) -> f64 {
+        let table = self.view.table();
+        let capacity = per_backend.saturating_mul(table.backends.len()).max(1);
+        table.fleet_load() as f64 / capacity as f64
+    }
+
     /// Declares the models resident on `backend` now (e.g. from a probe of
     /// its model repository), replacing what the balancer had learned;
     /// beyond the backend's `model_slots`, later models are ignored.

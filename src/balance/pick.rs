@@ -58,6 +58,10 @@ pub(crate) struct Ask {
     /// Whether the model has no recent demand (its demand bucket is
     /// empty): nothing to keep warm for it.
     pub(crate) unseen: bool,
+    /// A backend not to pick (a hedge's backup: the index of the backend
+    /// its first attempt went to), honoured for inference while another
+    /// eligible backend has the model resident.
+    pub(crate) exclude: Option<usize>,
 }
 
 /// The knobs of a pick.
@@ -105,12 +109,16 @@ pub(crate) fn pick(
     } else {
         Mode::Normal
     };
-    let ctx = Ctx {
+    let mut ctx = Ctx {
         table,
         mode,
         now,
         key: ask.key,
+        exclude: None,
     };
+    if let Some(x) = ask.exclude.filter(|_| ask.kind != RequestKind::Update) {
+        ctx.exclude = resident_elsewhere(&ctx, ask, x).then_some(x);
+    }
     let mut picked = match ask.kind {
         RequestKind::Update => pick_update(&ctx, random),
         _ => pick_inference(&ctx, ask, rules, random),
@@ -160,6 +168,8 @@ struct Ctx<'a> {
     now: &'a Now,
     /// The model's hash: keys its breakers in `BackendModel` scope.
     key: u64,
+    /// A backend treated as not eligible (see [`Ask::exclude`]).
+    exclude: Option<usize>,
 }
 
 impl Ctx<'_> {
@@ -168,6 +178,9 @@ impl Ctx<'_> {
     }
 
     fn eligible(&self, i: usize) -> bool {
+        if self.exclude == Some(i) {
+            return false;
+        }
         match self.mode {
             Mode::Normal => self.state(i).eligible_for(self.key, self.now),
             Mode::Panic => !self.state(i).is_removed() && !self.state(i).is_drained(),
@@ -412,6 +425,19 @@ fn pick_inference(
             };
             ctx.admit(i, branch)
         })
+}
+
+/// Whether a backend other than `x`, among the model's owners and the
+/// [`SPILL_SCAN`] backends past them, is eligible with the model resident:
+/// only then does a backup skip `x` (a cold load is slower than the wait it
+/// would hedge).
+fn resident_elsewhere(ctx: &Ctx<'_>, ask: &Ask, x: usize) -> bool {
+    let k = ask.owners.clamp(1, MAX_OWNERS);
+    ctx.table
+        .ring
+        .walk(ask.key)
+        .take(k + SPILL_SCAN)
+        .any(|i| i != x && ctx.eligible(i) && ctx.resident(i, ask.key))
 }
 
 /// The first eligible backend past the `k` owners, within [`SPILL_SCAN`],

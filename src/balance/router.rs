@@ -134,6 +134,10 @@ impl<E: Clone> Local<E> {
             owners,
             sampled: sample,
             unseen,
+            // A hedge's backup: rare, so a scan of the table.
+            exclude: route
+                .exclude
+                .and_then(|id| table.backends.iter().position(|b| b.id == *id)),
         };
         let placement = table.fleet.placement.get();
         let rules = Rules {

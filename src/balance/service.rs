@@ -17,6 +17,7 @@ use super::health;
 use super::placement::{Placement, Prepared};
 use super::router::Local;
 use super::{Backend, BalanceConfig, BalancerHandle, Picked, Shared};
+use crate::backend::PickedSlot;
 use crate::error::{BoxError, InvalidConfig, InvalidRoute, NoHealthyBackend, UnknownModel};
 use crate::route::{ModelId, RequestKind, RouteInfo, RouteView};
 
@@ -218,14 +219,20 @@ where
             Ok(Picked {
                 endpoint,
                 mut guard,
-            }) => match guard.placement() {
-                None => ResponseFuture::new(endpoint, req, guard),
-                Some(placement) => {
-                    let cold = route.kind == RequestKind::Inference && guard.confirms();
-                    let model = cold.then(|| route.model_id());
-                    place(&placement, model, endpoint, req, guard)
+            }) => {
+                // A hedging layer's first attempt: tell it where it went.
+                if let Some(slot) = req.extensions().get::<PickedSlot>() {
+                    slot.set(guard.backend());
                 }
-            },
+                match guard.placement() {
+                    None => ResponseFuture::new(endpoint, req, guard),
+                    Some(placement) => {
+                        let cold = route.kind == RequestKind::Inference && guard.confirms();
+                        let model = cold.then(|| route.model_id());
+                        place(&placement, model, endpoint, req, guard)
+                    }
+                }
+            }
             Err(error) => ResponseFuture::failed(error.into()),
         }
     }

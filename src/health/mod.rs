@@ -86,15 +86,14 @@
 // feature offers the policy, the probe types and the probers.
 #![cfg_attr(not(feature = "balance"), allow(dead_code, unused_imports))]
 
-mod histogram;
 mod policy;
 mod score;
 mod signals;
 
 pub mod probe;
 
-pub(crate) use self::histogram::LatencyHistogram;
 pub use self::policy::{HealthPolicy, HealthPolicyBuilder};
 pub(crate) use self::score::{evaluate, HealthState, Observation};
 pub use self::score::{Ejection, HealthStatus};
 pub use self::signals::LoadSignals;
+pub(crate) use crate::histogram::LatencyHistogram;

@@ -46,6 +46,7 @@ use std::sync::Arc;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Extensions, Request};
 
+use crate::backend::{BackendId, Exclude};
 use crate::error::{InvalidReason, InvalidRoute};
 
 #[cfg(feature = "body")]
@@ -283,18 +284,27 @@ pub(crate) struct RouteView<'a> {
     pub(crate) kind: RequestKind,
     pub(crate) urgency: Urgency,
     pub(crate) payload_bytes: Option<u64>,
+    /// A backend not to pick, from an [`Exclude`] extension (a hedge's
+    /// backup).
+    pub(crate) exclude: Option<&'a BackendId>,
 }
 
 impl<'a> RouteView<'a> {
-    /// As [`RouteInfo::from_parts`], borrowing.
+    /// As [`RouteInfo::from_parts`], borrowing; also reads an [`Exclude`]
+    /// extension.
     pub(crate) fn from_parts(
         extensions: &'a Extensions,
         headers: &'a HeaderMap,
     ) -> Result<Self, InvalidRoute> {
-        match extensions.get::<RouteInfo>() {
-            Some(route) => Ok(Self::from(route)),
-            None => Self::from_headers(headers),
+        if extensions.is_empty() {
+            return Self::from_headers(headers);
         }
+        let mut view = match extensions.get::<RouteInfo>() {
+            Some(route) => Self::from(route),
+            None => Self::from_headers(headers)?,
+        };
+        view.exclude = extensions.get::<Exclude>().map(Exclude::backend);
+        Ok(view)
     }
 
     /// As [`RouteInfo::from_headers`], borrowing. One pass over the
@@ -314,6 +324,7 @@ impl<'a> RouteView<'a> {
             kind: traits.kind,
             urgency: traits.urgency,
             payload_bytes: traits.payload_bytes,
+            exclude: None,
         })
     }
 
@@ -405,6 +416,7 @@ impl<'a> From<&'a RouteInfo> for RouteView<'a> {
             kind: route.kind,
             urgency: route.urgency,
             payload_bytes: route.payload_bytes,
+            exclude: None,
         }
     }
 }

@@ -96,6 +96,7 @@ fn ask(route: &RouteInfo, owners: usize) -> Ask {
         owners,
         sampled: true,
         unseen: false,
+        exclude: None,
     }
 }
 

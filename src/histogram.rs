@@ -1,6 +1,10 @@
-//! A lock-free latency histogram for one evaluation interval: log-scaled
-//! buckets of atomic counters, four per power of two (about ±12%), from
-//! 1 µs to about 71 minutes.
+//! A lock-free latency histogram: log-scaled buckets of atomic counters,
+//! four per power of two (about ±12%), from 1 µs to about 71 minutes. Health
+//! takes one per evaluation interval; the hedge's delay sums two halves of a
+//! rotating window.
+
+// Health's evaluation uses it with the balancer; the hedge, its own parts.
+#![cfg_attr(not(all(feature = "balance", feature = "hedge")), allow(dead_code))]
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -10,7 +14,7 @@ const SUB_BITS: u32 = 2;
 const SUBS: usize = 1 << SUB_BITS;
 /// Powers of two covered: 1 µs ..= 2^32 µs.
 const OCTAVES: usize = 33;
-const BUCKETS: usize = OCTAVES * SUBS;
+pub(crate) const BUCKETS: usize = OCTAVES * SUBS;
 
 /// Latency samples of one interval, recorded without a lock.
 #[derive(Debug)]
@@ -42,33 +46,66 @@ impl LatencyHistogram {
 
     /// Reads and clears the samples recorded since the last take.
     pub(crate) fn take(&self) -> Taken {
-        let mut counts = [0u32; BUCKETS];
+        let mut counts = [0u64; BUCKETS];
         for (count, bucket) in counts.iter_mut().zip(&self.buckets) {
-            *count = bucket.swap(0, Ordering::Relaxed);
+            *count = u64::from(bucket.swap(0, Ordering::Relaxed));
         }
-        let count: u64 = counts.iter().map(|&c| u64::from(c)).sum();
-        if count == 0 {
-            return Taken {
-                count,
-                p99_ms: None,
-            };
-        }
-        // The smallest bucket with at least 99% of the samples at or below it.
-        let rank = (count * 99).div_ceil(100);
-        let mut seen = 0;
-        let mut at = BUCKETS - 1;
-        for (i, &c) in counts.iter().enumerate() {
-            seen += u64::from(c);
-            if seen >= rank {
-                at = i;
-                break;
-            }
-        }
+        let count: u64 = counts.iter().sum();
         Taken {
             count,
-            p99_ms: Some(middle_micros(at) / 1_000.0),
+            p99_ms: quantile_micros(&counts, count, 9_900).map(|us| us / 1_000.0),
         }
     }
+
+    /// Adds the counts recorded so far to `counts`, clearing nothing.
+    pub(crate) fn add_to(&self, counts: &mut Counts) {
+        for (count, bucket) in counts.iter_mut().zip(&self.buckets) {
+            *count += u64::from(bucket.load(Ordering::Relaxed));
+        }
+    }
+
+    /// Clears every bucket.
+    pub(crate) fn clear(&self) {
+        for bucket in &self.buckets {
+            bucket.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Counts per bucket, summed from one or more histograms.
+pub(crate) type Counts = [u64; BUCKETS];
+
+/// The quantile `basis_points` ÷ 10 000 (1 ..= 10 000) of `total` samples
+/// counted in `counts`, in µs (the middle of the smallest bucket with at
+/// least that share of the samples at or below it); `None` without samples.
+pub(crate) fn quantile_micros(counts: &Counts, total: u64, basis_points: u64) -> Option<f64> {
+    quantile_bucket(counts, total, basis_points).map(middle_micros)
+}
+
+/// As [`quantile_micros`], the upper edge of the bucket instead of its
+/// middle: a value at least the quantile, at most a quarter above it.
+pub(crate) fn quantile_upper_micros(counts: &Counts, total: u64, basis_points: u64) -> Option<f64> {
+    quantile_bucket(counts, total, basis_points).map(upper_micros)
+}
+
+/// The smallest bucket with at least `basis_points` ÷ 10 000 of the
+/// samples at or below it.
+fn quantile_bucket(counts: &Counts, total: u64, basis_points: u64) -> Option<usize> {
+    if total == 0 {
+        return None;
+    }
+    let rank = total
+        .saturating_mul(basis_points)
+        .div_ceil(10_000)
+        .clamp(1, total);
+    let mut seen = 0;
+    for (i, &c) in counts.iter().enumerate() {
+        seen += c;
+        if seen >= rank {
+            return Some(i);
+        }
+    }
+    Some(BUCKETS - 1)
 }
 
 /// The bucket of a sample of `micros`.
@@ -84,6 +121,12 @@ fn index(micros: u64) -> usize {
         ((v << (SUB_BITS as usize - octave)) as usize) & (SUBS - 1)
     };
     octave * SUBS + sub
+}
+
+/// The upper edge of bucket `i`, in µs.
+fn upper_micros(i: usize) -> f64 {
+    let (octave, sub) = (i / SUBS, i % SUBS);
+    2f64.powi(octave as i32) * (1.0 + (sub + 1) as f64 / SUBS as f64)
 }
 
 /// The middle of bucket `i`, in µs.
@@ -111,6 +154,15 @@ mod tests {
         }
         assert_eq!(index(0), index(1));
         assert_eq!(index(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn the_upper_edge_is_at_least_every_sample_of_its_bucket() {
+        for micros in (1..2_000_000u64).step_by(991) {
+            let upper = upper_micros(index(micros));
+            assert!(upper >= micros as f64, "{micros} µs → {upper}");
+            assert!(upper <= micros as f64 * 1.26 + 1.0, "{micros} µs → {upper}");
+        }
     }
 
     #[test]

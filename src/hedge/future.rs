@@ -1,0 +1,271 @@
+//! The hedged response future.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
+use tower_service::Service;
+
+use super::delay::Place;
+use super::shared::{Counters, Shared};
+use super::{Classify, CloneRequest};
+use crate::backend::{Exclude, PickedSlot};
+use crate::error::BoxError;
+
+/// A backup not yet sent: the inner service's clone (not yet polled
+/// ready), the request's copy, the first attempt's slot, when to send.
+pub(crate) struct Backup<S, Req> {
+    pub(crate) service: S,
+    pub(crate) request: Req,
+    pub(crate) slot: Option<PickedSlot>,
+    pub(crate) deadline: Instant,
+}
+
+pin_project! {
+    #[project = AttemptProj]
+    enum Attempt<F> {
+        Running { #[pin] future: F, sent: Instant },
+        Done,
+    }
+}
+
+pin_project! {
+    /// The backup, from parked to sent; one state at a time, so the future
+    /// carries the copy, the timer and the backup's future in one place.
+    #[project = SecondProj]
+    #[project_replace = SecondReplace]
+    enum Second<S, Req, F> {
+        // Waiting: the timer starts on the first poll that finds the first
+        // attempt pending, so an answer ready at once costs no timer.
+        Parked { backup: Backup<S, Req> },
+        Sleeping { backup: Backup<S, Req>, #[pin] sleep: Sleep },
+        // The delay passed and the gate and budget allowed it: the
+        // service's clone is polled ready.
+        Firing { backup: Backup<S, Req> },
+        Running { #[pin] future: F, sent: Instant },
+        Done,
+    }
+}
+
+pin_project! {
+    /// The response future of [`Hedge`](super::Hedge): the first attempt,
+    /// and the backup (parked, on its timer, or sent).
+    ///
+    /// Resolves to the first success; a failure (an error, or a response
+    /// the classifier calls one) waits for the other attempt when one is
+    /// running, and is returned when every attempt failed (the last to
+    /// finish). Dropping it drops every attempt.
+    pub struct ResponseFuture<S, Req, C>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        first: Attempt<S::Future>,
+        #[pin]
+        second: Second<S, Req, S::Future>,
+        shared: Arc<Shared>,
+        // The model's latency window; `None`: not timed (an update).
+        place: Option<Place>,
+        classify: C,
+    }
+}
+
+impl<S, Req, C> ResponseFuture<S, Req, C>
+where
+    S: Service<Req>,
+{
+    pub(crate) fn new(
+        first: S::Future,
+        backup: Option<Backup<S, Req>>,
+        shared: Arc<Shared>,
+        place: Option<Place>,
+        sent: Instant,
+        classify: C,
+    ) -> Self {
+        Self {
+            first: Attempt::Running {
+                future: first,
+                sent,
+            },
+            second: match backup {
+                Some(backup) => Second::Parked { backup },
+                None => Second::Done,
+            },
+            shared,
+            place,
+            classify,
+        }
+    }
+}
+
+impl<S, Req, C> fmt::Debug for ResponseFuture<S, Req, C>
+where
+    S: Service<Req>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let second = match self.second {
+            Second::Parked { .. } | Second::Sleeping { .. } => "waiting",
+            Second::Firing { .. } => "firing",
+            Second::Running { .. } => "running",
+            Second::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("first", &matches!(self.first, Attempt::Running { .. }))
+            .field("second", &second)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Polls one attempt: its result when it finished now (it is then Done),
+/// with its send time.
+fn poll_attempt<F, T, E>(
+    mut attempt: Pin<&mut Attempt<F>>,
+    cx: &mut Context<'_>,
+) -> Option<(Result<T, BoxError>, Instant)>
+where
+    F: Future<Output = Result<T, E>>,
+    E: Into<BoxError>,
+{
+    let AttemptProj::Running { future, sent } = attempt.as_mut().project() else {
+        return None;
+    };
+    let Poll::Ready(result) = future.poll(cx) else {
+        return None;
+    };
+    let sent = *sent;
+    attempt.set(Attempt::Done);
+    Some((result.map_err(Into::into), sent))
+}
+
+impl<S, Req, C> Future for ResponseFuture<S, Req, C>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    Req: CloneRequest,
+    C: Classify<S::Response>,
+{
+    type Output = Result<S::Response, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let classify = &*this.classify;
+        let fails = |result: &Result<S::Response, BoxError>| match result {
+            Ok(response) => classify.is_failure(response),
+            Err(_) => true,
+        };
+        // The first attempt, polled once per call.
+        if let Some((result, sent)) = poll_attempt(this.first.as_mut(), cx) {
+            if !fails(&result) {
+                // Won: the backup, if any, is dropped (cancelled).
+                let now = Instant::now();
+                if let Some(place) = *this.place {
+                    this.shared.delays.record(place, now - sent, now);
+                }
+                return Poll::Ready(result);
+            }
+            // A response (even a failed one) ends hedging; a backup already
+            // sent goes on, and whichever finishes last is returned.
+            if !matches!(*this.second, Second::Running { .. }) {
+                return Poll::Ready(result);
+            }
+        }
+        // The backup, through as many states as are ready now.
+        loop {
+            let second = this.second.as_mut().project();
+            match second {
+                SecondProj::Running { future, sent } => {
+                    let Poll::Ready(result) = future.poll(cx) else {
+                        return Poll::Pending;
+                    };
+                    let result = result.map_err(Into::into);
+                    let sent = *sent;
+                    this.second.set(Second::Done);
+                    if fails(&result) {
+                        if matches!(*this.first, Attempt::Done) {
+                            return Poll::Ready(result);
+                        }
+                        // The first attempt goes on (its waker is set).
+                        return Poll::Pending;
+                    }
+                    let now = Instant::now();
+                    Counters::add(&this.shared.counters.won);
+                    if let Some(place) = *this.place {
+                        let delays = &this.shared.delays;
+                        delays.record(place, now - sent, now);
+                        // The superseded first attempt: how long it ran, a
+                        // lower bound of its latency, so that the slow
+                        // answers hedging cuts short still count.
+                        if let AttemptProj::Running { sent, .. } = this.first.as_mut().project() {
+                            delays.record(place, now - *sent, now);
+                        }
+                    }
+                    this.first.set(Attempt::Done);
+                    return Poll::Ready(result);
+                }
+                SecondProj::Done => {
+                    if matches!(*this.first, Attempt::Done) {
+                        // Only reached when polled after completion.
+                        return Poll::Ready(Err("hedge: polled after completion".into()));
+                    }
+                    return Poll::Pending;
+                }
+                SecondProj::Parked { backup } => {
+                    let sleep = tokio::time::sleep_until(backup.deadline);
+                    let SecondReplace::Parked { backup } =
+                        this.second.as_mut().project_replace(Second::Done)
+                    else {
+                        return Poll::Pending;
+                    };
+                    this.second.set(Second::Sleeping { backup, sleep });
+                }
+                SecondProj::Sleeping { sleep, .. } => {
+                    ready!(sleep.poll(cx));
+                    let SecondReplace::Sleeping { backup, .. } =
+                        this.second.as_mut().project_replace(Second::Done)
+                    else {
+                        return Poll::Pending;
+                    };
+                    if !this.shared.may_hedge(Instant::now()) {
+                        // Suppressed: the first attempt goes on alone.
+                        return Poll::Pending;
+                    }
+                    this.second.set(Second::Firing { backup });
+                }
+                SecondProj::Firing { backup } => {
+                    if let Err(error) = ready!(backup.service.poll_ready(cx)) {
+                        // The backup cannot be sent: the first attempt goes on.
+                        tracing::debug!(error = %error.into(), "hedge: backup not ready");
+                        this.second.set(Second::Done);
+                        return Poll::Pending;
+                    }
+                    let SecondReplace::Firing {
+                        backup:
+                            Backup {
+                                mut service,
+                                mut request,
+                                slot,
+                                ..
+                            },
+                    } = this.second.as_mut().project_replace(Second::Done)
+                    else {
+                        return Poll::Pending;
+                    };
+                    let picked = slot.as_ref().and_then(PickedSlot::get);
+                    if let (Some(picked), Some(extensions)) = (picked, request.extensions_mut()) {
+                        extensions.insert(Exclude::new(picked.clone()));
+                    }
+                    Counters::add(&this.shared.counters.hedges);
+                    let future = service.call(request);
+                    this.second.set(Second::Running {
+                        future,
+                        sent: Instant::now(),
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+use std::sync::Arc;
+
+use tower_layer::Layer;
+
+use super::shared::{HedgeHandle, Shared};
+use super::{Hedge, HedgePolicy, LoadGate, RetryPolicy, ServerErrors};
+
+/// Wraps a service in [`Hedge`]; see the [module docs](super).
+///
+/// Every service the layer makes (and every clone of them) shares one set
+/// of delays, one budget and one set of counters, read with
+/// [`HedgeLayer::handle`].
+#[derive(Debug, Clone)]
+pub struct HedgeLayer<C = ServerErrors> {
+    shared: Arc<Shared>,
+    classify: C,
+}
+
+impl HedgeLayer {
+    /// A layer hedging by `policy`, with no load gate.
+    pub fn new(policy: HedgePolicy) -> Self {
+        Self {
+            shared: Arc::new(Shared::new(policy, None)),
+            classify: ServerErrors,
+        }
+    }
+
+    /// A layer hedging by `policy` that sends no hedge while `gate` reports
+    /// a utilization above
+    /// [`HedgePolicy::max_utilization`](HedgePolicy::max_utilization).
+    pub fn with_load_gate(policy: HedgePolicy, gate: impl LoadGate) -> Self {
+        Self {
+            shared: Arc::new(Shared::new(policy, Some(Box::new(gate)))),
+            classify: ServerErrors,
+        }
+    }
+}
+
+impl<C> HedgeLayer<C> {
+    /// Decides which responses are failures with `classify` instead
+    /// (default [`ServerErrors`]: 5xx).
+    pub fn classify<C2>(self, classify: C2) -> HedgeLayer<C2> {
+        HedgeLayer {
+            shared: self.shared,
+            classify,
+        }
+    }
+
+    /// A handle on the layer's counters, delays and budget.
+    pub fn handle(&self) -> HedgeHandle {
+        HedgeHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// A `tower::retry::Policy` whose retries draw from this layer's
+    /// budget; the layer counts the requests (see [`RetryPolicy`]).
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::counted_elsewhere(self.shared.budget.clone())
+    }
+}
+
+impl<S, C: Clone> Layer<S> for HedgeLayer<C> {
+    type Service = Hedge<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Hedge::from_shared(inner, self.shared.clone(), self.classify.clone())
+    }
+}

@@ -1,0 +1,110 @@
+//! Hedged requests: a backup attempt when the first is slow, to another
+//! backend, within a budget, and never while the fleet is overloaded.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use tower::{discover::ServiceList, service_fn, ServiceBuilder, ServiceExt};
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//! use tower_model_balance::hedge::{BalancerLoad, HedgeLayer, HedgePolicy};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
+//! let backends = ["gpu-0", "gpu-1", "gpu-2"].map(|name| {
+//!     let endpoint = service_fn(move |_req: http::Request<String>| async move {
+//!         Ok::<_, std::io::Error>(http::Response::new(name.to_string()))
+//!     });
+//!     Backend::new(BackendId::new(name).unwrap(), endpoint)
+//! });
+//! let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default())?;
+//!
+//! // Hedge after each model's p95, at most 5% extra requests, and not while
+//! // the balancer's in-flight requests exceed 80% of 3 backends × 4 slots.
+//! let policy = HedgePolicy::builder().ceiling(Duration::from_secs(1)).build()?;
+//! let layer = HedgeLayer::with_load_gate(policy, BalancerLoad::new(balancer.handle(), 4));
+//! let hedges = layer.handle();
+//! let client = ServiceBuilder::new().layer(layer).service(balancer);
+//!
+//! let request = http::Request::post("/v2/models/llama-3-8b/infer")
+//!     .header("x-model-id", "llama-3-8b")
+//!     .body(String::new())?;
+//! let response = client.oneshot(request).await?;
+//! assert_eq!(response.status(), 200);
+//! assert_eq!(hedges.stats().requests, 1);
+//! assert_eq!(hedges.stats().hedges, 0, "20 samples of the model first");
+//! # Ok(()) }
+//! ```
+//!
+//! # How
+//!
+//! Dean and Barroso's hedged requests ("The Tail at Scale", CACM 2013):
+//! send the request, and if it has not answered by the time most requests
+//! have (the model's p95 by default), send a copy elsewhere and take
+//! whichever answers first. With the delay at p95 the copies add about 5%
+//! load and cut the tail that a slow node, a GC pause or a queue behind a
+//! cold load adds. Here:
+//!
+//! * **Delay**: a latency percentile per model (the model read from the
+//!   request's `RouteInfo` extension or headers, as the balancer reads it),
+//!   over a rotating window, at most a multiple of its median (2×: a model
+//!   served by one degraded backend has its p95 in the slow mode, where a
+//!   hedge comes too late), clamped to a floor and a ceiling, once a model
+//!   has a minimum of samples. Only successes and superseded first attempts
+//!   (how long they ran before the backup won) feed it: fast failures must
+//!   not pull the delay down, and the slow answers a hedge cuts short must
+//!   not vanish from it. See [`HedgePolicy`].
+//! * **Budget**: hedges (and the retries of a [`RetryPolicy`] built from
+//!   the layer) are at most a share of the requests (5%) over a sliding
+//!   window. An empty budget only stops a backup; the first attempt runs
+//!   on.
+//! * **Load gate**: no hedge while a [`LoadGate`] (for the balancer,
+//!   [`BalancerLoad`]) reports utilization above the policy's maximum —
+//!   hedging during an overload adds load where there is no room for it.
+//! * **Another backend**: the first attempt carries a
+//!   [`PickedSlot`](crate::backend::PickedSlot) where the balancer writes
+//!   its pick; the backup carries an [`Exclude`](crate::backend::Exclude)
+//!   of it, and the balancer sends it to the next resident owner.
+//! * **Outcome**: the first *success* wins ([`Classify`]: by default a 5xx
+//!   is a failure); a failure waits for the other attempt, and the last
+//!   failure is returned when both fail. A backup is sent only while no
+//!   attempt has answered: never after a response has begun. The loser's
+//!   future is dropped, which cancels its request down to the connection
+//!   (HTTP/2: a reset stream; HTTP/1: the connection is closed).
+//! * Updates (`x-request-kind: update`) are never hedged: a write is not
+//!   idempotent. Requests whose route cannot be read share one histogram.
+//!
+//! # Backpressure and cost
+//!
+//! The layer adds no backpressure: `poll_ready` is the inner service's.
+//! It reserves nothing for the backup: the backup's clone of the inner
+//! service is polled ready only once the delay has passed and the gate and
+//! budget allow it. A request that does not hedge costs the request's
+//! clone, one shared slot in its extensions, a few atomic operations and
+//! no lock; the timer is armed only if the first attempt is not ready at
+//! its first poll. The layer must run inside a Tokio runtime with time
+//! enabled (as `tokio::time` requires).
+
+mod budget;
+mod classify;
+mod delay;
+mod future;
+mod gate;
+mod layer;
+mod policy;
+mod request;
+mod retry;
+mod service;
+mod shared;
+
+pub use self::budget::Budget;
+pub use self::classify::{Classify, ErrorsOnly, ServerErrors};
+pub use self::future::ResponseFuture;
+#[cfg(feature = "balance")]
+pub use self::gate::BalancerLoad;
+pub use self::gate::LoadGate;
+pub use self::layer::HedgeLayer;
+pub use self::policy::{HedgePolicy, HedgePolicyBuilder};
+pub use self::request::CloneRequest;
+pub use self::retry::RetryPolicy;
+pub use self::service::Hedge;
+pub use self::shared::{HedgeHandle, HedgeStats};

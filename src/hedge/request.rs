@@ -1,0 +1,54 @@
+//! Requests the hedge can send twice.
+
+use http::{Extensions, HeaderMap};
+
+/// A request that can be copied for a backup attempt.
+///
+/// Implemented for `http::Request<B>` with a `Clone` body (for example
+/// `http_body_util::Full<Bytes>`, `Empty`, `String`, `()`); a streaming
+/// body can be buffered into `Full` first. A request whose
+/// [`clone_request`](Self::clone_request) returns `None` is sent once,
+/// without error. Implement it for your own request type; the provided
+/// methods give the hedge the request's route (from its extensions or
+/// headers, as the balancer reads it) and a place for the
+/// [`PickedSlot`](crate::backend::PickedSlot) and
+/// [`Exclude`](crate::backend::Exclude) extensions — without them, every
+/// request is timed in one shared histogram and the backup may go to the
+/// same backend.
+pub trait CloneRequest: Sized {
+    /// A copy of the request, or `None` when it cannot be copied.
+    fn clone_request(&self) -> Option<Self>;
+
+    /// The request's extensions, if it has any (default: none).
+    fn extensions(&self) -> Option<&Extensions> {
+        None
+    }
+
+    /// The request's extensions, mutably (default: none).
+    fn extensions_mut(&mut self) -> Option<&mut Extensions> {
+        None
+    }
+
+    /// The request's headers, if it has any (default: none).
+    fn headers(&self) -> Option<&HeaderMap> {
+        None
+    }
+}
+
+impl<B: Clone> CloneRequest for http::Request<B> {
+    fn clone_request(&self) -> Option<Self> {
+        Some(self.clone())
+    }
+
+    fn extensions(&self) -> Option<&Extensions> {
+        Some(http::Request::extensions(self))
+    }
+
+    fn extensions_mut(&mut self) -> Option<&mut Extensions> {
+        Some(http::Request::extensions_mut(self))
+    }
+
+    fn headers(&self) -> Option<&HeaderMap> {
+        Some(http::Request::headers(self))
+    }
+}

@@ -1,0 +1,141 @@
+//! Retries that draw from the hedge's budget.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+
+use super::budget::Budget;
+use super::CloneRequest;
+use crate::error::BoxError;
+
+/// A `tower::retry::Policy` that retries only where a retry is safe and
+/// only while the shared [`Budget`] has room, so that hedges and retries
+/// together add at most the budget's share of load.
+///
+/// Safe means the request cannot have been processed: an error whose
+/// source chain holds a connection refused (the connection never opened),
+/// or a `503` answer with a `Retry-After` of whole seconds at most
+/// [`max_wait`](Self::max_wait) (default 1 s), retried after that wait.
+/// Never anything once a response has begun other than that 503: other
+/// statuses, and errors after the headers (a body's), are not retried.
+/// At most `max_retries` (default 1) per request.
+///
+/// Built from a [`HedgeLayer`](super::HedgeLayer) with
+/// [`retry_policy`](super::HedgeLayer::retry_policy) (the layer counts the
+/// requests), or alone with [`RetryPolicy::new`] over a budget of its own.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    budget: Arc<Budget>,
+    /// Whether this policy counts requests into the budget.
+    deposits: bool,
+    max_retries: u32,
+    max_wait: Duration,
+    /// Retries made for this request (in the retry future's clone).
+    retries: u32,
+}
+
+impl RetryPolicy {
+    /// A policy with its own budget: `ratio` retries per request (clamped
+    /// to [0, 1]) over a sliding `window` (at least 10 ms), counting the
+    /// requests it sees.
+    pub fn new(ratio: f64, window: Duration) -> Self {
+        let window = window.max(Duration::from_millis(10));
+        let budget = Arc::new(Budget::new(ratio, window, Instant::now()));
+        Self {
+            deposits: true,
+            ..Self::counted_elsewhere(budget)
+        }
+    }
+
+    pub(crate) fn counted_elsewhere(budget: Arc<Budget>) -> Self {
+        Self {
+            budget,
+            deposits: false,
+            max_retries: 1,
+            max_wait: Duration::from_secs(1),
+            retries: 0,
+        }
+    }
+
+    /// Retries per request at most (default 1).
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// The longest `Retry-After` waited for (default 1 s); a 503 asking
+    /// for longer is returned as is.
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait;
+        self
+    }
+
+    /// The budget retries draw from.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// How long to wait before retrying `result`, or `None` if a retry is
+    /// not safe.
+    fn safe_wait<B>(&self, result: &Result<http::Response<B>, BoxError>) -> Option<Duration> {
+        match result {
+            Ok(response) if response.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
+                let after = response.headers().get(http::header::RETRY_AFTER)?;
+                let seconds: u64 = after.to_str().ok()?.trim().parse().ok()?;
+                let wait = Duration::from_secs(seconds);
+                (wait <= self.max_wait).then_some(wait)
+            }
+            Ok(_) => None,
+            Err(error) => connect_refused(error.as_ref()).then_some(Duration::ZERO),
+        }
+    }
+}
+
+/// Whether `error`'s source chain holds an I/O error of a connection that
+/// never opened.
+fn connect_refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return true;
+            }
+        }
+        next = error.source();
+    }
+    false
+}
+
+impl<B, RB> tower::retry::Policy<http::Request<B>, http::Response<RB>, BoxError> for RetryPolicy
+where
+    http::Request<B>: CloneRequest,
+{
+    type Future = Sleep;
+
+    fn retry(
+        &mut self,
+        _req: &mut http::Request<B>,
+        result: &mut Result<http::Response<RB>, BoxError>,
+    ) -> Option<Self::Future> {
+        if self.retries >= self.max_retries {
+            return None;
+        }
+        let wait = self.safe_wait(result)?;
+        let now = Instant::now();
+        if !self.budget.try_withdraw(now) {
+            return None;
+        }
+        self.retries += 1;
+        Some(tokio::time::sleep_until(now + wait))
+    }
+
+    fn clone_request(&mut self, req: &http::Request<B>) -> Option<http::Request<B>> {
+        // Called once per request before any retry (on the service's own
+        // policy), then after each retry on the request's clone.
+        if self.retries == 0 && self.deposits {
+            self.budget.deposit(Instant::now());
+        }
+        req.clone_request()
+    }
+}

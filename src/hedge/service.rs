@@ -1,0 +1,153 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::time::Instant;
+use tower_service::Service;
+
+use super::delay::Place;
+use super::future::{Backup, ResponseFuture};
+use super::shared::{Counters, HedgeHandle, Shared};
+use super::{Classify, CloneRequest, ServerErrors};
+use crate::backend::PickedSlot;
+use crate::error::BoxError;
+use crate::route::{RequestKind, RouteInfo, RouteView};
+
+/// Sends a backup attempt when the first is slow; see the
+/// [module docs](super). Made by [`HedgeLayer`](super::HedgeLayer).
+///
+/// Readiness is the inner service's (this middleware applies the inner
+/// service's backpressure and adds none); the backup's clone of the inner
+/// service is polled ready only when the backup is sent.
+#[derive(Debug)]
+pub struct Hedge<S, C = ServerErrors> {
+    inner: S,
+    shared: Arc<Shared>,
+    classify: C,
+    /// The last request's slot, reused once its request is done.
+    slot: Option<PickedSlot>,
+}
+
+impl<S: Clone, C: Clone> Clone for Hedge<S, C> {
+    /// Shares the delays, budget and counters; the clone has no slot yet.
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+            classify: self.classify.clone(),
+            slot: None,
+        }
+    }
+}
+
+impl<S, C> Hedge<S, C> {
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared>, classify: C) -> Self {
+        Self {
+            inner,
+            shared,
+            classify,
+            slot: None,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// A handle on the counters, delays and budget shared with the layer.
+    pub fn handle(&self) -> HedgeHandle {
+        HedgeHandle {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The request's model hash and whether it is an update (never hedged: a
+/// write is not idempotent). No route: the shared histogram.
+fn route_of<Req: CloneRequest>(req: &Req) -> (Option<u64>, bool) {
+    let view = match (req.extensions(), req.headers()) {
+        (Some(extensions), Some(headers)) => RouteView::from_parts(extensions, headers).ok(),
+        (None, Some(headers)) => RouteView::from_headers(headers).ok(),
+        (Some(extensions), None) => extensions.get::<RouteInfo>().map(RouteView::from),
+        (None, None) => None,
+    };
+    match view {
+        Some(view) => (Some(view.hash), view.kind == RequestKind::Update),
+        None => (None, false),
+    }
+}
+
+impl<S, C, Req> Service<Req> for Hedge<S, C>
+where
+    S: Service<Req> + Clone,
+    S::Error: Into<BoxError>,
+    Req: CloneRequest,
+    C: Classify<S::Response>,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, Req, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut req: Req) -> Self::Future {
+        let now = Instant::now();
+        let shared = &self.shared;
+        Counters::add(&shared.counters.requests);
+        shared.budget.deposit(now);
+        let (hash, update) = route_of(&req);
+        let place = (!update).then(|| shared.delays.place(hash));
+        let hedges = shared.policy.max_attempts >= 2;
+        let backup = match place {
+            Some(place) if hedges => self.backup(&mut req, place, now),
+            _ => None,
+        };
+        let first = self.inner.call(req);
+        let shared = self.shared.clone();
+        ResponseFuture::new(first, backup, shared, place, now, self.classify.clone())
+    }
+}
+
+impl<S: Clone, C> Hedge<S, C> {
+    /// The backup of `req`, when its model has a delay and `req` can be
+    /// copied; puts the shared slot in `req`'s extensions.
+    fn backup<Req: CloneRequest>(
+        &mut self,
+        req: &mut Req,
+        place: Place,
+        now: Instant,
+    ) -> Option<Backup<S, Req>> {
+        let delay = self.shared.delays.delay(place, now)?;
+        let copy = req.clone_request()?;
+        let slot = match req.extensions_mut() {
+            Some(extensions) => {
+                let reused = self.slot.as_mut().is_some_and(PickedSlot::reuse);
+                let slot = match &self.slot {
+                    Some(slot) if reused => slot.clone(),
+                    _ => self.slot.insert(PickedSlot::new()).clone(),
+                };
+                extensions.insert(slot.clone());
+                Some(slot)
+            }
+            None => None,
+        };
+        Some(Backup {
+            service: self.inner.clone(),
+            request: copy,
+            slot,
+            deadline: now + delay,
+        })
+    }
+}

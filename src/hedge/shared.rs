@@ -1,0 +1,135 @@
+//! What every clone of a hedging service shares: the delays, the budget,
+//! the gate and the counters; and the handle that reads them.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::budget::Budget;
+use super::delay::Delays;
+use super::{HedgePolicy, LoadGate};
+use crate::route::ModelId;
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) requests: AtomicU64,
+    pub(crate) hedges: AtomicU64,
+    pub(crate) won: AtomicU64,
+    pub(crate) suppressed_budget: AtomicU64,
+    pub(crate) suppressed_load: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) policy: HedgePolicy,
+    pub(crate) delays: Delays,
+    pub(crate) budget: Arc<Budget>,
+    pub(crate) gate: Option<Box<dyn LoadGate>>,
+    pub(crate) counters: Counters,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("policy", &self.policy)
+            .field("budget", &self.budget)
+            .field("gate", &self.gate.is_some())
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(policy: HedgePolicy, gate: Option<Box<dyn LoadGate>>) -> Self {
+        let now = Instant::now();
+        Self {
+            delays: Delays::new(&policy, now),
+            budget: Arc::new(Budget::new(policy.budget_ratio, policy.budget_window, now)),
+            gate,
+            counters: Counters::default(),
+            policy,
+        }
+    }
+
+    /// Whether a hedge may go now: the gate first (it costs no budget),
+    /// then the budget. Counts a suppression.
+    pub(crate) fn may_hedge(&self, now: Instant) -> bool {
+        let c = &self.counters;
+        if let Some(gate) = &self.gate {
+            if gate.utilization() > self.policy.max_utilization {
+                Counters::add(&c.suppressed_load);
+                return false;
+            }
+        }
+        if !self.budget.try_withdraw(now) {
+            Counters::add(&c.suppressed_budget);
+            return false;
+        }
+        true
+    }
+}
+
+/// Counters of a [`HedgeLayer`](super::HedgeLayer) and every service it
+/// made, since it was built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct HedgeStats {
+    /// Requests received.
+    pub requests: u64,
+    /// Backup attempts sent.
+    pub hedges: u64,
+    /// Requests whose backup's success was the response returned.
+    pub hedges_won: u64,
+    /// Backups not sent because the budget was spent.
+    pub suppressed_by_budget: u64,
+    /// Backups not sent because the load gate reported a utilization above
+    /// the policy's maximum.
+    pub suppressed_by_load: u64,
+}
+
+/// A cheap, cloneable handle on a [`HedgeLayer`](super::HedgeLayer)'s
+/// counters, delays and budget.
+#[derive(Clone, Debug)]
+pub struct HedgeHandle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl HedgeHandle {
+    /// The counters so far.
+    pub fn stats(&self) -> HedgeStats {
+        let c = &self.shared.counters;
+        let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        HedgeStats {
+            requests: read(&c.requests),
+            hedges: read(&c.hedges),
+            hedges_won: read(&c.won),
+            suppressed_by_budget: read(&c.suppressed_budget),
+            suppressed_by_load: read(&c.suppressed_load),
+        }
+    }
+
+    /// The delay a request for `model` would wait now before its backup,
+    /// or `None` while the model has too few samples to hedge. Reading
+    /// gives no window to a model not seen yet.
+    pub fn delay(&self, model: &ModelId) -> Option<Duration> {
+        let delays = &self.shared.delays;
+        match delays.find(model.hash64()) {
+            Some(place) => delays.delay(place, Instant::now()),
+            None => delays.unseen(),
+        }
+    }
+
+    /// The budget hedges (and a [`RetryPolicy`](super::RetryPolicy) built
+    /// from the layer) draw from.
+    pub fn budget(&self) -> &Budget {
+        &self.shared.budget
+    }
+}

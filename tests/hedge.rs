@@ -1,0 +1,462 @@
+//! The hedging layer's decisions, on paused time over a scripted inner
+//! service: when a backup is sent, which attempt wins, what the budget and
+//! the load gate suppress, and that the backup's service is polled ready
+//! only when it is sent.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{advance, Instant};
+use tower::{Layer, Service, ServiceExt};
+use tower_model_balance::error::BoxError;
+use tower_model_balance::hedge::{
+    CloneRequest, HedgeLayer, HedgePolicy, HedgePolicyBuilder, HedgeStats,
+};
+
+type Req = http::Request<()>;
+type Rsp = http::Response<&'static str>;
+
+/// What one call does: answer `status` (or fail) after `after`; `None`:
+/// never answers.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    after: Option<Duration>,
+    status: Result<u16, ()>,
+}
+
+fn ok_after(ms: u64) -> Step {
+    Step {
+        after: Some(Duration::from_millis(ms)),
+        status: Ok(200),
+    }
+}
+
+fn status_after(ms: u64, status: u16) -> Step {
+    Step {
+        after: Some(Duration::from_millis(ms)),
+        status: Ok(status),
+    }
+}
+
+fn error_after(ms: u64) -> Step {
+    Step {
+        after: Some(Duration::from_millis(ms)),
+        status: Err(()),
+    }
+}
+
+fn never() -> Step {
+    Step {
+        after: None,
+        status: Ok(200),
+    }
+}
+
+/// Calls made, answers completed and futures dropped before answering,
+/// and readiness polls, shared by every clone.
+#[derive(Debug, Default)]
+struct Seen {
+    calls: AtomicUsize,
+    dropped: AtomicUsize,
+    ready_polls: AtomicUsize,
+}
+
+/// Answers call `i` by `script[i]` (the last step repeats); each response
+/// names its call in the body: `"0"`, `"1"`, ...
+#[derive(Clone)]
+struct Script {
+    steps: Arc<Vec<Step>>,
+    seen: Arc<Seen>,
+}
+
+impl Script {
+    fn new(steps: Vec<Step>) -> (Self, Arc<Seen>) {
+        let seen = Arc::new(Seen::default());
+        (
+            Self {
+                steps: Arc::new(steps),
+                seen: seen.clone(),
+            },
+            seen,
+        )
+    }
+}
+
+/// Counts its future dropped before it answered.
+struct DropGuard(Arc<Seen>, bool);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Service<Req> for Script {
+    type Response = Rsp;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Rsp, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.seen.ready_polls.fetch_add(1, Ordering::SeqCst);
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Req) -> Self::Future {
+        let i = self.seen.calls.fetch_add(1, Ordering::SeqCst);
+        let step = self.steps[i.min(self.steps.len() - 1)];
+        let guard = DropGuard(self.seen.clone(), false);
+        Box::pin(async move {
+            // The whole guard moves in (not only the field set below).
+            let mut guard = guard;
+            let Some(after) = step.after else {
+                std::future::pending::<()>().await;
+                unreachable!()
+            };
+            tokio::time::sleep(after).await;
+            guard.1 = true;
+            let name: &'static str = ["0", "1", "2"][i.min(2)];
+            match step.status {
+                Ok(status) => Ok(http::Response::builder().status(status).body(name)?),
+                Err(()) => Err(format!("call {i} failed").into()),
+            }
+        })
+    }
+}
+
+fn request(kind: &str) -> Req {
+    http::Request::post("/infer")
+        .header("x-model-id", "llama")
+        .header("x-request-kind", kind)
+        .body(())
+        .unwrap()
+}
+
+/// Hedges after 10 ms from the first request on (no minimum of samples, a
+/// 10 ms floor and ceiling), with room in the budget.
+fn policy() -> HedgePolicyBuilder {
+    HedgePolicy::builder()
+        .min_samples(0)
+        .floor(Duration::from_millis(10))
+        .ceiling(Duration::from_millis(10))
+        .budget_ratio(1.0)
+}
+
+/// Sends one request through a layer over `steps` and lets paused time run
+/// until it resolves.
+async fn send(
+    layer: &HedgeLayer,
+    steps: Vec<Step>,
+    kind: &str,
+) -> (Result<Rsp, BoxError>, Arc<Seen>, Duration) {
+    let (script, seen) = Script::new(steps);
+    let start = Instant::now();
+    let result = layer.layer(script).oneshot(request(kind)).await;
+    (result, seen, start.elapsed())
+}
+
+fn body(result: &Result<Rsp, BoxError>) -> &'static str {
+    result.as_ref().expect("a response").body()
+}
+
+fn stats(layer: &HedgeLayer) -> HedgeStats {
+    layer.handle().stats()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_attempt_faster_than_the_delay_is_never_hedged() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    let (result, seen, took) = send(&layer, vec![ok_after(9), ok_after(1)], "inference").await;
+    assert_eq!(body(&result), "0");
+    assert_eq!(took, Duration::from_millis(9));
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(stats(&layer).hedges, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_first_attempt_gets_a_backup_and_the_loser_is_dropped() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    let (result, seen, took) = send(&layer, vec![never(), ok_after(5)], "inference").await;
+    assert_eq!(body(&result), "1", "the backup answered");
+    assert_eq!(
+        took,
+        Duration::from_millis(15),
+        "sent at 10 ms, answered 5 ms later"
+    );
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        seen.dropped.load(Ordering::SeqCst),
+        1,
+        "the first attempt was cancelled"
+    );
+    let s = stats(&layer);
+    assert_eq!((s.requests, s.hedges, s.hedges_won), (1, 1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_success_wins_and_drops_the_backup() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    let (result, seen, took) = send(&layer, vec![ok_after(12), ok_after(50)], "inference").await;
+    assert_eq!(body(&result), "0");
+    assert_eq!(took, Duration::from_millis(12));
+    assert_eq!(
+        seen.dropped.load(Ordering::SeqCst),
+        1,
+        "the backup was cancelled"
+    );
+    let s = stats(&layer);
+    assert_eq!((s.hedges, s.hedges_won), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_early_failure_waits_for_the_other_attempt() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    // The first answers 503 at 12 ms, after the backup went at 10 ms; the
+    // backup succeeds at 30 ms.
+    let steps = vec![status_after(12, 503), ok_after(20)];
+    let (result, _, took) = send(&layer, steps, "inference").await;
+    assert_eq!(body(&result), "1");
+    assert_eq!(took, Duration::from_millis(30));
+    // The backup fails first: the first attempt's later success wins.
+    let (result, _, _) = send(&layer, vec![ok_after(40), error_after(1)], "inference").await;
+    assert_eq!(body(&result), "0");
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_every_attempt_fails_the_last_failure_is_returned() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    let (result, _, took) = send(
+        &layer,
+        vec![status_after(12, 503), error_after(10)],
+        "inference",
+    )
+    .await;
+    let err = result.unwrap_err();
+    assert_eq!(err.to_string(), "call 1 failed");
+    assert_eq!(took, Duration::from_millis(20));
+    let (result, _, _) = send(
+        &layer,
+        vec![error_after(30), status_after(5, 500)],
+        "inference",
+    )
+    .await;
+    assert_eq!(result.unwrap_err().to_string(), "call 0 failed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_backup_after_a_response_has_begun() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    // A 503 before the delay: returned at once, no backup ever.
+    let (result, seen, took) =
+        send(&layer, vec![status_after(3, 503), ok_after(1)], "inference").await;
+    assert_eq!(result.unwrap().status(), 503);
+    assert_eq!(took, Duration::from_millis(3));
+    advance(Duration::from_millis(50)).await;
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_budget_suppresses_the_backup_not_the_first_attempt() {
+    let layer = HedgeLayer::new(policy().budget_ratio(0.0).build().unwrap());
+    let (result, seen, took) = send(&layer, vec![ok_after(40), ok_after(1)], "inference").await;
+    assert_eq!(body(&result), "0", "the first attempt ran to its end");
+    assert_eq!(took, Duration::from_millis(40));
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(seen.dropped.load(Ordering::SeqCst), 0);
+    let s = stats(&layer);
+    assert_eq!(
+        (s.hedges, s.suppressed_by_budget, s.suppressed_by_load),
+        (0, 1, 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_caps_hedges_at_its_share_of_requests() {
+    // 10%: 20 slow requests sent one after another allow 2 hedges.
+    let layer = HedgeLayer::new(policy().budget_ratio(0.1).build().unwrap());
+    for _ in 0..20 {
+        let (result, _, _) = send(&layer, vec![ok_after(30), ok_after(30)], "inference").await;
+        result.unwrap();
+    }
+    let s = stats(&layer);
+    assert_eq!(s.requests, 20);
+    assert_eq!(s.hedges + s.suppressed_by_budget, 20);
+    assert_eq!(s.hedges, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loaded_fleet_suppresses_hedges() {
+    let utilization = Arc::new(Mutex::new(0.9));
+    let read = utilization.clone();
+    let gate = move || *read.lock().unwrap();
+    let layer = HedgeLayer::with_load_gate(policy().max_utilization(0.8).build().unwrap(), gate);
+    let layer = layer.classify(tower_model_balance::hedge::ServerErrors);
+    let (result, seen, _) = send(&layer, vec![ok_after(40), ok_after(1)], "inference").await;
+    assert_eq!(body(&result), "0");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    let s = stats(&layer);
+    assert_eq!((s.suppressed_by_load, s.suppressed_by_budget), (1, 0));
+    *utilization.lock().unwrap() = 0.5;
+    let (result, _, _) = send(&layer, vec![ok_after(40), ok_after(1)], "inference").await;
+    assert_eq!(body(&result), "1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_backup_service_is_polled_ready_only_when_sent() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    let (script, seen) = Script::new(vec![ok_after(30), ok_after(30)]);
+    let mut service = layer.layer(script);
+    service.ready().await.unwrap();
+    assert_eq!(seen.ready_polls.load(Ordering::SeqCst), 1);
+    let future = tokio::spawn(service.call(request("inference")));
+    advance(Duration::from_millis(9)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(
+        seen.ready_polls.load(Ordering::SeqCst),
+        1,
+        "nothing reserved before the delay"
+    );
+    advance(Duration::from_millis(2)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(
+        seen.ready_polls.load(Ordering::SeqCst),
+        2,
+        "polled when the backup is sent"
+    );
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 2);
+    future.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn updates_are_never_hedged() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    let (_, seen, _) = send(&layer, vec![ok_after(40), ok_after(1)], "update").await;
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(stats(&layer).hedges, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_model_is_hedged_once_it_has_the_minimum_of_samples() {
+    let layer = HedgeLayer::new(
+        policy()
+            .min_samples(5)
+            .floor(Duration::from_millis(1))
+            .ceiling(Duration::from_secs(1))
+            .build()
+            .unwrap(),
+    );
+    let model = tower_model_balance::route::ModelId::new("llama").unwrap();
+    for _ in 0..5 {
+        let (_, seen, _) = send(&layer, vec![ok_after(20), ok_after(1)], "inference").await;
+        assert_eq!(
+            seen.calls.load(Ordering::SeqCst),
+            1,
+            "too few samples to hedge"
+        );
+    }
+    advance(Duration::from_millis(100)).await;
+    let delay = layer.handle().delay(&model).expect("5 samples");
+    assert!(
+        (Duration::from_millis(20)..=Duration::from_millis(25)).contains(&delay),
+        "{delay:?}"
+    );
+    let (result, _, took) = send(&layer, vec![never(), ok_after(1)], "inference").await;
+    assert_eq!(body(&result), "1");
+    // The timer wheel rounds the deadline up to the next millisecond.
+    let sent = took - Duration::from_millis(1);
+    assert!(
+        sent >= delay && sent < delay + Duration::from_millis(1),
+        "{took:?}"
+    );
+}
+
+/// A request type that cannot be copied.
+struct Once;
+
+impl CloneRequest for Once {
+    fn clone_request(&self) -> Option<Self> {
+        None
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_that_cannot_be_cloned_is_sent_once() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let inner = tower::service_fn(move |_: Once| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            Ok::<_, BoxError>(7)
+        }
+    });
+    let layer = layer.classify(tower_model_balance::hedge::ErrorsOnly);
+    let answer = layer.layer(inner).oneshot(Once).await.unwrap();
+    assert_eq!(answer, 7);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_do_not_feed_the_delay() {
+    let layer = HedgeLayer::new(
+        policy()
+            .min_samples(3)
+            .floor(Duration::from_millis(1))
+            .ceiling(Duration::from_secs(1))
+            .build()
+            .unwrap(),
+    );
+    let model = tower_model_balance::route::ModelId::new("llama").unwrap();
+    for _ in 0..10 {
+        let (result, _, _) = send(&layer, vec![status_after(1, 503)], "inference").await;
+        assert_eq!(result.unwrap().status(), 503);
+        send(&layer, vec![error_after(1)], "inference")
+            .await
+            .0
+            .unwrap_err();
+    }
+    advance(Duration::from_millis(100)).await;
+    assert_eq!(
+        layer.handle().delay(&model),
+        None,
+        "20 failures are no samples"
+    );
+    for _ in 0..3 {
+        send(&layer, vec![ok_after(40)], "inference")
+            .await
+            .0
+            .unwrap();
+    }
+    advance(Duration::from_millis(100)).await;
+    let delay = layer.handle().delay(&model).expect("3 successes");
+    assert!(delay >= Duration::from_millis(40), "{delay:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_superseded_first_attempt_feeds_how_long_it_ran() {
+    let layer = HedgeLayer::new(
+        policy()
+            .floor(Duration::from_millis(10))
+            .ceiling(Duration::from_secs(1))
+            .median_factor(1_000.0)
+            .build()
+            .unwrap(),
+    );
+    let model = tower_model_balance::route::ModelId::new("llama").unwrap();
+    // The backup goes at 10 ms and answers 5 ms later: samples of 5 ms (the
+    // backup) and 15 ms (the first attempt, superseded).
+    let (result, _, _) = send(&layer, vec![never(), ok_after(5)], "inference").await;
+    assert_eq!(body(&result), "1");
+    advance(Duration::from_millis(100)).await;
+    let delay = layer.handle().delay(&model).unwrap();
+    assert!(
+        delay >= Duration::from_millis(15),
+        "the superseded 15 ms counts: {delay:?}"
+    );
+}
