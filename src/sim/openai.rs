@@ -41,19 +41,39 @@ impl Route {
     }
 }
 
-/// The model a request body names: its top-level `"model"` string. The
-/// answer to send instead when there is none (400) or it is not a valid
-/// model ID (404, as vLLM answers a model it does not serve).
-pub(super) fn model(body: &[u8]) -> Result<ModelId, SimResponse> {
+/// Why a request body names no model the server could serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum BadModel {
+    /// The body is not a JSON object with a string `"model"`.
+    NotNamed,
+    /// The named model is not a valid model ID.
+    Invalid(String),
+}
+
+impl BadModel {
+    /// The answer: 400 for a body naming no model; 404 for an invalid
+    /// model ID, as vLLM answers a model it does not serve.
+    pub(super) fn response(&self) -> SimResponse {
+        match self {
+            Self::NotNamed => {
+                let message = "the body must be a JSON object with a string `model`";
+                json(
+                    StatusCode::BAD_REQUEST,
+                    &vllm_error(message, "BadRequestError", 400),
+                )
+            }
+            Self::Invalid(name) => not_found(name),
+        }
+    }
+}
+
+/// The model a request body names: its top-level `"model"` string.
+pub(super) fn model(body: &[u8]) -> Result<ModelId, BadModel> {
     let value: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let Some(name) = value.as_ref().and_then(|v| v.get("model")?.as_str()) else {
-        let message = "the body must be a JSON object with a string `model`";
-        return Err(json(
-            StatusCode::BAD_REQUEST,
-            &vllm_error(message, "BadRequestError", 400),
-        ));
+        return Err(BadModel::NotNamed);
     };
-    ModelId::new(name).map_err(|_| not_found(name))
+    ModelId::new(name).map_err(|_| BadModel::Invalid(name.to_owned()))
 }
 
 /// vLLM's answer for a model it does not serve.
@@ -86,10 +106,15 @@ mod tests {
         let model = model(br#"{"messages": [], "model": "llama-3-8b"}"#).unwrap();
         assert_eq!(model.as_str(), "llama-3-8b");
         for bad in [&b"not json"[..], b"[]", b"{}", br#"{"model": 7}"#] {
-            assert_eq!(super::model(bad).unwrap_err().status(), 400);
+            let err = super::model(bad).unwrap_err();
+            assert_eq!(err, BadModel::NotNamed);
+            assert_eq!(err.response().status(), 400);
         }
-        for unknown in [&br#"{"model": ""}"#[..], br#"{"model": "a b"}"#] {
-            assert_eq!(super::model(unknown).unwrap_err().status(), 404);
+        for unknown in ["", "a b"] {
+            let body = format!(r#"{{"model": "{unknown}"}}"#);
+            let err = super::model(body.as_bytes()).unwrap_err();
+            assert_eq!(err, BadModel::Invalid(unknown.to_owned()));
+            assert_eq!(err.response().status(), 404);
         }
     }
 }

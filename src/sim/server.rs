@@ -279,7 +279,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
         Some(model) => model,
         None => match openai::model(&body.to_bytes()) {
             Ok(model) => model,
-            Err(response) => return Ok(response),
+            Err(bad) => return Ok(bad.response()),
         },
     };
     if kind != RequestKind::Update {
