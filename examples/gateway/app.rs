@@ -148,10 +148,11 @@ impl Gateway {
             // failure rate needs 10 calls first): a gateway in front of a
             // few backends fails fast sooner.
             .breaker(Policy::builder().consecutive_failures(3).build()?)
-            // When every backend's breaker is open, answer 503 with
-            // Retry-After at once rather than route over them all anyway
-            // (panic mode). Health ejects at most 30% of the fleet, so
-            // panic mode only mattered when every breaker is open.
+            // No panic mode: the backends whose breakers admit take the
+            // traffic, and when none does the gateway answers 503 with
+            // Retry-After at once, rather than route over backends that
+            // are failing. (Health alone ejects at most 30% of the fleet,
+            // so it cannot empty it.)
             .panic_threshold(0.0);
         if let Some(name) = config.residency_header.clone() {
             balance = balance.residency_header(ResidencyHeader::ResidentModels(name));
