@@ -6,7 +6,9 @@
 //! number of requests at once (the rest queue), pays a cold load that holds a
 //! serving slot when a model is not resident, and can be put into a
 //! [`Fault`] while it runs. It speaks a subset of the KServe v2 protocol,
-//! Triton's repository index, the OpenAI model list and Prometheus metrics
+//! Triton's repository index, the OpenAI-compatible inference routes
+//! (chat completions, completions, embeddings), the OpenAI model list and
+//! Prometheus metrics
 //! in vLLM's and Triton's names, so the probers of `health::probe`
 //! (feature `probe`) can ask it what they ask real servers; all of it is
 //! described in [`protocol`].
@@ -45,6 +47,7 @@ mod fault;
 mod loads;
 mod lora;
 mod metrics;
+mod openai;
 pub mod protocol;
 mod queue;
 mod repository;

@@ -1,15 +1,17 @@
 //! The simulated model server's wire protocol, written down once.
 //!
 //! A subset of the KServe Open Inference Protocol v2 (as served by Triton and
-//! KServe model servers), Triton's model repository index, the OpenAI
-//! model list (as vLLM serves it) and Prometheus metrics in both vLLM's and
+//! KServe model servers), Triton's model repository index, the
+//! OpenAI-compatible inference routes and model list (as vLLM serves
+//! them) and Prometheus metrics in both vLLM's and
 //! Triton's names, plus response headers that report what the simulation
 //! did:
 //!
 //! | request | response |
 //! | --- | --- |
 //! | `GET /v2/health/ready` | 200 when serving, 503 while a fault makes the server unavailable |
-//! | `POST /v2/models/{name}/infer` (any JSON body, read whole) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a [KServe error body](kserve_error) when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
+//! | `POST /v2/models/{name}/infer`, `POST /v2/models/{name}/versions/{version}/infer` (any JSON body, read whole; every version is the one model) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a [KServe error body](kserve_error) when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
+//! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings` (OpenAI-compatible, as vLLM serves them; a JSON object body, read whole, naming the model in its top-level `"model"` string) | 200 with an OpenAI-shaped body ([`chat_completion_response`], [`completion_response`], [`embedding_response`]), served as a KServe v2 inference of that model is; 503 while unavailable; 400 with a [vLLM error body](vllm_error) (`BadRequestError`) for a body that is not such an object; 404 with a vLLM error body (`NotFoundError`, ``The model `{name}` does not exist.``) for an invalid model ID and where the KServe v2 route answers 404 |
 //! | `POST /v2/repository/index` (any body, read whole; `{"ready": true}` asks for ready models only) | 200 with a JSON array, see below; 503 while unavailable |
 //! | `POST /v2/repository/models/{name}/load` (explicit mode; body empty or JSON; `{name}` percent-decoded, as [`load_path`] encodes it) | 200 with an empty body once the model is loaded, see below |
 //! | `POST /v2/repository/models/{name}/unload` (explicit mode; body empty or JSON) | 200 with an empty body; the model, loaded or loading, is removed (a model not resident: 200 too, as Triton answers) |
@@ -66,9 +68,9 @@
 //! [`Fault::LoadHangs`](super::Fault::LoadHangs) make loads fail or hang.
 //!
 //! Lists are sorted by model name, except the evicted models. An inference
-//! request with header `x-request-kind: update` is served as an update: a
-//! fixed time, no resident model needed. Every 200 response to an
-//! inference or update carries [`COLD_LOAD_HEADER`], [`BACKEND_HEADER`] and
+//! request (on any inference route) with header `x-request-kind: update`
+//! is served as an update: a fixed time, no resident model needed. Every
+//! 200 response to an inference or update carries [`COLD_LOAD_HEADER`], [`BACKEND_HEADER`] and
 //! [`RESIDENT_MODELS_HEADER`].
 //!
 //! The metrics, each a gauge with `# HELP` and `# TYPE` lines:
@@ -103,6 +105,12 @@ pub const REPOSITORY_INDEX_PATH: &str = "/v2/repository/index";
 pub const MODELS_PATH: &str = "/v1/models";
 /// The Prometheus metrics path.
 pub const METRICS_PATH: &str = "/metrics";
+/// The OpenAI-compatible chat completions path (POST).
+pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
+/// The OpenAI-compatible (legacy) completions path (POST).
+pub const COMPLETIONS_PATH: &str = "/v1/completions";
+/// The OpenAI-compatible embeddings path (POST).
+pub const EMBEDDINGS_PATH: &str = "/v1/embeddings";
 /// vLLM's path to load a LoRA adapter (POST).
 pub const LOAD_LORA_PATH: &str = "/v1/load_lora_adapter";
 /// vLLM's path to unload a LoRA adapter (POST).
@@ -188,9 +196,15 @@ pub fn infer_path(model: &str) -> String {
     format!("/v2/models/{model}/infer")
 }
 
-/// The model name of an inference path, if `path` is one.
+/// The model name of an inference path, `/v2/models/{name}/infer` or
+/// `/v2/models/{name}/versions/{version}/infer`, if `path` is one.
 pub fn parse_infer_path(path: &str) -> Option<&str> {
-    let name = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
+    let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
+    let name = match rest.split_once("/versions/") {
+        Some((name, version)) if !version.is_empty() && !version.contains('/') => name,
+        Some(_) => return None,
+        None => rest,
+    };
     (!name.is_empty() && !name.contains('/')).then_some(name)
 }
 
@@ -202,6 +216,40 @@ pub fn infer_response(model: &str) -> String {
         r#"{{"model_name":"{name}","outputs":[{{"name":"output0","datatype":"FP32","shape":[1],"data":[0.5]}}]}}"#
     )
 }
+
+/// The text every simulated completion answers.
+pub const COMPLETION_TEXT: &str = "Simulated reply.";
+
+/// An OpenAI chat completion body for `model` (`"object":
+/// "chat.completion"`): one assistant message, [`COMPLETION_TEXT`], and a
+/// fixed token usage; valid JSON whatever the name holds.
+pub fn chat_completion_response(model: &str) -> String {
+    format!(
+        r#"{{"id":"chatcmpl-sim","object":"chat.completion","created":0,"model":"{}","choices":[{{"index":0,"message":{{"role":"assistant","content":"{COMPLETION_TEXT}"}},"finish_reason":"stop"}}],"usage":{USAGE}}}"#,
+        json_escape(model)
+    )
+}
+
+/// An OpenAI completion body for `model` (`"object": "text_completion"`):
+/// one choice, [`COMPLETION_TEXT`], and a fixed token usage.
+pub fn completion_response(model: &str) -> String {
+    format!(
+        r#"{{"id":"cmpl-sim","object":"text_completion","created":0,"model":"{}","choices":[{{"index":0,"text":"{COMPLETION_TEXT}","logprobs":null,"finish_reason":"stop"}}],"usage":{USAGE}}}"#,
+        json_escape(model)
+    )
+}
+
+/// An OpenAI embeddings body for `model` (`"object": "list"`): one
+/// embedding of four dimensions.
+pub fn embedding_response(model: &str) -> String {
+    format!(
+        r#"{{"object":"list","data":[{{"object":"embedding","index":0,"embedding":[0.5,0.5,0.5,0.5]}}],"model":"{}","usage":{{"prompt_tokens":4,"total_tokens":4}}}}"#,
+        json_escape(model)
+    )
+}
+
+/// The fixed token usage of a simulated completion.
+const USAGE: &str = r#"{"prompt_tokens":4,"completion_tokens":3,"total_tokens":7}"#;
 
 /// `text` escaped for the inside of a JSON string.
 pub(crate) fn json_escape(text: &str) -> String {
@@ -236,6 +284,10 @@ mod tests {
         assert_eq!(parse_infer_path("/v2/models//infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/b/infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/ready"), None);
+        assert_eq!(parse_infer_path("/v2/models/a/versions/2/infer"), Some("a"));
+        assert_eq!(parse_infer_path("/v2/models/a/versions//infer"), None);
+        assert_eq!(parse_infer_path("/v2/models/a/versions/2/3/infer"), None);
+        assert_eq!(parse_infer_path("/v2/models//versions/2/infer"), None);
         let parsed = parse_control_path;
         assert_eq!(parsed(&load_path("m")), Some(("m".to_owned(), true)));
         assert_eq!(parsed(&unload_path("m")), Some(("m".to_owned(), false)));
@@ -254,6 +306,24 @@ mod tests {
         assert_eq!(parse_control_path("/v2/repository/models/a/b/load"), None);
         assert_eq!(parse_control_path("/v2/repository/models/a/reload"), None);
         assert_eq!(parse_control_path("/v2/repository/models/load"), None);
+    }
+
+    #[test]
+    fn openai_bodies_are_json_naming_the_model() {
+        let model = r#"a"b\c"#;
+        for (body, object) in [
+            (chat_completion_response(model), "chat.completion"),
+            (completion_response(model), "text_completion"),
+            (embedding_response(model), "list"),
+        ] {
+            let value: serde_json::Value = serde_json::from_str(&body).expect(&body);
+            assert_eq!(value["model"], model, "{body}");
+            assert_eq!(value["object"], object, "{body}");
+        }
+        let chat: serde_json::Value = serde_json::from_str(&chat_completion_response("m")).unwrap();
+        assert_eq!(chat["choices"][0]["message"]["content"], COMPLETION_TEXT);
+        let text: serde_json::Value = serde_json::from_str(&completion_response("m")).unwrap();
+        assert_eq!(text["choices"][0]["text"], COMPLETION_TEXT);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::control;
 use super::fault::Fault;
 use super::loads::Loads;
 use super::metrics::{self, Snapshot};
+use super::openai;
 use super::protocol::{self, BACKEND_HEADER, COLD_LOAD_HEADER, RESIDENT_MODELS_HEADER};
 use super::queue::{backlog_delay, Counted};
 use super::repository;
@@ -242,11 +243,19 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
         let _ = req.into_body().collect().await;
         return Ok(response);
     }
-    let model = match (req.method(), protocol::parse_infer_path(req.uri().path())) {
-        (&Method::POST, Some(name)) => match ModelId::new(name) {
-            Ok(model) => model,
-            Err(error) => return Ok(plain(StatusCode::BAD_REQUEST, &error.to_string())),
-        },
+    // The KServe v2 route names the model in its path, the OpenAI ones in
+    // the body (read below).
+    let (path_model, openai) = match (req.method(), req.uri().path()) {
+        (&Method::POST, path) => {
+            match (protocol::parse_infer_path(path), openai::Route::of(path)) {
+                (Some(name), _) => match ModelId::new(name) {
+                    Ok(model) => (Some(model), None),
+                    Err(error) => return Ok(plain(StatusCode::BAD_REQUEST, &error.to_string())),
+                },
+                (None, Some(route)) => (None, Some(route)),
+                (None, None) => return Ok(plain(StatusCode::NOT_FOUND, "not found")),
+            }
+        }
         _ => return Ok(plain(StatusCode::NOT_FOUND, "not found")),
     };
     state.counters.work.fetch_add(1, Ordering::Relaxed);
@@ -254,9 +263,9 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
         Ok(route) => route.kind,
         Err(_) => RequestKind::Inference,
     };
-    if req.into_body().collect().await.is_err() {
+    let Ok(body) = req.into_body().collect().await else {
         return Ok(plain(StatusCode::BAD_REQUEST, "unreadable body"));
-    }
+    };
     let (slow, backlog) = match fault {
         Some(Fault::Unavailable) => return Ok(unavailable(&state)),
         Some(Fault::Slow { factor, share }) => {
@@ -266,10 +275,20 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
         Some(Fault::Backlog { waiting }) => (1, waiting),
         _ => (1, 0),
     };
+    let model = match path_model {
+        Some(model) => model,
+        None => match openai::model(&body.to_bytes()) {
+            Ok(model) => model,
+            Err(bad) => return Ok(bad.response()),
+        },
+    };
     if kind != RequestKind::Update {
         if let Some(error) = control::not_found(&state, model.as_str()) {
             state.counters.not_found.fetch_add(1, Ordering::Relaxed);
-            return Ok(json(StatusCode::NOT_FOUND, &error));
+            return Ok(match openai {
+                Some(_) => openai::not_found(model.as_str()),
+                None => json(StatusCode::NOT_FOUND, &error),
+            });
         }
     }
     let config = &state.config;
@@ -312,7 +331,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
         cold
     };
     let resident = repository::resident_list(&lock(&state.residency), Instant::now());
-    let mut response = plain(StatusCode::OK, &protocol::infer_response(model.as_str()));
+    let mut response = match openai {
+        Some(route) => json(StatusCode::OK, &route.response(model.as_str())),
+        None => plain(StatusCode::OK, &protocol::infer_response(model.as_str())),
+    };
     let headers = response.headers_mut();
     headers.insert(
         COLD_LOAD_HEADER,

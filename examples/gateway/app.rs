@@ -1,0 +1,330 @@
+//! The gateway itself, shared by `examples/gateway/main.rs` and
+//! `tests/gateway.rs`: an axum router whose inference routes go through
+//! the crate's stack to the backends.
+//!
+//! ```text
+//! axum ─► ModelFromBody ─► [hedge: slot] ─► ModelBalancer ─► per backend: breaker ─► timeout ─► SetOrigin ─► hyper-util client
+//!         model ID from       (not yet)       affinity, health,                        Elapsed
+//!         body or path                        probes
+//! ```
+
+#[path = "errors.rs"]
+pub mod errors;
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use http_body_util::{Either, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tower::discover::ServiceList;
+use tower::timeout::Timeout;
+use tower::{ServiceBuilder, ServiceExt};
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::balance::{
+    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ProbeTask, ResidencyHeader,
+};
+use tower_model_balance::breaker::Policy;
+use tower_model_balance::endpoint::{Origin, SetOrigin};
+use tower_model_balance::error::BoxError;
+use tower_model_balance::health::probe::{
+    KServeV2, MetricNames, OpenAiModels, ProbeConfig, PrometheusMetrics,
+};
+use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
+
+use errors::ErrorReply;
+
+/// What the client sends a backend: the request's own body, streamed
+/// (`Left`: KServe v2 paths, whose body the gateway does not read), or
+/// the body the route layer buffered to find the model (`Right`).
+pub type ClientBody = Either<Body, Full<Bytes>>;
+/// One backend's endpoint: the shared client pointed at its origin, under
+/// a timeout (inside the balancer's breaker, so a hung call is a failure).
+pub type Endpoint = Timeout<SetOrigin<Client<HttpConnector, ClientBody>>>;
+/// The whole request path.
+pub type Stack = ModelFromBody<ModelBalancer<Endpoint>>;
+
+/// The routes forwarded to the backends, as they are.
+pub const INFERENCE_ROUTES: [&str; 5] = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v2/models/{name}/infer",
+    "/v2/models/{name}/versions/{version}/infer",
+];
+
+/// Which model-server API the health probes ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// KServe v2 readiness and repository index (Triton, KServe, the
+    /// simulator), and vLLM-style metrics.
+    KServe,
+    /// The OpenAI model list and vLLM's metrics (vLLM, SGLang, TGI).
+    OpenAi,
+}
+
+/// How the gateway is set up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The backends: an ID and the origin to send to.
+    pub backends: Vec<(BackendId, Origin)>,
+    /// The most body bytes read to find the model (413 past it).
+    pub body_limit: usize,
+    /// The most a backend may take to answer (its response headers).
+    pub timeout: Duration,
+    /// The API the probes ask.
+    pub probe: Probe,
+    /// How often each backend is probed.
+    pub probe_interval: Duration,
+    /// A response header listing the models resident on the backend (the
+    /// simulator's), if the backends send one.
+    pub residency_header: Option<HeaderName>,
+}
+
+impl Config {
+    /// Defaults for `backends`: a 1 MiB body limit, a 60 s timeout, KServe
+    /// v2 probes every second, no residency header.
+    pub fn new(backends: Vec<(BackendId, Origin)>) -> Self {
+        Self {
+            backends,
+            body_limit: 1024 * 1024,
+            timeout: Duration::from_secs(60),
+            probe: Probe::KServe,
+            probe_interval: Duration::from_secs(1),
+            residency_header: None,
+        }
+    }
+}
+
+/// A built gateway: its router, and what keeps its background work alive.
+#[derive(Debug)]
+pub struct Gateway {
+    /// The axum router: the inference routes and `GET /metrics`.
+    pub router: Router,
+    /// The balancer's handle (counters, backend states).
+    pub handle: BalancerHandle,
+    _probes: ProbeTask,
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+struct App {
+    stack: Stack,
+    handle: BalancerHandle,
+    prometheus: PrometheusHandle,
+}
+
+impl Gateway {
+    /// Builds the stack and the router, and starts the probes; inside a
+    /// Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// An invalid setting (the crate's `InvalidConfig` names it), or a
+    /// metrics recorder of another kind already installed.
+    pub fn new(config: Config) -> Result<Self, BoxError> {
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build_http::<ClientBody>();
+        let backends: Vec<_> = config
+            .backends
+            .iter()
+            .map(|(id, origin)| {
+                let endpoint = SetOrigin::to(client.clone(), origin.clone());
+                let meta = BackendMeta::new(id.clone()).with_address(origin.clone());
+                Backend::with_meta(meta, Timeout::new(endpoint, config.timeout))
+            })
+            .collect();
+        let mut balance = BalanceConfig::builder()
+            // Three 5xx in a row open a backend's breaker (the default
+            // failure rate needs 10 calls first): a gateway in front of a
+            // few backends fails fast sooner.
+            .breaker(Policy::builder().consecutive_failures(3).build()?)
+            // No panic mode: the backends whose breakers admit take the
+            // traffic, and when none does the gateway answers 503 with
+            // Retry-After at once, rather than route over backends that
+            // are failing. (Health alone ejects at most 30% of the fleet,
+            // so it cannot empty it.)
+            .panic_threshold(0.0);
+        if let Some(name) = config.residency_header.clone() {
+            balance = balance.residency_header(ResidencyHeader::ResidentModels(name));
+        }
+        let balancer = ModelBalancer::new(ServiceList::new(backends), balance.build()?)?;
+        let handle = balancer.handle();
+        let probes = ProbeConfig::builder()
+            .interval(config.probe_interval)
+            .timeout(config.probe_interval.min(Duration::from_millis(500)))
+            .build()?;
+        let metrics = PrometheusMetrics::new(MetricNames::vllm());
+        let probes = match config.probe {
+            Probe::KServe => handle.spawn_probes((KServeV2::new(), metrics), probes),
+            Probe::OpenAi => handle.spawn_probes((OpenAiModels::new(), metrics), probes),
+        };
+        let app = App {
+            stack: stack(balancer, config.body_limit)?,
+            handle: handle.clone(),
+            prometheus: prometheus()?,
+        };
+        Ok(Self {
+            router: router(app),
+            handle,
+            _probes: probes,
+        })
+    }
+}
+
+/// The request path in front of the balancer.
+fn stack(balancer: ModelBalancer<Endpoint>, body_limit: usize) -> Result<Stack, BoxError> {
+    let route = ModelFromBodyLayer::builder().limit(body_limit).build()?;
+    Ok(ServiceBuilder::new()
+        // 1. Route: the model ID from the JSON body or the KServe v2 path,
+        //    into the request's `RouteInfo`; 400 / 413 from here.
+        .layer(route)
+        // 2. HEDGE (slot, not yet): `HedgeLayer` goes here, between route
+        //    and balance, so that its backup carries the `RouteInfo` and the
+        //    balancer sees its `Exclude`. It clones requests: the body must
+        //    be `Clone` by then, i.e. `Full<Bytes>` — buffer the KServe v2
+        //    bodies (`Either::Left`) too, under the same limit — and
+        //    `Stack` changes with it.
+        // 3. Balance: affinity to the model's owners, breakers, health.
+        .service(balancer))
+}
+
+fn router(app: App) -> Router {
+    let mut router = Router::new().route("/metrics", get(metrics));
+    for path in INFERENCE_ROUTES {
+        router = router.route(path, post(forward));
+    }
+    router
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .with_state(app)
+}
+
+/// Sends the request through the stack and the backend's answer back; an
+/// error of the stack becomes the gateway's own answer.
+async fn forward(State(app): State<App>, req: Request) -> Response {
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    // The client sets the backend's own Host from the origin.
+    parts.headers.remove(header::HOST);
+    match app.stack.oneshot(Request::from_parts(parts, body)).await {
+        Ok(response) => {
+            let (mut parts, body) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            // The body streams on; the balancer counts the request done
+            // when it ends.
+            Response::from_parts(parts, Body::new(body))
+        }
+        Err(error) => errors::classify(&*error).into_response(),
+    }
+}
+
+/// `GET /metrics`: the balancer's figures, read now, in Prometheus text.
+async fn metrics(State(app): State<App>) -> Response {
+    tower_model_balance::metrics::record(&app.handle);
+    app.prometheus.run_upkeep();
+    let content_type = HeaderValue::from_static("text/plain; version=0.0.4");
+    let mut response = app.prometheus.render().into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, content_type);
+    response
+}
+
+async fn no_route(req: Request) -> Response {
+    let message = format!("no route for {} {}", req.method(), req.uri().path());
+    ErrorReply::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "not_found",
+        message,
+    )
+    .into_response()
+}
+
+async fn wrong_method(req: Request) -> Response {
+    let message = format!("{} is not allowed on {}", req.method(), req.uri().path());
+    ErrorReply::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        "method_not_allowed",
+        message,
+    )
+    .into_response()
+}
+
+/// The process's Prometheus recorder: installed as the global `metrics`
+/// recorder on first use, shared by every gateway of the process after.
+fn prometheus() -> Result<PrometheusHandle, BoxError> {
+    static HANDLE: Mutex<Option<PrometheusHandle>> = Mutex::new(None);
+    let mut slot = HANDLE.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(handle) = slot.as_ref() {
+        return Ok(handle.clone());
+    }
+    let handle = PrometheusBuilder::new().install_recorder()?;
+    *slot = Some(handle.clone());
+    Ok(handle)
+}
+
+/// Removes the hop-by-hop headers (RFC 9110, section 7.6.1): those the
+/// `Connection` header names, and the fixed list. They describe one
+/// connection, not the message a proxy passes on.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_stripped() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, x-hop"),
+            ("keep-alive", "timeout=5"),
+            ("x-hop", "1"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("te", "trailers"),
+            ("content-type", "application/json"),
+            ("content-length", "12"),
+            ("x-model-id", "m"),
+        ] {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<_> = headers.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-length", "content-type", "x-model-id"]);
+    }
+}

@@ -1,0 +1,179 @@
+//! The gateway's flags.
+
+use std::net::SocketAddr;
+
+use tower_model_balance::endpoint::Origin;
+
+pub const USAGE: &str = "\
+usage: cargo run --release --example gateway [-- FLAGS]
+
+  --listen ADDR        address to serve on (default 127.0.0.1:8080)
+  --backend URL        a backend's origin, e.g. http://10.0.0.1:8000 (repeatable);
+                       without it, simulated backends start on 127.0.0.1
+  --sims N             how many simulated backends (1..=16, default 3)
+  --down               the simulated backends answer 503 (every owner down):
+                       after a few requests the gateway answers 503 itself,
+                       with Retry-After
+  --probe API          what the health probes ask: kserve (KServe v2 readiness
+                       and repository, default) or openai (/v1/models); both
+                       read vLLM-style /metrics
+  --body-limit BYTES   most body bytes read to find the model (1..=67108864,
+                       default 1048576): past it, 413
+  -h, --help           this text";
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Args {
+    pub listen: SocketAddr,
+    pub backends: Vec<Origin>,
+    pub sims: usize,
+    pub down: bool,
+    pub probe_openai: bool,
+    pub body_limit: usize,
+}
+
+/// Why parsing stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    Help,
+    Error(String),
+}
+
+impl Args {
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
+        let mut parsed = Args {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            backends: Vec::new(),
+            sims: 3,
+            down: false,
+            probe_openai: false,
+            body_limit: 1024 * 1024,
+        };
+        let mut sims_given = false;
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            let mut value = |name: &str| {
+                args.next()
+                    .ok_or_else(|| Stop::Error(format!("{name} needs a value")))
+            };
+            match flag.as_str() {
+                "-h" | "--help" => return Err(Stop::Help),
+                "--listen" => {
+                    let text = value("--listen")?;
+                    parsed.listen = text.parse().map_err(|_| {
+                        Stop::Error(format!(
+                            "--listen: `{text}` is not an address like 127.0.0.1:8080"
+                        ))
+                    })?;
+                }
+                "--backend" => {
+                    let text = value("--backend")?;
+                    let origin = Origin::parse(&text)
+                        .map_err(|e| Stop::Error(format!("--backend `{text}`: {e}")))?;
+                    if origin.scheme() != &http::uri::Scheme::HTTP {
+                        return Err(Stop::Error(format!(
+                            "--backend `{text}`: only http:// (the example's client has no TLS)"
+                        )));
+                    }
+                    parsed.backends.push(origin);
+                }
+                "--sims" => {
+                    parsed.sims = number(&value("--sims")?, "--sims", 1, 16)?;
+                    sims_given = true;
+                }
+                "--down" => parsed.down = true,
+                "--probe" => {
+                    parsed.probe_openai = match value("--probe")?.as_str() {
+                        "kserve" => false,
+                        "openai" => true,
+                        other => {
+                            return Err(Stop::Error(format!(
+                                "--probe: `{other}` is neither kserve nor openai"
+                            )))
+                        }
+                    }
+                }
+                "--body-limit" => {
+                    parsed.body_limit =
+                        number(&value("--body-limit")?, "--body-limit", 1, 64 * 1024 * 1024)?;
+                }
+                other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
+            }
+        }
+        if !parsed.backends.is_empty() && (parsed.down || sims_given) {
+            return Err(Stop::Error(
+                "--down and --sims apply to simulated backends, not with --backend".into(),
+            ));
+        }
+        Ok(parsed)
+    }
+}
+
+fn number(text: &str, flag: &str, min: usize, max: usize) -> Result<usize, Stop> {
+    match text.parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(Stop::Error(format!(
+            "{flag}: `{text}` is not a whole number in {min}..={max}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, Stop> {
+        Args::parse(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn defaults_and_flags() {
+        let args = parse(&[]).unwrap();
+        assert_eq!(args.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!((args.sims, args.down, args.backends.len()), (3, false, 0));
+        let args = parse(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--backend",
+            "http://10.0.0.1:8000",
+            "--backend",
+            "http://10.0.0.2:8000",
+            "--probe",
+            "openai",
+            "--body-limit",
+            "2048",
+        ])
+        .unwrap();
+        assert_eq!(args.listen.port(), 0);
+        assert_eq!(args.backends.len(), 2);
+        assert!(args.probe_openai);
+        assert_eq!(args.body_limit, 2048);
+        let args = parse(&["--sims", "5", "--down"]).unwrap();
+        assert_eq!((args.sims, args.down), (5, true));
+        assert_eq!(parse(&["--help"]), Err(Stop::Help));
+    }
+
+    #[test]
+    fn bad_flags_are_errors_not_panics() {
+        for bad in [
+            &["--listen"][..],
+            &["--listen", "localhost"],
+            &["--backend", "not a url"],
+            &["--backend", "https://10.0.0.1:8443"],
+            &["--sims", "0"],
+            &["--sims", "17"],
+            &["--sims", "-1"],
+            &["--probe", "grpc"],
+            &["--body-limit", "0"],
+            &["--body-limit", "99999999999999999999999"],
+            &["--bogus"],
+            &["--backend", "http://10.0.0.1:8000", "--down"],
+            &["--backend", "http://10.0.0.1:8000", "--sims", "2"],
+        ] {
+            assert!(
+                matches!(parse(bad), Err(Stop::Error(_))),
+                "{bad:?} should fail"
+            );
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! What the gateway answers for an error of its stack: a status, a
+//! `Retry-After` where waiting helps, and an OpenAI-shaped JSON body
+//! `{"error": {"message", "type", "code"}}`.
+//!
+//! | error (anywhere in the `source()` chain) | status | `Retry-After` |
+//! | --- | --- | --- |
+//! | `InvalidRoute` (no, or an invalid, model ID; a body that is not JSON) | 400 | |
+//! | `UnknownModel` (not in the backend's repository) | 404 | |
+//! | `PayloadTooLarge` (body over the limit) | 413 | |
+//! | `NoHealthyBackend` (every candidate's breaker open) | 503 | 1 s |
+//! | `BreakerOpen { retry_after }` | 503 | `retry_after` rounded up, at least 1 s |
+//! | `ModelLoadFailed` | 503 | |
+//! | tower's `Elapsed` (the per-backend timeout) | 504 | |
+//! | anything else (connect, transport) | 502 | |
+
+use std::error::Error;
+use std::time::Duration;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tower::timeout::error::Elapsed;
+use tower_model_balance::error::{
+    BreakerOpen, InvalidRoute, ModelLoadFailed, NoHealthyBackend, PayloadTooLarge, UnknownModel,
+};
+
+/// `Retry-After` for [`NoHealthyBackend`], which carries no wait of its
+/// own: one second, the least the header can say.
+pub const NO_BACKEND_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The gateway's answer to one error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorReply {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// Seconds for `Retry-After`, when waiting helps.
+    pub retry_after: Option<u64>,
+    /// The OpenAI error `type`.
+    pub kind: &'static str,
+    /// The OpenAI error `code`.
+    pub code: &'static str,
+    /// The error `message`: the error's own text.
+    pub message: String,
+}
+
+/// Maps an error of the stack to the gateway's answer. The stack boxes
+/// its typed errors as they are, but a layer may wrap one (a client error
+/// holding its cause), so the whole `source()` chain is searched, outermost
+/// first.
+pub fn classify(error: &(dyn Error + 'static)) -> ErrorReply {
+    let mut next = Some(error);
+    while let Some(err) = next {
+        if let Some(reply) = known(err) {
+            return reply;
+        }
+        next = err.source();
+    }
+    reply(
+        StatusCode::BAD_GATEWAY,
+        "upstream_error",
+        "bad_gateway",
+        error,
+    )
+}
+
+/// The answer for `err` itself, if it is one of the known errors.
+fn known(err: &(dyn Error + 'static)) -> Option<ErrorReply> {
+    let unavailable = StatusCode::SERVICE_UNAVAILABLE;
+    let invalid = "invalid_request_error";
+    let answer = if err.is::<InvalidRoute>() {
+        reply(StatusCode::BAD_REQUEST, invalid, "invalid_route", err)
+    } else if err.is::<UnknownModel>() {
+        reply(StatusCode::NOT_FOUND, invalid, "model_not_found", err)
+    } else if err.is::<PayloadTooLarge>() {
+        reply(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            invalid,
+            "payload_too_large",
+            err,
+        )
+    } else if err.is::<NoHealthyBackend>() {
+        let mut r = reply(
+            unavailable,
+            "service_unavailable",
+            "no_healthy_backend",
+            err,
+        );
+        r.retry_after = Some(retry_after_secs(NO_BACKEND_RETRY_AFTER));
+        r
+    } else if let Some(open) = err.downcast_ref::<BreakerOpen>() {
+        let mut r = reply(unavailable, "service_unavailable", "breaker_open", err);
+        r.retry_after = Some(retry_after_secs(open.retry_after));
+        r
+    } else if err.is::<ModelLoadFailed>() {
+        reply(unavailable, "service_unavailable", "model_load_failed", err)
+    } else if err.is::<Elapsed>() {
+        reply(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            "upstream_timeout",
+            err,
+        )
+    } else {
+        return None;
+    };
+    Some(answer)
+}
+
+fn reply(
+    status: StatusCode,
+    kind: &'static str,
+    code: &'static str,
+    err: &(dyn Error + 'static),
+) -> ErrorReply {
+    ErrorReply {
+        status,
+        retry_after: None,
+        kind,
+        code,
+        message: err.to_string(),
+    }
+}
+
+/// Whole seconds for `Retry-After`: `wait` rounded up, at least 1 (a
+/// `Retry-After: 0` invites an immediate retry storm).
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    let secs = wait
+        .as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0));
+    secs.max(1)
+}
+
+impl ErrorReply {
+    /// A reply of the gateway's own (no such route, wrong method).
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: String,
+    ) -> Self {
+        Self {
+            status,
+            retry_after: None,
+            kind,
+            code,
+            message,
+        }
+    }
+
+    /// The JSON body, `{"error": {"message", "type", "code"}}`.
+    pub fn body(&self) -> String {
+        serde_json::json!({
+            "error": { "message": self.message, "type": self.kind, "code": self.code }
+        })
+        .to_string()
+    }
+}
+
+impl IntoResponse for ErrorReply {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, self.body()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_model_balance::backend::BackendId;
+    use tower_model_balance::error::BoxError;
+    use tower_model_balance::route::{ModelId, RouteInfo};
+
+    fn model() -> ModelId {
+        ModelId::new("llama-3-8b").unwrap()
+    }
+
+    fn invalid_route() -> BoxError {
+        // The crate builds `InvalidRoute` itself; take one from a header.
+        let req = http::Request::post("/").body(()).unwrap();
+        RouteInfo::from_request(&req).unwrap_err().into()
+    }
+
+    fn classified(err: BoxError) -> ErrorReply {
+        classify(&*err)
+    }
+
+    #[test]
+    fn each_error_has_its_status() {
+        let backend = BackendId::new("gpu-0").unwrap();
+        let cases: [(BoxError, u16, Option<u64>, &str); 9] = [
+            (invalid_route(), 400, None, "invalid_route"),
+            (
+                UnknownModel::new(backend.clone(), model()).into(),
+                404,
+                None,
+                "model_not_found",
+            ),
+            (
+                PayloadTooLarge::new(1024).into(),
+                413,
+                None,
+                "payload_too_large",
+            ),
+            (
+                NoHealthyBackend::new(model()).into(),
+                503,
+                Some(1),
+                "no_healthy_backend",
+            ),
+            (
+                BreakerOpen::new(Duration::from_millis(4_200)).into(),
+                503,
+                Some(5),
+                "breaker_open",
+            ),
+            (
+                ModelLoadFailed::new(backend, model(), "HTTP 500").into(),
+                503,
+                None,
+                "model_load_failed",
+            ),
+            (Elapsed::new().into(), 504, None, "upstream_timeout"),
+            ("connection refused".into(), 502, None, "bad_gateway"),
+            (
+                std::io::Error::other("reset").into(),
+                502,
+                None,
+                "bad_gateway",
+            ),
+        ];
+        for (err, status, retry_after, code) in cases {
+            let text = err.to_string();
+            let reply = classified(err);
+            assert_eq!(reply.status, status, "{text}");
+            assert_eq!(reply.retry_after, retry_after, "{text}");
+            assert_eq!(reply.code, code, "{text}");
+            assert_eq!(reply.message, text);
+        }
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_at_least_one_second() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_secs(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1_001)), 2);
+        assert_eq!(retry_after_secs(Duration::from_secs(120)), 120);
+        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
+    }
+
+    /// An error that wraps another, as a client error wraps its cause.
+    #[derive(Debug)]
+    struct Wrapped(BoxError);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("request failed")
+        }
+    }
+
+    impl Error for Wrapped {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&*self.0)
+        }
+    }
+
+    #[test]
+    fn a_wrapped_error_is_found_in_the_chain() {
+        let inner = BreakerOpen::new(Duration::from_secs(3));
+        let reply = classified(Box::new(Wrapped(Box::new(Wrapped(inner.into())))));
+        assert_eq!(reply.status, 503);
+        assert_eq!(reply.retry_after, Some(3));
+        assert_eq!(reply.message, inner.to_string(), "the cause's own text");
+    }
+
+    #[test]
+    fn the_body_has_the_openai_error_shape() {
+        let reply = classified(PayloadTooLarge::new(10).into());
+        let body: serde_json::Value = serde_json::from_str(&reply.body()).unwrap();
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert_eq!(body["error"]["code"], "payload_too_large");
+        assert_eq!(
+            body["error"]["message"],
+            "request body larger than 10 bytes"
+        );
+        let response = classified(NoHealthyBackend::new(model()).into()).into_response();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+    }
+}

@@ -1,0 +1,137 @@
+//! An axum inference gateway: the OpenAI-compatible routes
+//! (`POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`) and
+//! the KServe v2 REST route (`POST /v2/models/{name}/infer`, also
+//! `…/versions/{v}/infer`) go through the crate's stack — the model ID
+//! from the body or the path, the model-aware balancer with its breakers
+//! and health probes, a hyper-util client per backend — to the backends;
+//! `GET /metrics` serves the balancer's figures in Prometheus text.
+//!
+//! ```text
+//! cargo run --release --example gateway                 # 3 simulated backends on 127.0.0.1
+//! cargo run --release --example gateway -- --down       # … answering 503: watch the gateway's own 503
+//! cargo run --release --example gateway -- --backend http://10.0.0.1:8000 --backend http://10.0.0.2:8000
+//! ```
+//!
+//! Errors of the stack become statuses with an OpenAI-shaped JSON body
+//! (see `errors.rs`): 400 for a bad model ID, 413 for a body over the
+//! limit, 503 with `Retry-After` when no backend can take the request.
+
+mod app;
+mod args;
+
+use std::process::ExitCode;
+
+use tokio::net::TcpListener;
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::endpoint::Origin;
+use tower_model_balance::sim::{protocol, Fault, ModelServer, ServerConfig};
+
+use app::{Config, Gateway, Probe};
+use args::{Args, Stop};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(Stop::Help) => {
+            println!("{}", args::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(Stop::Error(message)) => {
+            eprintln!("error: {message}\n\n{}", args::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    // Kept alive while the gateway serves: the servers stop when dropped.
+    let mut sims = Vec::new();
+    let mut config = if args.backends.is_empty() {
+        let mut backends = Vec::new();
+        for i in 0..args.sims {
+            let name = format!("sim-{i}");
+            let server = ModelServer::start(&name, ServerConfig::default())
+                .await
+                .map_err(|e| format!("starting simulated backend {name}: {e}"))?;
+            if args.down {
+                server.set_fault(Some(Fault::Unavailable));
+            }
+            let id = BackendId::new(&name).map_err(|e| e.to_string())?;
+            backends.push((id, Origin::http(server.addr())));
+            sims.push(server);
+        }
+        let mut config = Config::new(backends);
+        config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
+        config
+    } else {
+        let backends = args
+            .backends
+            .iter()
+            .map(|origin| {
+                let id = BackendId::new(&origin.to_string()).map_err(|e| e.to_string())?;
+                Ok((id, origin.clone()))
+            })
+            .collect::<Result<_, String>>()?;
+        Config::new(backends)
+    };
+    config.body_limit = args.body_limit;
+    if args.probe_openai {
+        config.probe = Probe::OpenAi;
+    }
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let backends: Vec<String> = config
+        .backends
+        .iter()
+        .map(|(id, origin)| format!("{id} {origin}"))
+        .collect();
+    let gateway = Gateway::new(config).map_err(|e| e.to_string())?;
+    println!("gateway on http://{addr} → {}", backends.join(", "));
+    if args.down {
+        println!("every simulated backend answers 503 (--down)");
+    }
+    println!("{}", try_it(&addr.to_string(), args.down));
+    axum::serve(listener, gateway.router.clone())
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| format!("serving: {e}"))?;
+    let s = gateway.handle.stats();
+    println!(
+        "routed: {} to a resident owner, {} to a cold owner, {} spilled, {} without a backend, {} invalid; {} breaker trips",
+        s.resident_owner,
+        s.cold_owner,
+        s.spill,
+        s.no_backend,
+        s.invalid_route,
+        gateway.handle.breaker_trips()
+    );
+    Ok(())
+}
+
+/// The curl lines printed on start.
+fn try_it(addr: &str, down: bool) -> String {
+    let chat = format!(
+        "curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\": \"llama-3-8b\", \"messages\": [{{\"role\": \"user\", \"content\": \"hi\"}}]}}'"
+    );
+    if down {
+        return format!(
+            "\nTry it (Ctrl-C stops):\n\n  # the backends' own 503s until their breakers open (3 in a row each), then the gateway's 503 with Retry-After:\n  for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} retry-after: %header{{retry-after}}\\n' \\\n    http://{addr}/v1/completions -d '{{\"model\": \"llama-3-8b\", \"prompt\": \"hi\"}}'; done\n  {}\n",
+            chat.replacen("curl -s", "curl -si", 1)
+        );
+    }
+    format!(
+        "\nTry it (Ctrl-C stops):\n\n  {chat}\n  curl -s http://{addr}/v2/models/resnet-50/infer \\\n    -d '{{\"inputs\": [{{\"name\": \"input0\", \"datatype\": \"FP32\", \"shape\": [1], \"data\": [1.0]}}]}}'\n  # a bad model ID (holds a space): 400\n  curl -si http://{addr}/v1/completions -d '{{\"model\": \"llama 3\", \"prompt\": \"hi\"}}'\n  curl -s http://{addr}/metrics | grep '^model_balance_'\n\n  # every owner down: restart with --down\n"
+    )
+}

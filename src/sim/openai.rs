@@ -1,0 +1,120 @@
+//! The OpenAI-compatible inference routes, as vLLM serves them: the model
+//! is named in the JSON body, not in the path. Served as a KServe v2
+//! inference of that model is (same queue, residency and faults); only the
+//! response body and the error bodies differ (see [`protocol`]).
+
+use http::StatusCode;
+
+use super::protocol::{self, vllm_error};
+use super::server::{json, SimResponse};
+use crate::route::ModelId;
+
+/// One of the OpenAI-compatible inference routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Route {
+    /// `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// `POST /v1/completions`.
+    Completions,
+    /// `POST /v1/embeddings`.
+    Embeddings,
+}
+
+impl Route {
+    /// The route `path` names, if it is one.
+    pub(super) fn of(path: &str) -> Option<Self> {
+        match path {
+            protocol::CHAT_COMPLETIONS_PATH => Some(Self::ChatCompletions),
+            protocol::COMPLETIONS_PATH => Some(Self::Completions),
+            protocol::EMBEDDINGS_PATH => Some(Self::Embeddings),
+            _ => None,
+        }
+    }
+
+    /// The body of a successful answer for `model`.
+    pub(super) fn response(self, model: &str) -> String {
+        match self {
+            Self::ChatCompletions => protocol::chat_completion_response(model),
+            Self::Completions => protocol::completion_response(model),
+            Self::Embeddings => protocol::embedding_response(model),
+        }
+    }
+}
+
+/// Why a request body names no model the server could serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum BadModel {
+    /// The body is not a JSON object with a string `"model"`.
+    NotNamed,
+    /// The named model is not a valid model ID.
+    Invalid(String),
+}
+
+impl BadModel {
+    /// The answer: 400 for a body naming no model; 404 for an invalid
+    /// model ID, as vLLM answers a model it does not serve.
+    pub(super) fn response(&self) -> SimResponse {
+        match self {
+            Self::NotNamed => {
+                let message = "the body must be a JSON object with a string `model`";
+                json(
+                    StatusCode::BAD_REQUEST,
+                    &vllm_error(message, "BadRequestError", 400),
+                )
+            }
+            Self::Invalid(name) => not_found(name),
+        }
+    }
+}
+
+/// The model a request body names: its top-level `"model"` string.
+pub(super) fn model(body: &[u8]) -> Result<ModelId, BadModel> {
+    let value: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let Some(name) = value.as_ref().and_then(|v| v.get("model")?.as_str()) else {
+        return Err(BadModel::NotNamed);
+    };
+    ModelId::new(name).map_err(|_| BadModel::Invalid(name.to_owned()))
+}
+
+/// vLLM's answer for a model it does not serve.
+pub(super) fn not_found(model: &str) -> SimResponse {
+    let message = format!("The model `{model}` does not exist.");
+    json(
+        StatusCode::NOT_FOUND,
+        &vllm_error(&message, "NotFoundError", 404),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_by_path() {
+        assert_eq!(
+            Route::of("/v1/chat/completions"),
+            Some(Route::ChatCompletions)
+        );
+        assert_eq!(Route::of("/v1/completions"), Some(Route::Completions));
+        assert_eq!(Route::of("/v1/embeddings"), Some(Route::Embeddings));
+        assert_eq!(Route::of("/v1/models"), None);
+        assert_eq!(Route::of("/v1/chat/completions/"), None);
+    }
+
+    #[test]
+    fn the_model_comes_from_the_body() {
+        let model = model(br#"{"messages": [], "model": "llama-3-8b"}"#).unwrap();
+        assert_eq!(model.as_str(), "llama-3-8b");
+        for bad in [&b"not json"[..], b"[]", b"{}", br#"{"model": 7}"#] {
+            let err = super::model(bad).unwrap_err();
+            assert_eq!(err, BadModel::NotNamed);
+            assert_eq!(err.response().status(), 400);
+        }
+        for unknown in ["", "a b"] {
+            let body = format!(r#"{{"model": "{unknown}"}}"#);
+            let err = super::model(body.as_bytes()).unwrap_err();
+            assert_eq!(err, BadModel::Invalid(unknown.to_owned()));
+            assert_eq!(err.response().status(), 404);
+        }
+    }
+}
