@@ -351,3 +351,40 @@ async fn metrics_lists_the_documented_names() {
         reply.body
     );
 }
+
+/// Sends `head` (a request line and headers announcing more body than
+/// follows) and `body`, then closes the sending side: a client that breaks
+/// its upload off. Returns the status line.
+async fn truncated(addr: SocketAddr, path: &str, body: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer));
+    read.await.expect("answered").unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    answer.lines().next().unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn a_body_the_client_breaks_off_is_its_400_and_no_backend_failure() {
+    let gw = start("cut", 3, |_| {}).await;
+    for _ in 0..12 {
+        let kserve = truncated(gw.addr, "/v2/models/victim/infer", r#"{"inputs":[]}"#).await;
+        assert!(kserve.contains(" 400 "), "{kserve}");
+        let openai = truncated(gw.addr, "/v1/completions", r#"{"model":"m""#).await;
+        assert!(openai.contains(" 400 "), "{openai}");
+    }
+    for backend in gw.handle.backends() {
+        assert_eq!(backend.failures, 0, "{}", backend.id);
+        assert_eq!(backend.breaker_trips, 0, "{}", backend.id);
+    }
+    // The gateway still serves.
+    let reply = gw.post("/v2/models/resnet/infer", r#"{"inputs":[]}"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}

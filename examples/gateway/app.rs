@@ -42,8 +42,9 @@ use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 
 use errors::ErrorReply;
 
-/// What the client sends a backend: the request's own body, streamed
-/// (`Left`: KServe v2 paths, whose body the gateway does not read), or
+/// What the client sends a backend: the request's own body, read whole
+/// under the limit first (`Left`: KServe v2 paths, whose model is in the
+/// path), or
 /// the body the route layer buffered to find the model (`Right`).
 pub type ClientBody = Either<Body, Full<Bytes>>;
 /// One backend's endpoint: the shared client pointed at its origin, under
@@ -120,6 +121,8 @@ struct App {
     stack: Stack,
     handle: BalancerHandle,
     prometheus: PrometheusHandle,
+    /// The most body bytes a request may send.
+    body_limit: usize,
 }
 
 impl Gateway {
@@ -172,6 +175,7 @@ impl Gateway {
             stack: stack(balancer, config.body_limit)?,
             handle: handle.clone(),
             prometheus: prometheus()?,
+            body_limit: config.body_limit,
         };
         Ok(Self {
             router: router(app),
@@ -216,6 +220,13 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
     strip_hop_by_hop(&mut parts.headers);
     // The client sets the backend's own Host from the origin.
     parts.headers.remove(header::HOST);
+    // The whole body first, under the limit: a body the client breaks off
+    // is its error (400), found here, never a failure the balancer would
+    // count against a backend; and a KServe v2 body has the limit too.
+    let body = match axum::body::to_bytes(body, app.body_limit).await {
+        Ok(bytes) => Body::from(bytes),
+        Err(error) => return errors::unreadable_body(&error, app.body_limit).into_response(),
+    };
     match app.stack.oneshot(Request::from_parts(parts, body)).await {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();

@@ -42,6 +42,25 @@ pub struct ErrorReply {
     pub message: String,
 }
 
+/// A request body that could not be read whole: over `limit` bytes (413,
+/// as the route layer answers), else broken off or malformed by the
+/// client (400).
+pub fn unreadable_body(error: &(dyn Error + 'static), limit: usize) -> ErrorReply {
+    let mut next = Some(error);
+    while let Some(err) = next {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return classify(&tower_model_balance::error::PayloadTooLarge::new(limit));
+        }
+        next = err.source();
+    }
+    ErrorReply::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        "unreadable_body",
+        format!("the request body could not be read: {error}"),
+    )
+}
+
 /// Maps an error of the stack to the gateway's answer. The stack boxes
 /// its typed errors as they are, but a layer may wrap one (a client error
 /// holding its cause), so the whole `source()` chain is searched, outermost
