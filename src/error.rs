@@ -61,6 +61,9 @@ pub enum InvalidReason {
     /// The request body is not a JSON object (a syntax error, truncated
     /// JSON, or a top-level array, string, number, `true`/`false`/`null`).
     NotJson,
+    /// The request body could not be read whole (the client broke it
+    /// off, or its framing is wrong): the client's error, not a backend's.
+    Unreadable,
 }
 
 impl InvalidRoute {
@@ -80,6 +83,7 @@ impl fmt::Display for InvalidReason {
             Self::Duplicate => f.write_str("given more than once"),
             Self::Unrecognized => f.write_str("not a recognized value"),
             Self::NotJson => f.write_str("not a JSON object"),
+            Self::Unreadable => f.write_str("could not be read"),
         }
     }
 }

@@ -187,10 +187,14 @@ async fn header_or_extension_passes_through_unread() {
 }
 
 #[tokio::test]
-async fn body_read_error_is_passed_on_as_is() {
+async fn a_body_that_cannot_be_read_is_the_clients_invalid_route() {
     let req = http::Request::post("/v1/completions").body(Poison).unwrap();
     let err = run(ModelFromBodyLayer::default(), req).await.unwrap_err();
-    assert!(err.is::<std::io::Error>(), "{err}");
+    let err = err.downcast_ref::<InvalidRoute>().expect("typed");
+    assert_eq!(
+        (err.source, &err.reason),
+        ("body", &InvalidReason::Unreadable)
+    );
 }
 
 #[tokio::test]

@@ -19,9 +19,15 @@
 //!    [`repository_interval`](PlacementPolicyBuilder::repository_interval))
 //!    are loaded; any other fails at once with
 //!    [`UnknownModel`](crate::error::UnknownModel) and triggers no load.
+//!    Placement assumes the backends share one model repository (as a
+//!    Triton fleet over one object store does): a model the picked backend's
+//!    repository lacks fails there, even if another backend's holds it.
 //! 2. **One load per (backend, model).** The first request starts the load;
 //!    every request that arrives while it runs waits for the same load (no
-//!    thundering herd of load calls). With [`WhenCold::PreferWarm`] a
+//!    thundering herd of load calls). A backend loads one model at a time:
+//!    a load waits for the one before it, and the wait counts against its
+//!    `load_timeout` (a load that hangs makes the loads queued behind it on
+//!    that backend time out too). With [`WhenCold::PreferWarm`] a
 //!    request goes instead to a backend past the owners where the model is
 //!    served, if one admits, and the owner's load still starts.
 //! 3. **Room first.** When the backend already holds as many models as its
@@ -34,7 +40,9 @@
 //!    the load counts as one failure for the backend's breaker (however
 //!    many requests waited), never as a slow call.
 //!    A 404 from a backend believed to serve the model marks it not
-//!    resident there and starts one reload.
+//!    resident there and starts one reload; the request that got the 404
+//!    gets it (its body may not be cloneable, so it is not sent again), and
+//!    the requests after it wait for the reload.
 //!
 //! A request that waited for a load carries [`WaitedForLoad`] in its
 //! response extensions: it was a cold start, however fast the server

@@ -89,14 +89,20 @@ impl RingConfig {
         self.vnodes_per_weight
     }
 
+    /// The most virtual nodes per unit of weight: 10 000 (1 000 backends of
+    /// weight 1 then fill 10 M of the ring's 16 Mi points).
+    pub const MAX_VNODES_PER_WEIGHT: u32 = 10_000;
+
     /// A config with the given seed and vnode count.
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] naming `vnodes_per_weight` when it is 0.
+    /// [`InvalidConfig`] naming `vnodes_per_weight` when it is outside
+    /// 1 ..= [`RingConfig::MAX_VNODES_PER_WEIGHT`] (more would leave room
+    /// for few backends within [`MAX_POINTS`]: the rest would be left out).
     pub fn new(seed: u64, vnodes_per_weight: u32) -> Result<Self, InvalidConfig> {
-        if vnodes_per_weight == 0 {
-            return Err(InvalidConfig::new("vnodes_per_weight", "at least 1"));
+        if !(1..=Self::MAX_VNODES_PER_WEIGHT).contains(&vnodes_per_weight) {
+            return Err(InvalidConfig::new("vnodes_per_weight", "1 ..= 10000"));
         }
         Ok(Self {
             seed,

@@ -75,6 +75,14 @@ fn rejects_bad_members() {
         RingConfig::new(0, 0).unwrap_err().field,
         "vnodes_per_weight"
     );
+    assert!(RingConfig::new(0, RingConfig::MAX_VNODES_PER_WEIGHT).is_ok());
+    assert_eq!(
+        RingConfig::new(0, RingConfig::MAX_VNODES_PER_WEIGHT + 1)
+            .unwrap_err()
+            .field,
+        "vnodes_per_weight",
+        "a value that leaves room for few backends"
+    );
 }
 
 #[test]

@@ -167,7 +167,9 @@ impl ModelFromBodyBuilder {
 ///   than once (`Duplicate`), or an invalid model ID; with source `path` for
 ///   an invalid name in the KServe v2 path; with the header's name for an
 ///   invalid `x-request-kind`, `x-urgency` or `content-length`;
-/// * the body's own error, boxed as it is, when reading it fails;
+/// * [`InvalidRoute`] from `body`, reason [`InvalidReason::Unreadable`], when
+///   reading the body fails (the client broke it off: its error, not a
+///   backend's; the body's own error is logged at debug level);
 /// * the inner service's error, boxed.
 ///
 /// # Backpressure
@@ -275,7 +277,10 @@ where
                     Err(err) if err.is::<LengthLimitError>() => {
                         return Err(PayloadTooLarge::new(limit).into())
                     }
-                    Err(err) => return Err(err),
+                    Err(err) => {
+                        tracing::debug!(%err, "request body not read");
+                        return Err(InvalidRoute::new("body", InvalidReason::Unreadable).into());
+                    }
                 };
                 let model = model_from_json(&bytes)?;
                 let mut route = traits.route(model);
