@@ -317,3 +317,29 @@ proptest! {
         }
     }
 }
+
+#[tokio::test]
+async fn a_kserve_v2_path_name_is_percent_decoded_and_validated() {
+    let route = |path: &str| {
+        let req = http::Request::post(path).body(Poison).unwrap();
+        run(ModelFromBodyLayer::default(), req)
+    };
+    // The same model as `{"model": "模"}` or `{"model": "org/m"}`.
+    for (path, name) in [
+        ("/v2/models/%E6%A8%A1/infer", "模"),
+        ("/v2/models/org%2Fm/infer", "org/m"),
+        ("/v2/models/plain/infer", "plain"),
+    ] {
+        let seen = route(path).await.unwrap();
+        assert_eq!(seen.route.unwrap().model.as_str(), name, "{path}");
+    }
+    for (path, reason) in [
+        ("/v2/models/%FF%FE/infer", InvalidReason::NotText),
+        ("/v2/models/a%01b/infer", InvalidReason::ForbiddenCharacter),
+        ("/v2/models/a%20b/infer", InvalidReason::ForbiddenCharacter),
+    ] {
+        let err = route(path).await.unwrap_err();
+        let err = err.downcast_ref::<InvalidRoute>().expect("typed");
+        assert_eq!((err.source, &err.reason), ("path", &reason), "{path}");
+    }
+}

@@ -145,7 +145,9 @@ impl ModelFromBodyBuilder {
 ///    through untouched, body unread (as `Either::Left`).
 /// 2. A KServe v2 path, `/v2/models/{name}/infer` or
 ///    `/v2/models/{name}/versions/{version}/infer`: the model ID is `{name}`
-///    as it stands in the path (not percent-decoded); the body is not read
+///    percent-decoded (`a%2Fb` is `a/b`, as the same model named in a JSON
+///    body; invalid UTF-8 once decoded is [`InvalidReason::NotText`], a
+///    decoded control character an invalid ID); the body is not read
 ///    (`Either::Left`).
 /// 3. Otherwise the body is buffered, up to the limit, and the top-level
 ///    `"model"` string of the JSON object is the model ID; no other field is
@@ -255,7 +257,13 @@ where
             Err(err) => return failed(err.into()),
         };
         if let Some(name) = kserve_v2_model(req.uri().path()) {
-            return match ModelId::from_source("path", name) {
+            // The name as the client meant it: `%2F` is `/`, `%E6%A8%A1`
+            // is `模`, as in a JSON body (and as a server decodes it).
+            let decoded = percent_encoding::percent_decode_str(name).decode_utf8();
+            let Ok(name) = decoded else {
+                return failed(InvalidRoute::new("path", InvalidReason::NotText).into());
+            };
+            return match ModelId::from_source("path", &name) {
                 Ok(model) => {
                     let mut req = req.map(Either::Left);
                     req.extensions_mut().insert(traits.route(model));
