@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::balance::{BalanceConfig, BreakerScope, Staging};
+use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, Staging};
 use crate::breaker::Policy;
 use crate::error::InvalidConfig;
 use crate::health::probe::ProbeConfig;
@@ -105,6 +105,8 @@ impl std::error::Error for ConfigError {}
 /// file's key.
 fn invalid(section: &str, error: InvalidConfig) -> ConfigError {
     let key = match error.field {
+        "breaker_scope" => "max_pairs",
+        "time_window" if error.expected.contains("buckets") => "time_window_buckets",
         // Builder methods that take several keys at once.
         "thresholds" => "eject_below / readmit_above",
         "connections" => "connections_full_below / connections_zero_at",
@@ -211,8 +213,15 @@ impl BalanceFile {
             b = b.panic_threshold(share);
         }
         for (model, k) in self.model_owners.unwrap_or_default() {
+            let key = || format!("balance.model_owners.{model:?}");
+            if !(1..=BalanceConfigBuilder::MAX_OWNERS).contains(&k) {
+                return Err(ConfigError::Invalid {
+                    key: key(),
+                    expected: "1 ..= 16 owners",
+                });
+            }
             let model = ModelId::new(&model).map_err(|_| ConfigError::Invalid {
-                key: format!("balance.model_owners.{model}"),
+                key: key(),
                 expected: "a valid model ID",
             })?;
             b = b.model_owners(model, k);
@@ -290,8 +299,15 @@ impl BreakerFile {
         if let Some(calls) = self.window {
             b = b.window(calls);
         }
-        if let Some(window) = self.time_window_ms {
-            b = b.time_window(ms(window), self.time_window_buckets.unwrap_or(10));
+        match (self.time_window_ms, self.time_window_buckets) {
+            (Some(window), buckets) => b = b.time_window(ms(window), buckets.unwrap_or(10)),
+            (None, Some(_)) => {
+                return Err(ConfigError::Invalid {
+                    key: "breaker.time_window_buckets".into(),
+                    expected: "set only with time_window_ms",
+                })
+            }
+            (None, None) => {}
         }
         if let Some(calls) = self.minimum_calls {
             b = b.minimum_calls(calls);
@@ -330,9 +346,9 @@ impl BreakerFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Weights {
-    latency: f64,
-    capacity: f64,
-    connection: f64,
+    latency: Option<f64>,
+    capacity: Option<f64>,
+    connection: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -362,7 +378,13 @@ impl HealthFile {
         let defaults = HealthPolicy::default();
         let mut b = HealthPolicy::builder();
         if let Some(w) = self.weights {
-            b = b.weights(w.latency, w.capacity, w.connection);
+            // A weight left out keeps its default.
+            let [latency, capacity, connection] = defaults.weights();
+            b = b.weights(
+                w.latency.unwrap_or(latency),
+                w.capacity.unwrap_or(capacity),
+                w.connection.unwrap_or(connection),
+            );
         }
         if let Some(d) = self.interval_ms {
             b = b.interval(ms(d));

@@ -127,10 +127,30 @@ fn a_value_out_of_range_names_its_key_and_range() {
         ("[balance]\nmax_pairs = 10", "balance.max_pairs", ""),
         (
             "[balance.model_owners]\n\"\" = 2",
-            "balance.model_owners.",
+            "balance.model_owners.\"\"",
             "",
         ),
         ("[breaker]\nwindow = 0", "breaker.window", ""),
+        (
+            "[balance.model_owners]\n\"llama\" = 0",
+            "balance.model_owners.\"llama\"",
+            "1 ..= 16",
+        ),
+        (
+            "[balance]\nbreaker_scope = \"backend_model\"\nmax_pairs = 0",
+            "balance.max_pairs",
+            "",
+        ),
+        (
+            "[breaker]\ntime_window_buckets = 5",
+            "breaker.time_window_buckets",
+            "",
+        ),
+        (
+            "[breaker]\ntime_window_ms = 1000\ntime_window_buckets = 0",
+            "breaker.time_window_buckets",
+            "",
+        ),
         (
             "[breaker]\nopen_duration_ms = 0",
             "breaker.open_duration_ms",
@@ -195,4 +215,14 @@ fn unknown_keys_and_wrong_types_are_parse_errors_with_their_place() {
             other => panic!("{text}: {other}"),
         }
     }
+}
+
+#[test]
+fn a_weight_left_out_keeps_its_default() {
+    let config = StackConfig::from_toml("[health]\nweights = { latency = 1.0 }").unwrap();
+    let [latency, capacity, connection] = config.balance.health().weights();
+    // Normalized to sum 1 from (1.0, 0.33, 0.17).
+    assert!((latency - 1.0 / 1.5).abs() < 1e-9, "{latency}");
+    assert!((capacity - 0.33 / 1.5).abs() < 1e-9, "{capacity}");
+    assert!((connection - 0.17 / 1.5).abs() < 1e-9, "{connection}");
 }
