@@ -224,7 +224,9 @@ pub struct ModelLoadFailed {
     pub backend: BackendId,
     /// The model.
     pub model: ModelId,
-    /// What went wrong, e.g. `"timed out after 60s"` or `"HTTP 500"`.
+    /// What went wrong, e.g. `"timed out after 60s"` or
+    /// `"probe answered 500 Internal Server Error"` (the loader's error:
+    /// loaders share the probes' error type).
     pub reason: String,
 }
 

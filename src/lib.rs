@@ -27,6 +27,12 @@
 //! * [`discover`] (feature `discover`) tells the balancer which backends
 //!   exist: a static list, whole sets from a `tokio::sync::watch` channel,
 //!   or (feature `dns`) a hostname re-resolved on an interval;
+//! * [`placement`] (with `balance`) loads a model where affinity places it,
+//!   through the server's own repository API, for servers in explicit
+//!   model-control mode (Triton, KServe v2, vLLM LoRA adapters);
+//! * [`config`] (feature `serde`) reads the whole stack's settings from one
+//!   TOML file; [`metrics`](mod@metrics) (feature `metrics`) exports the
+//!   balancer's figures through the `metrics` facade;
 //! * [`endpoint`] turns one HTTP client into an endpoint per backend;
 //! * `sim` (feature `sim`) runs simulated model servers on loopback, to try
 //!   a stack before production.

@@ -304,6 +304,12 @@ async fn a_loaded_fleet_suppresses_hedges() {
     *utilization.lock().unwrap() = 0.5;
     let (result, _, _) = send(&layer, vec![ok_after(40), ok_after(1)], "inference").await;
     assert_eq!(body(&result), "1");
+    // A gate that cannot tell (NaN) fails closed.
+    *utilization.lock().unwrap() = f64::NAN;
+    let (result, seen, _) = send(&layer, vec![ok_after(40), ok_after(1)], "inference").await;
+    assert_eq!(body(&result), "0");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(stats(&layer).suppressed_by_load, 2);
 }
 
 #[tokio::test(start_paused = true)]

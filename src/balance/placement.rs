@@ -72,8 +72,10 @@ pub(crate) enum Prepared {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct PlacementStats {
-    /// Load calls sent (one per (backend, model) at a time, however many
-    /// requests waited).
+    /// Loads started (one per (backend, model) at a time, however many
+    /// requests waited). Each reads the repository first and sends a load
+    /// call unless the model turned out resident or unknown, or the load
+    /// timed out before its turn.
     pub loads: u64,
     /// Loads that failed or timed out.
     pub load_failures: u64,

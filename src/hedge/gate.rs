@@ -20,7 +20,8 @@
 /// ```
 pub trait LoadGate: Send + Sync + 'static {
     /// In-flight requests ÷ the capacity that serves them: 1 is full;
-    /// above 1 requests queue.
+    /// above 1 requests queue. A NaN counts as over any threshold: a gate
+    /// that cannot tell suppresses hedges.
     fn utilization(&self) -> f64;
 }
 

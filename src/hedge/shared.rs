@@ -64,7 +64,10 @@ impl Shared {
     pub(crate) fn may_hedge(&self, now: Instant) -> bool {
         let c = &self.counters;
         if let Some(gate) = &self.gate {
-            if gate.utilization() > self.policy.max_utilization {
+            // Not under the threshold (a NaN included): no hedge — a
+            // gate that cannot say fails closed.
+            let utilization = gate.utilization();
+            if utilization.is_nan() || utilization > self.policy.max_utilization {
                 Counters::add(&c.suppressed_load);
                 return false;
             }
