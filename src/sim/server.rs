@@ -297,6 +297,12 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
         _ => config.inference.of(model.as_str()),
     }
     .saturating_mul(slow);
+    // A request that arrives while its model loads here waits for that
+    // load, whether it waits in the serving queue or in a slot: cold, like
+    // the one that started the load.
+    let arrived_loading = kind != RequestKind::Update
+        && !config.explicit_load
+        && lock(&state.residency).lookup(model.as_str(), Instant::now(), false) == Some(false);
     let waiting = Counted::enter(&state.counters.waiting);
     if backlog > 0 {
         // Only then: a zero sleep would still wait for the timer's next tick.
@@ -328,7 +334,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
             }
         };
         tokio::time::sleep(service).await;
-        cold
+        cold || arrived_loading
     };
     let resident = repository::resident_list(&lock(&state.residency), Instant::now());
     let mut response = match openai {
