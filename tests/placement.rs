@@ -546,3 +546,42 @@ async fn placement_is_enabled_once() {
         "invalid config: `placement` must be enabled at most once per balancer"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_reporting_its_gpu_memory_full_unloads_first() {
+    use tower_model_balance::health::LoadSignals;
+    let fleet = Fleet::new(&NAMES, &REPOSITORY);
+    // Room for 4 models by count: holding 1, it is not full by count.
+    let balancer = fleet.balancer(&NAMES, 4);
+    let handle = balancer.handle();
+    let _task = handle
+        .enable_placement(Loader(fleet.clone()), policy())
+        .unwrap();
+    let target = owner(&balancer, "m0");
+    let foreign = *REPOSITORY
+        .iter()
+        .find(|m| owner(&balancer, m) != target)
+        .unwrap();
+    fleet.with(&target, |s| s.loaded.insert(foreign.to_string()));
+    let id = BackendId::new(&target).unwrap();
+    let report = |used: f64| {
+        ProbeReport::default()
+            .with_resident_models(vec![ModelId::new(foreign).unwrap()])
+            .with_load(LoadSignals::default().with_gpu_memory(used, 100e9))
+    };
+
+    let second = *REPOSITORY[1..]
+        .iter()
+        .find(|m| owner(&balancer, m) == target)
+        .expect("a second model owned by the same backend");
+
+    // 50% used: room, nothing unloaded.
+    handle.report_probe(&id, Ok(&report(50e9)));
+    burst(&balancer, "m0", 1).await;
+    assert!(fleet.with(&target, |s| s.unloads.is_empty()));
+    // 95% used: full, whatever the count says; the foreign model goes.
+    handle.report_probe(&id, Ok(&report(95e9)));
+    burst(&balancer, second, 1).await;
+    let unloads = fleet.with(&target, |s| s.unloads.clone());
+    assert!(unloads.contains(&foreign.to_string()), "{unloads:?}");
+}

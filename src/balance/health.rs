@@ -125,6 +125,28 @@ impl BackendHealth {
         self.lock().address.clone()
     }
 
+    /// Whether the backend's GPU memory is at least `full` (a fraction)
+    /// used, by its load signals of at most `max_age` ago: the bytes used
+    /// over the budget discovery gave, else over the total it reported.
+    /// False without such signals.
+    pub(crate) fn memory_full(&self, full: f64, max_age: Duration, now: Instant) -> bool {
+        let inner = self.lock();
+        let fresh =
+            |(_, at): &(LoadSignals, Instant)| now.saturating_duration_since(*at) <= max_age;
+        let Some((load, _)) = inner.load.filter(fresh) else {
+            return false;
+        };
+        let budget = inner
+            .gpu_memory_bytes
+            .map(|b| b as f64)
+            .or(load.gpu_memory_total_bytes)
+            .filter(|b| *b > 0.0);
+        match (load.gpu_memory_used_bytes, budget) {
+            (Some(used), Some(budget)) => used / budget >= full,
+            _ => false,
+        }
+    }
+
     pub(crate) fn status(&self, policy: &HealthPolicy) -> HealthStatus {
         self.lock().state.status(policy)
     }

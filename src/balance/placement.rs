@@ -21,6 +21,12 @@ use crate::health::probe::ProbeTarget;
 use crate::placement::{LoadError, ModelLoader, PlacementPolicy, Repository};
 use crate::route::ModelId;
 
+/// GPU memory used, as a fraction of the backend's budget, at which it is
+/// full and a load first unloads a model.
+const MEMORY_FULL: f64 = 0.9;
+/// The oldest load signals that say a backend's memory is full.
+const MEMORY_SIGNALS_MAX_AGE: Duration = Duration::from_secs(30);
+
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, LoadError>> + Send>>;
 
 /// [`ModelLoader`] behind a pointer.
@@ -271,7 +277,11 @@ impl Placement {
         if repository.resident.iter().any(|m| m.hash64() == key) {
             return Status::Resident;
         }
-        if self.policy.evict && repository.resident.len() >= state.residency.capacity() {
+        let full = repository.resident.len() >= state.residency.capacity()
+            || state
+                .health
+                .memory_full(MEMORY_FULL, MEMORY_SIGNALS_MAX_AGE, Instant::now());
+        if self.policy.evict && full {
             if let Some(victim) = self.victim(state, &repository.resident) {
                 self.counters.unloads.fetch_add(1, Ordering::Relaxed);
                 match timeout_at(deadline, self.loader.unload(&target, victim)).await {

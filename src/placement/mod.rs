@@ -31,7 +31,10 @@
 //!    request goes instead to a backend past the owners where the model is
 //!    served, if one admits, and the owner's load still starts.
 //! 3. **Room first.** When the backend already holds as many models as its
-//!    [`model_slots`](crate::balance::BackendMeta::with_model_slots), its
+//!    [`model_slots`](crate::balance::BackendMeta::with_model_slots), or its
+//!    probes (of the last 30 s) report 90% of its GPU memory used — of the
+//!    budget [`BackendMeta::with_gpu_memory`](crate::balance::BackendMeta::with_gpu_memory)
+//!    gave, else of the total it reports — its
 //!    least recently routed model that it does not own under the current
 //!    ring and that has no request in flight there is unloaded first.
 //! 4. **Failure.** A load that fails or outlives
