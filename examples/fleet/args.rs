@@ -63,8 +63,14 @@ impl Args {
             explicit_load: false,
             strategies: NAMES.to_vec(),
         };
-        // `--flag value` and `--flag=value` alike.
-        let mut args = args.flat_map(|arg| match arg.split_once('=') {
+        // `--flag value` and `--flag=value` alike; a switch takes no value.
+        let args: Vec<String> = args.collect();
+        for arg in &args {
+            if let Some((flag @ ("--json" | "--explicit-load"), _)) = arg.split_once('=') {
+                return Err(Stop::Error(format!("`{flag}` takes no value, got `{arg}`")));
+            }
+        }
+        let mut args = args.into_iter().flat_map(|arg| match arg.split_once('=') {
             Some((flag, value)) if arg.starts_with("--") => vec![flag.to_owned(), value.to_owned()],
             _ => vec![arg],
         });
