@@ -70,14 +70,18 @@ impl Service<http::Request<String>> for Stepped {
         let steps = req.body().len() as u32;
         Steps {
             left: steps,
-            fail: n % 5 == 0,
+            fail: n.is_multiple_of(5),
         }
     }
 }
 
 /// A request for one of 40 models whose answer takes `steps` polls.
 fn request(i: u64, steps: u32) -> http::Request<String> {
-    let kind = if i % 10 == 0 { "update" } else { "inference" };
+    let kind = if i.is_multiple_of(10) {
+        "update"
+    } else {
+        "inference"
+    };
     http::Request::post("/")
         .header("x-model-id", format!("model-{}", i % 40))
         .header("x-request-kind", kind)
