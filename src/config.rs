@@ -105,15 +105,15 @@ impl std::error::Error for ConfigError {}
 /// file's key.
 fn invalid(section: &str, error: InvalidConfig) -> ConfigError {
     let key = match error.field {
-        "breaker_scope" => "max_pairs",
-        "time_window" if error.expected.contains("buckets") => "time_window_buckets",
+        "breaker_scope" => "max_pairs".to_string(),
+        "time_window" if error.expected.contains("buckets") => "time_window_buckets".to_string(),
         // Builder methods that take several keys at once.
-        "thresholds" => "eject_below / readmit_above",
-        "connections" => "connections_full_below / connections_zero_at",
-        "cooldown" => "staging_cooldown_ms",
-        "max_share" => "staging_max_share",
-        field if DURATIONS.contains(&field) => return ms_key(section, field, error.expected),
-        field => field,
+        "thresholds" => "eject_below / readmit_above".to_string(),
+        "connections" => "connections_full_below / connections_zero_at".to_string(),
+        "cooldown" => "staging_cooldown_ms".to_string(),
+        "max_share" => "staging_max_share".to_string(),
+        field if DURATIONS.contains(&field) => format!("{field}_ms"),
+        field => field.to_string(),
     };
     ConfigError::Invalid {
         key: format!("{section}.{key}"),
@@ -122,7 +122,7 @@ fn invalid(section: &str, error: InvalidConfig) -> ConfigError {
 }
 
 /// Builder fields that are durations: `_ms` in the file.
-const DURATIONS: [&str; 14] = [
+const DURATIONS: [&str; 13] = [
     "interval",
     "timeout",
     "failure_penalty",
@@ -136,15 +136,7 @@ const DURATIONS: [&str; 14] = [
     "load_timeout",
     "repository_interval",
     "time_window",
-    "cooldown",
 ];
-
-fn ms_key(section: &str, field: &str, expected: &'static str) -> ConfigError {
-    ConfigError::Invalid {
-        key: format!("{section}.{field}_ms"),
-        expected,
-    }
-}
 
 fn ms(ms: u64) -> Duration {
     Duration::from_millis(ms)

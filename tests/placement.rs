@@ -15,7 +15,9 @@ use tokio::task::JoinSet;
 use tower::discover::ServiceList;
 use tower::{Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
+use tower_model_balance::balance::{
+    Backend, BackendMeta, BalanceConfig, ModelBalancer, PlacementTask,
+};
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::error::{ModelLoadFailed, UnknownModel};
 use tower_model_balance::health::probe::{ProbeError, ProbeReport, ProbeTarget};
@@ -272,6 +274,21 @@ fn owner(balancer: &ModelBalancer<Endpoint>, model: &str) -> String {
     owners[0].to_string()
 }
 
+/// A balancer over the fleet's servers with `slots` model slots each,
+/// placement on under `policy`; its task lives as long as the tuple.
+fn placed(
+    slots: usize,
+    policy: PlacementPolicy,
+) -> (Fleet, ModelBalancer<Endpoint>, PlacementTask) {
+    let fleet = Fleet::new(&NAMES, &REPOSITORY);
+    let balancer = fleet.balancer(&NAMES, slots);
+    let task = balancer
+        .handle()
+        .enable_placement(Loader(fleet.clone()), policy)
+        .unwrap();
+    (fleet, balancer, task)
+}
+
 const NAMES: [&str; 3] = ["gpu-a", "gpu-b", "gpu-c"];
 const REPOSITORY: [&str; 12] = [
     "m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9", "m10", "m11",
@@ -279,12 +296,7 @@ const REPOSITORY: [&str; 12] = [
 
 #[tokio::test(start_paused = true)]
 async fn a_herd_of_requests_for_a_cold_model_makes_one_load_call() {
-    let fleet = Fleet::new(&NAMES, &REPOSITORY);
-    let balancer = fleet.balancer(&NAMES, 4);
-    let _task = balancer
-        .handle()
-        .enable_placement(Loader(fleet.clone()), policy())
-        .unwrap();
+    let (fleet, balancer, _task) = placed(4, policy());
     let owner = owner(&balancer, "m1");
 
     let answers = burst(&balancer, "m1", 100).await;
@@ -323,12 +335,7 @@ async fn a_herd_of_requests_for_a_cold_model_makes_one_load_call() {
 
 #[tokio::test(start_paused = true)]
 async fn a_model_the_repository_does_not_know_is_refused_and_never_loaded() {
-    let fleet = Fleet::new(&NAMES, &REPOSITORY);
-    let balancer = fleet.balancer(&NAMES, 4);
-    let _task = balancer
-        .handle()
-        .enable_placement(Loader(fleet.clone()), policy())
-        .unwrap();
+    let (fleet, balancer, _task) = placed(4, policy());
     // Let the first repository round finish: the allow-list is known.
     tokio::time::sleep(Duration::from_millis(10)).await;
 
@@ -354,12 +361,7 @@ async fn a_model_the_repository_does_not_know_is_refused_and_never_loaded() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_load_fails_every_waiting_request_and_counts_for_the_breaker() {
-    let fleet = Fleet::new(&NAMES, &REPOSITORY);
-    let balancer = fleet.balancer(&NAMES, 4);
-    let _task = balancer
-        .handle()
-        .enable_placement(Loader(fleet.clone()), policy())
-        .unwrap();
+    let (fleet, balancer, _task) = placed(4, policy());
     let owner = owner(&balancer, "m2");
     fleet.with(&owner, |s| s.loads = Loads::Fail);
 
@@ -400,12 +402,7 @@ async fn a_failed_load_fails_every_waiting_request_and_counts_for_the_breaker() 
 
 #[tokio::test(start_paused = true)]
 async fn a_load_that_hangs_fails_at_the_load_timeout() {
-    let fleet = Fleet::new(&NAMES, &REPOSITORY);
-    let balancer = fleet.balancer(&NAMES, 4);
-    let _task = balancer
-        .handle()
-        .enable_placement(Loader(fleet.clone()), policy())
-        .unwrap();
+    let (fleet, balancer, _task) = placed(4, policy());
     let owner = owner(&balancer, "m3");
     fleet.with(&owner, |s| s.loads = Loads::Hang);
 
@@ -426,12 +423,7 @@ async fn a_load_that_hangs_fails_at_the_load_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn a_404_for_a_model_believed_resident_starts_one_reload() {
-    let fleet = Fleet::new(&NAMES, &REPOSITORY);
-    let balancer = fleet.balancer(&NAMES, 4);
-    let _task = balancer
-        .handle()
-        .enable_placement(Loader(fleet.clone()), policy())
-        .unwrap();
+    let (fleet, balancer, _task) = placed(4, policy());
     let owner = owner(&balancer, "m4");
     burst(&balancer, "m4", 1).await;
     assert_eq!(fleet.load_calls(&owner, "m4"), 1);
@@ -451,12 +443,8 @@ async fn a_404_for_a_model_believed_resident_starts_one_reload() {
 
 #[tokio::test(start_paused = true)]
 async fn a_full_backend_unloads_a_model_it_does_not_own_to_make_room() {
-    let fleet = Fleet::new(&NAMES, &REPOSITORY);
-    let balancer = fleet.balancer(&NAMES, 2);
+    let (fleet, balancer, _task) = placed(2, policy());
     let handle = balancer.handle();
-    let _task = handle
-        .enable_placement(Loader(fleet.clone()), policy())
-        .unwrap();
     // It owns `m0` and `owned`, and holds `owned` (least recently used)
     // and `foreign` (loaded there by another gateway, owned elsewhere); it
     // has room for two.
@@ -499,16 +487,12 @@ async fn a_full_backend_unloads_a_model_it_does_not_own_to_make_room() {
 
 #[tokio::test(start_paused = true)]
 async fn prefer_warm_serves_from_a_warm_backend_while_the_owner_loads() {
-    let fleet = Fleet::new(&NAMES, &REPOSITORY);
-    let balancer = fleet.balancer(&NAMES, 4);
-    let handle = balancer.handle();
     let policy = PlacementPolicy::builder()
         .when_cold(WhenCold::PreferWarm)
         .build()
         .unwrap();
-    let _task = handle
-        .enable_placement(Loader(fleet.clone()), policy)
-        .unwrap();
+    let (fleet, balancer, _task) = placed(4, policy);
+    let handle = balancer.handle();
     let owner = owner(&balancer, "m5");
     let warm = NAMES.iter().find(|n| **n != owner).unwrap();
     fleet.with(warm, |s| s.loaded.insert("m5".to_string()));
@@ -534,12 +518,8 @@ async fn prefer_warm_serves_from_a_warm_backend_while_the_owner_loads() {
 
 #[tokio::test]
 async fn placement_is_enabled_once() {
-    let fleet = Fleet::new(&NAMES, &REPOSITORY);
-    let balancer = fleet.balancer(&NAMES, 4);
+    let (fleet, balancer, _task) = placed(4, policy());
     let handle = balancer.handle();
-    let _task = handle
-        .enable_placement(Loader(fleet.clone()), policy())
-        .unwrap();
     let again = handle.enable_placement(Loader(fleet.clone()), policy());
     assert_eq!(
         again.unwrap_err().to_string(),
@@ -550,13 +530,9 @@ async fn placement_is_enabled_once() {
 #[tokio::test(start_paused = true)]
 async fn a_backend_reporting_its_gpu_memory_full_unloads_first() {
     use tower_model_balance::health::LoadSignals;
-    let fleet = Fleet::new(&NAMES, &REPOSITORY);
     // Room for 4 models by count: holding 1, it is not full by count.
-    let balancer = fleet.balancer(&NAMES, 4);
+    let (fleet, balancer, _task) = placed(4, policy());
     let handle = balancer.handle();
-    let _task = handle
-        .enable_placement(Loader(fleet.clone()), policy())
-        .unwrap();
     let target = owner(&balancer, "m0");
     let foreign = *REPOSITORY
         .iter()

@@ -7,7 +7,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::{LoadError, ModelLoader, Repository};
 use crate::health::probe::fetch::{self, ProbeClient, MAX_JSON_BODY};
-use crate::health::probe::kserve::{parse_repository, EMPTY_OBJECT, INDEX_PATH};
+use crate::health::probe::kserve::{read_index, EMPTY_OBJECT};
 use crate::health::probe::ProbeTarget;
 use crate::route::ModelId;
 
@@ -106,16 +106,7 @@ impl ModelLoader for KServeV2Loader {
         let client = self.client.clone();
         let origin = target.address.clone();
         async move {
-            let body = fetch::send(
-                &client,
-                &origin,
-                INDEX_PATH,
-                Some(EMPTY_OBJECT),
-                MAX_JSON_BODY,
-            )
-            .await?
-            .success()?;
-            let (known, resident) = parse_repository(&body)?;
+            let (known, resident) = read_index(&client, &origin).await?;
             Ok(Repository::new(known, resident))
         }
     }

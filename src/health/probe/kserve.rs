@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::fetch::{self, ProbeClient, MAX_JSON_BODY};
 use super::{ProbeError, ProbeReport, ProbeTarget, Prober};
+use crate::endpoint::Origin;
 use crate::route::ModelId;
 
 /// The readiness path of the v2 protocol.
@@ -97,16 +98,7 @@ impl Prober for KServeV2 {
                 ..ProbeReport::default()
             };
             if ready && index {
-                let body = fetch::send(
-                    &client,
-                    &origin,
-                    INDEX_PATH,
-                    Some(EMPTY_OBJECT),
-                    MAX_JSON_BODY,
-                )
-                .await?
-                .success()?;
-                report.resident_models = Some(parse_repository_index(&body)?);
+                report.resident_models = Some(read_index(&client, &origin).await?.1);
             }
             Ok(report)
         }
@@ -122,19 +114,31 @@ struct IndexEntry {
     state: Option<String>,
 }
 
-/// The models a repository index lists as `READY`, each once, in the
-/// order listed.
+/// `POST /v2/repository/index` on `origin`: every model the index lists,
+/// and those `READY` (errors as [`KServeV2`]'s).
+pub(crate) async fn read_index(
+    client: &ProbeClient,
+    origin: &Origin,
+) -> Result<(Vec<ModelId>, Vec<ModelId>), ProbeError> {
+    let body = fetch::send(
+        client,
+        origin,
+        INDEX_PATH,
+        Some(EMPTY_OBJECT),
+        MAX_JSON_BODY,
+    )
+    .await?
+    .success()?;
+    parse_repository(&body)
+}
+
+/// Every model a repository index lists, and those `READY`, each once, in
+/// the order listed.
 ///
 /// # Errors
 ///
 /// [`ProbeError::Malformed`] unless `body` is a JSON array of objects each
 /// with a string `name` (and, if present, a string or null `state`).
-fn parse_repository_index(body: &[u8]) -> Result<Vec<ModelId>, ProbeError> {
-    Ok(parse_repository(body)?.1)
-}
-
-/// Every model a repository index lists, and those `READY`, each once, in
-/// the order listed (errors as [`parse_repository_index`]).
 pub(crate) fn parse_repository(body: &[u8]) -> Result<(Vec<ModelId>, Vec<ModelId>), ProbeError> {
     let entries: Vec<IndexEntry> = serde_json::from_slice(body)
         .map_err(|e| ProbeError::malformed(format!("{INDEX_PATH}: {e}")))?;
@@ -160,6 +164,11 @@ pub(crate) fn parse_repository(body: &[u8]) -> Result<(Vec<ModelId>, Vec<ModelId
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `READY` models of an index.
+    fn parse_repository_index(body: &[u8]) -> Result<Vec<ModelId>, ProbeError> {
+        Ok(parse_repository(body)?.1)
+    }
 
     fn names(models: &[ModelId]) -> Vec<&str> {
         models.iter().map(ModelId::as_str).collect()
