@@ -4,11 +4,13 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+#[path = "support/sim_http.rs"]
+#[allow(dead_code)] // Shared support: this test uses part of it.
+mod sim_http;
+
 use tower_model_balance::sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
+
+use sim_http::{client, send};
 
 /// Status, `x-sim-cold-load` header and JSON body of a POST.
 async fn post(
@@ -16,21 +18,8 @@ async fn post(
     path: &str,
     body: &str,
 ) -> (u16, Option<String>, serde_json::Value) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let req = http::Request::post(format!("http://{}{path}", server.addr()))
-        .body(Full::from(body.to_owned()))
-        .unwrap();
-    let rsp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
-        .await
-        .expect("answered in time")
-        .unwrap();
-    let status = rsp.status().as_u16();
-    let cold = rsp
-        .headers()
-        .get(protocol::COLD_LOAD_HEADER)
-        .map(|v| v.to_str().unwrap().to_owned());
-    let body = rsp.into_body().collect().await.unwrap().to_bytes();
-    let json = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    let (status, cold, body) = send(&client(), server, http::Method::POST, path, body).await;
+    let json = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
     (status, cold, json)
 }
 
