@@ -34,6 +34,9 @@
 //!   TOML file; [`metrics`](mod@metrics) (feature `metrics`) exports the
 //!   balancer's figures through the `metrics` facade;
 //! * [`endpoint`] turns one HTTP client into an endpoint per backend;
+//! * [`ServiceBuilderExt`] adds each layer as a method of tower's
+//!   `ServiceBuilder` (`.model_from_body()`, `.circuit_breaker(policy)`,
+//!   `.hedge(policy, gate)`);
 //! * `sim` (feature `sim`) runs simulated model servers on loopback, to try
 //!   a stack before production.
 //!
@@ -78,6 +81,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
+pub mod builder;
 pub mod endpoint;
 pub mod error;
 pub mod ring;
@@ -120,6 +124,8 @@ pub mod discover;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;
+
+pub use builder::ServiceBuilderExt;
 
 /// The README's examples, compiled as doc tests.
 #[cfg(all(doctest, feature = "balance"))]

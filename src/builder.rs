@@ -1,0 +1,118 @@
+//! [`ServiceBuilderExt`]: the crate's middleware as methods of tower's
+//! [`ServiceBuilder`], one per layer.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_model_balance::breaker::Policy;
+//! use tower_model_balance::hedge::HedgePolicy;
+//! use tower_model_balance::ServiceBuilderExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
+//! let backend = service_fn(|_req: http::Request<String>| async {
+//!     Ok::<_, std::io::Error>(http::Response::new(String::from("ok")))
+//! });
+//! let stack = ServiceBuilder::new()
+//!     // A backup after the model's p95, within a 5% budget; the closure
+//!     // reports the fleet's utilization (here: never loaded).
+//!     .hedge(HedgePolicy::default(), || 0.0)
+//!     // Fails fast once half the recent calls failed.
+//!     .circuit_breaker(Policy::builder().failure_rate_threshold(0.5).build()?)
+//!     .timeout(Duration::from_secs(30))
+//!     .service(backend);
+//!
+//! let request = http::Request::post("/v2/models/resnet-50/infer")
+//!     .header("x-model-id", "resnet-50")
+//!     .body(String::new())?;
+//! let response = stack.oneshot(request).await?;
+//! assert_eq!(response.status(), 200);
+//! # Ok(()) }
+//! ```
+//!
+//! Each method adds the layer its documentation names, as
+//! [`ServiceBuilder::layer`] would; to keep a layer's handle (the hedge's
+//! counters) or to set what a method does not take (another classifier,
+//! another body limit), build the layer itself and pass it to `layer`.
+//! The balancer is not a layer: it is the service at the bottom of the
+//! stack, built from the backends a `tower::discover::Discover` yields
+//! ([`ModelBalancer::new`](crate::balance::ModelBalancer::new)), as
+//! tower's own `Balance` is.
+//!
+//! The trait is sealed: only [`ServiceBuilder`] implements it, so methods
+//! can be added without a breaking change.
+
+#[cfg(any(feature = "body", feature = "breaker", feature = "hedge"))]
+use tower::layer::util::Stack;
+use tower::ServiceBuilder;
+
+#[cfg(feature = "breaker")]
+use crate::breaker::{CircuitBreakerLayer, Policy};
+#[cfg(feature = "hedge")]
+use crate::hedge::{HedgeLayer, HedgePolicy, LoadGate};
+#[cfg(feature = "body")]
+use crate::route::body::ModelFromBodyLayer;
+
+mod sealed {
+    pub trait Sealed<L> {}
+    impl<L> Sealed<L> for tower::ServiceBuilder<L> {}
+}
+
+/// The crate's layers as [`ServiceBuilder`] methods; see the
+/// [module docs](self). Sealed: implemented for [`ServiceBuilder`] only.
+pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
+    /// Adds a [`ModelFromBodyLayer`] with its default body limit (1 MiB):
+    /// the model ID from an OpenAI-style JSON body (`{"model": ...}`) or
+    /// the KServe v2 path `/v2/models/{name}/infer`, into the request's
+    /// extensions as a [`RouteInfo`](crate::route::RouteInfo). Over the
+    /// limit, the service fails with
+    /// [`PayloadTooLarge`](crate::error::PayloadTooLarge); no model ID, with
+    /// [`InvalidRoute`](crate::error::InvalidRoute). Another limit:
+    /// `.layer(ModelFromBodyLayer::builder().limit(bytes).build()?)`.
+    #[cfg(feature = "body")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "body")))]
+    fn model_from_body(self) -> ServiceBuilder<Stack<ModelFromBodyLayer, L>>;
+
+    /// Adds a [`CircuitBreakerLayer`] with `policy` and the default HTTP
+    /// classifier (5xx and errors fail, 429 overloads): one breaker shared
+    /// by the clones of the service it wraps, failing fast with
+    /// [`BreakerOpen`](crate::error::BreakerOpen) while open.
+    #[cfg(feature = "breaker")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
+    fn circuit_breaker(self, policy: Policy) -> ServiceBuilder<Stack<CircuitBreakerLayer, L>>;
+
+    /// Adds a [`HedgeLayer`] hedging by `policy`, sending no hedge while
+    /// `gate` reports a utilization above the policy's
+    /// [`max_utilization`](HedgePolicy::max_utilization) (a
+    /// [`BalancerLoad`](crate::hedge::BalancerLoad) over the balancer's
+    /// handle, or any `Fn() -> f64`). Its counters are read through
+    /// [`HedgeLayer::handle`]: to keep it, build the layer and pass it to
+    /// `layer`.
+    #[cfg(feature = "hedge")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "hedge")))]
+    fn hedge(
+        self,
+        policy: HedgePolicy,
+        gate: impl LoadGate,
+    ) -> ServiceBuilder<Stack<HedgeLayer, L>>;
+}
+
+impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
+    #[cfg(feature = "body")]
+    fn model_from_body(self) -> ServiceBuilder<Stack<ModelFromBodyLayer, L>> {
+        self.layer(ModelFromBodyLayer::new())
+    }
+
+    #[cfg(feature = "breaker")]
+    fn circuit_breaker(self, policy: Policy) -> ServiceBuilder<Stack<CircuitBreakerLayer, L>> {
+        self.layer(CircuitBreakerLayer::new(policy))
+    }
+
+    #[cfg(feature = "hedge")]
+    fn hedge(
+        self,
+        policy: HedgePolicy,
+        gate: impl LoadGate,
+    ) -> ServiceBuilder<Stack<HedgeLayer, L>> {
+        self.layer(HedgeLayer::with_load_gate(policy, gate))
+    }
+}
