@@ -20,6 +20,16 @@
 //! | `model_balance_backend_ejections_total` | counter | `backend` | times health ejected it |
 //! | `model_balance_placement_total` | counter | `event` | with placement on: `load`, `load_failure`, `unload`, `unknown_model`, `reload` |
 //!
+//! With feature `hedge`, [`export_hedge`] sets a
+//! [`HedgeLayer`](crate::hedge::HedgeLayer)'s counters the same way:
+//!
+//! | name | kind | labels | unit, meaning |
+//! | --- | --- | --- | --- |
+//! | `model_balance_hedge_requests_total` | counter | | requests through the hedge layer |
+//! | `model_balance_hedges_sent_total` | counter | | backup attempts sent |
+//! | `model_balance_hedges_won_total` | counter | | requests answered by their backup's success |
+//! | `model_balance_hedges_suppressed_total` | counter | `reason` | backups not sent: `budget` (the budget was spent), `load` (the load gate reported the fleet over its threshold) |
+//!
 //! Labels are backend IDs and fixed words only — never model IDs, whose
 //! number a client does not bound. A backend that leaves keeps its last
 //! values in the recorder until the recorder drops idle series.
@@ -48,6 +58,8 @@ use tokio::task::JoinHandle;
 
 use crate::balance::BalancerHandle;
 use crate::breaker::BreakerState;
+#[cfg(feature = "hedge")]
+use crate::hedge::HedgeHandle;
 
 /// The exporting task: stops when dropped.
 #[derive(Debug)]
@@ -70,16 +82,51 @@ impl Drop for ExportTask {
 ///
 /// Outside a Tokio runtime (as `tokio::spawn` does).
 pub fn export(handle: BalancerHandle, interval: Duration) -> ExportTask {
+    every(interval, move || record(&handle))
+}
+
+/// Sets the hedge series of the [module docs](self) from `handle` now,
+/// then every `interval` (at least 10 ms), in a task on the current Tokio
+/// runtime.
+///
+/// # Panics
+///
+/// Outside a Tokio runtime (as `tokio::spawn` does).
+#[cfg(feature = "hedge")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hedge")))]
+pub fn export_hedge(handle: HedgeHandle, interval: Duration) -> ExportTask {
+    every(interval, move || record_hedge(&handle))
+}
+
+/// Runs `set` now and then every `interval` (at least 10 ms).
+fn every(interval: Duration, set: impl Fn() + Send + 'static) -> ExportTask {
     let interval = interval.max(Duration::from_millis(10));
     let task = tokio::spawn(async move {
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            record(&handle);
+            set();
         }
     });
     ExportTask { task }
+}
+
+/// Sets the hedge series once from `handle` (what [`export_hedge`] does
+/// each interval).
+#[cfg(feature = "hedge")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hedge")))]
+pub fn record_hedge(handle: &HedgeHandle) {
+    let stats = handle.stats();
+    counter!("model_balance_hedge_requests_total").absolute(stats.requests);
+    counter!("model_balance_hedges_sent_total").absolute(stats.hedges);
+    counter!("model_balance_hedges_won_total").absolute(stats.hedges_won);
+    for (reason, value) in [
+        ("budget", stats.suppressed_by_budget),
+        ("load", stats.suppressed_by_load),
+    ] {
+        counter!("model_balance_hedges_suppressed_total", "reason" => reason).absolute(value);
+    }
 }
 
 /// Sets every series once from `handle` (what [`export`] does each

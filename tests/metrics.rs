@@ -107,3 +107,76 @@ async fn every_series_carries_the_handles_figures() {
         "no placement series while placement is off"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_hedge_series_carry_the_hedge_layers_counters() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tower::{service_fn, Layer, ServiceExt};
+    use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
+
+    let policy = HedgePolicy::builder()
+        .min_samples(0)
+        .floor(Duration::from_millis(10))
+        .ceiling(Duration::from_millis(10))
+        .budget_ratio(0.5)
+        .max_utilization(0.8)
+        .build()
+        .unwrap();
+    let overloaded = Arc::new(AtomicBool::new(false));
+    let gate = {
+        let overloaded = overloaded.clone();
+        move || {
+            if overloaded.load(Ordering::SeqCst) {
+                1.0
+            } else {
+                0.1
+            }
+        }
+    };
+    let layer = HedgeLayer::with_load_gate(policy, gate);
+    // Each request's first attempt takes 50 ms, a backup 1 ms.
+    let send = |layer: &HedgeLayer| {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let service = layer.layer(service_fn(move |_req: http::Request<()>| {
+            let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                let ms = if first { 50 } else { 1 };
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok::<_, tower::BoxError>(http::Response::new(()))
+            }
+        }));
+        let request = http::Request::post("/infer")
+            .header("x-model-id", "llama")
+            .body(())
+            .unwrap();
+        service.oneshot(request)
+    };
+    // Suppressed by load; sent and won (1 extra attempt in 2 requests is
+    // within 50%); suppressed by the budget (2 in 3 would not be).
+    overloaded.store(true, Ordering::SeqCst);
+    send(&layer).await.unwrap();
+    overloaded.store(false, Ordering::SeqCst);
+    send(&layer).await.unwrap();
+    send(&layer).await.unwrap();
+
+    let recorder = DebuggingRecorder::new();
+    let handle = layer.handle();
+    metrics::with_local_recorder(&recorder, || {
+        tower_model_balance::metrics::record_hedge(&handle)
+    });
+    let got = snapshot(&recorder);
+    let get = |name: &str, label: &str| got[&(name.to_string(), label.to_string())];
+    assert_eq!(get("model_balance_hedge_requests_total", ""), 3.0);
+    assert_eq!(get("model_balance_hedges_sent_total", ""), 1.0);
+    assert_eq!(get("model_balance_hedges_won_total", ""), 1.0);
+    assert_eq!(get("model_balance_hedges_suppressed_total", "load"), 1.0);
+    assert_eq!(get("model_balance_hedges_suppressed_total", "budget"), 1.0);
+    let stats = handle.stats();
+    assert_eq!(
+        (stats.requests, stats.hedges, stats.hedges_won),
+        (3, 1, 1),
+        "the figures come from the handle"
+    );
+}
