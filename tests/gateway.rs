@@ -24,6 +24,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::endpoint::Origin;
+use tower_model_balance::hedge::HedgeHandle;
 use tower_model_balance::sim::{protocol, Fault, ModelServer, ServerConfig};
 
 use app::{Config, Gateway};
@@ -33,6 +34,7 @@ struct Running {
     addr: SocketAddr,
     sims: Vec<ModelServer>,
     handle: BalancerHandle,
+    hedge: HedgeHandle,
     client: Client<HttpConnector, Full<Bytes>>,
     server: JoinHandle<()>,
 }
@@ -82,6 +84,7 @@ async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let handle = gateway.handle.clone();
+    let hedge = gateway.hedge.clone();
     let server = tokio::spawn(async move {
         // The gateway's probes live as long as the server.
         let Gateway { router, .. } = &gateway;
@@ -91,6 +94,7 @@ async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
         addr,
         sims,
         handle,
+        hedge,
         client: Client::builder(TokioExecutor::new()).build_http(),
         server,
     }
@@ -168,6 +172,9 @@ async fn openai_routes_are_forwarded_as_they_are() {
     assert_eq!(reply.json()["model"], "bge-small");
     assert_eq!(gw.handle.stats().no_backend, 0);
     assert_eq!(gw.backend_work(), 3);
+    let hedge = gw.hedge.stats();
+    assert_eq!(hedge.requests, 3, "every request went through the hedge");
+    assert_eq!(hedge.hedges, 0, "too few samples to hedge yet");
 }
 
 #[tokio::test]
@@ -325,14 +332,14 @@ async fn metrics_lists_the_documented_names() {
         .filter_map(|rest| rest.split('`').next())
         .filter(|name| *name != "placement_total")
         .collect();
-    assert_eq!(documented.len(), 9, "{documented:?}");
+    assert_eq!(documented.len(), 13, "{documented:?}");
     for name in documented {
         let name = format!("model_balance_{name}");
         assert!(
             reply
                 .body
                 .lines()
-                .any(|l| l.starts_with(&format!("{name}{{"))),
+                .any(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} "))),
             "{name} missing from\n{}",
             reply.body
         );

@@ -3,9 +3,9 @@
 //! the crate's stack to the backends.
 //!
 //! ```text
-//! axum ─► ModelFromBody ─► [hedge: slot] ─► ModelBalancer ─► per backend: breaker ─► timeout ─► SetOrigin ─► hyper-util client
-//!         model ID from       (not yet)       affinity, health,                        Elapsed
-//!         body or path                        probes
+//! axum ─► ModelFromBody ─► Hedge ─────────► ModelBalancer ─► per backend: breaker ─► timeout ─► SetOrigin ─► hyper-util client
+//!         model ID from     backup after p95,  affinity, health,                        Elapsed
+//!         body or path      5% budget, gated   probes
 //! ```
 
 #[path = "errors.rs"]
@@ -38,20 +38,21 @@ use tower_model_balance::error::BoxError;
 use tower_model_balance::health::probe::{
     KServeV2, MetricNames, OpenAiModels, ProbeConfig, PrometheusMetrics,
 };
+use tower_model_balance::hedge::{BalancerLoad, Hedge, HedgeHandle, HedgeLayer, HedgePolicy};
 use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 
 use errors::ErrorReply;
 
 /// What the client sends a backend: the request's own body, read whole
 /// under the limit first (`Left`: KServe v2 paths, whose model is in the
-/// path), or
-/// the body the route layer buffered to find the model (`Right`).
-pub type ClientBody = Either<Body, Full<Bytes>>;
+/// path), or the body the route layer buffered to find the model
+/// (`Right`). Both are `Full`, so the hedge can send a request twice.
+pub type ClientBody = Either<Full<Bytes>, Full<Bytes>>;
 /// One backend's endpoint: the shared client pointed at its origin, under
 /// a timeout (inside the balancer's breaker, so a hung call is a failure).
 pub type Endpoint = Timeout<SetOrigin<Client<HttpConnector, ClientBody>>>;
 /// The whole request path.
-pub type Stack = ModelFromBody<ModelBalancer<Endpoint>>;
+pub type Stack = ModelFromBody<Hedge<ModelBalancer<Endpoint>>>;
 
 /// The routes forwarded to the backends, as they are.
 pub const INFERENCE_ROUTES: [&str; 5] = [
@@ -88,6 +89,10 @@ pub struct Config {
     /// A response header listing the models resident on the backend (the
     /// simulator's), if the backends send one.
     pub residency_header: Option<HeaderName>,
+    /// Requests each backend serves at once: the hedge sends no backup
+    /// while the requests in flight exceed 80% (the hedge policy's
+    /// default `max_utilization`) of this × the backends.
+    pub backend_slots: usize,
 }
 
 impl Config {
@@ -101,6 +106,7 @@ impl Config {
             probe: Probe::KServe,
             probe_interval: Duration::from_secs(1),
             residency_header: None,
+            backend_slots: 4,
         }
     }
 }
@@ -112,6 +118,8 @@ pub struct Gateway {
     pub router: Router,
     /// The balancer's handle (counters, backend states).
     pub handle: BalancerHandle,
+    /// The hedge's handle (hedges sent, won, suppressed).
+    pub hedge: HedgeHandle,
     _probes: ProbeTask,
 }
 
@@ -120,6 +128,7 @@ pub struct Gateway {
 struct App {
     stack: Stack,
     handle: BalancerHandle,
+    hedge: HedgeHandle,
     prometheus: PrometheusHandle,
     /// The most body bytes a request may send.
     body_limit: usize,
@@ -171,33 +180,41 @@ impl Gateway {
             Probe::KServe => handle.spawn_probes((KServeV2::new(), metrics), probes),
             Probe::OpenAi => handle.spawn_probes((OpenAiModels::new(), metrics), probes),
         };
+        // A backup after the model's p95, within 5% of the requests, and
+        // none while the fleet is over 80% of its serving slots.
+        let gate = BalancerLoad::new(handle.clone(), config.backend_slots);
+        let hedge = HedgeLayer::with_load_gate(HedgePolicy::default(), gate);
         let app = App {
-            stack: stack(balancer, config.body_limit)?,
+            stack: stack(balancer, &hedge, config.body_limit)?,
             handle: handle.clone(),
+            hedge: hedge.handle(),
             prometheus: prometheus()?,
             body_limit: config.body_limit,
         };
         Ok(Self {
             router: router(app),
             handle,
+            hedge: hedge.handle(),
             _probes: probes,
         })
     }
 }
 
 /// The request path in front of the balancer.
-fn stack(balancer: ModelBalancer<Endpoint>, body_limit: usize) -> Result<Stack, BoxError> {
+fn stack(
+    balancer: ModelBalancer<Endpoint>,
+    hedge: &HedgeLayer,
+    body_limit: usize,
+) -> Result<Stack, BoxError> {
     let route = ModelFromBodyLayer::builder().limit(body_limit).build()?;
     Ok(ServiceBuilder::new()
         // 1. Route: the model ID from the JSON body or the KServe v2 path,
         //    into the request's `RouteInfo`; 400 / 413 from here.
         .layer(route)
-        // 2. HEDGE (slot, not yet): `HedgeLayer` goes here, between route
-        //    and balance, so that its backup carries the `RouteInfo` and the
-        //    balancer sees its `Exclude`. It clones requests: the body must
-        //    be `Clone` by then, i.e. `Full<Bytes>` — buffer the KServe v2
-        //    bodies (`Either::Left`) too, under the same limit — and
-        //    `Stack` changes with it.
+        // 2. Hedge, between route and balance: its backup carries the
+        //    `RouteInfo`, and the balancer sees its `Exclude` and sends it
+        //    to another backend. It clones requests: every body is `Full`.
+        .layer(hedge.clone())
         // 3. Balance: affinity to the model's owners, breakers, health.
         .service(balancer))
 }
@@ -224,7 +241,7 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
     // is its error (400), found here, never a failure the balancer would
     // count against a backend; and a KServe v2 body has the limit too.
     let body = match axum::body::to_bytes(body, app.body_limit).await {
-        Ok(bytes) => Body::from(bytes),
+        Ok(bytes) => Full::new(bytes),
         Err(error) => return errors::unreadable_body(&error, app.body_limit).into_response(),
     };
     match app.stack.oneshot(Request::from_parts(parts, body)).await {
@@ -242,6 +259,7 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
 /// `GET /metrics`: the balancer's figures, read now, in Prometheus text.
 async fn metrics(State(app): State<App>) -> Response {
     tower_model_balance::metrics::record(&app.handle);
+    tower_model_balance::metrics::record_hedge(&app.hedge);
     app.prometheus.run_upkeep();
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4");
     let mut response = app.prometheus.render().into_response();

@@ -117,6 +117,11 @@ async fn run(args: Args) -> Result<(), String> {
         s.invalid_route,
         gateway.handle.breaker_trips()
     );
+    let h = gateway.hedge.stats();
+    println!(
+        "hedged: {} of {} requests, {} won; suppressed by budget {}, by load {}",
+        h.hedges, h.requests, h.hedges_won, h.suppressed_by_budget, h.suppressed_by_load
+    );
     Ok(())
 }
 
