@@ -116,6 +116,16 @@ impl<E: Clone> Local<E> {
         timed: bool,
         random: &mut impl FnMut() -> u64,
     ) -> Result<Picked<E>, NoHealthyBackend> {
+        // The decision's span: the events below carry its fields. Off (no
+        // subscriber at TRACE), it costs a relaxed load and allocates
+        // nothing.
+        let _span = tracing::trace_span!(
+            "pick",
+            model = route.model,
+            kind = ?route.kind,
+            urgency = ?route.urgency
+        )
+        .entered();
         self.refresh(shared);
         let sample = self.sample();
         let snapshot = &self.snapshot;
@@ -148,7 +158,7 @@ impl<E: Clone> Local<E> {
         };
         let Some(mut picked) = pick(table, &ask, &rules, now, random) else {
             shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(model = route.model, "no healthy backend");
+            tracing::debug!(model = route.model, owners, unseen, "no healthy backend");
             return Err(NoHealthyBackend::new(route.model_id()));
         };
         if placement.is_some() && picked.confirms && picked.branch == Branch::ResidentOwner {
@@ -162,7 +172,13 @@ impl<E: Clone> Local<E> {
             placement.prefetch(&table.backends[owner], route.model_id());
         }
         let state = &table.backends[picked.index];
-        tracing::trace!(backend = %state.id, model = route.model, branch = ?picked.branch, "picked");
+        tracing::trace!(
+            backend = %state.id,
+            branch = ?picked.branch,
+            owners,
+            unseen,
+            "picked"
+        );
         Ok(Picked {
             endpoint: snapshot.endpoints[picked.index].clone(),
             guard: Guard::new(

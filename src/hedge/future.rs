@@ -193,6 +193,7 @@ where
                     }
                     let now = Instant::now();
                     Counters::add(&this.shared.counters.won);
+                    tracing::debug!(after_ms = (now - sent).as_millis() as u64, "hedge won");
                     if let Some(place) = *this.place {
                         let delays = &this.shared.delays;
                         delays.record(place, now - sent, now);
@@ -259,6 +260,7 @@ where
                         extensions.insert(Exclude::new(picked.clone()));
                     }
                     Counters::add(&this.shared.counters.hedges);
+                    tracing::debug!(exclude = ?picked.map(|b| b.as_str()), "hedge sent");
                     let future = service.call(request);
                     this.second.set(Second::Running {
                         future,

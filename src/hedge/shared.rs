@@ -69,11 +69,16 @@ impl Shared {
             let utilization = gate.utilization();
             if utilization.is_nan() || utilization > self.policy.max_utilization {
                 Counters::add(&c.suppressed_load);
+                tracing::debug!(
+                    utilization,
+                    "hedge suppressed: fleet over its load threshold"
+                );
                 return false;
             }
         }
         if !self.budget.try_withdraw(now) {
             Counters::add(&c.suppressed_budget);
+            tracing::debug!("hedge suppressed: budget spent");
             return false;
         }
         true
