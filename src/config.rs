@@ -6,6 +6,8 @@
 //! a value of the wrong type, or a value out of its builder's range is an
 //! error naming the key (`balance.load_factor`) and, for a range, what it
 //! must be. `examples/stack.toml` lists every key with its default.
+//! [`StackConfig::to_toml`] writes the settings back as such a file (every
+//! key, the values in force), which reads back into the same settings.
 //!
 //! ```
 //! use std::time::Duration;
@@ -34,10 +36,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, Staging};
 use crate::breaker::Policy;
+use crate::breaker::SlidingWindow;
 use crate::error::InvalidConfig;
 use crate::health::probe::ProbeConfig;
 use crate::health::HealthPolicy;
@@ -69,6 +72,27 @@ impl StackConfig {
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let file: File = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         file.build()
+    }
+
+    /// The settings as a TOML file that [`from_toml`](Self::from_toml)
+    /// reads back into the same settings: every key written, durations in
+    /// whole milliseconds (rounded up: a sub-millisecond part set in code
+    /// is not kept). The builders' settings that have no key (the
+    /// balancer's residency header) are left out.
+    ///
+    /// ```
+    /// use tower_model_balance::config::StackConfig;
+    ///
+    /// let config = StackConfig::from_toml("[balance]\nowners = 3").unwrap();
+    /// let text = config.to_toml();
+    /// assert!(text.contains("owners = 3"));
+    /// assert_eq!(StackConfig::from_toml(&text).unwrap().to_toml(), text);
+    /// ```
+    pub fn to_toml(&self) -> String {
+        let file = File::of(self);
+        // Every value is a TOML integer, float, boolean, string or table
+        // of them: the serializer has nothing to refuse.
+        toml::to_string(&file).expect("a StackConfig is always TOML")
     }
 }
 
@@ -142,7 +166,13 @@ fn ms(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `d` in whole milliseconds, rounded up.
+fn to_ms(d: Duration) -> Option<u64> {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    Some(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct File {
     #[serde(default)]
@@ -158,6 +188,103 @@ struct File {
 }
 
 impl File {
+    /// Every setting of `config`, as its key.
+    fn of(config: &StackConfig) -> Self {
+        let b = &config.balance;
+        let (breaker_scope, max_pairs) = match b.breaker_scope() {
+            BreakerScope::BackendModel { max_pairs } => ("backend_model", Some(max_pairs)),
+            _ => ("backend", None),
+        };
+        let balance = BalanceFile {
+            owners: Some(b.owners()),
+            min_owners: Some(b.min_owners()),
+            load_factor: Some(b.load_factor()),
+            panic_threshold: Some(b.panic_threshold()),
+            model_owners: (!b.model_owners().is_empty()).then(|| {
+                b.model_owners()
+                    .iter()
+                    .map(|(model, k)| (model.as_str().to_owned(), *k))
+                    .collect()
+            }),
+            vnodes_per_weight: Some(b.ring().vnodes_per_weight()),
+            ring_seed: Some(b.ring().seed()),
+            breaker_scope: Some(breaker_scope.to_owned()),
+            max_pairs,
+            staging_max_share: Some(b.staging().max_share()),
+            staging_cooldown_ms: to_ms(b.staging().cooldown()),
+        };
+        let p = b.breaker();
+        let (window, time_window_ms, time_window_buckets) = match p.window() {
+            SlidingWindow::Time { duration, buckets } => (None, to_ms(duration), Some(buckets)),
+            SlidingWindow::Count { calls } => (Some(calls), None, None),
+        };
+        let breaker = BreakerFile {
+            window,
+            time_window_ms,
+            time_window_buckets,
+            minimum_calls: Some(p.minimum_calls()),
+            failure_rate_threshold: Some(p.failure_rate_threshold()),
+            slow_call_rate_threshold: Some(p.slow_call_rate_threshold()),
+            slow_call_duration_ms: to_ms(p.slow_call_duration()),
+            consecutive_failures: p.consecutive_failures(),
+            half_open_permits: Some(p.half_open_permits()),
+            half_open_max_wait_ms: to_ms(p.half_open_max_wait()),
+            open_duration_ms: to_ms(p.open_duration()),
+            max_open_duration_ms: to_ms(p.max_open_duration()),
+            jitter: Some(p.jitter()),
+        };
+        let h = b.health();
+        let [latency, capacity, connection] = h.weights();
+        let (full, zero) = h.connections();
+        let health = HealthFile {
+            weights: Some(Weights {
+                latency: Some(latency),
+                capacity: Some(capacity),
+                connection: Some(connection),
+            }),
+            interval_ms: to_ms(h.interval()),
+            error_alpha: Some(h.error_alpha()),
+            latency_alpha: Some(h.latency_alpha()),
+            failure_penalty_ms: to_ms(h.failure_penalty()),
+            relax_half_life_ms: to_ms(h.relax_half_life()),
+            eject_below: Some(h.eject_below()),
+            readmit_above: Some(h.readmit_above()),
+            queue_scale: Some(h.queue_scale()),
+            connections_full_below: Some(full),
+            connections_zero_at: Some(zero),
+            outlier_factor: Some(h.outlier_factor().unwrap_or(0.0)),
+            outlier_ejection_ms: to_ms(h.outlier_ejection()),
+            max_ejected_share: Some(h.max_ejected_share()),
+            warm_up_ms: to_ms(h.warm_up()),
+            warm_up_min_weight: Some(h.warm_up_min_weight()),
+        };
+        let probe = ProbeFile {
+            interval_ms: to_ms(config.probe.interval()),
+            timeout_ms: to_ms(config.probe.timeout()),
+            jitter: Some(config.probe.jitter()),
+            concurrency: Some(config.probe.concurrency()),
+        };
+        let placement = PlacementFile {
+            load_timeout_ms: to_ms(config.placement.load_timeout()),
+            when_cold: Some(
+                match config.placement.when_cold() {
+                    WhenCold::PreferWarm => "prefer_warm",
+                    _ => "wait",
+                }
+                .to_owned(),
+            ),
+            repository_interval_ms: to_ms(config.placement.repository_interval()),
+            evict: Some(config.placement.evict()),
+        };
+        File {
+            balance,
+            breaker,
+            health,
+            probe,
+            placement,
+        }
+    }
+
     fn build(self) -> Result<StackConfig, ConfigError> {
         let breaker = self.breaker.build()?;
         let health = self.health.build()?;
@@ -170,21 +297,32 @@ impl File {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct BalanceFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
     owners: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     min_owners: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     load_factor: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     panic_threshold: Option<f64>,
     /// Owners fixed per model ID.
+    #[serde(skip_serializing_if = "Option::is_none")]
     model_owners: Option<BTreeMap<String, usize>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     vnodes_per_weight: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     ring_seed: Option<u64>,
     /// `"backend"` or `"backend_model"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     breaker_scope: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     max_pairs: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     staging_max_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     staging_cooldown_ms: Option<u64>,
 }
 
@@ -261,21 +399,34 @@ impl BalanceFile {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct BreakerFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
     window: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     time_window_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     time_window_buckets: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     minimum_calls: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     failure_rate_threshold: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     slow_call_rate_threshold: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     slow_call_duration_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     consecutive_failures: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     half_open_permits: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     half_open_max_wait_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     open_duration_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     max_open_duration_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     jitter: Option<bool>,
 }
 
@@ -335,33 +486,52 @@ impl BreakerFile {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct Weights {
+    #[serde(skip_serializing_if = "Option::is_none")]
     latency: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     capacity: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     connection: Option<f64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct HealthFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
     weights: Option<Weights>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     interval_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     error_alpha: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     latency_alpha: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     failure_penalty_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     relax_half_life_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     eject_below: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     readmit_above: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     queue_scale: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     connections_full_below: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     connections_zero_at: Option<u32>,
     /// 0 turns latency-outlier ejection off.
+    #[serde(skip_serializing_if = "Option::is_none")]
     outlier_factor: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     outlier_ejection_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     max_ejected_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     warm_up_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     warm_up_min_weight: Option<f64>,
 }
 
@@ -428,12 +598,16 @@ impl HealthFile {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct ProbeFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
     interval_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     jitter: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     concurrency: Option<usize>,
 }
 
@@ -456,13 +630,17 @@ impl ProbeFile {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct PlacementFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
     load_timeout_ms: Option<u64>,
     /// `"wait"` or `"prefer_warm"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     when_cold: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     repository_interval_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     evict: Option<bool>,
 }
 

@@ -226,3 +226,152 @@ fn a_weight_left_out_keeps_its_default() {
     assert!((capacity - 0.33 / 1.5).abs() < 1e-9, "{capacity}");
     assert!((connection - 0.17 / 1.5).abs() < 1e-9, "{connection}");
 }
+
+/// Every section's settings, compared by their `Debug` text (the balancer's
+/// config holds a residency header with no `PartialEq`).
+fn same(a: &StackConfig, b: &StackConfig) -> bool {
+    format!("{:?}", (&a.balance, &a.probe, &a.placement))
+        == format!("{:?}", (&b.balance, &b.probe, &b.placement))
+}
+
+#[test]
+fn a_config_written_as_toml_reads_back_the_same() {
+    let non_default = r#"
+        [balance]
+        owners = 4
+        min_owners = 2
+        load_factor = 2.0
+        panic_threshold = 0.25
+        vnodes_per_weight = 40
+        ring_seed = 7
+        breaker_scope = "backend_model"
+        max_pairs = 500
+        staging_max_share = 0.05
+        staging_cooldown_ms = 2500
+        [balance.model_owners]
+        "llama-3-70b" = 3
+        "org/model:v2" = 1
+
+        [breaker]
+        time_window_ms = 30000
+        time_window_buckets = 30
+        consecutive_failures = 4
+        open_duration_ms = 750
+        jitter = false
+
+        [health]
+        weights = { latency = 0.6, capacity = 0.3, connection = 0.1 }
+        eject_below = 0.1
+        outlier_factor = 0
+        warm_up_ms = 0
+
+        [probe]
+        interval_ms = 250
+        timeout_ms = 100
+
+        [placement]
+        when_cold = "prefer_warm"
+        load_timeout_ms = 60000
+        evict = false
+        "#;
+    for text in [EXAMPLE, "", non_default] {
+        let config = StackConfig::from_toml(text).unwrap();
+        let written = config.to_toml();
+        let read = StackConfig::from_toml(&written).unwrap_or_else(|e| panic!("{e}\n{written}"));
+        assert!(same(&config, &read), "{written}");
+        assert_eq!(read.to_toml(), written, "writing is stable");
+    }
+    // Every key of the example file is written, and nothing else.
+    let written = StackConfig::from_toml(non_default).unwrap().to_toml();
+    for key in [
+        "owners",
+        "time_window_buckets",
+        "max_pairs",
+        "outlier_factor = 0.0",
+    ] {
+        assert!(written.contains(key), "{key} in\n{written}");
+    }
+    let written = StackConfig::from_toml("").unwrap().to_toml();
+    // Keys of `key = value` lines; an inline table's (`weights = { latency
+    // = … }`) counted as the subtable's keys, as they are written.
+    let keys = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|l| l.split('#').next().unwrap().trim())
+            .filter(|l| !l.is_empty() && !l.starts_with('['))
+            .flat_map(|l| match l.split_once("= {") {
+                Some((_, inline)) => inline
+                    .split(',')
+                    .map(|kv| kv.split('=').next().unwrap().trim().to_string())
+                    .collect(),
+                None => vec![l.split('=').next().unwrap().trim().to_string()],
+            })
+            .collect()
+    };
+    let mut example = keys(EXAMPLE);
+    let mut defaults = keys(&written);
+    example.sort();
+    defaults.sort();
+    assert_eq!(example, defaults, "the example file lists the keys written");
+}
+
+#[test]
+fn a_duration_set_in_code_is_written_in_whole_milliseconds_rounded_up() {
+    let mut config = StackConfig::from_toml("").unwrap();
+    config.placement = PlacementPolicy::builder()
+        .load_timeout(Duration::from_micros(1_500_200))
+        .build()
+        .unwrap();
+    let written = config.to_toml();
+    assert!(written.contains("load_timeout_ms = 1501"), "{written}");
+}
+
+mod round_trip {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any valid file, read, written and read again, gives the same
+        /// settings.
+        #[test]
+        fn any_valid_file(
+            owners in 1usize..=16,
+            min_owners in 1usize..=16,
+            load_factor in 1.0f64..=100.0,
+            panic_threshold in 0.0f64..=1.0,
+            seed in any::<u64>(),
+            window in prop_oneof![
+                (1usize..=10_000).prop_map(|n| format!("window = {n}")),
+                (100u64..=3_600_000, 1u32..=100)
+                    .prop_map(|(ms, b)| format!("time_window_ms = {ms}\ntime_window_buckets = {b}")),
+            ],
+            failure_rate in 0.0f64..=1.0,
+            open_ms in 1u64..=60_000,
+            jitter in any::<bool>(),
+            eject_below in 0.0f64..=0.5,
+            probe_ms in 10u64..=60_000,
+            prefer_warm in any::<bool>(),
+        ) {
+            let text = format!(
+                "[balance]\nowners = {owners}\nmin_owners = {min_owners}\nload_factor = {load_factor}\n\
+                 panic_threshold = {panic_threshold}\nring_seed = {seed}\n\
+                 [breaker]\n{window}\nfailure_rate_threshold = {failure_rate}\n\
+                 open_duration_ms = {open_ms}\njitter = {jitter}\n\
+                 [health]\neject_below = {eject_below}\n\
+                 [probe]\ninterval_ms = {probe_ms}\n\
+                 [placement]\nwhen_cold = \"{}\"\n",
+                if prefer_warm { "prefer_warm" } else { "wait" }
+            );
+            let Ok(config) = StackConfig::from_toml(&text) else {
+                // Out of a range the strategies cannot see (min_owners >
+                // owners, open_duration_ms over its maximum...).
+                return Ok(());
+            };
+            let written = config.to_toml();
+            let read = StackConfig::from_toml(&written);
+            prop_assert!(read.is_ok(), "{:?}\n{}", read.err(), written);
+            prop_assert!(same(&config, &read.unwrap()), "{}", written);
+        }
+    }
+}

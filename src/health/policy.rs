@@ -321,7 +321,14 @@ impl HealthPolicyBuilder {
                 "each in 0 ..= 1 000 000, sum > 0",
             ));
         }
-        p.weights = self.weights.map(|w| w / sum);
+        // Weights that already sum to 1 (to within rounding) are kept as
+        // given: dividing by a sum of 1.0000000000000002 would change them
+        // in the last digit, and again each time they are read back.
+        p.weights = if (sum - 1.0).abs() <= 1e-9 {
+            self.weights
+        } else {
+            self.weights.map(|w| w / sum)
+        };
         if !within(p.interval, ms(10), secs(60)) {
             return Err(InvalidConfig::new("interval", "10 ms ..= 60 s"));
         }
