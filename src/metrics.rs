@@ -2,6 +2,23 @@
 //! `metrics`), for whatever recorder the application installs (Prometheus,
 //! StatsD, OpenTelemetry...).
 //!
+//! ```
+//! use std::time::Duration;
+//! use futures_util::stream;
+//! use tower::discover::Change;
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let gpu = Backend::new(BackendId::new("gpu-0").unwrap(), "10.0.0.1:8000");
+//! let backends = stream::iter([Ok::<_, std::convert::Infallible>(Change::Insert(0, gpu))]);
+//! let balancer = ModelBalancer::new(backends, BalanceConfig::default()).unwrap();
+//! // With a recorder installed (e.g. metrics-exporter-prometheus), every 5 s:
+//! let exporter = tower_model_balance::metrics::export(balancer.handle(), Duration::from_secs(5));
+//! # drop(exporter);
+//! # }
+//! ```
+//!
 //! [`export`] starts a task that reads a [`BalancerHandle`] on an interval
 //! and sets these series. The request path itself records nothing through
 //! the facade: its counters are the balancer's own atomics, read here, so
@@ -33,23 +50,6 @@
 //! Labels are backend IDs and fixed words only — never model IDs, whose
 //! number a client does not bound. A backend that leaves keeps its last
 //! values in the recorder until the recorder drops idle series.
-//!
-//! ```
-//! use std::time::Duration;
-//! use futures_util::stream;
-//! use tower::discover::Change;
-//! use tower_model_balance::backend::BackendId;
-//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-//!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let gpu = Backend::new(BackendId::new("gpu-0").unwrap(), "10.0.0.1:8000");
-//! let backends = stream::iter([Ok::<_, std::convert::Infallible>(Change::Insert(0, gpu))]);
-//! let balancer = ModelBalancer::new(backends, BalanceConfig::default()).unwrap();
-//! // With a recorder installed (e.g. metrics-exporter-prometheus), every 5 s:
-//! let exporter = tower_model_balance::metrics::export(balancer.handle(), Duration::from_secs(5));
-//! # drop(exporter);
-//! # }
-//! ```
 
 use std::time::Duration;
 

@@ -1,4 +1,23 @@
-//! The balancer's response future.
+//! The balancer's response future: what [`ModelBalancer`](super::ModelBalancer)'s
+//! `call` returns, to name in a type that stores one.
+//!
+//! ```
+//! use tower::{discover::ServiceList, service_fn, Service, ServiceExt};
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::balance::future::ResponseFuture;
+//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let gpu = service_fn(|_req: http::Request<String>| async {
+//!     Ok::<_, std::io::Error>(http::Response::new(String::from("ok")))
+//! });
+//! let backends = ServiceList::new([Backend::new(BackendId::new("gpu-0").unwrap(), gpu)]);
+//! let mut balancer = ModelBalancer::new(backends, BalanceConfig::default()).unwrap();
+//! let request = http::Request::post("/infer").header("x-model-id", "llama").body(String::new()).unwrap();
+//! let future: ResponseFuture<_, _> = balancer.ready().await.unwrap().call(request);
+//! assert_eq!(future.await.unwrap().status(), 200);
+//! # }
+//! ```
 
 use std::future::Future;
 use std::pin::Pin;

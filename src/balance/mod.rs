@@ -1,5 +1,28 @@
 //! The model-aware balancer: affinity for inference, P2C for updates.
 //!
+//! ```
+//! use tower::{discover::ServiceList, service_fn, ServiceExt};
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let backends = (0..4).map(|i| {
+//!     let endpoint = service_fn(move |_req: http::Request<String>| async move {
+//!         Ok::<_, std::io::Error>(http::Response::new(format!("backend {i}")))
+//!     });
+//!     Backend::new(BackendId::new(&format!("node-{i}")).unwrap(), endpoint)
+//! });
+//! let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default()).unwrap();
+//!
+//! let req = || http::Request::post("/infer").header("x-model-id", "llama-3-8b").body(String::new()).unwrap();
+//! let first = balancer.clone().oneshot(req()).await.unwrap().into_body().into_inner();
+//! let again = balancer.clone().oneshot(req()).await.unwrap().into_body().into_inner();
+//! assert_eq!(first, again, "an idle model sticks to its primary owner");
+//! let stats = balancer.handle().stats();
+//! assert_eq!((stats.cold_owner, stats.resident_owner), (1, 1), "loaded once, then warm");
+//! # }
+//! ```
+//!
 //! [`ModelBalancer`] routes each request by its [`RouteInfo`]:
 //!
 //! * **inference** goes to the model's *owners*, the first `k` distinct
@@ -85,8 +108,8 @@
 //!
 //! Ring changes are **staged**: when backends join or change weight, every
 //! model they take is a cold load on its new owner, so their ring points
-//! enter a share at a time ([`Staging`]: by default at most 10% of the
-//! ring's points per step, about a tenth of the models, steps 10 s apart),
+//! enter a share at a time ([`Staging`]: by default at most 2% of the
+//! ring's points per step, about one model in fifty, steps 10 s apart),
 //! a joining backend owning part of its models until the last step. A
 //! change arriving meanwhile is published at once and re-targets the next
 //! step. A removed backend is not picked again at once (nothing to stage:
@@ -102,29 +125,6 @@
 //! (`max_pairs`, least recently used evicted); checking a pair takes no
 //! lock while every pair near it is closed, taking a permit takes a short
 //! one. [`BalancerHandle::breaker_state`] reads a pair's state.
-//!
-//! ```
-//! use tower::{discover::ServiceList, service_fn, ServiceExt};
-//! use tower_model_balance::backend::BackendId;
-//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-//!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let backends = (0..4).map(|i| {
-//!     let endpoint = service_fn(move |_req: http::Request<String>| async move {
-//!         Ok::<_, std::io::Error>(http::Response::new(format!("backend {i}")))
-//!     });
-//!     Backend::new(BackendId::new(&format!("node-{i}")).unwrap(), endpoint)
-//! });
-//! let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default()).unwrap();
-//!
-//! let req = || http::Request::post("/infer").header("x-model-id", "llama-3-8b").body(String::new()).unwrap();
-//! let first = balancer.clone().oneshot(req()).await.unwrap().into_body().into_inner();
-//! let again = balancer.clone().oneshot(req()).await.unwrap().into_body().into_inner();
-//! assert_eq!(first, again, "an idle model sticks to its primary owner");
-//! let stats = balancer.handle().stats();
-//! assert_eq!((stats.cold_owner, stats.resident_owner), (1, 1), "loaded once, then warm");
-//! # }
-//! ```
 //!
 //! [`RouteInfo`]: crate::route::RouteInfo
 //! [`NoHealthyBackend`]: crate::error::NoHealthyBackend

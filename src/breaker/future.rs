@@ -1,4 +1,20 @@
-//! The breaker's response future.
+//! The breaker's response future: what [`CircuitBreaker`](super::CircuitBreaker)'s
+//! `call` returns, to name in a type that stores one.
+//!
+//! ```
+//! use tower::{service_fn, Layer, Service, ServiceExt};
+//! use tower_model_balance::breaker::future::ResponseFuture;
+//! use tower_model_balance::breaker::{CircuitBreakerLayer, Policy};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let backend = service_fn(|_req: http::Request<()>| async {
+//!     Ok::<_, std::io::Error>(http::Response::new(String::from("ok")))
+//! });
+//! let mut breaker = CircuitBreakerLayer::new(Policy::default()).layer(backend);
+//! let future: ResponseFuture<_, _> = breaker.ready().await.unwrap().call(http::Request::new(()));
+//! assert_eq!(future.await.unwrap().status(), 200);
+//! # }
+//! ```
 
 use std::future::Future;
 use std::pin::Pin;

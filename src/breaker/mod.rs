@@ -1,29 +1,5 @@
 //! Circuit breaking: fail fast around a sick backend, probe it back.
 //!
-//! A breaker is Closed (traffic flows, outcomes counted over a count- or
-//! time-based sliding window), Open (every call fails fast with
-//! [`BreakerOpen`]) or HalfOpen (a few probe calls decide). It trips on the
-//! failure *rate* or the slow-call *rate* once the window holds a minimum
-//! of calls, so one or two blips never open it — or, if set, after a run of
-//! consecutive failures (a hard outage). It stays open for an exponential
-//! backoff with full jitter. The decision logic is a pure state machine
-//! ([`CircuitState`]) that takes `now` and outcomes; [`Breaker`] shares it
-//! between clones (and is the handle: metrics, manual modes, a transition
-//! hook), and [`CircuitBreakerLayer`] puts it in front of any HTTP
-//! `Service`. The balancer keeps one [`Breaker`] per backend.
-//!
-//! Admission is an RAII [`Permit`]: a call dropped before it finished (its
-//! future dropped) gives its permit back and counts nothing, so a cancelled
-//! probe never wedges a half-open breaker.
-//!
-//! [`CircuitBreaker`] **sheds** by default: while open it stays ready and
-//! `call` fails fast. Under a balancer it can **push back** instead
-//! ([below](#admission-fail-fast-or-backpressure)). Stack timeouts *below*
-//! the breaker, so that a timeout is an error the breaker counts rather
-//! than a cancellation ([why](#where-the-timeout-goes)). Outcomes are
-//! recorded at the end of the response body
-//! ([classification](#classification-what-counts-and-when)).
-//!
 //! ```
 //! use bytes::Bytes;
 //! use http_body_util::Empty;
@@ -47,6 +23,30 @@
 //! assert!(err.is::<BreakerOpen>());
 //! # }
 //! ```
+//!
+//! A breaker is Closed (traffic flows, outcomes counted over a count- or
+//! time-based sliding window), Open (every call fails fast with
+//! [`BreakerOpen`]) or HalfOpen (a few probe calls decide). It trips on the
+//! failure *rate* or the slow-call *rate* once the window holds a minimum
+//! of calls, so one or two blips never open it — or, if set, after a run of
+//! consecutive failures (a hard outage). It stays open for an exponential
+//! backoff with full jitter. The decision logic is a pure state machine
+//! ([`CircuitState`]) that takes `now` and outcomes; [`Breaker`] shares it
+//! between clones (and is the handle: metrics, manual modes, a transition
+//! hook), and [`CircuitBreakerLayer`] puts it in front of any HTTP
+//! `Service`. The balancer keeps one [`Breaker`] per backend.
+//!
+//! Admission is an RAII [`Permit`]: a call dropped before it finished (its
+//! future dropped) gives its permit back and counts nothing, so a cancelled
+//! probe never wedges a half-open breaker.
+//!
+//! [`CircuitBreaker`] **sheds** by default: while open it stays ready and
+//! `call` fails fast. Under a balancer it can **push back** instead
+//! ([below](#admission-fail-fast-or-backpressure)). Stack timeouts *below*
+//! the breaker, so that a timeout is an error the breaker counts rather
+//! than a cancellation ([why](#where-the-timeout-goes)). Outcomes are
+//! recorded at the end of the response body
+//! ([classification](#classification-what-counts-and-when)).
 //!
 //! # Admission: fail fast or backpressure
 //!

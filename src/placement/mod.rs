@@ -1,6 +1,19 @@
 //! On-demand model placement: load a model where affinity places it,
 //! through the model server's own repository API.
 //!
+//! ```
+//! use std::time::Duration;
+//! use tower_model_balance::placement::{PlacementPolicy, WhenCold};
+//!
+//! let policy = PlacementPolicy::builder()
+//!     .load_timeout(Duration::from_secs(300))
+//!     .when_cold(WhenCold::PreferWarm)
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(policy.load_timeout(), Duration::from_secs(300));
+//! assert!(PlacementPolicy::builder().load_timeout(Duration::ZERO).build().is_err());
+//! ```
+//!
 //! Many model servers do not load a model when a request names it: Triton
 //! in explicit model-control mode, KServe v2 servers such as MLServer, and
 //! vLLM for LoRA adapters answer 404 until someone calls their repository
@@ -54,19 +67,6 @@
 //! Loaders for real servers (feature `probe`): [`KServeV2Loader`] (Triton,
 //! KServe v2: `POST /v2/repository/models/{name}/load`) and
 //! [`VllmLoraLoader`] (`POST /v1/load_lora_adapter`).
-//!
-//! ```
-//! use std::time::Duration;
-//! use tower_model_balance::placement::{PlacementPolicy, WhenCold};
-//!
-//! let policy = PlacementPolicy::builder()
-//!     .load_timeout(Duration::from_secs(300))
-//!     .when_cold(WhenCold::PreferWarm)
-//!     .build()
-//!     .unwrap();
-//! assert_eq!(policy.load_timeout(), Duration::from_secs(300));
-//! assert!(PlacementPolicy::builder().load_timeout(Duration::ZERO).build().is_err());
-//! ```
 
 #[cfg(feature = "probe")]
 mod kserve;

@@ -1,5 +1,18 @@
 //! Consistent-hash ring with virtual nodes and weights (pure logic).
 //!
+//! ```
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::ring::{Ring, RingConfig};
+//! use tower_model_balance::route::ModelId;
+//!
+//! let members = (0..4).map(|i| (BackendId::new(&format!("node-{i}")).unwrap(), 1));
+//! let ring = Ring::build(&RingConfig::default(), members).unwrap();
+//! let model = ModelId::new("llama-3-8b").unwrap();
+//! let owners: Vec<_> = ring.owners(model.hash64(), 2).map(|i| ring.member(i).as_str()).collect();
+//! assert_eq!(owners.len(), 2);
+//! assert_ne!(owners[0], owners[1]);
+//! ```
+//!
 //! Each backend gets `vnodes_per_weight × weight` points on a 64-bit ring;
 //! a point's position is the xxh3 hash, under the ring's seed, of the
 //! backend ID's bytes, a `0xff` separator (never part of UTF-8) and the point
@@ -32,19 +45,6 @@
 //! only when the key lies beyond them (a crowded bucket, the end of the
 //! ring) does it binary search the rest. It finds exactly the point a binary
 //! search over the whole ring would.
-//!
-//! ```
-//! use tower_model_balance::backend::BackendId;
-//! use tower_model_balance::ring::{Ring, RingConfig};
-//! use tower_model_balance::route::ModelId;
-//!
-//! let members = (0..4).map(|i| (BackendId::new(&format!("node-{i}")).unwrap(), 1));
-//! let ring = Ring::build(&RingConfig::default(), members).unwrap();
-//! let model = ModelId::new("llama-3-8b").unwrap();
-//! let owners: Vec<_> = ring.owners(model.hash64(), 2).map(|i| ring.member(i).as_str()).collect();
-//! assert_eq!(owners.len(), 2);
-//! assert_ne!(owners[0], owners[1]);
-//! ```
 
 mod walk;
 

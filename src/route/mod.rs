@@ -1,25 +1,5 @@
 //! Route info: what the balancer needs to know about one request.
 //!
-//! A request's [`RouteInfo`] is read once: from the request's extensions when
-//! an earlier layer put one there, else from its headers:
-//!
-//! | header | value | default |
-//! | --- | --- | --- |
-//! | `x-model-id` | the model ID (required), see [`ModelId`] | — |
-//! | `x-request-kind` | `inference` or `update` (any case) | `inference` |
-//! | `x-urgency` | `normal`, `high` or `critical` (any case) | `normal` |
-//! | `content-length` | payload size in bytes | unknown |
-//!
-//! A missing model ID, any invalid value or a header given more than once is
-//! an [`InvalidRoute`] naming the header and the reason; nothing panics on
-//! input.
-//!
-//! When the model ID is not in a header — an OpenAI-compatible JSON body
-//! (`{"model": "llama-3-8b", ...}`) or a KServe v2 path
-//! (`/v2/models/{name}/infer`) — put `route::ModelFromBodyLayer` (feature `body`)
-//! in front: it reads the ID from there and stores the `RouteInfo` in the
-//! request's extensions.
-//!
 //! ```
 //! use tower_model_balance::route::{RequestKind, RouteInfo, Urgency};
 //!
@@ -39,6 +19,26 @@
 //! let err = RouteInfo::from_request(&bad).unwrap_err();
 //! assert_eq!(err.source, "x-model-id");
 //! ```
+//!
+//! A request's [`RouteInfo`] is read once: from the request's extensions when
+//! an earlier layer put one there, else from its headers:
+//!
+//! | header | value | default |
+//! | --- | --- | --- |
+//! | `x-model-id` | the model ID (required), see [`ModelId`] | — |
+//! | `x-request-kind` | `inference` or `update` (any case) | `inference` |
+//! | `x-urgency` | `normal`, `high` or `critical` (any case) | `normal` |
+//! | `content-length` | payload size in bytes | unknown |
+//!
+//! A missing model ID, any invalid value or a header given more than once is
+//! an [`InvalidRoute`] naming the header and the reason; nothing panics on
+//! input.
+//!
+//! When the model ID is not in a header — an OpenAI-compatible JSON body
+//! (`{"model": "llama-3-8b", ...}`) or a KServe v2 path
+//! (`/v2/models/{name}/infer`) — put `route::ModelFromBodyLayer` (feature `body`)
+//! in front: it reads the ID from there and stores the `RouteInfo` in the
+//! request's extensions.
 
 use std::fmt;
 use std::sync::Arc;

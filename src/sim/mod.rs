@@ -2,25 +2,6 @@
 //! fleet of GPU model servers, for examples, tests and trying a stack before
 //! production.
 //!
-//! Each [`ModelServer`] keeps a few models resident (LRU), serves a bounded
-//! number of requests at once (the rest queue), pays a cold load that holds a
-//! serving slot when a model is not resident, and can be put into a
-//! [`Fault`] while it runs. It speaks a subset of the KServe v2 protocol,
-//! Triton's repository index, the OpenAI-compatible inference routes
-//! (chat completions, completions, embeddings), the OpenAI model list and
-//! Prometheus metrics
-//! in vLLM's and Triton's names, so the probers of `health::probe`
-//! (feature `probe`) can ask it what they ask real servers; all of it is
-//! described in [`protocol`].
-//!
-//! In the [explicit mode](ServerConfigBuilder::explicit_load) a server
-//! behaves like Triton with `--model-control-mode=explicit`, MLServer, or
-//! vLLM serving LoRA adapters: a request for a model that is not loaded
-//! is answered 404, and models load only when a client asks through the
-//! KServe v2 repository API or vLLM's LoRA adapter routes — one load per
-//! model at a time, with [`ServerStats`] counting the load calls so that
-//! a client's single-flighting can be checked from the server's side.
-//!
 //! ```
 //! use http_body_util::{BodyExt, Full};
 //! use hyper_util::client::legacy::Client;
@@ -40,6 +21,25 @@
 //! assert_eq!(server.resident_models(), ["resnet-50"]);
 //! # }
 //! ```
+//!
+//! Each [`ModelServer`] keeps a few models resident (LRU), serves a bounded
+//! number of requests at once (the rest queue), pays a cold load that holds a
+//! serving slot when a model is not resident, and can be put into a
+//! [`Fault`] while it runs. It speaks a subset of the KServe v2 protocol,
+//! Triton's repository index, the OpenAI-compatible inference routes
+//! (chat completions, completions, embeddings), the OpenAI model list and
+//! Prometheus metrics
+//! in vLLM's and Triton's names, so the probers of `health::probe`
+//! (feature `probe`) can ask it what they ask real servers; all of it is
+//! described in [`protocol`].
+//!
+//! In the [explicit mode](ServerConfigBuilder::explicit_load) a server
+//! behaves like Triton with `--model-control-mode=explicit`, MLServer, or
+//! vLLM serving LoRA adapters: a request for a model that is not loaded
+//! is answered 404, and models load only when a client asks through the
+//! KServe v2 repository API or vLLM's LoRA adapter routes — one load per
+//! model at a time, with [`ServerStats`] counting the load calls so that
+//! a client's single-flighting can be checked from the server's side.
 
 mod config;
 mod control;

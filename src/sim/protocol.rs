@@ -1,5 +1,14 @@
 //! The simulated model server's wire protocol, written down once.
 //!
+//! ```
+//! use tower_model_balance::sim::protocol;
+//!
+//! let path = protocol::infer_path("resnet-50");
+//! assert_eq!(path, "/v2/models/resnet-50/infer");
+//! assert_eq!(protocol::parse_infer_path(&path), Some("resnet-50"));
+//! assert_eq!(protocol::BACKEND_HEADER, "x-sim-backend");
+//! ```
+//!
 //! A subset of the KServe Open Inference Protocol v2 (as served by Triton and
 //! KServe model servers), Triton's model repository index, the
 //! OpenAI-compatible inference routes and model list (as vLLM serves

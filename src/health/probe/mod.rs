@@ -1,28 +1,5 @@
 //! Active probes of the APIs real model servers expose.
 //!
-//! A [`Prober`] asks one backend, at its [`Origin`], whether it is ready,
-//! which models it holds and how loaded it is, and answers a
-//! [`ProbeReport`]. A pair of probers is a prober too: both are asked and
-//! their reports merged. A balancer runs one over its backends with
-//! [`BalancerHandle::spawn_probes`](crate::balance::BalancerHandle::spawn_probes)
-//! ([`ProbeConfig`]: interval, timeout, jitter, concurrency).
-//!
-//! The trait, the report and the config are always here; the HTTP probers
-//! of real model-server APIs need the `probe` feature:
-//!
-//! | prober | asks | learns |
-//! | --- | --- | --- |
-//! | [`KServeV2`] | `GET /v2/health/ready`, `POST /v2/repository/index` (Triton, KServe) | readiness, models `READY` |
-//! | [`OpenAiModels`] | `GET /v1/models` (vLLM, SGLang, TGI) | readiness, served models |
-//! | [`PrometheusMetrics`] | `GET /metrics`, names by [`MetricNames`] | KV-cache usage, queue, GPU memory |
-//!
-//! Probers apply no timeout — the caller does (a probe that hangs must
-//! count as failed, and only the caller knows its interval) — and share
-//! one [`ProbeClient`] when built [`with_client`](KServeV2::with_client).
-//! Each is `Clone` and cheap to clone.
-//!
-//! Against a simulated server, which serves all three APIs:
-//!
 //! ```
 //! use tower_model_balance::backend::BackendId;
 //! use tower_model_balance::endpoint::Origin;
@@ -46,6 +23,29 @@
 //! assert!(report.load.gpu_memory_total_bytes.unwrap() > 0.0);
 //! # }
 //! ```
+//!
+//! A [`Prober`] asks one backend, at its [`Origin`], whether it is ready,
+//! which models it holds and how loaded it is, and answers a
+//! [`ProbeReport`]. A pair of probers is a prober too: both are asked and
+//! their reports merged. A balancer runs one over its backends with
+//! [`BalancerHandle::spawn_probes`](crate::balance::BalancerHandle::spawn_probes)
+//! ([`ProbeConfig`]: interval, timeout, jitter, concurrency).
+//!
+//! The trait, the report and the config are always here; the HTTP probers
+//! of real model-server APIs need the `probe` feature:
+//!
+//! | prober | asks | learns |
+//! | --- | --- | --- |
+//! | [`KServeV2`] | `GET /v2/health/ready`, `POST /v2/repository/index` (Triton, KServe) | readiness, models `READY` |
+//! | [`OpenAiModels`] | `GET /v1/models` (vLLM, SGLang, TGI) | readiness, served models |
+//! | [`PrometheusMetrics`] | `GET /metrics`, names by [`MetricNames`] | KV-cache usage, queue, GPU memory |
+//!
+//! Probers apply no timeout — the caller does (a probe that hangs must
+//! count as failed, and only the caller knows its interval) — and share
+//! one [`ProbeClient`] when built [`with_client`](KServeV2::with_client).
+//! Each is `Clone` and cheap to clone.
+//!
+//! Against a simulated server, which serves all three APIs:
 
 mod config;
 #[cfg(feature = "probe")]
