@@ -31,7 +31,8 @@
 //! | `model_balance_backend_failures_total` | counter | `backend` | requests failed on it (errors, 5xx, 429, failed loads) |
 //! | `model_balance_backend_in_flight` | gauge | `backend` | requests in flight on it now |
 //! | `model_balance_backend_breaker_state` | gauge | `backend` | its breaker: 0 closed, 1 half-open, 2 open |
-//! | `model_balance_backend_breaker_trips_total` | counter | `backend` | times its breaker opened |
+//! | `model_balance_backend_breaker_trips_total` | counter | `backend` | times its breaker opened on the evidence of its calls |
+//! | `model_balance_backend_breaker_transitions_total` | counter | `backend`, `to` | times its breaker entered a state: `to` is `closed`, `half_open` or `open` (by hand included) |
 //! | `model_balance_backend_health_score` | gauge | `backend` | its health score, a fraction in [0, 1] |
 //! | `model_balance_backend_ejected` | gauge | `backend` | 1 while health ejects it, else 0 |
 //! | `model_balance_backend_ejections_total` | counter | `backend` | times health ejected it |
@@ -157,6 +158,15 @@ pub fn record(handle: &BalancerHandle) {
         };
         gauge!("model_balance_backend_breaker_state", &label()).set(state);
         counter!("model_balance_backend_breaker_trips_total", &label()).absolute(b.breaker_trips);
+        let t = b.breaker_transitions;
+        for (to, value) in [
+            ("closed", t.to_closed),
+            ("half_open", t.to_half_open),
+            ("open", t.to_open),
+        ] {
+            let labels = [("backend", id.clone()), ("to", to.to_owned())];
+            counter!("model_balance_backend_breaker_transitions_total", &labels).absolute(value);
+        }
         gauge!("model_balance_backend_health_score", &label()).set(b.health);
         gauge!("model_balance_backend_ejected", &label()).set(f64::from(u8::from(b.ejected)));
         counter!("model_balance_backend_ejections_total", &label()).absolute(b.ejections);

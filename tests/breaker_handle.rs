@@ -103,7 +103,7 @@ async fn metrics_only_counts_outcomes_and_never_trips() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn reset_zeroes_the_trip_and_rejection_counts() {
+async fn reset_zeroes_the_trip_transition_and_rejection_counts() {
     let breaker = Breaker::new(base().build().unwrap());
     fail_twice(&breaker);
     assert!(breaker.try_acquire().is_err());
@@ -114,8 +114,10 @@ async fn reset_zeroes_the_trip_and_rejection_counts() {
         (1, 2),
         "modes keep the counts"
     );
+    assert_eq!(breaker.transitions().to_open, 1);
     breaker.reset();
     assert_eq!((breaker.trips(), breaker.rejected()), (0, 0));
+    assert_eq!(breaker.transitions(), Default::default());
     assert_eq!(
         (breaker.state(), breaker.mode()),
         (BreakerState::Closed, Mode::Normal)
@@ -159,6 +161,12 @@ async fn the_hook_sees_each_transition_once_with_its_reason() {
     ];
     assert_eq!(*seen.lock().unwrap(), want);
     assert_eq!(breaker.trips(), 2, "two trips; forcing open is not one");
+    let counts = breaker.transitions();
+    assert_eq!(
+        (counts.to_open, counts.to_half_open, counts.to_closed),
+        (3, 2, 2),
+        "every transition the hook saw, by the state entered"
+    );
 }
 
 #[tokio::test(start_paused = true)]

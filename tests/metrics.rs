@@ -25,9 +25,9 @@ fn snapshot(recorder: &DebuggingRecorder) -> HashMap<(String, String), f64> {
             let (kind, key) = key.into_parts();
             let label = key
                 .labels()
-                .next()
                 .map(|l| l.value().to_string())
-                .unwrap_or_default();
+                .collect::<Vec<_>>()
+                .join(",");
             let value = match (kind, value) {
                 (MetricKind::Counter, DebugValue::Counter(v)) => v as f64,
                 (MetricKind::Gauge, DebugValue::Gauge(v)) => v.into_inner(),
@@ -91,6 +91,21 @@ async fn every_series_carries_the_handles_figures() {
             get("model_balance_backend_breaker_trips_total", id),
             status.breaker_trips as f64
         );
+        let t = status.breaker_transitions;
+        for (to, value) in [
+            ("closed", t.to_closed),
+            ("half_open", t.to_half_open),
+            ("open", t.to_open),
+        ] {
+            assert_eq!(
+                get(
+                    "model_balance_backend_breaker_transitions_total",
+                    &format!("{id},{to}")
+                ),
+                value as f64,
+                "{id} to {to}"
+            );
+        }
         assert_eq!(get("model_balance_backend_health_score", id), status.health);
         assert_eq!(
             get("model_balance_backend_ejected", id),

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::placement::{Placement, PlacementStats, PlacementTask};
 use super::ProbeTask;
 use crate::backend::BackendId;
-use crate::breaker::{Breaker, BreakerState};
+use crate::breaker::{Breaker, BreakerState, TransitionCounts};
 use crate::error::InvalidConfig;
 use crate::health::probe::{ProbeConfig, ProbeError, ProbeReport, Prober};
 use crate::health::HealthStatus;
@@ -87,6 +87,8 @@ pub struct BackendStatus {
     pub breaker: BreakerState,
     /// Times its backend-level breaker opened.
     pub breaker_trips: u64,
+    /// Times its backend-level breaker entered each state.
+    pub breaker_transitions: TransitionCounts,
     /// Requests sent to it since it joined (a counter that wraps after
     /// 2^40, about a trillion).
     pub picked: u64,
@@ -140,6 +142,7 @@ impl BalancerHandle {
                 in_flight: b.load(),
                 breaker: b.breaker.state(),
                 breaker_trips: b.breaker.trips(),
+                breaker_transitions: b.breaker.transitions(),
                 picked: b.traffic.picked(),
                 health: b.health.status(&table.fleet.health).score,
                 ejected: b.health.is_ejected(),

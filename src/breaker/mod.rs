@@ -217,6 +217,7 @@ pub use self::service::CircuitBreaker;
 pub use self::shared::{Breaker, Permit};
 pub use self::state::{
     BreakerState, CircuitState, Metrics, Mode, Reason, Refused, Ticket, Transition,
+    TransitionCounts,
 };
 
 /// How one call went, as far as the breaker is concerned.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::events::OnTransition;
-use super::state::{CircuitState, Metrics, Mode, Refused, Ticket, Transition};
+use super::state::{CircuitState, Metrics, Mode, Refused, Ticket, Transition, TransitionCounts};
 use super::{BreakerState, Outcome, Policy};
 use crate::error::BreakerOpen;
 
@@ -57,6 +57,8 @@ struct Inner {
     /// The policy's slow-call duration, for the lock-free record path.
     slow_call: Duration,
     trips: AtomicU64,
+    /// Transitions by the state entered: closed, half-open, open.
+    transitions: [AtomicU64; 3],
     rejected: AtomicU64,
     /// Set under the lock while the state is [`CircuitState::saturated`]:
     /// a success that is not slow then records nothing and skips the lock.
@@ -146,6 +148,7 @@ impl Breaker {
                 probes_out_until_ns: AtomicU64::new(0),
                 base: Instant::now(),
                 trips: AtomicU64::new(0),
+                transitions: Default::default(),
                 rejected: AtomicU64::new(0),
                 saturated: AtomicBool::new(false),
                 not_closed,
@@ -329,6 +332,17 @@ impl Breaker {
         self.inner.trips.load(Ordering::Relaxed)
     }
 
+    /// How many times the breaker entered each state, for any reason
+    /// (forcing and releasing by hand included).
+    pub fn transitions(&self) -> TransitionCounts {
+        let read = |i: usize| self.inner.transitions[i].load(Ordering::Relaxed);
+        TransitionCounts {
+            to_closed: read(0),
+            to_half_open: read(1),
+            to_open: read(2),
+        }
+    }
+
     /// How many calls it has refused.
     pub fn rejected(&self) -> u64 {
         self.inner.rejected.load(Ordering::Relaxed)
@@ -372,6 +386,9 @@ impl Breaker {
     pub fn reset(&self) {
         self.set_mode(Mode::Normal);
         self.inner.trips.store(0, Ordering::Relaxed);
+        for count in &self.inner.transitions {
+            count.store(0, Ordering::Relaxed);
+        }
         self.inner.rejected.store(0, Ordering::Relaxed);
     }
 
@@ -431,6 +448,12 @@ impl Breaker {
         if transition.to == BreakerState::Open && tripped {
             inner.trips.fetch_add(1, Ordering::Relaxed);
         }
+        let entered = match transition.to {
+            BreakerState::Closed => 0,
+            BreakerState::HalfOpen => 1,
+            _ => 2,
+        };
+        inner.transitions[entered].fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             from = ?transition.from,
             to = ?transition.to,

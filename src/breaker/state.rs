@@ -120,6 +120,20 @@ pub struct Refused {
     pub transition: Option<Transition>,
 }
 
+/// How many times a breaker entered each state
+/// ([`Breaker::transitions`](super::Breaker::transitions)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct TransitionCounts {
+    /// Into closed: a half-open round that succeeded, or a release by hand.
+    pub to_closed: u64,
+    /// Into half-open: an open duration that ran out.
+    pub to_half_open: u64,
+    /// Into open: a trip, a half-open round that failed or ran out of
+    /// time, or forcing by hand.
+    pub to_open: u64,
+}
+
 /// Counts over a breaker's window and its current state.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
