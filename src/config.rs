@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, Staging};
+use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, Classification, Staging};
 use crate::breaker::Policy;
 use crate::error::InvalidConfig;
 use crate::health::probe::ProbeConfig;
@@ -186,6 +186,8 @@ struct BalanceFile {
     max_pairs: Option<usize>,
     staging_max_share: Option<f64>,
     staging_cooldown_ms: Option<u64>,
+    /// `"http_status"` or `"grpc_status"`.
+    classification: Option<String>,
 }
 
 impl BalanceFile {
@@ -245,6 +247,16 @@ impl BalanceFile {
                 return Err(ConfigError::Invalid {
                     key: "balance.breaker_scope".into(),
                     expected: "\"backend\" or \"backend_model\"",
+                })
+            }
+        }
+        match self.classification.as_deref() {
+            None | Some("http_status") => {}
+            Some("grpc_status") => b = b.classification(Classification::GrpcStatus),
+            Some(_) => {
+                return Err(ConfigError::Invalid {
+                    key: "balance.classification".into(),
+                    expected: "\"http_status\" or \"grpc_status\"",
                 })
             }
         }
