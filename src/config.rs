@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, Staging};
+use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, Classification, Staging};
 use crate::breaker::Policy;
 use crate::breaker::SlidingWindow;
 use crate::error::InvalidConfig;
@@ -324,6 +324,8 @@ struct BalanceFile {
     staging_max_share: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     staging_cooldown_ms: Option<u64>,
+    /// `"http_status"` or `"grpc_status"`.
+    classification: Option<String>,
 }
 
 impl BalanceFile {
@@ -383,6 +385,16 @@ impl BalanceFile {
                 return Err(ConfigError::Invalid {
                     key: "balance.breaker_scope".into(),
                     expected: "\"backend\" or \"backend_model\"",
+                })
+            }
+        }
+        match self.classification.as_deref() {
+            None | Some("http_status") => {}
+            Some("grpc_status") => b = b.classification(Classification::GrpcStatus),
+            Some(_) => {
+                return Err(ConfigError::Invalid {
+                    key: "balance.classification".into(),
+                    expected: "\"http_status\" or \"grpc_status\"",
                 })
             }
         }

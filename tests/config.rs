@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tower_model_balance::balance::BalanceConfig;
+use tower_model_balance::balance::{BalanceConfig, Classification};
 use tower_model_balance::config::{ConfigError, StackConfig};
 use tower_model_balance::health::probe::ProbeConfig;
 use tower_model_balance::placement::{PlacementPolicy, WhenCold};
@@ -39,6 +39,7 @@ fn every_value_reaches_its_builder() {
         max_pairs = 500
         staging_max_share = 0.05
         staging_cooldown_ms = 2500
+        classification = "grpc_status"
         [balance.model_owners]
         "llama-3-70b" = 3
 
@@ -68,6 +69,7 @@ fn every_value_reaches_its_builder() {
     let b = &config.balance;
     assert_eq!((b.owners(), b.min_owners()), (4, 2));
     assert_eq!((b.load_factor(), b.panic_threshold()), (2.0, 0.25));
+    assert_eq!(b.classification(), Classification::GrpcStatus);
     let debug = format!("{b:?}");
     for expected in [
         "BackendModel { max_pairs: 500 }",
@@ -125,6 +127,11 @@ fn a_value_out_of_range_names_its_key_and_range() {
             "",
         ),
         ("[balance]\nmax_pairs = 10", "balance.max_pairs", ""),
+        (
+            "[balance]\nclassification = \"grpc\"",
+            "balance.classification",
+            "\"grpc_status\"",
+        ),
         (
             "[balance.model_owners]\n\"\" = 2",
             "balance.model_owners.\"\"",

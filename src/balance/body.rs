@@ -3,20 +3,26 @@
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::guard::Guard;
-use crate::breaker::Outcome;
+use crate::breaker::{Classified, ClassifyEos, GrpcEosErrorsAsFailures, Outcome};
 
-/// What the end of a response records: the outcome its status gave, unless
-/// the body fails. Recorded when the body ends, fails or is dropped — a
-/// response whose headers arrived is an outcome even if the caller never
-/// reads its body (a 503 must count whether or not it is read).
+/// The head's verdict: an outcome, or gRPC's status still to come in the
+/// trailers.
+pub(crate) type Verdict = Classified<GrpcEosErrorsAsFailures>;
+
+/// What the end of a response records: the outcome its head gave (or, for
+/// gRPC without a status in the head, its trailers give), unless the body
+/// fails. Recorded when the body ends, fails or is dropped — a response
+/// whose head decided is an outcome even if the caller never reads its
+/// body (a 503 must count whether or not it is read).
 #[derive(Debug)]
 struct Completion {
     guard: Option<Guard>,
-    outcome: Outcome,
+    verdict: Verdict,
 }
 
 impl Completion {
@@ -25,22 +31,39 @@ impl Completion {
             guard.finish(Outcome::Failure);
         }
     }
+
+    /// The body's last frame: the trailers, if it held them.
+    fn end(mut self, trailers: Option<&HeaderMap>) {
+        if let Some(guard) = self.guard.take() {
+            guard.finish(match self.verdict {
+                Classified::Ready(outcome) => outcome,
+                Classified::AtEnd(eos) => eos.classify_eos(trailers),
+            });
+        }
+    }
 }
 
 impl Drop for Completion {
     fn drop(&mut self) {
         if let Some(guard) = self.guard.take() {
-            guard.finish(self.outcome);
+            guard.finish(match self.verdict {
+                Classified::Ready(outcome) => outcome,
+                // Dropped before its status came: the caller hung up.
+                Classified::AtEnd(_) => Outcome::Ignored,
+            });
         }
     }
 }
 
 pin_project! {
     /// Response body returned by the balancer: the backend's body, unchanged,
-    /// with the request's completion recorded when it ends: its last frame,
-    /// or an error (a failure whatever the status), or its drop (the
-    /// status decides: 5xx fail, 429 is an overload, other 4xx are ignored, the rest
-    /// succeed). Until then the request counts as in flight.
+    /// with the request's completion recorded when it ends: its last frame
+    /// (under [`Classification::GrpcStatus`](super::Classification), the
+    /// trailers' `grpc-status` decides when the head had none), or an
+    /// error (a failure whatever the status), or its drop (the status
+    /// decides: 5xx fail, 429 is an overload, other 4xx are ignored, the
+    /// rest succeed; a gRPC status still to come is ignored). Until then
+    /// the request counts as in flight.
     #[derive(Debug)]
     pub struct ResponseBody<B> {
         #[pin]
@@ -50,17 +73,18 @@ pin_project! {
 }
 
 impl<B: Body> ResponseBody<B> {
-    pub(crate) fn new(inner: B, guard: Guard, outcome: Outcome) -> Self {
-        let ended = inner.is_end_stream();
-        let completion = Completion {
+    pub(crate) fn new(inner: B, guard: Guard, verdict: Verdict) -> Self {
+        let mut completion = Some(Completion {
             guard: Some(guard),
-            outcome,
-        };
-        Self {
-            inner,
-            // An empty body has ended already: record now.
-            completion: (!ended).then_some(completion),
+            verdict,
+        });
+        if inner.is_end_stream() {
+            // An empty body has ended already, without trailers: record now.
+            if let Some(completion) = completion.take() {
+                completion.end(None);
+            }
         }
+        Self { inner, completion }
     }
 }
 
@@ -71,7 +95,7 @@ impl<B> ResponseBody<B> {
     }
 
     /// The backend's body, unwrapped: the request completes now, with the
-    /// outcome its status gave.
+    /// outcome its head gave (a gRPC status still to come: ignored).
     pub fn into_inner(self) -> B {
         self.inner
     }
@@ -93,9 +117,19 @@ impl<B: Body> Body for ResponseBody<B> {
                     completion.fail();
                 }
             }
-            None => *this.completion = None,
-            Some(Ok(_)) if this.inner.is_end_stream() => *this.completion = None,
-            Some(Ok(_)) => {}
+            None => {
+                if let Some(completion) = this.completion.take() {
+                    completion.end(None);
+                }
+            }
+            Some(Ok(frame)) => {
+                let trailers = frame.trailers_ref();
+                if trailers.is_some() || this.inner.is_end_stream() {
+                    if let Some(completion) = this.completion.take() {
+                        completion.end(trailers);
+                    }
+                }
+            }
         }
         Poll::Ready(frame)
     }

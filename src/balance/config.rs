@@ -28,6 +28,7 @@ use http::HeaderName;
 /// | `staging` | 2% of the ring per step, 10 s apart | see [`Staging`] |
 /// | `health` | [`HealthPolicy::default`] | see [`HealthPolicy`] |
 /// | `residency_header` | none | see [`ResidencyHeader`] |
+/// | `classification` | [`Classification::HttpStatus`] | `GrpcStatus` for gRPC backends |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BalanceConfig {
@@ -59,6 +60,43 @@ pub struct BalanceConfig {
     pub(crate) health: HealthPolicy,
     /// The response header residency is learned from, if any.
     pub(crate) residency_header: Option<ResidencyHeader>,
+    /// What a response's outcome is read from.
+    pub(crate) classification: Classification,
+}
+
+/// What the balancer reads a response's outcome from — the outcome its
+/// breakers, health and latency figures record at the end of the body.
+///
+/// ```
+/// use tower_model_balance::balance::{BalanceConfig, Classification};
+///
+/// // Backends spoken to over gRPC (tonic channels): `grpc-status` decides.
+/// let config = BalanceConfig::builder()
+///     .classification(Classification::GrpcStatus)
+///     .build()
+///     .unwrap();
+/// assert_eq!(config.classification(), Classification::GrpcStatus);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Classification {
+    /// The HTTP status, as
+    /// [`ServerErrorsAsFailures`](crate::breaker::ServerErrorsAsFailures)
+    /// reads it: 5xx fail, 429 is an overload, other 4xx are the caller's
+    /// (ignored), the rest succeed. The default.
+    #[default]
+    HttpStatus,
+    /// gRPC's `grpc-status`, as
+    /// [`GrpcErrorsAsFailures`](crate::breaker::GrpcErrorsAsFailures)
+    /// reads it: from the headers of a trailers-only response (decided
+    /// with the head), else from the trailers at the end of an HTTP 200's
+    /// body; `UNAVAILABLE`, `INTERNAL`, `UNKNOWN`, `DEADLINE_EXCEEDED`,
+    /// `DATA_LOSS` and a body that ends without a status fail,
+    /// `RESOURCE_EXHAUSTED` is an overload, the caller's codes
+    /// (`INVALID_ARGUMENT`, `NOT_FOUND`, …) are ignored. A body dropped
+    /// before its trailers is ignored (the caller hung up before the
+    /// status came). A status other than 200 is read as for `HttpStatus`.
+    GrpcStatus,
 }
 
 /// A response header that tells the balancer what a backend holds
@@ -116,6 +154,7 @@ impl Default for BalanceConfig {
             breaker_hook: None,
             health: HealthPolicy::default(),
             residency_header: None,
+            classification: Classification::HttpStatus,
         }
     }
 }
@@ -174,6 +213,11 @@ impl BalanceConfig {
     /// The response header residency is learned from, if any.
     pub fn residency_header(&self) -> Option<&ResidencyHeader> {
         self.residency_header.as_ref()
+    }
+
+    /// What a response's outcome is read from.
+    pub fn classification(&self) -> Classification {
+        self.classification
     }
 
     /// A builder starting from the defaults.
@@ -306,6 +350,15 @@ impl BalanceConfigBuilder {
     /// is then learned from routing, metadata, probes and the handle).
     pub fn residency_header(mut self, header: ResidencyHeader) -> Self {
         self.config.residency_header = Some(header);
+        self
+    }
+
+    /// Sets what a response's outcome is read from (default
+    /// [`Classification::HttpStatus`]; [`Classification::GrpcStatus`] for
+    /// backends spoken to over gRPC, whose failures come as an HTTP 200
+    /// with a `grpc-status`).
+    pub fn classification(mut self, classification: Classification) -> Self {
+        self.config.classification = classification;
         self
     }
 

@@ -19,6 +19,7 @@
 //! # }
 //! ```
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
@@ -32,7 +33,11 @@ use tokio::sync::watch;
 use super::body::ResponseBody;
 use super::guard::Guard;
 use super::placement::{self, Status};
-use crate::breaker::{Outcome, ServerErrorsAsFailures};
+use super::Classification;
+use crate::breaker::{
+    Classified, Classify, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures, Outcome,
+    ServerErrorsAsFailures,
+};
 use crate::error::BoxError;
 use crate::error::{ModelLoadFailed, UnknownModel};
 use crate::placement::WaitedForLoad;
@@ -179,9 +184,8 @@ where
                                 not_found(&guard);
                             }
                             guard.read_residency(response.headers());
-                            let outcome =
-                                ServerErrorsAsFailures::classify_status(response.status());
-                            Ok(response.map(|body| ResponseBody::new(body, guard, outcome)))
+                            let verdict = classify(guard.classification(), &response);
+                            Ok(response.map(|body| ResponseBody::new(body, guard, verdict)))
                         }
                         Err(error) => {
                             guard.finish(Outcome::Failure);
@@ -256,6 +260,22 @@ where
                         .unwrap_or_else(|| POLLED_AFTER_COMPLETION.into())))
                 }
             }
+        }
+    }
+}
+
+/// The outcome `response`'s head gives under `classification`: decided,
+/// or (gRPC without a status in the head) to be read from the trailers.
+fn classify<B>(
+    classification: Classification,
+    response: &http::Response<B>,
+) -> Classified<GrpcEosErrorsAsFailures> {
+    match classification {
+        Classification::GrpcStatus => {
+            Classify::<_, Infallible>::classify_response(&GrpcErrorsAsFailures::new(), response)
+        }
+        Classification::HttpStatus => {
+            Classified::Ready(ServerErrorsAsFailures::classify_status(response.status()))
         }
     }
 }

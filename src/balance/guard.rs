@@ -10,7 +10,7 @@ use http::HeaderMap;
 
 use super::placement::Placement;
 use super::table::{Admission, BackendState};
-use super::ResidencyHeader;
+use super::{Classification, ResidencyHeader};
 use crate::backend::BackendId;
 use crate::breaker::Outcome;
 use crate::route::ModelId;
@@ -124,6 +124,11 @@ impl Guard {
                 }
             }
         }
+    }
+
+    /// What the response's outcome is read from.
+    pub(crate) fn classification(&self) -> Classification {
+        self.state.fleet.classification
     }
 
     /// The picked backend.

@@ -104,7 +104,9 @@
 //! and the pick path reads it without a lock. A request counts as in flight
 //! from the pick until the end of its response *body* (or until the body is
 //! dropped); its outcome (5xx or an error: failure; 429: overload) reaches the
-//! backend's circuit breaker then.
+//! backend's circuit breaker then. Over gRPC, where a failure is an HTTP 200
+//! with a `grpc-status`, set [`Classification::GrpcStatus`]: the status in a
+//! trailers-only head, else in the trailers, decides.
 //!
 //! Ring changes are **staged**: when backends join or change weight, every
 //! model they take is a cold load on its new owner, so their ring points
@@ -160,7 +162,9 @@ use arc_swap::ArcSwap;
 
 pub use self::backend::{Backend, BackendMeta};
 pub use self::body::ResponseBody;
-pub use self::config::{BalanceConfig, BalanceConfigBuilder, ResidencyHeader, Staging};
+pub use self::config::{
+    BalanceConfig, BalanceConfigBuilder, Classification, ResidencyHeader, Staging,
+};
 pub use self::guard::Guard;
 pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
 pub use self::placement::{PlacementStats, PlacementTask};

@@ -13,7 +13,7 @@ use super::placement::Placement;
 use super::residency::Residency;
 use super::scoped::{BreakerScope, Scoped};
 use super::traffic::{FleetTraffic, Traffic};
-use super::{BalanceConfig, ResidencyHeader};
+use super::{BalanceConfig, Classification, ResidencyHeader};
 use crate::backend::BackendId;
 use crate::breaker::{Breaker, OnTransition, Outcome, Permit, Policy, Ticket, Transition};
 use crate::health::HealthPolicy;
@@ -43,6 +43,8 @@ pub(crate) struct Fleet {
     pub(crate) ejected: AtomicUsize,
     /// The response header residency is learned from.
     pub(crate) residency_header: Option<ResidencyHeader>,
+    /// What a response's outcome is read from.
+    pub(crate) classification: Classification,
     /// On-demand placement, once enabled.
     pub(crate) placement: std::sync::OnceLock<Arc<Placement>>,
 }
@@ -61,6 +63,7 @@ impl Fleet {
             health: HealthPolicy::default(),
             ejected: AtomicUsize::new(0),
             residency_header: None,
+            classification: Classification::HttpStatus,
             placement: std::sync::OnceLock::new(),
         }
     }
@@ -78,6 +81,7 @@ impl Fleet {
             breaker_hook: config.breaker_hook.clone(),
             health: config.health.clone(),
             residency_header: config.residency_header.clone(),
+            classification: config.classification,
             ..Self::new()
         }
     }
