@@ -74,8 +74,12 @@ impl fmt::Display for BackendId {
 /// A hedging layer puts one in the first attempt's extensions; the
 /// balancer writes its pick there (first write wins), and the layer builds
 /// the backup's [`Exclude`] from it, so the backup goes to a different
-/// backend. Always built, so the balancer reads it without feature `hedge`.
-/// Cloning shares the slot (one allocation when created).
+/// backend. When the backup then answers first, the layer marks the slot
+/// superseded before it drops the first attempt, and the balancer records
+/// that attempt as a failure of its backend rather than a cancellation
+/// (see [`Guard`](crate::balance::Guard)). Always built, so the balancer
+/// reads it without feature `hedge`. Cloning shares the slot (one
+/// allocation when created).
 ///
 /// ```
 /// use tower_model_balance::backend::{BackendId, PickedSlot};
@@ -87,7 +91,14 @@ impl fmt::Display for BackendId {
 /// assert_eq!(slot.get().unwrap().as_str(), "gpu-0");
 /// ```
 #[derive(Clone, Debug, Default)]
-pub struct PickedSlot(Arc<std::sync::OnceLock<BackendId>>);
+pub struct PickedSlot(Arc<Slot>);
+
+#[derive(Debug, Default)]
+struct Slot {
+    picked: std::sync::OnceLock<BackendId>,
+    /// Set when a backup answered before the attempt this slot went with.
+    superseded: std::sync::atomic::AtomicBool,
+}
 
 impl PickedSlot {
     /// An empty slot.
@@ -98,14 +109,29 @@ impl PickedSlot {
     /// Records the picked backend; a second write is ignored (the first
     /// pick is the one the request went to).
     pub fn set(&self, backend: &BackendId) {
-        if self.0.get().is_none() {
-            let _ = self.0.set(backend.clone());
+        if self.0.picked.get().is_none() {
+            let _ = self.0.picked.set(backend.clone());
         }
     }
 
     /// The backend written, if any yet.
     pub fn get(&self) -> Option<&BackendId> {
-        self.0.get()
+        self.0.picked.get()
+    }
+
+    /// Marks the attempt this slot went with as outrun by a backup: called
+    /// before that attempt is dropped.
+    #[cfg(feature = "hedge")]
+    pub(crate) fn supersede(&self) {
+        self.0
+            .superseded
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether a backup outran the attempt this slot went with.
+    #[cfg_attr(not(feature = "balance"), allow(dead_code))]
+    pub(crate) fn is_superseded(&self) -> bool {
+        self.0.superseded.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Empties the slot for another request when no one else holds it
@@ -113,8 +139,9 @@ impl PickedSlot {
     #[cfg(feature = "hedge")]
     pub(crate) fn reuse(&mut self) -> bool {
         match Arc::get_mut(&mut self.0) {
-            Some(cell) => {
-                cell.take();
+            Some(slot) => {
+                slot.picked.take();
+                *slot.superseded.get_mut() = false;
                 true
             }
             None => false,

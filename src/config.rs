@@ -212,6 +212,13 @@ impl File {
             max_pairs,
             staging_max_share: Some(b.staging().max_share()),
             staging_cooldown_ms: to_ms(b.staging().cooldown()),
+            classification: Some(
+                match b.classification() {
+                    Classification::GrpcStatus => "grpc_status",
+                    _ => "http_status",
+                }
+                .to_owned(),
+            ),
         };
         let p = b.breaker();
         let (window, time_window_ms, time_window_buckets) = match p.window() {

@@ -172,11 +172,12 @@ where
                     waited,
                 } => {
                     let result = ready!(future.poll(cx));
-                    let Some(guard) = guard.take() else {
+                    let Some(mut guard) = guard.take() else {
                         return Poll::Ready(Err(POLLED_AFTER_COMPLETION.into()));
                     };
                     return Poll::Ready(match result {
                         Ok(mut response) => {
+                            guard.answered();
                             if *waited {
                                 response.extensions_mut().insert(WaitedForLoad);
                             }

@@ -11,7 +11,7 @@ use http::HeaderMap;
 use super::placement::Placement;
 use super::table::{Admission, BackendState};
 use super::{Classification, ResidencyHeader};
-use crate::backend::BackendId;
+use crate::backend::{BackendId, PickedSlot};
 use crate::breaker::Outcome;
 use crate::route::ModelId;
 
@@ -28,7 +28,14 @@ use crate::route::ModelId;
 /// policy's failure penalty, 1 s by default, so failing fast does not look
 /// fast). Dropped unfinished, the request counts as **cancelled**:
 /// the in-flight count drops, a half-open probe permit is given back, and
-/// nothing is recorded.
+/// nothing is recorded — except a hedge's first attempt that its backup
+/// outran (its [`PickedSlot`] marked superseded before it was dropped,
+/// before its response arrived): that is a **failure** of its backend, at
+/// the time it was dropped, as a timeout would have been. A backend that
+/// hangs or turns slow is then seen by its breaker and health even though
+/// the hedges keep its callers from noticing. A first attempt whose model
+/// was not known to be served on the backend (a cold start, maybe a load
+/// in progress) is exempt, as it is from slow calls.
 ///
 /// The [`ModelBalancer`](super::ModelBalancer) service keeps one inside
 /// each response body; [`ModelBalancer::pick`](super::ModelBalancer::pick)
@@ -50,6 +57,9 @@ pub struct Guard {
     ///
     /// [`Residency::enter`]: super::residency::Residency::enter
     counted: bool,
+    /// A hedging layer's slot of the request, until its response arrives:
+    /// superseded, the request is a failure when dropped.
+    slot: Option<PickedSlot>,
 }
 
 impl Guard {
@@ -71,7 +81,20 @@ impl Guard {
             model,
             confirms,
             counted: false,
+            slot: None,
         }
+    }
+
+    /// Watches `slot`: if a hedge marks it superseded while the request
+    /// waits for its response, dropping the guard records a failure.
+    pub(crate) fn watch_slot(&mut self, slot: &PickedSlot) {
+        self.slot = Some(slot.clone());
+    }
+
+    /// The response arrived: a hedge can no longer supersede the request
+    /// (and the hedging layer may reuse its slot).
+    pub(crate) fn answered(&mut self) {
+        self.slot = None;
     }
 
     /// With placement on, counts the request in its model's requests in
@@ -150,7 +173,7 @@ impl Guard {
     /// request and one in four after it, sparing two clock reads on the
     /// others. A failure is always recorded (as at least the failure
     /// penalty when it was not timed).
-    pub fn finish(self, outcome: Outcome) {
+    pub fn finish(mut self, outcome: Outcome) {
         if self.started.is_some() || matches!(outcome, Outcome::Failure | Outcome::Overload) {
             self.finish_at(outcome, Instant::now());
         } else {
@@ -164,7 +187,12 @@ impl Guard {
     /// if its latency reaches the policy's slow-call duration, unless its
     /// model was not known to be served on the backend when picked (a cold
     /// start: never slow).
-    pub fn finish_at(self, outcome: Outcome, now: Instant) {
+    pub fn finish_at(mut self, outcome: Outcome, now: Instant) {
+        self.complete(outcome, now);
+    }
+
+    /// [`finish_at`](Self::finish_at), for a guard finished or dropped.
+    fn complete(&mut self, outcome: Outcome, now: Instant) {
         let elapsed = self
             .started
             .map(|started| now.saturating_duration_since(started));
@@ -196,7 +224,7 @@ impl Guard {
 
     /// Gives the outcome to the breaker in scope; without `now`, the clock
     /// is read only if the breaker's state can change.
-    fn record(mut self, outcome: Outcome, elapsed: Option<Duration>, now: Option<Instant>) {
+    fn record(&mut self, outcome: Outcome, elapsed: Option<Duration>, now: Option<Instant>) {
         if let (Outcome::Success, Some(key), true) = (outcome, self.model, self.confirms) {
             self.state.residency.confirm(key);
         }
@@ -215,6 +243,10 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        let superseded = self.slot.take().is_some_and(|slot| slot.is_superseded());
+        if superseded && self.admission.is_some() && !self.confirms {
+            self.complete(Outcome::Failure, Instant::now());
+        }
         if let Some(Admission::Backend(ticket)) = self.admission.take() {
             self.state.breaker.release_ticket(ticket);
         }

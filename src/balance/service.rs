@@ -223,6 +223,7 @@ where
                 // A hedging layer's first attempt: tell it where it went.
                 if let Some(slot) = req.extensions().get::<PickedSlot>() {
                     slot.set(guard.backend());
+                    guard.watch_slot(slot);
                 }
                 match guard.placement() {
                     None => ResponseFuture::new(endpoint, req, guard),

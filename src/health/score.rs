@@ -21,6 +21,10 @@
 //! 5×) and against its peers (3× the fleet's median recent p99, with 3
 //! backends or more measured) for 5 intervals with data in a row, while
 //! not failing: a backend slowed with the rest of the fleet is not one.
+//! Each of those intervals must be slow on its own too (its p99 over 5×
+//! the baseline, none of its calls failed): a backend that failed and
+//! healed keeps the failure penalty in its smoothed p99 for a while, and
+//! must not be ejected for it once it serves fast again.
 //!
 //! With no data, every term relaxes toward neutral (error rate 0, latency
 //! at baseline, full capacity) with the policy's half-life.
@@ -257,7 +261,7 @@ impl HealthState {
         peers_ms: Option<f64>,
         dt: Duration,
     ) {
-        let slow = self.is_outlier(p, peers_ms);
+        let slow = self.is_outlier(p, obs, peers_ms);
         if obs.timed > 0 {
             self.slow_intervals = if slow {
                 self.slow_intervals.saturating_add(1)
@@ -287,11 +291,16 @@ impl HealthState {
 
     /// Slow against its own baseline, and against its peers (`peers_ms`,
     /// the fleet's median recent p99), while not failing: a fleet slowed
-    /// by its load as a whole has no outlier.
-    fn is_outlier(&self, p: &HealthPolicy, peers_ms: Option<f64>) -> bool {
+    /// by its load as a whole has no outlier. The interval's own p99 must
+    /// be slow too, with no failure in it: the smoothed p99 of a backend
+    /// that failed a while ago still carries the failure penalty, and a
+    /// backend healed since, serving fast, is no outlier.
+    fn is_outlier(&self, p: &HealthPolicy, obs: &Observation, peers_ms: Option<f64>) -> bool {
         match (p.outlier_factor, self.baseline_ms, self.p99_ms) {
             (Some(factor), Some(base), Some(recent)) => {
                 self.error_rate < FAILING
+                    && obs.failures == 0
+                    && obs.p99_ms.is_some_and(|sample| sample > factor * base)
                     && recent > factor * base
                     && peers_ms.is_none_or(|m| recent > PEER_FACTOR * m)
             }

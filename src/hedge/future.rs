@@ -46,7 +46,9 @@ pin_project! {
         // The delay passed and the gate and budget allowed it: the
         // service's clone is polled ready.
         Firing { backup: Backup<S, Req> },
-        Running { #[pin] future: F, sent: Instant },
+        // Sent; with the first attempt's slot, marked superseded if the
+        // backup answers first.
+        Running { #[pin] future: F, sent: Instant, slot: Option<PickedSlot> },
         Done,
     }
 }
@@ -177,12 +179,12 @@ where
         loop {
             let second = this.second.as_mut().project();
             match second {
-                SecondProj::Running { future, sent } => {
+                SecondProj::Running { future, sent, slot } => {
                     let Poll::Ready(result) = future.poll(cx) else {
                         return Poll::Pending;
                     };
                     let result = result.map_err(Into::into);
-                    let sent = *sent;
+                    let (sent, slot) = (*sent, slot.take());
                     this.second.set(Second::Done);
                     if fails(&result) {
                         if matches!(*this.first, Attempt::Done) {
@@ -194,6 +196,11 @@ where
                     let now = Instant::now();
                     Counters::add(&this.shared.counters.won);
                     tracing::debug!(after_ms = (now - sent).as_millis() as u64, "hedge won");
+                    if let (Attempt::Running { .. }, Some(slot)) = (&*this.first, &slot) {
+                        // Outrun: the balancer records the first attempt,
+                        // dropped below, as its backend's failure.
+                        slot.supersede();
+                    }
                     if let Some(place) = *this.place {
                         let delays = &this.shared.delays;
                         delays.record(place, now - sent, now);
@@ -265,6 +272,7 @@ where
                     this.second.set(Second::Running {
                         future,
                         sent: Instant::now(),
+                        slot,
                     });
                 }
             }

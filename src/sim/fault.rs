@@ -1,4 +1,8 @@
 //! The faults a simulated server can be put in while it runs.
+//!
+//! A server can also be killed outright and started again on its port:
+//! [`ModelServer::stop`](super::ModelServer::stop) and
+//! [`ModelServer::start_on`](super::ModelServer::start_on).
 
 /// A fault the server can be put in, and taken out of, while it runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,4 +51,23 @@ pub enum Fault {
     /// up). Once the fault is lifted or changed the load ends as it then
     /// would (ready, or failed under [`LoadFails`](Self::LoadFails)).
     LoadHangs,
+    /// The server hangs: every request (on any path, readiness checks
+    /// included) is read whole and never answered — no status, no
+    /// headers. It is held, counted in [`ServerStats::hung`], until its
+    /// client gives up and closes the connection or the server
+    /// [stops](super::ModelServer::stop); lifting the fault does not
+    /// release the requests already held (the process that hung them
+    /// would never answer), it only lets the next ones be served. A
+    /// client catches it with a timeout.
+    ///
+    /// [`ServerStats::hung`]: super::ServerStats::hung
+    Hang,
+    /// Connections break mid-response: each inference or update request is
+    /// served as usual (serving slot, cold load, service time), then its
+    /// answer is cut off — the status, the headers (with the whole body's
+    /// `content-length`) and the first half of the body are sent, then the
+    /// connection is closed. The client reads a response and gets an error
+    /// from its body (a message shorter than its length). Other requests
+    /// (readiness, metrics, model control) are answered as usual.
+    Reset,
 }

@@ -25,7 +25,8 @@
 //! Each [`ModelServer`] keeps a few models resident (LRU), serves a bounded
 //! number of requests at once (the rest queue), pays a cold load that holds a
 //! serving slot when a model is not resident, and can be put into a
-//! [`Fault`] while it runs. It speaks a subset of the KServe v2 protocol,
+//! [`Fault`] while it runs — or killed and started again on its port
+//! ([`ModelServer::stop`], [`ModelServer::start_on`]). It speaks a subset of the KServe v2 protocol,
 //! Triton's repository index, the OpenAI-compatible inference routes
 //! (chat completions, completions, embeddings), the OpenAI model list and
 //! Prometheus metrics
@@ -54,6 +55,7 @@ mod repository;
 mod residency;
 mod server;
 mod stats;
+mod wire;
 
 pub use self::config::{InferenceTimes, ServerConfig, ServerConfigBuilder};
 pub use self::fault::Fault;

@@ -75,6 +75,10 @@
 //! do not touch cold loads in the auto-load mode);
 //! [`Fault::LoadFails`](super::Fault::LoadFails) and
 //! [`Fault::LoadHangs`](super::Fault::LoadHangs) make loads fail or hang.
+//! Under [`Fault::Hang`](super::Fault::Hang) no request on any path is
+//! answered; under [`Fault::Reset`](super::Fault::Reset) each 200 answer
+//! to an inference or update stops half-way through its body and the
+//! connection is closed.
 //!
 //! Lists are sorted by model name, except the evicted models. An inference
 //! request (on any inference route) with header `x-request-kind: update`

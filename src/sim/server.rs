@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::time::Instant;
 
 use super::control;
@@ -26,6 +26,7 @@ use super::queue::{backlog_delay, Counted};
 use super::repository;
 use super::residency::{Access, Residency};
 use super::stats::{Counters, ServerStats};
+use super::wire::{CutMidBody, Wire};
 use super::ServerConfig;
 use crate::route::{ModelId, RequestKind, RouteInfo};
 
@@ -40,14 +41,15 @@ pub(super) struct State {
     gpu_uuid: String,
     /// Loads through the repository API in progress, and load calls.
     pub(super) loads: Mutex<Loads>,
-    /// Woken when a request is answered and when a load call arrives, a
-    /// load starts or a load ends.
+    /// Woken when a request is answered, starts or stops hanging, and when
+    /// a load call arrives, a load starts or a load ends.
     pub(super) changed: Notify,
     /// Turns `true` when the server stops.
     pub(super) shutdown: watch::Receiver<bool>,
 }
 
-/// A running simulated model server; stops when dropped.
+/// A running simulated model server; stops when dropped (or, waiting until
+/// its port is free, with [`stop`](Self::stop)).
 ///
 /// ```
 /// use tower_model_balance::sim::{ModelServer, ServerConfig};
@@ -56,6 +58,12 @@ pub(super) struct State {
 /// let server = ModelServer::start("node-0", ServerConfig::default()).await.unwrap();
 /// assert!(server.addr().ip().is_loopback());
 /// assert_eq!(server.stats().requests, 0);
+///
+/// // Killed, then started again on the same port: a fresh process.
+/// let (addr, config) = (server.addr(), server.config().clone());
+/// server.stop().await;
+/// let server = ModelServer::start_on("node-0", config, addr).await.unwrap();
+/// assert_eq!(server.addr(), addr);
 /// # }
 /// ```
 #[derive(Debug)]
@@ -63,6 +71,9 @@ pub struct ModelServer {
     addr: SocketAddr,
     state: Arc<State>,
     shutdown: watch::Sender<bool>,
+    /// Closed once the accept task and every connection task have ended
+    /// (each holds a sender).
+    tasks: mpsc::Receiver<()>,
 }
 
 impl ModelServer {
@@ -72,7 +83,25 @@ impl ModelServer {
     ///
     /// The I/O error when the socket cannot be bound.
     pub async fn start(name: &str, config: ServerConfig) -> std::io::Result<Self> {
-        let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+        Self::start_on(name, config, (std::net::Ipv4Addr::LOCALHOST, 0).into()).await
+    }
+
+    /// Binds `addr` and serves until dropped: with port 0 a free port, as
+    /// [`start`](Self::start) does; with the address of a server
+    /// [stopped](Self::stop), the same port again — a restart. A restarted
+    /// server is a fresh process: no model resident, no fault, its
+    /// counters from zero.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error when the socket cannot be bound (e.g. the port is in
+    /// use).
+    pub async fn start_on(
+        name: &str,
+        config: ServerConfig,
+        addr: SocketAddr,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (shutdown, watch) = watch::channel(false);
         let state = Arc::new(State {
@@ -87,12 +116,26 @@ impl ModelServer {
             changed: Notify::new(),
             shutdown: watch.clone(),
         });
-        tokio::spawn(accept(listener, state.clone(), watch));
+        let (alive, tasks) = mpsc::channel(1);
+        tokio::spawn(accept(listener, state.clone(), watch, alive));
         Ok(Self {
             addr,
             state,
             shutdown,
+            tasks,
         })
+    }
+
+    /// Kills the server: stops accepting, and cuts every connection — the
+    /// requests in flight are dropped unanswered, their clients see the
+    /// connection closed. Returns once the listening socket and every
+    /// connection are closed, so that [`start_on`](Self::start_on) can
+    /// bind the same address at once; clients connecting meanwhile are
+    /// refused.
+    pub async fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        // Every task holds a sender: `None` once all have ended.
+        while self.tasks.recv().await.is_some() {}
     }
 
     /// The address it listens on.
@@ -127,13 +170,15 @@ impl ModelServer {
             loads_failed: read(&c.loads_failed),
             max_concurrent_loads_per_model: lock(&self.state.loads).max_calls(),
             unloads: read(&c.unloads),
+            hung: read(&c.hung),
             evictions: lock(&self.state.residency).evictions(),
         }
     }
 
     /// Waits until `done` holds for the server's [`stats`](Self::stats)
     /// and returns them: an event hook for tests (no sleeping). The stats
-    /// are checked at once, then each time a request is answered and each
+    /// are checked at once, then each time a request is answered, starts
+    /// or stops hanging ([`Fault::Hang`]), and each
     /// time a load call arrives, a load starts or a load ends — so a
     /// condition on the gauges `waiting` and `running` alone may be seen
     /// late. Bound it with a timeout: it waits as long as `done` is false.
@@ -174,7 +219,14 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-async fn accept(listener: TcpListener, state: Arc<State>, mut shutdown: watch::Receiver<bool>) {
+/// Accepts connections until the server stops; `alive` is held by this
+/// task and by every connection task.
+async fn accept(
+    listener: TcpListener,
+    state: Arc<State>,
+    mut shutdown: watch::Receiver<bool>,
+    alive: mpsc::Sender<()>,
+) {
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -189,13 +241,15 @@ async fn accept(listener: TcpListener, state: Arc<State>, mut shutdown: watch::R
         let _ = stream.set_nodelay(true);
         let state = state.clone();
         let mut shutdown = shutdown.clone();
+        let alive = alive.clone();
         tokio::spawn(async move {
+            let _alive = alive;
             let service = service_fn(move |req| {
                 let state = state.clone();
                 async move {
                     let response = handle(state.clone(), req).await;
                     state.changed.notify_waiters();
-                    response
+                    response.map(Wire::of)
                 }
             });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
@@ -207,11 +261,16 @@ async fn accept(listener: TcpListener, state: Arc<State>, mut shutdown: watch::R
     }
 }
 
-pub(super) type SimResponse = Response<Full<Bytes>>;
+/// An answer as the handlers build it; [`Wire::of`] turns it into what is
+/// sent.
+pub(super) type SimResponse = Response<Bytes>;
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse, Infallible> {
     let seq = state.counters.requests.fetch_add(1, Ordering::Relaxed);
     let fault = *state.fault.borrow();
+    if fault == Some(Fault::Hang) {
+        return hang(&state, req).await;
+    }
     if req.method() == Method::GET && req.uri().path() == protocol::READY_PATH {
         let status = if fault == Some(Fault::Unavailable) {
             StatusCode::SERVICE_UNAVAILABLE
@@ -353,7 +412,37 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
     if let Ok(models) = http::HeaderValue::from_bytes(resident.as_bytes()) {
         headers.insert(RESIDENT_MODELS_HEADER, models);
     }
+    if fault == Some(Fault::Reset) {
+        response.extensions_mut().insert(CutMidBody);
+    }
     Ok(response)
+}
+
+/// Reads `req` whole and never answers it ([`Fault::Hang`]): pending,
+/// counted as hung, until dropped with its connection.
+async fn hang(state: &State, req: Request<Incoming>) -> Result<SimResponse, Infallible> {
+    let _hung = Hung::enter(state);
+    let _ = req.into_body().collect().await;
+    std::future::pending().await
+}
+
+/// Counts a request in [`ServerStats::hung`] while it lives, waking
+/// [`ModelServer::wait_for_stats`] when it starts and stops hanging.
+struct Hung<'a>(&'a State);
+
+impl<'a> Hung<'a> {
+    fn enter(state: &'a State) -> Self {
+        state.counters.hung.fetch_add(1, Ordering::Relaxed);
+        state.changed.notify_waiters();
+        Self(state)
+    }
+}
+
+impl Drop for Hung<'_> {
+    fn drop(&mut self) {
+        self.0.counters.hung.fetch_sub(1, Ordering::Relaxed);
+        self.0.changed.notify_waiters();
+    }
 }
 
 /// The answer to a request for the model list or the metrics; `None` for
@@ -423,7 +512,7 @@ pub(super) fn json(status: StatusCode, body: &str) -> SimResponse {
 
 /// A response with a text body (no content type).
 pub(super) fn plain(status: StatusCode, body: &str) -> SimResponse {
-    let mut response = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
+    let mut response = Response::new(Bytes::copy_from_slice(body.as_bytes()));
     *response.status_mut() = status;
     response
 }

@@ -51,6 +51,9 @@ pub struct ServerStats {
     /// Resident models evicted by the LRU to make room for another (in
     /// both modes; unloads not counted).
     pub evictions: u64,
+    /// Requests held unanswered by a [`Fault::Hang`] now: each until its
+    /// client closes the connection or the server stops.
+    pub hung: u64,
 }
 
 /// The counters behind [`ServerStats`], shared by the server's tasks.
@@ -67,4 +70,5 @@ pub(super) struct Counters {
     pub(super) loads_started: AtomicU64,
     pub(super) loads_failed: AtomicU64,
     pub(super) unloads: AtomicU64,
+    pub(super) hung: AtomicU64,
 }

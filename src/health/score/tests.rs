@@ -125,6 +125,26 @@ fn a_backend_turning_slow_is_ejected_as_an_outlier_then_readmitted() {
 }
 
 #[test]
+fn a_backend_healed_after_failing_is_not_an_outlier() {
+    // Found by the chaos suite: a backend answering 503 for a few seconds
+    // then healed was ejected as a latency outlier for 30 s, its smoothed
+    // p99 still full of failure penalties while it served fast again.
+    let p = policy();
+    let mut s = HealthState::new(false);
+    for _ in 0..30 {
+        run(&p, &mut s, obs(20, 0, 10.0));
+    }
+    for _ in 0..3 {
+        run(&p, &mut s, obs(20, 20, 1_000.0));
+    }
+    for second in 1..=10 {
+        run(&p, &mut s, obs(20, 0, 10.0));
+        assert_eq!(s.ejected(), None, "second {second}: {:?}", s.status(&p));
+    }
+    assert!(s.status(&p).p99_ms.unwrap() < 50.0, "the penalty faded");
+}
+
+#[test]
 fn a_passing_queue_is_not_an_outlier() {
     let p = policy();
     let mut s = HealthState::new(false);
