@@ -10,9 +10,12 @@ use http_body_util::Full;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_model_balance::breaker::Policy;
 use tower_model_balance::error::{BoxError, BreakerOpen, PayloadTooLarge};
-use tower_model_balance::hedge::HedgePolicy;
 use tower_model_balance::route::RouteInfo;
 use tower_model_balance::ServiceBuilderExt;
+
+#[path = "support/slow_first.rs"]
+mod slow_first;
+use slow_first::{after_10ms, inference, slow_first, FIRST_MS, LATER_MS};
 
 #[tokio::test]
 async fn model_from_body_puts_the_body_model_in_the_extensions() {
@@ -76,36 +79,19 @@ async fn circuit_breaker_opens_on_failures_and_fails_fast() {
 
 #[tokio::test(start_paused = true)]
 async fn hedge_sends_a_backup_after_the_delay_unless_the_gate_is_closed() {
-    let policy = HedgePolicy::builder()
-        .min_samples(0)
-        .floor(Duration::from_millis(10))
-        .ceiling(Duration::from_millis(10))
+    let policy = after_10ms()
         .budget_ratio(1.0)
         .max_utilization(0.8)
         .build()
         .unwrap();
-    for (utilization, attempts) in [(0.5, 2), (0.9, 1)] {
-        let calls = Arc::new(AtomicUsize::new(0));
-        let counted = calls.clone();
+    for (utilization, attempts, took) in [(0.5, 2, LATER_MS), (0.9, 1, FIRST_MS)] {
+        let (backend, calls) = slow_first();
         let stack = ServiceBuilder::new()
             .hedge(policy.clone(), move || utilization)
-            .service(service_fn(move |_req: http::Request<()>| {
-                // The first attempt takes 50 ms, a backup 1 ms.
-                let first = counted.fetch_add(1, Ordering::SeqCst) == 0;
-                async move {
-                    let ms = if first { 50 } else { 1 };
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                    Ok::<_, BoxError>(http::Response::new(ms))
-                }
-            }));
-        let request = http::Request::post("/infer")
-            .header("x-model-id", "llama")
-            .body(())
-            .unwrap();
-        let response = stack.oneshot(request).await.unwrap();
+            .service(backend);
+        let response = stack.oneshot(inference()).await.unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), attempts, "at {utilization}");
-        let expected = if attempts == 2 { 1 } else { 50 };
-        assert_eq!(*response.body(), expected, "at {utilization}");
+        assert_eq!(*response.body(), took, "at {utilization}");
     }
 }
 

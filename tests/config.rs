@@ -10,6 +10,47 @@ use tower_model_balance::placement::{PlacementPolicy, WhenCold};
 
 const EXAMPLE: &str = include_str!("../examples/stack.toml");
 
+/// A value other than the default for keys of every section.
+const NON_DEFAULTS: &str = r#"
+        [balance]
+        owners = 4
+        min_owners = 2
+        load_factor = 2.0
+        panic_threshold = 0.25
+        vnodes_per_weight = 40
+        ring_seed = 7
+        breaker_scope = "backend_model"
+        max_pairs = 500
+        staging_max_share = 0.05
+        staging_cooldown_ms = 2500
+        classification = "grpc_status"
+        [balance.model_owners]
+        "llama-3-70b" = 3
+        "org/model:v2" = 1
+
+        [breaker]
+        time_window_ms = 30000
+        time_window_buckets = 30
+        consecutive_failures = 4
+        open_duration_ms = 750
+        jitter = false
+
+        [health]
+        weights = { latency = 0.6, capacity = 0.3, connection = 0.1 }
+        eject_below = 0.1
+        outlier_factor = 0
+        warm_up_ms = 0
+
+        [probe]
+        interval_ms = 250
+        timeout_ms = 100
+
+        [placement]
+        when_cold = "prefer_warm"
+        load_timeout_ms = 60000
+        evict = false
+        "#;
+
 #[test]
 fn the_example_file_is_the_defaults() {
     let config = StackConfig::from_toml(EXAMPLE).unwrap();
@@ -28,44 +69,7 @@ fn the_example_file_is_the_defaults() {
 
 #[test]
 fn every_value_reaches_its_builder() {
-    let config = StackConfig::from_toml(
-        r#"
-        [balance]
-        owners = 4
-        min_owners = 2
-        load_factor = 2.0
-        panic_threshold = 0.25
-        breaker_scope = "backend_model"
-        max_pairs = 500
-        staging_max_share = 0.05
-        staging_cooldown_ms = 2500
-        classification = "grpc_status"
-        [balance.model_owners]
-        "llama-3-70b" = 3
-
-        [breaker]
-        time_window_ms = 30000
-        time_window_buckets = 30
-        consecutive_failures = 4
-        open_duration_ms = 750
-        jitter = false
-
-        [health]
-        eject_below = 0.1
-        outlier_factor = 0
-        warm_up_ms = 0
-
-        [probe]
-        interval_ms = 250
-        timeout_ms = 100
-
-        [placement]
-        when_cold = "prefer_warm"
-        load_timeout_ms = 60000
-        evict = false
-        "#,
-    )
-    .unwrap();
+    let config = StackConfig::from_toml(NON_DEFAULTS).unwrap();
     let b = &config.balance;
     assert_eq!((b.owners(), b.min_owners()), (4, 2));
     assert_eq!((b.load_factor(), b.panic_threshold()), (2.0, 0.25));
@@ -243,45 +247,7 @@ fn same(a: &StackConfig, b: &StackConfig) -> bool {
 
 #[test]
 fn a_config_written_as_toml_reads_back_the_same() {
-    let non_default = r#"
-        [balance]
-        owners = 4
-        min_owners = 2
-        load_factor = 2.0
-        panic_threshold = 0.25
-        vnodes_per_weight = 40
-        ring_seed = 7
-        breaker_scope = "backend_model"
-        max_pairs = 500
-        staging_max_share = 0.05
-        staging_cooldown_ms = 2500
-        [balance.model_owners]
-        "llama-3-70b" = 3
-        "org/model:v2" = 1
-
-        [breaker]
-        time_window_ms = 30000
-        time_window_buckets = 30
-        consecutive_failures = 4
-        open_duration_ms = 750
-        jitter = false
-
-        [health]
-        weights = { latency = 0.6, capacity = 0.3, connection = 0.1 }
-        eject_below = 0.1
-        outlier_factor = 0
-        warm_up_ms = 0
-
-        [probe]
-        interval_ms = 250
-        timeout_ms = 100
-
-        [placement]
-        when_cold = "prefer_warm"
-        load_timeout_ms = 60000
-        evict = false
-        "#;
-    for text in [EXAMPLE, "", non_default] {
+    for text in [EXAMPLE, "", NON_DEFAULTS] {
         let config = StackConfig::from_toml(text).unwrap();
         let written = config.to_toml();
         let read = StackConfig::from_toml(&written).unwrap_or_else(|e| panic!("{e}\n{written}"));
@@ -289,7 +255,7 @@ fn a_config_written_as_toml_reads_back_the_same() {
         assert_eq!(read.to_toml(), written, "writing is stable");
     }
     // Every key of the example file is written, and nothing else.
-    let written = StackConfig::from_toml(non_default).unwrap().to_toml();
+    let written = StackConfig::from_toml(NON_DEFAULTS).unwrap().to_toml();
     for key in [
         "owners",
         "time_window_buckets",

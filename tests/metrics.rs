@@ -14,6 +14,10 @@ use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 
 use nodes::{worker, Behavior, Node};
 
+#[path = "support/slow_first.rs"]
+mod slow_first;
+use slow_first::{after_10ms, inference, slow_first};
+
 /// (name, label value) → value, of one recording.
 fn snapshot(recorder: &DebuggingRecorder) -> HashMap<(String, String), f64> {
     recorder
@@ -125,16 +129,12 @@ async fn every_series_carries_the_handles_figures() {
 
 #[tokio::test(start_paused = true)]
 async fn the_hedge_series_carry_the_hedge_layers_counters() {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    use std::time::Duration;
-    use tower::{service_fn, Layer, ServiceExt};
-    use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
+    use tower::{Layer, ServiceExt};
+    use tower_model_balance::hedge::HedgeLayer;
 
-    let policy = HedgePolicy::builder()
-        .min_samples(0)
-        .floor(Duration::from_millis(10))
-        .ceiling(Duration::from_millis(10))
+    let policy = after_10ms()
         .budget_ratio(0.5)
         .max_utilization(0.8)
         .build()
@@ -151,23 +151,7 @@ async fn the_hedge_series_carry_the_hedge_layers_counters() {
         }
     };
     let layer = HedgeLayer::with_load_gate(policy, gate);
-    // Each request's first attempt takes 50 ms, a backup 1 ms.
-    let send = |layer: &HedgeLayer| {
-        let calls = Arc::new(AtomicUsize::new(0));
-        let service = layer.layer(service_fn(move |_req: http::Request<()>| {
-            let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
-            async move {
-                let ms = if first { 50 } else { 1 };
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                Ok::<_, tower::BoxError>(http::Response::new(()))
-            }
-        }));
-        let request = http::Request::post("/infer")
-            .header("x-model-id", "llama")
-            .body(())
-            .unwrap();
-        service.oneshot(request)
-    };
+    let send = |layer: &HedgeLayer| layer.layer(slow_first().0).oneshot(inference());
     // Suppressed by load; sent and won (1 extra attempt in 2 requests is
     // within 50%); suppressed by the budget (2 in 3 would not be).
     overloaded.store(true, Ordering::SeqCst);

@@ -3,15 +3,18 @@
 //! or `no healthy backend` event inside, and the hedge's sends, wins and
 //! suppressions as events.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tower::{discover::ServiceList, service_fn, Layer, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::error::BoxError;
-use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
+use tower_model_balance::hedge::HedgeLayer;
+
+#[path = "support/slow_first.rs"]
+mod slow_first;
+use slow_first::{after_10ms, inference, slow_first};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
@@ -178,18 +181,12 @@ async fn no_backend_is_an_event_naming_the_model() {
 async fn hedge_decisions_are_events() {
     let recorder = Arc::new(Recorder::default());
     let _default = tracing::subscriber::set_default(recorder.clone());
-    let policy = HedgePolicy::builder()
-        .min_samples(0)
-        .floor(Duration::from_millis(10))
-        .ceiling(Duration::from_millis(10))
-        .budget_ratio(0.5)
-        .build()
-        .unwrap();
-    let overloaded = Arc::new(Mutex::new(true));
+    let policy = after_10ms().budget_ratio(0.5).build().unwrap();
+    let overloaded = Arc::new(AtomicBool::new(true));
     let gate = {
         let overloaded = overloaded.clone();
         move || {
-            if *overloaded.lock().unwrap() {
+            if overloaded.load(Ordering::SeqCst) {
                 1.0
             } else {
                 0.0
@@ -197,29 +194,12 @@ async fn hedge_decisions_are_events() {
         }
     };
     let layer = HedgeLayer::with_load_gate(policy, gate);
-    let send = || {
-        let calls = Arc::new(AtomicU64::new(0));
-        layer
-            .layer(service_fn(move |_req: http::Request<()>| {
-                let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
-                async move {
-                    let ms = if first { 50 } else { 1 };
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                    Ok::<_, BoxError>(http::Response::new(()))
-                }
-            }))
-            .oneshot(
-                http::Request::post("/infer")
-                    .header("x-model-id", "llama")
-                    .body(())
-                    .unwrap(),
-            )
-    };
+    let send = || layer.layer(slow_first().0).oneshot(inference());
     send().await.unwrap();
     let load = event(&recorder, "hedge suppressed: fleet over its load threshold")
         .expect("a load suppression");
     assert_eq!(load.field("utilization"), Some("1.0"));
-    *overloaded.lock().unwrap() = false;
+    overloaded.store(false, Ordering::SeqCst);
     send().await.unwrap();
     assert!(event(&recorder, "hedge sent").is_some());
     let won = event(&recorder, "hedge won").expect("a win");
