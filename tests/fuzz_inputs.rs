@@ -20,7 +20,7 @@ use proptest::prelude::*;
 
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: 128,
+        cases: 256,
         ..ProptestConfig::default()
     }
 }
@@ -33,7 +33,7 @@ fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
 /// name, or any bytes a header value can hold (obs-text included).
 fn header_value() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
-        (prop::sample::select(&WORDS[..]), any::<u64>()).prop_map(|(w, mask)| w
+        4 => (prop::sample::select(&WORDS[..]), any::<u64>()).prop_map(|(w, mask)| w
             .bytes()
             .enumerate()
             .map(|(i, b)| if mask >> (i % 64) & 1 == 1 {
@@ -42,31 +42,35 @@ fn header_value() -> impl Strategy<Value = Vec<u8>> {
                 b
             })
             .collect()),
-        any::<u64>().prop_map(|n| n.to_string().into_bytes()),
-        "[+-]?[0-9]{1,25}".prop_map(String::into_bytes),
-        "[a-zA-Z0-9._:/-]{0,300}".prop_map(String::into_bytes),
-        "\\PC{0,20}".prop_map(String::into_bytes),
-        proptest::collection::vec(
+        1 => any::<u64>().prop_map(|n| n.to_string().into_bytes()),
+        1 => "[+-]?[0-9]{1,25}".prop_map(String::into_bytes),
+        1 => "[a-zA-Z0-9._:/-]{0,300}".prop_map(String::into_bytes),
+        1 => "\\PC{0,20}".prop_map(String::into_bytes),
+        1 => proptest::collection::vec(
             prop_oneof![Just(b'\t'), 0x20u8..=0x7e, 0x80u8..=0xff],
             0..40
         ),
     ]
 }
 
-/// Header sets of up to 8 route (or other) headers, repeats allowed.
+/// Header sets: most with one valid `x-model-id`, then up to 5 route (or
+/// other) headers, repeats allowed, so that each later check is reached.
 fn header_map() -> impl Strategy<Value = HeaderMap> {
-    proptest::collection::vec((prop::sample::select(&NAMES[..]), header_value()), 0..8).prop_map(
-        |pairs| {
-            let mut map = HeaderMap::new();
-            for (name, value) in pairs {
-                let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
-                if let Ok(value) = HeaderValue::from_bytes(&value) {
-                    map.append(name, value);
-                }
+    let model = prop_oneof![3 => "[a-z0-9._:-]{1,20}".prop_map(Some), 1 => Just(None)];
+    let pairs = proptest::collection::vec((prop::sample::select(&NAMES[..]), header_value()), 0..6);
+    (model, pairs).prop_map(|(model, pairs)| {
+        let mut map = HeaderMap::new();
+        if let Some(model) = model {
+            map.append("x-model-id", HeaderValue::from_str(&model).unwrap());
+        }
+        for (name, value) in pairs {
+            let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
+            if let Ok(value) = HeaderValue::from_bytes(&value) {
+                map.append(name, value);
             }
-            map
-        },
-    )
+        }
+        map
+    })
 }
 
 /// Model names as bytes: valid IDs, IDs at and past 256 bytes, whitespace
@@ -208,9 +212,16 @@ fn body_case() -> impl Strategy<Value = BodyCase> {
         Just(Some(u64::MAX / 2)),
         any::<u64>().prop_map(Some)
     ];
-    (1usize..=4096, 0usize..64, any::<bool>(), hint, json_body()).prop_map(
-        |(limit, chunk, content_length, hint, body)| BodyCase {
-            limit: limit.min(body.len().saturating_add(2)).max(1),
+    // Half the limits within two bytes of the body's length (the edge),
+    // half anywhere.
+    let limit = (any::<bool>(), 1usize..=4096, 0usize..=4);
+    (limit, 0usize..64, any::<bool>(), hint, json_body()).prop_map(
+        |((edge, limit, delta), chunk, content_length, hint, body)| BodyCase {
+            limit: if edge {
+                (body.len() + delta).saturating_sub(2).clamp(1, 4096)
+            } else {
+                limit
+            },
             chunk,
             content_length,
             hint,
@@ -269,26 +280,112 @@ fn toml_value() -> impl Strategy<Value = String> {
     })
 }
 
-/// A TOML file: sections of the format (and unknown ones), each with keys
-/// of the format, unknown keys or `model_owners` entries, random values.
+/// Values of the type `section.key` takes, at or near the edges of its
+/// range: what gets past the parser to the builders' checks.
+fn edge_values(section: &str, key: &str) -> Vec<String> {
+    const INTS: [&str; 16] = [
+        "0",
+        "1",
+        "2",
+        "3",
+        "16",
+        "17",
+        "100",
+        "600",
+        "10000",
+        "10001",
+        "3600000",
+        "3600001",
+        "4294967295",
+        "4294967296",
+        "9223372036854775807",
+        "-1",
+    ];
+    const FLOATS: [&str; 13] = [
+        "0.0", "0.05", "0.2", "0.5", "1.0", "1.25", "2.5", "100.0", "100.5", "-0.5", "1e-9", "inf",
+        "nan",
+    ];
+    let all = |pool: &[&str]| pool.iter().map(|v| v.to_string()).collect();
+    match (section, key) {
+        ("breaker", "jitter") | ("placement", "evict") => all(&["true", "false"]),
+        ("balance", "breaker_scope") => all(&["\"backend\"", "\"backend_model\"", "\"pair\""]),
+        ("placement", "when_cold") => all(&["\"wait\"", "\"prefer_warm\"", "\"load\""]),
+        ("balance", "model_owners") => ["\"llama-3-8b\"", "\"two words\"", "\"\"", "'m\\n'"]
+            .iter()
+            .flat_map(|model| INTS.iter().map(move |k| format!("{{ {model} = {k} }}")))
+            .collect(),
+        ("health", "weights") => FLOATS
+            .iter()
+            .flat_map(|a| {
+                ["0.0", "0.5", "1.0"].map(|b| format!("{{ latency = {a}, capacity = {b} }}"))
+            })
+            .collect(),
+        (_, key)
+            if key.ends_with("_ms")
+                || [
+                    "owners",
+                    "min_owners",
+                    "window",
+                    "minimum_calls",
+                    "concurrency",
+                ]
+                .contains(&key)
+                || key.starts_with("connections")
+                || key.contains("permits")
+                || key.contains("vnodes")
+                || key.contains("seed")
+                || key.contains("buckets")
+                || key.contains("pairs")
+                || key == "consecutive_failures" =>
+        {
+            all(&INTS)
+        }
+        _ => all(&FLOATS),
+    }
+}
+
+/// One of [`edge_values`], or any float of the key's type.
+fn typed_value(section: &str, key: &str, pick: prop::sample::Index, f: f64) -> String {
+    let values = edge_values(section, key);
+    match values[0].parse::<f64>() {
+        Ok(_) if values[0].contains('.') && pick.index(3) == 0 => format!("{f:?}"),
+        _ => values[pick.index(values.len())].clone(),
+    }
+}
+
+/// A TOML file: sections of the format (and an unknown one), each with
+/// keys of the format, mostly with values of their type at the edges of
+/// their ranges, sometimes any value or an unknown key.
 fn toml_file() -> impl Strategy<Value = String> {
-    let section = (
-        0..KEYS.len() + 1,
-        proptest::collection::vec(
-            (any::<prop::sample::Index>(), any::<bool>(), toml_value()),
-            0..5,
-        ),
+    let entry = (
+        any::<prop::sample::Index>(),
+        0u8..10,
+        any::<prop::sample::Index>(),
+        -2.0f64..200.0,
+        toml_value(),
     );
+    let section = (0..KEYS.len() + 1, proptest::collection::vec(entry, 0..5));
     proptest::collection::vec(section, 0..4).prop_map(|sections| {
         let mut text = String::new();
+        let mut seen = std::collections::HashSet::new();
         for (s, entries) in sections {
             let (name, keys) = KEYS.get(s).copied().unwrap_or(("extra", &["key"]));
+            if !seen.insert(name) {
+                continue; // a table defined twice is a parse error
+            }
             text.push_str(&format!("[{name}]\n"));
-            for (index, known, value) in entries {
-                let key = if known {
-                    keys[index.index(keys.len())]
-                } else {
-                    "unknown_key"
+            let mut written = std::collections::HashSet::new();
+            for (index, roll, pick, f, any_value) in entries {
+                let key = match roll {
+                    0 => "unknown_key",
+                    _ => keys[index.index(keys.len())],
+                };
+                if !written.insert(key) {
+                    continue;
+                }
+                let value = match roll {
+                    1 => any_value,
+                    _ => typed_value(name, key, pick, f),
                 };
                 text.push_str(&format!("{key} = {value}\n"));
             }
@@ -329,6 +426,29 @@ proptest! {
     }
 }
 
+/// Every key of the file alone in its section, at each of its edge
+/// values: each error names that key (the random files above reach the
+/// builders' checks only now and then, one key masking another).
+#[test]
+fn every_key_at_its_edges() {
+    use tower_model_balance::config::{ConfigError, StackConfig};
+    let mut invalid = 0;
+    for (section, keys) in KEYS {
+        for key in keys {
+            for value in edge_values(section, key) {
+                let text = format!("[{section}]\n{key} = {value}\n");
+                check_config(&text);
+                if let Err(ConfigError::Invalid { key: named, .. }) = StackConfig::from_toml(&text)
+                {
+                    assert!(named.starts_with(&format!("{section}.")), "{text}: {named}");
+                    invalid += 1;
+                }
+            }
+        }
+    }
+    assert!(invalid > 50, "only {invalid} values out of range");
+}
+
 /// The generators reach what they are for: a route, a path and a body
 /// accepted, and each kind of error; otherwise the cases above could pass
 /// by never reaching the code they check.
@@ -344,6 +464,20 @@ fn the_checks_see_both_outcomes() {
     headers.append("x-model-id", HeaderValue::from_static("n"));
     assert!(RouteInfo::from_headers(&headers).is_err());
     check_headers(&headers);
+    // Every word in other cases, under both headers (one is refused).
+    for word in WORDS {
+        for name in ["x-request-kind", "x-urgency"] {
+            let capital = format!("{}{}", word[..1].to_uppercase(), &word[1..]);
+            for value in [word.to_uppercase(), capital] {
+                let mut headers = HeaderMap::new();
+                headers.insert("x-model-id", HeaderValue::from_static("m"));
+                headers.insert(name, HeaderValue::from_str(&value).unwrap());
+                check_headers(&headers);
+                headers.remove("x-model-id");
+                check_headers(&headers);
+            }
+        }
+    }
 
     for (name, ok) in [(&b"m%2Fx"[..], true), (&b"\xff"[..], false)] {
         let case = PathCase {
@@ -367,8 +501,23 @@ fn the_checks_see_both_outcomes() {
         hint: Some(u64::MAX / 2),
         body: body.as_bytes().to_vec(),
     };
-    check_body(&body(64, r#"{"model":"m"}"#));
-    check_body(&body(4, r#"{"model":"m"}"#));
+    // 13 bytes: the limit is inclusive.
+    let exact = r#"{"model":"m"}"#;
+    let seen = |case: &BodyCase| {
+        let req = http::Request::post("/")
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                case.body.clone(),
+            )))
+            .unwrap();
+        fuzz_route::run_layer(&fuzz_route::layer(case.limit), req)
+    };
+    assert!(seen(&body(13, exact)).is_ok());
+    assert!(seen(&body(12, exact))
+        .unwrap_err()
+        .is::<tower_model_balance::error::PayloadTooLarge>());
+    for limit in [4, 12, 13, 14, 64] {
+        check_body(&body(limit, exact));
+    }
     check_body(&body(64, r#"{"model":"m","model":"m"}"#));
 
     assert!(StackConfig::from_toml("[balance]\nowners = 0").is_err());

@@ -499,6 +499,7 @@ pub fn layer(limit: usize) -> ModelFromBodyLayer {
 }
 
 /// What the inner service was handed.
+#[derive(Debug)]
 pub struct Seen {
     /// The route the layer inserted, if any.
     pub route: Option<RouteInfo>,
