@@ -3,18 +3,23 @@
 //! fuzzers find only slowly — header sets, KServe v2 paths with
 //! percent-encoding, JSON with odd escapes, duplicate keys, huge numbers
 //! and deep nesting, TOML with random keys and values. The invariants are
-//! the fuzz targets' own (`support/fuzz_route.rs`, `support/fuzz_config.rs`).
+//! the fuzz targets' own (`support/fuzz_route.rs`, `support/fuzz_body.rs`,
+//! `support/fuzz_layer.rs`, `support/fuzz_config.rs`).
 
+#[path = "support/fuzz_body.rs"]
+mod fuzz_body;
 #[path = "support/fuzz_config.rs"]
 mod fuzz_config;
+#[path = "support/fuzz_layer.rs"]
+mod fuzz_layer;
 #[path = "support/fuzz_route.rs"]
 mod fuzz_route;
 
-use fuzz_config::{check_config, config_from_bytes, KEYS};
-use fuzz_route::{
-    body_from_bytes, check_body, check_headers, check_path, encode, headers_from_bytes,
-    path_from_bytes, BodyCase, PathCase, NAMES, WORDS,
+use fuzz_body::{
+    body_from_bytes, check_body, check_path, encode, path_from_bytes, BodyCase, PathCase,
 };
+use fuzz_config::{check_config, config_from_bytes, KEYS};
+use fuzz_route::{check_headers, headers_from_bytes, NAMES, WORDS};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
 
@@ -489,7 +494,7 @@ fn the_checks_see_both_outcomes() {
             .body(http_body_util::Full::new(bytes::Bytes::new()))
             .unwrap();
         assert_eq!(
-            fuzz_route::run_layer(&fuzz_route::layer(16), req).is_ok(),
+            fuzz_layer::run_layer(&fuzz_layer::layer(16), req).is_ok(),
             ok
         );
     }
@@ -509,7 +514,7 @@ fn the_checks_see_both_outcomes() {
                 case.body.clone(),
             )))
             .unwrap();
-        fuzz_route::run_layer(&fuzz_route::layer(case.limit), req)
+        fuzz_layer::run_layer(&fuzz_layer::layer(case.limit), req)
     };
     assert!(seen(&body(13, exact)).is_ok());
     assert!(seen(&body(12, exact))

@@ -3,6 +3,8 @@
 //! passing a header route on untouched.
 #![no_main]
 
+#[path = "../../tests/support/fuzz_layer.rs"]
+mod fuzz_layer;
 #[path = "../../tests/support/fuzz_route.rs"]
 mod fuzz_route;
 

@@ -3,10 +3,12 @@
 //! body.
 #![no_main]
 
-#[path = "../../tests/support/fuzz_route.rs"]
-mod fuzz_route;
+#[path = "../../tests/support/fuzz_body.rs"]
+mod fuzz_body;
+#[path = "../../tests/support/fuzz_layer.rs"]
+mod fuzz_layer;
 
-use fuzz_route::*;
+use fuzz_body::*;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
