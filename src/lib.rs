@@ -91,6 +91,9 @@ pub mod route;
 mod histogram;
 
 #[cfg(feature = "breaker")]
+mod sync;
+
+#[cfg(feature = "breaker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
 pub mod breaker;
 

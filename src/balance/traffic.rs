@@ -4,9 +4,10 @@
 //! share one atomic word, and the fleet's requests in flight are its
 //! requests picked (counted by branch anyway) minus those finished.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use super::pick::Branch;
+use crate::sync::AtomicU64;
 
 /// Low bits: requests in flight; high bits: requests ever picked.
 const IN_FLIGHT_BITS: u32 = 24;

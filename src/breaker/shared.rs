@@ -1,8 +1,8 @@
 //! A breaker shared by clones of a service (and by the balancer, one per
 //! backend), and the RAII permit it hands out.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use super::events::OnTransition;
 use super::state::{CircuitState, Metrics, Mode, Refused, Ticket, Transition, TransitionCounts};
 use super::{BreakerState, Outcome, Policy};
 use crate::error::BreakerOpen;
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
 
 /// A circuit breaker: the [`CircuitState`] machine behind a mutex, with
 /// "admits freely" (closed, disabled, metrics only) published in an atomic
