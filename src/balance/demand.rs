@@ -13,7 +13,7 @@
 //! [`HYSTERESIS`] below what one owner fewer could carry — a model whose
 //! share hovers around a boundary keeps its owners (and their warm copies).
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 /// Buckets in the table (a power of two).
 const BUCKETS: usize = 4096;
@@ -34,7 +34,7 @@ pub(crate) const HYSTERESIS: f64 = 0.25;
 #[derive(Debug)]
 pub(crate) struct Demand {
     buckets: Box<[AtomicU32]>,
-    owners: Box<[AtomicU8]>,
+    owners: Box<[AtomicU16]>,
     total: AtomicU32,
 }
 
@@ -53,7 +53,7 @@ impl Demand {
     pub(crate) fn new() -> Self {
         Self {
             buckets: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
-            owners: (0..BUCKETS).map(|_| AtomicU8::new(0)).collect(),
+            owners: (0..BUCKETS).map(|_| AtomicU16::new(0)).collect(),
             total: AtomicU32::new(0),
         }
     }
@@ -76,7 +76,7 @@ impl Demand {
             current
         };
         if next != current {
-            slot.store(next.min(usize::from(u8::MAX)) as u8, Ordering::Relaxed);
+            slot.store(next.min(usize::from(u16::MAX)) as u16, Ordering::Relaxed);
         }
         next
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::clock::Now;
 use super::demand::Bounds;
 use super::guard::Guard;
-use super::pick::{pick, Ask, Branch, Rules};
+use super::pick::{pick, Ask, Branch, Rules, Scratch};
 use super::table::Snapshot;
 use super::Shared;
 use crate::backend::BackendId;
@@ -45,6 +45,9 @@ pub(crate) struct Local<E> {
     sampler: u64,
     /// Whether this clone routed a request yet.
     used: bool,
+    /// Room for a pick's owner lists (on the heap only once a model with
+    /// many owners is routed).
+    scratch: Scratch,
 }
 
 /// After its first request, which is always in the sample, a clone puts
@@ -66,6 +69,7 @@ impl<E> Local<E> {
             generation,
             sampler: 1,
             used: false,
+            scratch: Scratch::default(),
         }
     }
 
@@ -77,6 +81,7 @@ impl<E> Local<E> {
             generation: self.generation,
             sampler: seed | 1,
             used: false,
+            scratch: Scratch::default(),
         }
     }
 
@@ -156,7 +161,7 @@ impl<E: Clone> Local<E> {
             placement: placement.is_some(),
             prefer_warm: placement.is_some_and(|p| p.policy().when_cold() == WhenCold::PreferWarm),
         };
-        let Some(mut picked) = pick(table, &ask, &rules, now, random) else {
+        let Some(mut picked) = pick(table, &ask, &rules, now, random, &mut self.scratch) else {
             shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(model = route.model, owners, unseen, "no healthy backend");
             return Err(NoHealthyBackend::new(route.model_id()));
