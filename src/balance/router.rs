@@ -140,7 +140,15 @@ impl<E: Clone> Local<E> {
         let unseen = route.kind != RequestKind::Update && shared.demand.unseen(route.hash);
         let owners = match route.kind {
             RequestKind::Update => 0,
-            _ => shared.owners_of(route.hash, sample, table.backends.len()),
+            _ => {
+                // A sampled request counts in its model's share, weighted
+                // by the work its requests take.
+                let work = match sample {
+                    true => table.fleet.work.weight(route.hash),
+                    false => 1.0,
+                };
+                shared.owners_of(route.hash, sample, table.backends.len(), work)
+            }
         };
         let ask = Ask {
             kind: route.kind,
@@ -199,8 +207,9 @@ impl<E: Clone> Local<E> {
 
 impl<E> Shared<E> {
     /// How many owners the model with hash `key` has over `n` backends
-    /// (counting this request in its demand if `count`).
-    pub(super) fn owners_of(&self, key: u64, count: bool, n: usize) -> usize {
+    /// (counting this request in its demand if `count`, its share weighted
+    /// by `work`, its work per request over the mean).
+    pub(super) fn owners_of(&self, key: u64, count: bool, n: usize, work: f64) -> usize {
         let config = &self.config;
         match self.fixed_owners(key) {
             Some(k) => k,
@@ -212,6 +221,7 @@ impl<E> Shared<E> {
                     c: config.load_factor,
                     min: config.min_owners,
                     max: config.owners,
+                    work,
                 },
             ),
         }
