@@ -156,7 +156,9 @@ impl Work {
     /// Records the latency of a warm, successful request for the model
     /// with hash `key`.
     pub(crate) fn record(&self, key: u64, latency: Duration) {
-        let us = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX).max(1);
+        let us = u32::try_from(latency.as_micros())
+            .unwrap_or(u32::MAX)
+            .max(1);
         for average in [&self.buckets[key as usize % BUCKETS], &self.mean] {
             let old = average.load(Ordering::Relaxed);
             let new = match old {
