@@ -356,7 +356,7 @@ impl BalanceFile {
             if !(1..=BalanceConfigBuilder::MAX_OWNERS).contains(&k) {
                 return Err(ConfigError::Invalid {
                     key: key(),
-                    expected: "1 ..= 16 owners",
+                    expected: "1 ..= 1024 owners",
                 });
             }
             let model = ModelId::new(&model).map_err(|_| ConfigError::Invalid {

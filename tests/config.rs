@@ -114,7 +114,7 @@ fn a_value_out_of_range_names_its_key_and_range() {
             "balance.load_factor",
             "1.0 ..= 100.0",
         ),
-        ("[balance]\nowners = 17", "balance.owners", ""),
+        ("[balance]\nowners = 1025", "balance.owners", ""),
         (
             "[balance]\nstaging_max_share = 0",
             "balance.staging_max_share",
@@ -145,7 +145,7 @@ fn a_value_out_of_range_names_its_key_and_range() {
         (
             "[balance.model_owners]\n\"llama\" = 0",
             "balance.model_owners.\"llama\"",
-            "1 ..= 16",
+            "1 ..= 1024",
         ),
         (
             "[balance]\nbreaker_scope = \"backend_model\"\nmax_pairs = 0",

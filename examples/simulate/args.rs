@@ -53,7 +53,7 @@ impl Default for Config {
             serving_slots: 4,
             model_slots: 16,
             vnodes: 150,
-            owners: 16,
+            owners: 1024,
             load_factor: 1.25,
             staging_step: 0.02,
             staging_cooldown: 10.0,
@@ -79,7 +79,7 @@ usage: cargo run --release --example simulate -- [flags]
   --serving-slots N   requests a backend serves at once (1..=256, default 4)
   --model-slots N     models a backend holds resident (1..=1024, default 16)
   --vnodes N          ring points per backend (1..=1000, default 150)
-  --owners K          most owners per model, model_aware (1..=16, default 16)
+  --owners K          most owners per model, model_aware (1..=1024, default 1024)
   --load-factor C     bounded-load factor c (1..=100, default 1.25)
   --staging-step S    staged ring change: share of points per step (0<S<=1, default 0.02)
   --staging-cooldown T  seconds between staging steps (0..=3600, default 10)
@@ -128,7 +128,7 @@ impl Config {
                 "--serving-slots" => c.serving_slots = int(&flag, &value()?, 1, 256)?,
                 "--model-slots" => c.model_slots = int(&flag, &value()?, 1, 1024)?,
                 "--vnodes" => c.vnodes = int(&flag, &value()?, 1, 1000)?,
-                "--owners" => c.owners = int(&flag, &value()?, 1, 16)?,
+                "--owners" => c.owners = int(&flag, &value()?, 1, 1024)?,
                 "--load-factor" => c.load_factor = float(&flag, &value()?, 1.0, 100.0)?,
                 "--staging-step" => {
                     c.staging_step = float(&flag, &value()?, 1e-6, 1.0)?;

@@ -9,7 +9,7 @@ use crate::strategy::Names;
 use crate::workload::Workload;
 
 const VNODES: [u32; 4] = [50, 100, 150, 300];
-const OWNERS: [usize; 4] = [2, 4, 8, 16];
+const OWNERS: [usize; 4] = [16, 64, 256, 1024];
 const LOAD_FACTORS: [f64; 4] = [1.1, 1.25, 1.5, 2.0];
 const STAGING_STEPS: [f64; 4] = [0.01, 0.02, 0.05, 0.1];
 

@@ -12,8 +12,17 @@
 //! owners, and shrinks one at a time only once the share has fallen
 //! [`HYSTERESIS`] below what one owner fewer could carry — a model whose
 //! share hovers around a boundary keeps its owners (and their warm copies).
+//!
+//! A share of *requests* is not a share of the fleet's busy time: a 16 GB
+//! model's request can cost 2.4 × an adapter's, and owners sized by its
+//! request share run over capacity. [`Work`] keeps, per bucket, a moving
+//! average of the latency of the model's warm, successful requests, and
+//! one over every model's; a model's share is weighted by the ratio
+//! (within [`MIN_WORK`] ..= [`MAX_WORK`]), so that `k` follows the share
+//! of work the model brings.
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use std::time::Duration;
 
 /// Buckets in the table (a power of two).
 const BUCKETS: usize = 4096;
@@ -34,7 +43,7 @@ pub(crate) const HYSTERESIS: f64 = 0.25;
 #[derive(Debug)]
 pub(crate) struct Demand {
     buckets: Box<[AtomicU32]>,
-    owners: Box<[AtomicU8]>,
+    owners: Box<[AtomicU16]>,
     total: AtomicU32,
 }
 
@@ -47,13 +56,15 @@ pub(crate) struct Bounds {
     pub(crate) c: f64,
     pub(crate) min: usize,
     pub(crate) max: usize,
+    /// The model's work per request over the mean (see [`Work::weight`]).
+    pub(crate) work: f64,
 }
 
 impl Demand {
     pub(crate) fn new() -> Self {
         Self {
             buckets: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
-            owners: (0..BUCKETS).map(|_| AtomicU8::new(0)).collect(),
+            owners: (0..BUCKETS).map(|_| AtomicU16::new(0)).collect(),
             total: AtomicU32::new(0),
         }
     }
@@ -67,7 +78,7 @@ impl Demand {
         let slot = &self.owners[key as usize % BUCKETS];
         let current = usize::from(slot.load(Ordering::Relaxed)).clamp(min, max);
         let Some(share) = share else { return current };
-        let load = share * bounds.n as f64 / bounds.c;
+        let load = share * bounds.work * bounds.n as f64 / bounds.c;
         let next = if load > current as f64 {
             (load.ceil() as usize).min(max)
         } else if current > min && load <= (current - 1) as f64 - HYSTERESIS {
@@ -76,7 +87,7 @@ impl Demand {
             current
         };
         if next != current {
-            slot.store(next.min(usize::from(u8::MAX)) as u8, Ordering::Relaxed);
+            slot.store(next.min(usize::from(u16::MAX)) as u16, Ordering::Relaxed);
         }
         next
     }
@@ -116,6 +127,63 @@ impl Demand {
     }
 }
 
+/// The least and the most a model's work per request is weighted, against
+/// the mean: a latency average thrown far off (a queue, a stall) moves a
+/// model's owners by at most this factor.
+pub(crate) const MIN_WORK: f64 = 0.25;
+/// See [`MIN_WORK`].
+pub(crate) const MAX_WORK: f64 = 4.0;
+/// Weight of a new latency in the moving averages, as a shift: 1/8.
+const WORK_SHIFT: u32 = 3;
+
+/// Moving averages of the latency (µs) of warm, successful inference
+/// requests: per bucket of model hashes (as [`Demand`]'s buckets) and
+/// over all (pure logic over atomics: a racing update may be lost).
+#[derive(Debug)]
+pub(crate) struct Work {
+    buckets: Box<[AtomicU32]>,
+    mean: AtomicU32,
+}
+
+impl Work {
+    pub(crate) fn new() -> Self {
+        Self {
+            buckets: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+            mean: AtomicU32::new(0),
+        }
+    }
+
+    /// Records the latency of a warm, successful request for the model
+    /// with hash `key`.
+    pub(crate) fn record(&self, key: u64, latency: Duration) {
+        let us = u32::try_from(latency.as_micros())
+            .unwrap_or(u32::MAX)
+            .max(1);
+        for average in [&self.buckets[key as usize % BUCKETS], &self.mean] {
+            let old = average.load(Ordering::Relaxed);
+            let new = match old {
+                0 => us,
+                old => {
+                    let (old, us) = (i64::from(old), i64::from(us));
+                    (old + ((us - old) >> WORK_SHIFT)).max(1) as u32
+                }
+            };
+            average.store(new, Ordering::Relaxed);
+        }
+    }
+
+    /// The model's latency average over the mean of all, within
+    /// [`MIN_WORK`] ..= [`MAX_WORK`]; 1 while either is unknown.
+    pub(crate) fn weight(&self, key: u64) -> f64 {
+        let model = self.buckets[key as usize % BUCKETS].load(Ordering::Relaxed);
+        let mean = self.mean.load(Ordering::Relaxed);
+        if model == 0 || mean == 0 {
+            return 1.0;
+        }
+        (f64::from(model) / f64::from(mean)).clamp(MIN_WORK, MAX_WORK)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +215,7 @@ mod tests {
             c: 1.25,
             min,
             max,
+            work: 1.0,
         }
     }
 
@@ -183,5 +252,43 @@ mod tests {
             2,
             "the minimum holds"
         );
+    }
+
+    #[test]
+    fn work_weights_a_slow_model_by_its_latency_over_the_mean() {
+        let w = Work::new();
+        assert_eq!(w.weight(1), 1.0, "unknown");
+        let ms = Duration::from_millis;
+        // Three adapter requests (110 ms) for each large model's (260 ms).
+        for _ in 0..400 {
+            for _ in 0..3 {
+                w.record(1, ms(110));
+            }
+            w.record(2, ms(260));
+        }
+        let (slow, fast) = (w.weight(2), w.weight(1));
+        assert!((1.4..2.0).contains(&slow), "{slow}");
+        assert!((0.6..1.0).contains(&fast), "{fast}");
+        w.record(3, Duration::from_secs(3600));
+        assert_eq!(w.weight(3), MAX_WORK, "clamped");
+        w.record(4, Duration::ZERO);
+        assert_eq!(w.weight(4), MIN_WORK, "clamped");
+    }
+
+    #[test]
+    fn owners_follow_the_share_of_work() {
+        let b = bounds(1, 4);
+        let (d, heavy) = (Demand::new(), Demand::new());
+        let work = Bounds { work: 2.0, ..b };
+        let mut k = (0, 0);
+        for i in 0..4 * WINDOW {
+            let key = if i % 10 == 0 { 0 } else { 1 + u64::from(i % 7) };
+            let (light, weighted) = (d.owners(key, true, b), heavy.owners(key, true, work));
+            if key == 0 {
+                k = (light, weighted);
+            }
+        }
+        // 10% of requests: 0.8 of an owner's load; at twice the work, 1.6.
+        assert_eq!(k, (1, 2));
     }
 }

@@ -206,6 +206,10 @@ impl Guard {
                 // expected, and the balancer chose them.
                 if !self.confirms {
                     self.state.health.record(elapsed, false, penalty);
+                    // A warm inference request: its model's work.
+                    if let Some(key) = self.model {
+                        self.state.fleet.work.record(key, latency);
+                    }
                 }
             }
             Outcome::Failure | Outcome::Overload => {

@@ -239,7 +239,7 @@ impl<E: Send + Sync> View for Shared<E> {
 
     fn owners_of(&self, key: u64) -> usize {
         let n = self.snapshot.load().table.backends.len();
-        Shared::owners_of(self, key, false, n)
+        Shared::owners_of(self, key, false, n, 1.0)
     }
 }
 

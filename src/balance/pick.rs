@@ -9,6 +9,8 @@ use crate::route::{RequestKind, Urgency};
 
 /// The most owners a model can have.
 const MAX_OWNERS: usize = super::BalanceConfigBuilder::MAX_OWNERS;
+/// Owners whose lists fit in a [`Scratch`] without a heap buffer.
+const INLINE_OWNERS: usize = 16;
 /// How far past its owners a spilled request looks for a backend where its
 /// model is resident, in distinct backends.
 const SPILL_SCAN: usize = 16;
@@ -94,6 +96,42 @@ pub(crate) struct Pick {
     pub(crate) prefetch: Option<usize>,
 }
 
+/// Room for a pick's three owner lists, kept by each balancer clone and
+/// reused, never cleared: a pick overwrites the part it reads, so no pick
+/// zeroes it. Lists of up to [`INLINE_OWNERS`] owners each fit inline (a
+/// clone whose models all have few owners — the default `owners` is 2 —
+/// never allocates for them); longer ones go to a heap buffer that grows
+/// to three times the most owners listed and is not shrunk, so a clone
+/// allocates for it once per new high.
+#[derive(Debug)]
+pub(crate) struct Scratch {
+    inline: [usize; 3 * INLINE_OWNERS],
+    heap: Vec<usize>,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Self {
+            inline: [0; 3 * INLINE_OWNERS],
+            heap: Vec::new(),
+        }
+    }
+}
+
+impl Scratch {
+    /// `len` slots, holding whatever the last pick left there.
+    #[inline]
+    fn room(&mut self, len: usize) -> &mut [usize] {
+        if len <= self.inline.len() {
+            return &mut self.inline[..len];
+        }
+        if self.heap.len() < len {
+            self.heap.resize(len, 0);
+        }
+        &mut self.heap[..len]
+    }
+}
+
 /// Picks a backend, or `None` when no backend admits the request.
 /// Inference marks the model resident on the chosen backend (it is loaded
 /// there to serve the request).
@@ -103,6 +141,7 @@ pub(crate) fn pick(
     rules: &Rules,
     now: &Now,
     random: &mut impl FnMut() -> u64,
+    scratch: &mut Scratch,
 ) -> Option<Pick> {
     let mode = if in_panic(table, rules.panic_threshold, now) {
         Mode::Panic
@@ -121,7 +160,7 @@ pub(crate) fn pick(
     }
     let mut picked = match ask.kind {
         RequestKind::Update => pick_update(&ctx, random),
-        _ => pick_inference(&ctx, ask, rules, random),
+        _ => pick_inference(&ctx, ask, rules, random, scratch),
     }?;
     if ask.kind != RequestKind::Update {
         let state = &table.backends[picked.index];
@@ -255,6 +294,7 @@ fn pick_inference(
     ask: &Ask,
     rules: &Rules,
     random: &mut impl FnMut() -> u64,
+    scratch: &mut Scratch,
 ) -> Option<Pick> {
     let c = rules.load_factor;
     let table = ctx.table;
@@ -269,10 +309,11 @@ fn pick_inference(
     let k = ask.owners.clamp(1, MAX_OWNERS);
 
     // The eligible owners in walk order, and those of them with room under
-    // the cap and the model served, or still loading.
-    let (mut all, mut all_len) = ([0usize; MAX_OWNERS], 0);
-    let (mut served, mut served_len) = ([0usize; MAX_OWNERS], 0);
-    let (mut loading, mut loading_len) = ([0usize; MAX_OWNERS], 0);
+    // the cap and the model served, or still loading: three lists of up to
+    // `k` in the clone's scratch (only the listed prefix of each is read).
+    let (all, rest) = scratch.room(3 * k).split_at_mut(k);
+    let (served, loading) = rest.split_at_mut(k);
+    let (mut all_len, mut served_len, mut loading_len) = (0, 0, 0);
     for i in table.ring.walk(key).take(k).filter(|&i| ctx.eligible(i)) {
         all[all_len] = i;
         all_len += 1;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::clock::Now;
 use super::demand::Bounds;
 use super::guard::Guard;
-use super::pick::{pick, Ask, Branch, Rules};
+use super::pick::{pick, Ask, Branch, Rules, Scratch};
 use super::table::Snapshot;
 use super::Shared;
 use crate::backend::BackendId;
@@ -45,6 +45,9 @@ pub(crate) struct Local<E> {
     sampler: u64,
     /// Whether this clone routed a request yet.
     used: bool,
+    /// Room for a pick's owner lists (on the heap only once a model with
+    /// many owners is routed).
+    scratch: Scratch,
 }
 
 /// After its first request, which is always in the sample, a clone puts
@@ -66,6 +69,7 @@ impl<E> Local<E> {
             generation,
             sampler: 1,
             used: false,
+            scratch: Scratch::default(),
         }
     }
 
@@ -77,6 +81,7 @@ impl<E> Local<E> {
             generation: self.generation,
             sampler: seed | 1,
             used: false,
+            scratch: Scratch::default(),
         }
     }
 
@@ -135,7 +140,15 @@ impl<E: Clone> Local<E> {
         let unseen = route.kind != RequestKind::Update && shared.demand.unseen(route.hash);
         let owners = match route.kind {
             RequestKind::Update => 0,
-            _ => shared.owners_of(route.hash, sample, table.backends.len()),
+            _ => {
+                // A sampled request counts in its model's share, weighted
+                // by the work its requests take.
+                let work = match sample {
+                    true => table.fleet.work.weight(route.hash),
+                    false => 1.0,
+                };
+                shared.owners_of(route.hash, sample, table.backends.len(), work)
+            }
         };
         let ask = Ask {
             kind: route.kind,
@@ -156,7 +169,7 @@ impl<E: Clone> Local<E> {
             placement: placement.is_some(),
             prefer_warm: placement.is_some_and(|p| p.policy().when_cold() == WhenCold::PreferWarm),
         };
-        let Some(mut picked) = pick(table, &ask, &rules, now, random) else {
+        let Some(mut picked) = pick(table, &ask, &rules, now, random, &mut self.scratch) else {
             shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(model = route.model, owners, unseen, "no healthy backend");
             return Err(NoHealthyBackend::new(route.model_id()));
@@ -194,8 +207,9 @@ impl<E: Clone> Local<E> {
 
 impl<E> Shared<E> {
     /// How many owners the model with hash `key` has over `n` backends
-    /// (counting this request in its demand if `count`).
-    pub(super) fn owners_of(&self, key: u64, count: bool, n: usize) -> usize {
+    /// (counting this request in its demand if `count`, its share weighted
+    /// by `work`, its work per request over the mean).
+    pub(super) fn owners_of(&self, key: u64, count: bool, n: usize, work: f64) -> usize {
         let config = &self.config;
         match self.fixed_owners(key) {
             Some(k) => k,
@@ -207,6 +221,7 @@ impl<E> Shared<E> {
                     c: config.load_factor,
                     min: config.min_owners,
                     max: config.owners,
+                    work,
                 },
             ),
         }

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::clock::Now;
 use super::config::BreakerHook;
 use super::cost::{cost, LatencyEwma};
+use super::demand::Work;
 use super::health::BackendHealth;
 use super::placement::Placement;
 use super::residency::Residency;
@@ -47,6 +48,8 @@ pub(crate) struct Fleet {
     pub(crate) classification: Classification,
     /// On-demand placement, once enabled.
     pub(crate) placement: std::sync::OnceLock<Arc<Placement>>,
+    /// Latency of each model's warm requests against the mean: its work.
+    pub(crate) work: Work,
 }
 
 impl Fleet {
@@ -65,6 +68,7 @@ impl Fleet {
             residency_header: None,
             classification: Classification::HttpStatus,
             placement: std::sync::OnceLock::new(),
+            work: Work::new(),
         }
     }
 

@@ -111,7 +111,14 @@ const RULES: Rules = Rules {
 /// resident owners never samples).
 fn pick_now(t: &Table, ask: &Ask) -> Option<(usize, Branch)> {
     let mut no_random = || unreachable!("this pick does not sample");
-    let p = pick(t, ask, &RULES, &Now::lazy(), &mut no_random)?;
+    let p = pick(
+        t,
+        ask,
+        &RULES,
+        &Now::lazy(),
+        &mut no_random,
+        &mut Scratch::default(),
+    )?;
     Some((p.index, p.branch))
 }
 
@@ -278,10 +285,26 @@ async fn below_the_panic_threshold_every_backend_is_routable() {
         ..RULES
     };
     let mut no_random = || unreachable!();
-    let p = pick(&t, &ask(&r, 1), &no_panic, &Now::lazy(), &mut no_random).unwrap();
+    let p = pick(
+        &t,
+        &ask(&r, 1),
+        &no_panic,
+        &Now::lazy(),
+        &mut no_random,
+        &mut Scratch::default(),
+    )
+    .unwrap();
     assert_eq!((p.index, p.branch), (order[3], Branch::Spill));
     trip(&t, order[3]);
-    assert!(pick(&t, &ask(&r, 1), &no_panic, &Now::lazy(), &mut no_random).is_none());
+    assert!(pick(
+        &t,
+        &ask(&r, 1),
+        &no_panic,
+        &Now::lazy(),
+        &mut no_random,
+        &mut Scratch::default()
+    )
+    .is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -345,7 +368,15 @@ async fn empty_table_has_no_pick() {
     let r = route("m");
     assert!(pick_now(&t, &ask(&r, 2)).is_none());
     let update = route("m").with_kind(RequestKind::Update);
-    assert!(pick(&t, &ask(&update, 0), &RULES, &Now::lazy(), &mut || 7).is_none());
+    assert!(pick(
+        &t,
+        &ask(&update, 0),
+        &RULES,
+        &Now::lazy(),
+        &mut || 7,
+        &mut Scratch::default()
+    )
+    .is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -359,7 +390,15 @@ async fn update_falls_back_to_the_cheapest_eligible() {
     let others: Vec<usize> = (0..4).filter(|i| *i != a && *i != b).collect();
     set_load(&t, others[0], 5);
     set_load(&t, others[1], 1);
-    let p = pick(&t, &ask(&update, 0), &RULES, &Now::lazy(), &mut zero).unwrap();
+    let p = pick(
+        &t,
+        &ask(&update, 0),
+        &RULES,
+        &Now::lazy(),
+        &mut zero,
+        &mut Scratch::default(),
+    )
+    .unwrap();
     assert_eq!((p.index, p.branch), (others[1], Branch::Update));
 }
 
@@ -384,7 +423,15 @@ async fn update_redraws_an_ineligible_sample() {
     };
     let mut costly = 0;
     for _ in 0..10_000 {
-        let p = pick(&t, &ask(&update, 0), &RULES, &Now::lazy(), &mut next).unwrap();
+        let p = pick(
+            &t,
+            &ask(&update, 0),
+            &RULES,
+            &Now::lazy(),
+            &mut next,
+            &mut Scratch::default(),
+        )
+        .unwrap();
         assert!(p.index >= 2, "an open breaker is not picked");
         costly += usize::from(p.index == 7);
         drop(p);
@@ -422,7 +469,7 @@ proptest! {
         };
         let mut values = [x, y].into_iter();
         let update = route("m").with_kind(RequestKind::Update);
-        let p = pick(&t, &ask(&update, 0), &RULES, &Now::lazy(), &mut || values.next().unwrap()).unwrap();
+        let p = pick(&t, &ask(&update, 0), &RULES, &Now::lazy(), &mut || values.next().unwrap(), &mut Scratch::default()).unwrap();
         prop_assert!(p.index == a || p.index == b);
         prop_assert_eq!(p.branch, Branch::Update);
         prop_assert_eq!(costs[p.index], costs[a].min(costs[b]));
@@ -508,12 +555,36 @@ async fn a_pick_asks_for_confirmation_until_the_model_is_served() {
     let r = route("llama");
     let key = r.model.hash64();
     let mut no_random = || unreachable!("this pick does not sample");
-    let first = pick(&t, &ask(&r, 1), &RULES, &Now::lazy(), &mut no_random).unwrap();
+    let first = pick(
+        &t,
+        &ask(&r, 1),
+        &RULES,
+        &Now::lazy(),
+        &mut no_random,
+        &mut Scratch::default(),
+    )
+    .unwrap();
     assert!(first.confirms, "a cold load");
-    let second = pick(&t, &ask(&r, 1), &RULES, &Now::lazy(), &mut no_random).unwrap();
+    let second = pick(
+        &t,
+        &ask(&r, 1),
+        &RULES,
+        &Now::lazy(),
+        &mut no_random,
+        &mut Scratch::default(),
+    )
+    .unwrap();
     assert!(second.confirms, "still loading: no response yet");
     t.backends[first.index].residency.confirm(key);
-    let third = pick(&t, &ask(&r, 1), &RULES, &Now::lazy(), &mut no_random).unwrap();
+    let third = pick(
+        &t,
+        &ask(&r, 1),
+        &RULES,
+        &Now::lazy(),
+        &mut no_random,
+        &mut Scratch::default(),
+    )
+    .unwrap();
     assert!(!third.confirms, "served");
 }
 
@@ -541,4 +612,40 @@ async fn half_open_breakers_with_every_probe_out_count_as_ineligible_for_panic_m
     // A probe coming back makes its backend eligible again.
     probes.pop();
     assert!(t.backends[order[3]].breaker.admits(Instant::now()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_owners_are_listed_in_the_scratch_and_reused_without_stale_entries() {
+    let t = table(300);
+    let r = route("llama");
+    let order = walk(&t, &r);
+    // Resident only on the 91st owner: past the lists kept on the stack.
+    make_resident(&t, order[90], &r);
+    let mut scratch = Scratch::default();
+    let mut no_random = || unreachable!("one resident owner: no sampling");
+    let mut pick_k = |k: usize, scratch: &mut Scratch| {
+        let p = pick(
+            &t,
+            &ask(&r, k),
+            &RULES,
+            &Now::lazy(),
+            &mut no_random,
+            scratch,
+        )
+        .unwrap();
+        (p.index, p.branch)
+    };
+    assert_eq!(
+        pick_k(100, &mut scratch),
+        (order[90], Branch::ResidentOwner)
+    );
+    assert_eq!(scratch.heap.len(), 300, "three lists of 100");
+    // Fewer owners, the same scratch: the 91st backend is no owner now,
+    // and what the first pick listed is not read.
+    assert_eq!(pick_k(20, &mut scratch), (order[0], Branch::ColdOwner));
+    assert_eq!(scratch.heap.len(), 300, "not shrunk");
+    assert_eq!(
+        pick_k(MAX_OWNERS, &mut scratch),
+        (order[90], Branch::ResidentOwner)
+    );
 }
