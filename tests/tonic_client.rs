@@ -22,7 +22,7 @@ use std::time::Duration;
 use tonic::metadata::MetadataKey;
 use tonic::{Code, Response, Status};
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::breaker::BreakerState;
+use tower_model_balance::breaker::{BreakerState, Policy};
 use tower_model_balance::error::{InvalidReason, InvalidRoute};
 use tower_model_balance::health::HealthPolicy;
 use tower_model_balance::ring::{Ring, RingConfig};
@@ -64,6 +64,14 @@ async fn fleet(name: &str, n: usize) -> Fleet {
     // backend out, whenever the health task runs.
     config.health = HealthPolicy::builder()
         .max_ejected_share(0.0)
+        .build()
+        .unwrap();
+    // Open means open for the whole test: no full jitter, which could draw
+    // an open time of a few milliseconds and let a probe through.
+    config.breaker = Policy::builder()
+        .consecutive_failures(3)
+        .jitter(false)
+        .open_duration(Duration::from_secs(60))
         .build()
         .unwrap();
     let client = InferenceClient::new(&config).unwrap();

@@ -50,8 +50,9 @@ pub struct Config {
     /// The most a call may take, load included (a timeout inside the
     /// breaker: a hung call fails).
     pub timeout: Duration,
-    /// Failures in a row that open a backend's breaker.
-    pub consecutive_failures: u32,
+    /// Each backend's breaker (default: open after 3 failures in a row,
+    /// the open time drawn with full jitter up to 5 s).
+    pub breaker: Policy,
     /// Whether answers list the backend's resident models in
     /// `x-sim-resident-models` (the simulated servers do).
     pub residency_metadata: bool,
@@ -64,10 +65,14 @@ impl Config {
     /// failures in a row, no residency metadata, the default health
     /// policy.
     pub fn new(backends: Vec<(BackendId, String)>) -> Self {
+        let breaker = Policy::builder()
+            .consecutive_failures(3)
+            .build()
+            .expect("a valid policy");
         Self {
             backends,
             timeout: Duration::from_secs(10),
-            consecutive_failures: 3,
+            breaker,
             residency_metadata: false,
             health: HealthPolicy::default(),
         }
@@ -102,11 +107,8 @@ impl InferenceClient {
             let meta = BackendMeta::new(id.clone());
             backends.push(Backend::with_meta(meta, channel));
         }
-        let policy = Policy::builder()
-            .consecutive_failures(config.consecutive_failures)
-            .build()?;
         let mut balance = BalanceConfig::builder()
-            .breaker(policy)
+            .breaker(config.breaker.clone())
             .health(config.health.clone())
             // gRPC failures are an HTTP 200 with a `grpc-status`.
             .classification(Classification::GrpcStatus);
