@@ -29,6 +29,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The hedge's backup goes to another backend only when a
+//! [`ModelBalancer`](crate::balance::ModelBalancer) is below it (the
+//! balancer reads the backup's `Exclude`); over a single service, as here,
+//! the backup is a second call to that service.
+//!
 //! Each method adds the layer its documentation names, as
 //! [`ServiceBuilder::layer`] would; to keep a layer's handle (the hedge's
 //! counters) or to set what a method does not take (another classifier,

@@ -139,9 +139,15 @@ fn invalid(section: &str, error: InvalidConfig) -> ConfigError {
         field if DURATIONS.contains(&field) => format!("{field}_ms"),
         field => field.to_string(),
     };
+    // The builders' words for a value the file spells otherwise.
+    let expected = match error.field {
+        "breaker_scope" => "1 ..= 1 000 000",
+        "outlier_factor" => "1.5 ..= 1000, or 0 (off)",
+        _ => error.expected,
+    };
     ConfigError::Invalid {
         key: format!("{section}.{key}"),
-        expected: error.expected,
+        expected,
     }
 }
 

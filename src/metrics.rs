@@ -54,7 +54,7 @@
 
 use std::time::Duration;
 
-use metrics::{counter, gauge};
+use metrics::{counter, gauge, Unit};
 use tokio::task::JoinHandle;
 
 use crate::balance::BalancerHandle;
@@ -83,6 +83,7 @@ impl Drop for ExportTask {
 ///
 /// Outside a Tokio runtime (as `tokio::spawn` does).
 pub fn export(handle: BalancerHandle, interval: Duration) -> ExportTask {
+    describe();
     every(interval, move || record(&handle))
 }
 
@@ -96,6 +97,7 @@ pub fn export(handle: BalancerHandle, interval: Duration) -> ExportTask {
 #[cfg(feature = "hedge")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hedge")))]
 pub fn export_hedge(handle: HedgeHandle, interval: Duration) -> ExportTask {
+    describe();
     every(interval, move || record_hedge(&handle))
 }
 
@@ -111,6 +113,105 @@ fn every(interval: Duration, set: impl Fn() + Send + 'static) -> ExportTask {
         }
     });
     ExportTask { task }
+}
+
+/// Whether a series is a counter or a gauge.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// Every series of the [module docs](self): name, kind, help text.
+const SERIES: [(&str, Kind, &str); 15] = [
+    (
+        "model_balance_requests_total",
+        Kind::Counter,
+        "Requests by the branch the balancer took.",
+    ),
+    (
+        "model_balance_backend_requests_total",
+        Kind::Counter,
+        "Requests sent to the backend.",
+    ),
+    (
+        "model_balance_backend_failures_total",
+        Kind::Counter,
+        "Requests failed on the backend (errors, 5xx, 429, failed loads).",
+    ),
+    (
+        "model_balance_backend_in_flight",
+        Kind::Gauge,
+        "Requests in flight on the backend.",
+    ),
+    (
+        "model_balance_backend_breaker_state",
+        Kind::Gauge,
+        "The backend's breaker: 0 closed, 1 half-open, 2 open.",
+    ),
+    (
+        "model_balance_backend_breaker_trips_total",
+        Kind::Counter,
+        "Times the backend's breaker opened on the evidence of its calls.",
+    ),
+    (
+        "model_balance_backend_breaker_transitions_total",
+        Kind::Counter,
+        "Times the backend's breaker entered a state.",
+    ),
+    (
+        "model_balance_backend_health_score",
+        Kind::Gauge,
+        "The backend's health score, a fraction in [0, 1].",
+    ),
+    (
+        "model_balance_backend_ejected",
+        Kind::Gauge,
+        "1 while health ejects the backend, else 0.",
+    ),
+    (
+        "model_balance_backend_ejections_total",
+        Kind::Counter,
+        "Times health ejected the backend.",
+    ),
+    (
+        "model_balance_placement_total",
+        Kind::Counter,
+        "Placement events: loads, load failures, unloads, unknown models, reloads.",
+    ),
+    (
+        "model_balance_hedge_requests_total",
+        Kind::Counter,
+        "Requests through the hedge layer.",
+    ),
+    (
+        "model_balance_hedges_sent_total",
+        Kind::Counter,
+        "Backup attempts sent.",
+    ),
+    (
+        "model_balance_hedges_won_total",
+        Kind::Counter,
+        "Requests answered by their backup's success.",
+    ),
+    (
+        "model_balance_hedges_suppressed_total",
+        Kind::Counter,
+        "Backups not sent, by reason: budget or load.",
+    ),
+];
+
+/// Gives the installed recorder every series' kind and help text (the
+/// `# HELP` lines of a Prometheus scrape). [`export`] and
+/// [`export_hedge`] call it; call it once yourself when you call
+/// [`record`] or [`record_hedge`] by hand.
+pub fn describe() {
+    for (name, kind, help) in SERIES {
+        match kind {
+            Kind::Counter => metrics::describe_counter!(name, Unit::Count, help),
+            Kind::Gauge => metrics::describe_gauge!(name, help),
+        }
+    }
 }
 
 /// Sets the hedge series once from `handle` (what [`export_hedge`] does

@@ -150,7 +150,12 @@ fn a_value_out_of_range_names_its_key_and_range() {
         (
             "[balance]\nbreaker_scope = \"backend_model\"\nmax_pairs = 0",
             "balance.max_pairs",
-            "",
+            "1 ..= 1 000 000",
+        ),
+        (
+            "[health]\noutlier_factor = 1.2",
+            "health.outlier_factor",
+            "1.5 ..= 1000, or 0 (off)",
         ),
         (
             "[breaker]\ntime_window_buckets = 5",

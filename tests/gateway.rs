@@ -25,6 +25,7 @@ use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::hedge::HedgeHandle;
+use tower_model_balance::route::ModelId;
 use tower_model_balance::sim::{protocol, Fault, ModelServer, ServerConfig};
 
 use app::{Config, Gateway};
@@ -88,7 +89,9 @@ async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
     let server = tokio::spawn(async move {
         // The gateway's probes live as long as the server.
         let Gateway { router, .. } = &gateway;
-        axum::serve(listener, router.clone()).await.unwrap();
+        app::serve(listener, router.clone(), std::future::pending())
+            .await
+            .unwrap();
     });
     Running {
         addr,
@@ -394,4 +397,66 @@ async fn a_body_the_client_breaks_off_is_its_400_and_no_backend_failure() {
     // The gateway still serves.
     let reply = gw.post("/v2/models/resnet/infer", r#"{"inputs":[]}"#).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+/// Sends `head` (a request line and headers) and `body`, keeping the
+/// connection open, and returns the status line of the answer.
+async fn held_open(addr: SocketAddr, head: &str, body: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 1024];
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer));
+    let n = read
+        .await
+        .expect("answered while the client still holds on")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    answer.lines().next().unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn a_body_announced_over_the_limit_is_a_413_before_it_is_sent() {
+    let gw = start("announced", 2, |c| c.body_limit = 1024).await;
+    let head = "POST /v1/completions HTTP/1.1\r\nhost: gateway\r\ncontent-length: 2048\r\n\r\n";
+    let status = held_open(gw.addr, head, "").await;
+    assert!(status.contains("413"), "{status}");
+    assert_eq!(gw.backend_work(), 0);
+}
+
+#[tokio::test]
+async fn a_trickled_body_is_a_408_at_the_deadline_and_no_backend_failure() {
+    let gw = start("trickle", 2, |c| {
+        c.body_timeout = Duration::from_millis(200)
+    })
+    .await;
+    let head = "POST /v1/completions HTTP/1.1\r\nhost: gateway\r\ncontent-length: 40\r\n\r\n";
+    let status = held_open(gw.addr, head, r#"{"model": "#).await;
+    assert!(status.contains("408"), "{status}");
+    assert_eq!(gw.backend_work(), 0);
+    assert!(gw.handle.backends().iter().all(|b| b.failures == 0));
+}
+
+#[tokio::test]
+async fn the_clients_routing_headers_are_ignored() {
+    let gw = start("headers", 3, |_| {}).await;
+    let body = r#"{"model": "llama-3-8b", "prompt": "hi"}"#;
+    let request = http::Request::post(format!("http://{}/v1/completions", gw.addr))
+        .header("x-model-id", "another-model")
+        .header("x-urgency", "critical")
+        .header("x-request-kind", "update")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let reply = gw.send(request).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let served_by = reply.headers[protocol::BACKEND_HEADER].to_str().unwrap();
+    let owners = gw.handle.owners(&ModelId::new("llama-3-8b").unwrap());
+    assert!(
+        owners.iter().any(|o| o.as_str() == served_by),
+        "routed by the body's model to one of its owners {owners:?}, not to {served_by}"
+    );
+    let stats = gw.handle.stats();
+    assert_eq!(stats.update, 0, "the client's x-request-kind was dropped");
+    assert_eq!(stats.resident_owner + stats.cold_owner, 1);
 }

@@ -179,3 +179,79 @@ async fn the_hedge_series_carry_the_hedge_layers_counters() {
         "the figures come from the handle"
     );
 }
+
+/// Records the names the facade is given descriptions for.
+#[derive(Default)]
+struct Descriptions(std::sync::Mutex<Vec<(String, String)>>);
+
+impl metrics::Recorder for Descriptions {
+    fn describe_counter(
+        &self,
+        key: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        help: metrics::SharedString,
+    ) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((key.as_str().to_string(), help.to_string()));
+    }
+    fn describe_gauge(
+        &self,
+        key: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        help: metrics::SharedString,
+    ) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((key.as_str().to_string(), help.to_string()));
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+#[test]
+fn every_documented_series_is_described() {
+    let recorder = Descriptions::default();
+    metrics::with_local_recorder(&recorder, tower_model_balance::metrics::describe);
+    let described = recorder.0.into_inner().unwrap();
+    let documented: Vec<String> = include_str!("../src/metrics.rs")
+        .lines()
+        .filter_map(|line| line.strip_prefix("//! | `"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(str::to_string)
+        .collect();
+    assert_eq!(documented.len(), 15, "{documented:?}");
+    for name in &documented {
+        assert!(
+            described
+                .iter()
+                .any(|(n, help)| n == name && !help.is_empty()),
+            "{name} has no help text"
+        );
+    }
+    assert_eq!(
+        described.len(),
+        documented.len(),
+        "no series described twice or undocumented"
+    );
+}

@@ -11,6 +11,7 @@
 #[path = "errors.rs"]
 pub mod errors;
 
+use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -22,9 +23,13 @@ use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
+use hyper::server::conn::http1;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
 use tower::discover::ServiceList;
 use tower::timeout::Timeout;
 use tower::{ServiceBuilder, ServiceExt};
@@ -35,11 +40,14 @@ use tower_model_balance::balance::{
 use tower_model_balance::breaker::Policy;
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::BoxError;
+use tower_model_balance::error::PayloadTooLarge;
 use tower_model_balance::health::probe::{
     KServeV2, MetricNames, OpenAiModels, ProbeConfig, PrometheusMetrics,
 };
 use tower_model_balance::hedge::{BalancerLoad, Hedge, HedgeHandle, HedgeLayer, HedgePolicy};
-use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
+use tower_model_balance::route::{
+    ModelFromBody, ModelFromBodyLayer, MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER,
+};
 
 use errors::ErrorReply;
 
@@ -89,6 +97,10 @@ pub struct Config {
     /// A response header listing the models resident on the backend (the
     /// simulator's), if the backends send one.
     pub residency_header: Option<HeaderName>,
+    /// The most a client may take to send a request's body (408 past it):
+    /// a client that trickles its body must not hold a connection and a
+    /// buffer for ever.
+    pub body_timeout: Duration,
     /// Requests each backend serves at once: the hedge sends no backup
     /// while the requests in flight exceed 80% (the hedge policy's
     /// default `max_utilization`) of this × the backends.
@@ -106,6 +118,7 @@ impl Config {
             probe: Probe::KServe,
             probe_interval: Duration::from_secs(1),
             residency_header: None,
+            body_timeout: Duration::from_secs(30),
             backend_slots: 4,
         }
     }
@@ -132,6 +145,8 @@ struct App {
     prometheus: PrometheusHandle,
     /// The most body bytes a request may send.
     body_limit: usize,
+    /// The most a request's body may take to arrive.
+    body_timeout: Duration,
 }
 
 impl Gateway {
@@ -190,6 +205,7 @@ impl Gateway {
             hedge: hedge.handle(),
             prometheus: prometheus()?,
             body_limit: config.body_limit,
+            body_timeout: config.body_timeout,
         };
         Ok(Self {
             router: router(app),
@@ -219,6 +235,60 @@ fn stack(
         .service(balancer))
 }
 
+/// The most a client may take to send a request's headers.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long connections may finish their requests once shutdown begins.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Serves `router` on `listener` over HTTP/1 until `shutdown` resolves,
+/// then lets open connections finish for at most [`SHUTDOWN_GRACE`].
+///
+/// Unlike `axum::serve`, each connection has a header-read timeout
+/// ([`HEADER_TIMEOUT`]: a client that trickles its headers is cut off), and
+/// shutdown is bounded: a client that never finishes cannot keep the
+/// gateway up.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of file descriptors, a connection reset before it
+                // was accepted: the next accept may succeed.
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let connection = http.serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown grace; closing");
+    }
+    Ok(())
+}
+
 fn router(app: App) -> Router {
     let mut router = Router::new().route("/metrics", get(metrics));
     for path in INFERENCE_ROUTES {
@@ -237,12 +307,29 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
     strip_hop_by_hop(&mut parts.headers);
     // The client sets the backend's own Host from the origin.
     parts.headers.remove(header::HOST);
-    // The whole body first, under the limit: a body the client breaks off
-    // is its error (400), found here, never a failure the balancer would
-    // count against a backend; and a KServe v2 body has the limit too.
-    let body = match axum::body::to_bytes(body, app.body_limit).await {
-        Ok(bytes) => Full::new(bytes),
-        Err(error) => return errors::unreadable_body(&error, app.body_limit).into_response(),
+    // The model comes from the body or the path, never from the client's
+    // routing headers: a client could otherwise send any model to any
+    // backend, force cold loads there, skip the load cap with a critical
+    // urgency, and have another model's traffic counted.
+    for name in [MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER] {
+        parts.headers.remove(name);
+    }
+    // A body announced over the limit is refused before it is read.
+    let announced = parts.headers.get(header::CONTENT_LENGTH);
+    let announced = announced.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if announced.is_some_and(|length| length > app.body_limit as u64) {
+        let error = PayloadTooLarge::new(app.body_limit);
+        return errors::classify(&error).into_response();
+    }
+    // The whole body first, under the limit and the deadline: a body the
+    // client breaks off or trickles is its error (400, 408), found here,
+    // never a failure the balancer would count against a backend; and a
+    // KServe v2 body has the limit too.
+    let read = axum::body::to_bytes(body, app.body_limit);
+    let body = match tokio::time::timeout(app.body_timeout, read).await {
+        Ok(Ok(bytes)) => Full::new(bytes),
+        Ok(Err(error)) => return errors::unreadable_body(&error, app.body_limit).into_response(),
+        Err(_) => return errors::body_timeout(app.body_timeout).into_response(),
     };
     match app.stack.oneshot(Request::from_parts(parts, body)).await {
         Ok(response) => {
@@ -300,6 +387,8 @@ fn prometheus() -> Result<PrometheusHandle, BoxError> {
         return Ok(handle.clone());
     }
     let handle = PrometheusBuilder::new().install_recorder()?;
+    // The `# HELP` lines of every series.
+    tower_model_balance::metrics::describe();
     *slot = Some(handle.clone());
     Ok(handle)
 }

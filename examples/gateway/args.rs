@@ -75,6 +75,11 @@ impl Args {
                             "--backend `{text}`: only http:// (the example's client has no TLS)"
                         )));
                     }
+                    if parsed.backends.contains(&origin) {
+                        return Err(Stop::Error(format!(
+                            "--backend `{text}` given twice: each backend once"
+                        )));
+                    }
                     parsed.backends.push(origin);
                 }
                 "--sims" => {
@@ -169,6 +174,12 @@ mod tests {
             &["--bogus"],
             &["--backend", "http://10.0.0.1:8000", "--down"],
             &["--backend", "http://10.0.0.1:8000", "--sims", "2"],
+            &[
+                "--backend",
+                "http://10.0.0.1:8000",
+                "--backend",
+                "http://10.0.0.1:8000",
+            ],
         ] {
             assert!(
                 matches!(parse(bad), Err(Stop::Error(_))),

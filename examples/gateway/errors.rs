@@ -61,6 +61,19 @@ pub fn unreadable_body(error: &(dyn Error + 'static), limit: usize) -> ErrorRepl
     )
 }
 
+/// A request body not read whole within the gateway's body deadline: 408.
+pub fn body_timeout(deadline: std::time::Duration) -> ErrorReply {
+    ErrorReply::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "invalid_request_error",
+        "body_timeout",
+        format!(
+            "the request body was not received within {} s",
+            deadline.as_secs_f64()
+        ),
+    )
+}
+
 /// Maps an error of the stack to the gateway's answer. The stack boxes
 /// its typed errors as they are, but a layer may wrap one (a client error
 /// holding its cause), so the whole `source()` chain is searched, outermost

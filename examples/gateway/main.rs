@@ -31,6 +31,14 @@ use args::{Args, Stop};
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // The crate's warnings (a backend discovery ignored, a probe or a load
+    // failing) on stderr; `RUST_LOG=tower_model_balance=debug` for more.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(Stop::Help) => {
@@ -101,10 +109,10 @@ async fn run(args: Args) -> Result<(), String> {
         println!("every simulated backend answers 503 (--down)");
     }
     println!("{}", try_it(&addr.to_string(), args.down));
-    axum::serve(listener, gateway.router.clone())
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    app::serve(listener, gateway.router.clone(), ctrl_c)
         .await
         .map_err(|e| format!("serving: {e}"))?;
     let s = gateway.handle.stats();
