@@ -25,8 +25,8 @@
 //!   reopening after it: a half-open probe sent before healing may fail
 //!   after it) plus one probe round — the longer of an active probe round
 //!   and a half-open round, whose probes answer or time out within the
-//!   timeout; unless health ejected it after the fault, see
-//!   `Episode::back_limit`;
+//!   timeout; unless health ejected it at healing or after: then within
+//!   health's readmission bound (see `Bound`);
 //! * in the end nothing is in flight, at the balancer or the servers.
 //!
 //! The closing line: `chaos: N sent, N resolved, 0 lost, S% success`.
@@ -46,7 +46,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tower_model_balance::breaker::{BreakerState, Policy};
-use tower_model_balance::health::HealthStatus;
+use tower_model_balance::health::{HealthPolicy, HealthStatus};
 use tower_model_balance::hedge::{HedgeHandle, HedgeStats};
 use tower_model_balance::route::ModelId;
 use tower_model_balance::sim::{Fault, InferenceTimes, ModelServer, ServerConfig};
@@ -99,11 +99,10 @@ struct Episode {
     fault: &'static str,
     /// Requests sent to the backend, and the time, until it was out.
     out: Option<(u64, Duration)>,
-    /// Time from healing (or from the breaker's last reopening after it)
-    /// until it was back, and the bound: the open duration then in force
-    /// plus a probe round.
+    /// Time from healing until it was back, and the bound asserted (see
+    /// `Episode::back_limit`).
     back: Option<Duration>,
-    bound: Duration,
+    bound: Bound,
     /// When it was faulted and healed.
     faulted_at: Instant,
     healed_at: Instant,
@@ -111,8 +110,6 @@ struct Episode {
     at_heal: (BreakerState, u32, bool),
     /// Its health when it was back, or when the timeline gave up.
     health: Option<HealthStatus>,
-    /// Whether health ejected it at healing or after, before it was back.
-    ejected_after_heal: bool,
     /// How it was found: the requests it was given until out, by how they
     /// reached it and ended, and the hedging's state.
     figures: String,
@@ -126,26 +123,10 @@ impl Episode {
         out && self.back.is_some_and(|t| t <= self.back_limit())
     }
 
-    /// The return bound asserted: the issue's (`bound`: the open duration
-    /// in force plus a probe round), unless health ejected the backend at
-    /// or after healing. Then its return is health's decision, not the
-    /// breaker's: health is evaluated once an interval (1 s) on the
-    /// outcomes since the last evaluation, so the first evaluation after
-    /// healing may still eject it for the fault's failures (measured 13,
-    /// 174 and 907 ms after healing); readmission needs its score back over
-    /// `readmit_above`, which the probes' successes bring about two
-    /// evaluations later (measured 2.00-2.01 s after the ejection), and an
-    /// ejected backend gets no traffic, so its breaker goes half-open only
-    /// once readmitted. That exceeds the open duration plus a probe round
-    /// whenever the ejection comes late (2.97 s measured against 3.0 s,
-    /// 2.80 s against 2.0 s); the bound is then the longest open duration
-    /// plus the timeout and a probe round (3.5 s).
     fn back_limit(&self) -> Duration {
-        if self.ejected_after_heal {
-            chaos_stack::breaker_policy().max_open_duration() + TIMEOUT + PROBE_ROUND
-        } else {
-            self.bound
-        }
+        self.bound
+            .breaker
+            .max(self.bound.health.unwrap_or_default())
     }
 
     fn line(&self) -> String {
@@ -154,7 +135,15 @@ impl Episode {
             None => format!("not out within {} s", GIVE_UP.as_secs()),
         };
         let back = match self.back {
-            Some(t) => format!("back {:.3} s after healing", t.as_secs_f64()),
+            Some(t) => format!(
+                "back {:.3} s after healing (≤ {:.3} s{})",
+                t.as_secs_f64(),
+                self.bound.breaker.as_secs_f64(),
+                match self.bound.health {
+                    Some(h) => format!(", ejected by health: ≤ {:.3} s", h.as_secs_f64()),
+                    None => String::new(),
+                }
+            ),
             None => format!(
                 "not back within {} s, health {:?}",
                 GIVE_UP.as_secs(),
@@ -163,19 +152,60 @@ impl Episode {
         };
         let (state, reopened, ejected) = self.at_heal;
         format!(
-            "chaos: node-{} {}: {out} (≤ {OUT_REQUESTS}, ≤ {} s); {back} (≤ {:.3} s; \
-             healed {state:?}, reopened {reopened}, ejected {ejected}){}",
+            "chaos: node-{} {}: {out} (≤ {OUT_REQUESTS}, ≤ {} s); {back}; \
+             healed {state:?}, reopened {reopened}, ejected {ejected}{}",
             self.backend,
             self.fault,
             OUT_TIME.as_secs(),
-            self.bound.as_secs_f64(),
-            match (self.ok(), self.back.is_some_and(|t| t > self.bound)) {
+            match (self.ok(), self.back.is_some_and(|t| t > self.bound.breaker)) {
                 (false, _) => "  <-- FAILED",
-                (true, true) => "  <-- over the breaker's bound (ejected by health)",
+                (true, true) => "  <-- over the breaker's bound, within health's",
                 (true, false) => "",
             },
         )
     }
+}
+
+/// How long after healing a backend may take to be back.
+///
+/// `breaker`, the issue's bound: the open duration in force (the
+/// backoff's ceiling, from healing or from a reopening after it: a
+/// half-open probe sent before healing may fail after it) plus a probe
+/// round — the longer of an active probe round and a half-open round,
+/// whose probes answer or time out within the timeout.
+///
+/// `health`, when health ejected the backend at healing or after: then
+/// its return is health's decision, and the breaker's bound cannot hold.
+/// Health is evaluated once an interval (1 s) on the outcomes since the
+/// last evaluation, so the first evaluation after healing may still eject
+/// it for the fault's failures (measured 13 to 907 ms after healing); an
+/// ejected backend gets no traffic, so its breaker is not probed; and it
+/// is readmitted only at an evaluation that finds its score over
+/// `readmit_above`, which the active probes' successes alone bring back
+/// (measured 2.0 or 3.0 s after the ejection; returns of 2.80 s against a
+/// breaker's bound of 2.0 s, 3.40 s against 3.0 s). The bound is then the
+/// last ejection seen plus `readmission` plus a probe round as above.
+struct Bound {
+    breaker: Duration,
+    health: Option<Duration>,
+}
+
+/// The longest an ejected, healed backend waits to be readmitted:
+/// evaluations until its ejection score, `(1 − error rate) × (w_latency ×
+/// latency + w_capacity + w_connection)` (capacity and connection judged
+/// at 1), is over `readmit_above`, from the worst start — an error rate of
+/// 1 and a latency term of 0 (its recent p99 all failure penalties). With
+/// no traffic, only the probes' successes lower the error rate, each by
+/// the factor `1 − error_alpha`, one a probe round; one probe may slip
+/// past an evaluation (a stall). Defaults: the error rate must fall below
+/// 1 − 0.35 / 0.5 = 0.3, which takes 6 successes (0.8^6 = 0.26), 7 probe
+/// rounds with the slip: 4 evaluations, 4 s.
+fn readmission(health: &HealthPolicy) -> Duration {
+    let [_, capacity, connection] = health.weights();
+    let below = 1.0 - health.readmit_above() / (capacity + connection);
+    let successes = (below.ln() / (1.0 - health.error_alpha()).ln()).floor() as u32 + 1;
+    let per_evaluation = (health.interval().as_nanos() / PROBE_ROUND.as_nanos()).max(1) as u32;
+    health.interval() * (successes + 1).div_ceil(per_evaluation)
 }
 
 /// What the timeline drives a fault with.
@@ -466,7 +496,13 @@ impl Script {
             })
             .await;
         let ejections = ejections.into_inner().unwrap_or_default();
-        let ejected_after_heal = ejections.iter().any(|&(_, ejected)| ejected);
+        let last_ejection = ejections.iter().rev().find(|&&(_, ejected)| ejected);
+        let health_bound = last_ejection.map(|&(ms, _)| {
+            let ms = u64::try_from(ms).unwrap_or(u64::MAX);
+            Duration::from_millis(ms)
+                + readmission(&chaos_stack::health_policy())
+                + PROBE_ROUND.max(TIMEOUT)
+        });
         let figures = format!(
             "{figures}\nchaos:   node-{i} after healing: ejected (ms, bool) {:?}; breaker {}",
             ejections,
@@ -504,7 +540,10 @@ impl Script {
             bound = self.ceiling(reopened) + PROBE_ROUND.max(TIMEOUT);
             from = last;
         }
-        let back = back.map(|t| (healed_at + t).saturating_duration_since(from));
+        let bound = Bound {
+            breaker: (from - healed_at) + bound,
+            health: health_bound,
+        };
         let health = self.load.handle.health(&self.load.ids[i]);
         Episode {
             backend: i,
@@ -516,7 +555,6 @@ impl Script {
             healed_at,
             at_heal,
             health,
-            ejected_after_heal,
             figures,
         }
     }

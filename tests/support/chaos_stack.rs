@@ -29,6 +29,7 @@ use tower_model_balance::breaker::{BreakerState, Policy, Transition};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::{BreakerOpen, NoHealthyBackend};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
+use tower_model_balance::health::HealthPolicy;
 use tower_model_balance::hedge::{BalancerLoad, HedgeHandle, HedgeLayer, HedgePolicy};
 use tower_model_balance::route::ModelId;
 use tower_model_balance::sim::{protocol, ModelServer};
@@ -110,6 +111,12 @@ pub fn breaker_policy() -> Policy {
         .expect("a valid policy")
 }
 
+/// Health: the defaults (evaluated once a second), named so that the
+/// suite can bound a readmission.
+pub fn health_policy() -> HealthPolicy {
+    HealthPolicy::default()
+}
+
 pub fn build(servers: &[&ModelServer]) -> Built {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
@@ -147,6 +154,7 @@ pub fn build(servers: &[&ModelServer]) -> Built {
         .owners(2)
         .min_owners(2)
         .breaker(policy.clone())
+        .health(health_policy())
         .residency_header(ResidencyHeader::ResidentModels(
             protocol::RESIDENT_MODELS_HEADER,
         ))
