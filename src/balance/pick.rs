@@ -252,11 +252,29 @@ impl Ctx<'_> {
         self.state(i).residency.presence(key)
     }
 
+    /// The cheapest of `among` (all eligible), a backend whose breaker
+    /// waits for its half-open probes first.
     fn cheapest(&self, among: impl Iterator<Item = usize>) -> Option<usize> {
         among
-            .map(|i| (i, self.state(i).cost()))
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(i, _)| i)
+            .map(|i| (i, self.probing(i), self.state(i).cost()))
+            .min_by(|a, b| b.1.cmp(&a.1).then(a.2.total_cmp(&b.2)))
+            .map(|(i, _, _)| i)
+    }
+
+    /// Whether eligible backend `i`'s breaker is not closed (it admits
+    /// calls, so its open duration is up or a half-open permit is left):
+    /// the request is one of its few half-open probes. Its cost is no
+    /// guide then — its latency estimate is full of the failure penalties
+    /// that tripped it and nothing refreshes it while it is out — and
+    /// left to P2C, the probes would wait for the rival to be the costlier
+    /// (or over the cap), keeping a healed backend out past its open
+    /// duration. The permits bound what a still failing backend gets.
+    /// Backend scope only (in `BackendModel` scope a pair's breaker
+    /// decides), never in panic mode (breakers bypassed).
+    fn probing(&self, i: usize) -> bool {
+        self.mode == Mode::Normal
+            && self.table.fleet.scoped.is_none()
+            && !self.state(i).breaker.admits_freely()
     }
 
     /// Power of two choices on cost over `set`.

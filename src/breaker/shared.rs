@@ -296,6 +296,14 @@ impl Breaker {
         elapsed >= u128::from(inner.open_until_ns.load(Ordering::Acquire))
     }
 
+    /// Whether the breaker admits every call (closed, disabled, metrics
+    /// only), without taking the lock or reading the clock: false while it
+    /// is open or half-open.
+    #[cfg(feature = "balance")]
+    pub(crate) fn admits_freely(&self) -> bool {
+        self.inner.published.load(Ordering::Acquire) & 1 == 1
+    }
+
     /// Whether the breaker is forced open by hand ([`Breaker::force_open`]),
     /// without taking the lock: the balancer leaves such a backend out
     /// even in panic mode (it was drained on purpose).

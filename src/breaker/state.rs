@@ -488,12 +488,15 @@ impl CircuitState {
     }
 
     fn round_expired(&self, since: Instant, now: Instant) -> bool {
-        now >= self.round_deadline(since)
+        now.saturating_duration_since(since) >= self.policy.half_open_max_wait
     }
 
-    /// When a half-open round begun at `since` runs out of time.
+    /// When a half-open round begun at `since` runs out of time; near the
+    /// end of time, then (as `open` does), rather than an overflow.
     fn round_deadline(&self, since: Instant) -> Instant {
-        since + self.policy.half_open_max_wait
+        since
+            .checked_add(self.policy.half_open_max_wait)
+            .unwrap_or(since)
     }
 
     /// The reason the closed window trips now, if it does.

@@ -6,7 +6,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,10 +29,12 @@ use tower_model_balance::breaker::{BreakerState, Policy, Transition};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::{BreakerOpen, NoHealthyBackend};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
+use tower_model_balance::health::HealthPolicy;
 use tower_model_balance::hedge::{BalancerLoad, HedgeHandle, HedgeLayer, HedgePolicy};
 use tower_model_balance::route::ModelId;
 use tower_model_balance::sim::{protocol, ModelServer};
 
+use crate::chaos_log::{Counted, Log, Marked};
 use crate::lcg::Lcg;
 
 /// Requests each simulated server serves at once.
@@ -55,29 +56,6 @@ const UPDATE_EVERY: u64 = 10;
 /// timeout, the hedge and one retry.
 const LOST_AFTER: Duration = Duration::from_secs(10);
 
-/// An endpoint that counts the requests it is given: those the balancer
-/// sent to its backend, its breaker having admitted them.
-#[derive(Clone)]
-pub struct Counted<S> {
-    inner: S,
-    sent: Arc<AtomicU64>,
-}
-
-impl<S: Service<R>, R> Service<R> for Counted<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: R) -> S::Future {
-        self.sent.fetch_add(1, Ordering::Relaxed);
-        self.inner.call(req)
-    }
-}
-
 type Endpoint = Counted<Timeout<SetOrigin<Client<HttpConnector, Full<Bytes>>>>>;
 
 /// What the driver reads of an answer: its status, and its body's end.
@@ -96,6 +74,8 @@ pub struct Built {
     pub handle: BalancerHandle,
     pub hedges: HedgeHandle,
     pub sent_to: Vec<Arc<AtomicU64>>,
+    /// Each backend's requests, as its endpoint was given them.
+    pub logs: Vec<Log>,
     pub policy: Policy,
     /// Every breaker transition, as the balancer's hook saw it.
     pub transitions: Transitions,
@@ -131,20 +111,30 @@ pub fn breaker_policy() -> Policy {
         .expect("a valid policy")
 }
 
+/// Health: the defaults (evaluated once a second), named so that the
+/// suite can bound a readmission.
+pub fn health_policy() -> HealthPolicy {
+    HealthPolicy::default()
+}
+
 pub fn build(servers: &[&ModelServer]) -> Built {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     let client = Client::builder(TokioExecutor::new()).build(connector);
     let mut sent_to = Vec::new();
+    let mut logs = Vec::new();
     let backends: Vec<_> = servers
         .iter()
         .map(|s| {
             let origin = Origin::http(s.addr());
             let sent = Arc::new(AtomicU64::new(0));
             sent_to.push(sent.clone());
+            let log = Log::default();
+            logs.push(log.clone());
             let endpoint = Counted {
                 inner: Timeout::new(SetOrigin::to(client.clone(), origin.clone()), TIMEOUT),
                 sent,
+                log,
             };
             let meta = BackendMeta::new(BackendId::new(s.name()).expect("a valid ID"))
                 .with_model_slots(s.config().resident_slots())
@@ -164,6 +154,7 @@ pub fn build(servers: &[&ModelServer]) -> Built {
         .owners(2)
         .min_owners(2)
         .breaker(policy.clone())
+        .health(health_policy())
         .residency_header(ResidencyHeader::ResidentModels(
             protocol::RESIDENT_MODELS_HEADER,
         ))
@@ -187,7 +178,7 @@ pub fn build(servers: &[&ModelServer]) -> Built {
         BalancerLoad::new(handle.clone(), SERVER_CONCURRENCY),
     );
     let hedges = layer.handle();
-    let retry = RetryLayer::new(layer.retry_policy());
+    let retry = RetryLayer::new(Marked(layer.retry_policy()));
     let stack = ServiceBuilder::new()
         .layer(retry)
         .layer(layer)
@@ -197,6 +188,7 @@ pub fn build(servers: &[&ModelServer]) -> Built {
         handle,
         hedges,
         sent_to,
+        logs,
         policy,
         transitions,
         _probes: probes,

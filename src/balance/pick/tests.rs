@@ -649,3 +649,46 @@ async fn many_owners_are_listed_in_the_scratch_and_reused_without_stale_entries(
         (order[90], Branch::ResidentOwner)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_whose_open_duration_is_up_takes_the_next_request_as_its_probe() {
+    let t = table(6);
+    let r = route("llama");
+    let order = walk(&t, &r);
+    make_resident(&t, order[0], &r);
+    make_resident(&t, order[1], &r);
+    // Order[0] tripped, its latency estimate full of failure penalties.
+    trip(&t, order[0]);
+    for _ in 0..10 {
+        t.backends[order[0]]
+            .latency
+            .record(Duration::from_millis(1), true);
+    }
+    assert!(t.backends[order[0]].cost() > 10.0 * t.backends[order[1]].cost());
+    assert_eq!(pick_now(&t, &ask(&r, 2)).map(|p| p.0), Some(order[1]));
+    // Its open duration up: the next requests are its half-open probes,
+    // however costly it looks, as many as the breaker has permits.
+    let breaker = &t.backends[order[0]].breaker;
+    tokio::time::advance(breaker.policy().open_duration()).await;
+    let permits = breaker.policy().half_open_permits();
+    for probe in 0..permits {
+        let picked = pick(
+            &t,
+            &ask(&r, 2),
+            &RULES,
+            &Now::lazy(),
+            &mut || 0,
+            &mut Scratch::default(),
+        )
+        .unwrap();
+        assert_eq!(picked.index, order[0], "probe {probe}");
+        // Held, as a request in flight would be.
+        std::mem::forget(picked);
+    }
+    assert_eq!(breaker.state(), crate::breaker::BreakerState::HalfOpen);
+    assert_eq!(
+        pick_now(&t, &ask(&r, 2)).map(|p| p.0),
+        Some(order[1]),
+        "its permits out, the rest go to the other owner"
+    );
+}
