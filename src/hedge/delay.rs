@@ -176,6 +176,11 @@ impl Delays {
         Place::Shared
     }
 
+    /// Models with a window of their own: at most `max_models`.
+    pub(crate) fn tracked(&self) -> usize {
+        self.next.load(Ordering::Relaxed).min(self.windows.len())
+    }
+
     /// The window of a model already seen (`None`: not seen, and a window
     /// is free for it), assigning nothing.
     pub(crate) fn find(&self, hash: u64) -> Option<Place> {

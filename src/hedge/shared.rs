@@ -135,6 +135,14 @@ impl HedgeHandle {
         }
     }
 
+    /// Models timed in a latency window of their own, at most the
+    /// policy's [`max_models`](super::HedgePolicy::max_models); every other
+    /// model shares one window. The memory is allocated with the layer and
+    /// never grows.
+    pub fn tracked_models(&self) -> usize {
+        self.shared.delays.tracked()
+    }
+
     /// The budget hedges (and a [`RetryPolicy`](super::RetryPolicy) built
     /// from the layer) draw from.
     pub fn budget(&self) -> &Budget {

@@ -1,0 +1,73 @@
+//! One million distinct model IDs through a `HedgeLayer` leave its memory
+//! where it was: latency windows are kept for the first `max_models`
+//! models only (the rest share one), allocated with the layer. Live heap
+//! bytes are counted by a global allocator.
+//!
+//! One test in this binary, so no other test allocates while it counts.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use tower::{service_fn, Layer, ServiceExt};
+use tower_model_balance::error::BoxError;
+use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
+
+struct Counting;
+
+/// Bytes allocated and not yet freed.
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const MAX_MODELS: usize = 64;
+
+/// Sends one request for each of `models` distinct IDs from `from`,
+/// answered at once.
+async fn send(layer: &HedgeLayer, from: usize, models: usize) {
+    let backend = service_fn(|_req: http::Request<()>| async {
+        Ok::<_, BoxError>(http::Response::new(()))
+    });
+    for i in from..from + models {
+        let request = http::Request::post("/infer")
+            .header("x-model-id", format!("model-{i}"))
+            .body(())
+            .unwrap();
+        layer.layer(backend).oneshot(request).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_million_model_ids_leave_the_hedge_memory_flat() {
+    let policy = HedgePolicy::builder().max_models(MAX_MODELS).build().unwrap();
+    let layer = HedgeLayer::new(policy);
+    let handle = layer.handle();
+
+    send(&layer, 0, 10_000).await;
+    assert_eq!(handle.tracked_models(), MAX_MODELS, "the windows are all taken");
+    let before = LIVE.load(Ordering::Relaxed);
+
+    send(&layer, 10_000, 990_000).await;
+    let after = LIVE.load(Ordering::Relaxed);
+    assert_eq!(handle.tracked_models(), MAX_MODELS, "still at its cap");
+    assert_eq!(handle.stats().requests, 1_000_000);
+    let growth = after - before;
+    println!(
+        "hedge: live heap after 10k model IDs: {} KiB; after 1M: {} KiB ({growth:+} bytes)",
+        before / 1024,
+        after / 1024
+    );
+    assert!(growth.abs() < 64 * 1024, "grew by {growth} bytes");
+}
