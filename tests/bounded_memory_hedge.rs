@@ -37,9 +37,8 @@ const MAX_MODELS: usize = 64;
 /// Sends one request for each of `models` distinct IDs from `from`,
 /// answered at once.
 async fn send(layer: &HedgeLayer, from: usize, models: usize) {
-    let backend = service_fn(|_req: http::Request<()>| async {
-        Ok::<_, BoxError>(http::Response::new(()))
-    });
+    let backend =
+        service_fn(|_req: http::Request<()>| async { Ok::<_, BoxError>(http::Response::new(())) });
     for i in from..from + models {
         let request = http::Request::post("/infer")
             .header("x-model-id", format!("model-{i}"))
@@ -51,12 +50,19 @@ async fn send(layer: &HedgeLayer, from: usize, models: usize) {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_million_model_ids_leave_the_hedge_memory_flat() {
-    let policy = HedgePolicy::builder().max_models(MAX_MODELS).build().unwrap();
+    let policy = HedgePolicy::builder()
+        .max_models(MAX_MODELS)
+        .build()
+        .unwrap();
     let layer = HedgeLayer::new(policy);
     let handle = layer.handle();
 
     send(&layer, 0, 10_000).await;
-    assert_eq!(handle.tracked_models(), MAX_MODELS, "the windows are all taken");
+    assert_eq!(
+        handle.tracked_models(),
+        MAX_MODELS,
+        "the windows are all taken"
+    );
     let before = LIVE.load(Ordering::Relaxed);
 
     send(&layer, 10_000, 990_000).await;

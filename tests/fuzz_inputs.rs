@@ -288,13 +288,15 @@ fn toml_value() -> impl Strategy<Value = String> {
 /// Values of the type `section.key` takes, at or near the edges of its
 /// range: what gets past the parser to the builders' checks.
 fn edge_values(section: &str, key: &str) -> Vec<String> {
-    const INTS: [&str; 16] = [
+    const INTS: [&str; 18] = [
         "0",
         "1",
         "2",
         "3",
         "16",
         "17",
+        "1024",
+        "1025",
         "100",
         "600",
         "10000",
@@ -315,6 +317,7 @@ fn edge_values(section: &str, key: &str) -> Vec<String> {
         ("breaker", "jitter") | ("placement", "evict") => all(&["true", "false"]),
         ("balance", "breaker_scope") => all(&["\"backend\"", "\"backend_model\"", "\"pair\""]),
         ("placement", "when_cold") => all(&["\"wait\"", "\"prefer_warm\"", "\"load\""]),
+        ("balance", "classification") => all(&["\"http_status\"", "\"grpc_status\"", "\"grpc\""]),
         ("balance", "model_owners") => ["\"llama-3-8b\"", "\"two words\"", "\"\"", "'m\\n'"]
             .iter()
             .flat_map(|model| INTS.iter().map(move |k| format!("{{ {model} = {k} }}")))

@@ -9,6 +9,7 @@
 
 #![allow(dead_code)]
 
+use tower_model_balance::balance::BalanceConfigBuilder;
 use tower_model_balance::config::{ConfigError, StackConfig};
 
 /// Every key of the file format, by section: the keys an `Invalid` error
@@ -28,6 +29,7 @@ pub const KEYS: [(&str, &[&str]); 5] = [
             "max_pairs",
             "staging_max_share",
             "staging_cooldown_ms",
+            "classification",
         ],
     ),
     (
@@ -105,7 +107,7 @@ pub fn check_config(text: &str) {
             assert!(table.is_ok(), "accepted text is TOML: {text:?}");
             // Every section built: the balancer's nested policies too.
             let balance = &config.balance;
-            assert!((1..=16).contains(&balance.owners()));
+            assert!((1..=BalanceConfigBuilder::MAX_OWNERS).contains(&balance.owners()));
             assert!((1..=balance.owners()).contains(&balance.min_owners()));
             assert!((1.0..=100.0).contains(&balance.load_factor()));
             assert!((0.0..=1.0).contains(&balance.panic_threshold()));
