@@ -86,6 +86,38 @@ fn rejects_bad_members() {
 }
 
 #[test]
+fn config_reads_back_its_values() {
+    let c = RingConfig::new(42, 7).unwrap();
+    assert_eq!((c.seed(), c.vnodes_per_weight()), (42, 7));
+    let d = RingConfig::default();
+    assert_eq!(
+        (d.seed(), d.vnodes_per_weight()),
+        (0, DEFAULT_VNODES_PER_WEIGHT)
+    );
+}
+
+/// A ring of exactly `MAX_POINTS` points is allowed, one more is not
+/// (`rejects_bad_members` and `points::rejects_duplicates_and_too_many_points`
+/// check that both builders apply the bound).
+#[test]
+fn the_point_bound_is_inclusive() {
+    assert!(within_max_points(0));
+    assert!(within_max_points(MAX_POINTS));
+    assert!(!within_max_points(MAX_POINTS + 1));
+}
+
+#[test]
+fn a_ring_reports_its_members_and_points() {
+    let members = ids(3);
+    let weighted = members.iter().cloned().map(|id| (id, 2));
+    let ring = Ring::build(&RingConfig::new(0, 5).unwrap(), weighted).unwrap();
+    assert!(!ring.is_empty());
+    assert_eq!((ring.len(), ring.points()), (3, 30));
+    assert_eq!(ring.members(), &members[..]);
+    assert_eq!(ring.member(2), &members[2]);
+}
+
+#[test]
 fn empty_ring_walks_nothing() {
     let ring = Ring::build(&RingConfig::default(), Vec::new()).unwrap();
     assert!(ring.is_empty());
