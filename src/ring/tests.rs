@@ -240,6 +240,48 @@ fn start_of_tiny_rings_matches_binary_search() {
     assert_eq!(empty.primary(8), None);
 }
 
+/// The index's own contract, not only the answers it gives (a broken index
+/// that leaves every lookup to the binary search answers the same, slowly):
+/// as many buckets as the next power of two of the points, each holding
+/// its first point's position, and the owner exactly when no point falls
+/// inside it; a key reads its own bucket.
+#[test]
+fn the_index_holds_each_buckets_first_point_and_owner() {
+    for n in [0, 1, 5, 40] {
+        let ring = ring_of(&RingConfig::new(9, 13).unwrap(), &ids(n));
+        let index = &ring.index;
+        let count = index.buckets.len();
+        assert_eq!(count, ring.points().next_power_of_two().max(2));
+        assert_eq!(index.shift, u64::BITS - count.trailing_zeros());
+        let first_at = |j: usize| match j {
+            j if j < count => ring
+                .points
+                .partition_point(|p| p.hash < (j as u64) << index.shift),
+            _ => ring.points(),
+        };
+        let mut owned = 0;
+        for (j, bucket) in index.buckets.iter().enumerate() {
+            let (first, next) = (first_at(j), first_at(j + 1));
+            assert_eq!(bucket.first as usize, first, "bucket {j} of {n} members");
+            let successor = ring.points.get(first).or(ring.points.first());
+            let owner = successor
+                .filter(|_| first == next)
+                .map(|p| p.member as usize);
+            assert_eq!(bucket.owner(), owner, "bucket {j} of {n} members");
+            owned += usize::from(owner.is_some());
+            for key in [(j as u64) << index.shift, ((j as u64) << index.shift) | 1] {
+                let read = index.bucket(key);
+                assert_eq!((read.first, read.owner), (bucket.first, bucket.owner));
+            }
+        }
+        assert_eq!(
+            owned > 0,
+            n > 0,
+            "some buckets of {n} members hold no point"
+        );
+    }
+}
+
 #[test]
 fn start_in_a_crowded_bucket_matches_binary_search() {
     // 64 points, 64 buckets: all in bucket 0, then all in the last one.
