@@ -399,6 +399,8 @@ mod tests {
             .time_window(Duration::from_secs(10), 10)
             .minimum_calls(500);
         assert!(time.build().is_ok(), "a time window has no call-count cap");
+        let finest = b().time_window(ms(100), 100);
+        assert!(finest.build().is_ok(), "buckets of exactly 1 ms");
     }
 
     #[test]
