@@ -99,6 +99,15 @@ fn jitter_is_deterministic_for_a_seed() {
 }
 
 #[test]
+fn breakers_made_without_a_seed_draw_apart() {
+    let (a, b) = (next_seed(), next_seed());
+    assert_ne!(a, b);
+    let p = base().jitter(true).build().unwrap();
+    let (s, t) = (CircuitState::new(p.clone()), CircuitState::new(p));
+    assert_ne!(s.rng, t.rng, "each breaker its own jitter");
+}
+
+#[test]
 fn jitter_scales_with_the_backoff_ceiling() {
     let p = base()
         .consecutive_failures(1)
