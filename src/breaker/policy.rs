@@ -399,6 +399,46 @@ mod tests {
             .time_window(Duration::from_secs(10), 10)
             .minimum_calls(500);
         assert!(time.build().is_ok(), "a time window has no call-count cap");
+        let finest = b().time_window(ms(100), 100);
+        assert!(finest.build().is_ok(), "buckets of exactly 1 ms");
+    }
+
+    #[test]
+    fn every_field_reads_back() {
+        let ms = Duration::from_millis;
+        let p = Policy::builder()
+            .time_window(ms(2_000), 4)
+            .minimum_calls(7)
+            .failure_rate_threshold(0.3)
+            .slow_call_rate_threshold(0.6)
+            .slow_call_duration(ms(250))
+            .consecutive_failures(4)
+            .half_open_permits(5)
+            .half_open_max_wait(ms(900))
+            .open_duration(ms(300))
+            .max_open_duration(ms(4_000))
+            .jitter(false)
+            .build()
+            .unwrap();
+        let window = SlidingWindow::Time {
+            duration: ms(2_000),
+            buckets: 4,
+        };
+        assert_eq!(p.window(), window);
+        assert_eq!(p.minimum_calls(), 7);
+        assert_eq!(p.failure_rate_threshold(), 0.3);
+        assert_eq!(p.slow_call_rate_threshold(), 0.6);
+        assert_eq!(p.slow_call_duration(), ms(250));
+        assert_eq!(p.consecutive_failures(), Some(4));
+        assert_eq!(p.half_open_permits(), 5);
+        assert_eq!(p.half_open_max_wait(), ms(900));
+        assert_eq!(p.open_duration(), ms(300));
+        assert_eq!(p.max_open_duration(), ms(4_000));
+        assert!(!p.jitter());
+        let d = Policy::default();
+        assert_eq!(d.window(), SlidingWindow::Count { calls: 20 });
+        assert_eq!(d.consecutive_failures(), None);
+        assert!(d.jitter());
     }
 
     #[test]

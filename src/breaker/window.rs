@@ -324,6 +324,36 @@ mod tests {
     }
 
     #[test]
+    fn a_time_window_sums_every_count_over_its_buckets() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut w = Window::new(SlidingWindow::Time {
+            duration: s(10),
+            buckets: 5,
+        });
+        for (e, at) in [(SLOW, 0), (FAIL, 2), (UNTIMED, 4), (SLOW, 6), (OK, 8)] {
+            w.push(e, t0 + s(at));
+        }
+        let want = Totals {
+            calls: 5,
+            failures: 1,
+            timed: 4,
+            slow: 2,
+        };
+        assert_eq!(w.totals(t0 + s(9)), want, "one call in each bucket");
+    }
+
+    #[test]
+    fn a_count_window_shows_its_totals_not_its_entries() {
+        let mut w = CountWindow::new(3);
+        w.push(FAIL);
+        let shown = format!("{w:?}");
+        for part in ["CountWindow", "capacity: 3", "len: 1", "failures: 1"] {
+            assert!(shown.contains(part), "{part} in {shown}");
+        }
+    }
+
+    #[test]
     fn a_time_window_rate_does_not_depend_on_request_rate() {
         let t0 = Instant::now();
         let mut w = Window::new(SlidingWindow::Time {

@@ -154,7 +154,7 @@ impl Ring {
             }
             total = total.saturating_add((*weight as usize).saturating_mul(vnodes as usize));
         }
-        if total > MAX_POINTS {
+        if !within_max_points(total) {
             return Err(InvalidConfig::new(
                 "vnodes_per_weight",
                 "such that the ring holds at most 16 Mi points",
@@ -205,7 +205,7 @@ impl Ring {
             .iter()
             .map(|(_, count)| *count as usize)
             .fold(0, usize::saturating_add);
-        if total > MAX_POINTS {
+        if !within_max_points(total) {
             return Err(InvalidConfig::new("points", "at most 16 Mi over the ring"));
         }
         Ok(Self::from_counts(config, members, total))
@@ -423,6 +423,13 @@ impl Index {
         let j = (key >> self.shift) as usize;
         self.buckets.get(j).copied().unwrap_or_default()
     }
+}
+
+/// Whether a ring of `total` points is allowed: at most [`MAX_POINTS`].
+/// (Its own function so that the bound itself is tested, without building
+/// a ring of 16 Mi points.)
+fn within_max_points(total: usize) -> bool {
+    total <= MAX_POINTS
 }
 
 /// [`InvalidConfig`] naming `backend_id` when an ID appears twice.

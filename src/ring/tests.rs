@@ -86,6 +86,38 @@ fn rejects_bad_members() {
 }
 
 #[test]
+fn config_reads_back_its_values() {
+    let c = RingConfig::new(42, 7).unwrap();
+    assert_eq!((c.seed(), c.vnodes_per_weight()), (42, 7));
+    let d = RingConfig::default();
+    assert_eq!(
+        (d.seed(), d.vnodes_per_weight()),
+        (0, DEFAULT_VNODES_PER_WEIGHT)
+    );
+}
+
+/// A ring of exactly `MAX_POINTS` points is allowed, one more is not
+/// (`rejects_bad_members` and `points::rejects_duplicates_and_too_many_points`
+/// check that both builders apply the bound).
+#[test]
+fn the_point_bound_is_inclusive() {
+    assert!(within_max_points(0));
+    assert!(within_max_points(MAX_POINTS));
+    assert!(!within_max_points(MAX_POINTS + 1));
+}
+
+#[test]
+fn a_ring_reports_its_members_and_points() {
+    let members = ids(3);
+    let weighted = members.iter().cloned().map(|id| (id, 2));
+    let ring = Ring::build(&RingConfig::new(0, 5).unwrap(), weighted).unwrap();
+    assert!(!ring.is_empty());
+    assert_eq!((ring.len(), ring.points()), (3, 30));
+    assert_eq!(ring.members(), &members[..]);
+    assert_eq!(ring.member(2), &members[2]);
+}
+
+#[test]
 fn empty_ring_walks_nothing() {
     let ring = Ring::build(&RingConfig::default(), Vec::new()).unwrap();
     assert!(ring.is_empty());
@@ -206,6 +238,48 @@ fn start_of_tiny_rings_matches_binary_search() {
     assert_eq!(one.walk(8).next(), Some(0));
     assert_eq!(one.primary(8), Some(0));
     assert_eq!(empty.primary(8), None);
+}
+
+/// The index's own contract, not only the answers it gives (a broken index
+/// that leaves every lookup to the binary search answers the same, slowly):
+/// as many buckets as the next power of two of the points, each holding
+/// its first point's position, and the owner exactly when no point falls
+/// inside it; a key reads its own bucket.
+#[test]
+fn the_index_holds_each_buckets_first_point_and_owner() {
+    for n in [0, 1, 5, 40] {
+        let ring = ring_of(&RingConfig::new(9, 13).unwrap(), &ids(n));
+        let index = &ring.index;
+        let count = index.buckets.len();
+        assert_eq!(count, ring.points().next_power_of_two().max(2));
+        assert_eq!(index.shift, u64::BITS - count.trailing_zeros());
+        let first_at = |j: usize| match j {
+            j if j < count => ring
+                .points
+                .partition_point(|p| p.hash < (j as u64) << index.shift),
+            _ => ring.points(),
+        };
+        let mut owned = 0;
+        for (j, bucket) in index.buckets.iter().enumerate() {
+            let (first, next) = (first_at(j), first_at(j + 1));
+            assert_eq!(bucket.first as usize, first, "bucket {j} of {n} members");
+            let successor = ring.points.get(first).or(ring.points.first());
+            let owner = successor
+                .filter(|_| first == next)
+                .map(|p| p.member as usize);
+            assert_eq!(bucket.owner(), owner, "bucket {j} of {n} members");
+            owned += usize::from(owner.is_some());
+            for key in [(j as u64) << index.shift, ((j as u64) << index.shift) | 1] {
+                let read = index.bucket(key);
+                assert_eq!((read.first, read.owner), (bucket.first, bucket.owner));
+            }
+        }
+        assert_eq!(
+            owned > 0,
+            n > 0,
+            "some buckets of {n} members hold no point"
+        );
+    }
 }
 
 #[test]

@@ -153,3 +153,35 @@ fn set(words: &mut [u64], index: usize) -> bool {
     words[word] |= bit;
     fresh
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::BackendId;
+    use crate::ring::{Ring, RingConfig};
+
+    /// A walk reads points only until it has met every member holding one:
+    /// the rest of the ring is never read, however often `next` is called.
+    /// (Its results alone cannot show this: reading on finds no one new.)
+    #[test]
+    fn a_walk_stops_reading_at_its_last_member() {
+        let members = (0..6).map(|i| (BackendId::new(&format!("m-{i}")).unwrap(), 1));
+        let ring = Ring::build(&RingConfig::new(4, 20).unwrap(), members).unwrap();
+        let points = ring.points.len();
+        for key in (0..256u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) {
+            let start = ring.points.partition_point(|p| p.hash < key);
+            let mut seen = [false; 6];
+            let mut read = 0;
+            for step in 0..points {
+                let member = ring.points[(start + step) % points].member as usize;
+                if !std::mem::replace(&mut seen[member], true) {
+                    read = step + 1;
+                }
+            }
+            let mut walk = ring.walk(key);
+            assert_eq!(walk.by_ref().count(), 6);
+            assert_eq!(walk.next(), None);
+            assert_eq!(walk.found, 6);
+            assert_eq!(walk.steps_left, points - read, "key {key:#x}");
+        }
+    }
+}

@@ -10,6 +10,7 @@ mod closed;
 mod half_open;
 mod modes;
 mod open;
+mod published;
 
 const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -43,6 +43,19 @@ fn a_member_without_points_is_never_walked() {
 }
 
 #[test]
+fn a_walk_bounds_what_it_has_left() {
+    let ring = with_points(&RingConfig::default(), &[150, 0, 150, 150]);
+    for key in keys(2, 64).chain([0, u64::MAX]) {
+        let mut walk = ring.walk(key);
+        assert_eq!(walk.size_hint(), (0, Some(3)), "members holding points");
+        walk.next();
+        assert_eq!(walk.size_hint(), (0, Some(2)));
+        assert_eq!(walk.by_ref().count(), 2);
+        assert_eq!(walk.size_hint(), (0, Some(0)));
+    }
+}
+
+#[test]
 fn rejects_duplicates_and_too_many_points() {
     let c = RingConfig::default();
     let id = ids(2);

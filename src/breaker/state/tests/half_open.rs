@@ -83,6 +83,25 @@ fn slow_probes_reaching_the_slow_call_threshold_reopen() {
 }
 
 #[test]
+fn slow_probes_below_the_threshold_share_do_not_reopen() {
+    let t0 = Instant::now();
+    let p = base()
+        .half_open_permits(4)
+        .slow_call_duration(secs(1))
+        .slow_call_rate_threshold(0.5);
+    let (mut s, now) = half_open(p, t0);
+    let probes: Vec<_> = (0..4).map(|_| s.try_acquire(now).unwrap().0).collect();
+    let slow = Some(secs(1));
+    assert_eq!(
+        s.record(probes[0], Outcome::Success, slow, now),
+        None,
+        "1 slow of 4 permits: 25% < 50%"
+    );
+    let t = s.record(probes[1], Outcome::Success, slow, now).unwrap();
+    assert_eq!((t.to, t.reason), (BreakerState::Open, Reason::ProbesFailed));
+}
+
+#[test]
 fn an_ignored_probe_gives_its_permit_back_and_never_closes() {
     let t0 = Instant::now();
     let (mut s, now) = half_open(base().half_open_permits(1), t0);

@@ -98,6 +98,45 @@ fn jitter_is_deterministic_for_a_seed() {
     assert_ne!(jittered(42, 50), jittered(43, 50));
 }
 
+/// The first outputs of SplitMix64 from seed 0, as Vigna's reference
+/// implementation gives them: the jitter is that generator.
+#[test]
+fn the_jitter_generator_is_splitmix64() {
+    let mut s = CircuitState::with_seed(base().build().unwrap(), 0);
+    let draws: Vec<u64> = (0..3).map(|_| s.next_random()).collect();
+    assert_eq!(
+        draws,
+        [
+            0xe220_a839_7b1d_cdaf,
+            0x6e78_9e6a_a1b9_65f4,
+            0x06c4_5d18_8009_454f
+        ]
+    );
+}
+
+#[test]
+fn a_jittered_open_duration_is_one_ns_plus_the_draw_modulo_the_ceiling() {
+    let p = base()
+        .consecutive_failures(1)
+        .open_duration(secs(1))
+        .jitter(true);
+    let mut s = CircuitState::with_seed(p.build().unwrap(), 0);
+    let now = Instant::now();
+    trip(&mut s, now);
+    // 1 + 0xe220_a839_7b1d_cdaf % 1_000_000_000.
+    let wait = Duration::from_nanos(658_607_536);
+    assert_eq!(s.open_until(), Some(now + wait));
+}
+
+#[test]
+fn breakers_made_without_a_seed_draw_apart() {
+    let (a, b) = (next_seed(), next_seed());
+    assert_ne!(a, b);
+    let p = base().jitter(true).build().unwrap();
+    let (s, t) = (CircuitState::new(p.clone()), CircuitState::new(p));
+    assert_ne!(s.rng, t.rng, "each breaker its own jitter");
+}
+
 #[test]
 fn jitter_scales_with_the_backoff_ceiling() {
     let p = base()
