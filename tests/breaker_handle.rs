@@ -309,3 +309,21 @@ async fn a_cold_success_into_a_saturated_window_is_not_slow() {
     assert_eq!(breaker.state(), BreakerState::Closed);
     assert_eq!(breaker.metrics().slow_calls, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_policy_reads_back() {
+    let policy = base().window(7).slow_call_duration(Duration::from_secs(3));
+    let policy = policy.build().unwrap();
+    assert_eq!(Breaker::new(policy.clone()).policy(), policy);
+}
+
+#[tokio::test(start_paused = true)]
+async fn debug_shows_the_state_and_the_counts() {
+    let (breaker, _) = logged(base());
+    fail_twice(&breaker);
+    assert!(breaker.try_acquire().is_err());
+    let shown = format!("{breaker:?}");
+    for field in ["state: ", "trips: 1", "rejected: 1", "hook: true"] {
+        assert!(shown.contains(field), "{field} in {shown}");
+    }
+}

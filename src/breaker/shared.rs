@@ -655,3 +655,6 @@ impl Drop for Permit {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
