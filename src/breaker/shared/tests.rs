@@ -78,6 +78,8 @@ fn admitting_freely_reads_no_clock_in_any_epoch_or_free_mode() {
     let b = breaker();
     let check = |what: &str| {
         assert!(b.admits_with(no_clock), "{what}: admits");
+        #[cfg(feature = "balance")]
+        assert!(b.admits_freely(), "{what}: admits freely");
         let ticket = b.try_ticket_with(no_clock).unwrap();
         b.record_ticket_with(ticket, Outcome::Ignored, None, no_clock);
     };
@@ -149,6 +151,7 @@ fn only_a_breaker_forced_open_by_hand_is_forced_open() {
     assert!(!b.is_forced_open(), "closed");
     trip(&b, t0);
     assert!(!b.is_forced_open(), "open by its calls");
+    assert!(!b.admits_freely());
     b.force_open();
     assert!(b.is_forced_open());
     b.force_closed();
