@@ -247,3 +247,77 @@ async fn the_layer_reports_its_breakers_transitions_to_its_hook() {
         [(BreakerState::Open, Reason::FailureRate)]
     );
 }
+
+/// The breaker's response body passes the inner body's end and size on,
+/// and settles the call on the frame that ends the body, before the
+/// caller polls again.
+#[tokio::test(start_paused = true)]
+async fn the_response_body_reports_its_end_and_size_and_settles_on_its_last_frame() {
+    use http_body::Body as _;
+    use http_body_util::{BodyExt, Full};
+    use tower_model_balance::breaker::{Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
+
+    let breaker = Breaker::new(Policy::default());
+    let inner = tower::service_fn(|_req: http::Request<()>| async {
+        Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"hello"))))
+    });
+    let service = CircuitBreaker::new(inner, breaker.clone(), ServerErrorsAsFailures::default());
+    let mut body = service
+        .oneshot(http::Request::new(()))
+        .await
+        .unwrap()
+        .into_body();
+    assert_eq!(body.size_hint().exact(), Some(5), "the inner body's size");
+    assert!(!body.is_end_stream(), "a frame is left");
+    assert_eq!(
+        breaker.metrics().calls,
+        0,
+        "not settled before the body is read"
+    );
+    let frame = body.frame().await.unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "hello");
+    assert!(body.is_end_stream(), "the only frame was read");
+    assert_eq!(
+        breaker.metrics().calls,
+        1,
+        "settled on the frame that ended the body, without another poll"
+    );
+}
+
+/// A body that fails after its first frame is a failure: the call is not
+/// settled on a frame that does not end the body.
+#[tokio::test(start_paused = true)]
+async fn a_body_failing_after_its_first_frame_is_a_failure() {
+    use http_body::Frame;
+    use http_body_util::{BodyExt, StreamBody};
+    use tower_model_balance::breaker::{Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
+
+    let breaker = Breaker::new(Policy::default());
+    let inner = tower::service_fn(|_req: http::Request<()>| async {
+        let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
+            Ok(Frame::data(Bytes::from_static(b"partial"))),
+            Err(std::io::Error::other("connection reset")),
+        ];
+        let body = StreamBody::new(futures_util::stream::iter(frames));
+        Ok::<_, Infallible>(http::Response::new(body))
+    });
+    let service = CircuitBreaker::new(inner, breaker.clone(), ServerErrorsAsFailures::default());
+    let mut body = service
+        .oneshot(http::Request::new(()))
+        .await
+        .unwrap()
+        .into_body();
+    assert!(body.frame().await.unwrap().is_ok(), "the first frame");
+    assert_eq!(
+        breaker.metrics().calls,
+        0,
+        "not settled on a frame that does not end the body"
+    );
+    assert!(body.frame().await.unwrap().is_err(), "then the error");
+    let metrics = breaker.metrics();
+    assert_eq!(
+        (metrics.calls, metrics.failures),
+        (1, 1),
+        "settled as a failure"
+    );
+}

@@ -245,6 +245,17 @@ mod tests {
     use http::StatusCode;
 
     #[test]
+    fn a_shared_classifier_answers_as_the_one_it_shares() {
+        type Rsp = http::Response<u16>;
+        let cold = |r: &Rsp| *r.body() == 1;
+        let shared = std::sync::Arc::new(ColdLoad::new(ServerErrorsAsFailures, cold));
+        let is_cold =
+            |body: u16| Classify::<Rsp, &str>::is_cold_load(&shared, &http::Response::new(body));
+        assert!(is_cold(1), "a cold load through the Arc");
+        assert!(!is_cold(0), "a warm answer through the Arc");
+    }
+
+    #[test]
     fn http_statuses() {
         let c = |code: u16| {
             ServerErrorsAsFailures::classify_status(StatusCode::from_u16(code).unwrap())
