@@ -321,3 +321,74 @@ async fn a_body_failing_after_its_first_frame_is_a_failure() {
         "settled as a failure"
     );
 }
+
+/// A service counting its calls, always ready, answering 200.
+fn counted() -> (
+    impl Service<http::Request<()>, Response = http::Response<Empty<Bytes>>, Error = Infallible> + Clone,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = calls.clone();
+    let service = tower::service_fn(move |_req: http::Request<()>| {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { Ok::<_, Infallible>(http::Response::new(Empty::new())) }
+    });
+    (service, calls)
+}
+
+/// `with_admission` forgets a readiness obtained before: the call that
+/// follows without `poll_ready` is refused, never sent to a service that
+/// was not driven ready under the new mode.
+#[tokio::test(start_paused = true)]
+async fn with_admission_forgets_readiness_and_reservations() {
+    use std::future::poll_fn;
+    use std::sync::atomic::Ordering;
+    use tower_model_balance::breaker::{Admission, Breaker};
+
+    for (before, after) in [
+        (Admission::FailFast, Admission::FailFast),
+        (Admission::Backpressure, Admission::Backpressure),
+    ] {
+        let (inner, calls) = counted();
+        let breaker = Breaker::new(Policy::default());
+        let mut service = CircuitBreaker::new(inner, breaker, ServerErrorsAsFailures::default())
+            .with_admission(before);
+        poll_fn(|cx| service.poll_ready(cx)).await.unwrap();
+        let mut service = service.with_admission(after);
+        let result = service.call(http::Request::new(())).await;
+        assert!(result.is_err(), "{before:?} → {after:?}: refused");
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "{before:?}: nothing sent");
+    }
+}
+
+/// A backpressure service ready (its permit reserved) stays ready when
+/// polled again: it does not reserve a second permit, which a half-open
+/// breaker with one permit would not have.
+#[tokio::test(start_paused = true)]
+async fn a_reserved_backpressure_service_stays_ready_when_polled_again() {
+    use tower_model_balance::breaker::{Admission, Breaker, Outcome};
+
+    let policy = Policy::builder()
+        .window(2)
+        .minimum_calls(2)
+        .half_open_permits(1)
+        .jitter(false)
+        .build()
+        .unwrap();
+    let breaker = Breaker::new(policy.clone());
+    for _ in 0..2 {
+        breaker.try_acquire().unwrap().record(Outcome::Failure);
+    }
+    tokio::time::advance(policy.open_duration()).await;
+    let (inner, _) = counted();
+    let mut service =
+        CircuitBreaker::new(inner, breaker.clone(), ServerErrorsAsFailures::default())
+            .with_admission(Admission::Backpressure);
+    let mut ready = tokio_test::task::spawn(());
+    assert_ready_ok!(ready.enter(|cx, _| service.poll_ready(cx)));
+    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+    assert_ready_ok!(
+        ready.enter(|cx, _| service.poll_ready(cx)),
+        "still ready on its one reserved permit"
+    );
+}
