@@ -6,9 +6,6 @@
 //!
 //! One test in this binary, so no other test allocates while it counts.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-
 use futures_util::stream;
 use tower::discover::Change;
 use tower_model_balance::backend::BackendId;
@@ -16,25 +13,11 @@ use tower_model_balance::balance::{Backend, BalanceConfig, BreakerScope, ModelBa
 use tower_model_balance::breaker::Outcome;
 use tower_model_balance::route::{ModelId, RouteInfo};
 
-struct Counting;
-
-/// Bytes allocated and not yet freed.
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+#[path = "support/live_heap.rs"]
+mod live_heap;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: live_heap::Counting = live_heap::Counting;
 
 const MAX_PAIRS: usize = 2_000;
 
@@ -73,10 +56,10 @@ async fn a_million_model_ids_leave_memory_flat() {
     // Warm-up: every bounded table fills.
     send(&mut balancer, 0, 100_000);
     assert_eq!(handle.tracked_pairs(), MAX_PAIRS, "the pair table is full");
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live_heap::live();
 
     send(&mut balancer, 100_000, 900_000);
-    let after = LIVE.load(Ordering::Relaxed);
+    let after = live_heap::live();
     assert_eq!(handle.tracked_pairs(), MAX_PAIRS, "still at its cap");
     assert_eq!(handle.in_flight(), 0);
     let growth = after - before;

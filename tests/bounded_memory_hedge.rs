@@ -5,32 +5,15 @@
 //!
 //! One test in this binary, so no other test allocates while it counts.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-
 use tower::{service_fn, Layer, ServiceExt};
 use tower_model_balance::error::BoxError;
 use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
 
-struct Counting;
-
-/// Bytes allocated and not yet freed.
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+#[path = "support/live_heap.rs"]
+mod live_heap;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static GLOBAL: live_heap::Counting = live_heap::Counting;
 
 const MAX_MODELS: usize = 64;
 
@@ -63,10 +46,10 @@ async fn a_million_model_ids_leave_the_hedge_memory_flat() {
         MAX_MODELS,
         "the windows are all taken"
     );
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live_heap::live();
 
     send(&layer, 10_000, 990_000).await;
-    let after = LIVE.load(Ordering::Relaxed);
+    let after = live_heap::live();
     assert_eq!(handle.tracked_models(), MAX_MODELS, "still at its cap");
     assert_eq!(handle.stats().requests, 1_000_000);
     let growth = after - before;
