@@ -152,6 +152,21 @@ async fn the_reserved_permit_is_used_by_call_and_counted() {
     assert_eq!(breaker.state(), BreakerState::Closed, "the probe counted");
 }
 
+/// Ready stays ready on its reservation without asking the inner service
+/// again: an error the inner service would now report is not seen until
+/// the reservation is used.
+#[tokio::test(start_paused = true)]
+async fn a_reserved_service_does_not_poll_its_inner_service_again() {
+    let (mut svc, mut handle, _breaker) = service(1);
+    handle.allow(1);
+    assert_ready_ok!(svc.poll_ready());
+    handle.send_error("inner polled again");
+    assert_ready_ok!(
+        svc.poll_ready(),
+        "the reservation answers, not the inner service"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_reservation_dropped_with_its_service_is_given_back() {
     let (mut svc, mut handle, breaker) = service(1);
