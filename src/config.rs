@@ -213,7 +213,7 @@ impl File {
                     .collect()
             }),
             vnodes_per_weight: Some(b.ring().vnodes_per_weight()),
-            ring_seed: Some(b.ring().seed()),
+            ring_seed: Some(RingSeed(b.ring().seed())),
             breaker_scope: Some(breaker_scope.to_owned()),
             max_pairs,
             staging_max_share: Some(b.staging().max_share()),
@@ -327,7 +327,7 @@ struct BalanceFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     vnodes_per_weight: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    ring_seed: Option<u64>,
+    ring_seed: Option<RingSeed>,
     /// `"backend"` or `"backend_model"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     breaker_scope: Option<String>,
@@ -339,6 +339,58 @@ struct BalanceFile {
     staging_cooldown_ms: Option<u64>,
     /// `"http_status"` or `"grpc_status"`.
     classification: Option<String>,
+}
+
+/// `balance.ring_seed`: a TOML integer, or a string (decimal or `0x` hex)
+/// for seeds above `i64::MAX`, which TOML 1.0 integers cannot hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RingSeed(u64);
+
+impl Serialize for RingSeed {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match i64::try_from(self.0) {
+            Ok(seed) => serializer.serialize_i64(seed),
+            Err(_) => serializer.serialize_str(&format!("{:#x}", self.0)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RingSeed {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(RingSeedVisitor)
+    }
+}
+
+struct RingSeedVisitor;
+
+impl serde::de::Visitor<'_> for RingSeedVisitor {
+    type Value = RingSeed;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "an integer in 0 ..= 18446744073709551615, as a string (decimal or 0x hex) \
+             above 9223372036854775807",
+        )
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, seed: u64) -> Result<RingSeed, E> {
+        Ok(RingSeed(seed))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, seed: i64) -> Result<RingSeed, E> {
+        u64::try_from(seed)
+            .map(RingSeed)
+            .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(seed), &self))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<RingSeed, E> {
+        let seed = match text.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => text.parse(),
+        };
+        seed.map(RingSeed)
+            .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(text), &self))
+    }
 }
 
 impl BalanceFile {
@@ -373,8 +425,9 @@ impl BalanceFile {
         }
         if self.vnodes_per_weight.is_some() || self.ring_seed.is_some() {
             let defaults = RingConfig::default();
+            let seed = self.ring_seed.map_or(0, |seed| seed.0);
             let ring = RingConfig::new(
-                self.ring_seed.unwrap_or(0),
+                seed,
                 self.vnodes_per_weight
                     .unwrap_or(defaults.vnodes_per_weight()),
             )

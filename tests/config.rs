@@ -303,6 +303,43 @@ fn a_duration_set_in_code_is_written_in_whole_milliseconds_rounded_up() {
     assert!(written.contains("load_timeout_ms = 1501"), "{written}");
 }
 
+#[test]
+fn a_ring_seed_above_i64_max_is_written_as_a_string_toml_can_hold() {
+    for (text, seed) in [
+        ("ring_seed = 9223372036854775807", i64::MAX as u64),
+        ("ring_seed = \"0xffffffffffffffff\"", u64::MAX),
+        ("ring_seed = \"18446744073709551615\"", u64::MAX),
+        ("ring_seed = \"0x8000000000000000\"", 1 << 63),
+        ("ring_seed = \"42\"", 42),
+    ] {
+        let config = StackConfig::from_toml(&format!("[balance]\n{text}"))
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(config.balance.ring().seed(), seed, "{text}");
+        let written = config.to_toml();
+        let expected = match i64::try_from(seed) {
+            Ok(_) => format!("ring_seed = {seed}\n"),
+            Err(_) => format!("ring_seed = \"{seed:#x}\"\n"),
+        };
+        assert!(written.contains(&expected), "{expected} in\n{written}");
+        let read = StackConfig::from_toml(&written).unwrap();
+        assert_eq!(read.balance.ring().seed(), seed, "{written}");
+    }
+    for text in [
+        "ring_seed = -1",
+        "ring_seed = \"0x1ffffffffffffffff\"",
+        "ring_seed = \"seven\"",
+        "ring_seed = 1.5",
+    ] {
+        match StackConfig::from_toml(&format!("[balance]\n{text}")).unwrap_err() {
+            ConfigError::Parse(message) => {
+                assert!(message.contains("line 2"), "{text}: {message}");
+                assert!(message.contains("0x hex"), "{text}: {message}");
+            }
+            other => panic!("{text}: {other}"),
+        }
+    }
+}
+
 mod round_trip {
     use super::*;
     use proptest::prelude::*;
