@@ -59,6 +59,22 @@ async fn chat_completions_load_and_then_serve_warm() {
     assert_eq!(body["data"][0]["object"], "embedding");
 }
 
+/// A name with a `/` is the same model by either route: percent-encoded in
+/// the KServe v2 path (`org%2Fm`), plain in a JSON body.
+#[tokio::test]
+async fn a_percent_encoded_kserve_name_is_the_json_bodys_model() {
+    let server = ModelServer::start("node-0", fast()).await.unwrap();
+    let body = r#"{"model": "org/m", "prompt": "hi"}"#;
+    let (status, cold, _) = post(&server, protocol::COMPLETIONS_PATH, body).await;
+    assert_eq!((status, cold.as_deref()), (200, Some("true")));
+    let (status, cold, body) = post(&server, "/v2/models/org%2Fm/infer", "{}").await;
+    assert_eq!((status, cold.as_deref()), (200, Some("false")));
+    assert_eq!(body["model_name"], "org/m");
+    assert_eq!(server.resident_models(), ["org/m"]);
+    let (status, _, _) = post(&server, "/v2/models/org%2/infer", "{}").await;
+    assert_eq!(status, 404, "a bad escape names no model");
+}
+
 #[tokio::test]
 async fn errors_have_vllm_bodies() {
     let server = ModelServer::start("node-0", fast()).await.unwrap();

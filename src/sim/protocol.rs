@@ -19,7 +19,7 @@
 //! | request | response |
 //! | --- | --- |
 //! | `GET /v2/health/ready` | 200 when serving, 503 while a fault makes the server unavailable |
-//! | `POST /v2/models/{name}/infer`, `POST /v2/models/{name}/versions/{version}/infer` (any JSON body, read whole; every version is the one model) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a [KServe error body](kserve_error) when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
+//! | `POST /v2/models/{name}/infer`, `POST /v2/models/{name}/versions/{version}/infer` (the name percent-decoded; any JSON body, read whole; every version is the one model) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a [KServe error body](kserve_error) when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
 //! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings` (OpenAI-compatible, as vLLM serves them; a JSON object body, read whole, naming the model in its top-level `"model"` string) | 200 with an OpenAI-shaped body ([`chat_completion_response`], [`completion_response`], [`embedding_response`]), served as a KServe v2 inference of that model is; 503 while unavailable; 400 with a [vLLM error body](vllm_error) (`BadRequestError`) for a body that is not such an object; 404 with a vLLM error body (`NotFoundError`, ``The model `{name}` does not exist.``) for an invalid model ID and where the KServe v2 route answers 404 |
 //! | `POST /v2/repository/index` (any body, read whole; `{"ready": true}` asks for ready models only) | 200 with a JSON array, see below; 503 while unavailable |
 //! | `POST /v2/repository/models/{name}/load` (explicit mode; body empty or JSON; `{name}` percent-decoded, as [`load_path`] encodes it) | 200 with an empty body once the model is loaded, see below |
@@ -204,21 +204,27 @@ pub fn vllm_error(message: &str, kind: &str, code: u16) -> String {
     )
 }
 
-/// The inference path for `model`.
+/// The inference path for `model`, the name percent-encoded as in
+/// [`load_path`].
 pub fn infer_path(model: &str) -> String {
-    format!("/v2/models/{model}/infer")
+    format!("/v2/models/{}/infer", encode_segment(model))
 }
 
 /// The model name of an inference path, `/v2/models/{name}/infer` or
-/// `/v2/models/{name}/versions/{version}/infer`, if `path` is one.
-pub fn parse_infer_path(path: &str) -> Option<&str> {
+/// `/v2/models/{name}/versions/{version}/infer`, percent-decoded (`a%2Fb`
+/// is `a/b`, as the balancer's route layer reads it); `None` if `path` is
+/// not one, or its name is not validly encoded UTF-8.
+pub fn parse_infer_path(path: &str) -> Option<String> {
     let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
     let name = match rest.split_once("/versions/") {
         Some((name, version)) if !version.is_empty() && !version.contains('/') => name,
         Some(_) => return None,
         None => rest,
     };
-    (!name.is_empty() && !name.contains('/')).then_some(name)
+    if name.is_empty() || name.contains('/') {
+        return None;
+    }
+    decode_segment(name)
 }
 
 /// A KServe v2 inference response body for `model`, valid JSON whatever
@@ -290,14 +296,23 @@ mod tests {
 
     #[test]
     fn infer_paths_round_trip() {
+        let some = |name: &str| Some(name.to_owned());
         assert_eq!(
             parse_infer_path(&infer_path("resnet-50")),
-            Some("resnet-50")
+            some("resnet-50")
         );
+        assert_eq!(
+            parse_infer_path(&infer_path("org/m:v1 模")),
+            some("org/m:v1 模")
+        );
+        assert_eq!(infer_path("org/m"), "/v2/models/org%2Fm/infer");
+        assert_eq!(parse_infer_path("/v2/models/a%2Fb/infer"), some("a/b"));
+        assert_eq!(parse_infer_path("/v2/models/a%2/infer"), None);
+        assert_eq!(parse_infer_path("/v2/models/a%FF/infer"), None);
         assert_eq!(parse_infer_path("/v2/models//infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/b/infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/ready"), None);
-        assert_eq!(parse_infer_path("/v2/models/a/versions/2/infer"), Some("a"));
+        assert_eq!(parse_infer_path("/v2/models/a/versions/2/infer"), some("a"));
         assert_eq!(parse_infer_path("/v2/models/a/versions//infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/versions/2/3/infer"), None);
         assert_eq!(parse_infer_path("/v2/models//versions/2/infer"), None);

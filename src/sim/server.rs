@@ -307,7 +307,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<SimResponse
     let (path_model, openai) = match (req.method(), req.uri().path()) {
         (&Method::POST, path) => {
             match (protocol::parse_infer_path(path), openai::Route::of(path)) {
-                (Some(name), _) => match ModelId::new(name) {
+                (Some(name), _) => match ModelId::new(&name) {
                     Ok(model) => (Some(model), None),
                     Err(error) => return Ok(plain(StatusCode::BAD_REQUEST, &error.to_string())),
                 },
