@@ -241,6 +241,34 @@ async fn a_body_over_the_limit_is_a_413() {
     assert_eq!(gw.post("/v1/completions", small).await.status, 200);
 }
 
+/// The value of `gateway_errors_total{code="…"}` in a scrape, 0 if absent.
+fn errors_counted(scrape: &str, code: &str) -> u64 {
+    let prefix = format!("gateway_errors_total{{code=\"{code}\"}} ");
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |value| value.trim().parse().unwrap())
+}
+
+/// Refusals made before the balancer (a body over the limit, a body that
+/// is not JSON) are counted too. The recorder is the process's, shared by
+/// tests running at once, so the counts only grow by at least ours.
+#[tokio::test]
+async fn refusals_before_the_balancer_are_counted() {
+    let gw = start("counted", 2, |config| config.body_limit = 1024).await;
+    let before = gw.get("/metrics").await.body;
+    let big = format!(r#"{{"model": "m", "prompt": "{}"}}"#, "x".repeat(2000));
+    assert_eq!(gw.post("/v1/completions", big).await.status, 413);
+    assert_eq!(gw.post("/v1/completions", "not json").await.status, 400);
+    let after = gw.get("/metrics").await.body;
+    assert!(after.contains("# HELP gateway_errors_total"), "{after}");
+    for code in ["payload_too_large", "invalid_route"] {
+        let (was, now) = (errors_counted(&before, code), errors_counted(&after, code));
+        assert!(now > was, "{code}: {was} -> {now}\n{after}");
+    }
+    assert_eq!(gw.backend_work(), 0);
+}
+
 #[tokio::test]
 async fn every_backend_down_is_a_503_with_retry_after() {
     let gw = start("down", 3, |_| {}).await;

@@ -389,6 +389,10 @@ fn prometheus() -> Result<PrometheusHandle, BoxError> {
     let handle = PrometheusBuilder::new().install_recorder()?;
     // The `# HELP` lines of every series.
     tower_model_balance::metrics::describe();
+    metrics::describe_counter!(
+        errors::ERRORS_SERIES,
+        "error answers the gateway gave itself, by OpenAI error code"
+    );
     *slot = Some(handle.clone());
     Ok(handle)
 }

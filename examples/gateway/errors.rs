@@ -187,8 +187,17 @@ impl ErrorReply {
     }
 }
 
+/// The series counting the gateway's own error answers, by `code` (the
+/// OpenAI error code: `invalid_route`, `payload_too_large`, `body_timeout`,
+/// ...): every refusal, including those made before the balancer (a body
+/// over the limit, unreadable or late), which its `invalid_route` branch
+/// never sees.
+pub const ERRORS_SERIES: &str = "gateway_errors_total";
+
 impl IntoResponse for ErrorReply {
+    /// The reply as a response, counted in [`ERRORS_SERIES`].
     fn into_response(self) -> Response {
+        metrics::counter!(ERRORS_SERIES, "code" => self.code).increment(1);
         let mut response = (self.status, self.body()).into_response();
         let headers = response.headers_mut();
         headers.insert(

@@ -4,7 +4,8 @@
 //! `…/versions/{v}/infer`) go through the crate's stack — the model ID
 //! from the body or the path, the model-aware balancer with its breakers
 //! and health probes, a hyper-util client per backend — to the backends;
-//! `GET /metrics` serves the balancer's figures in Prometheus text.
+//! `GET /metrics` serves the balancer's figures in Prometheus text, and
+//! `gateway_errors_total{code}`, the gateway's own error answers.
 //!
 //! ```text
 //! cargo run --release --example gateway                 # 3 simulated backends on 127.0.0.1
