@@ -108,7 +108,7 @@ where
         Counters::add(&shared.counters.requests);
         shared.budget.deposit(now);
         let (hash, update) = route_of(&req);
-        let place = (!update).then(|| shared.delays.place(hash));
+        let place = (!update).then(|| shared.delays.place(hash, now));
         let hedges = shared.policy.max_attempts >= 2;
         let backup = match place {
             Some(place) if hedges => self.backup(&mut req, place, now),

@@ -129,15 +129,17 @@ impl HedgeHandle {
     /// gives no window to a model not seen yet.
     pub fn delay(&self, model: &ModelId) -> Option<Duration> {
         let delays = &self.shared.delays;
-        match delays.find(model.hash64()) {
-            Some(place) => delays.delay(place, Instant::now()),
+        let now = Instant::now();
+        match delays.find(model.hash64(), now) {
+            Some(place) => delays.delay(place, now),
             None => delays.unseen(),
         }
     }
 
-    /// Models timed in a latency window of their own, at most the
-    /// policy's [`max_models`](super::HedgePolicy::max_models); every other
-    /// model shares one window. The memory is allocated with the layer and
+    /// Latency windows held by a model (an idle one counts until it is
+    /// handed on), at most the policy's
+    /// [`max_models`](super::HedgePolicy::max_models); every other model
+    /// shares one window. The memory is allocated with the layer and
     /// never grows.
     pub fn tracked_models(&self) -> usize {
         self.shared.delays.tracked()
