@@ -91,7 +91,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                 match self.entries.iter_mut().find(|e| e.key == key) {
                     Some(entry) => {
                         if entry.meta.id != meta.id {
-                            entry.state.removed.store(true, Ordering::Relaxed);
+                            entry.state.mark_removed();
                             entry.state = new_state(&meta, policy, fleet, joining);
                             // A new identity joins the ring from nothing.
                             entry.points = 0;
@@ -127,7 +127,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                     let entry = self.entries.swap_remove(pos);
                     // Ineligible at once, also in snapshots still in use;
                     // requests in flight there finish normally.
-                    entry.state.removed.store(true, Ordering::Relaxed);
+                    entry.state.mark_removed();
                     tracing::debug!(backend = %entry.meta.id, "backend removed");
                 }
             }
