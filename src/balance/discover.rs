@@ -195,6 +195,17 @@ impl<K: Eq, E: Clone> Registry<K, E> {
         }
     }
 
+    /// The backends the ring in force stands for (see [`Table::in_ring`]).
+    fn in_ring(&self) -> f64 {
+        self.entries
+            .iter()
+            .map(|e| {
+                let target = self.target(e.meta.weight).max(1) as f64;
+                (f64::from(e.points) / target).min(1.0)
+            })
+            .sum()
+    }
+
     /// Builds the snapshot of the current entries.
     pub(crate) fn snapshot(&self) -> Snapshot<E> {
         let members = self.entries.iter().map(|e| (e.meta.id.clone(), e.points));
@@ -215,6 +226,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
             ring,
             backends: self.entries.iter().map(|e| e.state.clone()).collect(),
             fleet: self.fleet.clone(),
+            in_ring: self.in_ring(),
         };
         Snapshot {
             table: Arc::new(table),

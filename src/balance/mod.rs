@@ -238,7 +238,7 @@ impl<E: Send + Sync> View for Shared<E> {
     }
 
     fn owners_of(&self, key: u64) -> usize {
-        let n = self.snapshot.load().table.backends.len();
+        let n = self.snapshot.load().table.in_ring;
         Shared::owners_of(self, key, false, n, 1.0)
     }
 }

@@ -172,9 +172,13 @@ pub(crate) fn pick(
     Some(picked)
 }
 
-/// The bounded-load cap: `ceil(c × (total in-flight + 1) / n)`.
+/// The bounded-load cap: `ceil(c × (total in-flight + 1) / n)`, `n` the
+/// backends the ring in force stands for ([`Table::in_ring`]): a backend
+/// whose join is still staged holds part of its share of the ring, and
+/// takes that part of the traffic — counted as a whole backend, it would
+/// lower every other backend's cap while it warms up.
 pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
-    let n = table.backends.len().max(1) as f64;
+    let n = table.in_ring.max(1.0);
     (c * (table.fleet_load() + 1) as f64 / n).ceil() as usize
 }
 

@@ -273,6 +273,12 @@ pub(crate) struct Table {
     pub(crate) ring: Ring,
     pub(crate) backends: Vec<Arc<BackendState>>,
     pub(crate) fleet: Arc<Fleet>,
+    /// The backends the ring in force stands for: each counts by the share
+    /// of its target points it holds, up to one — a backend whose join is
+    /// still staged counts for the part of the ring it has. Demand sizes
+    /// models' owners over this, so that owners grow with the ring's
+    /// steps rather than all at once when backends join.
+    pub(crate) in_ring: f64,
 }
 
 impl Table {
@@ -281,6 +287,7 @@ impl Table {
             ring: Ring::build(&Default::default(), Vec::new()).expect("an empty ring is valid"),
             backends: Vec::new(),
             fleet,
+            in_ring: 0.0,
         }
     }
 

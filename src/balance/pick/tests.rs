@@ -42,6 +42,7 @@ fn table(n: usize) -> Table {
             })
             .collect(),
         fleet,
+        in_ring: n as f64,
     }
 }
 
@@ -759,4 +760,20 @@ proptest! {
             Ok(())
         })?;
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_load_cap_divides_by_the_backends_the_ring_stands_for() {
+    let mut t = table(6);
+    let r = route("llama");
+    let order = walk(&t, &r);
+    for &i in &order {
+        set_load(&t, i, 2);
+    }
+    // 12 in flight: ceil(1.25 × 13 / 6) = 3.
+    assert_eq!(load_cap(&t, 1.25), 3);
+    // Two of the six still joining, at a fifth of their points each: the
+    // traffic is over 4.4 backends' worth of ring, ceil(1.25 × 13 / 4.4) = 4.
+    t.in_ring = 4.4;
+    assert_eq!(load_cap(&t, 1.25), 4);
 }
