@@ -110,8 +110,8 @@
 //!
 //! Ring changes are **staged**: when backends join or change weight, every
 //! model they take is a cold load on its new owner, so their ring points
-//! enter a share at a time ([`Staging`]: by default at most 2% of the
-//! ring's points per step, about one model in fifty, steps 10 s apart),
+//! enter a share at a time ([`Staging`]: by default at most 1% of the
+//! ring's points per step, about one model in a hundred, steps 5 s apart),
 //! a joining backend owning part of its models until the last step. A
 //! change arriving meanwhile is published at once and re-targets the next
 //! step. A removed backend is not picked again at once (nothing to stage:
