@@ -173,6 +173,15 @@ pub fn simulate(config: &Config, workload: &Workload) -> (Vec<StrategyRow>, Vec<
             .map(std::cmp::Reverse)
     });
     jobs.extend(strategies.iter().map(|s| Job::Strategy(s)));
+    // `p2c` takes the longest by far (its breakers keep the balancer in
+    // panic mode, which checks the fleet on each pick): first.
+    if let Some(i) = jobs
+        .iter()
+        .position(|j| matches!(j, Job::Strategy("p2c")))
+    {
+        let p2c = jobs.remove(i);
+        jobs.insert(0, p2c);
+    }
     let names = Names::new(config.backends * 2, config.models);
     let results = run_jobs(&jobs, |job| match *job {
         Job::Strategy(name) => Done::Strategy(scenario::compare(config, workload, &names, name)),

@@ -134,7 +134,7 @@ impl State<'_> {
                     true => UPDATE_NS,
                     false => self.workload.models[live.req.model as usize].infer,
                 };
-                self.queue.push(now + service, Event::Done(slot));
+                self.queue.push_after(now, service, Event::Done(slot));
                 return;
             }
             let b = live.backend as usize;
@@ -341,7 +341,7 @@ fn arrive(state: &mut State<'_>, router: &mut dyn Router, plan: &Plan, req: Requ
         measured,
     });
     if failed {
-        state.queue.push(now + FAIL_NS, Event::Done(slot));
+        state.queue.push_after(now, FAIL_NS, Event::Done(slot));
         return;
     }
     state.deadlines.push_back((now + DEADLINE_NS, slot, id));
