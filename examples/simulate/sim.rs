@@ -116,7 +116,10 @@ impl State<'_> {
     /// Adds `delta` to `b`'s busy serving slots at `now`, first adding
     /// the count's time integral within the measurement window.
     fn busy_change(&mut self, b: usize, delta: i32, now: Nanos) {
-        let (from, to) = (self.busy_since[b].max(self.window.0), now.min(self.window.1));
+        let (from, to) = (
+            self.busy_since[b].max(self.window.0),
+            now.min(self.window.1),
+        );
         if to > from {
             self.metrics.busy[b] += f64::from(self.busy[b]) * (to - from) as f64;
         }

@@ -700,8 +700,7 @@ fn panic_by_scan(t: &Table, threshold: f64) -> bool {
     let now = Instant::now();
     let eligible = t.backends.iter().filter(|b| b.eligible(now)).count();
     threshold > 0.0
-        && (t.fleet.not_closed.load(Relaxed) > 0
-            || t.fleet.ejected.load(Relaxed) > 0)
+        && (t.fleet.not_closed.load(Relaxed) > 0 || t.fleet.ejected.load(Relaxed) > 0)
         && (eligible as f64) < threshold * t.backends.len() as f64
 }
 
@@ -726,7 +725,9 @@ async fn panic_mode_skips_the_scan_only_when_too_few_are_out_and_counts_removed_
     u.backends[2].mark_removed();
     assert!(!decide(&u));
     // A dropped state no longer counts.
-    let Table { backends, fleet, .. } = u;
+    let Table {
+        backends, fleet, ..
+    } = u;
     drop(backends);
     assert_eq!(fleet.removed.load(Relaxed), 0);
 }
