@@ -48,7 +48,12 @@ impl LatencyHistogram {
     pub(crate) fn take(&self) -> Taken {
         let mut counts = [0u64; BUCKETS];
         for (count, bucket) in counts.iter_mut().zip(&self.buckets) {
-            *count = u64::from(bucket.swap(0, Ordering::Relaxed));
+            // Most buckets are empty: a load, and a swap only where there
+            // is a count (a sample landing after the load is the next
+            // take's, as one landing after a swap would be).
+            if bucket.load(Ordering::Relaxed) != 0 {
+                *count = u64::from(bucket.swap(0, Ordering::Relaxed));
+            }
         }
         let count: u64 = counts.iter().sum();
         Taken {

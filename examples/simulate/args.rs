@@ -55,8 +55,8 @@ impl Default for Config {
             vnodes: 150,
             owners: 1024,
             load_factor: 1.25,
-            staging_step: 0.02,
-            staging_cooldown: 10.0,
+            staging_step: 0.01,
+            staging_cooldown: 5.0,
             json: false,
             svg: None,
             sweep: false,
@@ -81,8 +81,8 @@ usage: cargo run --release --example simulate -- [flags]
   --vnodes N          ring points per backend (1..=1000, default 150)
   --owners K          most owners per model, model_aware (1..=1024, default 1024)
   --load-factor C     bounded-load factor c (1..=100, default 1.25)
-  --staging-step S    staged ring change: share of points per step (0<S<=1, default 0.02)
-  --staging-cooldown T  seconds between staging steps (0..=3600, default 10)
+  --staging-step S    staged ring change: share of points per step (0<S<=1, default 0.01)
+  --staging-cooldown T  seconds between staging steps (0..=3600, default 5)
   --strategies LIST   comma-separated (default all: round_robin,random,p2c,
                       consistent_hash,bounded_load,model_aware)
   --no-churn          skip the membership-change scenarios

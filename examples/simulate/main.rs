@@ -36,6 +36,16 @@
 //! gives the warm-hit upper bound: the most popular models placed first,
 //! each on as many backends as its share of the work needs.
 //!
+//! Load balance is the busiest backend's load over the mean, over the
+//! backends in the fleet all run long (not those failing, leaving or
+//! joining), each load averaged over the measurement window:
+//! `max_mean_load` (the JSON key, and the table's `in-flight`) for
+//! requests in flight — sent and not answered, queued or waiting for a
+//! load included: the quantity the bounded-load cap bounds — `busy` for
+//! serving slots in use (utilization, the work done), and `requests` for
+//! request counts. The peak rate of cold loads is the most loads started
+//! in one second of the change's window.
+//!
 //! The balancer reads what a real client would give it: each pick's
 //! outcome at the virtual time the answer arrives (`Guard::finish_at`:
 //! success, or failure for an error or a timeout), discovery's backend
@@ -173,6 +183,12 @@ pub fn simulate(config: &Config, workload: &Workload) -> (Vec<StrategyRow>, Vec<
             .map(std::cmp::Reverse)
     });
     jobs.extend(strategies.iter().map(|s| Job::Strategy(s)));
+    // `p2c` takes the longest by far (its breakers keep the balancer in
+    // panic mode, which checks the fleet on each pick): first.
+    if let Some(i) = jobs.iter().position(|j| matches!(j, Job::Strategy("p2c"))) {
+        let p2c = jobs.remove(i);
+        jobs.insert(0, p2c);
+    }
     let names = Names::new(config.backends * 2, config.models);
     let results = run_jobs(&jobs, |job| match *job {
         Job::Strategy(name) => Done::Strategy(scenario::compare(config, workload, &names, name)),

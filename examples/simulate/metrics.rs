@@ -21,6 +21,9 @@ pub struct Metrics {
     /// Each backend's requests in flight integrated over the measurement
     /// window (request-nanoseconds).
     pub occupancy: Vec<f64>,
+    /// Each backend's busy serving slots integrated over the measurement
+    /// window (slot-nanoseconds): the work it did.
+    pub busy: Vec<f64>,
     /// Loads started in each second of the run (every request).
     pub cold_per_s: Vec<u32>,
     /// With `Some((from, width))`, measured latencies are also kept by
@@ -34,6 +37,7 @@ impl Metrics {
         Self {
             per_backend: vec![0; backends],
             occupancy: vec![0.0; backends],
+            busy: vec![0.0; backends],
             ..Self::default()
         }
     }
@@ -117,6 +121,12 @@ impl Metrics {
         max_over_mean(backends.iter().map(|&b| self.occupancy[b]))
     }
 
+    /// The busiest of `backends`' utilization — serving slots in use,
+    /// averaged over the measurement window — over their mean.
+    pub fn max_mean_busy(&self, backends: &[usize]) -> f64 {
+        max_over_mean(backends.iter().map(|&b| self.busy[b]))
+    }
+
     /// The busiest of `backends`' request counts over their mean.
     pub fn max_mean_requests(&self, backends: &[usize]) -> f64 {
         max_over_mean(backends.iter().map(|&b| self.per_backend[b] as f64))
@@ -162,12 +172,14 @@ mod tests {
         m.load_started(1_600_000_000, false);
         m.per_backend = vec![30, 10];
         m.occupancy = vec![1.0, 3.0];
+        m.busy = vec![2.0, 2.0];
         assert_eq!(m.quantile_ms(0.5), 51.0);
         assert_eq!(m.quantile_ms(0.99), 99.0);
         assert!((m.warm_hit_rate() - 0.9).abs() < 1e-12);
         assert_eq!(m.cold_loads_per_1k(), 10.0);
         assert_eq!(m.max_mean_requests(&[0, 1]), 1.5);
         assert_eq!(m.max_mean_load(&[0, 1]), 1.5);
+        assert_eq!(m.max_mean_busy(&[0, 1]), 1.0);
         assert_eq!((m.peak_cold_per_s(0, 5), m.peak_cold_per_s(2, 5)), (2, 0));
     }
 }

@@ -33,22 +33,31 @@ pub fn strategy_table(
         crate::scenario::warmup_requests(config, workload),
     );
     out += &format!(
-        "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}\n",
-        "strategy", "warm_hit", "cold/1k", "p50_ms", "p99_ms", "max/mean", "max/mean", "errors"
+        "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}\n",
+        "strategy",
+        "warm_hit",
+        "cold/1k",
+        "p50_ms",
+        "p99_ms",
+        "max/mean",
+        "max/mean",
+        "max/mean",
+        "errors"
     );
     out += &format!(
-        "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
-        "", "", "", "", "", "in-flight", "requests"
+        "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "", "", "", "", "", "in-flight", "busy", "requests"
     );
     for r in rows {
         out += &format!(
-            "{:<16} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>8}\n",
+            "{:<16} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>8}\n",
             r.strategy,
             r.warm_hit_rate,
             r.cold_loads_per_1k,
             r.p50_ms,
             r.p99_ms,
             r.max_mean_load,
+            r.max_mean_busy,
             r.max_mean_requests,
             r.errors
         );

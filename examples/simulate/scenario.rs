@@ -33,7 +33,12 @@ pub struct StrategyRow {
     pub cold_loads_per_1k: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// The busiest backend's requests in flight, averaged over the
+    /// measurement window, over the mean ([`Metrics::max_mean_load`]).
     pub max_mean_load: f64,
+    /// The busiest backend's serving slots in use, averaged over the
+    /// window (its utilization), over the mean.
+    pub max_mean_busy: f64,
     /// The busiest backend's requests over the mean.
     pub max_mean_requests: f64,
     pub errors: u64,
@@ -119,6 +124,7 @@ fn row(strategy: &'static str, metrics: &mut Metrics, steady: Vec<usize>) -> Str
         p50_ms: metrics.quantile_ms(0.5),
         p99_ms: metrics.quantile_ms(0.99),
         max_mean_load: metrics.max_mean_load(&steady),
+        max_mean_busy: metrics.max_mean_busy(&steady),
         max_mean_requests: metrics.max_mean_requests(&steady),
         errors: metrics.errors,
         curve,

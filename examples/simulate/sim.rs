@@ -88,6 +88,9 @@ struct State<'a> {
     total_in_flight: u64,
     /// When each backend's in-flight count last changed.
     since: Vec<Nanos>,
+    /// Serving slots busy on each backend, and since when.
+    busy: Vec<u32>,
+    busy_since: Vec<Nanos>,
     /// The measurement window, for the occupancy integral.
     window: (Nanos, Nanos),
     /// The time of the last event.
@@ -108,6 +111,20 @@ impl State<'_> {
         self.since[b] = now;
         self.in_flight[b] = self.in_flight[b].saturating_add_signed(delta);
         self.total_in_flight = self.total_in_flight.saturating_add_signed(i64::from(delta));
+    }
+
+    /// Adds `delta` to `b`'s busy serving slots at `now`, first adding
+    /// the count's time integral within the measurement window.
+    fn busy_change(&mut self, b: usize, delta: i32, now: Nanos) {
+        let (from, to) = (
+            self.busy_since[b].max(self.window.0),
+            now.min(self.window.1),
+        );
+        if to > from {
+            self.metrics.busy[b] += f64::from(self.busy[b]) * (to - from) as f64;
+        }
+        self.busy_since[b] = now;
+        self.busy[b] = self.busy[b].saturating_add_signed(delta);
     }
 
     fn insert(&mut self, live: Live) -> u32 {
@@ -134,7 +151,9 @@ impl State<'_> {
                     true => UPDATE_NS,
                     false => self.workload.models[live.req.model as usize].infer,
                 };
-                self.queue.push(now + service, Event::Done(slot));
+                let b = live.backend as usize;
+                self.queue.push_after(now, service, Event::Done(slot));
+                self.busy_change(b, 1, now);
                 return;
             }
             let b = live.backend as usize;
@@ -220,6 +239,8 @@ pub async fn run(
         in_flight: vec![0; plan.total],
         total_in_flight: 0,
         since: vec![0; plan.total],
+        busy: vec![0; plan.total],
+        busy_since: vec![0; plan.total],
         window: plan.measure,
         queue_end: 0,
         next_id: 0,
@@ -273,6 +294,7 @@ pub async fn run(
                 state.answer(router.as_mut(), slot, !failed, now);
                 state.remove(slot);
                 if !failed {
+                    state.busy_change(b, -1, now);
                     if let Some(next) = state.servers[b].release() {
                         state.start(next, now);
                     }
@@ -305,6 +327,7 @@ pub async fn run(
     let end = plan.measure.1.min(state.queue_end);
     for b in 0..plan.total {
         state.in_flight_change(b, 0, end);
+        state.busy_change(b, 0, end);
     }
     state.metrics
 }
@@ -341,7 +364,7 @@ fn arrive(state: &mut State<'_>, router: &mut dyn Router, plan: &Plan, req: Requ
         measured,
     });
     if failed {
-        state.queue.push(now + FAIL_NS, Event::Done(slot));
+        state.queue.push_after(now, FAIL_NS, Event::Done(slot));
         return;
     }
     state.deadlines.push_back((now + DEADLINE_NS, slot, id));

@@ -25,7 +25,7 @@ use http::HeaderName;
 /// | `ring` | seed 0, 150 vnodes per unit of weight | see [`RingConfig`] |
 /// | `breaker` | [`Policy::default`] | see [`Policy`] |
 /// | `breaker_scope` | [`BreakerScope::Backend`] | `BackendModel { max_pairs }`: 1 ..= 1 000 000 pairs |
-/// | `staging` | 2% of the ring per step, 10 s apart | see [`Staging`] |
+/// | `staging` | 1% of the ring per step, 5 s apart | see [`Staging`] |
 /// | `health` | [`HealthPolicy::default`] | see [`HealthPolicy`] |
 /// | `residency_header` | none | see [`ResidencyHeader`] |
 /// | `classification` | [`Classification::HttpStatus`] | `GrpcStatus` for gRPC backends |
@@ -420,16 +420,21 @@ impl BalanceConfigBuilder {
 ///
 /// | field | default | range |
 /// | --- | --- | --- |
-/// | `max_share` | 0.02 | above 0.0, up to 1.0 (1.0 turns staging off) |
-/// | `cooldown` | 10 s | 0 ..= 1 h |
+/// | `max_share` | 0.01 | above 0.0, up to 1.0 (1.0 turns staging off) |
+/// | `cooldown` | 5 s | 0 ..= 1 h |
 ///
 /// A step changes at most `ceil(max_share × points)` points, `points` being
 /// those of the ring in force before it (at least one point), so about that
-/// share of models changes owner per step. The defaults move about a tenth
-/// of the models, and give their cold loads (seconds for an LLM) ten seconds
-/// to land before the next group: four backends joining eight take five
-/// steps, 40 s. Removals are not staged (a removed backend is not picked
-/// again at once), nor is the first backend set, as the ring is empty then.
+/// share of models changes owner per step. The defaults move about one
+/// model in a hundred per step and give their cold loads five seconds
+/// before the next: a tenth of the fleet joining at once lands in ten
+/// steps, 45 s, each joiner taking a model or two per step (one load at a
+/// time, 0.5–8.5 s each in the fleet simulation, `examples/simulate`),
+/// which there halves the peak rate of cold loads against landing the
+/// join at once (the sweep behind the defaults is in the README). Four
+/// backends joining eight take 41 steps, 200 s. Removals are not staged (a
+/// removed backend is not picked again at once), nor is the first backend
+/// set, as the ring is empty then.
 ///
 /// ```
 /// use std::time::Duration;
@@ -452,8 +457,8 @@ pub struct Staging {
 impl Default for Staging {
     fn default() -> Self {
         Self {
-            max_share: 0.02,
-            cooldown: Duration::from_secs(10),
+            max_share: 0.01,
+            cooldown: Duration::from_secs(5),
         }
     }
 }

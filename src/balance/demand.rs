@@ -50,8 +50,8 @@ pub(crate) struct Demand {
 /// Bounds on a model's owners and what one owner carries.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bounds {
-    /// Backends in the fleet.
-    pub(crate) n: usize,
+    /// Backends in the fleet (those the ring in force stands for).
+    pub(crate) n: f64,
     /// Bounded-load factor.
     pub(crate) c: f64,
     pub(crate) min: usize,
@@ -78,7 +78,7 @@ impl Demand {
         let slot = &self.owners[key as usize % BUCKETS];
         let current = usize::from(slot.load(Ordering::Relaxed)).clamp(min, max);
         let Some(share) = share else { return current };
-        let load = share * bounds.work * bounds.n as f64 / bounds.c;
+        let load = share * bounds.work * bounds.n / bounds.c;
         let next = if load > current as f64 {
             (load.ceil() as usize).min(max)
         } else if current > min && load <= (current - 1) as f64 - HYSTERESIS {
@@ -211,7 +211,7 @@ mod tests {
     fn bounds(min: usize, max: usize) -> Bounds {
         // 8 backends, c = 1.25: one owner carries up to 15.6% of traffic.
         Bounds {
-            n: 8,
+            n: 8.0,
             c: 1.25,
             min,
             max,

@@ -91,7 +91,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                 match self.entries.iter_mut().find(|e| e.key == key) {
                     Some(entry) => {
                         if entry.meta.id != meta.id {
-                            entry.state.removed.store(true, Ordering::Relaxed);
+                            entry.state.mark_removed();
                             entry.state = new_state(&meta, policy, fleet, joining);
                             // A new identity joins the ring from nothing.
                             entry.points = 0;
@@ -127,7 +127,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                     let entry = self.entries.swap_remove(pos);
                     // Ineligible at once, also in snapshots still in use;
                     // requests in flight there finish normally.
-                    entry.state.removed.store(true, Ordering::Relaxed);
+                    entry.state.mark_removed();
                     tracing::debug!(backend = %entry.meta.id, "backend removed");
                 }
             }
@@ -195,6 +195,17 @@ impl<K: Eq, E: Clone> Registry<K, E> {
         }
     }
 
+    /// The backends the ring in force stands for (see [`Table::in_ring`]).
+    fn in_ring(&self) -> f64 {
+        self.entries
+            .iter()
+            .map(|e| {
+                let target = self.target(e.meta.weight).max(1) as f64;
+                (f64::from(e.points) / target).min(1.0)
+            })
+            .sum()
+    }
+
     /// Builds the snapshot of the current entries.
     pub(crate) fn snapshot(&self) -> Snapshot<E> {
         let members = self.entries.iter().map(|e| (e.meta.id.clone(), e.points));
@@ -215,6 +226,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
             ring,
             backends: self.entries.iter().map(|e| e.state.clone()).collect(),
             fleet: self.fleet.clone(),
+            in_ring: self.in_ring(),
         };
         Snapshot {
             table: Arc::new(table),

@@ -110,8 +110,8 @@
 //!
 //! Ring changes are **staged**: when backends join or change weight, every
 //! model they take is a cold load on its new owner, so their ring points
-//! enter a share at a time ([`Staging`]: by default at most 2% of the
-//! ring's points per step, about one model in fifty, steps 10 s apart),
+//! enter a share at a time ([`Staging`]: by default at most 1% of the
+//! ring's points per step, about one model in a hundred, steps 5 s apart),
 //! a joining backend owning part of its models until the last step. A
 //! change arriving meanwhile is published at once and re-targets the next
 //! step. A removed backend is not picked again at once (nothing to stage:
@@ -238,7 +238,7 @@ impl<E: Send + Sync> View for Shared<E> {
     }
 
     fn owners_of(&self, key: u64) -> usize {
-        let n = self.snapshot.load().table.backends.len();
+        let n = self.snapshot.load().table.in_ring;
         Shared::owners_of(self, key, false, n, 1.0)
     }
 }

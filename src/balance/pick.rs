@@ -172,25 +172,52 @@ pub(crate) fn pick(
     Some(picked)
 }
 
-/// The bounded-load cap: `ceil(c × (total in-flight + 1) / n)`.
+/// The bounded-load cap: `ceil(c × (total in-flight + 1) / n)`, `n` the
+/// backends the ring in force stands for ([`Table::in_ring`]): a backend
+/// whose join is still staged holds part of its share of the ring, and
+/// takes that part of the traffic — counted as a whole backend, it would
+/// lower every other backend's cap while it warms up.
 pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
-    let n = table.backends.len().max(1) as f64;
+    let n = table.in_ring.max(1.0);
     (c * (table.fleet_load() + 1) as f64 / n).ceil() as usize
 }
 
 /// Envoy's panic threshold: fewer than `threshold × n` backends eligible.
-/// Free while every breaker is closed and no backend ejected; a scan of
-/// the table otherwise.
-fn in_panic(table: &Table, threshold: f64, now: &Now) -> bool {
+/// Free while every breaker is closed and no backend ejected, and while
+/// too few are out to reach the threshold: a backend is not eligible only
+/// when its breaker is not closed, health ejected it or it was removed, so
+/// at least `n − not_closed − ejected − removed` backends are eligible
+/// (the counts may overlap, which only lowers the bound). Otherwise a scan
+/// of the table, which stops once the answer is known — without the
+/// bound, a fleet of 1,000 with one breaker open would check every
+/// backend on every pick.
+pub(crate) fn in_panic(table: &Table, threshold: f64, now: &Now) -> bool {
     use std::sync::atomic::Ordering::Relaxed;
     let fleet = &table.fleet;
-    if threshold <= 0.0 || fleet.not_closed.load(Relaxed) + fleet.ejected.load(Relaxed) == 0 {
+    let out = fleet.not_closed.load(Relaxed) + fleet.ejected.load(Relaxed);
+    if threshold <= 0.0 || out == 0 {
         return false;
     }
     let n = table.backends.len();
+    let needed = threshold * n as f64;
+    let surely_eligible = n.saturating_sub(out + fleet.removed.load(Relaxed));
+    if surely_eligible as f64 >= needed {
+        return false;
+    }
     let now = now.get();
-    let eligible = table.backends.iter().filter(|b| b.eligible(now)).count();
-    (eligible as f64) < threshold * n as f64
+    let mut eligible = 0usize;
+    for (seen, b) in table.backends.iter().enumerate() {
+        if b.eligible(now) {
+            eligible += 1;
+            if eligible as f64 >= needed {
+                return false;
+            }
+        } else if ((eligible + n - seen - 1) as f64) < needed {
+            // Too few left to reach the threshold.
+            return true;
+        }
+    }
+    (eligible as f64) < needed
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

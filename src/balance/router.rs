@@ -147,7 +147,7 @@ impl<E: Clone> Local<E> {
                     true => table.fleet.work.weight(route.hash),
                     false => 1.0,
                 };
-                shared.owners_of(route.hash, sample, table.backends.len(), work)
+                shared.owners_of(route.hash, sample, table.in_ring, work)
             }
         };
         let ask = Ask {
@@ -206,10 +206,11 @@ impl<E: Clone> Local<E> {
 }
 
 impl<E> Shared<E> {
-    /// How many owners the model with hash `key` has over `n` backends
+    /// How many owners the model with hash `key` has over `n` backends (the
+    /// ring's, [`Table::in_ring`](super::table::Table::in_ring))
     /// (counting this request in its demand if `count`, its share weighted
     /// by `work`, its work per request over the mean).
-    pub(super) fn owners_of(&self, key: u64, count: bool, n: usize, work: f64) -> usize {
+    pub(super) fn owners_of(&self, key: u64, count: bool, n: f64, work: f64) -> usize {
         let config = &self.config;
         match self.fixed_owners(key) {
             Some(k) => k,

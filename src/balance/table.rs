@@ -42,6 +42,10 @@ pub(crate) struct Fleet {
     pub(crate) health: HealthPolicy,
     /// Backends ejected by health at the last evaluation.
     pub(crate) ejected: AtomicUsize,
+    /// Backend states marked removed and not yet dropped (some may be in
+    /// no table any more): with `not_closed` and `ejected`, a bound on the
+    /// backends of a table that are not eligible.
+    pub(crate) removed: AtomicUsize,
     /// The response header residency is learned from.
     pub(crate) residency_header: Option<ResidencyHeader>,
     /// What a response's outcome is read from.
@@ -65,6 +69,7 @@ impl Fleet {
             breaker_hook: None,
             health: HealthPolicy::default(),
             ejected: AtomicUsize::new(0),
+            removed: AtomicUsize::new(0),
             residency_header: None,
             classification: Classification::HttpStatus,
             placement: std::sync::OnceLock::new(),
@@ -173,6 +178,14 @@ impl BackendState {
         self.removed.load(Ordering::Relaxed)
     }
 
+    /// Marks the backend removed (not picked again), counted in
+    /// [`Fleet::removed`] until the state is dropped.
+    pub(crate) fn mark_removed(&self) {
+        if !self.removed.swap(true, Ordering::Relaxed) {
+            self.fleet.removed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Whether the backend may be picked for the model with hash `key` at
     /// `now`: not removed, not ejected by health, and the breaker in scope
     /// admitting — the
@@ -234,6 +247,14 @@ impl BackendState {
     }
 }
 
+impl Drop for BackendState {
+    fn drop(&mut self) {
+        if *self.removed.get_mut() {
+            self.fleet.removed.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// How a picked request was admitted, to be given back when it ends.
 #[derive(Debug)]
 pub(crate) enum Admission {
@@ -252,6 +273,12 @@ pub(crate) struct Table {
     pub(crate) ring: Ring,
     pub(crate) backends: Vec<Arc<BackendState>>,
     pub(crate) fleet: Arc<Fleet>,
+    /// The backends the ring in force stands for: each counts by the share
+    /// of its target points it holds, up to one — a backend whose join is
+    /// still staged counts for the part of the ring it has. Demand sizes
+    /// models' owners over this, so that owners grow with the ring's
+    /// steps rather than all at once when backends join.
+    pub(crate) in_ring: f64,
 }
 
 impl Table {
@@ -260,6 +287,7 @@ impl Table {
             ring: Ring::build(&Default::default(), Vec::new()).expect("an empty ring is valid"),
             backends: Vec::new(),
             fleet,
+            in_ring: 0.0,
         }
     }
 

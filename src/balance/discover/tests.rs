@@ -249,3 +249,30 @@ async fn a_removal_is_not_staged() {
     let table = f.next().await;
     assert_eq!((table.backends.len(), table.ring.points()), (4, 600));
 }
+
+#[tokio::test(start_paused = true)]
+async fn backends_still_joining_count_for_the_share_of_the_ring_they_hold() {
+    let mut f = fleet(8, 0.1).await;
+    assert_eq!(f.seen.in_ring, 8.0);
+    for name in names(8..12) {
+        f.insert(&name, 1);
+    }
+    // Steps of a tenth of the ring in force: 1,320 points, then 1,452, ...
+    let mut table = f.next().await;
+    let mut in_ring = vec![table.in_ring];
+    while table.ring.points() < 1_800 {
+        table = f.after_cooldown().await;
+        in_ring.push(table.in_ring);
+    }
+    let expected: Vec<f64> = [1_320.0, 1_452.0, 1_598.0, 1_758.0, 1_800.0]
+        .iter()
+        .map(|points| points / 150.0)
+        .collect();
+    let close = in_ring
+        .iter()
+        .zip(&expected)
+        .all(|(a, b)| (a - b).abs() < 1e-9);
+    assert!(close, "each joiner by its points over 150: {in_ring:?}");
+    assert_eq!(in_ring.len(), 5);
+    assert_eq!(table.backends.len(), 12);
+}

@@ -1,3 +1,4 @@
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,7 @@ fn table(n: usize) -> Table {
             })
             .collect(),
         fleet,
+        in_ring: n as f64,
     }
 }
 
@@ -691,4 +693,88 @@ async fn a_breaker_whose_open_duration_is_up_takes_the_next_request_as_its_probe
         Some(order[1]),
         "its permits out, the rest go to the other owner"
     );
+}
+
+/// What `in_panic` decides, by a scan of every backend.
+fn panic_by_scan(t: &Table, threshold: f64) -> bool {
+    let now = Instant::now();
+    let eligible = t.backends.iter().filter(|b| b.eligible(now)).count();
+    threshold > 0.0
+        && (t.fleet.not_closed.load(Relaxed) > 0 || t.fleet.ejected.load(Relaxed) > 0)
+        && (eligible as f64) < threshold * t.backends.len() as f64
+}
+
+#[tokio::test(start_paused = true)]
+async fn panic_mode_skips_the_scan_only_when_too_few_are_out_and_counts_removed_backends() {
+    let t = table(8);
+    let decide = |t: &Table| in_panic(t, 0.5, &Now::lazy());
+    trip(&t, 0);
+    assert!(!decide(&t) && !panic_by_scan(&t, 0.5), "7 of 8 eligible");
+    // Removed backends are out too: 3 of 8 eligible once four are removed.
+    for i in 4..8 {
+        t.backends[i].mark_removed();
+        t.backends[i].mark_removed();
+    }
+    assert_eq!(t.fleet.removed.load(Relaxed), 4);
+    assert!(decide(&t) && panic_by_scan(&t, 0.5));
+    // Removed but idle otherwise: no breaker out, no scan, no panic (as
+    // before the bound).
+    let u = table(4);
+    u.backends[0].mark_removed();
+    u.backends[1].mark_removed();
+    u.backends[2].mark_removed();
+    assert!(!decide(&u));
+    // A dropped state no longer counts.
+    let Table {
+        backends, fleet, ..
+    } = u;
+    drop(backends);
+    assert_eq!(fleet.removed.load(Relaxed), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn panic_mode_matches_a_scan_of_every_backend(
+        states in prop::collection::vec(0u8..3, 1..24),
+        threshold in prop_oneof![Just(0.0), 0.05f64..1.0],
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let t = table(states.len());
+            for (i, &s) in states.iter().enumerate() {
+                match s {
+                    1 => trip(&t, i),
+                    2 => t.backends[i].mark_removed(),
+                    _ => {}
+                }
+            }
+            prop_assert_eq!(
+                in_panic(&t, threshold, &Now::lazy()),
+                panic_by_scan(&t, threshold)
+            );
+            Ok(())
+        })?;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_load_cap_divides_by_the_backends_the_ring_stands_for() {
+    let mut t = table(6);
+    let r = route("llama");
+    let order = walk(&t, &r);
+    for &i in &order {
+        set_load(&t, i, 2);
+    }
+    // 12 in flight: ceil(1.25 × 13 / 6) = 3.
+    assert_eq!(load_cap(&t, 1.25), 3);
+    // Two of the six still joining, at a fifth of their points each: the
+    // traffic is over 4.4 backends' worth of ring, ceil(1.25 × 13 / 4.4) = 4.
+    t.in_ring = 4.4;
+    assert_eq!(load_cap(&t, 1.25), 4);
 }
