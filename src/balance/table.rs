@@ -16,7 +16,7 @@ use super::scoped::{BreakerScope, Scoped};
 use super::traffic::{FleetTraffic, Traffic};
 use super::{BalanceConfig, Classification, ResidencyHeader};
 use crate::backend::BackendId;
-use crate::breaker::{Breaker, OnTransition, Outcome, Permit, Policy, Ticket, Transition};
+use crate::breaker::{Breaker, OnTransition, Outcome, Policy, Ticket, Transition};
 use crate::health::HealthPolicy;
 use crate::ring::Ring;
 
@@ -215,7 +215,9 @@ impl BackendState {
                 self.breaker
                     .record_ticket_with(ticket, Outcome::Failure, None, || now);
             }
-            Some(Admission::Pair(permit)) => permit.record_call(Outcome::Failure, None, now),
+            Some(Admission::Pair(breaker, ticket)) => {
+                breaker.record_ticket_at(ticket, Outcome::Failure, None, now);
+            }
             Some(Admission::Bypass) | None => {}
         }
     }
@@ -229,7 +231,7 @@ impl BackendState {
                 .map(Admission::Backend),
             Some(pairs) => pairs
                 .try_acquire(self.uid, key, now.get())
-                .map(Admission::Pair),
+                .map(|(breaker, ticket)| Admission::Pair(breaker, ticket)),
         }
     }
 }
@@ -240,8 +242,9 @@ pub(crate) enum Admission {
     /// A ticket of the backend's own breaker (no clone of it needed: the
     /// guard holds the backend).
     Backend(Ticket),
-    /// A permit of a (backend, model) pair's breaker.
-    Pair(Permit),
+    /// A ticket of a (backend, model) pair's breaker, with the breaker
+    /// (the pair may be evicted from the map before the request ends).
+    Pair(Breaker, Ticket),
     /// Panic mode: no breaker was asked.
     Bypass,
 }
