@@ -178,6 +178,7 @@ impl BackendState {
     /// admitting — the
     /// backend's, or in `BackendModel` scope the (backend, model) pair's
     /// (lock-free unless a pair near it is not closed).
+    #[inline]
     pub(crate) fn eligible_for(&self, key: u64, now: &Now) -> bool {
         match &self.fleet.scoped {
             None => {
@@ -222,6 +223,7 @@ impl BackendState {
         }
     }
 
+    #[inline]
     pub(crate) fn try_acquire(&self, key: u64, now: &Now) -> Option<Admission> {
         match &self.fleet.scoped {
             None => self
