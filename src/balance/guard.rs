@@ -177,6 +177,7 @@ impl Guard {
     /// request and one in four after it, sparing two clock reads on the
     /// others. A failure is always recorded (as at least the failure
     /// penalty when it was not timed).
+    #[inline]
     pub fn finish(mut self, outcome: Outcome) {
         if self.started.is_some() || matches!(outcome, Outcome::Failure | Outcome::Overload) {
             self.finish_at(outcome, Instant::now());
