@@ -320,6 +320,7 @@ impl<'a> RouteView<'a> {
     /// headers (cheaper than four hashed lookups for the few headers a
     /// request carries), then the checks in a fixed order: model ID, kind,
     /// urgency, size.
+    #[inline]
     pub(crate) fn from_headers(headers: &'a HeaderMap) -> Result<Self, InvalidRoute> {
         let found = Found::scan(headers);
         let (model, hash) = match found.plain_model() {
