@@ -35,11 +35,17 @@ impl Completion {
     /// The body's last frame: the trailers, if it held them.
     fn end(mut self, trailers: Option<&HeaderMap>) {
         if let Some(guard) = self.guard.take() {
-            guard.finish(match self.verdict {
-                Classified::Ready(outcome) => outcome,
-                Classified::AtEnd(eos) => eos.classify_eos(trailers),
-            });
+            guard.finish(at_end(self.verdict, trailers));
         }
+    }
+}
+
+/// The outcome of a body that ended, with `trailers` if its last frame
+/// held them.
+fn at_end(verdict: Verdict, trailers: Option<&HeaderMap>) -> Outcome {
+    match verdict {
+        Classified::Ready(outcome) => outcome,
+        Classified::AtEnd(eos) => eos.classify_eos(trailers),
     }
 }
 
@@ -73,17 +79,22 @@ pin_project! {
 }
 
 impl<B: Body> ResponseBody<B> {
+    #[inline]
     pub(crate) fn new(inner: B, guard: Guard, verdict: Verdict) -> Self {
-        let mut completion = Some(Completion {
+        if inner.is_end_stream() {
+            // An empty body has ended already, without trailers: record
+            // now (the guard finishes where it is, never moved into a
+            // completion first).
+            guard.finish(at_end(verdict, None));
+            return Self {
+                inner,
+                completion: None,
+            };
+        }
+        let completion = Some(Completion {
             guard: Some(guard),
             verdict,
         });
-        if inner.is_end_stream() {
-            // An empty body has ended already, without trailers: record now.
-            if let Some(completion) = completion.take() {
-                completion.end(None);
-            }
-        }
         Self { inner, completion }
     }
 }

@@ -86,7 +86,10 @@ where
 {
     /// Calls `endpoint` with `req` if it is ready now; else keeps both
     /// until the first poll finds it ready. An endpoint that fails its
-    /// readiness fails the request.
+    /// readiness fails the request. Inlined into the balancer's `call`,
+    /// so the request moves into the endpoint's `call` without a copy on
+    /// the way.
+    #[inline]
     pub(crate) fn new(mut endpoint: E, req: Req, guard: Guard) -> Self {
         let state = match endpoint.poll_ready(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(Ok(())) => State::Called {

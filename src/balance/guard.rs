@@ -47,8 +47,11 @@ pub struct Guard {
     admission: Option<Admission>,
     /// When the request was picked, if its latency is timed.
     started: Option<Instant>,
-    /// The model's hash, for inference.
-    model: Option<u64>,
+    /// The model's hash, for inference (`inference` set): a flag beside
+    /// a bare hash keeps the guard, which every response future and body
+    /// carries, 8 bytes smaller than an `Option`.
+    model: u64,
+    inference: bool,
     /// Whether its success confirms the model served on the backend (the
     /// first requests there, while it may be loading).
     confirms: bool,
@@ -78,7 +81,8 @@ impl Guard {
             state,
             admission: Some(admission),
             started,
-            model,
+            model: model.unwrap_or(0),
+            inference: model.is_some(),
             confirms,
             counted: false,
             slot: None,
@@ -102,7 +106,7 @@ impl Guard {
     /// unloaded to make room), and returns the placement.
     pub(crate) fn placement(&mut self) -> Option<Arc<Placement>> {
         let placement = self.state.fleet.placement.get()?;
-        if let (Some(key), false) = (self.model, self.counted) {
+        if let (Some(key), false) = (self.model(), self.counted) {
             self.counted = self.state.residency.enter(key);
         }
         Some(placement.clone())
@@ -121,7 +125,7 @@ impl Guard {
 
     /// An inference request's model hash.
     pub(crate) fn model(&self) -> Option<u64> {
-        self.model
+        self.inference.then_some(self.model)
     }
 
     /// Learns residency from the response's headers, if the balancer is
@@ -141,7 +145,7 @@ impl Guard {
             }
             ResidencyHeader::ColdLoad(name) => {
                 // Loaded now or resident before: resident and served.
-                if let (Some(key), true) = (self.model, headers.contains_key(name)) {
+                if let (Some(key), true) = (self.model(), headers.contains_key(name)) {
                     residency.touch(key, self.state.fleet.millis(Instant::now()));
                     residency.confirm(key);
                 }
@@ -173,6 +177,7 @@ impl Guard {
     /// request and one in four after it, sparing two clock reads on the
     /// others. A failure is always recorded (as at least the failure
     /// penalty when it was not timed).
+    #[inline]
     pub fn finish(mut self, outcome: Outcome) {
         if self.started.is_some() || matches!(outcome, Outcome::Failure | Outcome::Overload) {
             self.finish_at(outcome, Instant::now());
@@ -207,7 +212,7 @@ impl Guard {
                 if !self.confirms {
                     self.state.health.record(elapsed, false, penalty);
                     // A warm inference request: its model's work.
-                    if let Some(key) = self.model {
+                    if let Some(key) = self.model() {
                         self.state.fleet.work.record(key, latency);
                     }
                 }
@@ -229,7 +234,7 @@ impl Guard {
     /// Gives the outcome to the breaker in scope; without `now`, the clock
     /// is read only if the breaker's state can change.
     fn record(&mut self, outcome: Outcome, elapsed: Option<Duration>, now: Option<Instant>) {
-        if let (Outcome::Success, Some(key), true) = (outcome, self.model, self.confirms) {
+        if let (Outcome::Success, Some(key), true) = (outcome, self.model(), self.confirms) {
             self.state.residency.confirm(key);
         }
         let now = || now.unwrap_or_else(Instant::now);
@@ -239,7 +244,9 @@ impl Guard {
                     .breaker
                     .record_ticket_with(ticket, outcome, elapsed, now);
             }
-            Some(Admission::Pair(permit)) => permit.record_call(outcome, elapsed, now()),
+            Some(Admission::Pair(breaker, ticket)) => {
+                breaker.record_ticket_at(ticket, outcome, elapsed, now());
+            }
             Some(Admission::Bypass) | None => {}
         }
     }
@@ -251,10 +258,12 @@ impl Drop for Guard {
         if superseded && self.admission.is_some() && !self.confirms {
             self.complete(Outcome::Failure, Instant::now());
         }
-        if let Some(Admission::Backend(ticket)) = self.admission.take() {
-            self.state.breaker.release_ticket(ticket);
+        match self.admission.take() {
+            Some(Admission::Backend(ticket)) => self.state.breaker.release_ticket(ticket),
+            Some(Admission::Pair(breaker, ticket)) => breaker.release_ticket(ticket),
+            Some(Admission::Bypass) | None => {}
         }
-        if let (true, Some(key)) = (self.counted, self.model) {
+        if let (true, Some(key)) = (self.counted, self.model()) {
             self.state.residency.leave(key);
         }
         self.state.traffic.end();

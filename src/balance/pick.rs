@@ -256,6 +256,7 @@ impl Ctx<'_> {
     /// Takes a permit on backend `i`: the breaker in scope's (the
     /// backend's, or the (backend, model) pair's; it may refuse a half-open
     /// breaker whose probes are out), or a bypass in panic mode.
+    #[inline(always)]
     fn admit(&self, i: usize, branch: Branch) -> Option<Pick> {
         let state = self.state(i);
         let (admission, branch) = match self.mode {

@@ -113,6 +113,7 @@ impl<E: Clone> Local<E> {
     /// Picks a backend for `route` at `now`, counting the branch taken.
     /// `timed`: the guard records the latency on every finish, not only on
     /// the sampled requests.
+    #[inline]
     pub(crate) fn route(
         &mut self,
         shared: &Shared<E>,

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::time::Instant;
 
 use super::lru::Lru;
-use crate::breaker::{Breaker, BreakerState, Permit, Policy};
+use crate::breaker::{Breaker, BreakerState, Policy, Ticket};
 
 /// The most pairs [`BreakerScope::BackendModel`] may track.
 pub(crate) const MAX_PAIRS: usize = 1_000_000;
@@ -113,9 +113,17 @@ impl Scoped {
             .is_none_or(|breaker| breaker.admits(now))
     }
 
-    /// A permit from the pair's breaker (tracked from now on), or `None`
-    /// when it refuses.
-    pub(crate) fn try_acquire(&self, uid: u64, key: u64, now: Instant) -> Option<Permit> {
+    /// The pair's breaker (tracked from now on) with its ticket, or `None`
+    /// when it refuses. A ticket rather than a [`Permit`]: the guard that
+    /// keeps it is smaller, and no second clone of the breaker is made.
+    ///
+    /// [`Permit`]: crate::breaker::Permit
+    pub(crate) fn try_acquire(
+        &self,
+        uid: u64,
+        key: u64,
+        now: Instant,
+    ) -> Option<(Breaker, Ticket)> {
         let (breaker, evicted) = {
             let mut pairs = self.lock();
             let (breaker, evicted) = pairs.get_or_insert_with((uid, key), || {
@@ -125,7 +133,8 @@ impl Scoped {
         };
         // Dropped outside the lock: the last reference frees the breaker.
         drop(evicted);
-        breaker.try_acquire_at(now).ok()
+        let ticket = breaker.try_ticket_at(now).ok()?;
+        Some((breaker, ticket))
     }
 
     /// The pair's breaker state at `now`; `Closed` when it is not tracked.

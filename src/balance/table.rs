@@ -16,7 +16,7 @@ use super::scoped::{BreakerScope, Scoped};
 use super::traffic::{FleetTraffic, Traffic};
 use super::{BalanceConfig, Classification, ResidencyHeader};
 use crate::backend::BackendId;
-use crate::breaker::{Breaker, OnTransition, Outcome, Permit, Policy, Ticket, Transition};
+use crate::breaker::{Breaker, OnTransition, Outcome, Policy, Ticket, Transition};
 use crate::health::HealthPolicy;
 use crate::ring::Ring;
 
@@ -191,6 +191,7 @@ impl BackendState {
     /// admitting — the
     /// backend's, or in `BackendModel` scope the (backend, model) pair's
     /// (lock-free unless a pair near it is not closed).
+    #[inline]
     pub(crate) fn eligible_for(&self, key: u64, now: &Now) -> bool {
         match &self.fleet.scoped {
             None => {
@@ -228,11 +229,14 @@ impl BackendState {
                 self.breaker
                     .record_ticket_with(ticket, Outcome::Failure, None, || now);
             }
-            Some(Admission::Pair(permit)) => permit.record_call(Outcome::Failure, None, now),
+            Some(Admission::Pair(breaker, ticket)) => {
+                breaker.record_ticket_at(ticket, Outcome::Failure, None, now);
+            }
             Some(Admission::Bypass) | None => {}
         }
     }
 
+    #[inline]
     pub(crate) fn try_acquire(&self, key: u64, now: &Now) -> Option<Admission> {
         match &self.fleet.scoped {
             None => self
@@ -242,7 +246,7 @@ impl BackendState {
                 .map(Admission::Backend),
             Some(pairs) => pairs
                 .try_acquire(self.uid, key, now.get())
-                .map(Admission::Pair),
+                .map(|(breaker, ticket)| Admission::Pair(breaker, ticket)),
         }
     }
 }
@@ -261,8 +265,9 @@ pub(crate) enum Admission {
     /// A ticket of the backend's own breaker (no clone of it needed: the
     /// guard holds the backend).
     Backend(Ticket),
-    /// A permit of a (backend, model) pair's breaker.
-    Pair(Permit),
+    /// A ticket of a (backend, model) pair's breaker, with the breaker
+    /// (the pair may be evicted from the map before the request ends).
+    Pair(Breaker, Ticket),
     /// Panic mode: no breaker was asked.
     Bypass,
 }

@@ -187,7 +187,10 @@ impl Breaker {
     }
 
     /// As [`Breaker::try_ticket_at`], reading the time from `now` only
-    /// when the breaker does not admit freely.
+    /// when the breaker does not admit freely. Inlined: the free path is a
+    /// load, and its ticket comes back in a register rather than through
+    /// the stack; the locked path stays out of line.
+    #[inline]
     pub(crate) fn try_ticket_with(
         &self,
         now: impl FnOnce() -> Instant,
@@ -196,8 +199,16 @@ impl Breaker {
         if published & 1 == 1 {
             return Ok(CircuitState::ticket_for(published >> 1));
         }
+        self.try_ticket_locked(now())
+    }
+
+    /// [`Breaker::try_ticket_with`] while the breaker does not admit
+    /// freely: under the lock.
+    #[cold]
+    #[inline(never)]
+    fn try_ticket_locked(&self, now: Instant) -> Result<Ticket, BreakerOpen> {
         let mut state = self.lock();
-        let admitted = state.try_acquire(now());
+        let admitted = state.try_acquire(now);
         let transition = match admitted {
             Ok((_, transition)) | Err(Refused { transition, .. }) => transition,
         };

@@ -115,7 +115,7 @@ impl ModelId {
             Some(InvalidReason::Empty)
         } else if name.len() > Self::MAX_LEN {
             Some(InvalidReason::TooLong(Self::MAX_LEN))
-        } else if !name.bytes().all(|b| b.is_ascii_graphic())
+        } else if !is_graphic(name.as_bytes())
             // Not all visible ASCII: check characters (slower).
             && name.chars().any(|c| c.is_whitespace() || c.is_control())
         {
@@ -127,6 +127,14 @@ impl ModelId {
             Some(reason) => Err(InvalidRoute::new(source, reason)),
             None => Ok(xxhash_rust::xxh3::xxh3_64(name.as_bytes())),
         }
+    }
+
+    /// The hash of `name`, read from a header, when it is a valid model ID
+    /// of visible ASCII (the common case): one pass over the bytes, then the
+    /// hash. `None` sends the caller to the full checks, which say why.
+    fn hash_visible(name: &[u8]) -> Option<u64> {
+        let plain = !name.is_empty() && name.len() <= Self::MAX_LEN && is_graphic(name);
+        plain.then(|| xxhash_rust::xxh3::xxh3_64(name))
     }
 
     /// The ID as a string.
@@ -292,6 +300,7 @@ pub(crate) struct RouteView<'a> {
 impl<'a> RouteView<'a> {
     /// As [`RouteInfo::from_parts`], borrowing; also reads an [`Exclude`]
     /// extension.
+    #[inline]
     pub(crate) fn from_parts(
         extensions: &'a Extensions,
         headers: &'a HeaderMap,
@@ -311,11 +320,15 @@ impl<'a> RouteView<'a> {
     /// headers (cheaper than four hashed lookups for the few headers a
     /// request carries), then the checks in a fixed order: model ID, kind,
     /// urgency, size.
+    #[inline]
     pub(crate) fn from_headers(headers: &'a HeaderMap) -> Result<Self, InvalidRoute> {
         let found = Found::scan(headers);
-        let (model, hash) = match found.text(MODEL)? {
-            Some(text) => (text, ModelId::validate("x-model-id", text)?),
-            None => return Err(InvalidRoute::new("x-model-id", InvalidReason::Missing)),
+        let (model, hash) = match found.plain_model() {
+            Some(plain) => plain,
+            None => match found.text(MODEL)? {
+                Some(text) => (text, ModelId::validate("x-model-id", text)?),
+                None => return Err(InvalidRoute::new("x-model-id", InvalidReason::Missing)),
+            },
         };
         let traits = Traits::from_found(&found)?;
         Ok(Self {
@@ -369,14 +382,19 @@ impl Traits {
     fn from_found(found: &Found<'_>) -> Result<Self, InvalidRoute> {
         // A known word is ASCII text: matched on the bytes, with the text
         // checked only to tell a value that is not text from an unknown one.
+        // The lowercase words, as clients send them, compare as a few
+        // words of memory; other cases byte by byte.
         let kind = match found.bytes(KIND)? {
-            None => RequestKind::default(),
+            None | Some(b"inference") => RequestKind::Inference,
+            Some(b"update") => RequestKind::Update,
             Some(b) if b.eq_ignore_ascii_case(b"inference") => RequestKind::Inference,
             Some(b) if b.eq_ignore_ascii_case(b"update") => RequestKind::Update,
             Some(_) => return Err(found.unknown(KIND)),
         };
         let urgency = match found.bytes(URGENCY)? {
-            None => Urgency::default(),
+            None | Some(b"normal") => Urgency::Normal,
+            Some(b"high") => Urgency::High,
+            Some(b"critical") => Urgency::Critical,
             Some(b) if b.eq_ignore_ascii_case(b"normal") => Urgency::Normal,
             Some(b) if b.eq_ignore_ascii_case(b"high") => Urgency::High,
             Some(b) if b.eq_ignore_ascii_case(b"critical") => Urgency::Critical,
@@ -421,6 +439,27 @@ impl<'a> From<&'a RouteInfo> for RouteView<'a> {
     }
 }
 
+/// Whether every byte of `bytes` is visible ASCII other than space
+/// (`!` ..= `~`, as [`u8::is_ascii_graphic`]), eight bytes at a time.
+fn is_graphic(bytes: &[u8]) -> bool {
+    const LOW: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // For bytes below 0x80 no sum carries into the next byte: a byte's
+    // high bit after adding 0x5f says it is at least 0x21 (`!`), after
+    // adding 0x01 that it is 0x7f (DEL).
+    let word = |w: &[u8; 8]| {
+        let w = u64::from_ne_bytes(*w);
+        w & HIGH == 0
+            && w.wrapping_add(0x5f * LOW) & HIGH == HIGH
+            && w.wrapping_add(LOW) & HIGH == 0
+    };
+    match bytes.last_chunk::<8>() {
+        None => bytes.iter().all(u8::is_ascii_graphic),
+        // The last eight bytes cover what the whole words leave over.
+        Some(last) => bytes.as_chunks::<8>().0.iter().all(word) && word(last),
+    }
+}
+
 fn unrecognized(source: &'static str) -> InvalidRoute {
     InvalidRoute::new(source, InvalidReason::Unrecognized)
 }
@@ -462,6 +501,19 @@ impl<'a> Found<'a> {
             found.duplicate[i] |= found.values[i].replace(value).is_some();
         }
         found
+    }
+
+    /// The model ID and its hash when `x-model-id` is present once and
+    /// holds a valid ID of visible ASCII; `None` for anything else (the
+    /// full checks then name the header and the reason).
+    fn plain_model(&self) -> Option<(&'a str, u64)> {
+        if self.duplicate[MODEL] {
+            return None;
+        }
+        let value = self.values[MODEL]?;
+        let hash = ModelId::hash_visible(value.as_bytes())?;
+        // Visible ASCII: `to_str` cannot fail.
+        Some((value.to_str().ok()?, hash))
     }
 
     /// Header `i`'s bytes, if present once.
@@ -529,6 +581,24 @@ mod tests {
         assert_eq!(reason("a\u{a0}b"), InvalidReason::ForbiddenCharacter);
         assert!(ModelId::new(&"m".repeat(256)).is_ok());
         assert_eq!(reason(&"m".repeat(257)), InvalidReason::TooLong(256));
+    }
+
+    #[test]
+    fn graphic_bytes_are_checked_eight_at_a_time() {
+        for b in 0..=u8::MAX {
+            for len in 1..=17 {
+                for at in [0, len / 2, len - 1] {
+                    let mut bytes = vec![b'm'; len];
+                    bytes[at] = b;
+                    assert_eq!(
+                        is_graphic(&bytes),
+                        b.is_ascii_graphic(),
+                        "{b:#x} at {at} of {len}"
+                    );
+                }
+            }
+        }
+        assert!(is_graphic(b""));
     }
 
     #[test]

@@ -20,8 +20,8 @@ fn scoped(max_pairs: usize) -> Scoped {
 }
 
 fn trip(scoped: &Scoped, uid: u64, key: u64, now: Instant) {
-    let permit = scoped.try_acquire(uid, key, now).expect("closed");
-    permit.record_at(Outcome::Failure, now);
+    let (breaker, ticket) = scoped.try_acquire(uid, key, now).expect("closed");
+    breaker.record_ticket_at(ticket, Outcome::Failure, None, now);
 }
 
 fn gauges(scoped: &Scoped) -> usize {
@@ -82,11 +82,13 @@ fn an_open_pair_still_asked_for_stays_tracked() {
 #[test]
 fn an_evicted_pair_records_harmlessly() {
     let (pairs, now) = (scoped(1), Instant::now());
-    let held = pairs.try_acquire(1, A, now).expect("closed");
+    let (held, ticket) = pairs.try_acquire(1, A, now).expect("closed");
     drop(pairs.try_acquire(2, B, now));
     assert_eq!(pairs.len(), 1);
-    // The evicted breaker opens on this failure, then goes with the permit.
-    held.record_at(Outcome::Failure, now);
+    // The evicted breaker opens on this failure, then goes with the ticket's
+    // holder.
+    held.record_ticket_at(ticket, Outcome::Failure, None, now);
+    drop(held);
     assert_eq!(gauges(&pairs), 0);
     assert!(pairs.admits(1, A, now));
     assert!(pairs.try_acquire(1, A, now).is_some(), "a fresh breaker");
