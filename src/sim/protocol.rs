@@ -5,7 +5,9 @@
 //!
 //! let path = protocol::infer_path("resnet-50");
 //! assert_eq!(path, "/v2/models/resnet-50/infer");
-//! assert_eq!(protocol::parse_infer_path(&path), Some("resnet-50"));
+//! assert_eq!(protocol::parse_infer_path(&path).as_deref(), Some("resnet-50"));
+//! // Names are percent-encoded in the path.
+//! assert_eq!(protocol::infer_path("org/m"), "/v2/models/org%2Fm/infer");
 //! assert_eq!(protocol::BACKEND_HEADER, "x-sim-backend");
 //! ```
 //!
