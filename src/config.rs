@@ -384,12 +384,17 @@ impl serde::de::Visitor<'_> for RingSeedVisitor {
     }
 
     fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<RingSeed, E> {
-        let seed = match text.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16),
-            None => text.parse(),
+        // Digits only: no sign, which `from_str_radix` would accept.
+        let (digits, radix) = match text.strip_prefix("0x") {
+            Some(hex) => (hex, 16),
+            None => (text, 10),
         };
-        seed.map(RingSeed)
-            .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(text), &self))
+        let all_digits = digits.chars().all(|c| c.is_digit(radix));
+        u64::from_str_radix(digits, radix)
+            .ok()
+            .filter(|_| all_digits)
+            .map(RingSeed)
+            .ok_or_else(|| E::invalid_value(serde::de::Unexpected::Str(text), &self))
     }
 }
 

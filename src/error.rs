@@ -64,6 +64,9 @@ pub enum InvalidReason {
     /// The request body could not be read whole (the client broke it
     /// off, or its framing is wrong): the client's error, not a backend's.
     Unreadable,
+    /// A percent-encoded path segment holds a `%` not followed by two hex
+    /// digits.
+    BadEscape,
 }
 
 impl InvalidRoute {
@@ -84,6 +87,7 @@ impl fmt::Display for InvalidReason {
             Self::Unrecognized => f.write_str("not a recognized value"),
             Self::NotJson => f.write_str("not a JSON object"),
             Self::Unreadable => f.write_str("could not be read"),
+            Self::BadEscape => f.write_str("holds a `%` not followed by two hex digits"),
         }
     }
 }

@@ -328,6 +328,9 @@ fn a_ring_seed_above_i64_max_is_written_as_a_string_toml_can_hold() {
         "ring_seed = -1",
         "ring_seed = \"0x1ffffffffffffffff\"",
         "ring_seed = \"seven\"",
+        "ring_seed = \"+5\"",
+        "ring_seed = \"0x+5\"",
+        "ring_seed = \"\"",
         "ring_seed = 1.5",
     ] {
         match StackConfig::from_toml(&format!("[balance]\n{text}")).unwrap_err() {

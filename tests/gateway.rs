@@ -222,6 +222,22 @@ async fn an_invalid_model_id_is_a_400_with_an_openai_error() {
             "{error}"
         );
     }
+    // A KServe v2 path with a bad escape or of the wrong shape: the
+    // path's error, before any backend.
+    for path in [
+        "/v2/models/%zz/infer",
+        "/v2/models/a%2/infer",
+        "/v2/models/a/versions//infer",
+    ] {
+        let reply = gw.post(path, r#"{"inputs": []}"#).await;
+        assert_eq!(reply.status, 400, "{path}: {}", reply.body);
+        let error = &reply.json()["error"];
+        assert_eq!(error["code"], "invalid_route", "{path}");
+        assert!(
+            error["message"].as_str().unwrap().contains("`path`"),
+            "{error}"
+        );
+    }
     assert_eq!(gw.backend_work(), 0, "no backend saw a bad request");
 }
 

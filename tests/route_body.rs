@@ -329,6 +329,8 @@ async fn a_kserve_v2_path_name_is_percent_decoded_and_validated() {
         ("/v2/models/%E6%A8%A1/infer", "模"),
         ("/v2/models/org%2Fm/infer", "org/m"),
         ("/v2/models/plain/infer", "plain"),
+        ("/v2/models/%25/infer", "%"),
+        ("/v2/models/a/versions/2/infer", "a"),
     ] {
         let seen = route(path).await.unwrap();
         assert_eq!(seen.route.unwrap().model.as_str(), name, "{path}");
@@ -337,6 +339,20 @@ async fn a_kserve_v2_path_name_is_percent_decoded_and_validated() {
         ("/v2/models/%FF%FE/infer", InvalidReason::NotText),
         ("/v2/models/a%01b/infer", InvalidReason::ForbiddenCharacter),
         ("/v2/models/a%20b/infer", InvalidReason::ForbiddenCharacter),
+        // A `%` that escapes nothing is refused, not passed on as written
+        // (`%` would then name the same model as `%25`).
+        ("/v2/models/%zz/infer", InvalidReason::BadEscape),
+        ("/v2/models/%/infer", InvalidReason::BadEscape),
+        ("/v2/models/a%2/infer", InvalidReason::BadEscape),
+        ("/v2/models/a%2g/infer", InvalidReason::BadEscape),
+        // An inference path of the wrong shape is the path's error, not a
+        // body to read.
+        ("/v2/models/a/versions//infer", InvalidReason::Unrecognized),
+        (
+            "/v2/models/a/versions/1/2/infer",
+            InvalidReason::Unrecognized,
+        ),
+        ("/v2/models/a/b/infer", InvalidReason::Unrecognized),
     ] {
         let err = route(path).await.unwrap_err();
         let err = err.downcast_ref::<InvalidRoute>().expect("typed");

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use tower::balance::p2c::Balance;
 use tower::buffer::Buffer;
@@ -73,6 +73,8 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
     connector.set_nodelay(true);
     let client = Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
+        // Without a timer the idle timeout is never checked.
+        .pool_timer(TokioTimer::new())
         .build(connector);
     servers
         .iter()

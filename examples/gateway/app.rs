@@ -160,6 +160,8 @@ impl Gateway {
     pub fn new(config: Config) -> Result<Self, BoxError> {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
+            // Without a timer the idle timeout is never checked.
+            .pool_timer(TokioTimer::new())
             .build_http::<ClientBody>();
         let backends: Vec<_> = config
             .backends

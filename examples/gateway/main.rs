@@ -20,6 +20,15 @@
 mod app;
 mod args;
 
+/// `println!` that ignores a closed stdout (`gateway | head -1`) instead
+/// of panicking: the gateway keeps serving whoever reads its output.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 use std::process::ExitCode;
 
 use tokio::net::TcpListener;
@@ -43,7 +52,7 @@ async fn main() -> ExitCode {
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(Stop::Help) => {
-            println!("{}", args::USAGE);
+            say!("{}", args::USAGE);
             return ExitCode::SUCCESS;
         }
         Err(Stop::Error(message)) => {
@@ -105,11 +114,11 @@ async fn run(args: Args) -> Result<(), String> {
         .map(|(id, origin)| format!("{id} {origin}"))
         .collect();
     let gateway = Gateway::new(config).map_err(|e| e.to_string())?;
-    println!("gateway on http://{addr} → {}", backends.join(", "));
+    say!("gateway on http://{addr} → {}", backends.join(", "));
     if args.down {
-        println!("every simulated backend answers 503 (--down)");
+        say!("every simulated backend answers 503 (--down)");
     }
-    println!("{}", try_it(&addr.to_string(), args.down));
+    say!("{}", try_it(&addr.to_string(), args.down));
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -117,7 +126,7 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| format!("serving: {e}"))?;
     let s = gateway.handle.stats();
-    println!(
+    say!(
         "routed: {} to a resident owner, {} to a cold owner, {} spilled, {} without a backend, {} invalid; {} breaker trips",
         s.resident_owner,
         s.cold_owner,
@@ -127,9 +136,13 @@ async fn run(args: Args) -> Result<(), String> {
         gateway.handle.breaker_trips()
     );
     let h = gateway.hedge.stats();
-    println!(
+    say!(
         "hedged: {} of {} requests, {} won; suppressed by budget {}, by load {}",
-        h.hedges, h.requests, h.hedges_won, h.suppressed_by_budget, h.suppressed_by_load
+        h.hedges,
+        h.requests,
+        h.hedges_won,
+        h.suppressed_by_budget,
+        h.suppressed_by_load
     );
     Ok(())
 }

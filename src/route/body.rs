@@ -257,11 +257,9 @@ where
             Err(err) => return failed(err.into()),
         };
         if let Some(name) = kserve_v2_model(req.uri().path()) {
-            // The name as the client meant it: `%2F` is `/`, `%E6%A8%A1`
-            // is `模`, as in a JSON body (and as a server decodes it).
-            let decoded = percent_encoding::percent_decode_str(name).decode_utf8();
-            let Ok(name) = decoded else {
-                return failed(InvalidRoute::new("path", InvalidReason::NotText).into());
+            let name = match name.and_then(decode_segment) {
+                Ok(name) => name,
+                Err(err) => return failed(err.into()),
             };
             return match ModelId::from_source("path", &name) {
                 Ok(model) => {
@@ -321,17 +319,42 @@ fn failed<T>(err: BoxError) -> ResponseFuture<T> {
     }
 }
 
-/// The `{name}` of a KServe v2 inference path, if `path` is one.
-fn kserve_v2_model(path: &str) -> Option<&str> {
-    let rest = path.strip_prefix("/v2/models/")?;
-    let rest = rest.strip_suffix("/infer")?;
+/// The model name segment of a KServe v2 inference path,
+/// `/v2/models/{name}/infer` or `/v2/models/{name}/versions/{v}/infer`, as
+/// sent (percent-encoded); `None` if `path` is not an inference path of the
+/// `/v2/models/…/infer` form (the body names the model), and an
+/// [`InvalidRoute`] from `"path"` if it is one with more segments or an
+/// empty version.
+fn kserve_v2_model(path: &str) -> Option<Result<&str, InvalidRoute>> {
+    let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
     let mut segments = rest.split('/');
-    let name = segments.next()?;
-    match (segments.next(), segments.next(), segments.next()) {
-        (None, _, _) => Some(name),
-        (Some("versions"), Some(version), None) if !version.is_empty() => Some(name),
-        _ => None,
+    let name = segments.next().unwrap_or_default();
+    let well_formed = match (segments.next(), segments.next(), segments.next()) {
+        (None, _, _) => true,
+        (Some("versions"), Some(version), None) => !version.is_empty(),
+        _ => false,
+    };
+    Some(match well_formed {
+        true => Ok(name),
+        false => Err(InvalidRoute::new("path", InvalidReason::Unrecognized)),
+    })
+}
+
+/// A path segment as the client meant it: `%2F` is `/`, `%E6%A8%A1` is
+/// `模`, as in a JSON body (and as a server decodes it). A `%` not followed
+/// by two hex digits is [`InvalidReason::BadEscape`] (passing it on as
+/// written would make `%25` and `%` the same model); bytes that are not
+/// UTF-8 once decoded are [`InvalidReason::NotText`].
+fn decode_segment(segment: &str) -> Result<std::borrow::Cow<'_, str>, InvalidRoute> {
+    let bytes = segment.as_bytes();
+    let hex = |at: usize| bytes.get(at).is_some_and(u8::is_ascii_hexdigit);
+    let bad_escape = (0..bytes.len()).any(|i| bytes[i] == b'%' && !(hex(i + 1) && hex(i + 2)));
+    if bad_escape {
+        return Err(InvalidRoute::new("path", InvalidReason::BadEscape));
     }
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .map_err(|_| InvalidRoute::new("path", InvalidReason::NotText))
 }
 
 /// The model ID in the top-level `"model"` string of the JSON object

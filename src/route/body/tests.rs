@@ -65,24 +65,47 @@ fn deep_nesting_is_skipped_without_overflow() {
 
 #[test]
 fn kserve_v2_paths() {
-    assert_eq!(kserve_v2_model("/v2/models/resnet/infer"), Some("resnet"));
+    let name = |path| kserve_v2_model(path).map(|r| r.map_err(|e| (e.source, e.reason)));
+    assert_eq!(name("/v2/models/resnet/infer"), Some(Ok("resnet")));
     assert_eq!(
-        kserve_v2_model("/v2/models/resnet/versions/3/infer"),
-        Some("resnet")
+        name("/v2/models/resnet/versions/3/infer"),
+        Some(Ok("resnet"))
     );
-    assert_eq!(kserve_v2_model("/v2/models//infer"), Some(""));
+    assert_eq!(name("/v2/models//infer"), Some(Ok("")));
     for path in [
-        "/v2/models/resnet",
-        "/v2/models/resnet/ready",
         "/v2/models/resnet/versions//infer",
         "/v2/models/resnet/versions/3/4/infer",
         "/v2/models/a/b/infer",
+    ] {
+        let wrong_shape = Err(("path", InvalidReason::Unrecognized));
+        assert_eq!(name(path), Some(wrong_shape), "{path}");
+    }
+    for path in [
+        "/v2/models/resnet",
+        "/v2/models/resnet/ready",
         "/v1/models/resnet/infer",
         "/v2/models/resnet/infer/",
         "/",
     ] {
-        assert_eq!(kserve_v2_model(path), None, "{path}");
+        assert_eq!(name(path), None, "{path}");
     }
+}
+
+#[test]
+fn percent_escapes() {
+    assert_eq!(decode_segment("a%2Fb").unwrap(), "a/b");
+    assert_eq!(decode_segment("%25").unwrap(), "%");
+    assert_eq!(decode_segment("%e6%a8%a1").unwrap(), "模");
+    for bad in ["%", "%z1", "%1", "a%", "a%g0", "%%20"] {
+        let err = decode_segment(bad).unwrap_err();
+        assert_eq!(
+            (err.source, err.reason),
+            ("path", InvalidReason::BadEscape),
+            "{bad}"
+        );
+    }
+    let err = decode_segment("%FF").unwrap_err();
+    assert_eq!(err.reason, InvalidReason::NotText);
 }
 
 #[test]
