@@ -2,10 +2,11 @@
 //! builders (feature `serde`).
 //!
 //! Every section and key is optional: what a file leaves out keeps its
-//! default. Durations carry their unit in the key (`_ms`). An unknown key,
-//! a value of the wrong type, or a value out of its builder's range is an
-//! error naming the key (`balance.load_factor`) and, for a range, what it
-//! must be. `examples/stack.toml` lists every key with its default.
+//! default. Durations carry their unit in the key (`_ms`). An unknown key
+//! or a value of the wrong type is a [`ConfigError::Parse`] with the
+//! parser's message: its line and column and the offending line. A value
+//! out of its builder's range is a [`ConfigError::Invalid`] naming the key
+//! (`balance.load_factor`) and what it must be. `examples/stack.toml` lists every key with its default.
 //! [`StackConfig::to_toml`] writes the settings back as such a file (every
 //! key, the values in force), which reads back into the same settings.
 //!
