@@ -217,7 +217,13 @@ impl PolicyBuilder {
     }
 
     /// How long a timed call must take to be slow (1 ms ..= 1 h; default
-    /// 10 s). Calls marked as cold loads are never timed.
+    /// 10 s). Calls marked as cold loads are never timed, but a warm
+    /// request queued behind loads is: in front of servers that load
+    /// models on demand, a flood of new models can make most of a
+    /// backend's warm calls slow and open its breaker (shedding while the
+    /// backend is saturated). Set this above the longest wait a backend's
+    /// queue may legitimately hold (a cold load plus its queue) if that is
+    /// not what you want.
     pub fn slow_call_duration(mut self, duration: Duration) -> Self {
         self.policy.slow_call_duration = duration;
         self
