@@ -75,7 +75,7 @@ impl Args {
                             "--backend `{text}`: only http:// (the example's client has no TLS)"
                         )));
                     }
-                    if parsed.backends.contains(&origin) {
+                    if parsed.backends.iter().any(|b| same_backend(b, &origin)) {
                         return Err(Stop::Error(format!(
                             "--backend `{text}` given twice: each backend once"
                         )));
@@ -121,6 +121,26 @@ fn number(text: &str, flag: &str, min: usize, max: usize) -> Result<usize, Stop>
             "{flag}: `{text}` is not a whole number in {min}..={max}"
         ))),
     }
+}
+
+/// Whether two origins name the same backend: the same scheme, host (any
+/// case) and port, the scheme's default port when none is written
+/// (`http://a` is `http://a:80`; `http://a:01` is `http://a:1`).
+fn same_backend(a: &Origin, b: &Origin) -> bool {
+    let key = |o: &Origin| {
+        let default = if o.scheme() == &http::uri::Scheme::HTTPS {
+            443
+        } else {
+            80
+        };
+        let authority = o.authority();
+        (
+            o.scheme().clone(),
+            authority.host().to_ascii_lowercase(),
+            authority.port_u16().unwrap_or(default),
+        )
+    };
+    key(a) == key(b)
 }
 
 #[cfg(test)]
@@ -179,6 +199,15 @@ mod tests {
                 "http://10.0.0.1:8000",
                 "--backend",
                 "http://10.0.0.1:8000",
+            ],
+            // The same backend written another way.
+            &["--backend", "http://a:1", "--backend", "http://a:01"],
+            &["--backend", "http://a", "--backend", "http://a:80"],
+            &[
+                "--backend",
+                "http://Node-1:8000",
+                "--backend",
+                "http://node-1:8000",
             ],
         ] {
             assert!(
