@@ -248,6 +248,30 @@ async fn the_layer_reports_its_breakers_transitions_to_its_hook() {
     );
 }
 
+/// A fresh breaker and the body of the response to one call through it,
+/// over a service answering the body `make` builds.
+async fn body_through_breaker<B>(
+    make: impl Fn() -> B + Clone + Send + 'static,
+) -> (
+    tower_model_balance::breaker::Breaker,
+    impl http_body::Body<Data = Bytes, Error = B::Error>,
+)
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<tower::BoxError>,
+{
+    use tower_model_balance::breaker::{Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
+
+    let breaker = Breaker::new(Policy::default());
+    let inner = tower::service_fn(move |_req: http::Request<()>| {
+        let body = make();
+        async move { Ok::<_, Infallible>(http::Response::new(body)) }
+    });
+    let service = CircuitBreaker::new(inner, breaker.clone(), ServerErrorsAsFailures::default());
+    let response = service.oneshot(http::Request::new(())).await.unwrap();
+    (breaker, response.into_body())
+}
+
 /// The breaker's response body passes the inner body's end and size on,
 /// and settles the call on the frame that ends the body, before the
 /// caller polls again.
@@ -255,18 +279,9 @@ async fn the_layer_reports_its_breakers_transitions_to_its_hook() {
 async fn the_response_body_reports_its_end_and_size_and_settles_on_its_last_frame() {
     use http_body::Body as _;
     use http_body_util::{BodyExt, Full};
-    use tower_model_balance::breaker::{Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
 
-    let breaker = Breaker::new(Policy::default());
-    let inner = tower::service_fn(|_req: http::Request<()>| async {
-        Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"hello"))))
-    });
-    let service = CircuitBreaker::new(inner, breaker.clone(), ServerErrorsAsFailures::default());
-    let mut body = service
-        .oneshot(http::Request::new(()))
-        .await
-        .unwrap()
-        .into_body();
+    let (breaker, body) = body_through_breaker(|| Full::new(Bytes::from_static(b"hello"))).await;
+    let mut body = std::pin::pin!(body);
     assert_eq!(body.size_hint().exact(), Some(5), "the inner body's size");
     assert!(!body.is_end_stream(), "a frame is left");
     assert_eq!(
@@ -290,23 +305,16 @@ async fn the_response_body_reports_its_end_and_size_and_settles_on_its_last_fram
 async fn a_body_failing_after_its_first_frame_is_a_failure() {
     use http_body::Frame;
     use http_body_util::{BodyExt, StreamBody};
-    use tower_model_balance::breaker::{Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
 
-    let breaker = Breaker::new(Policy::default());
-    let inner = tower::service_fn(|_req: http::Request<()>| async {
+    let (breaker, body) = body_through_breaker(|| {
         let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
             Ok(Frame::data(Bytes::from_static(b"partial"))),
             Err(std::io::Error::other("connection reset")),
         ];
-        let body = StreamBody::new(futures_util::stream::iter(frames));
-        Ok::<_, Infallible>(http::Response::new(body))
-    });
-    let service = CircuitBreaker::new(inner, breaker.clone(), ServerErrorsAsFailures::default());
-    let mut body = service
-        .oneshot(http::Request::new(()))
-        .await
-        .unwrap()
-        .into_body();
+        StreamBody::new(futures_util::stream::iter(frames))
+    })
+    .await;
+    let mut body = std::pin::pin!(body);
     assert!(body.frame().await.unwrap().is_ok(), "the first frame");
     assert_eq!(
         breaker.metrics().calls,

@@ -184,6 +184,13 @@ async fn the_hedge_series_carry_the_hedge_layers_counters() {
 #[derive(Default)]
 struct Descriptions(std::sync::Mutex<Vec<(String, String)>>);
 
+impl Descriptions {
+    fn keep(&self, key: metrics::KeyName, help: metrics::SharedString) {
+        let entry = (key.as_str().to_string(), help.to_string());
+        self.0.lock().unwrap().push(entry);
+    }
+}
+
 impl metrics::Recorder for Descriptions {
     fn describe_counter(
         &self,
@@ -191,10 +198,7 @@ impl metrics::Recorder for Descriptions {
         _: Option<metrics::Unit>,
         help: metrics::SharedString,
     ) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((key.as_str().to_string(), help.to_string()));
+        self.keep(key, help);
     }
     fn describe_gauge(
         &self,
@@ -202,10 +206,7 @@ impl metrics::Recorder for Descriptions {
         _: Option<metrics::Unit>,
         help: metrics::SharedString,
     ) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((key.as_str().to_string(), help.to_string()));
+        self.keep(key, help);
     }
     fn describe_histogram(
         &self,
