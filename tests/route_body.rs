@@ -1,7 +1,6 @@
 //! `ModelFromBody`: the model ID from an OpenAI-style JSON body or a KServe
 //! v2 path, in front of an echo service and in front of the balancer.
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -18,21 +17,12 @@ use tower_model_balance::error::{BoxError, InvalidReason, InvalidRoute, PayloadT
 use tower_model_balance::route::{ModelFromBodyLayer, ModelId, RequestKind, RouteInfo, Urgency};
 
 /// A body in several chunks, to check they arrive whole and in order.
-struct Chunks(VecDeque<Bytes>);
-
-impl Body for Chunks {
-    type Data = Bytes;
-    type Error = Infallible;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
-    }
-}
-
-fn chunks(parts: &[&[u8]]) -> Chunks {
-    Chunks(parts.iter().map(|p| Bytes::copy_from_slice(p)).collect())
+fn chunks(parts: &[&[u8]]) -> impl Body<Data = Bytes, Error = Infallible> {
+    let frames: Vec<Result<Frame<Bytes>, Infallible>> = parts
+        .iter()
+        .map(|p| Ok(Frame::data(Bytes::copy_from_slice(p))))
+        .collect();
+    http_body_util::StreamBody::new(futures_util::stream::iter(frames))
 }
 
 /// A body that fails when read.
