@@ -27,3 +27,16 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
 }
+
+/// Prints the live heap `before` and `after` (what `label` sent between)
+/// and asserts it stayed flat: within 64 KiB, slack for the allocator's
+/// own bookkeeping, far below what a table growing with the input keeps.
+pub fn assert_flat(label: &str, before: isize, after: isize) {
+    let growth = after - before;
+    println!(
+        "{label}: live heap {} KiB before, {} KiB after ({growth:+} bytes)",
+        before / 1024,
+        after / 1024
+    );
+    assert!(growth.abs() < 64 * 1024, "{label}: grew by {growth} bytes");
+}
