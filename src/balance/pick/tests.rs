@@ -109,18 +109,23 @@ const RULES: Rules = Rules {
     prefer_warm: false,
 };
 
-/// Picks with no randomness available (inference over at most two
-/// resident owners never samples).
-fn pick_now(t: &Table, ask: &Ask) -> Option<(usize, Branch)> {
-    let mut no_random = || unreachable!("this pick does not sample");
-    let p = pick(
+/// Picks under [`RULES`], the clock read if needed, a fresh scratch.
+fn pick_with(t: &Table, ask: &Ask, random: &mut impl FnMut() -> u64) -> Option<Pick> {
+    pick(
         t,
         ask,
         &RULES,
         &Now::lazy(),
-        &mut no_random,
+        random,
         &mut Scratch::default(),
-    )?;
+    )
+}
+
+/// Picks with no randomness available (inference over at most two
+/// resident owners never samples).
+fn pick_now(t: &Table, ask: &Ask) -> Option<(usize, Branch)> {
+    let mut no_random = || unreachable!("this pick does not sample");
+    let p = pick_with(t, ask, &mut no_random)?;
     Some((p.index, p.branch))
 }
 
@@ -370,15 +375,7 @@ async fn empty_table_has_no_pick() {
     let r = route("m");
     assert!(pick_now(&t, &ask(&r, 2)).is_none());
     let update = route("m").with_kind(RequestKind::Update);
-    assert!(pick(
-        &t,
-        &ask(&update, 0),
-        &RULES,
-        &Now::lazy(),
-        &mut || 7,
-        &mut Scratch::default()
-    )
-    .is_none());
+    assert!(pick_with(&t, &ask(&update, 0), &mut || 7).is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -392,15 +389,7 @@ async fn update_falls_back_to_the_cheapest_eligible() {
     let others: Vec<usize> = (0..4).filter(|i| *i != a && *i != b).collect();
     set_load(&t, others[0], 5);
     set_load(&t, others[1], 1);
-    let p = pick(
-        &t,
-        &ask(&update, 0),
-        &RULES,
-        &Now::lazy(),
-        &mut zero,
-        &mut Scratch::default(),
-    )
-    .unwrap();
+    let p = pick_with(&t, &ask(&update, 0), &mut zero).unwrap();
     assert_eq!((p.index, p.branch), (others[1], Branch::Update));
 }
 
@@ -425,15 +414,7 @@ async fn update_redraws_an_ineligible_sample() {
     };
     let mut costly = 0;
     for _ in 0..10_000 {
-        let p = pick(
-            &t,
-            &ask(&update, 0),
-            &RULES,
-            &Now::lazy(),
-            &mut next,
-            &mut Scratch::default(),
-        )
-        .unwrap();
+        let p = pick_with(&t, &ask(&update, 0), &mut next).unwrap();
         assert!(p.index >= 2, "an open breaker is not picked");
         costly += usize::from(p.index == 7);
         drop(p);
@@ -471,7 +452,7 @@ proptest! {
         };
         let mut values = [x, y].into_iter();
         let update = route("m").with_kind(RequestKind::Update);
-        let p = pick(&t, &ask(&update, 0), &RULES, &Now::lazy(), &mut || values.next().unwrap(), &mut Scratch::default()).unwrap();
+        let p = pick_with(&t, &ask(&update, 0), &mut || values.next().unwrap()).unwrap();
         prop_assert!(p.index == a || p.index == b);
         prop_assert_eq!(p.branch, Branch::Update);
         prop_assert_eq!(costs[p.index], costs[a].min(costs[b]));
@@ -557,36 +538,12 @@ async fn a_pick_asks_for_confirmation_until_the_model_is_served() {
     let r = route("llama");
     let key = r.model.hash64();
     let mut no_random = || unreachable!("this pick does not sample");
-    let first = pick(
-        &t,
-        &ask(&r, 1),
-        &RULES,
-        &Now::lazy(),
-        &mut no_random,
-        &mut Scratch::default(),
-    )
-    .unwrap();
+    let first = pick_with(&t, &ask(&r, 1), &mut no_random).unwrap();
     assert!(first.confirms, "a cold load");
-    let second = pick(
-        &t,
-        &ask(&r, 1),
-        &RULES,
-        &Now::lazy(),
-        &mut no_random,
-        &mut Scratch::default(),
-    )
-    .unwrap();
+    let second = pick_with(&t, &ask(&r, 1), &mut no_random).unwrap();
     assert!(second.confirms, "still loading: no response yet");
     t.backends[first.index].residency.confirm(key);
-    let third = pick(
-        &t,
-        &ask(&r, 1),
-        &RULES,
-        &Now::lazy(),
-        &mut no_random,
-        &mut Scratch::default(),
-    )
-    .unwrap();
+    let third = pick_with(&t, &ask(&r, 1), &mut no_random).unwrap();
     assert!(!third.confirms, "served");
 }
 
@@ -674,15 +631,7 @@ async fn a_breaker_whose_open_duration_is_up_takes_the_next_request_as_its_probe
     tokio::time::advance(breaker.policy().open_duration()).await;
     let permits = breaker.policy().half_open_permits();
     for probe in 0..permits {
-        let picked = pick(
-            &t,
-            &ask(&r, 2),
-            &RULES,
-            &Now::lazy(),
-            &mut || 0,
-            &mut Scratch::default(),
-        )
-        .unwrap();
+        let picked = pick_with(&t, &ask(&r, 2), &mut || 0).unwrap();
         assert_eq!(picked.index, order[0], "probe {probe}");
         // Held, as a request in flight would be.
         std::mem::forget(picked);
