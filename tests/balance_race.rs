@@ -114,7 +114,7 @@ async fn run(balancer: ModelBalancer<Stepped, Lcg>, seed: u64) -> u64 {
     };
     let mut finished = 0;
     // One clone per task, as a server's connection task holds: it times
-    // one request in four, so both kinds of guard are raced.
+    // only the requests in its sample, so both kinds of guard are raced.
     let mut svc = balancer;
     for i in 0..REQUESTS {
         let steps = draw(4) as u32;

@@ -173,9 +173,10 @@ impl Guard {
     /// Records the request's outcome now.
     ///
     /// Guards from [`ModelBalancer::pick`](super::ModelBalancer::pick)
-    /// always record the latency; the `Service` path times a clone's first
-    /// request and one in four after it, sparing two clock reads on the
-    /// others. A failure is always recorded (as at least the failure
+    /// always record the latency; the `Service` path times the requests in
+    /// the clone's sample (every request while the clone's traffic is
+    /// light, down to one in 16 while it is heavy), sparing two clock
+    /// reads on the others. A failure is always recorded (as at least the failure
     /// penalty when it was not timed).
     #[inline]
     pub fn finish(mut self, outcome: Outcome) {

@@ -149,6 +149,7 @@ mod placement;
 mod probing;
 mod residency;
 mod router;
+mod sampler;
 mod scoped;
 mod service;
 mod staging;

@@ -7,6 +7,7 @@ use super::clock::Now;
 use super::demand::Bounds;
 use super::guard::Guard;
 use super::pick::{pick, Ask, Branch, Rules, Scratch};
+use super::sampler::Sampler;
 use super::table::Snapshot;
 use super::Shared;
 use crate::backend::BackendId;
@@ -35,31 +36,17 @@ impl<E> Picked<E> {
 
 /// One balancer clone's view of the shared state: the snapshot it last
 /// loaded (reloaded only when discovery published a newer one — one atomic
-/// load per request instead of an `ArcSwap` load) and the random stream
-/// that samples requests.
+/// load per request instead of an `ArcSwap` load) and the sample of its
+/// requests that feeds the estimates.
 #[derive(Debug)]
 pub(crate) struct Local<E> {
     snapshot: Arc<Snapshot<E>>,
     generation: u64,
-    /// Xorshift64 state (never 0).
-    sampler: u64,
-    /// Whether this clone routed a request yet.
-    used: bool,
+    sampler: Sampler,
     /// Room for a pick's owner lists (on the heap only once a model with
     /// many owners is routed).
     scratch: Scratch,
 }
-
-/// After its first request, which is always in the sample, a clone puts
-/// one request in this many, drawn at random, in the sample: counted in
-/// the demand table, its latency timed, its model's recency renewed where
-/// it is resident. A long-lived clone (one per connection or task) pays
-/// for the shared counters and clock reads on a quarter of its requests —
-/// about 60 ns less per request; a clone made per request (axum's, or
-/// `clone().oneshot()`) feeds every request to the estimates. Random
-/// rather than every fourth request, so a client cycling through four
-/// models is not sampled for one model only.
-const SAMPLE: u64 = 4;
 
 impl<E> Local<E> {
     pub(crate) fn new(shared: &Shared<E>) -> Self {
@@ -67,8 +54,7 @@ impl<E> Local<E> {
         Self {
             snapshot: shared.snapshot.load_full(),
             generation,
-            sampler: 1,
-            used: false,
+            sampler: Sampler::new(1),
             scratch: Scratch::default(),
         }
     }
@@ -79,25 +65,9 @@ impl<E> Local<E> {
         Self {
             snapshot: self.snapshot.clone(),
             generation: self.generation,
-            sampler: seed | 1,
-            used: false,
+            sampler: Sampler::new(seed),
             scratch: Scratch::default(),
         }
-    }
-
-    /// Whether this request is in the sample: the clone's first, then one
-    /// in [`SAMPLE`] (Marsaglia's xorshift64).
-    fn sample(&mut self) -> bool {
-        if !self.used {
-            self.used = true;
-            return true;
-        }
-        let mut x = self.sampler;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.sampler = x;
-        x.is_multiple_of(SAMPLE)
     }
 
     fn refresh(&mut self, shared: &Shared<E>) {
@@ -133,7 +103,7 @@ impl<E: Clone> Local<E> {
         )
         .entered();
         self.refresh(shared);
-        let sample = self.sample();
+        let sample = self.sampler.sample();
         let snapshot = &self.snapshot;
         let table = &snapshot.table;
         let config = &shared.config;
@@ -193,12 +163,16 @@ impl<E: Clone> Local<E> {
             unseen,
             "picked"
         );
+        let started = (timed || sample).then(|| now.get());
+        if let (true, Some(started)) = (sample, started) {
+            self.sampler.started(started);
+        }
         Ok(Picked {
             endpoint: snapshot.endpoints[picked.index].clone(),
             guard: Guard::new(
                 state.clone(),
                 picked.admission,
-                (timed || sample).then(|| now.get()),
+                started,
                 (route.kind != RequestKind::Update).then_some(route.hash),
                 picked.confirms,
             ),
