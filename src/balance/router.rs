@@ -70,6 +70,12 @@ impl<E> Local<E> {
         }
     }
 
+    /// The probability of this clone's sample, as a power of 1/2 (tests).
+    #[cfg(test)]
+    pub(crate) fn sample_shift(&self) -> u32 {
+        self.sampler.shift()
+    }
+
     fn refresh(&mut self, shared: &Shared<E>) {
         let generation = shared.generation.load(Ordering::Acquire);
         if generation != self.generation {

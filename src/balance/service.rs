@@ -289,3 +289,64 @@ fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http_body_util::Empty;
+    use tower::discover::ServiceList;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::backend::BackendId;
+    use crate::balance::sampler::MAX_SHIFT;
+
+    /// Answers every request at once.
+    #[derive(Clone)]
+    struct Ok200;
+
+    impl Service<http::Request<()>> for Ok200 {
+        type Response = http::Response<Empty<Bytes>>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<()>) -> Self::Future {
+            std::future::ready(Ok(http::Response::new(Empty::new())))
+        }
+    }
+
+    /// Sends `n` requests for one model through `balancer`, `every` apart
+    /// on the paused clock.
+    async fn send(balancer: &mut ModelBalancer<Ok200>, n: usize, every: Duration) {
+        for _ in 0..n {
+            let request = http::Request::post("/infer")
+                .header("x-model-id", "llama")
+                .body(())
+                .unwrap();
+            let response = balancer.ready().await.unwrap().call(request).await;
+            drop(response.unwrap());
+            tokio::time::advance(every).await;
+        }
+    }
+
+    /// The `Service` path feeds each sampled request's start time to the
+    /// clone's sampler: a burst thins the sample, light traffic restores
+    /// it.
+    #[tokio::test(start_paused = true)]
+    async fn a_clone_samples_by_its_request_rate() {
+        let backends = ServiceList::new([Backend::new(BackendId::new("gpu-0").unwrap(), Ok200)]);
+        let mut balancer = ModelBalancer::new(backends, BalanceConfig::default()).unwrap();
+        assert_eq!(balancer.local.sample_shift(), 0, "a new clone samples all");
+        send(&mut balancer, 2_000, Duration::from_micros(1)).await;
+        assert_eq!(balancer.local.sample_shift(), MAX_SHIFT, "a burst");
+        send(&mut balancer, 200, Duration::from_millis(1)).await;
+        assert_eq!(balancer.local.sample_shift(), 0, "light traffic");
+    }
+}
