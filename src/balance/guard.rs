@@ -173,8 +173,8 @@ impl Guard {
     /// Records the request's outcome now.
     ///
     /// Guards from [`ModelBalancer::pick`](super::ModelBalancer::pick)
-    /// always record the latency; the `Service` path times the requests in
-    /// the clone's sample (every request while the clone's traffic is
+    /// always record the latency; the `Service` path times a sample of a
+    /// clone's requests (every request while the clone's traffic is
     /// light, down to one in 16 while it is heavy), sparing two clock
     /// reads on the others. A failure is always recorded (as at least the failure
     /// penalty when it was not timed).

@@ -98,14 +98,16 @@
 //! one heap cell. Endpoints are therefore `Clone`, as hyper-util's client
 //! and tonic's `Channel` are.
 //!
-//! The estimates (each model's share of demand, each backend's latency,
-//! the recency of resident models) are fed by a **sample** of each clone's
-//! requests, its rate following the clone's traffic: every request while
-//! a clone sends at most about 10,000 a second, then one in 2, 4, 8 or 16,
-//! keeping the sampled ones about 100 µs apart (a sampled request costs
-//! about 150 ns more: two clock reads and the shared counters). A clone
-//! made per request (axum's, `clone().oneshot()`) samples every request;
-//! failures are always recorded, and pick-API guards always timed.
+//! The estimates are fed by **samples** of each clone's requests. One
+//! request in 4 (and a clone's first) counts in its model's share of
+//! demand. Requests are timed (latency, health, the recency of resident
+//! models) at a rate that follows the clone's traffic: every request while
+//! a clone sends up to about 10,000 a second, measured over at least 1 ms,
+//! then one in 2, 4, 8 or 16, keeping the timed ones about 100 µs apart (a
+//! timed request costs about 150 ns more: two clock reads and the
+//! records). A clone made per request (axum's, `clone().oneshot()`)
+//! counts and times every request; failures are always recorded, and
+//! pick-API guards always timed.
 //!
 //! Backends come from any [`tower::discover::Discover`] yielding
 //! [`Backend`]s, driven by a background task; each batch of changes is

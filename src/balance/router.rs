@@ -70,7 +70,8 @@ impl<E> Local<E> {
         }
     }
 
-    /// The probability of this clone's sample, as a power of 1/2 (tests).
+    /// The probability of timing this clone's requests, as a power of 1/2
+    /// (tests).
     #[cfg(test)]
     pub(crate) fn sample_shift(&self) -> u32 {
         self.sampler.shift()
@@ -109,7 +110,7 @@ impl<E: Clone> Local<E> {
         )
         .entered();
         self.refresh(shared);
-        let sample = self.sampler.sample();
+        let draw = self.sampler.draw();
         let snapshot = &self.snapshot;
         let table = &snapshot.table;
         let config = &shared.config;
@@ -118,13 +119,13 @@ impl<E: Clone> Local<E> {
         let owners = match route.kind {
             RequestKind::Update => 0,
             _ => {
-                // A sampled request counts in its model's share, weighted
+                // A counted request counts in its model's share, weighted
                 // by the work its requests take.
-                let work = match sample {
+                let work = match draw.counted {
                     true => table.fleet.work.weight(route.hash),
                     false => 1.0,
                 };
-                shared.owners_of(route.hash, sample, table.in_ring, work)
+                shared.owners_of(route.hash, draw.counted, table.in_ring, work)
             }
         };
         let ask = Ask {
@@ -132,7 +133,7 @@ impl<E: Clone> Local<E> {
             urgency: route.urgency,
             key: route.hash,
             owners,
-            sampled: sample,
+            sampled: draw.timed,
             unseen,
             // A hedge's backup: rare, so a scan of the table.
             exclude: route
@@ -169,8 +170,8 @@ impl<E: Clone> Local<E> {
             unseen,
             "picked"
         );
-        let started = (timed || sample).then(|| now.get());
-        if let (true, Some(started)) = (sample, started) {
+        let started = (timed || draw.timed).then(|| now.get());
+        if let (true, Some(started)) = (draw.timed, started) {
             self.sampler.started(started);
         }
         Ok(Picked {
