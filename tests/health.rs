@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::discover::ServiceList;
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{BalanceConfig, ModelBalancer, ResidencyHeader};
 use tower_model_balance::breaker::Policy;
@@ -80,6 +80,36 @@ async fn a_backend_failing_in_1_ms_gets_at_most_5_percent_of_update_traffic() {
         "failures count at the 1 s penalty: {health:?}"
     );
     assert!(health.score < 1.0, "{health:?}");
+}
+
+/// A busy long-lived clone times only a sample of its requests: the
+/// failures it does not time count in the error rate, not in the latency
+/// histogram, or a backend failing one request in 400 would show its
+/// 1 s failure penalty as its p99 and lose half its score.
+#[tokio::test(start_paused = true)]
+async fn rare_failures_under_a_busy_clone_do_not_pass_for_a_slow_tail() {
+    let nodes = nodes(&["a", "b", "c", "d"]);
+    for node in &nodes {
+        node.set(Behavior::Serve(Duration::ZERO));
+    }
+    nodes[3].set(Behavior::FailOneIn(400));
+    let mut balancer = balancer(&nodes, BalanceConfig::default(), 3);
+    // 100 requests a millisecond through one clone, for 2 s: it times one
+    // in 16.
+    let models: Vec<String> = (0..8).map(|m| format!("m{m}")).collect();
+    for ms in 0..2_000 {
+        for i in 0..100 {
+            let req = request(&models[(ms + i) % models.len()], false);
+            let rsp = balancer.ready().await.unwrap().call(req).await.unwrap();
+            let _ = rsp.into_body().collect().await;
+        }
+        tokio::time::advance(Duration::from_millis(1)).await;
+    }
+    assert!(served(&nodes)["d"] > 4_000, "{:?}", served(&nodes));
+    let health = balancer.handle().health(&id("d")).unwrap();
+    assert!(health.error_rate > 0.0, "its failures counted: {health:?}");
+    assert!(health.p99_ms.unwrap() < 100.0, "{health:?}");
+    assert!(health.score > 0.9, "{health:?}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -22,11 +22,11 @@ use crate::route::ModelId;
 /// Finishing records the outcome in the circuit breaker that admitted the
 /// request (the backend's, or in
 /// [`BreakerScope::BackendModel`](super::BreakerScope::BackendModel) the
-/// pair's — even if the pair has since been evicted) and, for
-/// a success or failure, the latency since the pick in its latency
-/// estimate and its health (a failure counts as at least the health
-/// policy's failure penalty, 1 s by default, so failing fast does not look
-/// fast). Dropped unfinished, the request counts as **cancelled**:
+/// pair's — even if the pair has since been evicted), a failure in the
+/// backend's error rate and, for a timed request's success or failure, the
+/// latency since the pick in its latency estimate and its health (a
+/// failure counts as at least the health policy's failure penalty, 1 s by
+/// default, so failing fast does not look fast). Dropped unfinished, the request counts as **cancelled**:
 /// the in-flight count drops, a half-open probe permit is given back, and
 /// nothing is recorded — except a hedge's first attempt that its backup
 /// outran (its [`PickedSlot`] marked superseded before it was dropped,
@@ -176,20 +176,23 @@ impl Guard {
     /// always record the latency; the `Service` path times a sample of a
     /// clone's requests (every request while the clone's traffic is
     /// light, down to one in 16 while it is heavy), sparing two clock
-    /// reads on the others. A failure is always recorded (as at least the failure
-    /// penalty when it was not timed).
+    /// reads on the others. Every outcome reaches the breaker, and every
+    /// failure the backend's error rate; a latency (a failure's at least
+    /// the failure penalty) only from a timed request, so that the
+    /// latency estimates see successes and failures in their true
+    /// proportion.
     #[inline]
     pub fn finish(mut self, outcome: Outcome) {
-        if self.started.is_some() || matches!(outcome, Outcome::Failure | Outcome::Overload) {
+        if self.started.is_some() {
             self.finish_at(outcome, Instant::now());
         } else {
-            self.record(outcome, None, None);
+            self.untimed(outcome);
         }
     }
 
     /// Records the request's outcome at `now`; its latency is `now` minus
-    /// [`Guard::started`] (0 if `now` is earlier; an untimed failure counts
-    /// as the failure penalty alone). A timed call is slow for the breaker
+    /// [`Guard::started`] (0 if `now` is earlier; an untimed request has
+    /// none, and its failure counts in the error rate only). A timed call is slow for the breaker
     /// if its latency reaches the policy's slow-call duration, unless its
     /// model was not known to be served on the backend when picked (a cold
     /// start: never slow).
@@ -219,7 +222,9 @@ impl Guard {
                 }
             }
             Outcome::Failure | Outcome::Overload => {
-                self.state.latency.record(latency, true);
+                if self.started.is_some() {
+                    self.state.latency.record(latency, true);
+                }
                 self.state.health.record(elapsed, true, penalty);
             }
             // An untimed success has no latency; the caller's error says
@@ -230,6 +235,17 @@ impl Guard {
         // time (a 30 s model load is not a slow call).
         let elapsed = elapsed.filter(|_| !self.confirms);
         self.record(outcome, elapsed, Some(now));
+    }
+
+    /// Records the outcome of a request that was not timed: a failure
+    /// counts in the error rate; the breaker reads the clock only if its
+    /// state can change.
+    fn untimed(&mut self, outcome: Outcome) {
+        if matches!(outcome, Outcome::Failure | Outcome::Overload) {
+            let penalty = self.state.fleet.health.failure_penalty;
+            self.state.health.record(None, true, penalty);
+        }
+        self.record(outcome, None, None);
     }
 
     /// Gives the outcome to the breaker in scope; without `now`, the clock

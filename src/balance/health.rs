@@ -90,15 +90,23 @@ impl BackendHealth {
         self.ejected.load(Ordering::Relaxed)
     }
 
-    /// Records a finished request: `latency` when it was timed, `failed`
-    /// when it failed (counted at `penalty` at least, timed or not).
+    /// Records a finished request: `failed` when it failed (always
+    /// counted, for the error rate), `latency` when it was timed. Only
+    /// timed requests enter the latency histogram, a failure at `penalty`
+    /// at least: successes and failures are timed at the same rate, so a
+    /// sample of the requests does not make failures look more common
+    /// than they are.
     pub(crate) fn record(&self, latency: Option<Duration>, failed: bool, penalty: Duration) {
         if failed {
             self.failures.fetch_add(1, Ordering::Relaxed);
             self.failed.fetch_add(1, Ordering::Relaxed);
-            self.latencies
-                .record(latency.unwrap_or(Duration::ZERO).max(penalty));
-        } else if let Some(latency) = latency {
+        }
+        if let Some(latency) = latency {
+            let latency = if failed {
+                latency.max(penalty)
+            } else {
+                latency
+            };
             self.latencies.record(latency);
         }
     }

@@ -106,8 +106,13 @@
 //! then one in 2, 4, 8 or 16, keeping the timed ones about 100 µs apart (a
 //! timed request costs about 150 ns more: two clock reads and the
 //! records). A clone made per request (axum's, `clone().oneshot()`)
-//! counts and times every request; failures are always recorded, and
-//! pick-API guards always timed.
+//! counts and times every request, as pick-API guards are always timed.
+//! (A balancer shared by both kinds of callers therefore counts a
+//! per-request clone's models at up to 4 times their share next to a
+//! long-lived clone's.)
+//! Every outcome reaches the breaker and every failure the error rate;
+//! the latency estimates take timed requests only, successes and failures
+//! alike, so that a sample does not inflate the share of failures.
 //!
 //! Backends come from any [`tower::discover::Discover`] yielding
 //! [`Backend`]s, driven by a background task; each batch of changes is

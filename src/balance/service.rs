@@ -127,6 +127,14 @@ impl<E: Clone, R: Rng> ModelBalancer<E, R> {
     /// give the outcome back with [`Guard::finish`](super::Guard::finish); dropping the guard
     /// counts the request as cancelled.
     ///
+    /// `now` is the current time on Tokio's clock
+    /// (`tokio::time::Instant::now()`, or a caller's reading of it), which
+    /// the balancer's own timers and breakers run on; it is taken as given.
+    /// An instant ahead of that clock moves the times recorded with it
+    /// (a breaker opened at it, a model's last use) ahead too: a breaker
+    /// tripped by failures finished at an hour from now stays open until
+    /// then. An instant behind it counts as no time passed.
+    ///
     /// # Errors
     ///
     /// [`NoHealthyBackend`] naming the model when no backend admits the

@@ -22,6 +22,10 @@ pub enum Behavior {
     Serve(Duration),
     /// Answers 500 at once.
     Fail,
+    /// Answers 500 at once to every n-th request it receives, 200 at once
+    /// to the others.
+    #[allow(dead_code)] // Not every test binary uses it.
+    FailOneIn(u64),
 }
 
 /// One mock backend.
@@ -67,15 +71,19 @@ impl Service<http::Request<String>> for Node {
     }
 
     fn call(&mut self, _: http::Request<String>) -> Self::Future {
-        self.served.fetch_add(1, Ordering::Relaxed);
-        let behavior = *self.behavior.lock().unwrap();
+        let nth = self.served.fetch_add(1, Ordering::Relaxed) + 1;
+        let behavior = match *self.behavior.lock().unwrap() {
+            Behavior::FailOneIn(n) if nth.is_multiple_of(n) => Behavior::Fail,
+            Behavior::FailOneIn(_) => Behavior::Serve(Duration::ZERO),
+            behavior => behavior,
+        };
         Box::pin(async move {
             match behavior {
                 Behavior::Serve(latency) => {
                     tokio::time::sleep(latency).await;
                     Ok(http::Response::new(String::new()))
                 }
-                Behavior::Fail => {
+                Behavior::Fail | Behavior::FailOneIn(_) => {
                     let mut rsp = http::Response::new(String::new());
                     *rsp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
                     Ok(rsp)
