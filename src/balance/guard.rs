@@ -26,11 +26,12 @@ use crate::route::ModelId;
 /// backend's error rate and, for a timed request's success or failure, the
 /// latency since the pick in its latency estimate and its health (a
 /// failure counts as at least the health policy's failure penalty, 1 s by
-/// default, so failing fast does not look fast). Dropped unfinished, the request counts as **cancelled**:
-/// the in-flight count drops, a half-open probe permit is given back, and
-/// nothing is recorded — except a hedge's first attempt that its backup
-/// outran (its [`PickedSlot`] marked superseded before it was dropped,
-/// before its response arrived): that is a **failure** of its backend, at
+/// default, so failing fast does not look fast). Dropped unfinished, the
+/// request counts as **cancelled**: the in-flight count drops, a half-open
+/// probe permit is given back, and nothing is recorded — except a hedge's
+/// first attempt that its backup outran (its [`PickedSlot`] marked
+/// superseded before it was dropped, before its response arrived): that
+/// is a **failure** of its backend, at
 /// the time it was dropped, as a timeout would have been. A backend that
 /// hangs or turns slow is then seen by its breaker and health even though
 /// the hedges keep its callers from noticing. A first attempt whose model
@@ -192,10 +193,10 @@ impl Guard {
 
     /// Records the request's outcome at `now`; its latency is `now` minus
     /// [`Guard::started`] (0 if `now` is earlier; an untimed request has
-    /// none, and its failure counts in the error rate only). A timed call is slow for the breaker
-    /// if its latency reaches the policy's slow-call duration, unless its
-    /// model was not known to be served on the backend when picked (a cold
-    /// start: never slow).
+    /// none, and its failure counts in the error rate only). A timed call
+    /// is slow for the breaker if its latency reaches the policy's
+    /// slow-call duration, unless its model was not known to be served on
+    /// the backend when picked (a cold start: never slow).
     pub fn finish_at(mut self, outcome: Outcome, now: Instant) {
         self.complete(outcome, now);
     }

@@ -171,8 +171,9 @@ impl<E: Clone> Local<E> {
             "picked"
         );
         let started = (timed || draw.timed).then(|| now.get());
-        if let (true, Some(started)) = (draw.timed, started) {
-            self.sampler.started(started);
+        if draw.timed {
+            // The same instant: `now` reads the clock once per pick.
+            self.sampler.started(now.get());
         }
         Ok(Picked {
             endpoint: snapshot.endpoints[picked.index].clone(),

@@ -298,47 +298,30 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The always-ready endpoint the benchmark and the allocation test use.
+#[cfg(test)]
+#[path = "../../tests/support/ready.rs"]
+#[allow(unreachable_pub)] // Its items are `pub` for the test binaries.
+mod ready;
+
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
     use std::time::Duration;
 
-    use bytes::Bytes;
-    use http_body_util::Empty;
     use tower::discover::ServiceList;
     use tower::ServiceExt;
 
+    use super::ready::{request, Ready};
     use super::*;
     use crate::backend::BackendId;
     use crate::balance::sampler::MAX_SHIFT;
 
-    /// Answers every request at once.
-    #[derive(Clone)]
-    struct Ok200;
-
-    impl Service<http::Request<()>> for Ok200 {
-        type Response = http::Response<Empty<Bytes>>;
-        type Error = Infallible;
-        type Future = std::future::Ready<Result<Self::Response, Infallible>>;
-
-        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _: http::Request<()>) -> Self::Future {
-            std::future::ready(Ok(http::Response::new(Empty::new())))
-        }
-    }
-
     /// Sends `n` requests for one model through `balancer`, `every` apart
     /// on the paused clock.
-    async fn send(balancer: &mut ModelBalancer<Ok200>, n: usize, every: Duration) {
+    async fn send(balancer: &mut ModelBalancer<Ready>, n: usize, every: Duration) {
         for _ in 0..n {
-            let request = http::Request::post("/infer")
-                .header("x-model-id", "llama")
-                .body(())
-                .unwrap();
-            let response = balancer.ready().await.unwrap().call(request).await;
+            let req = request("llama", "inference");
+            let response = balancer.ready().await.unwrap().call(req).await;
             drop(response.unwrap());
             tokio::time::advance(every).await;
         }
@@ -349,7 +332,7 @@ mod tests {
     /// it.
     #[tokio::test(start_paused = true)]
     async fn a_clone_samples_by_its_request_rate() {
-        let backends = ServiceList::new([Backend::new(BackendId::new("gpu-0").unwrap(), Ok200)]);
+        let backends = ServiceList::new([Backend::new(BackendId::new("gpu-0").unwrap(), Ready)]);
         let mut balancer = ModelBalancer::new(backends, BalanceConfig::default()).unwrap();
         assert_eq!(balancer.local.sample_shift(), 0, "a new clone samples all");
         send(&mut balancer, 2_000, Duration::from_micros(1)).await;

@@ -72,18 +72,19 @@ impl Service<http::Request<String>> for Node {
 
     fn call(&mut self, _: http::Request<String>) -> Self::Future {
         let nth = self.served.fetch_add(1, Ordering::Relaxed) + 1;
-        let behavior = match *self.behavior.lock().unwrap() {
-            Behavior::FailOneIn(n) if nth.is_multiple_of(n) => Behavior::Fail,
-            Behavior::FailOneIn(_) => Behavior::Serve(Duration::ZERO),
-            behavior => behavior,
+        // How long until a 200, or `None` for a 500 at once.
+        let serve = match *self.behavior.lock().unwrap() {
+            Behavior::Serve(latency) => Some(latency),
+            Behavior::Fail => None,
+            Behavior::FailOneIn(n) => (!nth.is_multiple_of(n)).then_some(Duration::ZERO),
         };
         Box::pin(async move {
-            match behavior {
-                Behavior::Serve(latency) => {
+            match serve {
+                Some(latency) => {
                     tokio::time::sleep(latency).await;
                     Ok(http::Response::new(String::new()))
                 }
-                Behavior::Fail | Behavior::FailOneIn(_) => {
+                None => {
                     let mut rsp = http::Response::new(String::new());
                     *rsp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
                     Ok(rsp)

@@ -1,5 +1,6 @@
 //! An always-ready endpoint that answers at once and allocates nothing,
-//! shared by the allocation test and the `balance` benchmark.
+//! shared by the allocation test, the `balance` benchmark and the
+//! balancer's own sampling test.
 
 use std::task::{Context, Poll};
 
