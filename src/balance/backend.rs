@@ -19,6 +19,8 @@ pub struct BackendMeta {
     pub(crate) resident_models: Vec<ModelId>,
     /// Where the backend is reached, for probes. Default none.
     pub(crate) address: Option<Origin>,
+    /// Where its metrics are served, when not at `address`. Default none.
+    pub(crate) metrics_address: Option<Origin>,
     /// The backend's GPU memory in bytes. Default unknown.
     pub(crate) gpu_memory_bytes: Option<u64>,
 }
@@ -53,6 +55,7 @@ impl BackendMeta {
             model_slots: Self::DEFAULT_MODEL_SLOTS,
             resident_models: Vec::new(),
             address: None,
+            metrics_address: None,
             gpu_memory_bytes: None,
         }
     }
@@ -67,6 +70,22 @@ impl BackendMeta {
     /// not probed, only judged by its requests' outcomes.
     pub fn with_address(mut self, address: Origin) -> Self {
         self.address = Some(address);
+        self
+    }
+
+    /// Where the backend serves its Prometheus metrics, if not at its
+    /// [`address`](Self::address).
+    pub fn metrics_address(&self) -> Option<&Origin> {
+        self.metrics_address.as_ref()
+    }
+
+    /// Sets where the backend serves its Prometheus metrics, when that is
+    /// not its [`address`](Self::with_address): MLServer serves them on a
+    /// port of their own (`metrics_port`, default 8082), Triton on 8002.
+    /// [`PrometheusMetrics`](crate::health::probe::PrometheusMetrics)
+    /// probes ask this origin's `/metrics`.
+    pub fn with_metrics_address(mut self, address: Origin) -> Self {
+        self.metrics_address = Some(address);
         self
     }
 

@@ -99,7 +99,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                             let residency = &entry.state.residency;
                             residency.set_slots(meta.model_slots);
                             let health = &entry.state.health;
-                            health.set_meta(meta.address.clone(), meta.gpu_memory_bytes);
+                            health.set_meta(&meta);
                             if !meta.resident_models.is_empty() {
                                 let now = fleet.millis(tokio::time::Instant::now());
                                 let keys = meta.resident_models.iter().map(|m| m.hash64());
@@ -294,9 +294,7 @@ fn new_state(
         joining.warming,
         joining.latency_ms,
     );
-    state
-        .health
-        .set_meta(meta.address.clone(), meta.gpu_memory_bytes);
+    state.health.set_meta(&meta);
     let now = fleet.millis(tokio::time::Instant::now());
     let keys = meta.resident_models.iter().map(|m| m.hash64());
     state.residency.replace(keys, now);

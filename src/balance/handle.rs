@@ -214,8 +214,9 @@ impl BalancerHandle {
         let now = Instant::now();
         match answer {
             Ok(report) => {
-                let failed = report.ready == Some(false);
-                state.health.record_probe(failed, Some(report.load), now);
+                state
+                    .health
+                    .record_probe(report.is_failure(), Some(report.load), now);
                 if let Some(models) = &report.resident_models {
                     let at = table.fleet.millis(now);
                     state.residency.sync(models.iter().map(ModelId::hash64), at);

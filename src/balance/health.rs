@@ -9,11 +9,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::backend::BackendMeta;
 use super::cost::Weight;
 use super::handle::View;
 use super::sleep_or_gone;
 use super::table::{BackendState, Fleet};
+use crate::backend::BackendId;
 use crate::endpoint::Origin;
+use crate::health::probe::ProbeTarget;
 use crate::health::{
     evaluate, HealthPolicy, HealthState, HealthStatus, LatencyHistogram, LoadSignals, Observation,
 };
@@ -53,6 +56,7 @@ struct Inner {
     probe_failures: u64,
     load: Option<(LoadSignals, Instant)>,
     address: Option<Origin>,
+    metrics_address: Option<Origin>,
     gpu_memory_bytes: Option<u64>,
 }
 
@@ -77,6 +81,7 @@ impl BackendHealth {
                 probe_failures: 0,
                 load: None,
                 address: None,
+                metrics_address: None,
                 gpu_memory_bytes: None,
             }),
         }
@@ -123,14 +128,25 @@ impl BackendHealth {
     }
 
     /// Sets what discovery said of the backend.
-    pub(crate) fn set_meta(&self, address: Option<Origin>, gpu_memory_bytes: Option<u64>) {
+    pub(crate) fn set_meta(&self, meta: &BackendMeta) {
         let mut inner = self.lock();
-        inner.address = address;
-        inner.gpu_memory_bytes = gpu_memory_bytes;
+        inner.address = meta.address.clone();
+        inner.metrics_address = meta.metrics_address.clone();
+        inner.gpu_memory_bytes = meta.gpu_memory_bytes;
     }
 
     pub(crate) fn address(&self) -> Option<Origin> {
         self.lock().address.clone()
+    }
+
+    /// Where probes reach the backend, if it has an address.
+    pub(crate) fn probe_target(&self, id: &BackendId) -> Option<ProbeTarget> {
+        let inner = self.lock();
+        let target = ProbeTarget::new(id.clone(), inner.address.clone()?);
+        Some(match &inner.metrics_address {
+            Some(metrics) => target.with_metrics_address(metrics.clone()),
+            None => target,
+        })
     }
 
     /// Whether the backend's GPU memory is at least `full` (a fraction)

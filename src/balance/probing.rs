@@ -10,7 +10,7 @@ use tower::util::rng::{HasherRng, Rng};
 
 use super::handle::View;
 use super::{sleep_or_gone, BalancerHandle};
-use crate::health::probe::{ProbeConfig, ProbeError, ProbeTarget, Prober};
+use crate::health::probe::{warn, ProbeConfig, ProbeError, ProbeTarget, Prober};
 
 /// A running prober of one balancer's backends: stops when dropped, or
 /// once every clone and handle of the balancer is gone.
@@ -69,8 +69,9 @@ async fn run<P: Prober>(
                     Err(_) => Err(ProbeError::Timeout),
                 };
                 drop(permit);
-                if let Err(error) = &answer {
-                    tracing::debug!(backend = %target.id, %error, "probe failed");
+                match &answer {
+                    Err(error) => warn::failed(&target.id, "probe", error),
+                    Ok(_) => warn::recovered(&target.id, "probe"),
                 }
                 if let Some(view) = view.upgrade() {
                     BalancerHandle::new(view).report_probe(&target.id, answer.as_ref());
@@ -93,7 +94,7 @@ fn targets(view: &Weak<dyn View>) -> Option<Vec<ProbeTarget>> {
         .backends
         .iter()
         .filter(|b| !b.is_removed())
-        .filter_map(|b| Some(ProbeTarget::new(b.id.clone(), b.health.address()?)))
+        .filter_map(|b| b.health.probe_target(&b.id))
         .collect();
     Some(targets)
 }

@@ -106,8 +106,8 @@ impl ModelLoader for KServeV2Loader {
         let client = self.client.clone();
         let origin = target.address.clone();
         async move {
-            let (known, resident) = read_index(&client, &origin).await?;
-            Ok(Repository::new(known, resident))
+            let index = read_index(&client, &origin).await?;
+            Ok(Repository::new(index.known, index.ready))
         }
     }
 }

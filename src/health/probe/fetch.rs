@@ -19,9 +19,12 @@ use crate::endpoint::Origin;
 pub type ProbeClient = Client<HttpConnector, Full<Bytes>>;
 
 /// A new [`ProbeClient`] with hyper-util's defaults (idle connections kept
-/// 90 s).
+/// 90 s), and `TCP_NODELAY` on its sockets (a small request is sent at
+/// once, not held back by Nagle's algorithm for the server's delayed ACK).
 pub fn client() -> ProbeClient {
-    Client::builder(TokioExecutor::new()).build_http()
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(connector)
 }
 
 /// Largest response body a JSON probe endpoint may send: 1 MiB.

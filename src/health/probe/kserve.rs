@@ -6,7 +6,7 @@ use std::future::Future;
 use serde::Deserialize;
 
 use super::fetch::{self, ProbeClient, MAX_JSON_BODY};
-use super::{ProbeError, ProbeReport, ProbeTarget, Prober};
+use super::{warn, ProbeError, ProbeReport, ProbeTarget, Prober};
 use crate::endpoint::Origin;
 use crate::route::ModelId;
 
@@ -17,31 +17,37 @@ pub(crate) const INDEX_PATH: &str = "/v2/repository/index";
 /// The body of a repository call with no options.
 pub(crate) const EMPTY_OBJECT: bytes::Bytes = bytes::Bytes::from_static(b"{}");
 
-/// Probes a KServe v2 server (Triton, KServe, the [`sim`](crate::sim)
-/// server).
+/// Probes a KServe v2 server (Triton, KServe, MLServer, the
+/// [`sim`](crate::sim) server). Readiness and the repository index are
+/// two signals, each answered or failed on its own:
 ///
 /// 1. `GET /v2/health/ready`: a 2xx answer is `ready: Some(true)`; any
-///    other status (Triton answers 400 or 503 while not ready) is
-///    `ready: Some(false)` — a valid answer, not an error. A server that
-///    does not answer at all is [`ProbeError::Transport`].
-/// 2. When ready, `POST /v2/repository/index` with body `{}` (Triton's
-///    [model repository extension]): the models whose `state` is `READY`
-///    are `resident_models`; models loading, unavailable or without a state
-///    are not. A name that is not a valid [`ModelId`] is skipped (logged at
-///    debug level). Skipped when not ready (`resident_models: None`), or
-///    always with [`without_repository_index`](Self::without_repository_index)
-///    for servers without the extension.
+///    other status (Triton answers 400 or 503 while not ready, MLServer
+///    400 while any model is loading) is `ready: Some(false)` — a valid
+///    answer, not an error. A server that does not answer at all is
+///    [`ProbeError::Transport`]: the probe fails.
+/// 2. `POST /v2/repository/index` with body `{}` (Triton's
+///    [model repository extension], which MLServer and KServe serve too),
+///    whatever readiness said: the models whose `state` is `READY` are
+///    `resident_models`; models loading, unavailable or without a state
+///    are not. A model `LOADING` sets `loading` (a not-ready server that
+///    is loading is busy, not sick: see [`ProbeReport::is_failure`]). A
+///    name that is not a valid [`ModelId`] is skipped (logged at debug
+///    level). An index that fails (a non-2xx status, a malformed body,
+///    no answer) leaves `resident_models: None` and is logged as a
+///    warning, at most once a minute per backend: readiness stands.
+///    Skipped with
+///    [`without_repository_index`](Self::without_repository_index) for
+///    servers without the extension.
 ///
 /// Load signals are left unset: pair it with
 /// [`PrometheusMetrics`](super::PrometheusMetrics) for those.
 ///
 /// # Errors
 ///
-/// [`ProbeError::Transport`] when a request cannot be sent or its response
-/// not read; [`ProbeError::Status`] when the index answers other than 2xx;
-/// [`ProbeError::Malformed`] when the index is not a JSON array of objects
-/// with a string `name`, or exceeds 1 MiB. The prober applies no timeout:
-/// the caller (the probe runner) does.
+/// [`ProbeError::Transport`] when the readiness request cannot be sent or
+/// its response not read. The prober applies no timeout: the caller (the
+/// probe runner) does.
 ///
 /// [model repository extension]: https://github.com/triton-inference-server/server/blob/main/docs/protocol/extension_model_repository.md
 #[derive(Debug, Clone)]
@@ -88,21 +94,35 @@ impl Prober for KServeV2 {
         let client = self.client.clone();
         let origin = target.address.clone();
         let index = self.repository_index;
+        let id = target.id.clone();
         async move {
             let ready = fetch::send(&client, &origin, READY_PATH, None, MAX_JSON_BODY)
                 .await?
                 .status
                 .is_success();
-            let mut report = ProbeReport {
-                ready: Some(ready),
-                ..ProbeReport::default()
-            };
-            if ready && index {
-                report.resident_models = Some(read_index(&client, &origin).await?.1);
+            let mut report = ProbeReport::default().with_ready(ready);
+            if index {
+                match read_index(&client, &origin).await {
+                    Ok(index) => {
+                        warn::recovered(&id, "repository index");
+                        report.loading = index.loading;
+                        report.resident_models = Some(index.ready);
+                    }
+                    Err(error) => warn::failed(&id, "repository index", &error),
+                }
             }
             Ok(report)
         }
     }
+}
+
+/// What a repository index says: every model it lists and those `READY`,
+/// each once in the order listed, and whether one is `LOADING`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Index {
+    pub(crate) known: Vec<ModelId>,
+    pub(crate) ready: Vec<ModelId>,
+    pub(crate) loading: bool,
 }
 
 /// One entry of a repository index; other fields (`version`, `reason`) are
@@ -114,12 +134,15 @@ struct IndexEntry {
     state: Option<String>,
 }
 
-/// `POST /v2/repository/index` on `origin`: every model the index lists,
-/// and those `READY` (errors as [`KServeV2`]'s).
-pub(crate) async fn read_index(
-    client: &ProbeClient,
-    origin: &Origin,
-) -> Result<(Vec<ModelId>, Vec<ModelId>), ProbeError> {
+/// `POST /v2/repository/index` on `origin`.
+///
+/// # Errors
+///
+/// [`ProbeError::Transport`] when the request cannot be sent or its
+/// response not read; [`ProbeError::Status`] for an answer other than 2xx;
+/// [`ProbeError::Malformed`] as [`parse_repository`] says, or for a body
+/// over 1 MiB.
+pub(crate) async fn read_index(client: &ProbeClient, origin: &Origin) -> Result<Index, ProbeError> {
     let body = fetch::send(
         client,
         origin,
@@ -132,17 +155,16 @@ pub(crate) async fn read_index(
     parse_repository(&body)
 }
 
-/// Every model a repository index lists, and those `READY`, each once, in
-/// the order listed.
+/// What a repository index body says.
 ///
 /// # Errors
 ///
 /// [`ProbeError::Malformed`] unless `body` is a JSON array of objects each
 /// with a string `name` (and, if present, a string or null `state`).
-pub(crate) fn parse_repository(body: &[u8]) -> Result<(Vec<ModelId>, Vec<ModelId>), ProbeError> {
+pub(crate) fn parse_repository(body: &[u8]) -> Result<Index, ProbeError> {
     let entries: Vec<IndexEntry> = serde_json::from_slice(body)
         .map_err(|e| ProbeError::malformed(format!("{INDEX_PATH}: {e}")))?;
-    let (mut known, mut ready): (Vec<ModelId>, Vec<ModelId>) = (Vec::new(), Vec::new());
+    let mut index = Index::default();
     for entry in entries {
         let model = match ModelId::new(&entry.name) {
             Ok(model) => model,
@@ -151,14 +173,16 @@ pub(crate) fn parse_repository(body: &[u8]) -> Result<(Vec<ModelId>, Vec<ModelId
                 continue;
             }
         };
-        if entry.state.as_deref() == Some("READY") && !ready.contains(&model) {
-            ready.push(model.clone());
+        match entry.state.as_deref() {
+            Some("READY") if !index.ready.contains(&model) => index.ready.push(model.clone()),
+            Some("LOADING") => index.loading = true,
+            _ => {}
         }
-        if !known.contains(&model) {
-            known.push(model);
+        if !index.known.contains(&model) {
+            index.known.push(model);
         }
     }
-    Ok((known, ready))
+    Ok(index)
 }
 
 #[cfg(test)]
@@ -167,7 +191,7 @@ mod tests {
 
     /// The `READY` models of an index.
     fn parse_repository_index(body: &[u8]) -> Result<Vec<ModelId>, ProbeError> {
-        Ok(parse_repository(body)?.1)
+        Ok(parse_repository(body)?.ready)
     }
 
     fn names(models: &[ModelId]) -> Vec<&str> {
@@ -189,7 +213,17 @@ mod tests {
         ]"#;
         let models = parse_repository_index(body).unwrap();
         assert_eq!(names(&models), ["densenet_onnx", "simple"]);
+        assert!(
+            parse_repository(body).unwrap().loading,
+            "bert_large is LOADING"
+        );
         assert_eq!(parse_repository_index(b"[]").unwrap(), []);
+        // MLServer's shape: no version, UNAVAILABLE once unloaded.
+        let mlserver = br#"[{"name":"m0","state":"READY","reason":""},{"name":"m1","state":"UNAVAILABLE","reason":""}]"#;
+        let index = parse_repository(mlserver).unwrap();
+        assert_eq!(names(&index.ready), ["m0"]);
+        assert_eq!(names(&index.known), ["m0", "m1"]);
+        assert!(!index.loading);
     }
 
     #[test]

@@ -143,13 +143,22 @@ impl MetricNames {
 /// [`LoadSignals`] by a [`MetricNames`] preset. `ready` and
 /// `resident_models` stay `None`: metrics say neither.
 ///
-/// Triton serves metrics on a port of its own (8002 by default):
-/// [`on_port`](Self::on_port) sends there, to the target's host.
+/// Where it asks: the target's
+/// [`metrics_address`](ProbeTarget::metrics_address) when it has one
+/// (MLServer serves metrics on a port of its own, 8082 by default, set per
+/// backend with [`BackendMeta::with_metrics_address`](crate::balance::BackendMeta::with_metrics_address)); else the target's
+/// host on [`on_port`](Self::on_port)'s port (Triton's is 8002); else the
+/// target's own address.
+///
+/// A server with no metrics there (404) has **no metrics**, not a failed
+/// probe: the report is empty (every signal `None`), as when the metrics
+/// lack the names asked for.
 ///
 /// # Errors
 ///
 /// [`ProbeError::Transport`] when the request cannot be sent or its
-/// response not read; [`ProbeError::Status`] for an answer other than 2xx;
+/// response not read; [`ProbeError::Status`] for an answer other than 2xx
+/// or 404;
 /// [`ProbeError::Malformed`] when the body is not UTF-8, exceeds 4 MiB, is
 /// cut short (the format ends every line, the last too, with a line feed),
 /// holds a line that is neither a comment nor a sample with a number, or
@@ -213,14 +222,18 @@ impl Prober for PrometheusMetrics {
     ) -> impl Future<Output = Result<ProbeReport, ProbeError>> + Send + 'static {
         let client = self.client.clone();
         let names = self.names.clone();
-        let origin = match self.port {
-            Some(port) => with_port(&target.address, port),
-            None => Ok(target.address.clone()),
+        let origin = match (&target.metrics_address, self.port) {
+            (Some(origin), _) => Ok(origin.clone()),
+            (None, Some(port)) => with_port(&target.address, port),
+            (None, None) => Ok(target.address.clone()),
         };
         async move {
-            let body = fetch::send(&client, &origin?, METRICS_PATH, None, MAX_METRICS_BODY)
-                .await?
-                .success()?;
+            let answer =
+                fetch::send(&client, &origin?, METRICS_PATH, None, MAX_METRICS_BODY).await?;
+            if answer.status == http::StatusCode::NOT_FOUND {
+                return Ok(ProbeReport::default());
+            }
+            let body = answer.success()?;
             Ok(ProbeReport {
                 load: parse_metrics(&body, &names)?,
                 ..ProbeReport::default()

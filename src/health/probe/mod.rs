@@ -56,6 +56,7 @@ pub(crate) mod kserve;
 mod metrics;
 #[cfg(feature = "probe")]
 pub(crate) mod openai;
+pub(crate) mod warn;
 
 #[cfg(feature = "probe")]
 #[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
@@ -91,12 +92,26 @@ pub struct ProbeTarget {
     pub id: BackendId,
     /// Where it is reached.
     pub address: Origin,
+    /// Where it serves its Prometheus metrics, when not at `address`
+    /// (MLServer's `metrics_port`; see
+    /// [`BackendMeta::with_metrics_address`](crate::balance::BackendMeta::with_metrics_address)).
+    pub metrics_address: Option<Origin>,
 }
 
 impl ProbeTarget {
-    /// The backend `id` at `address`.
+    /// The backend `id` at `address`, its metrics there too.
     pub fn new(id: BackendId, address: Origin) -> Self {
-        Self { id, address }
+        Self {
+            id,
+            address,
+            metrics_address: None,
+        }
+    }
+
+    /// The same target with its metrics served at `address`.
+    pub fn with_metrics_address(mut self, address: Origin) -> Self {
+        self.metrics_address = Some(address);
+        self
     }
 }
 
@@ -109,6 +124,11 @@ pub struct ProbeReport {
     pub ready: Option<bool>,
     /// The models resident (loaded and ready) on the server.
     pub resident_models: Option<Vec<ModelId>>,
+    /// Whether the server is loading a model now (its repository lists one
+    /// `LOADING`). MLServer answers not ready while any model loads: a
+    /// server not ready *because it is loading* is busy, not sick, and its
+    /// probe does not count as failed.
+    pub loading: bool,
     /// The server's load.
     pub load: LoadSignals,
 }
@@ -126,6 +146,18 @@ impl ProbeReport {
         self
     }
 
+    /// Sets whether the server is loading a model now.
+    pub fn with_loading(mut self, loading: bool) -> Self {
+        self.loading = loading;
+        self
+    }
+
+    /// Whether the report says the backend is sick: not ready, and not
+    /// because it is loading a model.
+    pub fn is_failure(&self) -> bool {
+        self.ready == Some(false) && !self.loading
+    }
+
     /// Sets the server's load signals.
     pub fn with_load(mut self, load: LoadSignals) -> Self {
         self.load = load;
@@ -133,8 +165,8 @@ impl ProbeReport {
     }
 
     /// Both reports in one: ready when neither says not ready, the union
-    /// of the resident models either lists, each load signal from `self`
-    /// where set, else from `other`.
+    /// of the resident models either lists, loading when either says so,
+    /// each load signal from `self` where set, else from `other`.
     pub fn merge(self, other: Self) -> Self {
         let ready = match (self.ready, other.ready) {
             (Some(a), Some(b)) => Some(a && b),
@@ -154,6 +186,7 @@ impl ProbeReport {
         Self {
             ready,
             resident_models,
+            loading: self.loading || other.loading,
             load: self.load.or(other.load),
         }
     }
@@ -217,14 +250,33 @@ pub trait Prober: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ProbeReport, ProbeError>> + Send + 'static;
 }
 
-/// Both probers are asked, one after the other; the probe fails if either
-/// fails, else their reports are [merged](ProbeReport::merge).
+/// Both probers are asked, one after the other, each on its own: the
+/// first is the backend's main probe (readiness), the second adds signals
+/// (metrics). The pair fails only when the first fails; a failure of the
+/// second leaves its signals out of the report (logged as a warning, at
+/// most once a minute per backend) and the first's report stands, so
+/// metrics that are missing or broken never make a reachable, ready
+/// backend look sick. Both answering, their reports are
+/// [merged](ProbeReport::merge).
 impl<A: Prober, B: Prober> Prober for (A, B) {
     fn probe(
         &self,
         target: &ProbeTarget,
     ) -> impl Future<Output = Result<ProbeReport, ProbeError>> + Send + 'static {
         let (a, b) = (self.0.probe(target), self.1.probe(target));
-        async move { Ok(a.await?.merge(b.await?)) }
+        let id = target.id.clone();
+        async move {
+            let main = a.await?;
+            Ok(match b.await {
+                Ok(more) => {
+                    warn::recovered(&id, "second probe");
+                    main.merge(more)
+                }
+                Err(error) => {
+                    warn::failed(&id, "second probe", &error);
+                    main
+                }
+            })
+        }
     }
 }
