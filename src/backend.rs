@@ -75,9 +75,9 @@ impl fmt::Display for BackendId {
 /// balancer writes its pick there (first write wins), and the layer builds
 /// the backup's [`Exclude`] from it, so the backup goes to a different
 /// backend. When the backup then answers first, the layer marks the slot
-/// superseded before it drops the first attempt, and the balancer records
-/// that attempt as a failure of its backend rather than a cancellation
-/// (see [`Guard`](crate::balance::Guard)). Always built, so the balancer
+/// superseded before it drops the first attempt, and the balancer gives
+/// the time that attempt ran to its backend's latency estimate — a lost
+/// race, not a failure (see [`Guard`](crate::balance::Guard)). Always built, so the balancer
 /// reads it without feature `hedge`. Cloning shares the slot (one
 /// allocation when created).
 ///
@@ -150,24 +150,50 @@ impl PickedSlot {
 }
 
 /// A request extension asking the balancer not to pick one backend: a
-/// hedge's backup carries the backend its first attempt went to.
+/// hedge's backup carries the backend its first attempt went to; a retry
+/// the backend whose answer it retries.
 ///
-/// The balancer's affinity pick skips it when another eligible backend has
-/// the request's model resident (the next resident owner, else a resident
-/// backend past the owners); when none has, it routes as if the extension
-/// were absent — the request is sent, never failed, for want of another
-/// backend. Updates ignore it.
+/// [`Exclude::new`] (a hedge's backup): the balancer's affinity pick skips
+/// the backend when another eligible backend has the request's model
+/// resident (the next resident owner, else a resident backend past the
+/// owners); when none has, it routes as if the extension were absent — the
+/// request is sent, never failed, for want of another backend.
+/// [`Exclude::strict`] (a retry after a failure): the backend is skipped
+/// whenever another backend is eligible, resident or not — a backend that
+/// just refused the request is no place to send it again. Updates ignore
+/// both.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Exclude(BackendId);
+pub struct Exclude {
+    backend: BackendId,
+    strict: bool,
+}
 
 impl Exclude {
-    /// Excludes `backend`.
+    /// Excludes `backend` while another eligible backend has the model
+    /// resident.
     pub fn new(backend: BackendId) -> Self {
-        Self(backend)
+        Self {
+            backend,
+            strict: false,
+        }
+    }
+
+    /// Excludes `backend` while any other backend is eligible.
+    pub fn strict(backend: BackendId) -> Self {
+        Self {
+            backend,
+            strict: true,
+        }
+    }
+
+    /// Whether the exclusion holds even where no other backend has the
+    /// model resident.
+    pub fn is_strict(&self) -> bool {
+        self.strict
     }
 
     /// The excluded backend.
     pub fn backend(&self) -> &BackendId {
-        &self.0
+        &self.backend
     }
 }

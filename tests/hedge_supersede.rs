@@ -1,9 +1,7 @@
-//! A first attempt that its backup outran is a failure of its backend: a
-//! backend that hangs trips its breaker even though every caller got an
-//! answer from the backup (before, each outrun attempt was a cancellation
-//! and the hung backend kept its traffic until the hedge budget ran out).
-//! A cold first attempt (its model not known to be served there) is
-//! exempt; a caller dropping the whole request still counts nothing.
+//! A first attempt that its backup outran has lost a race, not failed:
+//! its backend's breaker and health count nothing (with no fault anywhere
+//! a gateway saw three lost races in a row open a breaker on a healthy
+//! server). A caller dropping the whole request counts nothing either.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -135,24 +133,21 @@ impl Fleet {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_hung_backend_outrun_by_backups_trips_its_breaker() {
+async fn a_backend_outrun_by_backups_is_not_failed() {
     let fleet = fleet(true);
-    for _ in 0..3 {
+    for _ in 0..5 {
         assert_eq!(fleet.send().await, 200, "the backup answers");
     }
-    assert_eq!(fleet.hung.load(Ordering::SeqCst), 3);
-    assert_eq!(fleet.hedges.stats().hedges_won, 3);
+    assert_eq!(
+        fleet.hung.load(Ordering::SeqCst),
+        5,
+        "node-0 keeps its turn"
+    );
+    assert_eq!(fleet.hedges.stats().hedges_won, 5);
     let node0 = fleet.node0();
-    assert_eq!(node0.failures, 3, "each outrun attempt failed: {node0:?}");
-    assert_eq!(node0.breaker, BreakerState::Open, "{node0:?}");
-    assert_eq!(node0.breaker_trips, 1);
-
-    // Open: the next requests go to node-1 at once, no backup needed.
-    for _ in 0..3 {
-        assert_eq!(fleet.send().await, 200);
-    }
-    assert_eq!(fleet.hung.load(Ordering::SeqCst), 3, "node-0 is out");
-    assert_eq!(fleet.hedges.stats().hedges, 3);
+    assert_eq!(node0.failures, 0, "a lost race is no failure: {node0:?}");
+    assert_eq!(node0.breaker, BreakerState::Closed, "{node0:?}");
+    assert_eq!(node0.breaker_trips, 0);
     assert_eq!(fleet.handle.in_flight(), 0);
 }
 

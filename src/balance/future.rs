@@ -35,7 +35,7 @@ use super::guard::Guard;
 use super::placement::{self, Status};
 use super::Classification;
 use crate::breaker::{
-    Classified, Classify, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures, Outcome,
+    BreakerState, Classified, Classify, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures, Outcome,
     ServerErrorsAsFailures,
 };
 use crate::error::BoxError;
@@ -189,6 +189,7 @@ where
                             }
                             guard.read_residency(response.headers());
                             let verdict = classify(guard.classification(), &response);
+                            let verdict = answered(&guard, response.status(), verdict);
                             Ok(response.map(|body| ResponseBody::new(body, guard, verdict)))
                         }
                         Err(error) => {
@@ -284,14 +285,40 @@ fn classify<B>(
     }
 }
 
-/// A 404 for an inference request whose model was believed served on the
-/// backend: with placement on, the model is not resident there after all
-/// and one reload starts.
+/// A 404 for an inference request: KServe v2 and OpenAI-compatible
+/// servers answer it for a model they do not hold now, so the model is
+/// absent there, whatever the balancer believed (served, or sent there
+/// and maybe loading): the next picks see it absent. With placement on,
+/// one reload starts (if the repository knows the model).
 #[cold]
 fn not_found(guard: &Guard) {
-    if let (Some(key), false) = (guard.model(), guard.confirms()) {
-        if let Some(placement) = guard.state().fleet.placement.get() {
-            placement.not_found(guard.state(), key);
+    let Some(key) = guard.model() else {
+        return;
+    };
+    match guard.state().fleet.placement.get() {
+        Some(placement) => placement.not_found(guard.state(), key),
+        None => guard.state().residency.forget(key),
+    }
+}
+
+/// The breaker's verdict on an answer: a 4xx other than 429 says nothing
+/// of the backend's health (the classifier ignores it), but it proves the
+/// backend answers. A half-open breaker takes it as its probe's success:
+/// else a server restarted without its models, answering 404 to every
+/// probe, would keep its breaker half-open, reopening at each round's
+/// timeout, for as long as nobody loads them.
+fn answered(
+    guard: &Guard,
+    status: StatusCode,
+    verdict: Classified<GrpcEosErrorsAsFailures>,
+) -> Classified<GrpcEosErrorsAsFailures> {
+    match verdict {
+        Classified::Ready(Outcome::Ignored)
+            if status.is_client_error()
+                && guard.state().breaker.state() == BreakerState::HalfOpen =>
+        {
+            Classified::Ready(Outcome::Success)
         }
+        verdict => verdict,
     }
 }

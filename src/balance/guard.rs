@@ -28,15 +28,20 @@ use crate::route::ModelId;
 /// failure counts as at least the health policy's failure penalty, 1 s by
 /// default, so failing fast does not look fast). Dropped unfinished, the
 /// request counts as **cancelled**: the in-flight count drops, a half-open
-/// probe permit is given back, and nothing is recorded — except a hedge's
-/// first attempt that its backup outran (its [`PickedSlot`] marked
-/// superseded before it was dropped, before its response arrived): that
-/// is a **failure** of its backend, at
-/// the time it was dropped, as a timeout would have been. A backend that
-/// hangs or turns slow is then seen by its breaker and health even though
-/// the hedges keep its callers from noticing. A first attempt whose model
-/// was not known to be served on the backend (a cold start, maybe a load
-/// in progress) is exempt, as it is from slow calls.
+/// probe permit is given back, and nothing is recorded — except that a
+/// hedge's first attempt that its backup outran (its [`PickedSlot`] marked
+/// superseded before it was dropped, before its response arrived) gives
+/// the time it ran to the backend's latency estimate, a lower bound of
+/// what it would have taken, so that P2C's cost sees a backend turning
+/// slow. A lost race is **not a failure**: neither its breaker nor its
+/// health counts it as one (with no fault anywhere, hedges lose races
+/// every second; three in a row must not open a breaker). An attempt that
+/// had already run the breaker's slow-call duration when it lost is a
+/// **slow call** for its breaker (not a failure): a backend that hangs or
+/// turns slow still trips its breaker's slow-call rate, even though the
+/// hedges keep its callers from noticing. A first attempt
+/// whose model was not known to be served on the backend (a cold start,
+/// maybe a load in progress) gives no latency, as it is never slow.
 ///
 /// The [`ModelBalancer`](super::ModelBalancer) service keeps one inside
 /// each response body; [`ModelBalancer::pick`](super::ModelBalancer::pick)
@@ -62,7 +67,7 @@ pub struct Guard {
     /// [`Residency::enter`]: super::residency::Residency::enter
     counted: bool,
     /// A hedging layer's slot of the request, until its response arrives:
-    /// superseded, the request is a failure when dropped.
+    /// superseded, the time it ran feeds the latency estimate when dropped.
     slot: Option<PickedSlot>,
 }
 
@@ -91,7 +96,8 @@ impl Guard {
     }
 
     /// Watches `slot`: if a hedge marks it superseded while the request
-    /// waits for its response, dropping the guard records a failure.
+    /// waits for its response, dropping the guard records the time it ran
+    /// in the latency estimate (not a failure).
     pub(crate) fn watch_slot(&mut self, slot: &PickedSlot) {
         self.slot = Some(slot.clone());
     }
@@ -273,8 +279,15 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         let superseded = self.slot.take().is_some_and(|slot| slot.is_superseded());
-        if superseded && self.admission.is_some() && !self.confirms {
-            self.complete(Outcome::Failure, Instant::now());
+        if let (true, Some(started), false) = (superseded, self.started, self.confirms) {
+            // Outrun by a backup: it ran at least this long.
+            let now = Instant::now();
+            let ran = now.saturating_duration_since(started);
+            self.state.latency.record(ran, false);
+            if ran >= self.state.breaker.policy().slow_call_duration() {
+                // Slow already: a slow call, not a failure.
+                self.record(Outcome::Success, Some(ran), Some(now));
+            }
         }
         match self.admission.take() {
             Some(Admission::Backend(ticket)) => self.state.breaker.release_ticket(ticket),
@@ -329,7 +342,7 @@ mod tests {
         let guard = Guard::new(state.clone(), Admission::Bypass, None, Some(KEY), true);
         guard.read_residency(&HeaderMap::new());
         assert_eq!(
-            state.residency.presence(KEY),
+            state.residency.presence(KEY, || 0),
             Presence::Loading,
             "no header"
         );
@@ -337,7 +350,7 @@ mod tests {
         headers.insert("x-cold", http::HeaderValue::from_static("true"));
         guard.read_residency(&headers);
         drop(guard); // cancelled: only the header confirmed it
-        assert_eq!(state.residency.presence(KEY), Presence::Served);
+        assert_eq!(state.residency.presence(KEY, || 0), Presence::Served);
     }
 
     #[tokio::test(start_paused = true)]
@@ -350,9 +363,9 @@ mod tests {
         guard(true).finish(Outcome::Failure);
         drop(guard(true));
         guard(false).finish(Outcome::Success);
-        assert_eq!(state.residency.presence(KEY), Presence::Loading);
+        assert_eq!(state.residency.presence(KEY, || 0), Presence::Loading);
         guard(true).finish(Outcome::Success);
-        assert_eq!(state.residency.presence(KEY), Presence::Served);
+        assert_eq!(state.residency.presence(KEY, || 0), Presence::Served);
         assert_eq!(state.load(), 0);
     }
 }

@@ -62,8 +62,9 @@ pub(crate) struct Ask {
     pub(crate) unseen: bool,
     /// A backend not to pick (a hedge's backup: the index of the backend
     /// its first attempt went to), honoured for inference while another
-    /// eligible backend has the model resident.
-    pub(crate) exclude: Option<usize>,
+    /// eligible backend has the model resident — or, when strict (a retry),
+    /// while any other backend is eligible.
+    pub(crate) exclude: Option<(usize, bool)>,
 }
 
 /// The knobs of a pick.
@@ -155,8 +156,12 @@ pub(crate) fn pick(
         key: ask.key,
         exclude: None,
     };
-    if let Some(x) = ask.exclude.filter(|_| ask.kind != RequestKind::Update) {
-        ctx.exclude = resident_elsewhere(&ctx, ask, x).then_some(x);
+    if let Some((x, strict)) = ask.exclude.filter(|_| ask.kind != RequestKind::Update) {
+        let elsewhere = match strict {
+            true => (0..table.backends.len()).any(|i| i != x && ctx.eligible(i)),
+            false => resident_elsewhere(&ctx, ask, x),
+        };
+        ctx.exclude = elsewhere.then_some(x);
     }
     let mut picked = match ask.kind {
         RequestKind::Update => pick_update(&ctx, random),
@@ -272,12 +277,14 @@ impl Ctx<'_> {
         })
     }
 
+    /// Whether the model is served, or may still be loading, on `i`.
     fn resident(&self, i: usize, key: u64) -> bool {
-        self.state(i).residency.contains(key)
+        self.presence(i, key) != Presence::Absent
     }
 
     fn presence(&self, i: usize, key: u64) -> Presence {
-        self.state(i).residency.presence(key)
+        let now_ms = || self.table.fleet.millis(self.now.get());
+        self.state(i).residency.presence(key, now_ms)
     }
 
     /// The cheapest of `among` (all eligible), a backend whose breaker

@@ -12,7 +12,11 @@
 //!
 //! A model routed to a backend is *loading* there until a request for it
 //! succeeds there (a response came back: the model is in memory), then
-//! *served*; declared models are served at once.
+//! *served*; declared models are served at once. Loading is a guess that
+//! expires: a model sent to a backend [`LOADING_EXPIRY_MS`] ago and never
+//! confirmed there (no success, not in the server's list) is absent again
+//! — a server that does not load on demand answers 404 for ever, and
+//! "loading" must not count as resident for ever.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -20,6 +24,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 pub(crate) const MAX_SLOTS: usize = 16;
 /// Set in a slot's arrival stamp once a request for its model succeeded.
 const SERVED: u64 = 1 << 63;
+/// How long (ms) a model sent to a backend and never confirmed there
+/// counts as loading: 30 s, past the cold load of an adapter or a small
+/// model (an LLM's load is tracked by placement's own load, not this
+/// guess).
+pub(crate) const LOADING_EXPIRY_MS: u64 = 30_000;
 
 /// Whether a backend holds a model, as far as the balancer knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,12 +97,20 @@ impl Residency {
         self.slot(key).is_some()
     }
 
-    /// Whether the model with hash `key` is absent, loading or served.
-    pub(crate) fn presence(&self, key: u64) -> Presence {
-        match self.slot(key) {
-            None => Presence::Absent,
-            Some(i) if self.loaded[i].load(Ordering::Relaxed) & SERVED != 0 => Presence::Served,
-            Some(_) => Presence::Loading,
+    /// Whether the model with hash `key` is absent, loading or served at
+    /// `now_ms()` (read only for a model not served: loading expires after
+    /// [`LOADING_EXPIRY_MS`]).
+    pub(crate) fn presence(&self, key: u64, now_ms: impl FnOnce() -> u64) -> Presence {
+        let Some(i) = self.slot(key) else {
+            return Presence::Absent;
+        };
+        let loaded = self.loaded[i].load(Ordering::Relaxed);
+        if loaded & SERVED != 0 {
+            Presence::Served
+        } else if now_ms().saturating_add(1).saturating_sub(loaded) < LOADING_EXPIRY_MS {
+            Presence::Loading
+        } else {
+            Presence::Absent
         }
     }
 
@@ -325,10 +342,14 @@ mod tests {
         // The server lists 1 (and 9, loaded by another gateway), not 2
         // (evicted) nor 3 (still loading, sent by us).
         r.sync([9, 1], 10);
-        assert_eq!(r.presence(1), Presence::Served);
-        assert_eq!(r.presence(9), Presence::Served);
-        assert_eq!(r.presence(2), Presence::Absent, "evicted on the server");
-        assert_eq!(r.presence(3), Presence::Loading, "still loading");
+        assert_eq!(r.presence(1, || 10), Presence::Served);
+        assert_eq!(r.presence(9, || 10), Presence::Served);
+        assert_eq!(
+            r.presence(2, || 10),
+            Presence::Absent,
+            "evicted on the server"
+        );
+        assert_eq!(r.presence(3, || 10), Presence::Loading, "still loading");
         assert_eq!(r.idle_ms(10), 10, "1 kept its place: last used at 0");
     }
 
@@ -355,14 +376,23 @@ mod tests {
     #[test]
     fn a_model_is_loading_until_confirmed_and_declared_ones_are_served() {
         let r = Residency::new(3);
-        assert_eq!(r.presence(1), Presence::Absent);
+        assert_eq!(r.presence(1, || 10), Presence::Absent);
         assert!(!r.touch_with(1, false, || 100), "just sent: not served");
         r.touch(2, 100);
-        assert_eq!(r.presence(1), Presence::Loading);
+        assert_eq!(r.presence(1, || 10), Presence::Loading);
         assert_eq!(r.loading(|| 150, 2_000), 2);
+        assert_eq!(
+            r.presence(2, || 100 + LOADING_EXPIRY_MS - 2),
+            Presence::Loading
+        );
+        assert_eq!(
+            r.presence(2, || 100 + LOADING_EXPIRY_MS),
+            Presence::Absent,
+            "never confirmed: loading expired"
+        );
         assert_eq!(r.loading(|| 2_100, 2_000), 0, "past the grace: not counted");
         r.confirm(1);
-        assert_eq!(r.presence(1), Presence::Served);
+        assert_eq!(r.presence(1, || 10), Presence::Served);
         assert!(r.touch_with(1, false, || 0), "served already");
         assert_eq!(r.loading(|| 150, 2_000), 1);
         assert!(
@@ -370,9 +400,9 @@ mod tests {
             "the served bit is not time"
         );
         r.confirm(9); // not resident: nothing to confirm
-        assert_eq!(r.presence(9), Presence::Absent);
+        assert_eq!(r.presence(9, || 10), Presence::Absent);
         r.replace([7], 200);
-        assert_eq!(r.presence(7), Presence::Served, "declared");
+        assert_eq!(r.presence(7, || 200), Presence::Served, "declared");
         let unread = || panic!("every model is served: no clock needed");
         assert_eq!(r.loading(unread, 2_000), 0);
     }

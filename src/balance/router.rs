@@ -136,9 +136,10 @@ impl<E: Clone> Local<E> {
             sampled: draw.timed,
             unseen,
             // A hedge's backup: rare, so a scan of the table.
-            exclude: route
-                .exclude
-                .and_then(|id| table.backends.iter().position(|b| b.id == *id)),
+            exclude: route.exclude.and_then(|x| {
+                let i = table.backends.iter().position(|b| &b.id == x.backend())?;
+                Some((i, x.is_strict()))
+            }),
         };
         let placement = table.fleet.placement.get();
         let rules = Rules {

@@ -7,6 +7,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::budget::Budget;
 use super::CloneRequest;
+use crate::backend::{Exclude, PickedSlot};
 use crate::error::BoxError;
 
 /// A `tower::retry::Policy` that retries only where a retry is safe and
@@ -15,11 +16,22 @@ use crate::error::BoxError;
 ///
 /// Safe means the request cannot have been processed: an error whose
 /// source chain holds a connection refused (the connection never opened),
-/// or a `503` answer with a `Retry-After` of whole seconds at most
-/// [`max_wait`](Self::max_wait) (default 1 s), retried after that wait.
-/// Never anything once a response has begun other than that 503: other
-/// statuses, and errors after the headers (a body's), are not retried.
-/// At most `max_retries` (default 1) per request.
+/// or a `503` answer (the server refused it). Never anything once a
+/// response has begun other than that 503: other statuses, and errors
+/// after the headers (a body's), are not retried. At most `max_retries`
+/// (default 1) per request.
+///
+/// **To another backend.** When the request carries a
+/// [`PickedSlot`](crate::backend::PickedSlot) that the balancer wrote its
+/// pick into — a hedge's first attempt does, when this policy's
+/// `tower::retry::Retry` sits between the [`HedgeLayer`](super::HedgeLayer)
+/// and the balancer — the retry carries
+/// [`Exclude::strict`](crate::backend::Exclude::strict) of that backend
+/// and is sent at once: the balancer sends it elsewhere while any other
+/// backend is eligible. Without a slot the policy cannot tell where the
+/// request went: a 503 is retried only with a `Retry-After` of whole
+/// seconds at most [`max_wait`](Self::max_wait) (default 1 s), after that
+/// wait, and a 503 without one is returned as is.
 ///
 /// Built from a [`HedgeLayer`](super::HedgeLayer) with
 /// [`retry_policy`](super::HedgeLayer::retry_policy) (the layer counts the
@@ -77,10 +89,17 @@ impl RetryPolicy {
     }
 
     /// How long to wait before retrying `result`, or `None` if a retry is
-    /// not safe.
-    fn safe_wait<B>(&self, result: &Result<http::Response<B>, BoxError>) -> Option<Duration> {
+    /// not safe; `elsewhere`: the retry goes to another backend (no wait).
+    fn safe_wait<B>(
+        &self,
+        result: &Result<http::Response<B>, BoxError>,
+        elsewhere: bool,
+    ) -> Option<Duration> {
         match result {
             Ok(response) if response.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
+                if elsewhere {
+                    return Some(Duration::ZERO);
+                }
                 let after = response.headers().get(http::header::RETRY_AFTER)?;
                 let seconds: u64 = after.to_str().ok()?.trim().parse().ok()?;
                 let wait = Duration::from_secs(seconds);
@@ -115,16 +134,25 @@ where
 
     fn retry(
         &mut self,
-        _req: &mut http::Request<B>,
+        req: &mut http::Request<B>,
         result: &mut Result<http::Response<RB>, BoxError>,
     ) -> Option<Self::Future> {
         if self.retries >= self.max_retries {
             return None;
         }
-        let wait = self.safe_wait(result)?;
+        // The backend the failed attempt went to, if the balancer said.
+        let picked = req
+            .extensions()
+            .get::<PickedSlot>()
+            .and_then(PickedSlot::get)
+            .cloned();
+        let wait = self.safe_wait(result, picked.is_some())?;
         let now = Instant::now();
         if !self.budget.try_withdraw(now) {
             return None;
+        }
+        if let Some(backend) = picked {
+            req.extensions_mut().insert(Exclude::strict(backend));
         }
         self.retries += 1;
         Some(tokio::time::sleep_until(now + wait))

@@ -46,7 +46,7 @@ use std::sync::Arc;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Extensions, Request};
 
-use crate::backend::{BackendId, Exclude};
+use crate::backend::Exclude;
 use crate::error::{InvalidReason, InvalidRoute};
 
 #[cfg(feature = "body")]
@@ -294,7 +294,7 @@ pub(crate) struct RouteView<'a> {
     pub(crate) payload_bytes: Option<u64>,
     /// A backend not to pick, from an [`Exclude`] extension (a hedge's
     /// backup).
-    pub(crate) exclude: Option<&'a BackendId>,
+    pub(crate) exclude: Option<&'a Exclude>,
 }
 
 impl<'a> RouteView<'a> {
@@ -312,7 +312,7 @@ impl<'a> RouteView<'a> {
             Some(route) => Self::from(route),
             None => Self::from_headers(headers)?,
         };
-        view.exclude = extensions.get::<Exclude>().map(Exclude::backend);
+        view.exclude = extensions.get::<Exclude>();
         Ok(view)
     }
 
