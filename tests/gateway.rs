@@ -76,6 +76,8 @@ async fn start(name: &str, sims: usize, edit: impl FnOnce(&mut Config)) -> Runni
     }
     let mut config = Config::new(backends);
     config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
+    // The simulated servers load a model when a request names it.
+    config.placement = false;
     edit(&mut config);
     serve(config, servers).await
 }
@@ -337,7 +339,10 @@ async fn an_unreachable_backend_is_a_502() {
     let addr = closed.local_addr().unwrap();
     drop(closed);
     let id = BackendId::new("gone").unwrap();
-    let gw = serve(Config::new(vec![(id, Origin::http(addr))]), Vec::new()).await;
+    let mut config = Config::new(vec![(id, Origin::http(addr))]);
+    // With placement on, the load fails first (503, `model_load_failed`).
+    config.placement = false;
+    let gw = serve(config, Vec::new()).await;
     let reply = gw.post("/v1/chat/completions", CHAT).await;
     assert_eq!(reply.status, 502, "{}", reply.body);
     assert_eq!(reply.json()["error"]["code"], "bad_gateway");

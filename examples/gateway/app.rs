@@ -3,10 +3,20 @@
 //! the crate's stack to the backends.
 //!
 //! ```text
-//! axum ─► ModelFromBody ─► Hedge ─────────► ModelBalancer ─► per backend: breaker ─► timeout ─► SetOrigin ─► hyper-util client
-//!         model ID from     backup after p95,  affinity, health,                        Elapsed
-//!         body or path      5% budget, gated   probes
+//! axum ─► ModelFromBody ─► Hedge ─────────► Retry ─────────► ModelBalancer ─► per backend: breaker ─► timeout ─► SetOrigin ─► hyper-util client
+//!         model ID from     backup after p95,  a 503 or refused  affinity, health,                       Elapsed
+//!         body or path      5% budget, gated   connection once,  probes, placement
+//!                                              elsewhere, within
+//!                                              the same budget
 //! ```
+//!
+//! Besides the inference routes it answers KServe v2's health and
+//! metadata routes, so that a KServe v2 client (tritonclient) works
+//! through it as against one server: `GET /v2/health/live` (the gateway is
+//! up), `GET /v2/health/ready` (some backend can take requests: its
+//! breaker not open, not ejected), `GET /v2` (the gateway's own metadata),
+//! and `GET /v2/models/{name}` (`/versions/{v}`, `/ready`) forwarded to an
+//! owner of the model, which loads it first with placement on.
 
 #[path = "errors.rs"]
 pub mod errors;
@@ -16,6 +26,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::Path;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -31,12 +42,15 @@ use hyper_util::service::TowerToHyperService;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tower::discover::ServiceList;
+use tower::retry::{Retry, RetryLayer};
 use tower::timeout::Timeout;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_model_balance::backend::BackendId;
+use tower_model_balance::balance::PlacementTask;
 use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ProbeTask, ResidencyHeader,
 };
+use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::breaker::Policy;
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::BoxError;
@@ -44,9 +58,13 @@ use tower_model_balance::error::PayloadTooLarge;
 use tower_model_balance::health::probe::{
     KServeV2, MetricNames, OpenAiModels, ProbeConfig, PrometheusMetrics,
 };
-use tower_model_balance::hedge::{BalancerLoad, Hedge, HedgeHandle, HedgeLayer, HedgePolicy};
+use tower_model_balance::hedge::{
+    BalancerLoad, Hedge, HedgeHandle, HedgeLayer, HedgePolicy, RetryPolicy,
+};
+use tower_model_balance::placement::{KServeV2Loader, PlacementPolicy, WhenCold};
 use tower_model_balance::route::{
-    ModelFromBody, ModelFromBodyLayer, MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER,
+    ModelFromBody, ModelFromBodyLayer, ModelId, RouteInfo, MODEL_ID_HEADER, REQUEST_KIND_HEADER,
+    URGENCY_HEADER,
 };
 
 use errors::ErrorReply;
@@ -60,7 +78,7 @@ pub type ClientBody = Either<Full<Bytes>, Full<Bytes>>;
 /// a timeout (inside the balancer's breaker, so a hung call is a failure).
 pub type Endpoint = Timeout<SetOrigin<Client<HttpConnector, ClientBody>>>;
 /// The whole request path.
-pub type Stack = ModelFromBody<Hedge<ModelBalancer<Endpoint>>>;
+pub type Stack = ModelFromBody<Hedge<Retry<RetryPolicy, ModelBalancer<Endpoint>>>>;
 
 /// The routes forwarded to the backends, as they are.
 pub const INFERENCE_ROUTES: [&str; 5] = [
@@ -105,21 +123,41 @@ pub struct Config {
     /// while the requests in flight exceed 80% (the hedge policy's
     /// default `max_utilization`) of this × the backends.
     pub backend_slots: usize,
+    /// Where a backend serves its Prometheus metrics, when not on its own
+    /// origin (MLServer: its `metrics_port`).
+    pub metrics_origins: Vec<(BackendId, Origin)>,
+    /// Whether the gateway loads models where affinity places them,
+    /// through the KServe v2 repository API (`POST
+    /// /v2/repository/models/{name}/load`), for servers in explicit
+    /// model-control mode (MLServer with `load_models_at_startup: false`,
+    /// Triton with `--model-control-mode=explicit`). Only with KServe v2
+    /// probes.
+    pub placement: bool,
 }
 
+/// The default body limit: 64 MiB. A KServe v2 request carries its
+/// tensors in the body — as JSON (a 224×224 RGB image is about 2 MB of
+/// text) or, with tritonclient's binary extension, raw — and the gateway
+/// reads each body whole before routing (to find the model, and to send
+/// it again for a hedge or retry), so the limit bounds the memory a
+/// request may hold: 64 MiB × the requests in flight at most.
+pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024 * 1024;
+
 impl Config {
-    /// Defaults for `backends`: a 1 MiB body limit, a 60 s timeout, KServe
-    /// v2 probes every second, no residency header.
+    /// Defaults for `backends`: a 64 MiB body limit, a 60 s timeout, KServe
+    /// v2 probes every second, placement on, no residency header.
     pub fn new(backends: Vec<(BackendId, Origin)>) -> Self {
         Self {
             backends,
-            body_limit: 1024 * 1024,
+            body_limit: DEFAULT_BODY_LIMIT,
             timeout: Duration::from_secs(60),
             probe: Probe::KServe,
             probe_interval: Duration::from_secs(1),
             residency_header: None,
             body_timeout: Duration::from_secs(30),
             backend_slots: 4,
+            metrics_origins: Vec::new(),
+            placement: true,
         }
     }
 }
@@ -134,6 +172,7 @@ pub struct Gateway {
     /// The hedge's handle (hedges sent, won, suppressed).
     pub hedge: HedgeHandle,
     _probes: ProbeTask,
+    _placement: Option<PlacementTask>,
 }
 
 /// What every handler shares.
@@ -158,17 +197,26 @@ impl Gateway {
     /// An invalid setting (the crate's `InvalidConfig` names it), or a
     /// metrics recorder of another kind already installed.
     pub fn new(config: Config) -> Result<Self, BoxError> {
+        // No Nagle: a request's head and body go out as written, not held
+        // back until the server acknowledges the last segment (with
+        // delayed ACKs, a 40 ms stall per request on a kept-alive
+        // connection).
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             // Without a timer the idle timeout is never checked.
             .pool_timer(TokioTimer::new())
-            .build_http::<ClientBody>();
+            .build::<_, ClientBody>(connector);
         let backends: Vec<_> = config
             .backends
             .iter()
             .map(|(id, origin)| {
                 let endpoint = SetOrigin::to(client.clone(), origin.clone());
-                let meta = BackendMeta::new(id.clone()).with_address(origin.clone());
+                let mut meta = BackendMeta::new(id.clone()).with_address(origin.clone());
+                if let Some((_, metrics)) = config.metrics_origins.iter().find(|(m, _)| m == id) {
+                    meta = meta.with_metrics_address(metrics.clone());
+                }
                 Backend::with_meta(meta, Timeout::new(endpoint, config.timeout))
             })
             .collect();
@@ -197,6 +245,20 @@ impl Gateway {
             Probe::KServe => handle.spawn_probes((KServeV2::new(), metrics), probes),
             Probe::OpenAi => handle.spawn_probes((OpenAiModels::new(), metrics), probes),
         };
+        // Servers that load a model only when told: the balancer loads it
+        // on the owner affinity picks (one load per backend and model),
+        // unloading what that backend does not own to make room. A request
+        // whose owner is still loading goes to a backend that holds the
+        // model, if one can take it (`PreferWarm`).
+        let placement = match (config.placement, config.probe) {
+            (true, Probe::KServe) => {
+                let policy = PlacementPolicy::builder()
+                    .when_cold(WhenCold::PreferWarm)
+                    .build()?;
+                Some(handle.enable_placement(KServeV2Loader::new(), policy)?)
+            }
+            _ => None,
+        };
         // A backup after the model's p95, within 5% of the requests, and
         // none while the fleet is over 80% of its serving slots.
         let gate = BalancerLoad::new(handle.clone(), config.backend_slots);
@@ -214,6 +276,7 @@ impl Gateway {
             handle,
             hedge: hedge.handle(),
             _probes: probes,
+            _placement: placement,
         })
     }
 }
@@ -233,7 +296,13 @@ fn stack(
         //    `RouteInfo`, and the balancer sees its `Exclude` and sends it
         //    to another backend. It clones requests: every body is `Full`.
         .layer(hedge.clone())
-        // 3. Balance: affinity to the model's owners, breakers, health.
+        // 3. Retry, inside the hedge (it reads the backend the hedge's
+        //    slot says the attempt went to): a refused connection or a 503
+        //    is sent once more, at once, to another backend, within the
+        //    hedge's budget. Nothing of the answer had reached the client.
+        .layer(RetryLayer::new(hedge.retry_policy()))
+        // 4. Balance: affinity to the model's owners, breakers, health,
+        //    placement.
         .service(balancer))
 }
 
@@ -262,7 +331,13 @@ pub async fn serve(
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    // Answers go out as written (see the client's nodelay).
+                    if let Err(error) = stream.set_nodelay(true) {
+                        tracing::debug!(%error, "TCP_NODELAY not set");
+                    }
+                    stream
+                }
                 // Out of file descriptors, a connection reset before it
                 // was accepted: the next accept may succeed.
                 Err(error) => {
@@ -291,10 +366,26 @@ pub async fn serve(
     Ok(())
 }
 
+/// KServe v2 model metadata and readiness, forwarded to an owner of the
+/// model.
+pub const MODEL_ROUTES: [&str; 4] = [
+    "/v2/models/{name}",
+    "/v2/models/{name}/ready",
+    "/v2/models/{name}/versions/{version}",
+    "/v2/models/{name}/versions/{version}/ready",
+];
+
 fn router(app: App) -> Router {
-    let mut router = Router::new().route("/metrics", get(metrics));
+    let mut router = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/v2/health/live", get(live))
+        .route("/v2/health/ready", get(ready))
+        .route("/v2", get(server_metadata));
     for path in INFERENCE_ROUTES {
         router = router.route(path, post(forward));
+    }
+    for path in MODEL_ROUTES {
+        router = router.route(path, get(model_metadata));
     }
     router
         .fallback(no_route)
@@ -343,6 +434,53 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
         }
         Err(error) => errors::classify(&*error).into_response(),
     }
+}
+
+/// `GET /v2/health/live`: the gateway is up.
+async fn live() -> StatusCode {
+    StatusCode::OK
+}
+
+/// `GET /v2/health/ready`: 200 while some backend can take requests (its
+/// breaker not open, health not ejected), else 503.
+async fn ready(State(app): State<App>) -> StatusCode {
+    let serving = app
+        .handle
+        .backends()
+        .iter()
+        .any(|b| b.breaker != BreakerState::Open && !b.ejected);
+    match serving {
+        true => StatusCode::OK,
+        false => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// `GET /v2`: the KServe v2 server metadata of the gateway itself.
+async fn server_metadata() -> Response {
+    let body = serde_json::json!({
+        "name": "tower-model-balance-gateway",
+        "version": env!("CARGO_PKG_VERSION"),
+        "extensions": [],
+    });
+    let json = HeaderValue::from_static("application/json");
+    ([(header::CONTENT_TYPE, json)], body.to_string()).into_response()
+}
+
+/// `GET /v2/models/{name}…`: forwarded to an owner of the model, as an
+/// inference request of that model is (placement loads it there first).
+async fn model_metadata(
+    State(app): State<App>,
+    Path(params): Path<Vec<(String, String)>>,
+    mut req: Request,
+) -> Response {
+    let name = params.iter().find(|(k, _)| k == "name").map(|(_, v)| v);
+    let model = match name.map(|name| ModelId::new(name)) {
+        Some(Ok(model)) => model,
+        Some(Err(error)) => return errors::classify(&error).into_response(),
+        None => return no_route(req).await,
+    };
+    req.extensions_mut().insert(RouteInfo::new(model));
+    forward(State(app), req).await
 }
 
 /// `GET /metrics`: the balancer's figures, read now, in Prometheus text.

@@ -17,8 +17,17 @@ usage: cargo run --release --example gateway [-- FLAGS]
   --probe API          what the health probes ask: kserve (KServe v2 readiness
                        and repository, default) or openai (/v1/models); both
                        read vLLM-style /metrics
-  --body-limit BYTES   most body bytes read to find the model (1..=67108864,
-                       default 1048576): past it, 413
+  --metrics-port PORT  the backends serve /metrics on this port of their host
+                       (MLServer: 8082, Triton: 8002), not on their own port;
+                       without it, on their own (a 404 there: no metrics)
+  --no-placement       do not load models: for servers that load on demand
+                       (default with kserve: the gateway loads a model on the
+                       owner it routes to, through the KServe v2 repository
+                       API, as servers in explicit model-control mode need)
+  --body-limit BYTES   most body bytes a request may send (1..=1073741824,
+                       default 67108864, 64 MiB: tensors travel in the body;
+                       each request's body is held whole while it is routed):
+                       past it, 413
   -h, --help           this text";
 
 /// What the command line asks for.
@@ -30,6 +39,8 @@ pub struct Args {
     pub down: bool,
     pub probe_openai: bool,
     pub body_limit: usize,
+    pub metrics_port: Option<u16>,
+    pub placement: bool,
 }
 
 /// Why parsing stopped.
@@ -47,7 +58,9 @@ impl Args {
             sims: 3,
             down: false,
             probe_openai: false,
-            body_limit: 1024 * 1024,
+            body_limit: 64 * 1024 * 1024,
+            metrics_port: None,
+            placement: true,
         };
         let mut sims_given = false;
         let mut args = args.into_iter();
@@ -99,9 +112,18 @@ impl Args {
                     }
                 }
                 "--body-limit" => {
-                    parsed.body_limit =
-                        number(&value("--body-limit")?, "--body-limit", 1, 64 * 1024 * 1024)?;
+                    parsed.body_limit = number(
+                        &value("--body-limit")?,
+                        "--body-limit",
+                        1,
+                        1024 * 1024 * 1024,
+                    )?;
                 }
+                "--metrics-port" => {
+                    let port = number(&value("--metrics-port")?, "--metrics-port", 1, 65535)?;
+                    parsed.metrics_port = u16::try_from(port).ok();
+                }
+                "--no-placement" => parsed.placement = false,
                 other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
             }
         }
@@ -155,6 +177,8 @@ mod tests {
     fn defaults_and_flags() {
         let args = parse(&[]).unwrap();
         assert_eq!(args.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(args.body_limit, 64 << 20);
+        assert!(args.placement && args.metrics_port.is_none());
         assert_eq!((args.sims, args.down, args.backends.len()), (3, false, 0));
         let args = parse(&[
             "--listen",
@@ -167,8 +191,13 @@ mod tests {
             "openai",
             "--body-limit",
             "2048",
+            "--metrics-port",
+            "8082",
+            "--no-placement",
         ])
         .unwrap();
+        assert_eq!(args.metrics_port, Some(8082));
+        assert!(!args.placement);
         assert_eq!(args.listen.port(), 0);
         assert_eq!(args.backends.len(), 2);
         assert!(args.probe_openai);
@@ -190,6 +219,10 @@ mod tests {
             &["--sims", "-1"],
             &["--probe", "grpc"],
             &["--body-limit", "0"],
+            &["--body-limit", "1073741825"],
+            &["--metrics-port", "0"],
+            &["--metrics-port", "65536"],
+            &["--metrics-port"],
             &["--body-limit", "99999999999999999999999"],
             &["--bogus"],
             &["--backend", "http://10.0.0.1:8000", "--down"],

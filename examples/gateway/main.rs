@@ -13,9 +13,23 @@
 //! cargo run --release --example gateway -- --backend http://10.0.0.1:8000 --backend http://10.0.0.2:8000
 //! ```
 //!
+//! It also answers KServe v2's `GET /v2/health/live`, `/v2/health/ready`,
+//! `/v2` and model metadata and readiness (`GET /v2/models/{name}`,
+//! `…/ready`, forwarded to an owner), so a KServe v2 client such as
+//! tritonclient works through it. With KServe v2 probes (the default) it
+//! loads models where it routes them (placement; `--no-placement` for
+//! servers that load on demand):
+//!
+//! ```text
+//! # four MLServer instances in explicit model-control mode, metrics on 8082
+//! cargo run --release --example gateway -- --backend http://10.0.0.1:8080 \
+//!     --backend http://10.0.0.2:8080 --metrics-port 8082
+//! ```
+//!
 //! Errors of the stack become statuses with an OpenAI-shaped JSON body
 //! (see `errors.rs`): 400 for a bad model ID, 413 for a body over the
-//! limit, 503 with `Retry-After` when no backend can take the request.
+//! limit (64 MiB by default, `--body-limit`), 503 with `Retry-After` when
+//! no backend can take the request.
 
 mod app;
 mod args;
@@ -101,8 +115,22 @@ async fn run(args: Args) -> Result<(), String> {
         Config::new(backends)
     };
     config.body_limit = args.body_limit;
+    // Simulated backends load a model when a request names it.
+    config.placement = args.placement && !args.backends.is_empty();
     if args.probe_openai {
         config.probe = Probe::OpenAi;
+    }
+    if let Some(port) = args.metrics_port {
+        config.metrics_origins = config
+            .backends
+            .iter()
+            .map(|(id, origin)| {
+                let host = origin.authority().host();
+                let metrics = Origin::parse(&format!("{}://{host}:{port}", origin.scheme()))
+                    .map_err(|e| format!("--metrics-port for {origin}: {e}"))?;
+                Ok((id.clone(), metrics))
+            })
+            .collect::<Result<_, String>>()?;
     }
     let listener = TcpListener::bind(args.listen)
         .await
