@@ -62,6 +62,11 @@ struct Fleet {
 /// failures in a row; the model resident on `node-1`, and on `node-0` as
 /// well when `warm`. Hedges after 20 ms, whatever the budget.
 fn fleet(warm: bool) -> Fleet {
+    fleet_with(warm, 1.0)
+}
+
+/// As [`fleet`], the breakers tripping at `slow_rate` slow calls of 10.
+fn fleet_with(warm: bool, slow_rate: f64) -> Fleet {
     let hung = Arc::new(AtomicUsize::new(0));
     let backends: Vec<_> = (0..2)
         .map(|i| {
@@ -76,6 +81,7 @@ fn fleet(warm: bool) -> Fleet {
         .window(10)
         .minimum_calls(10)
         .consecutive_failures(3)
+        .slow_call_rate_threshold(slow_rate)
         .build()
         .unwrap();
     let config = BalanceConfig::builder()
@@ -148,6 +154,24 @@ async fn a_backend_outrun_by_backups_is_not_failed() {
     assert_eq!(node0.failures, 0, "a lost race is no failure: {node0:?}");
     assert_eq!(node0.breaker, BreakerState::Closed, "{node0:?}");
     assert_eq!(node0.breaker_trips, 0);
+    assert_eq!(fleet.handle.in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_races_are_slow_calls_and_trip_a_slow_call_rate() {
+    // Half of 10 calls slow trips: a backend that loses every race is out
+    // on its slow-call rate, with no failure counted.
+    let fleet = fleet_with(true, 0.5);
+    for _ in 0..10 {
+        assert_eq!(fleet.send().await, 200, "the backup answers");
+    }
+    let node0 = fleet.node0();
+    assert_eq!(node0.failures, 0, "{node0:?}");
+    assert_eq!(node0.breaker, BreakerState::Open, "{node0:?}");
+    assert_eq!(node0.breaker_trips, 1);
+    let hung = fleet.hung.load(Ordering::SeqCst);
+    assert_eq!(fleet.send().await, 200);
+    assert_eq!(fleet.hung.load(Ordering::SeqCst), hung, "node-0 is out");
     assert_eq!(fleet.handle.in_flight(), 0);
 }
 

@@ -35,9 +35,12 @@ use crate::route::ModelId;
 /// what it would have taken, so that P2C's cost sees a backend turning
 /// slow. A lost race is **not a failure**: neither its breaker nor its
 /// health counts it as one (with no fault anywhere, hedges lose races
-/// every second; three in a row must not open a breaker). An attempt that
-/// had already run the breaker's slow-call duration when it lost is a
-/// **slow call** for its breaker (not a failure): a backend that hangs or
+/// every second; three in a row must not open a breaker). It is a **slow
+/// call** for its breaker — it was slower than another backend for the
+/// same request — which counts only toward the slow-call rate (whose
+/// default threshold, 1.0, trips only when every call in the window was
+/// slow), never toward
+/// the failure rate or consecutive failures: a backend that hangs or
 /// turns slow still trips its breaker's slow-call rate, even though the
 /// hedges keep its callers from noticing. A first attempt
 /// whose model was not known to be served on the backend (a cold start,
@@ -284,10 +287,9 @@ impl Drop for Guard {
             let now = Instant::now();
             let ran = now.saturating_duration_since(started);
             self.state.latency.record(ran, false);
-            if ran >= self.state.breaker.policy().slow_call_duration() {
-                // Slow already: a slow call, not a failure.
-                self.record(Outcome::Success, Some(ran), Some(now));
-            }
+            // Outrun: a slow call for the breaker, never a failure.
+            let slow = self.state.breaker.policy().slow_call_duration();
+            self.record(Outcome::Success, Some(ran.max(slow)), Some(now));
         }
         match self.admission.take() {
             Some(Admission::Backend(ticket)) => self.state.breaker.release_ticket(ticket),

@@ -173,10 +173,12 @@ pub(crate) fn parse_repository(body: &[u8]) -> Result<Index, ProbeError> {
                 continue;
             }
         };
-        match entry.state.as_deref() {
-            Some("READY") if !index.ready.contains(&model) => index.ready.push(model.clone()),
-            Some("LOADING") => index.loading = true,
-            _ => {}
+        // Triton and MLServer say `READY`; KServe's Python server `Ready`.
+        let state = entry.state.as_deref().unwrap_or_default();
+        if state.eq_ignore_ascii_case("ready") && !index.ready.contains(&model) {
+            index.ready.push(model.clone());
+        } else if state.eq_ignore_ascii_case("loading") {
+            index.loading = true;
         }
         if !index.known.contains(&model) {
             index.known.push(model);
