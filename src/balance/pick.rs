@@ -471,10 +471,14 @@ fn pick_inference(
             // and keeps the cap. IDs crafted to share one owner (a hash
             // flood) end here, one load each, spread out. A model in demand
             // waits on its owner instead (below): a second cold copy of it
-            // would evict another backend's working set.
+            // would evict another backend's working set. With placement on
+            // the repository's allow-list refuses crafted IDs already, and
+            // a load off the owners is a copy nobody unloads: a model of
+            // little demand waits on its owner too (against real MLServer
+            // servers, this branch put a model on 3 servers with 1 owner).
             let cold = resident_owners().next().is_none();
             let full = !eligible_owners.iter().any(|&i| under(i));
-            (ask.unseen && cold && full && !eligible_owners.is_empty())
+            (ask.unseen && cold && full && !rules.placement && !eligible_owners.is_empty())
                 .then(|| spill_cold(ctx, ask, k, under, now_ms(), 0))
                 .flatten()
         })

@@ -1,0 +1,55 @@
+"""The real KServe v2 client, tritonclient.http, against the gateway.
+
+Usage: python triton_client.py HOST:PORT [--binary] MODEL [MODEL...]
+
+Checks what a tritonclient user does: server live and ready, model
+ready and metadata, then inference with JSON tensors or, with --binary,
+with the binary tensor extension (inputs and outputs as raw bytes after
+a JSON header, `Inference-Header-Content-Length`), each answer compared
+with what was sent (the runtime echoes its inputs). Prints one line per
+model and exits non-zero on the first mismatch.
+
+MLServer 1.7.1 does not speak the binary extension (it answers 422);
+KServe 0.21 does, but reads a JSON body sent without `Content-Type`
+(as tritonclient sends it) as bytes and answers 400: so JSON against
+MLServer, binary against KServe.
+"""
+import sys
+
+import numpy as np
+import tritonclient.http as httpclient
+
+
+def main() -> int:
+    url, models = sys.argv[1], sys.argv[2:]
+    binaries = (False,)
+    if models and models[0] == "--binary":
+        binaries, models = (True,), models[1:]
+    client = httpclient.InferenceServerClient(url=url, concurrency=1)
+    assert client.is_server_live(), "server not live"
+    assert client.is_server_ready(), "server not ready"
+    metadata = client.get_server_metadata()
+    assert "name" in metadata, metadata
+    for i, model in enumerate(models):
+        # With placement on, the gateway loads the model on its owner
+        # before the owner answers.
+        assert client.is_model_ready(model), f"{model} not ready"
+        meta = client.get_model_metadata(model)
+        assert meta["name"] == model, meta
+        data = np.arange(6, dtype=np.float32).reshape(2, 3) + i
+        for binary in binaries:
+            tensor = httpclient.InferInput("x", list(data.shape), "FP32")
+            tensor.set_data_from_numpy(data, binary_data=binary)
+            wanted = httpclient.InferRequestedOutput("echo_x", binary_data=binary)
+            result = client.infer(model, inputs=[tensor], outputs=[wanted])
+            got = result.as_numpy("echo_x")
+            assert got is not None, f"{model}: no echo_x in {result.get_response()}"
+            assert np.array_equal(got.reshape(data.shape), data), f"{model}: {got} != {data}"
+        kinds = " and ".join("binary" if b else "JSON" for b in binaries)
+        print(f"tritonclient: {model} ready, metadata, {kinds} inference ok")
+    client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
