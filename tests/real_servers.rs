@@ -447,3 +447,82 @@ async fn kserve_servers_through_the_gateway() {
     );
     assert!(down_ok >= 0.99, "{}", failures(&down));
 }
+
+/// The crate's own client stack, as the README builds it — a hyper-util
+/// client per backend under a timeout, the balancer with KServe v2 and
+/// metrics probes and placement — with no gateway, against MLServer in
+/// explicit mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_stack_against_mlserver() {
+    use http_body_util::{BodyExt, Full};
+    use tower::discover::ServiceList;
+    use tower::{ServiceBuilder, ServiceExt};
+    use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
+    use tower_model_balance::endpoint::SetOrigin;
+    use tower_model_balance::health::probe::{
+        KServeV2, MetricNames, ProbeConfig, PrometheusMetrics,
+    };
+    use tower_model_balance::placement::{KServeV2Loader, PlacementPolicy};
+
+    let models = Models::new(6, Duration::from_millis(200), Duration::from_millis(5));
+    let Some(fleet) = Fleet::start(Kind::MlServer, 3, models).await else {
+        return;
+    };
+    let client = mlserver::client();
+    let backends: Vec<_> = fleet
+        .servers
+        .iter()
+        .map(|s| {
+            let meta = BackendMeta::new(BackendId::new(&s.name).unwrap())
+                .with_address(Origin::http(s.http))
+                .with_metrics_address(Origin::http(s.metrics));
+            let endpoint = ServiceBuilder::new()
+                .timeout(Duration::from_secs(30))
+                .service(SetOrigin::to(client.clone(), Origin::http(s.http)));
+            Backend::with_meta(meta, endpoint)
+        })
+        .collect();
+    let config = BalanceConfig::builder().build().unwrap();
+    let balancer = ModelBalancer::new(ServiceList::new(backends), config).unwrap();
+    let handle = balancer.handle();
+    let probes = ProbeConfig::builder()
+        .interval(Duration::from_millis(500))
+        .timeout(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let _probes = handle.spawn_probes(
+        (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm())),
+        probes,
+    );
+    let _placement = handle
+        .enable_placement(KServeV2Loader::new(), PlacementPolicy::default())
+        .unwrap();
+    let plan = zipf(6, 400, 5);
+    let mut ok = 0;
+    for (i, &m) in plan.iter().enumerate() {
+        let req = http::Request::post(format!("/v2/models/m{m}/infer"))
+            .header("x-model-id", format!("m{m}"))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(mlserver::infer_body(i)))
+            .unwrap();
+        let response = balancer.clone().oneshot(req).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        if status == 200 {
+            ok += 1;
+        } else {
+            eprintln!("m{m}: {status} {}", String::from_utf8_lossy(&body));
+        }
+    }
+    let stats = handle.stats();
+    eprintln!(
+        "real-servers: client stack, mlserver x3, 400 Zipf requests one at a time: {ok} ok; \
+         {} resident owner, {} cold owner, {} spilled; {:?}",
+        stats.resident_owner,
+        stats.cold_owner,
+        stats.spill,
+        handle.placement_stats()
+    );
+    assert!(ok >= 398, "{ok} of 400 ok");
+    assert_eq!(handle.breaker_trips(), 0);
+}

@@ -289,15 +289,23 @@ fn classify<B>(
 /// servers answer it for a model they do not hold now, so the model is
 /// absent there, whatever the balancer believed (served, or sent there
 /// and maybe loading): the next picks see it absent. With placement on,
-/// one reload starts (if the repository knows the model).
+/// one reload starts (if the repository knows the model); without, the
+/// server did not load it on demand, so for a while the backend is no
+/// place to send the model cold: the picks go where it is served.
 #[cold]
 fn not_found(guard: &Guard) {
     let Some(key) = guard.model() else {
         return;
     };
-    match guard.state().fleet.placement.get() {
-        Some(placement) => placement.not_found(guard.state(), key),
-        None => guard.state().residency.forget(key),
+    let state = guard.state();
+    match state.fleet.placement.get() {
+        Some(placement) => placement.not_found(state, key),
+        // Nobody will load it there: a server that answers 404 rather
+        // than load on demand gets the model cold no more for a while.
+        None => {
+            let now = state.fleet.millis(tokio::time::Instant::now());
+            state.residency.refuse(key, now);
+        }
     }
 }
 

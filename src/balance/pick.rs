@@ -437,10 +437,9 @@ fn pick_inference(
     };
     let now_ms = || table.fleet.millis(ctx.now.get());
     let can_load = |i: usize| {
-        table.backends[i]
-            .residency
-            .loading(now_ms, LOADING_GRACE_MS)
-            < LOADS_AT_ONCE
+        let residency = &table.backends[i].residency;
+        residency.loading(now_ms, LOADING_GRACE_MS) < LOADS_AT_ONCE
+            && !residency.refused(key, now_ms)
     };
     let choice = choice
         .or_else(|| {

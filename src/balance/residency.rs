@@ -22,6 +22,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// The most models one backend's entry tracks.
 pub(crate) const MAX_SLOTS: usize = 16;
+/// Models a backend answered 404 for, remembered at once.
+const REFUSALS: usize = 4;
+/// How long (ms) a backend that answered 404 for a model is not sent it
+/// to load (without placement): 30 s.
+pub(crate) const REFUSED_MS: u64 = 30_000;
 /// Set in a slot's arrival stamp once a request for its model succeeded.
 const SERVED: u64 = 1 << 63;
 /// How long (ms) a model sent to a backend and never confirmed there
@@ -55,6 +60,11 @@ pub(crate) struct Residency {
     /// never given to another model.
     in_flight: [AtomicU32; MAX_SLOTS],
     slots: AtomicUsize,
+    /// Models the backend answered 404 for (hash), and when (ms plus
+    /// one; 0 = empty): a server that does not load on demand.
+    refused: [AtomicU64; REFUSALS],
+    refused_at: [AtomicU64; REFUSALS],
+    next_refusal: AtomicUsize,
 }
 
 impl Residency {
@@ -66,6 +76,44 @@ impl Residency {
             loaded: Default::default(),
             in_flight: Default::default(),
             slots: AtomicUsize::new(slots.clamp(1, MAX_SLOTS)),
+            refused: Default::default(),
+            refused_at: Default::default(),
+            next_refusal: AtomicUsize::new(0),
+        }
+    }
+
+    /// The server answered 404 for the model with hash `key` at `now_ms`:
+    /// it is absent, and the server did not load it when asked for it —
+    /// for [`REFUSED_MS`] the backend is no place to send it cold.
+    pub(crate) fn refuse(&self, key: u64, now_ms: u64) {
+        self.forget(key);
+        let i = (0..REFUSALS)
+            .find(|&i| self.refused[i].load(Ordering::Relaxed) == key)
+            .unwrap_or_else(|| self.next_refusal.fetch_add(1, Ordering::Relaxed) % REFUSALS);
+        self.refused[i].store(key, Ordering::Relaxed);
+        self.refused_at[i].store(now_ms.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Whether the backend answered 404 for the model with hash `key`
+    /// less than [`REFUSED_MS`] before `now_ms()` (read only when it did
+    /// at some time), and has not served it since.
+    pub(crate) fn refused(&self, key: u64, now_ms: impl FnOnce() -> u64) -> bool {
+        let Some(i) = (0..REFUSALS).find(|&i| {
+            self.refused[i].load(Ordering::Relaxed) == key
+                && self.refused_at[i].load(Ordering::Relaxed) != 0
+        }) else {
+            return false;
+        };
+        let at = self.refused_at[i].load(Ordering::Relaxed);
+        now_ms().saturating_add(1).saturating_sub(at) < REFUSED_MS
+    }
+
+    /// Clears a refusal of the model with hash `key`: it is served here.
+    fn unrefuse(&self, key: u64) {
+        for i in 0..REFUSALS {
+            if self.refused[i].load(Ordering::Relaxed) == key {
+                self.refused_at[i].store(0, Ordering::Relaxed);
+            }
         }
     }
 
@@ -135,6 +183,7 @@ impl Residency {
         if let Some(i) = self.slot(key) {
             self.loaded[i].fetch_or(SERVED, Ordering::Relaxed);
         }
+        self.unrefuse(key);
     }
 
     /// How long (ms) the least recently used model has gone unused at
@@ -405,6 +454,28 @@ mod tests {
         assert_eq!(r.presence(7, || 200), Presence::Served, "declared");
         let unread = || panic!("every model is served: no clock needed");
         assert_eq!(r.loading(unread, 2_000), 0);
+    }
+
+    #[test]
+    fn a_refusal_lasts_until_served_or_expired() {
+        let r = Residency::new(2);
+        r.touch(1, 0);
+        r.confirm(1);
+        assert!(!r.refused(1, || 0));
+        r.refuse(1, 100);
+        assert_eq!(r.presence(1, || 100), Presence::Absent, "a 404 is absence");
+        assert!(r.refused(1, || 100 + REFUSED_MS - 2));
+        assert!(!r.refused(1, || 100 + REFUSED_MS), "expired");
+        assert!(!r.refused(2, || 100), "another model");
+        r.refuse(2, 200);
+        r.touch(2, 300);
+        r.confirm(2);
+        assert!(!r.refused(2, || 300), "served there since");
+        for key in 10..10 + REFUSALS as u64 {
+            r.refuse(key, 400);
+        }
+        assert!((10..10 + REFUSALS as u64).all(|k| r.refused(k, || 400)));
+        assert!(!r.refused(1, || 400), "the oldest refusal made room");
     }
 
     #[test]

@@ -54,8 +54,15 @@ impl<C> HedgeLayer<C> {
     }
 
     /// A `tower::retry::Policy` whose retries draw from this layer's
-    /// budget; the layer counts the requests (see [`RetryPolicy`]).
+    /// budget; the layer counts the requests (see [`RetryPolicy`]). From
+    /// then on the layer puts a [`PickedSlot`](crate::backend::PickedSlot)
+    /// in every request it can (not only those it may hedge), so that a
+    /// `tower::retry::Retry` between it and the balancer sends a retry to
+    /// another backend.
     pub fn retry_policy(&self) -> RetryPolicy {
+        self.shared
+            .retries
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         RetryPolicy::counted_elsewhere(self.shared.budget.clone())
     }
 }

@@ -110,13 +110,34 @@ where
         let (hash, update) = route_of(&req);
         let place = (!update).then(|| shared.delays.place(hash, now));
         let hedges = shared.policy.max_attempts >= 2;
+        let retries = shared.retries.load(std::sync::atomic::Ordering::Relaxed);
         let backup = match place {
             Some(place) if hedges => self.backup(&mut req, place, now),
             _ => None,
         };
+        if backup.is_none() && retries {
+            // For a retry below: where the balancer sent the request.
+            self.give_slot(&mut req);
+        }
         let first = self.inner.call(req);
         let shared = self.shared.clone();
         ResponseFuture::new(first, backup, shared, place, now, self.classify.clone())
+    }
+}
+
+impl<S, C> Hedge<S, C> {
+    /// Puts a slot for the balancer's pick in `req`'s extensions (this
+    /// service's own, when no earlier request holds it still); `None` when
+    /// `req` has no extensions.
+    fn give_slot<Req: CloneRequest>(&mut self, req: &mut Req) -> Option<PickedSlot> {
+        let extensions = req.extensions_mut()?;
+        let reused = self.slot.as_mut().is_some_and(PickedSlot::reuse);
+        let slot = match &self.slot {
+            Some(slot) if reused => slot.clone(),
+            _ => self.slot.insert(PickedSlot::new()).clone(),
+        };
+        extensions.insert(slot.clone());
+        Some(slot)
     }
 }
 
@@ -131,18 +152,7 @@ impl<S: Clone, C> Hedge<S, C> {
     ) -> Option<Backup<S, Req>> {
         let delay = self.shared.delays.delay(place, now)?;
         let copy = req.clone_request()?;
-        let slot = match req.extensions_mut() {
-            Some(extensions) => {
-                let reused = self.slot.as_mut().is_some_and(PickedSlot::reuse);
-                let slot = match &self.slot {
-                    Some(slot) if reused => slot.clone(),
-                    _ => self.slot.insert(PickedSlot::new()).clone(),
-                };
-                extensions.insert(slot.clone());
-                Some(slot)
-            }
-            None => None,
-        };
+        let slot = self.give_slot(req);
         Some(Backup {
             service: self.inner.clone(),
             request: copy,

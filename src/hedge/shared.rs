@@ -2,7 +2,7 @@
 //! the gate and the counters; and the handle that reads them.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +34,11 @@ pub(crate) struct Shared {
     pub(crate) budget: Arc<Budget>,
     pub(crate) gate: Option<Box<dyn LoadGate>>,
     pub(crate) counters: Counters,
+    /// Set once a [`RetryPolicy`](super::RetryPolicy) was built from the
+    /// layer: every request then carries a
+    /// [`PickedSlot`](crate::backend::PickedSlot), so a retry knows which
+    /// backend to avoid even when no backup is planned.
+    pub(crate) retries: AtomicBool,
 }
 
 impl fmt::Debug for Shared {
@@ -55,6 +60,7 @@ impl Shared {
             budget: Arc::new(Budget::new(policy.budget_ratio, policy.budget_window, now)),
             gate,
             counters: Counters::default(),
+            retries: AtomicBool::new(false),
             policy,
         }
     }
