@@ -69,7 +69,9 @@
 //!   failure is returned when both fail. A backup is sent only while no
 //!   attempt has answered: never after a response has begun. The loser's
 //!   future is dropped, which cancels its request down to the connection
-//!   (HTTP/2: a reset stream; HTTP/1: the connection is closed).
+//!   (HTTP/2: a reset stream; HTTP/1: the connection is closed). A first
+//!   attempt that lost is no failure of its backend: the balancer counts
+//!   it a slow call (see [`Guard`](crate::balance::Guard)).
 //! * Updates (`x-request-kind: update`) are never hedged: a write is not
 //!   idempotent. Requests whose route cannot be read share one histogram.
 //!
