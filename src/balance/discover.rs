@@ -294,7 +294,7 @@ fn new_state(
         joining.warming,
         joining.latency_ms,
     );
-    state.health.set_meta(&meta);
+    state.health.set_meta(meta);
     let now = fleet.millis(tokio::time::Instant::now());
     let keys = meta.resident_models.iter().map(|m| m.hash64());
     state.residency.replace(keys, now);
