@@ -36,6 +36,11 @@ use app::{Config, Gateway};
 use lcg::Lcg;
 use mlserver::{Fleet, Kind, Models};
 
+/// One real-server test at a time: each starts its own processes, and on
+/// 2 cores the measured figures (the added p50 above all) must not pay for
+/// another test's servers starting beside them.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The gateway serving on loopback in front of a fleet.
 struct Running {
     addr: SocketAddr,
@@ -179,6 +184,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// under traffic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mlserver_fleet_in_explicit_mode_through_the_gateway() {
+    let _serial = SERIAL.lock().await;
     let models = Models::new(12, Duration::from_millis(500), Duration::from_millis(10));
     let Some(mut fleet) = Fleet::start(Kind::MlServer, 4, models).await else {
         return;
@@ -385,6 +391,7 @@ async fn tritonclient(addr: SocketAddr, args: &[&str]) -> String {
 /// (the gateway loads the model on its owner), metadata, JSON tensors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tritonclient_through_the_gateway() {
+    let _serial = SERIAL.lock().await;
     let models = Models::new(3, Duration::from_millis(200), Duration::from_millis(5));
     let Some(fleet) = Fleet::start(Kind::MlServer, 2, models).await else {
         return;
@@ -401,6 +408,7 @@ async fn tritonclient_through_the_gateway() {
 /// and a server killed under traffic is routed around.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kserve_servers_through_the_gateway() {
+    let _serial = SERIAL.lock().await;
     let models = Models::new(6, Duration::from_millis(50), Duration::from_millis(10));
     let Some(mut fleet) = Fleet::start(Kind::KServe, 3, models).await else {
         return;
@@ -454,6 +462,7 @@ async fn kserve_servers_through_the_gateway() {
 /// explicit mode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_stack_against_mlserver() {
+    let _serial = SERIAL.lock().await;
     use http_body_util::{BodyExt, Full};
     use tower::discover::ServiceList;
     use tower::{ServiceBuilder, ServiceExt};
