@@ -305,13 +305,14 @@ async fn mlserver_fleet_in_explicit_mode_through_the_gateway() {
     let reloaded = fleet.servers[victim].ready_models().await;
     eprintln!(
         "real-servers: killed {}: {:.2}% ok while down (500 requests: {}); restarted empty: \
-         {:.2}% ok of the 1500 after ({} errors, the last {:?} after it was back); it owns {owned:?}, \
+         {:.2}% ok of the 1500 after ({} errors: {}, the last {:?} after it was back); it owns {owned:?}, \
          holds {reloaded:?} again; {} breaker trips",
         fleet.servers[victim].name,
         ok_share(&down) * 100.0,
         failures(&down),
         after_ok * 100.0,
         after.iter().filter(|s| s.status != 200).count(),
+        failures(&after),
         last_error,
         gw.handle.breaker_trips(),
     );

@@ -110,10 +110,29 @@ pub fn installed(kind: Kind) -> Option<PathBuf> {
     None
 }
 
-/// A port free on 127.0.0.1 a moment ago.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local addr").port()
+/// Three distinct ports free on 127.0.0.1 a moment ago, below Linux's
+/// ephemeral range (32768 and up), so that no outgoing connection of this
+/// machine takes one before the server binds it: tried from a place drawn
+/// from the process and a counter, each bound until all three are found.
+fn free_ports() -> [u16; 3] {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let start =
+        (u64::from(std::process::id()) * 7919 + NEXT.fetch_add(97, Ordering::Relaxed)) % 12_000;
+    let mut held = Vec::new();
+    for offset in 0..12_000 {
+        let port = 20_000 + ((start + offset) % 12_000) as u16;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(listener);
+            if held.len() == 3 {
+                break;
+            }
+        }
+    }
+    let ports: Vec<u16> = held
+        .iter()
+        .map(|l| l.local_addr().expect("local addr").port())
+        .collect();
+    ports.try_into().expect("three free ports in 20000..32000")
 }
 
 /// A folder of its own under the system's temporary folder, removed when
@@ -160,6 +179,49 @@ pub struct Server {
     child: Option<Child>,
 }
 
+/// How a server of `kind` is started on `ports` (HTTP, gRPC, metrics):
+/// its arguments and environment, and where its metrics are served.
+fn launch(
+    kind: Kind,
+    [http, grpc, metrics]: [u16; 3],
+    repository: &Path,
+    models: &Models,
+) -> (Vec<String>, Vec<(&'static str, String)>, u16) {
+    match kind {
+        Kind::MlServer => {
+            // Settings from the environment: `mlserver start DIR` takes DIR
+            // as the model repository (a settings.json's
+            // `model_repository_root` is overridden by it), and every server
+            // shares the one repository.
+            let env = vec![
+                ("MLSERVER_HOST", "127.0.0.1".to_owned()),
+                ("MLSERVER_HTTP_PORT", http.to_string()),
+                ("MLSERVER_GRPC_PORT", grpc.to_string()),
+                ("MLSERVER_METRICS_PORT", metrics.to_string()),
+                ("MLSERVER_LOAD_MODELS_AT_STARTUP", "false".to_owned()),
+                ("MLSERVER_PARALLEL_WORKERS", "0".to_owned()),
+            ];
+            let args = vec!["start".to_owned(), repository.display().to_string()];
+            (args, env, metrics)
+        }
+        Kind::KServe => {
+            let script = root()
+                .join("tests")
+                .join("mlserver")
+                .join("kserve_server.py");
+            let mut args = vec![
+                script.display().to_string(),
+                format!("--http_port={http}"),
+                format!("--grpc_port={grpc}"),
+                format!("--load_seconds={}", models.load.as_secs_f64()),
+                format!("--predict_seconds={}", models.predict.as_secs_f64()),
+            ];
+            args.extend(models.names.iter().map(|m| format!("--model={m}")));
+            (args, Vec::new(), http)
+        }
+    }
+}
+
 impl Server {
     /// Starts the process and waits (bounded) until it answers
     /// `GET /v2/health/live`.
@@ -200,19 +262,23 @@ impl Server {
     /// request (a refused connection fails at once), at most 600 tries
     /// 100 ms apart, and the process must still be running.
     pub async fn wait_live(&mut self) {
+        if let Err(log) = self.try_wait_live().await {
+            panic!("{} exited before it was live:\n{log}", self.name);
+        }
+    }
+
+    /// As [`Server::wait_live`], but a process that exited is an `Err`
+    /// with its log's tail.
+    async fn try_wait_live(&mut self) -> Result<(), String> {
         let client = client();
         for _ in 0..600 {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
-                    panic!(
-                        "{} exited with {status} before it was live:\n{}",
-                        self.name,
-                        self.log_tail()
-                    );
+                    return Err(format!("{status}: {}", self.log_tail()));
                 }
             }
             if get(&client, self.http, "/v2/health/live").await.0 == 200 {
-                return;
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -300,60 +366,49 @@ impl Fleet {
         for i in 0..n {
             let dir = scratch.path().join(format!("server-{i}"));
             std::fs::create_dir_all(&dir).expect("server folder");
-            let (http, grpc, metrics) = (free_port(), free_port(), free_port());
-            let mut env = Vec::new();
-            let args = match kind {
-                Kind::MlServer => {
-                    // Settings from the environment: `mlserver start DIR`
-                    // takes DIR as the model repository (a settings.json's
-                    // `model_repository_root` is overridden by it), and
-                    // every server shares the one repository.
-                    env = vec![
-                        ("MLSERVER_HOST", "127.0.0.1".to_owned()),
-                        ("MLSERVER_HTTP_PORT", http.to_string()),
-                        ("MLSERVER_GRPC_PORT", grpc.to_string()),
-                        ("MLSERVER_METRICS_PORT", metrics.to_string()),
-                        ("MLSERVER_LOAD_MODELS_AT_STARTUP", "false".to_owned()),
-                        ("MLSERVER_PARALLEL_WORKERS", "0".to_owned()),
-                    ];
-                    vec!["start".to_owned(), repository.display().to_string()]
-                }
-                Kind::KServe => {
-                    let script = root()
-                        .join("tests")
-                        .join("mlserver")
-                        .join("kserve_server.py");
-                    let mut args = vec![
-                        script.display().to_string(),
-                        format!("--http_port={http}"),
-                        format!("--grpc_port={grpc}"),
-                        format!("--load_seconds={}", models.load.as_secs_f64()),
-                        format!("--predict_seconds={}", models.predict.as_secs_f64()),
-                    ];
-                    args.extend(models.names.iter().map(|m| format!("--model={m}")));
-                    args
-                }
-            };
-            let metrics = match kind {
-                Kind::MlServer => metrics,
-                Kind::KServe => http,
-            };
-            let mut server = Server {
+            let (args, env, metrics) = launch(kind, [0; 3], &repository, &models);
+            servers.push(Server {
                 kind,
                 name: format!("{kind:?}-{i}").to_lowercase(),
-                http: SocketAddr::from(([127, 0, 0, 1], http)),
+                http: SocketAddr::from(([127, 0, 0, 1], 0)),
                 metrics: SocketAddr::from(([127, 0, 0, 1], metrics)),
                 program: program.clone(),
                 dir,
                 args,
                 env,
                 child: None,
-            };
-            server.spawn();
-            servers.push(server);
+            });
         }
-        for server in &mut servers {
-            server.wait_live().await;
+        // Ports are free when chosen, not reserved: a server that lost one
+        // to another process before it bound it gets new ones (at most 5
+        // tries).
+        let mut pending: Vec<usize> = (0..n).collect();
+        for attempt in 0.. {
+            for &i in &pending {
+                let ports = free_ports();
+                let (args, env, metrics) = launch(kind, ports, &repository, &models);
+                let server = &mut servers[i];
+                (server.args, server.env) = (args, env);
+                server.http = SocketAddr::from(([127, 0, 0, 1], ports[0]));
+                server.metrics = SocketAddr::from(([127, 0, 0, 1], metrics));
+                server.spawn();
+            }
+            let mut lost = Vec::new();
+            for &i in &pending {
+                if let Err(log) = servers[i].try_wait_live().await {
+                    let taken = log.contains("address already in use");
+                    assert!(
+                        taken && attempt < 4,
+                        "{} exited before it was live: {log}",
+                        servers[i].name
+                    );
+                    lost.push(i);
+                }
+            }
+            if lost.is_empty() {
+                break;
+            }
+            pending = lost;
         }
         Some(Self {
             servers,
