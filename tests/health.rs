@@ -375,6 +375,26 @@ async fn a_probe_for_an_unknown_backend_is_refused() {
     assert!(balancer.handle().report_probe(&id("a"), Err(&err)));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_server_not_ready_because_it_is_loading_is_busy_not_sick() {
+    let nodes = nodes(&["a", "b"]);
+    let balancer = balancer(&nodes, BalanceConfig::default(), 7);
+    let handle = balancer.handle();
+    // MLServer answers 400 on readiness while a model loads; its index
+    // lists the model LOADING.
+    let loading = ProbeReport::default().with_ready(false).with_loading(true);
+    let sick = ProbeReport::default().with_ready(false);
+    assert!(!loading.is_failure() && sick.is_failure());
+    for _ in 0..10 {
+        assert!(handle.report_probe(&id("a"), Ok(&loading)));
+        assert!(handle.report_probe(&id("b"), Ok(&sick)));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let health = |n| handle.health(&id(n)).unwrap();
+    assert_eq!(health("a").error_rate, 0.0, "busy: {:?}", health("a"));
+    assert!(health("b").error_rate > 0.5, "sick: {:?}", health("b"));
+}
+
 /// A node that lists the models it holds in a response header.
 #[derive(Clone)]
 struct Listing;

@@ -384,3 +384,32 @@ async fn metrics_on_a_port_of_their_own() {
     let report = probe(&prober, elsewhere).await.unwrap();
     assert_eq!(report.load.gpu_memory_used_bytes, Some(0.0));
 }
+
+#[tokio::test]
+async fn absent_metrics_are_no_metrics_and_never_fail_the_probe() {
+    let client = probe::client();
+    let metrics = PrometheusMetrics::with_client(client.clone(), MetricNames::vllm());
+    // MLServer's HTTP port has no /metrics: 404.
+    let absent = fixed(404, br#"{"detail":"Not Found"}"#).await;
+    assert_eq!(
+        probe(&metrics, absent).await.unwrap(),
+        ProbeReport::default()
+    );
+
+    // Readiness and residency from one server, metrics from another
+    // origin (MLServer's metrics port): the pair asks each where it is.
+    let good = server(2, 4, 1).await;
+    assert_eq!(infer(&client, &good, "a").await.0, 200);
+    let pair = (KServeV2::with_client(client.clone()), metrics.clone());
+    let at = |metrics: SocketAddr| target(good.addr()).with_metrics_address(Origin::http(metrics));
+    let report = pair.probe(&at(good.addr())).await.unwrap();
+    assert_eq!(sorted(&report.resident_models.unwrap()), ["a"]);
+    assert!(report.load.requests_running.is_some(), "metrics read there");
+    // Metrics absent there, or broken: readiness and residency stand.
+    for broken in [absent, fixed(500, b"oops").await] {
+        let report = pair.probe(&at(broken)).await.unwrap();
+        assert_eq!(report.ready, Some(true));
+        assert_eq!(sorted(&report.resident_models.unwrap()), ["a"]);
+        assert!(report.load.is_empty(), "{:?}", report.load);
+    }
+}

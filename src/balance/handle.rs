@@ -192,8 +192,10 @@ impl BalancerHandle {
 
     /// Takes one probe's answer for `backend` (from a
     /// [`Prober`](crate::health::probe::Prober) or the caller's own
-    /// telemetry): a failure, or an answer of not ready, counts against its
-    /// health like a failed request; load signals feed its capacity term
+    /// telemetry): a failure, or an answer of not ready (unless the report
+    /// says the server is [`loading`](crate::health::probe::ProbeReport::loading)
+    /// a model: busy, not sick), counts against its health like a failed
+    /// request; load signals feed its capacity term
     /// until three evaluation intervals old; resident models, when listed,
     /// are the server's own list (its first `model_slots` models: see
     /// [`BackendMeta::with_model_slots`](super::BackendMeta::with_model_slots),
