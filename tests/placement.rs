@@ -360,10 +360,17 @@ async fn a_model_the_repository_does_not_know_is_refused_and_never_loaded() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failed_load_fails_every_waiting_request_and_counts_for_the_breaker() {
+async fn a_failed_load_fails_every_waiting_request_and_only_a_backends_fault_counts() {
     let (fleet, balancer, _task) = placed(4, policy());
     let owner = owner(&balancer, "m2");
     fleet.with(&owner, |s| s.loads = Loads::Fail);
+    let breaker = || {
+        balancer
+            .handle()
+            .breaker(&BackendId::new(&owner).unwrap())
+            .unwrap()
+            .metrics()
+    };
 
     let answers = burst(&balancer, "m2", 8).await;
     for answer in &answers {
@@ -374,29 +381,47 @@ async fn a_failed_load_fails_every_waiting_request_and_counts_for_the_breaker() 
             (owner.as_str(), "m2")
         );
     }
-    assert_eq!(fleet.load_calls(&owner, "m2"), 1);
-    let metrics = balancer
-        .handle()
-        .breaker(&BackendId::new(&owner).unwrap())
-        .unwrap()
-        .metrics();
     assert_eq!(
-        metrics.failures, 1,
-        "the failed load, once for all who waited"
+        fleet.load_calls(&owner, "m2"),
+        1,
+        "one load for all who waited"
     );
-    assert_eq!(metrics.slow_calls, 0, "never a slow call");
+    assert_eq!(
+        breaker().failures,
+        0,
+        "the server answered the load with an error: the model's failure, not the backend's"
+    );
     assert_eq!(
         balancer.handle().placement_stats().unwrap().load_failures,
         1
     );
+    // For a while the model fails at once there, with no new load call.
+    for answer in burst(&balancer, "m2", 3).await {
+        assert!(answer.unwrap_err().is::<ModelLoadFailed>());
+    }
+    assert_eq!(fleet.load_calls(&owner, "m2"), 1);
 
-    // The server recovers: the next request loads again, and succeeds.
+    // The server recovers: past the wait, the next request loads again.
     fleet.with(&owner, |s| s.loads = Loads::Succeed);
+    tokio::time::advance(Duration::from_secs(5)).await;
     let answers = burst(&balancer, "m2", 3).await;
     assert!(answers
         .iter()
         .all(|a| a.as_ref().is_ok_and(|r| r.status() == 200)));
     assert_eq!(fleet.load_calls(&owner, "m2"), 2);
+
+    // A load that hangs past its timeout is the backend's failure: one.
+    let other = REPOSITORY
+        .into_iter()
+        .find(|&m| m != "m2" && self::owner(&balancer, m) == owner)
+        .expect("another model of the owner's");
+    fleet.with(&owner, |s| s.loads = Loads::Hang);
+    for answer in burst(&balancer, other, 2).await {
+        assert!(answer.unwrap_err().is::<ModelLoadFailed>());
+    }
+    let metrics = breaker();
+    assert_eq!(metrics.failures, 1, "the hung load, once: {metrics:?}");
+    assert_eq!(metrics.slow_calls, 0, "never a slow call");
     assert_eq!(balancer.handle().in_flight(), 0);
 }
 

@@ -250,9 +250,9 @@ where
                             let error = UnknownModel::new(backend, model.clone());
                             return Poll::Ready(Err(error.into()));
                         }
-                        Status::Failed(reason) => {
-                            // The load counted its failure once; the
-                            // request itself was never sent.
+                        Status::Failed(reason) | Status::Refused(reason) => {
+                            // The load counted its failure once (if the
+                            // backend's); the request itself was never sent.
                             drop(guard);
                             let error = ModelLoadFailed::new(backend, model.clone(), reason);
                             return Poll::Ready(Err(error.into()));

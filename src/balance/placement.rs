@@ -61,7 +61,32 @@ pub(crate) enum Status {
     Resident,
     /// The repository does not know the model: nothing was loaded.
     Unknown,
+    /// The backend could not be reached, or did not answer in time: its
+    /// failure (one for its breaker).
     Failed(String),
+    /// The backend answered the load (or the repository read) with an
+    /// error: the model's failure, not the backend's — one model that
+    /// cannot load must not open every breaker it is tried on.
+    Refused(String),
+}
+
+/// How long a failed or refused load of a model on a backend is not tried
+/// again there: requests for it fail at once meanwhile.
+const LOAD_RETRY_AFTER: Duration = Duration::from_secs(5);
+/// Most (backend, model) load failures remembered; past it the oldest go.
+const MAX_FAILED_LOADS: usize = 4096;
+
+impl Status {
+    /// The status of a load whose call failed with `error` (`what` says
+    /// which call): the backend's failure when it could not be reached or
+    /// timed out, else the model's.
+    fn failed(error: &LoadError, what: &str) -> Self {
+        let reason = format!("{what}: {error}");
+        match error {
+            LoadError::Transport(_) | LoadError::Timeout => Status::Failed(reason),
+            _ => Status::Refused(reason),
+        }
+    }
 }
 
 /// What a request routed to a backend where its model is not served does.
@@ -71,6 +96,9 @@ pub(crate) enum Prepared {
     Wait(watch::Receiver<Status>),
     /// Fails at once: the repository does not know the model.
     Unknown,
+    /// Fails at once: a load of the model there failed less than
+    /// [`LOAD_RETRY_AFTER`] ago, for this reason.
+    Failed(String),
 }
 
 /// Placement's counters, readable from
@@ -112,6 +140,8 @@ pub(crate) struct Placement {
     loads: Mutex<HashMap<(u64, u64), watch::Receiver<Status>>>,
     /// Each backend's repository (by uid) as last read: the allow-list.
     known: Mutex<HashMap<u64, HashMap<u64, ModelId>>>,
+    /// Loads that failed, by (backend uid, model hash): when, and why.
+    failed: Mutex<HashMap<(u64, u64), (Instant, String)>>,
     /// One load at a time per backend (by uid): a load decides what to
     /// unload from the repository as it is once the one before has ended,
     /// and two loads never evict each other on the server. (Measured in
@@ -144,6 +174,7 @@ impl Placement {
             view,
             loads: Mutex::default(),
             known: Mutex::default(),
+            failed: Mutex::default(),
             turns: Mutex::default(),
             counters: Counters::default(),
         }
@@ -176,7 +207,34 @@ impl Placement {
                 return Prepared::Unknown;
             }
         }
+        if let Some(reason) = self.failed_recently(state.uid, key, Instant::now()) {
+            return Prepared::Failed(reason);
+        }
         Prepared::Wait(self.start(state, model))
+    }
+
+    /// Remembers that the load of model `key` on backend `uid` failed at
+    /// `now` for `reason`.
+    fn remember_failure(&self, uid: u64, key: u64, now: Instant, reason: &str) {
+        let mut failed = lock(&self.failed);
+        if failed.len() >= MAX_FAILED_LOADS {
+            failed.retain(|_, (at, _)| now.saturating_duration_since(*at) < LOAD_RETRY_AFTER);
+        }
+        if failed.len() < MAX_FAILED_LOADS {
+            failed.insert((uid, key), (now, reason.to_owned()));
+        }
+    }
+
+    /// Why the load of model `key` on backend `uid` failed, if it did less
+    /// than [`LOAD_RETRY_AFTER`] before `now`.
+    fn failed_recently(&self, uid: u64, key: u64, now: Instant) -> Option<String> {
+        let mut failed = lock(&self.failed);
+        let (at, reason) = failed.get(&(uid, key))?;
+        if now.saturating_duration_since(*at) < LOAD_RETRY_AFTER {
+            return Some(reason.clone());
+        }
+        failed.remove(&(uid, key));
+        None
     }
 
     /// A 404 from `state` for the model with hash `key`, believed served
@@ -233,12 +291,17 @@ impl Placement {
                     state.residency.touch(key, now);
                     state.residency.confirm(key);
                 }
-                Status::Failed(reason) => {
+                Status::Failed(reason) | Status::Refused(reason) => {
                     this.counters.load_failures.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(backend = %state.id, model = %model, reason, "model load failed");
                     state.residency.forget(key);
-                    // One failure, however many requests waited for it.
-                    state.record_failure(key, Instant::now());
+                    let now = Instant::now();
+                    this.remember_failure(state.uid, key, now, reason);
+                    // One failure, however many requests waited for it;
+                    // none when the backend answered (the model's fault).
+                    if matches!(status, Status::Failed(_)) {
+                        state.record_failure(key, now);
+                    }
                 }
                 Status::Unknown | Status::Pending => state.residency.forget(key),
             }
@@ -265,7 +328,7 @@ impl Placement {
         };
         let repository = match timeout_at(deadline, self.loader.repository(&target)).await {
             Ok(Ok(repository)) => repository,
-            Ok(Err(error)) => return Status::Failed(format!("repository: {error}")),
+            Ok(Err(error)) => return Status::failed(&error, "repository"),
             Err(_) => return timed_out(),
         };
         self.remember(state, &repository);
@@ -295,7 +358,7 @@ impl Placement {
         }
         match timeout_at(deadline, self.loader.load(&target, model)).await {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => return Status::Failed(error.to_string()),
+            Ok(Err(error)) => return Status::failed(&error, "load"),
             Err(_) => return timed_out(),
         }
         // What the server evicted to make room, if it did: the balancer

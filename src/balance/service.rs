@@ -18,7 +18,9 @@ use super::placement::{Placement, Prepared};
 use super::router::Local;
 use super::{Backend, BalanceConfig, BalancerHandle, Picked, Shared};
 use crate::backend::PickedSlot;
-use crate::error::{BoxError, InvalidConfig, InvalidRoute, NoHealthyBackend, UnknownModel};
+use crate::error::{
+    BoxError, InvalidConfig, InvalidRoute, ModelLoadFailed, NoHealthyBackend, UnknownModel,
+};
 use crate::route::{ModelId, RequestKind, RouteInfo, RouteView};
 
 /// The model-aware balancer; see the [module docs](super).
@@ -274,6 +276,13 @@ where
             // Cancelled: nothing was sent, nothing counts.
             drop(guard);
             ResponseFuture::failed(UnknownModel::new(backend, model).into())
+        }
+        Prepared::Failed(reason) => {
+            let backend = guard.backend().clone();
+            guard.state().residency.forget(model.hash64());
+            // Not sent: nothing counts (the load that failed counted).
+            drop(guard);
+            ResponseFuture::failed(ModelLoadFailed::new(backend, model, reason).into())
         }
     }
 }

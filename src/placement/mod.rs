@@ -52,9 +52,15 @@
 //!    ring and that has no request in flight there is unloaded first.
 //! 4. **Failure.** A load that fails or outlives
 //!    [`load_timeout`](PlacementPolicyBuilder::load_timeout) fails every
-//!    waiting request with [`ModelLoadFailed`](crate::error::ModelLoadFailed);
-//!    the load counts as one failure for the backend's breaker (however
-//!    many requests waited), never as a slow call.
+//!    waiting request with [`ModelLoadFailed`](crate::error::ModelLoadFailed),
+//!    and for 5 s the requests for that model on that backend fail at once
+//!    with it, without another load call. A load the backend could not be
+//!    reached for, or that timed out, counts as one failure for its
+//!    breaker (however many requests waited), never as a slow call; a
+//!    load the backend answered with an error (the model is broken, its
+//!    files missing) is the model's failure and counts nothing against the
+//!    backend — one model that cannot load must not open every breaker it
+//!    is tried on.
 //!    A 404 from a backend believed to serve the model marks it not
 //!    resident there and starts one reload; the request that got the 404
 //!    gets it (its body may not be cloneable, so it is not sent again), and
