@@ -507,6 +507,15 @@ async fn the_client_stack_against_mlserver() {
     let _placement = handle
         .enable_placement(KServeV2Loader::new(), PlacementPolicy::default())
         .unwrap();
+    // MLServer's own metrics (route templates in label values) parse.
+    let target = tower_model_balance::health::probe::ProbeTarget::new(
+        BackendId::new("metrics").unwrap(),
+        Origin::http(fleet.servers[0].http),
+    )
+    .with_metrics_address(Origin::http(fleet.servers[0].metrics));
+    let metrics = PrometheusMetrics::new(MetricNames::vllm());
+    let report = tower_model_balance::health::probe::Prober::probe(&metrics, &target).await;
+    assert!(report.is_ok(), "MLServer's /metrics: {report:?}");
     let plan = zipf(6, 400, 5);
     let mut ok = 0;
     for (i, &m) in plan.iter().enumerate() {

@@ -53,6 +53,21 @@ where
 }
 
 impl MetricNames {
+    /// Every name asked for, of every signal.
+    fn all(&self) -> Vec<&str> {
+        [
+            &self.kv_cache_usage,
+            &self.requests_running,
+            &self.requests_waiting,
+            &self.gpu_memory_used_bytes,
+            &self.gpu_memory_total_bytes,
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect()
+    }
+
     /// No metric for any signal: a start for [the setters](Self::kv_cache_usage).
     pub fn none() -> Self {
         Self {
@@ -290,6 +305,80 @@ fn escape_line(line: &str) -> Cow<'_, str> {
     ))
 }
 
+/// The metric a line is about: a sample's name, or the name a `# HELP` or
+/// `# TYPE` comment documents; `None` for other comments, blank lines and
+/// lines that start with no valid metric name.
+fn metric_name(line: &str) -> Option<&str> {
+    let line = line.trim_start();
+    let rest = match line.strip_prefix('#') {
+        Some(comment) => {
+            let body = comment.trim_start();
+            let after = body
+                .strip_prefix("HELP")
+                .or_else(|| body.strip_prefix("TYPE"))?;
+            if !after.starts_with(char::is_whitespace) {
+                return None;
+            }
+            after.trim_start()
+        }
+        None => line,
+    };
+    let end = rest
+        .find(|c: char| c == '{' || c.is_whitespace())
+        .unwrap_or(rest.len());
+    let name = &rest[..end];
+    let valid = name.chars().enumerate().all(|(i, c)| {
+        c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+    });
+    (!name.is_empty() && valid).then_some(name)
+}
+
+/// A sample line without its label block (`name{…} value` is `name
+/// value`), quotes and escapes inside label values respected; other lines
+/// as they are. An unclosed block is left for the parser to refuse.
+fn without_labels(line: &str) -> Cow<'_, str> {
+    let trimmed = line.trim_start();
+    if trimmed.starts_with('#') {
+        return Cow::Borrowed(line);
+    }
+    let Some(open) = trimmed.find('{') else {
+        return Cow::Borrowed(line);
+    };
+    let (mut quoted, mut escaped) = (false, false);
+    for (i, c) in trimmed[open..].char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '}' if !quoted => {
+                let rest = &trimmed[open + i + 1..];
+                return Cow::Owned(format!("{}{rest}", &trimmed[..open]));
+            }
+            _ => {}
+        }
+    }
+    Cow::Borrowed(line)
+}
+
+/// Whether `name` is one of `wanted`, or the series of a histogram or
+/// summary of one (`_bucket`, `_sum`, `_count`): those are parsed, so that
+/// a histogram where a gauge is expected is found out.
+fn asked(wanted: &[&str], name: &str) -> bool {
+    let base = ["_bucket", "_sum", "_count"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix));
+    wanted.contains(&name) || base.is_some_and(|base| wanted.contains(&base))
+}
+
+/// Whether a sample line not read ends as a sample does: a value, and
+/// maybe a timestamp, after its name and labels.
+fn sample_shaped(line: &str) -> bool {
+    let mut tokens = line.split_whitespace().rev();
+    // A timestamp after the value is a number too.
+    let (last, before) = (tokens.next(), tokens.next());
+    last.is_some_and(is_number) && before.is_some()
+}
+
 fn is_number(value: &str) -> bool {
     value.eq_ignore_ascii_case("nan") || value.parse::<f64>().is_ok()
 }
@@ -303,13 +392,36 @@ fn parse_metrics(body: &[u8], names: &MetricNames) -> Result<LoadSignals, ProbeE
             "cut short: the last line has no line feed".into(),
         ));
     }
+    let wanted = names.all();
     let mut lines = Vec::new();
     for (number, line) in text.lines().enumerate() {
-        let line = escape_line(line);
-        let valid = match LineInfo::parse(&line) {
-            LineInfo::Sample { value, .. } => is_number(value),
-            LineInfo::Ignored => line.trim_start().starts_with('#'),
-            LineInfo::Doc { .. } | LineInfo::Type { .. } | LineInfo::Empty => true,
+        // Only the metrics asked for are parsed; the others are checked
+        // for their shape only (prometheus-parse 0.2.5 rejects label values
+        // holding `{` or `}`, as MLServer's `path="/v2/models/{model_name}"`
+        // does).
+        let valid = match metric_name(line) {
+            Some(name) if asked(&wanted, name) => {
+                // The series are summed (or averaged) whatever their
+                // labels: a gauge's labels are dropped before parsing, so
+                // that none can trip the parser.
+                let line = match wanted.contains(&name) {
+                    true => without_labels(line),
+                    false => Cow::Borrowed(line),
+                };
+                let line = escape_line(&line);
+                let valid = match LineInfo::parse(&line) {
+                    LineInfo::Sample { value, .. } => is_number(value),
+                    LineInfo::Ignored => line.trim_start().starts_with('#'),
+                    LineInfo::Doc { .. } | LineInfo::Type { .. } | LineInfo::Empty => true,
+                };
+                lines.push(Ok(line.into_owned()));
+                valid
+            }
+            Some(_) => line.trim_start().starts_with('#') || sample_shaped(line),
+            None => {
+                let line = line.trim_start();
+                line.is_empty() || line.starts_with('#')
+            }
         };
         if !valid {
             return Err(malformed(format!(
@@ -317,7 +429,6 @@ fn parse_metrics(body: &[u8], names: &MetricNames) -> Result<LoadSignals, ProbeE
                 number + 1
             )));
         }
-        lines.push(Ok(line.into_owned()));
     }
     let scrape = Scrape::parse(lines.into_iter()).map_err(|e| malformed(e.to_string()))?;
     let read = |candidates: &[String], fraction: bool| -> Result<Option<f64>, ProbeError> {

@@ -160,6 +160,27 @@ fn malformed_metrics() {
 }
 
 #[test]
+fn label_values_with_braces_are_read_past() {
+    // MLServer's own metrics (its metrics port), as 1.7.1 serves them:
+    // route templates in label values, which prometheus-parse 0.2.5
+    // cannot parse; they are not read, only checked for their shape.
+    let mlserver = concat!(
+        "# HELP rest_server_requests_total Total number of requests\n",
+        "# TYPE rest_server_requests_total counter\n",
+        "rest_server_requests_total{app_name=\"mlserver\",method=\"POST\",path=\"/v2/repository/models/{model_name}/load\",status_code=\"200\"} 4.0\n",
+        "model_infer_request_success_total{model=\"m0\",version=\"None\"} 1.0\n",
+        "vllm:num_requests_running{path=\"/v2/models/{name}\"} 3.0\n",
+        "vllm:num_requests_waiting 2 1700000000000\n",
+    );
+    let signals = parse_metrics(mlserver.as_bytes(), &MetricNames::vllm()).unwrap();
+    assert_eq!(signals.requests_waiting, Some(2.0));
+    assert_eq!(signals.requests_running, Some(3.0), "read past its labels");
+    // A line of another metric that is no sample is still refused.
+    let broken = "rest_server_requests_total{path=\"/a/{b}\"}\n";
+    assert!(malformed(parse_metrics(broken.as_bytes(), &MetricNames::vllm())).contains("line 1"));
+}
+
+#[test]
 fn a_port_of_its_own() {
     let origin = Origin::parse("http://10.0.0.7:8000").unwrap();
     assert_eq!(
