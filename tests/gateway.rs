@@ -225,7 +225,8 @@ async fn an_invalid_model_id_is_a_400_with_an_openai_error() {
         );
     }
     // A KServe v2 path with a bad escape or of the wrong shape: the
-    // path's error, before any backend.
+    // path's error, before any backend, in KServe v2's shape
+    // (`{"error": "message"}`, as tritonclient reads it).
     for path in [
         "/v2/models/%zz/infer",
         "/v2/models/a%2/infer",
@@ -234,11 +235,21 @@ async fn an_invalid_model_id_is_a_400_with_an_openai_error() {
         let reply = gw.post(path, r#"{"inputs": []}"#).await;
         assert_eq!(reply.status, 400, "{path}: {}", reply.body);
         let error = &reply.json()["error"];
-        assert_eq!(error["code"], "invalid_route", "{path}");
         assert!(
-            error["message"].as_str().unwrap().contains("`path`"),
-            "{error}"
+            error.as_str().unwrap().contains("`path`"),
+            "{path}: {error}"
         );
+    }
+    // The metadata routes too, a name that is not UTF-8 included.
+    for path in [
+        "/v2/models/%FF",
+        "/v2/models/m0/versions/%FF",
+        "/v2/models/a%20b/ready",
+    ] {
+        let reply = gw.get(path).await;
+        assert_eq!(reply.status, 400, "{path}: {}", reply.body);
+        assert_eq!(reply.headers[header::CONTENT_TYPE], "application/json");
+        assert!(reply.json()["error"].is_string(), "{path}: {}", reply.body);
     }
     assert_eq!(gw.backend_work(), 0, "no backend saw a bad request");
 }

@@ -397,6 +397,9 @@ fn router(app: App) -> Router {
 /// error of the stack becomes the gateway's own answer.
 async fn forward(State(app): State<App>, req: Request) -> Response {
     let (mut parts, body) = req.into_parts();
+    // Errors in the shape of the route's protocol (KServe v2 or OpenAI).
+    let path = parts.uri.path().to_owned();
+    let reply = |reply: errors::ErrorReply| reply.for_path(&path).into_response();
     strip_hop_by_hop(&mut parts.headers);
     // The client sets the backend's own Host from the origin.
     parts.headers.remove(header::HOST);
@@ -412,7 +415,7 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
     let announced = announced.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if announced.is_some_and(|length| length > app.body_limit as u64) {
         let error = PayloadTooLarge::new(app.body_limit);
-        return errors::classify(&error).into_response();
+        return reply(errors::classify(&error));
     }
     // The whole body first, under the limit and the deadline: a body the
     // client breaks off or trickles is its error (400, 408), found here,
@@ -421,8 +424,8 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
     let read = axum::body::to_bytes(body, app.body_limit);
     let body = match tokio::time::timeout(app.body_timeout, read).await {
         Ok(Ok(bytes)) => Full::new(bytes),
-        Ok(Err(error)) => return errors::unreadable_body(&error, app.body_limit).into_response(),
-        Err(_) => return errors::body_timeout(app.body_timeout).into_response(),
+        Ok(Err(error)) => return reply(errors::unreadable_body(&error, app.body_limit)),
+        Err(_) => return reply(errors::body_timeout(app.body_timeout)),
     };
     match app.stack.oneshot(Request::from_parts(parts, body)).await {
         Ok(response) => {
@@ -432,7 +435,7 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
             // when it ends.
             Response::from_parts(parts, Body::new(body))
         }
-        Err(error) => errors::classify(&*error).into_response(),
+        Err(error) => reply(errors::classify(&*error)),
     }
 }
 
@@ -470,13 +473,21 @@ async fn server_metadata() -> Response {
 /// inference request of that model is (placement loads it there first).
 async fn model_metadata(
     State(app): State<App>,
-    Path(params): Path<Vec<(String, String)>>,
+    params: Result<Path<Vec<(String, String)>>, axum::extract::rejection::PathRejection>,
     mut req: Request,
 ) -> Response {
-    let name = params.iter().find(|(k, _)| k == "name").map(|(_, v)| v);
-    let model = match name.map(|name| ModelId::new(name)) {
+    let path = req.uri().path().to_owned();
+    let name = match &params {
+        Ok(Path(params)) => params
+            .iter()
+            .find(|(k, _)| k == "name")
+            .map(|(_, v)| v.as_str()),
+        // Not UTF-8 once percent-decoded: no model ID.
+        Err(_) => Some(""),
+    };
+    let model = match name.map(ModelId::new) {
         Some(Ok(model)) => model,
-        Some(Err(error)) => return errors::classify(&error).into_response(),
+        Some(Err(error)) => return errors::classify(&error).for_path(&path).into_response(),
         None => return no_route(req).await,
     };
     req.extensions_mut().insert(RouteInfo::new(model));
@@ -504,6 +515,7 @@ async fn no_route(req: Request) -> Response {
         "not_found",
         message,
     )
+    .for_path(req.uri().path())
     .into_response()
 }
 
@@ -515,6 +527,7 @@ async fn wrong_method(req: Request) -> Response {
         "method_not_allowed",
         message,
     )
+    .for_path(req.uri().path())
     .into_response()
 }
 

@@ -1,6 +1,8 @@
 //! What the gateway answers for an error of its stack: a status, a
 //! `Retry-After` where waiting helps, and an OpenAI-shaped JSON body
-//! `{"error": {"message", "type", "code"}}`.
+//! `{"error": {"message", "type", "code"}}` — or, on the KServe v2 routes
+//! (`/v2/…`), the protocol's own `{"error": "message"}`, which KServe v2
+//! clients (tritonclient) read.
 //!
 //! | error (anywhere in the `source()` chain) | status | `Retry-After` |
 //! | --- | --- | --- |
@@ -40,6 +42,8 @@ pub struct ErrorReply {
     pub code: &'static str,
     /// The error `message`: the error's own text.
     pub message: String,
+    /// The body in KServe v2's shape, `{"error": "message"}`.
+    pub kserve: bool,
 }
 
 /// A request body that could not be read whole: over `limit` bytes (413,
@@ -149,6 +153,7 @@ fn reply(
         kind,
         code,
         message: err.to_string(),
+        kserve: false,
     }
 }
 
@@ -175,11 +180,23 @@ impl ErrorReply {
             kind,
             code,
             message,
+            kserve: false,
         }
     }
 
-    /// The JSON body, `{"error": {"message", "type", "code"}}`.
+    /// The same reply, in KServe v2's shape when `path` is a KServe v2
+    /// route (`/v2/…`).
+    pub fn for_path(mut self, path: &str) -> Self {
+        self.kserve = path.starts_with("/v2/") || path == "/v2";
+        self
+    }
+
+    /// The JSON body: `{"error": {"message", "type", "code"}}`, or KServe
+    /// v2's `{"error": "message"}`.
     pub fn body(&self) -> String {
+        if self.kserve {
+            return serde_json::json!({ "error": self.message }).to_string();
+        }
         serde_json::json!({
             "error": { "message": self.message, "type": self.kind, "code": self.code }
         })
@@ -214,6 +231,15 @@ impl IntoResponse for ErrorReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kserve_v2_routes_get_the_protocols_error_shape() {
+        let reply = ErrorReply::new(StatusCode::NOT_FOUND, "t", "c", "no model".into());
+        let kserve = reply.clone().for_path("/v2/models/m/infer");
+        assert_eq!(kserve.body(), r#"{"error":"no model"}"#);
+        let openai = reply.for_path("/v1/chat/completions");
+        assert!(openai.body().contains(r#""code":"c""#), "{}", openai.body());
+    }
     use tower_model_balance::backend::BackendId;
     use tower_model_balance::error::BoxError;
     use tower_model_balance::route::{ModelId, RouteInfo};

@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 
 def main() -> int:
@@ -30,6 +31,12 @@ def main() -> int:
     assert client.is_server_ready(), "server not ready"
     metadata = client.get_server_metadata()
     assert "name" in metadata, metadata
+    # An error reads as KServe v2 says: {"error": "message"}.
+    try:
+        client.get_model_metadata("no-such-model")
+        raise AssertionError("metadata of a model nobody has")
+    except InferenceServerException as error:
+        assert "no-such-model" in str(error), str(error)
     for i, model in enumerate(models):
         # With placement on, the gateway loads the model on its owner
         # before the owner answers.
