@@ -20,6 +20,8 @@ usage: cargo run --release --example gateway [-- FLAGS]
   --metrics-port PORT  the backends serve /metrics on this port of their host
                        (MLServer: 8082, Triton: 8002), not on their own port;
                        without it, on their own (a 404 there: no metrics)
+  --metrics URL        where the --backend just before serves /metrics (for
+                       servers sharing a host, each on a port of its own)
   --no-placement       do not load models: for servers that load on demand
                        (default with kserve: the gateway loads a model on the
                        owner it routes to, through the KServe v2 repository
@@ -40,6 +42,8 @@ pub struct Args {
     pub probe_openai: bool,
     pub body_limit: usize,
     pub metrics_port: Option<u16>,
+    /// Each backend's own metrics origin (`--metrics`), by index.
+    pub metrics: Vec<Option<Origin>>,
     pub placement: bool,
 }
 
@@ -60,6 +64,7 @@ impl Args {
             probe_openai: false,
             body_limit: 64 * 1024 * 1024,
             metrics_port: None,
+            metrics: Vec::new(),
             placement: true,
         };
         let mut sims_given = false;
@@ -94,6 +99,25 @@ impl Args {
                         )));
                     }
                     parsed.backends.push(origin);
+                    parsed.metrics.push(None);
+                }
+                "--metrics" => {
+                    let text = value("--metrics")?;
+                    let origin = Origin::parse(&text)
+                        .map_err(|e| Stop::Error(format!("--metrics `{text}`: {e}")))?;
+                    match parsed.metrics.last_mut() {
+                        Some(slot @ None) => *slot = Some(origin),
+                        Some(Some(_)) => {
+                            return Err(Stop::Error(format!(
+                                "--metrics `{text}`: the --backend before it has one already"
+                            )))
+                        }
+                        None => {
+                            return Err(Stop::Error(format!(
+                                "--metrics `{text}` goes after the --backend it is for"
+                            )))
+                        }
+                    }
                 }
                 "--sims" => {
                     parsed.sims = number(&value("--sims")?, "--sims", 1, 16)?;
@@ -126,6 +150,11 @@ impl Args {
                 "--no-placement" => parsed.placement = false,
                 other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
             }
+        }
+        if parsed.metrics_port.is_some() && parsed.metrics.iter().any(Option::is_some) {
+            return Err(Stop::Error(
+                "--metrics-port and --metrics: one or the other".into(),
+            ));
         }
         if !parsed.backends.is_empty() && (parsed.down || sims_given) {
             return Err(Stop::Error(
@@ -202,6 +231,21 @@ mod tests {
         assert_eq!(args.backends.len(), 2);
         assert!(args.probe_openai);
         assert_eq!(args.body_limit, 2048);
+        let args = parse(&[
+            "--backend",
+            "http://127.0.0.1:21001",
+            "--metrics",
+            "http://127.0.0.1:21201",
+            "--backend",
+            "http://127.0.0.1:21002",
+        ])
+        .unwrap();
+        assert_eq!(args.metrics.len(), 2);
+        assert_eq!(
+            args.metrics[0].as_ref().unwrap().to_string(),
+            "http://127.0.0.1:21201"
+        );
+        assert!(args.metrics[1].is_none());
         let args = parse(&["--sims", "5", "--down"]).unwrap();
         assert_eq!((args.sims, args.down), (5, true));
         assert_eq!(parse(&["--help"]), Err(Stop::Help));
@@ -223,6 +267,24 @@ mod tests {
             &["--metrics-port", "0"],
             &["--metrics-port", "65536"],
             &["--metrics-port"],
+            &["--metrics", "http://127.0.0.1:1"],
+            &[
+                "--backend",
+                "http://a:1",
+                "--metrics",
+                "http://a:2",
+                "--metrics",
+                "http://a:3",
+            ],
+            &["--backend", "http://a:1", "--metrics", "not a url"],
+            &[
+                "--backend",
+                "http://a:1",
+                "--metrics",
+                "http://a:2",
+                "--metrics-port",
+                "9",
+            ],
             &["--body-limit", "99999999999999999999999"],
             &["--bogus"],
             &["--backend", "http://10.0.0.1:8000", "--down"],

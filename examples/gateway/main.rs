@@ -120,6 +120,11 @@ async fn run(args: Args) -> Result<(), String> {
     if args.probe_openai {
         config.probe = Probe::OpenAi;
     }
+    for ((id, _), metrics) in config.backends.iter().zip(&args.metrics) {
+        if let Some(metrics) = metrics {
+            config.metrics_origins.push((id.clone(), metrics.clone()));
+        }
+    }
     if let Some(port) = args.metrics_port {
         config.metrics_origins = config
             .backends
