@@ -331,14 +331,17 @@ async fn every_backend_down_is_a_503_with_retry_after() {
     assert_eq!(error["code"], "no_healthy_backend", "{error}");
     assert_eq!(error["type"], "service_unavailable");
     assert!(gw.handle.stats().no_backend >= 1);
-    assert!(gw.handle.breaker_trips() >= 2);
-    // Each backend is out: its breaker tripped, or health (the readiness
-    // probe answers 503 too) ejected it.
+    // One breaker per (backend, model): the model's on each backend
+    // tripped.
+    assert!(gw.handle.pair_breaker_trips() >= 2);
+    let model = ModelId::new("llama-3-8b").unwrap();
     let out = gw
         .handle
         .backends()
         .iter()
-        .filter(|b| b.breaker != BreakerState::Closed || b.ejected)
+        .filter(|b| {
+            gw.handle.breaker_state(&b.id, &model) != Some(BreakerState::Closed) || b.ejected
+        })
         .count();
     assert_eq!(out, 3, "{:?}", gw.handle.backends());
 }

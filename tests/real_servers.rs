@@ -201,7 +201,7 @@ async fn mlserver_fleet_in_explicit_mode_through_the_gateway() {
     eprintln!(
         "real-servers: mlserver x4, 12 models, 2000 Zipf requests at 8: {:.2}% ok in {:.1} s; \
          routed {} resident owner, {} cold owner, {} spilled; {} loads, {} unloads, {} load failures; \
-         {} breaker trips",
+         {} breaker trips, {} pair breaker trips",
         ok * 100.0,
         took.as_secs_f64(),
         stats.resident_owner,
@@ -211,6 +211,7 @@ async fn mlserver_fleet_in_explicit_mode_through_the_gateway() {
         placement.unloads,
         placement.load_failures,
         gw.handle.breaker_trips(),
+        gw.handle.pair_breaker_trips(),
     );
     assert!(ok >= 0.995, "{:.2}% ok: {}", ok * 100.0, failures(&sent));
     assert_eq!(
@@ -544,4 +545,77 @@ async fn the_client_stack_against_mlserver() {
     );
     assert!(ok >= 398, "{ok} of 400 ok");
     assert_eq!(handle.breaker_trips(), 0);
+}
+
+/// Models that cannot load, or fail every inference, against MLServer
+/// through the gateway: their own requests fail (typed, at once once their
+/// breakers are open), and nobody else's — no server is ejected, no
+/// server's breaker opens, healthy models are served throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_models_do_not_take_the_fleet_down() {
+    let _serial = SERIAL.lock().await;
+    let models = Models::new(4, Duration::from_millis(100), Duration::from_millis(5))
+        .with("unloadable", serde_json::json!({"fail_load": true}))
+        .with("failing", serde_json::json!({"fail_predict": true}));
+    let Some(fleet) = Fleet::start(Kind::MlServer, 3, models).await else {
+        return;
+    };
+    let gw = gateway(&fleet, |_| {}).await;
+    let client = mlserver::client();
+    let (mut good, mut good_ok, mut bad_statuses) = (0, 0, Vec::new());
+    let plan = zipf(4, 300, 9);
+    for (i, &m) in plan.iter().enumerate() {
+        // One request of a broken model for every two good ones.
+        if i % 2 == 0 {
+            let bad = ["unloadable", "failing"][i / 2 % 2];
+            let path = format!("/v2/models/{bad}/infer");
+            let (status, _) =
+                mlserver::post(&client, gw.addr, &path, mlserver::infer_body(i)).await;
+            bad_statuses.push(status);
+        }
+        let path = format!("/v2/models/m{m}/infer");
+        let (status, body) = mlserver::post(&client, gw.addr, &path, mlserver::infer_body(i)).await;
+        good += 1;
+        if status == 200 {
+            good_ok += 1;
+        } else {
+            eprintln!("m{m}: {status} {body}");
+        }
+    }
+    let (ready, _) = mlserver::get(&client, gw.addr, "/v2/health/ready").await;
+    eprintln!(
+        "real-servers: broken models: {good_ok} of {good} good requests ok; broken answered {:?}; \
+         {} server breaker trips, {} pair trips, placement {:?}",
+        {
+            let mut counts = std::collections::BTreeMap::<u16, usize>::new();
+            for s in &bad_statuses {
+                *counts.entry(*s).or_default() += 1;
+            }
+            counts
+        },
+        gw.handle.breaker_trips(),
+        gw.handle.pair_breaker_trips(),
+        gw.handle.placement_stats(),
+    );
+    assert_eq!(good_ok, good, "healthy models are served throughout");
+    assert!(
+        bad_statuses.iter().all(|&s| s == 500 || s == 503),
+        "{bad_statuses:?}"
+    );
+    assert_eq!(
+        gw.handle.breaker_trips(),
+        0,
+        "no server's breaker: {:?}",
+        gw.handle.backends()
+    );
+    assert!(
+        gw.handle.backends().iter().all(|b| !b.ejected),
+        "{:?}",
+        gw.handle.backends()
+    );
+    assert!(
+        gw.handle.pair_breaker_trips() >= 1,
+        "the failing model's pairs trip"
+    );
+    assert_eq!(ready, 200);
 }

@@ -48,7 +48,8 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::PlacementTask;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ProbeTask, ResidencyHeader,
+    Backend, BackendMeta, BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer, ProbeTask,
+    ResidencyHeader,
 };
 use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::breaker::Policy;
@@ -204,7 +205,11 @@ impl Gateway {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
+            // Idle connections are dropped before the server drops them:
+            // uvicorn, which MLServer, KServe's server and vLLM run on,
+            // closes a kept-alive connection after 5 s idle, and a request
+            // sent on it as it closes fails (`SendRequest`, a 502).
+            .pool_idle_timeout(Duration::from_secs(4))
             // Without a timer the idle timeout is never checked.
             .pool_timer(TokioTimer::new())
             .build::<_, ClientBody>(connector);
@@ -221,10 +226,18 @@ impl Gateway {
             })
             .collect();
         let mut balance = BalanceConfig::builder()
-            // Three 5xx in a row open a backend's breaker (the default
-            // failure rate needs 10 calls first): a gateway in front of a
-            // few backends fails fast sooner.
+            // Three 5xx in a row open a breaker (the default failure rate
+            // needs 10 calls first): a gateway in front of a few backends
+            // fails fast sooner.
             .breaker(Policy::builder().consecutive_failures(3).build()?)
+            // One breaker per (backend, model): a model that fails on
+            // every server (a broken runtime, a model answering 500 to
+            // every inference) opens its own breakers, not the servers'
+            // — with one breaker per backend, a few clients sending it
+            // opened every breaker and the fleet answered 503 to healthy
+            // models. A server that is down fails every model's pair, and
+            // its probes fail: health ejects it within a probe round.
+            .breaker_scope(BreakerScope::BackendModel { max_pairs: 100_000 })
             // No panic mode: the backends whose breakers admit take the
             // traffic, and when none does the gateway answers 503 with
             // Retry-After at once, rather than route over backends that

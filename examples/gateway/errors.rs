@@ -90,12 +90,20 @@ pub fn classify(error: &(dyn Error + 'static)) -> ErrorReply {
         }
         next = err.source();
     }
-    reply(
+    let mut reply = reply(
         StatusCode::BAD_GATEWAY,
         "upstream_error",
         "bad_gateway",
         error,
-    )
+    );
+    // A client's error says little at its top (`client error (Connect)`):
+    // its causes name what failed (connection refused, closed early).
+    let mut cause = error.source();
+    while let Some(err) = cause {
+        reply.message = format!("{}: {err}", reply.message);
+        cause = err.source();
+    }
+    reply
 }
 
 /// The answer for `err` itself, if it is one of the known errors.

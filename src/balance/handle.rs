@@ -387,8 +387,21 @@ impl BalancerHandle {
         table.backends.iter().map(count).sum()
     }
 
+    /// Trips (closed to open) of the (backend, model) pair breakers so
+    /// far, pairs evicted since included; 0 in
+    /// [`BreakerScope::Backend`](super::BreakerScope::Backend).
+    pub fn pair_breaker_trips(&self) -> u64 {
+        self.view
+            .table()
+            .fleet
+            .scoped
+            .as_ref()
+            .map_or(0, |p| p.trips())
+    }
+
     /// Breaker trips over all current backends (their backend-level
-    /// breakers; pair breakers are not counted).
+    /// breakers; pair breakers are not counted: see
+    /// [`pair_breaker_trips`](Self::pair_breaker_trips)).
     pub fn breaker_trips(&self) -> u64 {
         self.view
             .table()

@@ -26,13 +26,13 @@
 //! own breaker, never through the map.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::time::Instant;
 
 use super::lru::Lru;
-use crate::breaker::{Breaker, BreakerState, Policy, Ticket};
+use crate::breaker::{Breaker, BreakerState, OnTransition, Policy, Ticket, Transition};
 
 /// The most pairs [`BreakerScope::BackendModel`] may track.
 pub(crate) const MAX_PAIRS: usize = 1_000_000;
@@ -88,6 +88,20 @@ pub(crate) struct Scoped {
     /// closed, by slot of their pair's hash: a zero slot lets a check skip
     /// the lookup.
     not_closed: Box<[Arc<AtomicUsize>]>,
+    /// Pair breakers' trips (closed to open), evicted pairs' included.
+    trips: Arc<Trips>,
+}
+
+/// Counts the trips of the pair breakers it is the hook of.
+#[derive(Debug, Default)]
+struct Trips(AtomicU64);
+
+impl OnTransition for Trips {
+    fn on_transition(&self, t: &Transition) {
+        if t.from == BreakerState::Closed && t.to == BreakerState::Open {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Scoped {
@@ -98,7 +112,13 @@ impl Scoped {
             policy,
             pairs: Mutex::new(Lru::new(max_pairs)),
             not_closed: (0..slots).map(|_| Arc::default()).collect(),
+            trips: Arc::default(),
         }
+    }
+
+    /// Trips (closed to open) of the pair breakers so far.
+    pub(crate) fn trips(&self) -> u64 {
+        self.trips.0.load(Ordering::Relaxed)
     }
 
     /// Whether the pair's breaker would likely admit a call at `now`: an
@@ -127,7 +147,8 @@ impl Scoped {
         let (breaker, evicted) = {
             let mut pairs = self.lock();
             let (breaker, evicted) = pairs.get_or_insert_with((uid, key), || {
-                Breaker::with_gauge(self.policy.clone(), self.slot(uid, key).clone(), None)
+                let hook: Box<dyn OnTransition> = Box::new(self.trips.clone());
+                Breaker::with_gauge(self.policy.clone(), self.slot(uid, key).clone(), Some(hook))
             });
             (breaker.clone(), evicted)
         };

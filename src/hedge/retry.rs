@@ -14,12 +14,24 @@ use crate::error::BoxError;
 /// only while the shared [`Budget`] has room, so that hedges and retries
 /// together add at most the budget's share of load.
 ///
-/// Safe means the request cannot have been processed: an error whose
-/// source chain holds a connection refused (the connection never opened),
-/// or a `503` answer (the server refused it). Never anything once a
-/// response has begun other than that 503: other statuses, and errors
-/// after the headers (a body's), are not retried. At most `max_retries`
-/// (default 1) per request.
+/// Retried, before any answer began:
+///
+/// * a connection refused (the connection never opened: nothing was
+///   processed), for any request;
+/// * a `503` answer (the server refused it), for any request;
+/// * for requests that are not updates, any other transport failure before
+///   the response's head — an I/O error in the source chain (a reset), or
+///   hyper's `IncompleteMessage` (a kept-alive connection closed before any
+///   answer). Inference has no side effect (RFC 9110's idempotent
+///   semantics: a hedge sends it twice anyway), and real servers do this:
+///   uvicorn, under MLServer, KServe and vLLM, closes a connection after a
+///   500 without saying so, and the next request sent on it fails. An
+///   update may have been applied: it is not retried.
+///
+/// Never anything once a response has begun other than that 503: other
+/// statuses, and errors after the headers (a body's), are not retried;
+/// nor a timeout (no transport error). At most `max_retries` (default 1)
+/// per request.
 ///
 /// **To another backend.** When the request carries a
 /// [`PickedSlot`](crate::backend::PickedSlot) that the balancer wrote its
@@ -94,6 +106,7 @@ impl RetryPolicy {
         &self,
         result: &Result<http::Response<B>, BoxError>,
         elsewhere: bool,
+        update: bool,
     ) -> Option<Duration> {
         match result {
             Ok(response) if response.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
@@ -106,7 +119,10 @@ impl RetryPolicy {
                 (wait <= self.max_wait).then_some(wait)
             }
             Ok(_) => None,
-            Err(error) => connect_refused(error.as_ref()).then_some(Duration::ZERO),
+            Err(error) => {
+                let unanswered = !update && transport_failed(error.as_ref());
+                (connect_refused(error.as_ref()) || unanswered).then_some(Duration::ZERO)
+            }
         }
     }
 }
@@ -120,6 +136,24 @@ fn connect_refused(error: &(dyn std::error::Error + 'static)) -> bool {
             if io.kind() == std::io::ErrorKind::ConnectionRefused {
                 return true;
             }
+        }
+        next = error.source();
+    }
+    false
+}
+
+/// hyper's text for a connection closed before any response came (its
+/// `IncompleteMessage` error kind, which has no I/O source to match and no
+/// type outside hyper's own).
+const CLOSED_BEFORE_ANSWER: &str = "connection closed before message completed";
+
+/// Whether `error`'s source chain says the transport failed: an I/O
+/// error, or a connection closed before any answer.
+fn transport_failed(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if error.is::<std::io::Error>() || error.to_string() == CLOSED_BEFORE_ANSWER {
+            return true;
         }
         next = error.source();
     }
@@ -146,7 +180,8 @@ where
             .get::<PickedSlot>()
             .and_then(PickedSlot::get)
             .cloned();
-        let wait = self.safe_wait(result, picked.is_some())?;
+        let update = super::service::route_of(&*req).1;
+        let wait = self.safe_wait(result, picked.is_some(), update)?;
         let now = Instant::now();
         if !self.budget.try_withdraw(now) {
             return None;

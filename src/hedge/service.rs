@@ -74,7 +74,7 @@ impl<S, C> Hedge<S, C> {
 
 /// The request's model hash and whether it is an update (never hedged: a
 /// write is not idempotent). No route: the shared histogram.
-fn route_of<Req: CloneRequest>(req: &Req) -> (Option<u64>, bool) {
+pub(crate) fn route_of<Req: CloneRequest>(req: &Req) -> (Option<u64>, bool) {
     let view = match (req.extensions(), req.headers()) {
         (Some(extensions), Some(headers)) => RouteView::from_parts(extensions, headers).ok(),
         (None, Some(headers)) => RouteView::from_headers(headers).ok(),

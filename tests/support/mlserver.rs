@@ -60,6 +60,10 @@ pub struct Models {
     pub load: Duration,
     /// How long one inference takes.
     pub predict: Duration,
+    /// Models of their own (MLServer only): a name and its runtime's
+    /// `parameters.extra` (`fail_load`, `fail_predict`: see
+    /// `tests/mlserver/sleepy.py`).
+    pub special: Vec<(String, serde_json::Value)>,
 }
 
 impl Models {
@@ -69,7 +73,15 @@ impl Models {
             names: (0..n).map(|i| format!("m{i}")).collect(),
             load,
             predict,
+            special: Vec::new(),
         }
+    }
+
+    /// With a model `name` whose runtime has `extra` parameters besides
+    /// the load and inference times.
+    pub fn with(mut self, name: &str, extra: serde_json::Value) -> Self {
+        self.special.push((name.to_owned(), extra));
+        self
     }
 }
 
@@ -348,16 +360,18 @@ impl Fleet {
             Kind::KServe => "kserve",
         });
         let repository = scratch.path().join("models");
-        for name in &models.names {
+        let plain = models.names.iter().map(|n| (n, serde_json::json!({})));
+        let special = models.special.iter().map(|(n, extra)| (n, extra.clone()));
+        for (name, extra) in plain.chain(special) {
             let dir = repository.join(name);
             std::fs::create_dir_all(&dir).expect("model folder");
+            let mut extra = extra;
+            extra["load_seconds"] = models.load.as_secs_f64().into();
+            extra["predict_seconds"] = models.predict.as_secs_f64().into();
             let settings = serde_json::json!({
                 "name": name,
                 "implementation": "sleepy.SleepyModel",
-                "parameters": {"extra": {
-                    "load_seconds": models.load.as_secs_f64(),
-                    "predict_seconds": models.predict.as_secs_f64(),
-                }},
+                "parameters": {"extra": extra},
             });
             std::fs::write(dir.join("model-settings.json"), settings.to_string())
                 .expect("model-settings.json");
