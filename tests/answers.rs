@@ -12,7 +12,9 @@ use tower::discover::ServiceList;
 use tower::retry::RetryLayer;
 use tower::{service_fn, Layer, ServiceExt};
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, BalancerHandle, ModelBalancer};
+use tower_model_balance::balance::{
+    Backend, BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer,
+};
 use tower_model_balance::breaker::{BreakerState, Policy};
 use tower_model_balance::error::BoxError;
 use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
@@ -64,6 +66,14 @@ fn node(i: usize) -> BackendId {
 /// Backends answering as `scripts` say, each model with one owner, the
 /// breaker opening after 3 failures in a row for 1 s (no jitter).
 fn balancer(scripts: &[Script]) -> (ModelBalancer<Endpoint>, BalancerHandle) {
+    balancer_in(scripts, BreakerScope::Backend)
+}
+
+/// As [`balancer`], with breakers of `scope`.
+fn balancer_in(
+    scripts: &[Script],
+    scope: BreakerScope,
+) -> (ModelBalancer<Endpoint>, BalancerHandle) {
     let backends: Vec<_> = scripts
         .iter()
         .enumerate()
@@ -78,6 +88,7 @@ fn balancer(scripts: &[Script]) -> (ModelBalancer<Endpoint>, BalancerHandle) {
     let config = BalanceConfig::builder()
         .owners(1)
         .breaker(breaker)
+        .breaker_scope(scope)
         .panic_threshold(0.0)
         .build()
         .unwrap();
@@ -125,27 +136,34 @@ async fn a_404_makes_the_model_absent_there() {
 
 #[tokio::test(start_paused = true)]
 async fn a_half_open_breaker_closes_on_a_4xx_answer() {
-    let scripts = [Script::answering(503)];
-    let (balancer, handle) = balancer(&scripts);
-    let model = model_owned_by(&handle, 0);
-    for _ in 0..3 {
-        let response = balancer.clone().oneshot(request(&model)).await.unwrap();
-        assert_eq!(response.status(), 503);
+    // The backend's breaker, and a (backend, model) pair's (the gateway's
+    // scope): the one that admitted the request is asked.
+    for scope in [
+        BreakerScope::Backend,
+        BreakerScope::BackendModel { max_pairs: 16 },
+    ] {
+        let scripts = [Script::answering(503)];
+        let (balancer, handle) = balancer_in(&scripts, scope);
+        let model = model_owned_by(&handle, 0);
+        let state = || handle.breaker_state(&node(0), &model).unwrap();
+        for _ in 0..3 {
+            let response = balancer.clone().oneshot(request(&model)).await.unwrap();
+            assert_eq!(response.status(), 503);
+        }
+        assert_eq!(state(), BreakerState::Open, "{scope:?}");
+        // Restarted without its models: it answers, 404.
+        scripts[0].status.store(404, Ordering::SeqCst);
+        tokio::time::advance(Duration::from_millis(1_001)).await;
+        for _ in 0..3 {
+            let response = balancer.clone().oneshot(request(&model)).await.unwrap();
+            assert_eq!(response.status(), 404);
+        }
+        assert_eq!(
+            state(),
+            BreakerState::Closed,
+            "a backend that answers is up: {scope:?}"
+        );
     }
-    assert_eq!(handle.backends()[0].breaker, BreakerState::Open);
-    // Restarted without its models: it answers, 404.
-    scripts[0].status.store(404, Ordering::SeqCst);
-    tokio::time::advance(Duration::from_millis(1_001)).await;
-    for _ in 0..3 {
-        let response = balancer.clone().oneshot(request(&model)).await.unwrap();
-        assert_eq!(response.status(), 404);
-    }
-    assert_eq!(
-        handle.backends()[0].breaker,
-        BreakerState::Closed,
-        "a backend that answers is up: {:?}",
-        handle.backends()
-    );
 }
 
 #[tokio::test(start_paused = true)]

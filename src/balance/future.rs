@@ -35,7 +35,7 @@ use super::guard::Guard;
 use super::placement::{self, Status};
 use super::Classification;
 use crate::breaker::{
-    BreakerState, Classified, Classify, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures, Outcome,
+    Classified, Classify, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures, Outcome,
     ServerErrorsAsFailures,
 };
 use crate::error::BoxError;
@@ -322,8 +322,7 @@ fn answered(
 ) -> Classified<GrpcEosErrorsAsFailures> {
     match verdict {
         Classified::Ready(Outcome::Ignored)
-            if status.is_client_error()
-                && guard.state().breaker.state() == BreakerState::HalfOpen =>
+            if status.is_client_error() && guard.admitted_half_open() =>
         {
             Classified::Ready(Outcome::Success)
         }

@@ -12,7 +12,7 @@ use super::placement::Placement;
 use super::table::{Admission, BackendState};
 use super::{Classification, ResidencyHeader};
 use crate::backend::{BackendId, PickedSlot};
-use crate::breaker::Outcome;
+use crate::breaker::{BreakerState, Outcome};
 use crate::route::ModelId;
 
 /// One request in flight on a picked backend, from the pick until its
@@ -120,6 +120,18 @@ impl Guard {
             self.counted = self.state.residency.enter(key);
         }
         Some(placement.clone())
+    }
+
+    /// Whether the breaker that admitted the request (the backend's, or
+    /// the pair's in `BackendModel` scope) is half-open now; false in
+    /// panic mode, where no breaker was asked. Takes that breaker's lock.
+    pub(crate) fn admitted_half_open(&self) -> bool {
+        let state = match &self.admission {
+            Some(Admission::Backend(_)) => self.state.breaker.state(),
+            Some(Admission::Pair(breaker, _)) => breaker.state(),
+            Some(Admission::Bypass) | None => return false,
+        };
+        state == BreakerState::HalfOpen
     }
 
     /// The picked backend's state.
