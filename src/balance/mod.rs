@@ -172,7 +172,7 @@ mod staging;
 mod table;
 mod traffic;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -203,8 +203,6 @@ struct Shared<E> {
     demand: Demand,
     /// `config.model_owners` by model hash, sorted.
     fixed_owners: Box<[(u64, usize)]>,
-    /// Bumped after each publish: clones reload their snapshot when it moves.
-    generation: AtomicU64,
     clones: AtomicU64,
     /// Dropped with the last clone and handle: tells the background tasks
     /// (discovery, health, probes) to stop even while they wait.
@@ -229,7 +227,6 @@ impl<E> Shared<E> {
             stats: Counters::default(),
             demand: Demand::new(),
             fixed_owners: fixed_owners.into_boxed_slice(),
-            generation: AtomicU64::new(0),
             clones: AtomicU64::new(0),
             gone,
         }
@@ -237,7 +234,6 @@ impl<E> Shared<E> {
 
     fn publish(&self, snapshot: Snapshot<E>) {
         self.snapshot.store(Arc::new(snapshot));
-        self.generation.fetch_add(1, Ordering::Release);
     }
 }
 

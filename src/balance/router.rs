@@ -1,14 +1,12 @@
 //! One routing decision, shared by the `Service` path and the pick API.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use super::clock::Now;
 use super::demand::Bounds;
 use super::guard::Guard;
 use super::pick::{pick, Ask, Branch, Rules, Scratch};
 use super::sampler::Sampler;
-use super::table::Snapshot;
 use super::Shared;
 use crate::backend::BackendId;
 use crate::error::NoHealthyBackend;
@@ -34,26 +32,27 @@ impl<E> Picked<E> {
     }
 }
 
-/// One balancer clone's view of the shared state: the snapshot it last
-/// loaded (reloaded only when discovery published a newer one — one atomic
-/// load per request instead of an `ArcSwap` load) and the sample of its
-/// requests that feeds the estimates.
+/// One balancer clone's own state: the sample of its requests that feeds
+/// the estimates, and room for its picks.
+///
+/// It holds no snapshot between requests: each pick loads the one in force
+/// (an `ArcSwap` load, lock-free, with no shared count touched on its fast
+/// path). A snapshot cached per clone would keep every backend removed
+/// since — its endpoint, and the endpoint's connection pool — alive for as
+/// long as the clone routed nothing; loaded per pick, a removed backend's
+/// endpoint is dropped when discovery publishes the removal, or when the
+/// picks under way then end.
 #[derive(Debug)]
-pub(crate) struct Local<E> {
-    snapshot: Arc<Snapshot<E>>,
-    generation: u64,
+pub(crate) struct Local {
     sampler: Sampler,
     /// Room for a pick's owner lists (on the heap only once a model with
     /// many owners is routed).
     scratch: Scratch,
 }
 
-impl<E> Local<E> {
-    pub(crate) fn new(shared: &Shared<E>) -> Self {
-        let generation = shared.generation.load(Ordering::Acquire);
+impl Local {
+    pub(crate) fn new() -> Self {
         Self {
-            snapshot: shared.snapshot.load_full(),
-            generation,
             sampler: Sampler::new(1),
             scratch: Scratch::default(),
         }
@@ -63,8 +62,6 @@ impl<E> Local<E> {
     /// seeded from `seed`.
     pub(crate) fn fork(&self, seed: u64) -> Self {
         Self {
-            snapshot: self.snapshot.clone(),
-            generation: self.generation,
             sampler: Sampler::new(seed),
             scratch: Scratch::default(),
         }
@@ -76,22 +73,14 @@ impl<E> Local<E> {
     pub(crate) fn sample_shift(&self) -> u32 {
         self.sampler.shift()
     }
-
-    fn refresh(&mut self, shared: &Shared<E>) {
-        let generation = shared.generation.load(Ordering::Acquire);
-        if generation != self.generation {
-            self.snapshot = shared.snapshot.load_full();
-            self.generation = generation;
-        }
-    }
 }
 
-impl<E: Clone> Local<E> {
+impl Local {
     /// Picks a backend for `route` at `now`, counting the branch taken.
     /// `timed`: the guard records the latency on every finish, not only on
     /// the sampled requests.
     #[inline]
-    pub(crate) fn route(
+    pub(crate) fn route<E: Clone>(
         &mut self,
         shared: &Shared<E>,
         route: &RouteView<'_>,
@@ -109,9 +98,8 @@ impl<E: Clone> Local<E> {
             urgency = ?route.urgency
         )
         .entered();
-        self.refresh(shared);
+        let snapshot = shared.snapshot.load();
         let draw = self.sampler.draw();
-        let snapshot = &self.snapshot;
         let table = &snapshot.table;
         let config = &shared.config;
         // Read before this request counts in it.

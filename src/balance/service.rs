@@ -30,7 +30,7 @@ use crate::route::{ModelId, RequestKind, RouteInfo, RouteView};
 #[derive(Debug)]
 pub struct ModelBalancer<E, R = HasherRng> {
     shared: Arc<Shared<E>>,
-    local: Local<E>,
+    local: Local,
     rng: R,
     salt: u64,
 }
@@ -113,7 +113,7 @@ where
             ),
         }
         Ok(Self {
-            local: Local::new(&shared),
+            local: Local::new(),
             shared,
             rng,
             salt: 0,
