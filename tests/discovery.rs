@@ -181,7 +181,9 @@ async fn an_idle_clone_does_not_keep_a_removed_endpoint_alive() {
         live.strong_count()
     );
     // The clones still route, to what is left.
-    let picked = idle.pick(&RouteInfo::new(model("m0")), Instant::now()).unwrap();
+    let picked = idle
+        .pick(&RouteInfo::new(model("m0")), Instant::now())
+        .unwrap();
     assert_eq!(picked.backend().as_str(), "b");
 }
 

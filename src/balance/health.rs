@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::backend::BackendMeta;
-use super::cost::Weight;
+use super::cost::{median_latency, Weight};
 use super::handle::View;
 use super::sleep_or_gone;
 use super::table::{BackendState, Fleet};
@@ -214,6 +214,7 @@ pub(crate) fn evaluate_fleet(
             obs
         })
         .collect();
+    relax_idle(backends, &observations, fleet.latency_decay, dt);
     let mut pairs: Vec<(&mut HealthState, Observation)> = guards
         .iter_mut()
         .map(|g| &mut g.state)
@@ -238,6 +239,28 @@ pub(crate) fn evaluate_fleet(
         b.health.weight.set(state.weight(policy));
     }
     fleet.ejected.store(ejected, Ordering::Relaxed);
+}
+
+/// Relaxes the latency estimate of every backend that had no timed answer
+/// over the last `dt` toward the median estimate of those in use, with
+/// time constant `tau` (see
+/// [`BalanceConfigBuilder::latency_decay`](super::BalanceConfigBuilder::latency_decay)).
+fn relax_idle(
+    backends: &[Arc<BackendState>],
+    observations: &[Observation],
+    tau: Duration,
+    dt: Duration,
+) {
+    let in_use = backends
+        .iter()
+        .filter(|b| !b.is_removed() && !b.health.is_ejected());
+    let median = median_latency(in_use.map(|b| b.latency.get()));
+    let keep = (-dt.as_secs_f64() / tau.as_secs_f64()).exp();
+    for (b, obs) in backends.iter().zip(observations) {
+        if obs.timed == 0 {
+            b.latency.relax(median, keep);
+        }
+    }
 }
 
 /// Evaluates health every interval until the balancer is gone.

@@ -40,7 +40,10 @@
 //!   first — where it was served before those where it is still loading —
 //!   chosen by P2C on the cost `(in-flight + 1) × latency EWMA /
 //!   max(health, 0.05)` (health: the backend's [score](crate::health)
-//!   times its warm-up ramp); else the first cold owner under the cap with no
+//!   times its warm-up ramp; the latency EWMA of a backend with no answer
+//!   in a health interval relaxes toward the fleet's median,
+//!   [`BalanceConfigBuilder::latency_decay`], so that one slow answer does
+//!   not keep an idle backend out for good); else the first cold owner under the cap with no
 //!   load in progress loads it (loads hold memory bandwidth and often a
 //!   serving slot, and piled onto one backend they stall its warm traffic,
 //!   so a backend busy loading is passed over for a new load while another

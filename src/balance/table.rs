@@ -40,6 +40,8 @@ pub(crate) struct Fleet {
     pub(crate) breaker_hook: Option<BreakerHook>,
     /// How health is scored.
     pub(crate) health: HealthPolicy,
+    /// Time constant of an idle backend's latency estimate.
+    pub(crate) latency_decay: std::time::Duration,
     /// Backends ejected by health at the last evaluation.
     pub(crate) ejected: AtomicUsize,
     /// Backend states marked removed and not yet dropped (some may be in
@@ -68,6 +70,7 @@ impl Fleet {
             ignored: AtomicU64::new(0),
             breaker_hook: None,
             health: HealthPolicy::default(),
+            latency_decay: BalanceConfig::default().latency_decay,
             ejected: AtomicUsize::new(0),
             removed: AtomicUsize::new(0),
             residency_header: None,
@@ -89,6 +92,7 @@ impl Fleet {
             scoped,
             breaker_hook: config.breaker_hook.clone(),
             health: config.health.clone(),
+            latency_decay: config.latency_decay,
             residency_header: config.residency_header.clone(),
             classification: config.classification,
             ..Self::new()
