@@ -102,3 +102,75 @@ async fn a_backend_slow_once_gets_traffic_again_in_bounded_time() {
         "picked again after {second} s, outside the bound"
     );
 }
+
+/// Ten backends through a channel: nine when the balancer is built, the
+/// tenth (`new`) joining the running fleet; `held` requests already in
+/// flight on each of the nine when it joins. Returns the share of a
+/// 100-request burst (held at once, right after the join) the new backend
+/// takes, over its fair share (a tenth).
+async fn share_of_burst(held: usize) -> f64 {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let source = stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
+    });
+    let insert = |i: usize, name: String| {
+        let backend = Backend::new(BackendId::new(&name).unwrap(), name);
+        Change::Insert(i, backend)
+    };
+    for i in 0..9 {
+        tx.send(insert(i, format!("old-{i}"))).unwrap();
+    }
+    let mut balancer = ModelBalancer::from_rng(source, BalanceConfig::default(), Lcg(3)).unwrap();
+    let handle = balancer.handle();
+    assert_eq!(handle.backends().len(), 9);
+    // Steady traffic: every estimate learns the normal answer.
+    for _ in 0..200 {
+        let picked = balancer.pick(&update(), Instant::now()).unwrap();
+        finish_all(vec![picked], ANSWER);
+    }
+    run_for(Duration::from_secs(2)).await;
+    let mut in_flight = Vec::new();
+    while in_flight.len() < 9 * held {
+        in_flight.push(balancer.pick(&update(), Instant::now()).unwrap());
+    }
+    tx.send(insert(9, "new".to_string())).unwrap();
+    for _ in 0..1_000 {
+        if handle.backends().len() == 10 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(handle.backends().len(), 10, "the new backend joined");
+    let burst: Vec<_> = (0..100)
+        .map(|_| balancer.pick(&update(), Instant::now()).unwrap())
+        .collect();
+    let on_new = burst
+        .iter()
+        .filter(|p| p.backend().as_str() == "new")
+        .count();
+    on_new as f64 / 10.0
+}
+
+/// A backend that joins takes between a fifth and six fifths of its fair
+/// share of the next burst: not starved by its warm-up's starting weight
+/// when the fleet was idle (it then competes with backends as idle as it
+/// is), not flooded when the fleet was busy (its empty queue against
+/// theirs).
+#[tokio::test(start_paused = true)]
+async fn a_backend_that_joins_takes_its_share_of_the_next_burst() {
+    let idle = share_of_burst(0).await;
+    let busy = share_of_burst(5).await;
+    if std::env::var_os("SHOW_SHARES").is_some() {
+        eprintln!("shares: idle {idle:.2}, busy {busy:.2}");
+    }
+    assert!(
+        idle >= 0.2,
+        "idle fleet: {idle:.2} of the fair share (starved)"
+    );
+    assert!(idle <= 1.2, "idle fleet: {idle:.2} of the fair share");
+    assert!(busy >= 0.2, "busy fleet: {busy:.2} of the fair share");
+    assert!(
+        busy <= 1.2,
+        "busy fleet: {busy:.2} of the fair share (flooded)"
+    );
+}

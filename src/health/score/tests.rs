@@ -277,11 +277,11 @@ fn a_deep_queue_lowers_the_score_and_connection_pressure_too() {
 fn a_joining_backend_warms_up_from_the_min_weight() {
     let p = policy();
     let mut s = HealthState::new(true);
-    assert!((s.weight(&p) - 0.1).abs() < 1e-9);
+    assert!((s.weight(&p) - 0.5).abs() < 1e-9);
     for _ in 0..5 {
         run(&p, &mut s, Observation::default());
     }
-    assert!((s.weight(&p) - 0.55).abs() < 1e-9, "{}", s.weight(&p));
+    assert!((s.weight(&p) - 0.75).abs() < 1e-9, "{}", s.weight(&p));
     for _ in 0..5 {
         run(&p, &mut s, Observation::default());
     }
