@@ -15,6 +15,7 @@ use tower::discover::{Change, Discover};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer, Picked};
 use tower_model_balance::breaker::Outcome;
+use tower_model_balance::health::probe::ProbeReport;
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};
 
 use lcg::Lcg;
@@ -173,4 +174,49 @@ async fn a_backend_that_joins_takes_its_share_of_the_next_burst() {
         busy <= 1.2,
         "busy fleet: {busy:.2} of the fair share (flooded)"
     );
+}
+
+/// Every backend failing its probes: the ejection cap (30%) keeps seven
+/// of ten in, but a backend kept in only by the cap counts as unhealthy
+/// for the panic threshold (as in Envoy), so the balancer panics and
+/// spreads the traffic over every backend instead of piling it onto the
+/// seven.
+#[tokio::test(start_paused = true)]
+async fn with_every_backend_unhealthy_the_traffic_spreads_in_panic_mode() {
+    let names: Vec<String> = (0..10).map(|i| format!("gpu-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut balancer =
+        ModelBalancer::from_rng(backends(&names), BalanceConfig::default(), Lcg(11)).unwrap();
+    let handle = balancer.handle();
+    let not_ready = ProbeReport::default().with_ready(false);
+    for _ in 0..5 {
+        for name in &names {
+            for _ in 0..20 {
+                let id = BackendId::new(name).unwrap();
+                assert!(handle.report_probe(&id, Ok(&not_ready)));
+            }
+        }
+        run_for(Duration::from_secs(1)).await;
+    }
+    let status = handle.backends();
+    assert!(
+        status.iter().all(|b| b.health < 0.2),
+        "every backend unhealthy: {:?}",
+        status.iter().map(|b| b.health).collect::<Vec<_>>()
+    );
+    assert_eq!(status.iter().filter(|b| b.ejected).count(), 3, "the cap");
+
+    let mut on = std::collections::HashMap::new();
+    for i in 0..400 {
+        let route = match i % 2 {
+            0 => update(),
+            _ => RouteInfo::new(ModelId::new(&format!("model-{i}")).unwrap()),
+        };
+        let picked = balancer.pick(&route, Instant::now()).unwrap();
+        *on.entry(picked.backend().to_string()).or_insert(0) += 1;
+        finish_all(vec![picked], ANSWER);
+    }
+    let stats = handle.stats();
+    assert_eq!(stats.panic, 400, "every pick in panic mode: {stats:?}");
+    assert_eq!(on.len(), 10, "spread over every backend: {on:?}");
 }

@@ -81,9 +81,13 @@
 //! * **panic mode**: when fewer than `panic_threshold` (default 50%) of the
 //!   backends are eligible (not removed, not ejected by health, breaker
 //!   closed, or half-open with a probe permit left, or open with its time
-//!   up), requests are routed over all of them, breakers
+//!   up, and not kept in only by the ejection cap: a backend health asks
+//!   to eject that the cap holds in counts as unhealthy here, as in
+//!   Envoy), requests are routed over all of them, breakers
 //!   bypassed, rather than piled onto the few left (Envoy's panic
-//!   threshold);
+//!   threshold) — with every backend unhealthy, the traffic spreads over
+//!   the fleet. With panic mode off (`panic_threshold` 0), the backends
+//!   the cap holds in take the traffic;
 //! * with no backend admitting the request, the response future fails at
 //!   once with [`NoHealthyBackend`] naming the model; an unreadable route
 //!   fails with [`InvalidRoute`]. Every branch (resident owner, cold owner,

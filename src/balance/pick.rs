@@ -187,11 +187,15 @@ pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
     (c * (table.fleet_load() + 1) as f64 / n).ceil() as usize
 }
 
-/// Envoy's panic threshold: fewer than `threshold × n` backends eligible.
-/// Free while every breaker is closed and no backend ejected, and while
-/// too few are out to reach the threshold: a backend is not eligible only
-/// when its breaker is not closed, health ejected it or it was removed, so
-/// at least `n − not_closed − ejected − removed` backends are eligible
+/// Envoy's panic threshold: fewer than `threshold × n` backends eligible
+/// and healthy — a backend the ejection cap alone keeps in counts as
+/// unhealthy, so that with every backend unhealthy the balancer panics
+/// rather than pile the traffic onto those the cap kept.
+/// Free while every breaker is closed and no backend ejected nor held,
+/// and while too few are out to reach the threshold: a backend does not
+/// count only when its breaker is not closed, health ejected or held it
+/// or it was removed, so at least
+/// `n − not_closed − ejected − held − removed` backends count
 /// (the counts may overlap, which only lowers the bound). Otherwise a scan
 /// of the table, which stops once the answer is known — without the
 /// bound, a fleet of 1,000 with one breaker open would check every
@@ -199,7 +203,8 @@ pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
 pub(crate) fn in_panic(table: &Table, threshold: f64, now: &Now) -> bool {
     use std::sync::atomic::Ordering::Relaxed;
     let fleet = &table.fleet;
-    let out = fleet.not_closed.load(Relaxed) + fleet.ejected.load(Relaxed);
+    let out =
+        fleet.not_closed.load(Relaxed) + fleet.ejected.load(Relaxed) + fleet.held.load(Relaxed);
     if threshold <= 0.0 || out == 0 {
         return false;
     }
@@ -212,7 +217,7 @@ pub(crate) fn in_panic(table: &Table, threshold: f64, now: &Now) -> bool {
     let now = now.get();
     let mut eligible = 0usize;
     for (seen, b) in table.backends.iter().enumerate() {
-        if b.eligible(now) {
+        if b.counts_healthy(now) {
             eligible += 1;
             if eligible as f64 >= needed {
                 return false;
