@@ -177,16 +177,20 @@ async fn run(
         s.hedges_won -= b.hedges_won;
         s.suppressed_by_budget -= b.suppressed_by_budget;
         s.suppressed_by_load -= b.suppressed_by_load;
+        s.suppressed_by_no_alternative -= b.suppressed_by_no_alternative;
+        s.hedges_after_failure -= b.hedges_after_failure;
         s
     });
     let hedges = hedged.map_or((0, 0), |s| (s.hedges, s.hedges_won));
     if let (Some(s), false) = (hedged, args.json) {
         emit!(
-            "{name} hedging: {} sent, {} won, {} suppressed by budget, {} by load",
+            "{name} hedging: {} sent ({} after a fast failure), {} won, {} suppressed by budget, {} by load, {} by no alternative",
             s.hedges,
+            s.hedges_after_failure,
             s.hedges_won,
             s.suppressed_by_budget,
-            s.suppressed_by_load
+            s.suppressed_by_load,
+            s.suppressed_by_no_alternative
         );
     }
     if let (Some(p), false) = (handle.and_then(|h| h.placement_stats()), args.json) {

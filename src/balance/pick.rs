@@ -60,10 +60,11 @@ pub(crate) struct Ask {
     /// Whether the model has no recent demand (its demand bucket is
     /// empty): nothing to keep warm for it.
     pub(crate) unseen: bool,
-    /// A backend not to pick (a hedge's backup: the index of the backend
-    /// its first attempt went to), honoured for inference while another
-    /// eligible backend has the model resident — or, when strict (a retry),
-    /// while any other backend is eligible.
+    /// A backend not to pick: for a hedge's backup, the index of the
+    /// backend its first attempt went to — the backup is refused
+    /// ([`Miss::NoAlternative`]) unless another eligible backend has the
+    /// model resident; when strict (a retry), honoured while any other
+    /// backend is eligible. Inference only.
     pub(crate) exclude: Option<(usize, bool)>,
 }
 
@@ -133,9 +134,18 @@ impl Scratch {
     }
 }
 
-/// Picks a backend, or `None` when no backend admits the request.
-/// Inference marks the model resident on the chosen backend (it is loaded
-/// there to serve the request).
+/// Why a pick chose no backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Miss {
+    /// No backend admits the request.
+    NoBackend,
+    /// A hedge's backup (a non-strict [`Ask::exclude`]) for a model no
+    /// other eligible backend has resident: refused before any pick.
+    NoAlternative,
+}
+
+/// Picks a backend, or says why none. Inference marks the model resident
+/// on the chosen backend (it is loaded there to serve the request).
 pub(crate) fn pick(
     table: &Table,
     ask: &Ask,
@@ -143,7 +153,7 @@ pub(crate) fn pick(
     now: &Now,
     random: &mut impl FnMut() -> u64,
     scratch: &mut Scratch,
-) -> Option<Pick> {
+) -> Result<Pick, Miss> {
     let mode = if in_panic(table, rules.panic_threshold, now) {
         Mode::Panic
     } else {
@@ -161,12 +171,16 @@ pub(crate) fn pick(
             true => (0..table.backends.len()).any(|i| i != x && ctx.eligible(i)),
             false => resident_elsewhere(&ctx, ask, x),
         };
+        if !elsewhere && !strict {
+            return Err(Miss::NoAlternative);
+        }
         ctx.exclude = elsewhere.then_some(x);
     }
     let mut picked = match ask.kind {
         RequestKind::Update => pick_update(&ctx, random),
         _ => pick_inference(&ctx, ask, rules, random, scratch),
-    }?;
+    }
+    .ok_or(Miss::NoBackend)?;
     if ask.kind != RequestKind::Update {
         let state = &table.backends[picked.index];
         // A clock already read renews the stamp for free.
@@ -174,7 +188,7 @@ pub(crate) fn pick(
         let now_ms = || table.fleet.millis(now.get());
         picked.confirms = !state.residency.touch_with(ask.key, refresh, now_ms);
     }
-    Some(picked)
+    Ok(picked)
 }
 
 /// The bounded-load cap: `ceil(c × (total in-flight + 1) / n)`, `n` the

@@ -5,11 +5,11 @@ use std::sync::atomic::Ordering;
 use super::clock::Now;
 use super::demand::Bounds;
 use super::guard::Guard;
-use super::pick::{pick, Ask, Branch, Rules, Scratch};
+use super::pick::{pick, Ask, Branch, Miss, Rules, Scratch};
 use super::sampler::Sampler;
 use super::Shared;
 use crate::backend::BackendId;
-use crate::error::NoHealthyBackend;
+use crate::error::{BoxError, NoAlternative, NoHealthyBackend};
 use crate::placement::WhenCold;
 use crate::route::{RequestKind, RouteView};
 
@@ -29,6 +29,24 @@ impl<E> Picked<E> {
     /// The chosen backend.
     pub fn backend(&self) -> &BackendId {
         self.guard.backend()
+    }
+}
+
+/// Why [`Local::route`] routed nothing.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    NoBackend(NoHealthyBackend),
+    /// Only a request carrying a non-strict
+    /// [`Exclude`](crate::backend::Exclude) (a hedge's backup) is refused so.
+    NoAlternative(NoAlternative),
+}
+
+impl From<Refused> for BoxError {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::NoBackend(e) => e.into(),
+            Refused::NoAlternative(e) => e.into(),
+        }
     }
 }
 
@@ -87,7 +105,7 @@ impl Local {
         now: &Now,
         timed: bool,
         random: &mut impl FnMut() -> u64,
-    ) -> Result<Picked<E>, NoHealthyBackend> {
+    ) -> Result<Picked<E>, Refused> {
         // The decision's span: the events below carry its fields. Off (no
         // subscriber at TRACE), it costs a relaxed load and allocates
         // nothing.
@@ -136,10 +154,26 @@ impl Local {
             placement: placement.is_some(),
             prefer_warm: placement.is_some_and(|p| p.policy().when_cold() == WhenCold::PreferWarm),
         };
-        let Some(mut picked) = pick(table, &ask, &rules, now, random, &mut self.scratch) else {
-            shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(model = route.model, owners, unseen, "no healthy backend");
-            return Err(NoHealthyBackend::new(route.model_id()));
+        let mut picked = match pick(table, &ask, &rules, now, random, &mut self.scratch) {
+            Ok(picked) => picked,
+            Err(Miss::NoBackend) => {
+                shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(model = route.model, owners, unseen, "no healthy backend");
+                return Err(Refused::NoBackend(NoHealthyBackend::new(route.model_id())));
+            }
+            Err(Miss::NoAlternative) => {
+                // Only reached with an exclusion (the ask's comes from it).
+                let excluded = route.exclude.map(|x| x.backend().clone());
+                tracing::debug!(
+                    model = route.model,
+                    ?excluded,
+                    "backup refused: no alternative"
+                );
+                return Err(match excluded {
+                    Some(x) => Refused::NoAlternative(NoAlternative::new(route.model_id(), x)),
+                    None => Refused::NoBackend(NoHealthyBackend::new(route.model_id())),
+                });
+            }
         };
         if placement.is_some() && picked.confirms && picked.branch == Branch::ResidentOwner {
             // It waits for its model's load there: a cold request.
