@@ -11,6 +11,7 @@ use rand::SeedableRng;
 use tokio::time::Instant;
 
 use crate::args::Config;
+use crate::batching;
 use crate::fleet::{Arrival, Server, FAIL_NS};
 use crate::metrics::Metrics;
 use crate::placement;
@@ -79,6 +80,9 @@ struct Live {
 /// The fleet and the requests in it.
 struct State<'a> {
     workload: &'a Workload,
+    /// How much each request in service slows the others (see
+    /// [`batching`]).
+    batch_slowdown: f64,
     servers: Vec<Server>,
     slab: Vec<Option<Live>>,
     free: Vec<u32>,
@@ -147,11 +151,16 @@ impl State<'_> {
         loop {
             let live = self.slab[slot as usize].as_ref().expect("a live request");
             if live.token.is_some() {
+                let b = live.backend as usize;
+                // An inference joins the batch of those in service.
                 let service = match live.req.update {
                     true => UPDATE_NS,
-                    false => self.workload.models[live.req.model as usize].infer,
+                    false => batching::service_time(
+                        self.workload.models[live.req.model as usize].infer,
+                        self.busy[b],
+                        self.batch_slowdown,
+                    ),
                 };
-                let b = live.backend as usize;
                 self.queue.push_after(now, service, Event::Done(slot));
                 self.busy_change(b, 1, now);
                 return;
@@ -228,6 +237,7 @@ pub async fn run(
     }
     let mut state = State {
         workload,
+        batch_slowdown: config.batch_slowdown,
         servers,
         slab: Vec::new(),
         free: Vec::new(),
@@ -325,6 +335,7 @@ pub async fn run(
     drop(router);
     settle().await;
     let end = plan.measure.1.min(state.queue_end);
+    state.metrics.window_ns = end.saturating_sub(plan.measure.0) as f64;
     for b in 0..plan.total {
         state.in_flight_change(b, 0, end);
         state.busy_change(b, 0, end);
