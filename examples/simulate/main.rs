@@ -38,7 +38,7 @@
 //!
 //! That is the `default` scenario, at about 2 requests in flight per
 //! backend. The default run prints a second, `llm-batch`: LLM servers
-//! that batch, at about 18 in flight per backend. Each serves 32 requests
+//! that batch, at about 21 in flight per backend. Each serves 32 requests
 //! at once; a request is a completion, 10× the default's inference time
 //! alone (1 s + 100 ms per GB: 1.1 to 2.6 s), and continuous batching
 //! slows it by 3% of that time for each request already in service when

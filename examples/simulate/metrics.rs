@@ -24,9 +24,11 @@ pub struct Metrics {
     /// Each backend's busy serving slots integrated over the measurement
     /// window (slot-nanoseconds): the work it did.
     pub busy: Vec<f64>,
-    /// The measurement window's length as run (to its end, or the last
-    /// event's time if sooner).
-    pub window_ns: f64,
+    /// [`Metrics::occupancy`] from the measurement window's start until
+    /// the last request arrived (or the window's end, if sooner).
+    pub arrivals_occupancy: Vec<f64>,
+    /// The length of that stretch.
+    pub arrivals_window_ns: f64,
     /// Loads started in each second of the run (every request).
     pub cold_per_s: Vec<u32>,
     /// With `Some((from, width))`, measured latencies are also kept by
@@ -125,10 +127,13 @@ impl Metrics {
     }
 
     /// `backends`' mean requests in flight, averaged over the measurement
-    /// window.
+    /// window while requests arrive (not the drain after the last).
     pub fn mean_in_flight(&self, backends: &[usize]) -> f64 {
-        let sum: f64 = backends.iter().map(|&b| self.occupancy[b]).sum();
-        sum / backends.len().max(1) as f64 / self.window_ns.max(1.0)
+        let sum: f64 = backends
+            .iter()
+            .filter_map(|&b| self.arrivals_occupancy.get(b))
+            .sum();
+        sum / backends.len().max(1) as f64 / self.arrivals_window_ns.max(1.0)
     }
 
     /// The busiest of `backends`' utilization — serving slots in use,
@@ -183,7 +188,8 @@ mod tests {
         m.per_backend = vec![30, 10];
         m.occupancy = vec![1.0, 3.0];
         m.busy = vec![2.0, 2.0];
-        m.window_ns = 2.0;
+        m.arrivals_occupancy = vec![1.0, 3.0];
+        m.arrivals_window_ns = 2.0;
         assert_eq!(m.quantile_ms(0.5), 51.0);
         assert_eq!(m.quantile_ms(0.99), 99.0);
         assert!((m.warm_hit_rate() - 0.9).abs() < 1e-12);

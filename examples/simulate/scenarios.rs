@@ -17,7 +17,7 @@ pub enum Scenario {
     /// inference times (1.1 to 2.6 s alone), continuous batching (each
     /// request in service slows the others by 3% of their time alone: see
     /// [`crate::batching`]), arrivals at 75% of warm capacity at a full
-    /// batch — about 18 requests in flight per backend.
+    /// batch — about 21 requests in flight per backend.
     LlmBatch,
 }
 

@@ -131,6 +131,18 @@ impl State<'_> {
         self.busy[b] = self.busy[b].saturating_add_signed(delta);
     }
 
+    /// The last request arrived at `now`: keeps each backend's in-flight
+    /// integral so far, the measured window's arrivals being over (the
+    /// rest of the run drains the fleet).
+    fn arrivals_end(&mut self, plan: &Plan, now: Nanos) {
+        for b in 0..self.in_flight.len() {
+            self.in_flight_change(b, 0, now);
+        }
+        self.metrics.arrivals_occupancy = self.metrics.occupancy.clone();
+        let end = now.min(plan.measure.1);
+        self.metrics.arrivals_window_ns = end.saturating_sub(plan.measure.0) as f64;
+    }
+
     fn insert(&mut self, live: Live) -> u32 {
         match self.free.pop() {
             Some(slot) => {
@@ -288,12 +300,16 @@ pub async fn run(
         }
         match event {
             Event::Arrival(req) => {
-                if sent < plan.requests {
+                let last = sent >= plan.requests;
+                if !last {
                     let (gap, next) = workload.next(&mut rng);
                     state.queue.push(now + gap, Event::Arrival(next));
                     sent += 1;
                 }
                 arrive(&mut state, router.as_mut(), plan, req, now);
+                if last {
+                    state.arrivals_end(plan, now);
+                }
             }
             Event::Ready(slot) => state.admit(slot, now),
             Event::Done(slot) => {
@@ -335,7 +351,6 @@ pub async fn run(
     drop(router);
     settle().await;
     let end = plan.measure.1.min(state.queue_end);
-    state.metrics.window_ns = end.saturating_sub(plan.measure.0) as f64;
     for b in 0..plan.total {
         state.in_flight_change(b, 0, end);
         state.busy_change(b, 0, end);
