@@ -207,6 +207,8 @@ impl File {
             owners: Some(b.owners()),
             min_owners: Some(b.min_owners()),
             load_factor: Some(b.load_factor()),
+            // Written only when set: unset, it follows `load_factor`.
+            owner_load: b.owner_load,
             panic_threshold: Some(b.panic_threshold()),
             latency_decay_ms: to_ms(b.latency_decay()),
             model_owners: (!b.model_owners().is_empty()).then(|| {
@@ -322,6 +324,9 @@ struct BalanceFile {
     min_owners: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     load_factor: Option<f64>,
+    /// Unset: `load_factor`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner_load: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     panic_threshold: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -415,6 +420,9 @@ impl BalanceFile {
         }
         if let Some(c) = self.load_factor {
             b = b.load_factor(c);
+        }
+        if let Some(load) = self.owner_load {
+            b = b.owner_load(load);
         }
         if let Some(share) = self.panic_threshold {
             b = b.panic_threshold(share);

@@ -16,6 +16,7 @@ const NON_DEFAULTS: &str = r#"
         owners = 4
         min_owners = 2
         load_factor = 2.0
+        owner_load = 0.75
         panic_threshold = 0.25
         vnodes_per_weight = 40
         ring_seed = 7
@@ -73,6 +74,7 @@ fn every_value_reaches_its_builder() {
     let b = &config.balance;
     assert_eq!((b.owners(), b.min_owners()), (4, 2));
     assert_eq!((b.load_factor(), b.panic_threshold()), (2.0, 0.25));
+    assert_eq!(b.owner_load(), 0.75);
     assert_eq!(b.classification(), Classification::GrpcStatus);
     let debug = format!("{b:?}");
     for expected in [
@@ -115,6 +117,12 @@ fn a_value_out_of_range_names_its_key_and_range() {
             "1.0 ..= 100.0",
         ),
         ("[balance]\nowners = 1025", "balance.owners", ""),
+        (
+            "[balance]\nload_factor = 1.1\nowner_load = 1.2",
+            "balance.owner_load",
+            "above 0.0, up to load_factor",
+        ),
+        ("[balance]\nowner_load = 0.0", "balance.owner_load", ""),
         (
             "[balance]\nstaging_max_share = 0",
             "balance.staging_max_share",

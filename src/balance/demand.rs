@@ -24,6 +24,8 @@
 use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use std::time::Duration;
 
+use super::BalanceConfig;
+
 /// Buckets in the table (a power of two).
 const BUCKETS: usize = 4096;
 /// Total count at which every count is halved.
@@ -52,12 +54,28 @@ pub(crate) struct Demand {
 pub(crate) struct Bounds {
     /// Backends in the fleet (those the ring in force stands for).
     pub(crate) n: f64,
-    /// Bounded-load factor.
-    pub(crate) c: f64,
+    /// The load one owner carries from the model, over the mean load per
+    /// backend ([`BalanceConfig::owner_load`]: by default the bounded-load
+    /// factor `c`).
+    pub(crate) load: f64,
     pub(crate) min: usize,
     pub(crate) max: usize,
     /// The model's work per request over the mean (see [`Work::weight`]).
     pub(crate) work: f64,
+}
+
+impl Bounds {
+    /// The bounds `config` sets, over `n` backends, for a model whose work
+    /// per request is `work` × the mean.
+    pub(crate) fn of(config: &BalanceConfig, n: f64, work: f64) -> Self {
+        Self {
+            n,
+            load: config.owner_load(),
+            min: config.min_owners,
+            max: config.owners,
+            work,
+        }
+    }
 }
 
 impl Demand {
@@ -78,7 +96,7 @@ impl Demand {
         let slot = &self.owners[key as usize % BUCKETS];
         let current = usize::from(slot.load(Ordering::Relaxed)).clamp(min, max);
         let Some(share) = share else { return current };
-        let load = share * bounds.work * bounds.n / bounds.c;
+        let load = share * bounds.work * bounds.n / bounds.load;
         let next = if load > current as f64 {
             (load.ceil() as usize).min(max)
         } else if current > min && load <= (current - 1) as f64 - HYSTERESIS {
@@ -212,7 +230,7 @@ mod tests {
         // 8 backends, c = 1.25: one owner carries up to 15.6% of traffic.
         Bounds {
             n: 8.0,
-            c: 1.25,
+            load: 1.25,
             min,
             max,
             work: 1.0,
@@ -252,6 +270,29 @@ mod tests {
             2,
             "the minimum holds"
         );
+    }
+
+    #[test]
+    fn owners_are_sized_to_carry_the_configured_owner_load() {
+        let config = |b: crate::balance::BalanceConfigBuilder| b.owners(8).build().unwrap();
+        let default = config(BalanceConfig::builder());
+        let lower = config(BalanceConfig::builder().owner_load(0.5));
+        let tight = config(BalanceConfig::builder().load_factor(1.1));
+        let (a, b, t) = (
+            Bounds::of(&default, 8.0, 1.0),
+            Bounds::of(&lower, 8.0, 1.0),
+            Bounds::of(&tight, 8.0, 1.0),
+        );
+        assert_eq!((a.load, b.load, t.load), (1.25, 0.5, 1.1), "c unless set");
+        let (da, db) = (Demand::new(), Demand::new());
+        // 10% of the traffic over 8 backends is 0.8 × a backend's mean
+        // load: one owner at 1.25 each, two at 0.5 each.
+        assert_eq!(settle(&da, 0.10, a), 1);
+        assert_eq!(settle(&db, 0.10, b), 2);
+        // 28%, 2.24 × the mean: 1.8 owners' worth at 1.25, 4.5 at 0.5.
+        assert_eq!(settle(&da, 0.28, a), 2);
+        assert_eq!(settle(&db, 0.28, b), 5);
+        assert_eq!(settle(&db, 0.90, b), 8, "capped at owners");
     }
 
     #[test]

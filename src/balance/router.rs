@@ -217,20 +217,11 @@ impl<E> Shared<E> {
     /// (counting this request in its demand if `count`, its share weighted
     /// by `work`, its work per request over the mean).
     pub(super) fn owners_of(&self, key: u64, count: bool, n: f64, work: f64) -> usize {
-        let config = &self.config;
         match self.fixed_owners(key) {
             Some(k) => k,
-            None => self.demand.owners(
-                key,
-                count,
-                Bounds {
-                    n,
-                    c: config.load_factor,
-                    min: config.min_owners,
-                    max: config.owners,
-                    work,
-                },
-            ),
+            None => self
+                .demand
+                .owners(key, count, Bounds::of(&self.config, n, work)),
         }
     }
 

@@ -21,6 +21,7 @@ pub const KEYS: [(&str, &[&str]); 5] = [
             "owners",
             "min_owners",
             "load_factor",
+            "owner_load",
             "panic_threshold",
             "model_owners",
             "vnodes_per_weight",
@@ -110,6 +111,7 @@ pub fn check_config(text: &str) {
             assert!((1..=BalanceConfigBuilder::MAX_OWNERS).contains(&balance.owners()));
             assert!((1..=balance.owners()).contains(&balance.min_owners()));
             assert!((1.0..=100.0).contains(&balance.load_factor()));
+            assert!(balance.owner_load() > 0.0 && balance.owner_load() <= balance.load_factor());
             assert!((0.0..=1.0).contains(&balance.panic_threshold()));
             return;
         }
