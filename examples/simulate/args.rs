@@ -35,8 +35,13 @@ pub struct Config {
     pub vnodes: u32,
     /// The most owners a model gets (`k`).
     pub owners: usize,
+    /// The fewest owners a model gets, however cold.
+    pub min_owners: usize,
     /// The bounded-load factor `c`.
     pub load_factor: f64,
+    /// The load one model puts on each of its owners, over the mean per
+    /// backend (`BalanceConfigBuilder::owner_load`); `None`: `c`.
+    pub owner_load: Option<f64>,
     /// Staged ring changes: the most of the ring's points one step moves.
     pub staging_step: f64,
     /// Seconds between two staging steps.
@@ -67,7 +72,9 @@ impl Default for Config {
             model_slots: 16,
             vnodes: 150,
             owners: 1024,
+            min_owners: 1,
             load_factor: 1.25,
+            owner_load: None,
             staging_step: 0.01,
             staging_cooldown: 5.0,
             json: false,
@@ -86,7 +93,7 @@ Runs each scenario (default: both, in turn), the flags on top of its preset:
   default    4 serving slots, no batching, utilization 0.5
   llm-batch  LLM servers that batch: 32 serving slots, inference scale 10,
              batch slowdown 0.03, utilization 0.75 (of the capacity at a
-             full batch)
+             full batch), load factor 1.15, owner load 0.75
 
   --scenario NAME     run only this scenario (default or llm-batch)
   --backends N        backends (10..=20000, default 1000)
@@ -105,7 +112,10 @@ Runs each scenario (default: both, in turn), the flags on top of its preset:
   --model-slots N     models a backend holds resident (1..=1024, default 16)
   --vnodes N          ring points per backend (1..=1000, default 150)
   --owners K          most owners per model, model_aware (1..=1024, default 1024)
+  --min-owners K      fewest owners per model, model_aware (1..=K, default 1)
   --load-factor C     bounded-load factor c (1..=100, default 1.25)
+  --owner-load L      model_aware: owners sized for a model's traffic to put
+                      L × the mean load on each (0.01..=C, default C)
   --staging-step S    staged ring change: share of points per step (0<S<=1, default 0.01)
   --staging-cooldown T  seconds between staging steps (0..=3600, default 5)
   --strategies LIST   comma-separated (default all: round_robin,random,p2c,
@@ -180,7 +190,9 @@ impl Config {
                 "--model-slots" => c.model_slots = int(&flag, &value()?, 1, 1024)?,
                 "--vnodes" => c.vnodes = int(&flag, &value()?, 1, 1000)?,
                 "--owners" => c.owners = int(&flag, &value()?, 1, 1024)?,
+                "--min-owners" => c.min_owners = int(&flag, &value()?, 1, 1024)?,
                 "--load-factor" => c.load_factor = float(&flag, &value()?, 1.0, 100.0)?,
+                "--owner-load" => c.owner_load = Some(float(&flag, &value()?, 0.01, 100.0)?),
                 "--staging-step" => {
                     c.staging_step = float(&flag, &value()?, 1e-6, 1.0)?;
                 }
@@ -192,6 +204,18 @@ impl Config {
                 "--svg" => c.svg = Some(PathBuf::from(value()?)),
                 other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
             }
+        }
+        if c.min_owners > c.owners {
+            return Err(Stop::Error(format!(
+                "`--min-owners` is over `--owners` ({})",
+                c.owners
+            )));
+        }
+        if c.owner_load.is_some_and(|load| load > c.load_factor) {
+            return Err(Stop::Error(format!(
+                "`--owner-load` is over `--load-factor` ({})",
+                c.load_factor
+            )));
         }
         // The largest membership change adds 10% of the backends.
         let points = (c.backends + c.backends.div_ceil(10)) as u64 * u64::from(c.vnodes);
@@ -298,5 +322,15 @@ mod tests {
             (Scenario::LlmBatch, 64)
         );
         assert_eq!(one[0].batch_slowdown, 0.03);
+        assert_eq!((one[0].load_factor, one[0].owner_load), (1.15, Some(0.75)));
+        assert_eq!((both[0].load_factor, both[0].owner_load), (1.25, None));
+        assert!(matches!(
+            parse(&["--scenario", "default", "--owner-load", "1.5"]),
+            Err(Stop::Error(_))
+        ));
+        assert!(matches!(
+            parse(&["--owners", "2", "--min-owners", "3"]),
+            Err(Stop::Error(_))
+        ));
     }
 }

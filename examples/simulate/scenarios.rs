@@ -2,7 +2,8 @@
 //! (servers that serve 4 requests at once, at about 2 in flight per
 //! backend) and `llm-batch` (LLM servers that batch: 32 serving slots,
 //! completions of seconds, a batching service time, 16 or more requests
-//! in flight per backend).
+//! in flight per backend, and the balancer configured for them: `c` 1.15,
+//! owners sized to carry 0.75 × the mean load each from one model).
 //! The flags given on the command line apply on top of each preset.
 
 use crate::args::Config;
@@ -17,7 +18,15 @@ pub enum Scenario {
     /// inference times (1.1 to 2.6 s alone), continuous batching (each
     /// request in service slows the others by 3% of their time alone: see
     /// [`crate::batching`]), arrivals at 75% of warm capacity at a full
-    /// batch — about 21 requests in flight per backend.
+    /// batch — about 21 requests in flight per backend. The balancer as
+    /// a user of such servers would set it: a bounded-load factor `c` of
+    /// 1.15 (for `bounded_load` too), and each owner of a model sized to
+    /// carry 0.75 × a backend's mean load from it
+    /// (`BalanceConfigBuilder::owner_load`), not `c` ×: with so many
+    /// requests in flight per backend the cap `ceil(c × (total + 1) / n)`
+    /// rounds up by little, so a tight `c` costs little, and owners with
+    /// room under the cap for their other models' traffic keep the
+    /// popular models' picks under it.
     LlmBatch,
 }
 
@@ -49,6 +58,8 @@ impl Scenario {
                 inference_scale: 10.0,
                 batch_slowdown: 0.03,
                 utilization: 0.75,
+                load_factor: 1.15,
+                owner_load: Some(0.75),
                 ..default
             },
         }

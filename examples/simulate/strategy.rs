@@ -296,10 +296,16 @@ pub fn balance_config(config: &Config, staged: bool) -> BalanceConfig {
         .jitter(false)
         .build()
         .expect("the default policy with jitter off");
-    BalanceConfig::builder()
+    let builder = BalanceConfig::builder()
         .breaker(breaker)
         .owners(config.owners)
-        .load_factor(config.load_factor)
+        .min_owners(config.min_owners)
+        .load_factor(config.load_factor);
+    let builder = match config.owner_load {
+        Some(load) => builder.owner_load(load),
+        None => builder,
+    };
+    builder
         .ring(RingConfig::new(0, config.vnodes).expect("vnodes ≥ 1"))
         .staging(staging.expect("flags are range-checked"))
         .build()
