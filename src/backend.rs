@@ -156,8 +156,10 @@ impl PickedSlot {
 /// [`Exclude::new`] (a hedge's backup): the balancer's affinity pick skips
 /// the backend when another eligible backend has the request's model
 /// resident (the next resident owner, else a resident backend past the
-/// owners); when none has, it routes as if the extension were absent — the
-/// request is sent, never failed, for want of another backend.
+/// owners); when none has, the balancer refuses the request at once with
+/// [`NoAlternative`](crate::error::NoAlternative), picking nothing — a
+/// backup on the same backend, or a cold load elsewhere, would not beat
+/// the first attempt — and the hedging layer counts it suppressed.
 /// [`Exclude::strict`] (a retry after a failure): the backend is skipped
 /// whenever another backend is eligible, resident or not — a backend that
 /// just refused the request is no place to send it again. Updates ignore
@@ -169,8 +171,9 @@ pub struct Exclude {
 }
 
 impl Exclude {
-    /// Excludes `backend` while another eligible backend has the model
-    /// resident.
+    /// Excludes `backend`, sending the request to another eligible backend
+    /// that has the model resident, or failing it with
+    /// [`NoAlternative`](crate::error::NoAlternative) when there is none.
     pub fn new(backend: BackendId) -> Self {
         Self {
             backend,

@@ -153,8 +153,9 @@ fn invalid(section: &str, error: InvalidConfig) -> ConfigError {
 }
 
 /// Builder fields that are durations: `_ms` in the file.
-const DURATIONS: [&str; 13] = [
+const DURATIONS: [&str; 14] = [
     "interval",
+    "latency_decay",
     "timeout",
     "failure_penalty",
     "relax_half_life",
@@ -207,6 +208,7 @@ impl File {
             min_owners: Some(b.min_owners()),
             load_factor: Some(b.load_factor()),
             panic_threshold: Some(b.panic_threshold()),
+            latency_decay_ms: to_ms(b.latency_decay()),
             model_owners: (!b.model_owners().is_empty()).then(|| {
                 b.model_owners()
                     .iter()
@@ -322,6 +324,8 @@ struct BalanceFile {
     load_factor: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     panic_threshold: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    latency_decay_ms: Option<u64>,
     /// Owners fixed per model ID.
     #[serde(skip_serializing_if = "Option::is_none")]
     model_owners: Option<BTreeMap<String, usize>>,
@@ -414,6 +418,9 @@ impl BalanceFile {
         }
         if let Some(share) = self.panic_threshold {
             b = b.panic_threshold(share);
+        }
+        if let Some(tau) = self.latency_decay_ms {
+            b = b.latency_decay(ms(tau));
         }
         for (model, k) in self.model_owners.unwrap_or_default() {
             let key = || format!("balance.model_owners.{model:?}");

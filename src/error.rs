@@ -288,3 +288,39 @@ impl fmt::Display for UnknownModel {
 }
 
 impl std::error::Error for UnknownModel {}
+
+/// A hedge's backup ([`Exclude::new`](crate::backend::Exclude::new)) that
+/// has nowhere better to go: no eligible backend but the excluded one has
+/// the model resident, so the backup would land on the backend the first
+/// attempt went to, or pay a cold load elsewhere. The balancer refuses it
+/// at once, before picking (nothing is counted on any backend); the
+/// hedging layer counts it as
+/// [`suppressed_by_no_alternative`](crate::hedge::HedgeStats::suppressed_by_no_alternative)
+/// and lets the first attempt go on alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NoAlternative {
+    /// The model the backup was for.
+    pub model: ModelId,
+    /// The backend its first attempt went to.
+    pub excluded: BackendId,
+}
+
+impl NoAlternative {
+    /// Creates the error.
+    pub fn new(model: ModelId, excluded: BackendId) -> Self {
+        Self { model, excluded }
+    }
+}
+
+impl fmt::Display for NoAlternative {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no eligible backend but `{}` has model `{}` resident: the backup is not sent",
+            self.excluded, self.model
+        )
+    }
+}
+
+impl std::error::Error for NoAlternative {}

@@ -46,7 +46,8 @@
 //! | `model_balance_hedge_requests_total` | counter | | requests through the hedge layer |
 //! | `model_balance_hedges_sent_total` | counter | | backup attempts sent |
 //! | `model_balance_hedges_won_total` | counter | | requests answered by their backup's success |
-//! | `model_balance_hedges_suppressed_total` | counter | `reason` | backups not sent: `budget` (the budget was spent), `load` (the load gate reported the fleet over its threshold) |
+//! | `model_balance_hedges_after_failure_total` | counter | | backups sent at once because the first attempt failed fast (counted in `hedges_sent` too) |
+//! | `model_balance_hedges_suppressed_total` | counter | `reason` | backups not sent: `budget` (the budget was spent), `load` (the load gate reported the fleet over its threshold), `no_alternative` (no other eligible backend had the model resident) |
 //!
 //! Labels are backend IDs and fixed words only — never model IDs, whose
 //! number a client does not bound. A backend that leaves keeps its last
@@ -123,7 +124,7 @@ enum Kind {
 }
 
 /// Every series of the [module docs](self): name, kind, help text.
-const SERIES: [(&str, Kind, &str); 15] = [
+const SERIES: [(&str, Kind, &str); 16] = [
     (
         "model_balance_requests_total",
         Kind::Counter,
@@ -195,9 +196,14 @@ const SERIES: [(&str, Kind, &str); 15] = [
         "Requests answered by their backup's success.",
     ),
     (
+        "model_balance_hedges_after_failure_total",
+        Kind::Counter,
+        "Backups sent at once because the first attempt failed fast.",
+    ),
+    (
         "model_balance_hedges_suppressed_total",
         Kind::Counter,
-        "Backups not sent, by reason: budget or load.",
+        "Backups not sent, by reason: budget, load or no_alternative.",
     ),
 ];
 
@@ -223,9 +229,11 @@ pub fn record_hedge(handle: &HedgeHandle) {
     counter!("model_balance_hedge_requests_total").absolute(stats.requests);
     counter!("model_balance_hedges_sent_total").absolute(stats.hedges);
     counter!("model_balance_hedges_won_total").absolute(stats.hedges_won);
+    counter!("model_balance_hedges_after_failure_total").absolute(stats.hedges_after_failure);
     for (reason, value) in [
         ("budget", stats.suppressed_by_budget),
         ("load", stats.suppressed_by_load),
+        ("no_alternative", stats.suppressed_by_no_alternative),
     ] {
         counter!("model_balance_hedges_suppressed_total", "reason" => reason).absolute(value);
     }

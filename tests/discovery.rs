@@ -141,6 +141,52 @@ async fn a_removed_backend_is_not_picked_and_its_requests_finish() {
     assert_eq!(handle.in_flight(), 0);
 }
 
+/// An endpoint that counts its live clones: the connection pool a removed
+/// backend's endpoint would keep open.
+#[derive(Debug, Clone)]
+struct Counted(#[allow(dead_code)] std::sync::Arc<()>);
+
+/// A removed backend's endpoint is released once discovery publishes the
+/// removal, whatever the balancer's clones do: here two clones that routed
+/// before the removal and route nothing after it.
+#[tokio::test(start_paused = true)]
+async fn an_idle_clone_does_not_keep_a_removed_endpoint_alive() {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let source = stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
+    });
+    let mut balancer = ModelBalancer::new(source, BalanceConfig::default()).unwrap();
+    let handle = balancer.handle();
+    let token = std::sync::Arc::new(());
+    let live = std::sync::Arc::downgrade(&token);
+    tx.send(Change::Insert("a", Backend::new(id("a"), Counted(token))))
+        .unwrap();
+    let other = Counted(std::sync::Arc::new(()));
+    tx.send(Change::Insert("b", Backend::new(id("b"), other)))
+        .unwrap();
+    until(|| handle.backends().len() == 2).await;
+    let mut idle = balancer.clone();
+    for bal in [&mut balancer, &mut idle] {
+        for i in 0..20 {
+            let route = RouteInfo::new(model(&format!("m{i}")));
+            drop(bal.pick(&route, Instant::now()).unwrap());
+        }
+    }
+
+    tx.send(Change::Remove("a")).unwrap();
+    until(|| ids(&handle) == ["b"]).await;
+    assert!(
+        live.upgrade().is_none(),
+        "{} clones of the removed endpoint are alive",
+        live.strong_count()
+    );
+    // The clones still route, to what is left.
+    let picked = idle
+        .pick(&RouteInfo::new(model("m0")), Instant::now())
+        .unwrap();
+    assert_eq!(picked.backend().as_str(), "b");
+}
+
 /// One churn run: `rounds` picks from two balancer clones while backends
 /// join, leave and change identity under live keys, the discovery task
 /// running at random points in between. Returns the distinct backend IDs

@@ -398,7 +398,7 @@ async fn metrics_lists_the_documented_names() {
         .filter_map(|rest| rest.split('`').next())
         .filter(|name| *name != "placement_total")
         .collect();
-    assert_eq!(documented.len(), 14, "{documented:?}");
+    assert_eq!(documented.len(), 15, "{documented:?}");
     for name in documented {
         let name = format!("model_balance_{name}");
         assert!(

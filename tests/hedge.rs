@@ -249,15 +249,42 @@ async fn when_every_attempt_fails_the_last_failure_is_returned() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn no_backup_after_a_response_has_begun() {
+async fn a_fast_failure_sends_the_backup_at_once() {
     let layer = HedgeLayer::new(policy().build().unwrap());
-    // A 503 before the delay: returned at once, no backup ever.
+    // A 503 at 3 ms, before the 10 ms delay: the backup goes then, not at
+    // 10 ms, and its answer 1 ms later is the response.
+    let (result, seen, took) =
+        send(&layer, vec![status_after(3, 503), ok_after(1)], "inference").await;
+    assert_eq!(body(&result), "1");
+    assert_eq!(took, Duration::from_millis(4));
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 2);
+    // A transport error fails as fast, and is as retryable.
+    let (result, _, took) = send(&layer, vec![error_after(2), ok_after(1)], "inference").await;
+    assert_eq!(body(&result), "1");
+    assert_eq!(took, Duration::from_millis(3));
+    let s = stats(&layer);
+    assert_eq!((s.hedges, s.hedges_after_failure, s.hedges_won), (2, 2, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fast_failure_with_no_budget_or_a_4xx_is_returned_at_once() {
+    let layer = HedgeLayer::new(policy().budget_ratio(0.0).build().unwrap());
     let (result, seen, took) =
         send(&layer, vec![status_after(3, 503), ok_after(1)], "inference").await;
     assert_eq!(result.unwrap().status(), 503);
     assert_eq!(took, Duration::from_millis(3));
     advance(Duration::from_millis(50)).await;
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(stats(&layer).suppressed_by_budget, 1);
+    // A 4xx is an answer, not a failure: another backend would say the same.
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    let (result, seen, took) =
+        send(&layer, vec![status_after(3, 404), ok_after(1)], "inference").await;
+    assert_eq!(result.unwrap().status(), 404);
+    assert_eq!(took, Duration::from_millis(3));
+    advance(Duration::from_millis(50)).await;
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(stats(&layer).hedges, 0);
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,7 +1,7 @@
 //! The hedge over the balancer: the balancer writes its pick in the first
 //! attempt's slot, the backup's `Exclude` sends it to another backend that
-//! holds the model (or to the same one when no other does), and the load
-//! gate reads the balancer's utilization.
+//! holds the model (and the balancer refuses it when no other does), and
+//! the load gate reads the balancer's utilization.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -121,19 +121,29 @@ async fn the_backup_goes_to_another_backend_holding_the_model() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn with_no_other_backend_holding_the_model_the_backup_still_goes() {
-    // Only gpu-0 holds the model, a cold load elsewhere would be slower than
-    // waiting: the backup is routed as if nothing were excluded.
+async fn a_backup_with_no_other_backend_holding_the_model_is_suppressed() {
+    // Only gpu-0 holds the model: a backup would land on gpu-0 again or
+    // pay a cold load on gpu-1. It is not sent, and the budget it took is
+    // given back; the first attempt goes on alone (and, here, never
+    // answers: the test times it out).
     let (service, calls) = fleet(&["gpu-0", "gpu-1"], |name| name == "gpu-0");
-    let response = layer().layer(service).oneshot(request()).await.unwrap();
-    let calls = calls.lock().unwrap().clone();
-    assert_eq!(calls, ["gpu-0", "gpu-0"]);
-    assert_eq!(text(response), "gpu-0");
-    // The only backend of a fleet, excluded, still serves.
+    let layer = layer();
+    let call = layer.layer(service).oneshot(request());
+    let timed_out = tokio::time::timeout(Duration::from_secs(1), call).await;
+    assert!(timed_out.is_err(), "the first attempt never answers");
+    assert_eq!(calls.lock().unwrap().clone(), ["gpu-0"]);
+    let s = layer.handle().stats();
+    assert_eq!((s.hedges, s.suppressed_by_no_alternative), (0, 1));
+    assert_eq!(layer.handle().budget().granted(), 0, "given back");
+    // The only backend of a fleet: no backup either.
     let (service, calls) = fleet(&["solo"], |_| true);
-    let response = layer().layer(service).oneshot(request()).await.unwrap();
-    assert_eq!(text(response), "solo");
-    assert_eq!(calls.lock().unwrap().len(), 2);
+    let solo = self::layer();
+    let call = solo.layer(service).oneshot(request());
+    assert!(tokio::time::timeout(Duration::from_secs(1), call)
+        .await
+        .is_err());
+    assert_eq!(calls.lock().unwrap().len(), 1);
+    assert_eq!(solo.handle().stats().suppressed_by_no_alternative, 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -12,7 +12,9 @@
 //! `default` scenario one backend answers 503 for the middle third of the
 //! run; in `slow-tail` one answers 10% of its requests 10× slower, and
 //! 2 000 uncounted warm-up requests go first (the scenario measures the
-//! tail once the models are resident, not the cold start). `--load` sets
+//! tail once the models are resident, not the cold start), and the
+//! balancer keeps every model on at least 2 owners (the 16 model slots
+//! hold each model twice): a hedge's backup needs a second warm copy. `--load` sets
 //! the offered load (default 0.3 of warm capacity); `model_aware_hedged`
 //! is `model_aware` with the hedging layer outermost.
 //!
@@ -116,6 +118,9 @@ async fn main() {
     }
     if !args.json {
         report::print_table(&rows);
+        if let Some(line) = report::hedging_line(&rows, args.scenario, args.load) {
+            emit!("{line}");
+        }
     }
 }
 
@@ -136,7 +141,22 @@ async fn run(
             share: 0.1,
         }));
     }
-    let built = strategies::build(name, &servers, config, args.seed, args.explicit_load);
+    // In `slow-tail` every model keeps two warm copies (the 16 slots hold
+    // each of the 32 models twice over 8 backends): a hedge's backup needs
+    // another backend serving the model, and the balancer refuses one with
+    // nowhere warm to go.
+    let min_owners = match args.scenario {
+        Scenario::SlowTail => 2,
+        Scenario::Default => 1,
+    };
+    let built = strategies::build(
+        name,
+        &servers,
+        config,
+        args.seed,
+        args.explicit_load,
+        min_owners,
+    );
     let (strategy, hedge) = (built.strategy, built.hedge);
     // Kept to the end of the run: placement's repository refresh.
     let _placement = built.placement;
@@ -177,16 +197,20 @@ async fn run(
         s.hedges_won -= b.hedges_won;
         s.suppressed_by_budget -= b.suppressed_by_budget;
         s.suppressed_by_load -= b.suppressed_by_load;
+        s.suppressed_by_no_alternative -= b.suppressed_by_no_alternative;
+        s.hedges_after_failure -= b.hedges_after_failure;
         s
     });
     let hedges = hedged.map_or((0, 0), |s| (s.hedges, s.hedges_won));
     if let (Some(s), false) = (hedged, args.json) {
         emit!(
-            "{name} hedging: {} sent, {} won, {} suppressed by budget, {} by load",
+            "{name} hedging: {} sent ({} after a fast failure), {} won, {} suppressed by budget, {} by load, {} by no alternative",
             s.hedges,
+            s.hedges_after_failure,
             s.hedges_won,
             s.suppressed_by_budget,
-            s.suppressed_by_load
+            s.suppressed_by_load,
+            s.suppressed_by_no_alternative
         );
     }
     if let (Some(p), false) = (handle.and_then(|h| h.placement_stats()), args.json) {

@@ -91,14 +91,16 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
 }
 
 /// Builds strategy `name` over `servers`, which run `config` (its resident
-/// slots and serving slots); the balancer's handle and its probe task, and
-/// the hedging layer's handle, when it has them.
+/// slots and serving slots), the balancer's models getting at least
+/// `min_owners` owners; the balancer's handle and its probe task, and the
+/// hedging layer's handle, when it has them.
 pub fn build(
     name: &str,
     servers: &[ModelServer],
     config: &ServerConfig,
     seed: u64,
     explicit_load: bool,
+    min_owners: usize,
 ) -> Built {
     let endpoints = endpoints(servers);
     let plain = |strategy| Built {
@@ -130,6 +132,7 @@ pub fn build(
                 Backend::with_meta(meta, e)
             });
             let config = BalanceConfig::builder()
+                .min_owners(min_owners)
                 .residency_header(ResidencyHeader::ResidentModels(
                     protocol::RESIDENT_MODELS_HEADER,
                 ))

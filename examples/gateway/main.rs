@@ -170,12 +170,14 @@ async fn run(args: Args) -> Result<(), String> {
     );
     let h = gateway.hedge.stats();
     say!(
-        "hedged: {} of {} requests, {} won; suppressed by budget {}, by load {}",
+        "hedged: {} of {} requests ({} after a fast failure), {} won; suppressed by budget {}, by load {}, by no alternative {}",
         h.hedges,
         h.requests,
+        h.hedges_after_failure,
         h.hedges_won,
         h.suppressed_by_budget,
-        h.suppressed_by_load
+        h.suppressed_by_load,
+        h.suppressed_by_no_alternative
     );
     Ok(())
 }

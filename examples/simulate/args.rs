@@ -2,12 +2,15 @@
 
 use std::path::PathBuf;
 
+use crate::scenarios::Scenario;
 use crate::strategy::NAMES;
 
 /// One run's parameters: the fleet, the workload and the model-aware
 /// balancer's settings.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The fleet this config is the preset of (the flags on top).
+    pub scenario: Scenario,
     pub backends: usize,
     pub models: usize,
     /// Requests per strategy, after the warm-up.
@@ -19,6 +22,13 @@ pub struct Config {
     pub update_share: f64,
     /// Requests one backend serves at once (a queue beyond).
     pub serving_slots: usize,
+    /// Inference times over the default scenario's (a model's time alone
+    /// on its backend).
+    pub inference_scale: f64,
+    /// How much each request in service on a backend slows the others,
+    /// as a share of their time alone (0: no batching; see
+    /// [`crate::batching`]).
+    pub batch_slowdown: f64,
     /// Models one backend holds in GPU memory.
     pub model_slots: usize,
     /// Virtual nodes per backend (the ring's).
@@ -43,6 +53,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
+            scenario: Scenario::Default,
             backends: 1000,
             models: 10_000,
             requests: 1_000_000,
@@ -51,6 +62,8 @@ impl Default for Config {
             utilization: 0.5,
             update_share: 0.1,
             serving_slots: 4,
+            inference_scale: 1.0,
+            batch_slowdown: 0.0,
             model_slots: 16,
             vnodes: 150,
             owners: 1024,
@@ -69,14 +82,26 @@ impl Default for Config {
 pub const USAGE: &str = "\
 usage: cargo run --release --example simulate -- [flags]
 
+Runs each scenario (default: both, in turn), the flags on top of its preset:
+  default    4 serving slots, no batching, utilization 0.5
+  llm-batch  LLM servers that batch: 32 serving slots, inference scale 10,
+             batch slowdown 0.03, utilization 0.75 (of the capacity at a
+             full batch)
+
+  --scenario NAME     run only this scenario (default or llm-batch)
   --backends N        backends (10..=20000, default 1000)
   --models N          models (1..=1000000, default 10000)
   --requests N        requests per strategy (1000..=100000000, default 1000000)
   --seed N            seed (default 1)
   --zipf S            Zipf exponent of popularity (0..=3, default 1.1)
-  --utilization U     arrivals as a share of warm capacity (0.01..=0.95, default 0.5)
+  --utilization U     arrivals as a share of warm capacity, at a full batch
+                      (0.01..=0.95, default 0.5)
   --updates U         share of update requests (0..=1, default 0.1)
   --serving-slots N   requests a backend serves at once (1..=256, default 4)
+  --inference-scale X inference times × X, alone on a backend (0.1..=100,
+                      default 1: 100 ms + 10 ms per GB)
+  --batch-slowdown S  each request in service slows the others by S × their
+                      time alone (0..=1, default 0: no batching)
   --model-slots N     models a backend holds resident (1..=1024, default 16)
   --vnodes N          ring points per backend (1..=1000, default 150)
   --owners K          most owners per model, model_aware (1..=1024, default 1024)
@@ -85,10 +110,11 @@ usage: cargo run --release --example simulate -- [flags]
   --staging-cooldown T  seconds between staging steps (0..=3600, default 5)
   --strategies LIST   comma-separated (default all: round_robin,random,p2c,
                       consistent_hash,bounded_load,model_aware)
-  --no-churn          skip the membership-change scenarios
+  --no-churn          skip the membership changes
   --sweep             sweep vnodes, k, c and the staging step instead
-  --json              one JSON object per line instead of the table
-  --svg PATH          also write an SVG chart to PATH
+  --json              one JSON object per line instead of the table, each
+                      with its \"scenario\"
+  --svg PATH          also write an SVG chart of the first scenario to PATH
   --help              this text";
 
 /// Why parsing stopped: a help request, or an error to report.
@@ -99,13 +125,35 @@ pub enum Stop {
 }
 
 impl Config {
-    pub fn parse(args: impl Iterator<Item = String>) -> Result<Self, Stop> {
-        let mut c = Config::default();
+    /// One config per scenario to run, in order: each scenario's preset
+    /// with the flags on top (`--scenario` picks one).
+    pub fn parse(args: impl Iterator<Item = String>) -> Result<Vec<Self>, Stop> {
         // `--flag value` and `--flag=value` alike.
-        let mut args = args.flat_map(|arg| match arg.split_once('=') {
-            Some((flag, value)) if arg.starts_with("--") => vec![flag.to_owned(), value.to_owned()],
-            _ => vec![arg],
-        });
+        let args: Vec<String> = args
+            .flat_map(|arg| match arg.split_once('=') {
+                Some((flag, value)) if arg.starts_with("--") => {
+                    vec![flag.to_owned(), value.to_owned()]
+                }
+                _ => vec![arg],
+            })
+            .collect();
+        let (_, only) = Config::default().with_flags(&args)?;
+        let scenarios = match only {
+            Some(scenario) => vec![scenario],
+            None => Scenario::ALL.to_vec(),
+        };
+        scenarios
+            .into_iter()
+            .map(|s| s.preset().with_flags(&args).map(|(c, _)| c))
+            .collect()
+    }
+
+    /// This config with `args` applied, and the scenario `--scenario`
+    /// names, if given.
+    fn with_flags(mut self, args: &[String]) -> Result<(Self, Option<Scenario>), Stop> {
+        let c = &mut self;
+        let mut only = None;
+        let mut args = args.iter().cloned();
         let mut seen: Vec<String> = Vec::new();
         while let Some(flag) = args.next() {
             if seen.contains(&flag) {
@@ -118,6 +166,7 @@ impl Config {
             };
             match flag.as_str() {
                 "--help" | "-h" => return Err(Stop::Help),
+                "--scenario" => only = Some(scenario(&value()?)?),
                 "--backends" => c.backends = int(&flag, &value()?, 10, 20_000)?,
                 "--models" => c.models = int(&flag, &value()?, 1, 1_000_000)?,
                 "--requests" => c.requests = int(&flag, &value()?, 1000, 100_000_000)?,
@@ -126,6 +175,8 @@ impl Config {
                 "--utilization" => c.utilization = float(&flag, &value()?, 0.01, 0.95)?,
                 "--updates" => c.update_share = float(&flag, &value()?, 0.0, 1.0)?,
                 "--serving-slots" => c.serving_slots = int(&flag, &value()?, 1, 256)?,
+                "--inference-scale" => c.inference_scale = float(&flag, &value()?, 0.1, 100.0)?,
+                "--batch-slowdown" => c.batch_slowdown = float(&flag, &value()?, 0.0, 1.0)?,
                 "--model-slots" => c.model_slots = int(&flag, &value()?, 1, 1024)?,
                 "--vnodes" => c.vnodes = int(&flag, &value()?, 1, 1000)?,
                 "--owners" => c.owners = int(&flag, &value()?, 1, 1024)?,
@@ -150,8 +201,18 @@ impl Config {
                 tower_model_balance::ring::MAX_POINTS
             )));
         }
-        Ok(c)
+        Ok((self, only))
     }
+}
+
+fn scenario(name: &str) -> Result<Scenario, Stop> {
+    Scenario::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+        Stop::Error(format!(
+            "unknown scenario `{name}` (one of {})",
+            names.join(", ")
+        ))
+    })
 }
 
 fn int<T>(flag: &str, text: &str, min: T, max: T) -> Result<T, Stop>
@@ -196,7 +257,7 @@ fn strategies(list: &str) -> Result<Vec<&'static str>, Stop> {
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<Config, Stop> {
+    fn parse(args: &[&str]) -> Result<Vec<Config>, Stop> {
         Config::parse(args.iter().map(|s| s.to_string()))
     }
 
@@ -212,12 +273,30 @@ mod tests {
             &["--strategies", "p2c,p2c"],
             &["--json", "--json"],
             &["--frobnicate"],
+            &["--scenario", "nope"],
+            &["--batch-slowdown", "2"],
             &["--backends", "20000", "--vnodes", "1000"],
         ] {
             assert!(matches!(parse(bad), Err(Stop::Error(_))), "{bad:?}");
         }
         assert!(matches!(parse(&["--help"]), Err(Stop::Help)));
-        let c = parse(&["--backends=50", "--strategies", "p2c,model_aware", "--json"]).unwrap();
+        let c = &parse(&["--backends=50", "--strategies", "p2c,model_aware", "--json"]).unwrap()[0];
         assert_eq!((c.backends, c.strategies.len(), c.json), (50, 2, true));
+    }
+
+    #[test]
+    fn each_scenario_takes_its_preset_with_the_flags_on_top() {
+        let both = parse(&["--seed", "3"]).unwrap();
+        let names: Vec<&str> = both.iter().map(|c| c.scenario.name()).collect();
+        assert_eq!(names, ["default", "llm-batch"]);
+        assert_eq!((both[0].serving_slots, both[1].serving_slots), (4, 32));
+        assert!(both.iter().all(|c| c.seed == 3));
+        let one = parse(&["--scenario", "llm-batch", "--serving-slots", "64"]).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            (one[0].scenario, one[0].serving_slots),
+            (Scenario::LlmBatch, 64)
+        );
+        assert_eq!(one[0].batch_slowdown, 0.03);
     }
 }

@@ -24,6 +24,11 @@ pub struct Metrics {
     /// Each backend's busy serving slots integrated over the measurement
     /// window (slot-nanoseconds): the work it did.
     pub busy: Vec<f64>,
+    /// [`Metrics::occupancy`] from the measurement window's start until
+    /// the last request arrived (or the window's end, if sooner).
+    pub arrivals_occupancy: Vec<f64>,
+    /// The length of that stretch.
+    pub arrivals_window_ns: f64,
     /// Loads started in each second of the run (every request).
     pub cold_per_s: Vec<u32>,
     /// With `Some((from, width))`, measured latencies are also kept by
@@ -121,6 +126,16 @@ impl Metrics {
         max_over_mean(backends.iter().map(|&b| self.occupancy[b]))
     }
 
+    /// `backends`' mean requests in flight, averaged over the measurement
+    /// window while requests arrive (not the drain after the last).
+    pub fn mean_in_flight(&self, backends: &[usize]) -> f64 {
+        let sum: f64 = backends
+            .iter()
+            .filter_map(|&b| self.arrivals_occupancy.get(b))
+            .sum();
+        sum / backends.len().max(1) as f64 / self.arrivals_window_ns.max(1.0)
+    }
+
     /// The busiest of `backends`' utilization — serving slots in use,
     /// averaged over the measurement window — over their mean.
     pub fn max_mean_busy(&self, backends: &[usize]) -> f64 {
@@ -173,12 +188,15 @@ mod tests {
         m.per_backend = vec![30, 10];
         m.occupancy = vec![1.0, 3.0];
         m.busy = vec![2.0, 2.0];
+        m.arrivals_occupancy = vec![1.0, 3.0];
+        m.arrivals_window_ns = 2.0;
         assert_eq!(m.quantile_ms(0.5), 51.0);
         assert_eq!(m.quantile_ms(0.99), 99.0);
         assert!((m.warm_hit_rate() - 0.9).abs() < 1e-12);
         assert_eq!(m.cold_loads_per_1k(), 10.0);
         assert_eq!(m.max_mean_requests(&[0, 1]), 1.5);
         assert_eq!(m.max_mean_load(&[0, 1]), 1.5);
+        assert_eq!(m.mean_in_flight(&[0, 1]), 1.0);
         assert_eq!(m.max_mean_busy(&[0, 1]), 1.0);
         assert_eq!((m.peak_cold_per_s(0, 5), m.peak_cold_per_s(2, 5)), (2, 0));
     }

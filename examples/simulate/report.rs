@@ -1,13 +1,28 @@
 //! The table on stdout, and `--json`'s one object per line.
 
 use crate::args::Config;
+use crate::batching;
 use crate::scenario::{ChurnRow, StrategyRow};
 use crate::workload::Workload;
 
+/// The scenario's name and its fleet, workload and seed.
 pub fn header(config: &Config, workload: &Workload) -> String {
+    let slots = config.serving_slots as u32;
+    let s = config.batch_slowdown;
+    let batching = match s > 0.0 {
+        false => String::from("no batching"),
+        true => format!(
+            "batching: each request in service slows the others by {:.0}% of their time alone \
+             (a full batch: {:.2}× slower, {:.1}× the throughput of one at a time)",
+            s * 100.0,
+            batching::slowdown_factor(slots.saturating_sub(1), s),
+            batching::throughput_gain(slots, s),
+        ),
+    };
     format!(
-        "fleet: {} backends × {} serving slots, {} model slots each; {} models, Zipf({}); \
-         {:.0}% updates; {:.0} req/s ({:.0}% of warm capacity); seed {}",
+        "scenario {}\nfleet: {} backends × {} serving slots, {} model slots each; {batching}; \
+         {} models, Zipf({}); {:.0}% updates; {:.0} req/s ({:.0}% of warm capacity{}); seed {}",
+        config.scenario.name(),
         config.backends,
         config.serving_slots,
         config.model_slots,
@@ -16,6 +31,11 @@ pub fn header(config: &Config, workload: &Workload) -> String {
         config.update_share * 100.0,
         workload.rate,
         config.utilization * 100.0,
+        if config.batch_slowdown > 0.0 {
+            " at a full batch"
+        } else {
+            ""
+        },
         config.seed,
     )
 }
@@ -33,7 +53,7 @@ pub fn strategy_table(
         crate::scenario::warmup_requests(config, workload),
     );
     out += &format!(
-        "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}\n",
+        "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}\n",
         "strategy",
         "warm_hit",
         "cold/1k",
@@ -42,15 +62,16 @@ pub fn strategy_table(
         "max/mean",
         "max/mean",
         "max/mean",
-        "errors"
+        "errors",
+        "in-flight"
     );
     out += &format!(
-        "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
-        "", "", "", "", "", "in-flight", "busy", "requests"
+        "{:<16} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}\n",
+        "", "", "", "", "", "in-flight", "busy", "requests", "", "/backend"
     );
     for r in rows {
         out += &format!(
-            "{:<16} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>8}\n",
+            "{:<16} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>8} {:>9.1}\n",
             r.strategy,
             r.warm_hit_rate,
             r.cold_loads_per_1k,
@@ -59,7 +80,8 @@ pub fn strategy_table(
             r.max_mean_load,
             r.max_mean_busy,
             r.max_mean_requests,
-            r.errors
+            r.errors,
+            r.mean_in_flight
         );
     }
     out += &format!(
@@ -104,16 +126,19 @@ pub fn churn_table(config: &Config, rows: &[ChurnRow]) -> String {
     out
 }
 
-pub fn strategy_json(r: &StrategyRow) -> String {
+/// One strategy's line for `--json`, `scenario` its scenario's name.
+pub fn strategy_json(scenario: &str, r: &StrategyRow) -> String {
     format!(
-        "{{\"strategy\":\"{}\",\"warm_hit_rate\":{:.4},\"cold_loads_per_1k\":{:.2},\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"max_mean_load\":{:.3}}}",
+        "{{\"scenario\":\"{scenario}\",\"strategy\":\"{}\",\"warm_hit_rate\":{:.4},\"cold_loads_per_1k\":{:.2},\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"max_mean_load\":{:.3}}}",
         r.strategy, r.warm_hit_rate, r.cold_loads_per_1k, r.p50_ms, r.p99_ms, r.max_mean_load
     )
 }
 
-pub fn churn_json(r: &ChurnRow) -> String {
+/// One membership change's line for `--json`, `scenario` its scenario's
+/// name.
+pub fn churn_json(scenario: &str, r: &ChurnRow) -> String {
     format!(
-        "{{\"churn_pct\":{},\"staged\":{},\"models_moved\":{},\"cold_loads\":{},\"peak_cold_loads_per_s\":{},\"p99_ms\":{:.2}}}",
+        "{{\"scenario\":\"{scenario}\",\"churn_pct\":{},\"staged\":{},\"models_moved\":{},\"cold_loads\":{},\"peak_cold_loads_per_s\":{},\"p99_ms\":{:.2}}}",
         r.churn_pct, r.staged, r.models_moved, r.cold_loads, r.peak_cold_loads_per_s, r.p99_ms
     )
 }

@@ -36,6 +36,9 @@ pub struct StrategyRow {
     /// The busiest backend's requests in flight, averaged over the
     /// measurement window, over the mean ([`Metrics::max_mean_load`]).
     pub max_mean_load: f64,
+    /// Requests in flight per backend, averaged over the window and the
+    /// backends [`StrategyRow::max_mean_load`] is over.
+    pub mean_in_flight: f64,
     /// The busiest backend's serving slots in use, averaged over the
     /// window (its utilization), over the mean.
     pub max_mean_busy: f64,
@@ -124,6 +127,7 @@ fn row(strategy: &'static str, metrics: &mut Metrics, steady: Vec<usize>) -> Str
         p50_ms: metrics.quantile_ms(0.5),
         p99_ms: metrics.quantile_ms(0.99),
         max_mean_load: metrics.max_mean_load(&steady),
+        mean_in_flight: metrics.mean_in_flight(&steady),
         max_mean_busy: metrics.max_mean_busy(&steady),
         max_mean_requests: metrics.max_mean_requests(&steady),
         errors: metrics.errors,

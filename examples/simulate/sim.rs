@@ -11,6 +11,7 @@ use rand::SeedableRng;
 use tokio::time::Instant;
 
 use crate::args::Config;
+use crate::batching;
 use crate::fleet::{Arrival, Server, FAIL_NS};
 use crate::metrics::Metrics;
 use crate::placement;
@@ -79,6 +80,9 @@ struct Live {
 /// The fleet and the requests in it.
 struct State<'a> {
     workload: &'a Workload,
+    /// How much each request in service slows the others (see
+    /// [`batching`]).
+    batch_slowdown: f64,
     servers: Vec<Server>,
     slab: Vec<Option<Live>>,
     free: Vec<u32>,
@@ -127,6 +131,18 @@ impl State<'_> {
         self.busy[b] = self.busy[b].saturating_add_signed(delta);
     }
 
+    /// The last request arrived at `now`: keeps each backend's in-flight
+    /// integral so far, the measured window's arrivals being over (the
+    /// rest of the run drains the fleet).
+    fn arrivals_end(&mut self, plan: &Plan, now: Nanos) {
+        for b in 0..self.in_flight.len() {
+            self.in_flight_change(b, 0, now);
+        }
+        self.metrics.arrivals_occupancy = self.metrics.occupancy.clone();
+        let end = now.min(plan.measure.1);
+        self.metrics.arrivals_window_ns = end.saturating_sub(plan.measure.0) as f64;
+    }
+
     fn insert(&mut self, live: Live) -> u32 {
         match self.free.pop() {
             Some(slot) => {
@@ -147,11 +163,16 @@ impl State<'_> {
         loop {
             let live = self.slab[slot as usize].as_ref().expect("a live request");
             if live.token.is_some() {
+                let b = live.backend as usize;
+                // An inference joins the batch of those in service.
                 let service = match live.req.update {
                     true => UPDATE_NS,
-                    false => self.workload.models[live.req.model as usize].infer,
+                    false => batching::service_time(
+                        self.workload.models[live.req.model as usize].infer,
+                        self.busy[b],
+                        self.batch_slowdown,
+                    ),
                 };
-                let b = live.backend as usize;
                 self.queue.push_after(now, service, Event::Done(slot));
                 self.busy_change(b, 1, now);
                 return;
@@ -228,6 +249,7 @@ pub async fn run(
     }
     let mut state = State {
         workload,
+        batch_slowdown: config.batch_slowdown,
         servers,
         slab: Vec::new(),
         free: Vec::new(),
@@ -278,12 +300,16 @@ pub async fn run(
         }
         match event {
             Event::Arrival(req) => {
-                if sent < plan.requests {
+                let last = sent >= plan.requests;
+                if !last {
                     let (gap, next) = workload.next(&mut rng);
                     state.queue.push(now + gap, Event::Arrival(next));
                     sent += 1;
                 }
                 arrive(&mut state, router.as_mut(), plan, req, now);
+                if last {
+                    state.arrivals_end(plan, now);
+                }
             }
             Event::Ready(slot) => state.admit(slot, now),
             Event::Done(slot) => {

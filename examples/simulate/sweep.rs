@@ -85,7 +85,8 @@ pub fn run(config: &Config, workload: &Workload) {
         .unwrap_or_default();
     if !config.json {
         println!(
-            "sweep of the model-aware balancer, one setting at a time (others: vnodes {}, k {}, c {}, staging step {})",
+            "scenario {}: sweep of the model-aware balancer, one setting at a time (others: vnodes {}, k {}, c {}, staging step {})",
+            config.scenario.name(),
             config.vnodes, config.owners, config.load_factor, config.staging_step
         );
         println!(
@@ -101,6 +102,7 @@ pub fn run(config: &Config, workload: &Workload) {
             "ring max/mean"
         );
     }
+    let scenario = config.scenario.name();
     let mut staging_header = false;
     for done in results {
         let done = match done {
@@ -110,7 +112,7 @@ pub fn run(config: &Config, workload: &Workload) {
         match done {
             Done::Control(_) => {}
             Done::Compare(what, value, r, ring) if config.json => println!(
-                "{{\"sweep\":\"{what}\",\"value\":{value},\"warm_hit_rate\":{:.4},\"cold_loads_per_1k\":{:.2},\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"max_mean_load\":{:.3},\"errors\":{},\"ring_max_mean\":{ring:.3}}}",
+                "{{\"scenario\":\"{scenario}\",\"sweep\":\"{what}\",\"value\":{value},\"warm_hit_rate\":{:.4},\"cold_loads_per_1k\":{:.2},\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"max_mean_load\":{:.3},\"errors\":{},\"ring_max_mean\":{ring:.3}}}",
                 r.warm_hit_rate, r.cold_loads_per_1k, r.p50_ms, r.p99_ms, r.max_mean_load, r.errors
             ),
             Done::Compare(what, value, r, ring) => println!(
@@ -118,7 +120,7 @@ pub fn run(config: &Config, workload: &Workload) {
                 what, value, r.warm_hit_rate, r.cold_loads_per_1k, r.p50_ms, r.p99_ms, r.max_mean_load, r.errors, ring
             ),
             Done::Staging(step, r) if config.json => println!(
-                "{{\"sweep\":\"staging_step\",\"value\":{step},\"churn_pct\":10,\"models_moved\":{},\"cold_loads\":{},\"peak_cold_loads_per_s\":{},\"p99_ms\":{:.2}}}",
+                "{{\"scenario\":\"{scenario}\",\"sweep\":\"staging_step\",\"value\":{step},\"churn_pct\":10,\"models_moved\":{},\"cold_loads\":{},\"peak_cold_loads_per_s\":{},\"p99_ms\":{:.2}}}",
                 r.models_moved, r.cold_loads, r.peak_cold_loads_per_s, r.p99_ms
             ),
             Done::Staging(step, r) => {

@@ -1,10 +1,12 @@
 //! The workload: models with sizes, Zipf popularity and open-loop Poisson
-//! arrivals at a target share of the fleet's warm capacity.
+//! arrivals at a target share of the fleet's warm capacity (at a full
+//! batch, for servers that batch).
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::args::Config;
+use crate::batching;
 use crate::queue::Nanos;
 use crate::zipf::Zipf;
 
@@ -27,14 +29,17 @@ pub struct Model {
 }
 
 impl Model {
-    fn of_size(size_gb: u32) -> Self {
+    /// A model of `size_gb` whose inference takes `inference_scale` ×
+    /// the default's.
+    fn of_size(size_gb: u32, inference_scale: f64) -> Self {
         let gb = f64::from(size_gb);
         Self {
             size_gb,
             // 100 ms + 10 ms per GB: 110 ms for an adapter, 260 ms at
             // 16 GB (a short completion, batched on a shared GPU: the
-            // size adds less than its share of memory bandwidth).
-            infer: ((100.0 + 10.0 * gb) * MS) as Nanos,
+            // size adds less than its share of memory bandwidth); times
+            // the scale (10 in `llm-batch`: completions of 1.1 to 2.6 s).
+            infer: ((100.0 + 10.0 * gb) * inference_scale * MS) as Nanos,
             // 0.5 s + 0.5 s per GB (2 GB/s from host memory or local
             // disk): 1 s for an adapter, 8.5 s at 16 GB — 9× to 33× an
             // inference.
@@ -76,7 +81,7 @@ impl Workload {
                         u < 0.0
                     })
                     .map_or(SIZES[SIZES.len() - 1].0, |s| s.0);
-                Model::of_size(size)
+                Model::of_size(size, config.inference_scale)
             })
             .collect();
         let zipf = Zipf::new(config.models, config.zipf);
@@ -87,24 +92,29 @@ impl Workload {
             gap_ns: 0.0,
             rate: 0.0,
         };
-        let capacity = workload.warm_capacity(config.backends, config.serving_slots);
+        let capacity =
+            workload.warm_capacity(config.backends, config.serving_slots, config.batch_slowdown);
         workload.rate = config.utilization * capacity;
         workload.gap_ns = 1e9 / workload.rate;
         workload
     }
 
     /// Mean service time of a request served warm, in seconds,
-    /// popularity-weighted.
-    pub fn mean_warm_service(&self) -> f64 {
+    /// popularity-weighted, an inference slowed by `slowdown` (its time
+    /// over its time alone; updates are not batched).
+    pub fn mean_warm_service(&self, slowdown: f64) -> f64 {
         let infer: f64 = (0..self.models.len())
             .map(|i| self.zipf.share(i) * self.models[i].infer as f64)
             .sum();
-        ((1.0 - self.update_share) * infer + self.update_share * UPDATE_NS as f64) / 1e9
+        ((1.0 - self.update_share) * infer * slowdown + self.update_share * UPDATE_NS as f64) / 1e9
     }
 
-    /// Requests per second the fleet serves with every model warm.
-    pub fn warm_capacity(&self, backends: usize, slots: usize) -> f64 {
-        (backends * slots) as f64 / self.mean_warm_service()
+    /// Requests per second the fleet serves with every model warm and
+    /// every serving slot busy: at a full batch when the servers batch
+    /// with `batch_slowdown` (see [`crate::batching`]).
+    pub fn warm_capacity(&self, backends: usize, slots: usize, batch_slowdown: f64) -> f64 {
+        let full = batching::slowdown_factor(slots.saturating_sub(1) as u32, batch_slowdown);
+        (backends * slots) as f64 / self.mean_warm_service(full)
     }
 
     /// The next request and the time until it arrives.

@@ -21,6 +21,7 @@ use http::HeaderName;
 /// | `min_owners` | 1 | 1 ..= `owners` |
 /// | `load_factor` (c) | 1.25 | 1.0 ..= 100.0 |
 /// | `panic_threshold` | 0.5 | 0.0 ..= 1.0 (0 turns panic mode off) |
+/// | `latency_decay` (τ of an idle backend's latency estimate) | 10 s | 100 ms ..= 1 h |
 /// | `model_owners` (per-model fixed `k`) | none | 1 ..= 1024 each |
 /// | `ring` | seed 0, 150 vnodes per unit of weight | see [`RingConfig`] |
 /// | `breaker` | [`Policy::default`] | see [`Policy`] |
@@ -44,6 +45,9 @@ pub struct BalanceConfig {
     pub(crate) load_factor: f64,
     /// Panic mode below this share of eligible backends.
     pub(crate) panic_threshold: f64,
+    /// Time constant with which an idle backend's latency estimate relaxes
+    /// toward the fleet's median.
+    pub(crate) latency_decay: Duration,
     /// Models with a fixed number of owners.
     pub(crate) model_owners: Vec<(ModelId, usize)>,
     /// Ring parameters; gateways that share them agree on owners.
@@ -146,6 +150,7 @@ impl Default for BalanceConfig {
             min_owners: 1,
             load_factor: 1.25,
             panic_threshold: 0.5,
+            latency_decay: Duration::from_secs(10),
             model_owners: Vec::new(),
             ring: RingConfig::default(),
             breaker: Policy::default(),
@@ -178,6 +183,11 @@ impl BalanceConfig {
     /// The share of eligible backends below which the balancer panics.
     pub fn panic_threshold(&self) -> f64 {
         self.panic_threshold
+    }
+
+    /// The time constant of an idle backend's latency estimate.
+    pub fn latency_decay(&self) -> Duration {
+        self.latency_decay
     }
 
     /// The models given a fixed number of owners, with that number.
@@ -268,6 +278,26 @@ impl BalanceConfigBuilder {
     /// panic mode off.
     pub fn panic_threshold(mut self, share: f64) -> Self {
         self.config.panic_threshold = share;
+        self
+    }
+
+    /// Sets the time constant `τ` of an idle backend's latency estimate
+    /// (100 ms ..= 1 h; default 10 s).
+    ///
+    /// The estimate P2C's cost uses moves only with the answers a backend
+    /// gives, so one slow answer (a long generation, a cold load) would
+    /// price it out of every pick, and with no pick nothing would correct
+    /// it. Each health interval with no timed answer from a backend moves
+    /// its estimate `e` toward the fleet's median estimate `m` as
+    /// `m + (e − m) × exp(−dt / τ)`, in the spirit of tower's `PeakEwma`
+    /// (whose RTT estimate decays with the time since its last sample). An
+    /// idle backend is therefore within `f ×` the median after
+    /// `τ × ln((e − m) / ((f − 1) × m))` plus one health interval, and
+    /// P2C prefers it to a rival with `f − 1` requests in flight from then
+    /// on: with the default τ, an estimate 100× the median is within 2×
+    /// after 46 s and within 5× after 32 s.
+    pub fn latency_decay(mut self, tau: Duration) -> Self {
+        self.config.latency_decay = tau;
         self
     }
 
@@ -374,6 +404,7 @@ impl BalanceConfigBuilder {
     /// [`InvalidConfig`] naming `owners` when it is outside 1 ..= 1024,
     /// `min_owners` when outside 1 ..= `owners`, `load_factor` when
     /// outside 1.0 ..= 100.0, `panic_threshold` when outside 0.0 ..= 1.0,
+    /// `latency_decay` when outside 100 ms ..= 1 h,
     /// `model_owners` when a model's `k` is outside 1 ..= 1024,
     /// `breaker_scope` when `BackendModel`'s `max_pairs` is outside
     /// 1 ..= 1 000 000.
@@ -389,6 +420,10 @@ impl BalanceConfigBuilder {
         }
         if !(0.0..=1.0).contains(&self.config.panic_threshold) {
             return Err(InvalidConfig::new("panic_threshold", "0.0 ..= 1.0"));
+        }
+        let decay = Duration::from_millis(100)..=Duration::from_secs(3_600);
+        if !decay.contains(&self.config.latency_decay) {
+            return Err(InvalidConfig::new("latency_decay", "100 ms ..= 1 h"));
         }
         if self
             .config

@@ -20,6 +20,17 @@ pub(crate) fn cost(in_flight: usize, latency_ms: f64, health: f64) -> f64 {
     (in_flight as f64 + 1.0) * latency_ms / health.max(HEALTH_FLOOR)
 }
 
+/// The median of latency estimates (ms; the upper one of an even count),
+/// or [`DEFAULT_LATENCY_MS`] with none.
+pub(crate) fn median_latency(estimates: impl Iterator<Item = f64>) -> f64 {
+    let mut all: Vec<f64> = estimates.collect();
+    if all.is_empty() {
+        return DEFAULT_LATENCY_MS;
+    }
+    all.sort_by(f64::total_cmp);
+    all[all.len() / 2]
+}
+
 /// An exponentially weighted moving average of a backend's latency (ms),
 /// updated without a lock (a racing update may be lost).
 #[derive(Debug)]
@@ -51,6 +62,20 @@ impl LatencyEwma {
         }
         let old = self.get();
         let new = old + ALPHA * (sample - old);
+        self.bits.store(new.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Moves the estimate toward `toward` (ms), keeping the share `keep`
+    /// of the gap: `toward + (e − toward) × keep`. An idle backend's
+    /// estimate relaxes so (see
+    /// [`BalanceConfigBuilder::latency_decay`](super::BalanceConfigBuilder::latency_decay));
+    /// a non-finite or negative `toward` leaves it alone.
+    pub(crate) fn relax(&self, toward: f64, keep: f64) {
+        if !toward.is_finite() || toward < 0.0 {
+            return;
+        }
+        let old = self.get();
+        let new = toward + (old - toward) * keep.clamp(0.0, 1.0);
         self.bits.store(new.to_bits(), Ordering::Relaxed);
     }
 }
@@ -110,6 +135,22 @@ mod tests {
         }
         assert!(fast_failing.get() > 900.0, "{}", fast_failing.get());
         assert!((healthy.get() - 20.0).abs() < 1.0, "{}", healthy.get());
+    }
+
+    #[test]
+    fn an_idle_estimate_relaxes_toward_the_median() {
+        let e = LatencyEwma::starting_at(3_030.0);
+        let keep = (-1.0f64 / 10.0).exp();
+        for _ in 0..10 {
+            e.relax(30.0, keep);
+        }
+        // One time constant: e^-1 of the gap left.
+        assert!((e.get() - (30.0 + 3_000.0 / std::f64::consts::E)).abs() < 1e-6);
+        e.relax(f64::NAN, 0.0);
+        assert!(e.get() > 1_000.0, "a NaN median moves nothing");
+        let fast = LatencyEwma::starting_at(1.0);
+        fast.relax(30.0, 0.0);
+        assert_eq!(fast.get(), 30.0, "an idle fast backend rises to the median");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 use tokio::time::Instant;
 use tower::discover::{Change, Discover};
 
-use super::cost::DEFAULT_LATENCY_MS;
+use super::cost;
 use super::staging::{self, Counts};
 use super::table::{BackendState, Fleet, Snapshot, Table};
 use super::{Backend, BackendMeta, BalanceConfig, Shared};
@@ -268,16 +268,12 @@ struct Joining {
     latency_ms: f64,
 }
 
-/// The median latency estimate of the backends, or the default with none:
-/// a joining backend starts there, looking neither faster (and flooded)
-/// nor slower (and starved) than those measured.
+/// The median latency estimate of the backends (see
+/// [`cost::median_latency`]): a joining backend starts there, looking
+/// neither faster (and flooded) nor slower (and starved) than those
+/// measured.
 fn median_latency<K, E>(entries: &[Entry<K, E>]) -> f64 {
-    let mut all: Vec<f64> = entries.iter().map(|e| e.state.latency.get()).collect();
-    if all.is_empty() {
-        return DEFAULT_LATENCY_MS;
-    }
-    all.sort_by(f64::total_cmp);
-    all[all.len() / 2]
+    cost::median_latency(entries.iter().map(|e| e.state.latency.get()))
 }
 
 fn new_state(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::backend::BackendMeta;
-use super::cost::Weight;
+use super::cost::{median_latency, Weight};
 use super::handle::View;
 use super::sleep_or_gone;
 use super::table::{BackendState, Fleet};
@@ -32,6 +32,9 @@ pub(crate) struct BackendHealth {
     pub(crate) weight: Weight,
     /// Out of the eligible set (by score or as a latency outlier).
     ejected: AtomicBool,
+    /// Asked to be ejected and kept in by the ejection cap: eligible, but
+    /// unhealthy for the panic threshold.
+    held: AtomicBool,
     /// Times it was ejected.
     pub(crate) ejections: AtomicU64,
     /// Failed requests since the last evaluation.
@@ -69,6 +72,7 @@ impl BackendHealth {
         Self {
             weight,
             ejected: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             ejections: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -93,6 +97,12 @@ impl BackendHealth {
 
     pub(crate) fn is_ejected(&self) -> bool {
         self.ejected.load(Ordering::Relaxed)
+    }
+
+    /// Whether only the ejection cap keeps it in (see
+    /// [`HealthStatus::held_by_cap`]).
+    pub(crate) fn is_held(&self) -> bool {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Records a finished request: `failed` when it failed (always
@@ -214,16 +224,19 @@ pub(crate) fn evaluate_fleet(
             obs
         })
         .collect();
+    relax_idle(backends, &observations, fleet.latency_decay, dt);
     let mut pairs: Vec<(&mut HealthState, Observation)> = guards
         .iter_mut()
         .map(|g| &mut g.state)
         .zip(observations)
         .collect();
     evaluate(policy, &mut pairs, dt);
-    let mut ejected = 0;
+    let (mut ejected, mut held) = (0, 0);
     for (b, (state, _)) in backends.iter().zip(&pairs) {
         let out = state.ejected();
         ejected += usize::from(out.is_some());
+        held += usize::from(state.held());
+        b.health.held.store(state.held(), Ordering::Relaxed);
         if b.health.ejected.swap(out.is_some(), Ordering::Relaxed) != out.is_some() {
             match out {
                 Some(why) => {
@@ -238,6 +251,29 @@ pub(crate) fn evaluate_fleet(
         b.health.weight.set(state.weight(policy));
     }
     fleet.ejected.store(ejected, Ordering::Relaxed);
+    fleet.held.store(held, Ordering::Relaxed);
+}
+
+/// Relaxes the latency estimate of every backend that had no timed answer
+/// over the last `dt` toward the median estimate of those in use, with
+/// time constant `tau` (see
+/// [`BalanceConfigBuilder::latency_decay`](super::BalanceConfigBuilder::latency_decay)).
+fn relax_idle(
+    backends: &[Arc<BackendState>],
+    observations: &[Observation],
+    tau: Duration,
+    dt: Duration,
+) {
+    let in_use = backends
+        .iter()
+        .filter(|b| !b.is_removed() && !b.health.is_ejected());
+    let median = median_latency(in_use.map(|b| b.latency.get()));
+    let keep = (-dt.as_secs_f64() / tau.as_secs_f64()).exp();
+    for (b, obs) in backends.iter().zip(observations) {
+        if obs.timed == 0 {
+            b.latency.relax(median, keep);
+        }
+    }
 }
 
 /// Evaluates health every interval until the balancer is gone.

@@ -40,7 +40,10 @@
 //!   first — where it was served before those where it is still loading —
 //!   chosen by P2C on the cost `(in-flight + 1) × latency EWMA /
 //!   max(health, 0.05)` (health: the backend's [score](crate::health)
-//!   times its warm-up ramp); else the first cold owner under the cap with no
+//!   times its warm-up ramp; the latency EWMA of a backend with no answer
+//!   in a health interval relaxes toward the fleet's median,
+//!   [`BalanceConfigBuilder::latency_decay`], so that one slow answer does
+//!   not keep an idle backend out for good); else the first cold owner under the cap with no
 //!   load in progress loads it (loads hold memory bandwidth and often a
 //!   serving slot, and piled onto one backend they stall its warm traffic,
 //!   so a backend busy loading is passed over for a new load while another
@@ -78,9 +81,13 @@
 //! * **panic mode**: when fewer than `panic_threshold` (default 50%) of the
 //!   backends are eligible (not removed, not ejected by health, breaker
 //!   closed, or half-open with a probe permit left, or open with its time
-//!   up), requests are routed over all of them, breakers
+//!   up, and not kept in only by the ejection cap: a backend health asks
+//!   to eject that the cap holds in counts as unhealthy here, as in
+//!   Envoy), requests are routed over all of them, breakers
 //!   bypassed, rather than piled onto the few left (Envoy's panic
-//!   threshold);
+//!   threshold) — with every backend unhealthy, the traffic spreads over
+//!   the fleet. With panic mode off (`panic_threshold` 0), the backends
+//!   the cap holds in take the traffic;
 //! * with no backend admitting the request, the response future fails at
 //!   once with [`NoHealthyBackend`] naming the model; an unreadable route
 //!   fails with [`InvalidRoute`]. Every branch (resident owner, cold owner,
@@ -172,7 +179,7 @@ mod staging;
 mod table;
 mod traffic;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -203,8 +210,6 @@ struct Shared<E> {
     demand: Demand,
     /// `config.model_owners` by model hash, sorted.
     fixed_owners: Box<[(u64, usize)]>,
-    /// Bumped after each publish: clones reload their snapshot when it moves.
-    generation: AtomicU64,
     clones: AtomicU64,
     /// Dropped with the last clone and handle: tells the background tasks
     /// (discovery, health, probes) to stop even while they wait.
@@ -229,7 +234,6 @@ impl<E> Shared<E> {
             stats: Counters::default(),
             demand: Demand::new(),
             fixed_owners: fixed_owners.into_boxed_slice(),
-            generation: AtomicU64::new(0),
             clones: AtomicU64::new(0),
             gone,
         }
@@ -237,7 +241,6 @@ impl<E> Shared<E> {
 
     fn publish(&self, snapshot: Snapshot<E>) {
         self.snapshot.store(Arc::new(snapshot));
-        self.generation.fetch_add(1, Ordering::Release);
     }
 }
 

@@ -60,10 +60,11 @@ pub(crate) struct Ask {
     /// Whether the model has no recent demand (its demand bucket is
     /// empty): nothing to keep warm for it.
     pub(crate) unseen: bool,
-    /// A backend not to pick (a hedge's backup: the index of the backend
-    /// its first attempt went to), honoured for inference while another
-    /// eligible backend has the model resident — or, when strict (a retry),
-    /// while any other backend is eligible.
+    /// A backend not to pick: for a hedge's backup, the index of the
+    /// backend its first attempt went to — the backup is refused
+    /// ([`Miss::NoAlternative`]) unless another eligible backend has the
+    /// model resident; when strict (a retry), honoured while any other
+    /// backend is eligible. Inference only.
     pub(crate) exclude: Option<(usize, bool)>,
 }
 
@@ -133,9 +134,18 @@ impl Scratch {
     }
 }
 
-/// Picks a backend, or `None` when no backend admits the request.
-/// Inference marks the model resident on the chosen backend (it is loaded
-/// there to serve the request).
+/// Why a pick chose no backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Miss {
+    /// No backend admits the request.
+    NoBackend,
+    /// A hedge's backup (a non-strict [`Ask::exclude`]) for a model no
+    /// other eligible backend has resident: refused before any pick.
+    NoAlternative,
+}
+
+/// Picks a backend, or says why none. Inference marks the model resident
+/// on the chosen backend (it is loaded there to serve the request).
 pub(crate) fn pick(
     table: &Table,
     ask: &Ask,
@@ -143,7 +153,7 @@ pub(crate) fn pick(
     now: &Now,
     random: &mut impl FnMut() -> u64,
     scratch: &mut Scratch,
-) -> Option<Pick> {
+) -> Result<Pick, Miss> {
     let mode = if in_panic(table, rules.panic_threshold, now) {
         Mode::Panic
     } else {
@@ -161,12 +171,16 @@ pub(crate) fn pick(
             true => (0..table.backends.len()).any(|i| i != x && ctx.eligible(i)),
             false => resident_elsewhere(&ctx, ask, x),
         };
+        if !elsewhere && !strict {
+            return Err(Miss::NoAlternative);
+        }
         ctx.exclude = elsewhere.then_some(x);
     }
     let mut picked = match ask.kind {
         RequestKind::Update => pick_update(&ctx, random),
         _ => pick_inference(&ctx, ask, rules, random, scratch),
-    }?;
+    }
+    .ok_or(Miss::NoBackend)?;
     if ask.kind != RequestKind::Update {
         let state = &table.backends[picked.index];
         // A clock already read renews the stamp for free.
@@ -174,7 +188,7 @@ pub(crate) fn pick(
         let now_ms = || table.fleet.millis(now.get());
         picked.confirms = !state.residency.touch_with(ask.key, refresh, now_ms);
     }
-    Some(picked)
+    Ok(picked)
 }
 
 /// The bounded-load cap: `ceil(c × (total in-flight + 1) / n)`, `n` the
@@ -187,11 +201,15 @@ pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
     (c * (table.fleet_load() + 1) as f64 / n).ceil() as usize
 }
 
-/// Envoy's panic threshold: fewer than `threshold × n` backends eligible.
-/// Free while every breaker is closed and no backend ejected, and while
-/// too few are out to reach the threshold: a backend is not eligible only
-/// when its breaker is not closed, health ejected it or it was removed, so
-/// at least `n − not_closed − ejected − removed` backends are eligible
+/// Envoy's panic threshold: fewer than `threshold × n` backends eligible
+/// and healthy — a backend the ejection cap alone keeps in counts as
+/// unhealthy, so that with every backend unhealthy the balancer panics
+/// rather than pile the traffic onto those the cap kept.
+/// Free while every breaker is closed and no backend ejected nor held,
+/// and while too few are out to reach the threshold: a backend does not
+/// count only when its breaker is not closed, health ejected or held it
+/// or it was removed, so at least
+/// `n − not_closed − ejected − held − removed` backends count
 /// (the counts may overlap, which only lowers the bound). Otherwise a scan
 /// of the table, which stops once the answer is known — without the
 /// bound, a fleet of 1,000 with one breaker open would check every
@@ -199,7 +217,8 @@ pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
 pub(crate) fn in_panic(table: &Table, threshold: f64, now: &Now) -> bool {
     use std::sync::atomic::Ordering::Relaxed;
     let fleet = &table.fleet;
-    let out = fleet.not_closed.load(Relaxed) + fleet.ejected.load(Relaxed);
+    let out =
+        fleet.not_closed.load(Relaxed) + fleet.ejected.load(Relaxed) + fleet.held.load(Relaxed);
     if threshold <= 0.0 || out == 0 {
         return false;
     }
@@ -212,7 +231,7 @@ pub(crate) fn in_panic(table: &Table, threshold: f64, now: &Now) -> bool {
     let now = now.get();
     let mut eligible = 0usize;
     for (seen, b) in table.backends.iter().enumerate() {
-        if b.eligible(now) {
+        if b.counts_healthy(now) {
             eligible += 1;
             if eligible as f64 >= needed {
                 return false;

@@ -1,17 +1,15 @@
 //! One routing decision, shared by the `Service` path and the pick API.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use super::clock::Now;
 use super::demand::Bounds;
 use super::guard::Guard;
-use super::pick::{pick, Ask, Branch, Rules, Scratch};
+use super::pick::{pick, Ask, Branch, Miss, Rules, Scratch};
 use super::sampler::Sampler;
-use super::table::Snapshot;
 use super::Shared;
 use crate::backend::BackendId;
-use crate::error::NoHealthyBackend;
+use crate::error::{BoxError, NoAlternative, NoHealthyBackend};
 use crate::placement::WhenCold;
 use crate::route::{RequestKind, RouteView};
 
@@ -34,26 +32,45 @@ impl<E> Picked<E> {
     }
 }
 
-/// One balancer clone's view of the shared state: the snapshot it last
-/// loaded (reloaded only when discovery published a newer one — one atomic
-/// load per request instead of an `ArcSwap` load) and the sample of its
-/// requests that feeds the estimates.
+/// Why [`Local::route`] routed nothing.
 #[derive(Debug)]
-pub(crate) struct Local<E> {
-    snapshot: Arc<Snapshot<E>>,
-    generation: u64,
+pub(crate) enum Refused {
+    NoBackend(NoHealthyBackend),
+    /// Only a request carrying a non-strict
+    /// [`Exclude`](crate::backend::Exclude) (a hedge's backup) is refused so.
+    NoAlternative(NoAlternative),
+}
+
+impl From<Refused> for BoxError {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::NoBackend(e) => e.into(),
+            Refused::NoAlternative(e) => e.into(),
+        }
+    }
+}
+
+/// One balancer clone's own state: the sample of its requests that feeds
+/// the estimates, and room for its picks.
+///
+/// It holds no snapshot between requests: each pick loads the one in force
+/// (an `ArcSwap` load, lock-free, with no shared count touched on its fast
+/// path). A snapshot cached per clone would keep every backend removed
+/// since — its endpoint, and the endpoint's connection pool — alive for as
+/// long as the clone routed nothing; loaded per pick, a removed backend's
+/// endpoint is dropped when discovery publishes the removal, or when the
+/// picks under way then end.
+#[derive(Debug)]
+pub(crate) struct Local {
     sampler: Sampler,
     /// Room for a pick's owner lists (on the heap only once a model with
     /// many owners is routed).
     scratch: Scratch,
 }
 
-impl<E> Local<E> {
-    pub(crate) fn new(shared: &Shared<E>) -> Self {
-        let generation = shared.generation.load(Ordering::Acquire);
+impl Local {
+    pub(crate) fn new() -> Self {
         Self {
-            snapshot: shared.snapshot.load_full(),
-            generation,
             sampler: Sampler::new(1),
             scratch: Scratch::default(),
         }
@@ -63,8 +80,6 @@ impl<E> Local<E> {
     /// seeded from `seed`.
     pub(crate) fn fork(&self, seed: u64) -> Self {
         Self {
-            snapshot: self.snapshot.clone(),
-            generation: self.generation,
             sampler: Sampler::new(seed),
             scratch: Scratch::default(),
         }
@@ -76,29 +91,21 @@ impl<E> Local<E> {
     pub(crate) fn sample_shift(&self) -> u32 {
         self.sampler.shift()
     }
-
-    fn refresh(&mut self, shared: &Shared<E>) {
-        let generation = shared.generation.load(Ordering::Acquire);
-        if generation != self.generation {
-            self.snapshot = shared.snapshot.load_full();
-            self.generation = generation;
-        }
-    }
 }
 
-impl<E: Clone> Local<E> {
+impl Local {
     /// Picks a backend for `route` at `now`, counting the branch taken.
     /// `timed`: the guard records the latency on every finish, not only on
     /// the sampled requests.
     #[inline]
-    pub(crate) fn route(
+    pub(crate) fn route<E: Clone>(
         &mut self,
         shared: &Shared<E>,
         route: &RouteView<'_>,
         now: &Now,
         timed: bool,
         random: &mut impl FnMut() -> u64,
-    ) -> Result<Picked<E>, NoHealthyBackend> {
+    ) -> Result<Picked<E>, Refused> {
         // The decision's span: the events below carry its fields. Off (no
         // subscriber at TRACE), it costs a relaxed load and allocates
         // nothing.
@@ -109,9 +116,8 @@ impl<E: Clone> Local<E> {
             urgency = ?route.urgency
         )
         .entered();
-        self.refresh(shared);
+        let snapshot = shared.snapshot.load();
         let draw = self.sampler.draw();
-        let snapshot = &self.snapshot;
         let table = &snapshot.table;
         let config = &shared.config;
         // Read before this request counts in it.
@@ -148,10 +154,26 @@ impl<E: Clone> Local<E> {
             placement: placement.is_some(),
             prefer_warm: placement.is_some_and(|p| p.policy().when_cold() == WhenCold::PreferWarm),
         };
-        let Some(mut picked) = pick(table, &ask, &rules, now, random, &mut self.scratch) else {
-            shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(model = route.model, owners, unseen, "no healthy backend");
-            return Err(NoHealthyBackend::new(route.model_id()));
+        let mut picked = match pick(table, &ask, &rules, now, random, &mut self.scratch) {
+            Ok(picked) => picked,
+            Err(Miss::NoBackend) => {
+                shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(model = route.model, owners, unseen, "no healthy backend");
+                return Err(Refused::NoBackend(NoHealthyBackend::new(route.model_id())));
+            }
+            Err(Miss::NoAlternative) => {
+                // Only reached with an exclusion (the ask's comes from it).
+                let excluded = route.exclude.map(|x| x.backend().clone());
+                tracing::debug!(
+                    model = route.model,
+                    ?excluded,
+                    "backup refused: no alternative"
+                );
+                return Err(match excluded {
+                    Some(x) => Refused::NoAlternative(NoAlternative::new(route.model_id(), x)),
+                    None => Refused::NoBackend(NoHealthyBackend::new(route.model_id())),
+                });
+            }
         };
         if placement.is_some() && picked.confirms && picked.branch == Branch::ResidentOwner {
             // It waits for its model's load there: a cold request.

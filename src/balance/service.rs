@@ -15,7 +15,7 @@ use super::guard::Guard;
 use super::handle::View;
 use super::health;
 use super::placement::{Placement, Prepared};
-use super::router::Local;
+use super::router::{Local, Refused};
 use super::{Backend, BalanceConfig, BalancerHandle, Picked, Shared};
 use crate::backend::PickedSlot;
 use crate::error::{
@@ -30,7 +30,7 @@ use crate::route::{ModelId, RequestKind, RouteInfo, RouteView};
 #[derive(Debug)]
 pub struct ModelBalancer<E, R = HasherRng> {
     shared: Arc<Shared<E>>,
-    local: Local<E>,
+    local: Local,
     rng: R,
     salt: u64,
 }
@@ -113,7 +113,7 @@ where
             ),
         }
         Ok(Self {
-            local: Local::new(&shared),
+            local: Local::new(),
             shared,
             rng,
             salt: 0,
@@ -170,8 +170,15 @@ impl<E: Clone, R: Rng> ModelBalancer<E, R> {
         let mut random = || mix(rng.next_u64() ^ salt);
         let shared = &self.shared;
         let now = Now::at(now);
-        self.local
+        // A `RouteInfo` carries no exclusion: only `NoBackend` is reached.
+        match self
+            .local
             .route(shared, &RouteView::from(route), &now, true, &mut random)
+        {
+            Ok(picked) => Ok(picked),
+            Err(Refused::NoBackend(e)) => Err(e),
+            Err(Refused::NoAlternative(_)) => Err(NoHealthyBackend::new(route.model.clone())),
+        }
     }
 }
 

@@ -40,8 +40,13 @@ pub(crate) struct Fleet {
     pub(crate) breaker_hook: Option<BreakerHook>,
     /// How health is scored.
     pub(crate) health: HealthPolicy,
+    /// Time constant of an idle backend's latency estimate.
+    pub(crate) latency_decay: std::time::Duration,
     /// Backends ejected by health at the last evaluation.
     pub(crate) ejected: AtomicUsize,
+    /// Backends that asked to be ejected at the last evaluation and that
+    /// the ejection cap kept in: unhealthy for the panic threshold.
+    pub(crate) held: AtomicUsize,
     /// Backend states marked removed and not yet dropped (some may be in
     /// no table any more): with `not_closed` and `ejected`, a bound on the
     /// backends of a table that are not eligible.
@@ -68,7 +73,9 @@ impl Fleet {
             ignored: AtomicU64::new(0),
             breaker_hook: None,
             health: HealthPolicy::default(),
+            latency_decay: BalanceConfig::default().latency_decay,
             ejected: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
             removed: AtomicUsize::new(0),
             residency_header: None,
             classification: Classification::HttpStatus,
@@ -89,6 +96,7 @@ impl Fleet {
             scoped,
             breaker_hook: config.breaker_hook.clone(),
             health: config.health.clone(),
+            latency_decay: config.latency_decay,
             residency_header: config.residency_header.clone(),
             classification: config.classification,
             ..Self::new()
@@ -172,6 +180,13 @@ impl BackendState {
     /// ejected by health, and its breaker admitting.
     pub(crate) fn eligible(&self, now: Instant) -> bool {
         !self.is_removed() && !self.health.is_ejected() && self.breaker.admits(now)
+    }
+
+    /// Whether the backend counts as healthy for the panic threshold at
+    /// `now`: eligible, and not kept in only by the ejection cap (Envoy
+    /// counts such a host as unhealthy too).
+    pub(crate) fn counts_healthy(&self, now: Instant) -> bool {
+        self.eligible(now) && !self.health.is_held()
     }
 
     pub(crate) fn is_removed(&self) -> bool {

@@ -25,7 +25,7 @@ use crate::error::InvalidConfig;
 /// | `outlier_ejection` (base ejection time, × consecutive ejections up to 10) | 30 s | 100 ms ..= 1 h |
 /// | `max_ejected_share` (of backends, at least one) | 0.3 | 0 ..= 1 (0: never eject) |
 /// | `warm_up` (slow start of a backend that joins later) | 10 s | 0 ..= 1 h (0: off) |
-/// | `warm_up_min_weight` | 0.1 | (0, 1] |
+/// | `warm_up_min_weight` | 0.5 | (0, 1] |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct HealthPolicy {
@@ -64,7 +64,7 @@ impl Default for HealthPolicy {
             outlier_ejection: Duration::from_secs(30),
             max_ejected_share: 0.3,
             warm_up: Duration::from_secs(10),
-            warm_up_min_weight: 0.1,
+            warm_up_min_weight: 0.5,
         }
     }
 }
@@ -296,7 +296,16 @@ impl HealthPolicyBuilder {
     }
 
     /// The cost weight a joining backend starts its warm-up at ((0, 1];
-    /// default 0.1).
+    /// default 0.5).
+    ///
+    /// P2C divides the cost by it, so a backend at weight `w` takes about
+    /// `w` of its fair share of a burst from a fleet as idle as it is, and
+    /// somewhat more from a busy fleet (its queue is empty, theirs are
+    /// not). The default keeps a joining backend between a fifth and six
+    /// fifths of its fair share of the first burst either way: 0.5 and
+    /// 0.8 in the balancer's test (`tests/starvation.rs`), against 0.1 and
+    /// 0.1 at the former default 0.1 (starved), and 1.1 and 1.4 at 1
+    /// (flooded from a busy fleet).
     pub fn warm_up_min_weight(mut self, weight: f64) -> Self {
         self.policy.warm_up_min_weight = weight;
         self

@@ -107,6 +107,11 @@ pub struct HealthStatus {
     pub weight: f64,
     /// Why it is ejected, if it is.
     pub ejected: Option<Ejection>,
+    /// Whether it asked to be ejected and the ejection cap
+    /// ([`max_ejected_share`](super::HealthPolicy::max_ejected_share)) kept
+    /// it in: it still serves, but counts as unhealthy for the balancer's
+    /// panic threshold.
+    pub held_by_cap: bool,
     /// Smoothed error rate, a fraction in [0, 1].
     pub error_rate: f64,
     /// Smoothed recent p99 latency, ms, once measured.
@@ -131,6 +136,8 @@ pub(crate) struct HealthState {
     /// The score with the load terms at 1.
     ejection_score: f64,
     ejected: Option<Ejection>,
+    /// Asked to be ejected at the last evaluation, kept in by the cap.
+    held: bool,
     /// Outlier ejection time left.
     remaining: Duration,
     /// Consecutive outlier ejections.
@@ -158,6 +165,7 @@ impl HealthState {
             score: 1.0,
             ejection_score: 1.0,
             ejected: None,
+            held: false,
             remaining: Duration::ZERO,
             streak: 0,
             healthy_for: Duration::ZERO,
@@ -173,6 +181,12 @@ impl HealthState {
 
     pub(crate) fn ejected(&self) -> Option<Ejection> {
         self.ejected
+    }
+
+    /// Whether it asked to be ejected at the last evaluation and the
+    /// ejection cap kept it in.
+    pub(crate) fn held(&self) -> bool {
+        self.held
     }
 
     /// The cost weight: the score, times the warm-up ramp from
@@ -195,6 +209,7 @@ impl HealthState {
             ejection_score: self.ejection_score,
             weight: self.weight(p),
             ejected: self.ejected,
+            held_by_cap: self.held,
             error_rate: self.error_rate,
             p99_ms: self.p99_ms,
             baseline_ms: self.baseline_ms,
@@ -371,7 +386,8 @@ fn capacity(p: &HealthPolicy, load: &LoadSignals, gpu_memory: Option<u64>) -> Op
 /// Evaluates every backend of a fleet over one interval of `dt`: updates
 /// the scores, readmits the ejected that recovered, then ejects the worst
 /// of those that ask, worst first, while fewer than the policy's
-/// `max_ejected` are out.
+/// `max_ejected` are out; those left asking are *held* (in only by the
+/// cap).
 pub(crate) fn evaluate(
     p: &HealthPolicy,
     fleet: &mut [(&mut HealthState, Observation)],
@@ -383,6 +399,7 @@ pub(crate) fn evaluate(
     }
     let peers = median_p99(fleet);
     for (i, (state, obs)) in fleet.iter_mut().enumerate() {
+        state.held = false;
         state.judge_slowness(p, obs, peers, dt);
         match state.verdict(p, obs) {
             Verdict::Readmit => state.readmit(),
@@ -393,8 +410,11 @@ pub(crate) fn evaluate(
     let out = fleet.iter().filter(|(s, _)| s.ejected.is_some()).count();
     let room = p.max_ejected(fleet.len()).saturating_sub(out);
     asking.sort_by(|a, b| a.0.total_cmp(&b.0));
-    for (_, i, why) in asking.into_iter().take(room) {
-        fleet[i].0.eject(p, why);
+    for (n, (_, i, why)) in asking.into_iter().enumerate() {
+        match n < room {
+            true => fleet[i].0.eject(p, why),
+            false => fleet[i].0.held = true,
+        }
     }
 }
 

@@ -120,6 +120,21 @@ impl Budget {
         }
     }
 
+    /// Gives back one extra attempt granted by [`Budget::try_withdraw`]
+    /// that was not sent after all (a backup the balancer refused), to the
+    /// current bucket: the same one unless a tenth of the window passed
+    /// in between.
+    pub(crate) fn refund(&self, now: Instant) {
+        let bucket = self.bucket(self.epoch(now));
+        let less = |x: u64| x.checked_sub(1);
+        let _ = bucket
+            .extra
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, less);
+        let _ = self
+            .granted
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, less);
+    }
+
     /// Extra attempts granted since the budget was built.
     pub fn granted(&self) -> u64 {
         self.granted.load(Ordering::Relaxed)
@@ -166,6 +181,22 @@ mod tests {
             b.deposit(now);
         }
         assert!(!b.try_withdraw(now));
+    }
+
+    #[test]
+    fn a_refund_gives_the_attempt_back() {
+        let (b, now) = budget(0.1);
+        for _ in 0..10 {
+            b.deposit(now);
+        }
+        assert!(b.try_withdraw(now));
+        assert!(!b.try_withdraw(now), "one in ten");
+        b.refund(now);
+        assert_eq!(b.granted(), 0);
+        assert!(b.try_withdraw(now), "room again");
+        let (empty, now) = budget(0.1);
+        empty.refund(now);
+        assert_eq!(empty.granted(), 0, "nothing to give back: no wrap");
     }
 
     #[test]

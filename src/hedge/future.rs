@@ -14,7 +14,9 @@ use super::delay::Place;
 use super::shared::{Counters, Shared};
 use super::{Classify, CloneRequest};
 use crate::backend::{Exclude, PickedSlot};
-use crate::error::BoxError;
+use crate::error::{
+    BoxError, InvalidRoute, NoAlternative, NoHealthyBackend, PayloadTooLarge, UnknownModel,
+};
 
 /// A backup not yet sent: the inner service's clone (not yet polled
 /// ready), the request's copy, the first attempt's slot, when to send.
@@ -23,6 +25,28 @@ pub(crate) struct Backup<S, Req> {
     pub(crate) request: Req,
     pub(crate) slot: Option<PickedSlot>,
     pub(crate) deadline: Instant,
+    /// The first attempt failed before the backup went: the backup is a
+    /// retry, and avoids that backend whenever another is eligible
+    /// ([`Exclude::strict`]).
+    pub(crate) after_failure: bool,
+}
+
+/// Whether a failed first attempt is worth a backup sent at once: a
+/// response the classifier calls a failure (5xx by default), or an error
+/// other than the balancer's refusals that every backend would give alike
+/// (no backend, an unreadable route or body, a model no repository
+/// knows, a backup with nowhere to go).
+fn worth_a_backup<R>(result: &Result<R, BoxError>) -> bool {
+    match result {
+        Ok(_) => true,
+        Err(error) => {
+            !(error.is::<NoHealthyBackend>()
+                || error.is::<InvalidRoute>()
+                || error.is::<PayloadTooLarge>()
+                || error.is::<UnknownModel>()
+                || error.is::<NoAlternative>())
+        }
+    }
 }
 
 pin_project! {
@@ -60,7 +84,10 @@ pin_project! {
     /// Resolves to the first success; a failure (an error, or a response
     /// the classifier calls one) waits for the other attempt when one is
     /// running, and is returned when every attempt failed (the last to
-    /// finish). Dropping it drops every attempt.
+    /// finish). A first attempt that fails before its backup went sends
+    /// the backup at once, as a retry on another backend, when the load
+    /// gate and the budget allow (gRPC's hedging, gRFC A6), else is
+    /// returned at once. Dropping it drops every attempt.
     pub struct ResponseFuture<S, Req, C>
     where
         S: Service<Req>,
@@ -169,10 +196,27 @@ where
                 }
                 return Poll::Ready(result);
             }
-            // A response (even a failed one) ends hedging; a backup already
-            // sent goes on, and whichever finishes last is returned.
-            if !matches!(*this.second, Second::Running { .. }) {
-                return Poll::Ready(result);
+            match this.second.as_mut().project() {
+                // Sent: it goes on, and whichever finishes last is returned.
+                SecondProj::Running { .. } => {}
+                // About to go (delay passed, budget taken): as a retry.
+                SecondProj::Firing { backup } => backup.after_failure = true,
+                // Waiting for its delay: sent now instead, if the gate and
+                // the budget allow and another backend may answer better.
+                SecondProj::Parked { .. } | SecondProj::Sleeping { .. }
+                    if worth_a_backup(&result) && this.shared.may_hedge(Instant::now()) =>
+                {
+                    let mut backup = match this.second.as_mut().project_replace(Second::Done) {
+                        SecondReplace::Parked { backup } => backup,
+                        SecondReplace::Sleeping { backup, .. } => backup,
+                        _ => return Poll::Ready(result),
+                    };
+                    backup.after_failure = true;
+                    Counters::add(&this.shared.counters.after_failure);
+                    tracing::debug!("hedge: the first attempt failed fast; backup sent now");
+                    this.second.set(Second::Firing { backup });
+                }
+                _ => return Poll::Ready(result),
             }
         }
         // The backup, through as many states as are ready now.
@@ -186,6 +230,18 @@ where
                     let result = result.map_err(Into::into);
                     let (sent, slot) = (*sent, slot.take());
                     this.second.set(Second::Done);
+                    if matches!(&result, Err(e) if e.is::<NoAlternative>()) {
+                        // Refused before any pick: not sent after all.
+                        let c = &this.shared.counters;
+                        c.hedges.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        Counters::add(&c.suppressed_no_alternative);
+                        this.shared.budget.refund(Instant::now());
+                        tracing::debug!("hedge suppressed: no other backend holds the model");
+                        if matches!(*this.first, Attempt::Done) {
+                            return Poll::Ready(result);
+                        }
+                        return Poll::Pending;
+                    }
                     if fails(&result) {
                         if matches!(*this.first, Attempt::Done) {
                             return Poll::Ready(result);
@@ -245,9 +301,14 @@ where
                 }
                 SecondProj::Firing { backup } => {
                     if let Err(error) = ready!(backup.service.poll_ready(cx)) {
-                        // The backup cannot be sent: the first attempt goes on.
-                        tracing::debug!(error = %error.into(), "hedge: backup not ready");
+                        let error: BoxError = error.into();
+                        tracing::debug!(%error, "hedge: backup not ready");
                         this.second.set(Second::Done);
+                        if matches!(*this.first, Attempt::Done) {
+                            // Sent after the first failed: its error is all.
+                            return Poll::Ready(Err(error));
+                        }
+                        // The backup cannot be sent: the first attempt goes on.
                         return Poll::Pending;
                     }
                     let SecondReplace::Firing {
@@ -256,6 +317,7 @@ where
                                 mut service,
                                 mut request,
                                 slot,
+                                after_failure,
                                 ..
                             },
                     } = this.second.as_mut().project_replace(Second::Done)
@@ -264,7 +326,10 @@ where
                     };
                     let picked = slot.as_ref().and_then(PickedSlot::get);
                     if let (Some(picked), Some(extensions)) = (picked, request.extensions_mut()) {
-                        extensions.insert(Exclude::new(picked.clone()));
+                        extensions.insert(match after_failure {
+                            true => Exclude::strict(picked.clone()),
+                            false => Exclude::new(picked.clone()),
+                        });
                     }
                     Counters::add(&this.shared.counters.hedges);
                     tracing::debug!(exclude = ?picked.map(|b| b.as_str()), "hedge sent");

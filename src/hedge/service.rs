@@ -158,6 +158,7 @@ impl<S: Clone, C> Hedge<S, C> {
             request: copy,
             slot,
             deadline: now + delay,
+            after_failure: false,
         })
     }
 }

@@ -20,6 +20,8 @@ pub(crate) struct Counters {
     pub(crate) won: AtomicU64,
     pub(crate) suppressed_budget: AtomicU64,
     pub(crate) suppressed_load: AtomicU64,
+    pub(crate) suppressed_no_alternative: AtomicU64,
+    pub(crate) after_failure: AtomicU64,
 }
 
 impl Counters {
@@ -107,6 +109,14 @@ pub struct HedgeStats {
     /// Backups not sent because the load gate reported a utilization above
     /// the policy's maximum.
     pub suppressed_by_load: u64,
+    /// Backups not sent because no eligible backend but the first
+    /// attempt's had the model resident: the balancer refused them
+    /// ([`NoAlternative`](crate::error::NoAlternative)) and their budget
+    /// was given back.
+    pub suppressed_by_no_alternative: u64,
+    /// Backups sent at once because the first attempt failed fast (a
+    /// failure before the delay; counted in `hedges` too).
+    pub hedges_after_failure: u64,
 }
 
 /// A cheap, cloneable handle on a [`HedgeLayer`](super::HedgeLayer)'s
@@ -127,6 +137,8 @@ impl HedgeHandle {
             hedges_won: read(&c.won),
             suppressed_by_budget: read(&c.suppressed_budget),
             suppressed_by_load: read(&c.suppressed_load),
+            suppressed_by_no_alternative: read(&c.suppressed_no_alternative),
+            hedges_after_failure: read(&c.after_failure),
         }
     }
 

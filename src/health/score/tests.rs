@@ -210,6 +210,18 @@ fn no_more_than_the_share_is_ejected_worst_first() {
     }
     let out: Vec<bool> = fleet.iter().map(|(s, _)| s.ejected().is_some()).collect();
     assert_eq!(out, [true, false, false, true, false, false, false, false]);
+    // The two others asking are held: in only by the cap.
+    let held: Vec<bool> = fleet.iter().map(|(s, _)| s.held()).collect();
+    assert_eq!(held, [false, true, true, false, false, false, false, false]);
+    assert!(fleet[1].0.status(&p).held_by_cap);
+    // Healed, they ask no more, and are held no more.
+    for (_, o) in fleet.iter_mut().skip(1).take(2) {
+        *o = obs(50, 0, 10.0);
+    }
+    for _ in 0..40 {
+        evaluate(&p, &mut fleet, SEC);
+    }
+    assert!(fleet.iter().all(|(s, _)| !s.held()));
 }
 
 #[test]
@@ -277,11 +289,11 @@ fn a_deep_queue_lowers_the_score_and_connection_pressure_too() {
 fn a_joining_backend_warms_up_from_the_min_weight() {
     let p = policy();
     let mut s = HealthState::new(true);
-    assert!((s.weight(&p) - 0.1).abs() < 1e-9);
+    assert!((s.weight(&p) - 0.5).abs() < 1e-9);
     for _ in 0..5 {
         run(&p, &mut s, Observation::default());
     }
-    assert!((s.weight(&p) - 0.55).abs() < 1e-9, "{}", s.weight(&p));
+    assert!((s.weight(&p) - 0.75).abs() < 1e-9, "{}", s.weight(&p));
     for _ in 0..5 {
         run(&p, &mut s, Observation::default());
     }
@@ -341,6 +353,9 @@ proptest! {
             evaluate(&p, &mut fleet, SEC);
             let out = fleet.iter().filter(|(s, _)| s.ejected().is_some()).count();
             prop_assert!(out <= p.max_ejected(6));
+            // Only a full cap holds a backend in.
+            let held = fleet.iter().filter(|(s, _)| s.held()).count();
+            prop_assert!(held == 0 || out == p.max_ejected(6), "{held} held, {out} out");
             for (s, _) in &fleet {
                 let st = s.status(&p);
                 prop_assert!((0.0..=1.0).contains(&st.score));

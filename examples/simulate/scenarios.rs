@@ -1,0 +1,56 @@
+//! The fleets a run simulates, each a preset of the flags: `default`
+//! (servers that serve 4 requests at once, at about 2 in flight per
+//! backend) and `llm-batch` (LLM servers that batch: 32 serving slots,
+//! completions of seconds, a batching service time, 16 or more requests
+//! in flight per backend).
+//! The flags given on the command line apply on top of each preset.
+
+use crate::args::Config;
+
+/// One simulated fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// 4 serving slots, a request's time the same whatever else is in
+    /// service, arrivals at 50% of warm capacity.
+    Default,
+    /// LLM servers: 32 serving slots, completions 10× the default's
+    /// inference times (1.1 to 2.6 s alone), continuous batching (each
+    /// request in service slows the others by 3% of their time alone: see
+    /// [`crate::batching`]), arrivals at 75% of warm capacity at a full
+    /// batch — about 21 requests in flight per backend.
+    LlmBatch,
+}
+
+impl Scenario {
+    /// Every scenario, in the order the default run prints them.
+    pub const ALL: [Scenario; 2] = [Scenario::Default, Scenario::LlmBatch];
+
+    /// The name on the command line and in `--json`'s `scenario` field.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Default => "default",
+            Scenario::LlmBatch => "llm-batch",
+        }
+    }
+
+    /// The scenario named `name` on the command line.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The scenario's settings, before the command line's flags.
+    pub fn preset(self) -> Config {
+        let default = Config::default();
+        match self {
+            Scenario::Default => default,
+            Scenario::LlmBatch => Config {
+                scenario: self,
+                serving_slots: 32,
+                inference_scale: 10.0,
+                batch_slowdown: 0.03,
+                utilization: 0.75,
+                ..default
+            },
+        }
+    }
+}
