@@ -14,7 +14,7 @@
 //! * `model_balancer_cold/N`: the cold path, reported beside it without a
 //!   target: default config and default model slots (4) under the wide
 //!   workload of 1000 models, so most picks at small N find the model
-//!   absent and stamp its residency (about 57% at N = 8);
+//!   absent and stamp its residency (about 58% at N = 8);
 //! * `tower_p2c_buffer/N`: tower's `balance::p2c::Balance` over `PeakEwma`
 //!   endpoints behind `buffer::Buffer`. `Balance` is not `Clone`, so this is
 //!   what users do to share it (as `examples/fleet` does, with the same
