@@ -3,7 +3,18 @@
 //!
 //! Group `balance`, one row per router and N:
 //!
-//! * `model_balancer/N`: this crate's balancer, default config;
+//! * `model_balancer/N`: this crate's balancer, default config, over
+//!   backends that hold the fleet's working set: each declares
+//!   [`BackendMeta::MAX_MODEL_SLOTS`] (16) model slots, as a user sets
+//!   `with_model_slots` to what a backend's GPU memory holds, and the
+//!   fleet workload's 128 models fit even N = 8 (8 × 16 slots). Residency
+//!   is learned from the requests routed (criterion's warm-up loads every
+//!   model once), so nearly every pick is warm — an owner with the model
+//!   resident — as in `examples/fleet`'s default scenario;
+//! * `model_balancer_cold/N`: the cold path, reported beside it without a
+//!   target: default config and default model slots (4) under the wide
+//!   workload of 1000 models, so most picks at small N find the model
+//!   absent and stamp its residency (about 58% at N = 8);
 //! * `tower_p2c_buffer/N`: tower's `balance::p2c::Balance` over `PeakEwma`
 //!   endpoints behind `buffer::Buffer`. `Balance` is not `Clone`, so this is
 //!   what users do to share it (as `examples/fleet` does, with the same
@@ -17,14 +28,23 @@
 //! spawned on a 2-worker multi-thread runtime (one per row). That task
 //! holds a clone of the `ModelBalancer` or `Buffer`, as each task of a
 //! server would; the one `Balance` of `tower_p2c` moves into it and back. The requests are
-//! inference requests for 1000 model IDs drawn Zipf(1.1) in one fixed,
-//! seeded sequence, built outside the timed region in chunks of 1024,
-//! identically for every row.
+//! inference requests for model IDs drawn Zipf(1.1) in one fixed, seeded
+//! sequence, built outside the timed region in chunks of 1024: the fleet
+//! workload (128 model IDs) for every row but `model_balancer_cold`, the
+//! wide workload (1000 model IDs) for that one. The IDs have the same
+//! length in both.
 //!
-//! After the group, a table gives ns per request for each row and the
-//! ratios the project's done-when names: `model_balancer/N ÷
-//! tower_p2c_buffer/N` (target ≤ 0.25), `model_balancer/N ÷ tower_p2c/N`
-//! (≤ 0.5) and `model_balancer/1024 ÷ model_balancer/8` (≤ 1.5). Each figure
+//! After the group, a table gives ns per request for each row; for each
+//! balancer row the warm share, `resident_owner ÷ (resident_owner +
+//! cold_owner + spill + panic)` from the balancer's
+//! [`stats`](tower_model_balance::balance::BalancerHandle::stats), counted
+//! over the row's whole run (warm-up included; a spill counts as not warm);
+//! and, for the warm rows, the ratios the project's done-when names:
+//! `model_balancer/N ÷ tower_p2c_buffer/N` (target ≤ 0.25),
+//! `model_balancer/N ÷ tower_p2c/N` (≤ 0.5) and `model_balancer/1024 ÷
+//! model_balancer/8` (≤ 1.5). The ratios hold on a warm fleet: after the
+//! table the bench panics if a `model_balancer` row it measured had a warm
+//! share under 90%, as its figure would then time the cold path. Each figure
 //! is the median, over the samples criterion took of the row in this run
 //! (warm-up included) of at least one chunk, of the sample's time per
 //! request: the measurements criterion analyses, without a second timing
@@ -55,14 +75,21 @@ use tower::discover::ServiceList;
 use tower::load::{CompleteOnResponse, PeakEwmaDiscover};
 use tower::{Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::balance::{
+    Backend, BackendMeta, BalanceConfig, BalanceStats, BalancerHandle, ModelBalancer,
+};
 
 use ready::{request, Ready};
 
 const GROUP: &str = "balance";
 const SIZES: [usize; 4] = [8, 64, 512, 1024];
-/// Distinct model IDs in the request stream.
-const MODELS: usize = 1000;
+/// Distinct model IDs in the fleet workload: the most that N = 8 backends
+/// of [`BackendMeta::MAX_MODEL_SLOTS`] slots hold at once.
+const FLEET_MODELS: usize = 128;
+/// Distinct model IDs in the wide workload of `model_balancer_cold`.
+const WIDE_MODELS: usize = 1000;
+/// Least warm share of a `model_balancer` row for its figure to count.
+const MIN_WARM: f64 = 0.9;
 /// Skew of model popularity (the fleet workload in DESIGN.md).
 const ZIPF: f64 = 1.1;
 /// Length of the precomputed model sequence each sample replays.
@@ -84,19 +111,19 @@ struct Workload {
 }
 
 impl Workload {
-    /// 1000 model IDs and a fixed Zipf-distributed sequence over them.
-    fn new() -> Self {
-        let models = (0..MODELS).map(|i| format!("model-{i:04}")).collect();
-        let mut cdf: Vec<f64> = (1..=MODELS).map(|k| (k as f64).powf(-ZIPF)).collect();
+    /// `count` model IDs and a fixed Zipf-distributed sequence over them.
+    fn new(count: usize) -> Self {
+        let models = (0..count).map(|i| format!("model-{i:04}")).collect();
+        let mut cdf: Vec<f64> = (1..=count).map(|k| (k as f64).powf(-ZIPF)).collect();
         for i in 1..cdf.len() {
             cdf[i] += cdf[i - 1];
         }
-        let total = cdf[MODELS - 1];
+        let total = cdf[count - 1];
         let mut rng = SmallRng::seed_from_u64(1);
         let sequence = (0..SEQUENCE)
             .map(|_| {
                 let u = rng.gen::<f64>() * total;
-                cdf.partition_point(|&c| c < u).min(MODELS - 1) as u16
+                cdf.partition_point(|&c| c < u).min(count - 1) as u16
             })
             .collect();
         Self { models, sequence }
@@ -118,11 +145,27 @@ fn ids(n: usize) -> impl Iterator<Item = BackendId> {
     (0..n).map(|i| BackendId::new(&format!("backend-{i}")).expect("a valid ID"))
 }
 
-/// `model_balancer/N`: the balancer over `n` ready backends.
-fn model_balancer(n: usize) -> ModelBalancer<Ready> {
-    let backends: Vec<_> = ids(n).map(|id| Backend::new(id, Ready)).collect();
+/// The balancer over `n` ready backends of `slots` model slots each:
+/// [`BackendMeta::MAX_MODEL_SLOTS`] for `model_balancer/N` (they hold the
+/// fleet workload), the default for `model_balancer_cold/N`.
+fn model_balancer(n: usize, slots: usize) -> ModelBalancer<Ready> {
+    let backends: Vec<_> = ids(n)
+        .map(|id| {
+            let meta = BackendMeta::new(id)
+                .with_model_slots(slots)
+                .expect("slots within 1 ..= 16");
+            Backend::with_meta(meta, Ready)
+        })
+        .collect();
     ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default())
         .expect("a list source needs no runtime")
+}
+
+/// The share of a balancer's inference picks that went to an owner with
+/// the model resident; `None` before any pick.
+fn warm_share(stats: BalanceStats) -> Option<f64> {
+    let picks = stats.resident_owner + stats.cold_owner + stats.spill + stats.panic;
+    (picks > 0).then(|| stats.resident_owner as f64 / picks as f64)
 }
 
 /// `tower_p2c/N`: tower's P2C over PeakEwma, as `examples/fleet` builds it.
@@ -168,13 +211,13 @@ where
 }
 
 /// One sample: `drive` in a caller task spawned on the row's runtime.
-fn sample<S>(env: &Env, rt: &Runtime, svc: S, iters: u64) -> (S, Duration)
+fn sample<S>(workload: &Arc<Workload>, rt: &Runtime, svc: S, iters: u64) -> (S, Duration)
 where
     S: Service<Req> + Send + 'static,
     S::Error: Debug,
     S::Future: Send,
 {
-    let workload = env.workload.clone();
+    let workload = workload.clone();
     rt.block_on(async { tokio::spawn(drive(svc, workload, iters)).await })
         .expect("the caller task does not panic")
 }
@@ -182,9 +225,14 @@ where
 /// What every row shares.
 #[derive(Debug)]
 struct Env {
-    workload: Arc<Workload>,
+    /// The fleet workload: every row but `model_balancer_cold`.
+    fleet: Arc<Workload>,
+    /// The wide workload of `model_balancer_cold`.
+    wide: Arc<Workload>,
     /// Each row's samples of at least one chunk, in ns per request.
     samples: RefCell<BTreeMap<String, Vec<f64>>>,
+    /// Each balancer row's warm share over its run, if it was measured.
+    warm: RefCell<BTreeMap<String, f64>>,
 }
 
 impl Env {
@@ -212,14 +260,15 @@ fn runtime() -> Runtime {
 
 // === rows in the group ===
 
-/// Benchmarks row `kind[/n]` with `sample`, keeping its samples for the table.
+/// Benchmarks row `kind[/n]` with `sample`, keeping its samples for the
+/// table. Returns the row's name.
 fn bench_row(
     group: &mut BenchmarkGroup<'_, WallTime>,
     env: &Env,
     kind: &str,
     n: Option<usize>,
     mut sample: impl FnMut(u64) -> Duration,
-) {
+) -> String {
     let (id, row) = match n {
         Some(n) => (BenchmarkId::new(kind, n), format!("{kind}/{n}")),
         None => (BenchmarkId::from_parameter(kind), kind.to_owned()),
@@ -238,6 +287,30 @@ fn bench_row(
             elapsed
         })
     });
+    row
+}
+
+/// Benchmarks the balancer row `kind/n` and keeps its warm share, when
+/// criterion measured it (not when a filter skipped it, nor in `--test`).
+fn bench_balancer(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    env: &Env,
+    kind: &str,
+    n: usize,
+    (slots, workload): (usize, &Arc<Workload>),
+) {
+    let rt = runtime();
+    let balancer = model_balancer(n, slots);
+    let handle: BalancerHandle = balancer.handle();
+    // The caller task holds a clone, as each task of a server would.
+    let row = bench_row(group, env, kind, Some(n), |iters| {
+        sample(workload, &rt, balancer.clone(), iters).1
+    });
+    if env.samples.borrow().contains_key(&row) {
+        if let Some(share) = warm_share(handle.stats()) {
+            env.warm.borrow_mut().insert(row, share);
+        }
+    }
 }
 
 fn bench(c: &mut Criterion, env: &Env) {
@@ -245,23 +318,19 @@ fn bench(c: &mut Criterion, env: &Env) {
     {
         let rt = runtime();
         bench_row(&mut group, env, "direct", None, |iters| {
-            sample(env, &rt, Ready, iters).1
+            sample(&env.fleet, &rt, Ready, iters).1
         });
     }
     for n in SIZES {
-        {
-            // The caller task holds a clone, as each task of a server would.
-            let rt = runtime();
-            let balancer = model_balancer(n);
-            bench_row(&mut group, env, "model_balancer", Some(n), |iters| {
-                sample(env, &rt, balancer.clone(), iters).1
-            });
-        }
+        let warm = (BackendMeta::MAX_MODEL_SLOTS, &env.fleet);
+        bench_balancer(&mut group, env, "model_balancer", n, warm);
+        let cold = (BackendMeta::DEFAULT_MODEL_SLOTS, &env.wide);
+        bench_balancer(&mut group, env, "model_balancer_cold", n, cold);
         {
             let rt = runtime();
             let buffer = tower_p2c_buffer(&rt, n);
             bench_row(&mut group, env, "tower_p2c_buffer", Some(n), |iters| {
-                sample(env, &rt, buffer.clone(), iters).1
+                sample(&env.fleet, &rt, buffer.clone(), iters).1
             });
         }
         {
@@ -270,7 +339,7 @@ fn bench(c: &mut Criterion, env: &Env) {
             let mut p2c = Some(tower_p2c(n));
             bench_row(&mut group, env, "tower_p2c", Some(n), |iters| {
                 let svc = p2c.take().expect("given back by the last sample");
-                let (svc, elapsed) = sample(env, &rt, svc, iters);
+                let (svc, elapsed) = sample(&env.fleet, &rt, svc, iters);
                 p2c = Some(svc);
                 elapsed
             });
@@ -281,13 +350,16 @@ fn bench(c: &mut Criterion, env: &Env) {
 
 // === report ===
 
-/// Prints ns per request and the done-when ratios (target in parentheses,
-/// then `ok` or `MISS`) for the rows measured.
+/// Prints ns per request, the balancer rows' warm shares and the
+/// done-when ratios of the warm rows (target in parentheses, then `ok` or
+/// `MISS`) for the rows measured; then panics if a `model_balancer` row
+/// was under [`MIN_WARM`].
 fn report(env: &Env) {
     if env.samples.borrow().is_empty() {
         return;
     }
     let get = |kind: &str, n: usize| env.median(&format!("{kind}/{n}"));
+    let warm = |kind: &str, n: usize| env.warm.borrow().get(&format!("{kind}/{n}")).copied();
     let ratio = |a: Option<f64>, b: Option<f64>, target: f64| match (a, b) {
         (Some(a), Some(b)) => {
             let verdict = if a / b <= target { "ok" } else { "MISS" };
@@ -295,31 +367,38 @@ fn report(env: &Env) {
         }
         _ => "-".to_owned(),
     };
+    let line = |label: &str, cell: &dyn Fn(usize) -> String| {
+        print!("  {label:<44}");
+        SIZES.iter().for_each(|&n| print!("{:>12}", cell(n)));
+        println!();
+    };
+    let dash = || "-".to_owned();
     println!("\n{GROUP}: ns per request, median of this run's samples");
     if let Some(ns) = env.median("direct") {
         println!("  {:<44}{ns:>12.1}", "direct");
     }
-    print!("  {:<44}", "N");
-    SIZES.iter().for_each(|n| print!("{n:>12}"));
-    println!();
-    for kind in ["model_balancer", "tower_p2c_buffer", "tower_p2c"] {
-        print!("  {kind:<44}");
-        for n in SIZES {
-            let cell = get(kind, n).map_or_else(|| "-".to_owned(), |ns| format!("{ns:.1}"));
-            print!("{cell:>12}");
-        }
-        println!();
+    line("N", &|n| n.to_string());
+    for kind in [
+        "model_balancer",
+        "model_balancer_cold",
+        "tower_p2c_buffer",
+        "tower_p2c",
+    ] {
+        line(kind, &|n| {
+            get(kind, n).map_or_else(dash, |ns| format!("{ns:.1}"))
+        });
+    }
+    for kind in ["model_balancer", "model_balancer_cold"] {
+        let label = format!("{kind} warm share");
+        line(&label, &|n| {
+            warm(kind, n).map_or_else(dash, |share| format!("{:.1}%", 100.0 * share))
+        });
     }
     for (baseline, target) in [("tower_p2c_buffer", 0.25), ("tower_p2c", 0.5)] {
-        print!(
-            "  {:<44}",
-            format!("model_balancer ÷ {baseline} (≤ {target})")
-        );
-        for n in SIZES {
-            let cell = ratio(get("model_balancer", n), get(baseline, n), target);
-            print!("{cell:>12}");
-        }
-        println!();
+        let label = format!("model_balancer ÷ {baseline} (≤ {target})");
+        line(&label, &|n| {
+            ratio(get("model_balancer", n), get(baseline, n), target)
+        });
     }
     let (small, large) = (SIZES[0], SIZES[SIZES.len() - 1]);
     println!(
@@ -331,15 +410,31 @@ fn report(env: &Env) {
             1.5
         )
     );
+    let cold: Vec<String> = SIZES
+        .iter()
+        .filter_map(|&n| {
+            let share = warm("model_balancer", n)?;
+            (share < MIN_WARM).then(|| format!("model_balancer/{n} ({:.1}%)", 100.0 * share))
+        })
+        .collect();
+    assert!(
+        cold.is_empty(),
+        "warm share under {:.0}% in {}: those figures time the cold path, not a fleet \
+         that holds its working set; the ratios above do not stand",
+        100.0 * MIN_WARM,
+        cold.join(", ")
+    );
 }
 
 fn main() {
     let env = Env {
-        workload: Arc::new(Workload::new()),
+        fleet: Arc::new(Workload::new(FLEET_MODELS)),
+        wide: Arc::new(Workload::new(WIDE_MODELS)),
         samples: RefCell::default(),
+        warm: RefCell::default(),
     };
     // Building requests is untimed but takes wall time: shorter phases than
-    // criterion's defaults (3 s and 5 s) keep a full run of 13 rows short.
+    // criterion's defaults (3 s and 5 s) keep a full run of 17 rows short.
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
