@@ -23,6 +23,7 @@ pub const KEYS: [(&str, &[&str]); 5] = [
             "load_factor",
             "owner_load",
             "panic_threshold",
+            "latency_decay_ms",
             "model_owners",
             "vnodes_per_weight",
             "ring_seed",
