@@ -116,6 +116,10 @@ pub fn hedging_line(rows: &[Figures], scenario: Scenario, load: f64) -> Option<S
     // Overloaded, the gate holds hedges back: only the extra share has a
     // target then.
     let tail = match scenario {
+        // The p999 of fewer requests is a handful of them: no verdict.
+        Scenario::SlowTail if load < 1.2 && plain.requests < MIN_FOR_P999 => format!(
+            "p999 hedged ÷ unhedged {ratio:.2} (too few requests for the target: {MIN_FOR_P999} or more)"
+        ),
         Scenario::SlowTail if load < 1.2 => format!(
             "p999 hedged ÷ unhedged {ratio:.2} (target ≤ 0.6: {})",
             verdict(ratio <= 0.6)
@@ -129,6 +133,9 @@ pub fn hedging_line(rows: &[Figures], scenario: Scenario, load: f64) -> Option<S
         verdict(extra <= extra_target)
     ))
 }
+
+/// Requests a run needs for its p999 to stand on ten of them.
+const MIN_FOR_P999: u64 = 10_000;
 
 fn verdict(met: bool) -> &'static str {
     if met {

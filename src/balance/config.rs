@@ -334,10 +334,12 @@ impl BalanceConfigBuilder {
     }
 
     /// Sets the panic threshold (0.0 ..= 1.0; default 0.5): when fewer
-    /// than this share of the backends are eligible (breaker admitting),
+    /// than this share of the backends are eligible and healthy (breaker
+    /// admitting, not ejected by health, and not kept in only by the
+    /// ejection cap — [`HealthStatus::held_by_cap`](crate::health::HealthStatus::held_by_cap)),
     /// requests are routed over every backend, breakers bypassed, rather
     /// than piling onto the few left — Envoy's panic threshold. 0 turns
-    /// panic mode off.
+    /// panic mode off (the backends the cap holds in then serve).
     pub fn panic_threshold(mut self, share: f64) -> Self {
         self.config.panic_threshold = share;
         self

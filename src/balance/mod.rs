@@ -27,10 +27,13 @@
 //!
 //! * **inference** goes to the model's *owners*, the first `k` distinct
 //!   backends on its ring walk. `k` follows demand: a model gets
-//!   `ceil(share × n / c)` owners within `min_owners ..= owners` (default
-//!   1 ..= 2; or a fixed `k` per model, [`BalanceConfigBuilder::model_owners`]),
-//!   where `share` is its share of recent inference requests, `n` the
-//!   number of backends and `c` the bounded-load factor (default 1.25). `k`
+//!   `ceil(share × work × n / owner_load)` owners within `min_owners ..=
+//!   owners` (default 1 ..= 2; or a fixed `k` per model,
+//!   [`BalanceConfigBuilder::model_owners`]), where `share` is its share
+//!   of recent inference requests, `work` its requests' work over the
+//!   mean, `n` the number of backends and `owner_load`
+//!   ([`BalanceConfigBuilder::owner_load`]) by default the bounded-load
+//!   factor `c` (1.25). `k`
 //!   grows at once and shrinks one owner at a time, only once the share is
 //!   a quarter of an owner's load below the boundary, so it does not flap.
 //!   Among the eligible owners (breaker admitting, not ejected by health,

@@ -63,11 +63,24 @@
 //! * **Another backend**: the first attempt carries a
 //!   [`PickedSlot`](crate::backend::PickedSlot) where the balancer writes
 //!   its pick; the backup carries an [`Exclude`](crate::backend::Exclude)
-//!   of it, and the balancer sends it to the next resident owner.
+//!   of it, and the balancer sends it to the next resident owner — or,
+//!   when no other eligible backend has the model resident, refuses it
+//!   ([`NoAlternative`](crate::error::NoAlternative), counted in
+//!   [`HedgeStats::suppressed_by_no_alternative`], its budget given back).
+//!   A backup needs a second warm copy: give hedged models two owners
+//!   (`BalanceConfigBuilder::min_owners`); the second turns warm once the
+//!   first is at its load cap or out, so under light traffic sent one
+//!   request at a time it may stay cold, and backups suppressed.
 //! * **Outcome**: the first *success* wins ([`Classify`]: by default a 5xx
 //!   is a failure); a failure waits for the other attempt, and the last
-//!   failure is returned when both fail. A backup is sent only while no
-//!   attempt has answered: never after a response has begun. The loser's
+//!   failure is returned when both fail. A first attempt that fails (a
+//!   response the classifier calls a failure, or an error other than the
+//!   balancer's refusals) before its backup's delay sends the backup at
+//!   once, as a retry that avoids its backend, if the load gate and the
+//!   budget allow (gRPC's hedging, gRFC A6; counted in
+//!   [`HedgeStats::hedges_after_failure`]); else it is returned at once.
+//!   Otherwise a backup is sent only while no attempt has answered: never
+//!   after a response has begun. The loser's
 //!   future is dropped, which cancels its request down to the connection
 //!   (HTTP/2: a reset stream; HTTP/1: the connection is closed). A first
 //!   attempt that lost is no failure of its backend: the balancer counts
