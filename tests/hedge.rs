@@ -266,24 +266,30 @@ async fn a_fast_failure_sends_the_backup_at_once() {
     assert_eq!((s.hedges, s.hedges_after_failure, s.hedges_won), (2, 2, 2));
 }
 
+/// Sends a request whose first attempt answers `status` at 3 ms, before
+/// the 10 ms delay; asserts that answer came back then and that no backup
+/// was ever sent.
+async fn returned_at_once(layer: &HedgeLayer, status: u16) {
+    let (result, seen, took) = send(
+        layer,
+        vec![status_after(3, status), ok_after(1)],
+        "inference",
+    )
+    .await;
+    assert_eq!(result.unwrap().status(), status);
+    assert_eq!(took, Duration::from_millis(3));
+    advance(Duration::from_millis(50)).await;
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_fast_failure_with_no_budget_or_a_4xx_is_returned_at_once() {
     let layer = HedgeLayer::new(policy().budget_ratio(0.0).build().unwrap());
-    let (result, seen, took) =
-        send(&layer, vec![status_after(3, 503), ok_after(1)], "inference").await;
-    assert_eq!(result.unwrap().status(), 503);
-    assert_eq!(took, Duration::from_millis(3));
-    advance(Duration::from_millis(50)).await;
-    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    returned_at_once(&layer, 503).await;
     assert_eq!(stats(&layer).suppressed_by_budget, 1);
     // A 4xx is an answer, not a failure: another backend would say the same.
     let layer = HedgeLayer::new(policy().build().unwrap());
-    let (result, seen, took) =
-        send(&layer, vec![status_after(3, 404), ok_after(1)], "inference").await;
-    assert_eq!(result.unwrap().status(), 404);
-    assert_eq!(took, Duration::from_millis(3));
-    advance(Duration::from_millis(50)).await;
-    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    returned_at_once(&layer, 404).await;
     assert_eq!(stats(&layer).hedges, 0);
 }
 

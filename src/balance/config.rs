@@ -13,6 +13,9 @@ use crate::ring::RingConfig;
 use crate::route::ModelId;
 use http::HeaderName;
 
+/// The default [`BalanceConfigBuilder::latency_decay`].
+pub(crate) const DEFAULT_LATENCY_DECAY: Duration = Duration::from_secs(10);
+
 /// How the balancer routes.
 ///
 /// | field | default | range |
@@ -155,7 +158,7 @@ impl Default for BalanceConfig {
             load_factor: 1.25,
             owner_load: None,
             panic_threshold: 0.5,
-            latency_decay: Duration::from_secs(10),
+            latency_decay: DEFAULT_LATENCY_DECAY,
             model_owners: Vec::new(),
             ring: RingConfig::default(),
             breaker: Policy::default(),

@@ -73,7 +73,7 @@ impl Fleet {
             ignored: AtomicU64::new(0),
             breaker_hook: None,
             health: HealthPolicy::default(),
-            latency_decay: BalanceConfig::default().latency_decay,
+            latency_decay: super::config::DEFAULT_LATENCY_DECAY,
             ejected: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
             removed: AtomicUsize::new(0),
