@@ -16,7 +16,7 @@ use tower::discover::ServiceList;
 use tower::{Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, ModelBalancer, PlacementTask,
+    Backend, BackendMeta, BackgroundTask, BalanceConfig, ModelBalancer,
 };
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::error::{ModelLoadFailed, UnknownModel};
@@ -279,7 +279,7 @@ fn owner(balancer: &ModelBalancer<Endpoint>, model: &str) -> String {
 fn placed(
     slots: usize,
     policy: PlacementPolicy,
-) -> (Fleet, ModelBalancer<Endpoint>, PlacementTask) {
+) -> (Fleet, ModelBalancer<Endpoint>, BackgroundTask) {
     let fleet = Fleet::new(&NAMES, &REPOSITORY);
     let balancer = fleet.balancer(&NAMES, slots);
     let task = balancer

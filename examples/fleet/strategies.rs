@@ -22,7 +22,7 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, PlacementTask, ProbeTask,
+    Backend, BackendMeta, BackgroundTask, BalanceConfig, BalancerHandle, ModelBalancer,
     ResidencyHeader,
 };
 use tower_model_balance::endpoint::{Origin, SetOrigin};
@@ -61,9 +61,9 @@ pub const NAMES: [&str; 5] = [
 pub struct Built {
     pub strategy: Strategy,
     /// The balancer's handle and its probe task (`model_aware*`).
-    pub balancer: Option<(BalancerHandle, ProbeTask)>,
+    pub balancer: Option<(BalancerHandle, BackgroundTask)>,
     /// Placement's task (`model_aware*` with `--explicit-load`).
-    pub placement: Option<PlacementTask>,
+    pub placement: Option<BackgroundTask>,
     /// The hedging layer's handle (`model_aware_hedged`).
     pub hedge: Option<HedgeHandle>,
 }

@@ -46,9 +46,9 @@ use tower::retry::{Retry, RetryLayer};
 use tower::timeout::Timeout;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::PlacementTask;
+use tower_model_balance::balance::BackgroundTask;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer, ProbeTask,
+    Backend, BackendMeta, BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer,
     ResidencyHeader,
 };
 use tower_model_balance::breaker::BreakerState;
@@ -172,8 +172,8 @@ pub struct Gateway {
     pub handle: BalancerHandle,
     /// The hedge's handle (hedges sent, won, suppressed).
     pub hedge: HedgeHandle,
-    _probes: ProbeTask,
-    _placement: Option<PlacementTask>,
+    _probes: BackgroundTask,
+    _placement: Option<BackgroundTask>,
 }
 
 /// What every handler shares.

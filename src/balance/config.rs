@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::scoped::{BreakerScope, MAX_PAIRS};
 use crate::backend::BackendId;
+use crate::balance::state::scoped::{BreakerScope, MAX_PAIRS};
 use crate::breaker::{Policy, Transition};
 use crate::error::InvalidConfig;
 use crate::health::HealthPolicy;
@@ -118,7 +118,7 @@ pub enum ResidencyHeader {
     /// The header lists the models resident on the backend after the
     /// request, comma-separated (e.g. the simulator's
     /// `x-sim-resident-models`): the server's own list, taken as
-    /// [`BalancerHandle::report_probe`](super::BalancerHandle::report_probe)
+    /// [`BalancerHandle::report_probe`](crate::balance::BalancerHandle::report_probe)
     /// takes a probe's (listed: served; served before but not listed:
     /// evicted; still loading: kept). Names that are not valid model IDs
     /// are skipped.

@@ -1,4 +1,4 @@
-//! The balancer's response future: what [`ModelBalancer`](super::ModelBalancer)'s
+//! The balancer's response future: what [`ModelBalancer`](crate::balance::ModelBalancer)'s
 //! `call` returns, to name in a type that stores one.
 //!
 //! ```
@@ -30,10 +30,10 @@ use tower_service::Service;
 use http::StatusCode;
 use tokio::sync::watch;
 
-use super::body::ResponseBody;
-use super::guard::Guard;
-use super::placement::{self, Status};
-use super::Classification;
+use crate::balance::completion::body::ResponseBody;
+use crate::balance::completion::guard::Guard;
+use crate::balance::state::placement::{self, Status};
+use crate::balance::Classification;
 use crate::breaker::{
     Classified, Classify, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures, Outcome,
     ServerErrorsAsFailures,
@@ -44,7 +44,7 @@ use crate::placement::WaitedForLoad;
 use crate::route::ModelId;
 
 pin_project! {
-    /// Response future of [`ModelBalancer`](super::ModelBalancer): the
+    /// Response future of [`ModelBalancer`](crate::balance::ModelBalancer): the
     /// endpoint's call to the picked backend, or an immediate typed error
     /// (`InvalidRoute`, `NoHealthyBackend`).
     ///

@@ -2,51 +2,22 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use super::pick::Branch;
-use super::table::{BackendState, Table};
 use tokio::time::Instant;
 
-use super::placement::{Placement, PlacementStats, PlacementTask};
-use super::ProbeTask;
 use crate::backend::BackendId;
+use crate::balance::state::backend::BackendState;
+use crate::balance::state::placement::{Owners, Placement, PlacementStats};
+use crate::balance::state::shared::View;
+use crate::balance::state::traffic::Branch;
+use crate::balance::tasks::{self, placement, BackgroundTask};
 use crate::breaker::{Breaker, BreakerState, TransitionCounts};
 use crate::error::InvalidConfig;
 use crate::health::probe::{ProbeConfig, ProbeError, ProbeReport, Prober};
 use crate::health::HealthStatus;
 use crate::placement::{ModelLoader, PlacementPolicy};
 use crate::route::ModelId;
-
-/// The requests that reached no backend; those picked are counted by
-/// branch in the fleet's traffic.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) no_backend: AtomicU64,
-    pub(crate) invalid_route: AtomicU64,
-}
-
-/// What the handle reads from the balancer's shared state, whatever its
-/// endpoint type.
-pub(crate) trait View: Send + Sync {
-    fn table(&self) -> Arc<Table>;
-    fn counters(&self) -> &Counters;
-    /// Closed once every clone and handle of the balancer is dropped.
-    fn gone(&self) -> tokio::sync::watch::Receiver<()>;
-    /// How many owners the model with hash `key` has now.
-    fn owners_of(&self, key: u64) -> usize;
-    /// Whether the backend with `uid` is one of the owners of the model
-    /// with hash `key` now.
-    fn owns(&self, uid: u64, key: u64) -> bool {
-        let table = self.table();
-        let k = self.owners_of(key);
-        table
-            .ring
-            .walk(key)
-            .take(k)
-            .any(|i| table.backends[i].uid == uid)
-    }
-}
 
 /// Requests counted by the branch the balancer took, since it was built.
 /// Every request lands in exactly one.
@@ -81,7 +52,7 @@ pub struct BackendStatus {
     /// up to 2^24 − 1 (about 16.7 million) at once.
     pub in_flight: usize,
     /// Its backend-level breaker's state. In
-    /// [`BreakerScope::BackendModel`](super::BreakerScope::BackendModel)
+    /// [`BreakerScope::BackendModel`](crate::balance::BreakerScope::BackendModel)
     /// that breaker takes no traffic and stays closed: read the pairs with
     /// [`BalancerHandle::breaker_state`].
     pub breaker: BreakerState,
@@ -119,7 +90,7 @@ impl BalancerHandle {
         let c = self.view.counters();
         let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let table = self.view.table();
-        let picked = |branch| table.fleet.traffic.picked(branch);
+        let picked = |branch| table.fleet.gauges.traffic.picked(branch);
         BalanceStats {
             resident_owner: picked(Branch::ResidentOwner),
             cold_owner: picked(Branch::ColdOwner),
@@ -144,7 +115,7 @@ impl BalancerHandle {
                 breaker_trips: b.breaker.trips(),
                 breaker_transitions: b.breaker.transitions(),
                 picked: b.traffic.picked(),
-                health: b.health.status(&table.fleet.health).score,
+                health: b.health.status(&table.fleet.settings.health).score,
                 ejected: b.health.is_ejected(),
                 ejections: b.health.ejections.load(Ordering::Relaxed),
                 failures: b.health.failed.load(Ordering::Relaxed),
@@ -198,7 +169,7 @@ impl BalancerHandle {
     /// request; load signals feed its capacity term
     /// until three evaluation intervals old; resident models, when listed,
     /// are the server's own list (its first `model_slots` models: see
-    /// [`BackendMeta::with_model_slots`](super::BackendMeta::with_model_slots),
+    /// [`BackendMeta::with_model_slots`](crate::balance::BackendMeta::with_model_slots),
     /// set it to what the server holds): those listed are resident and served,
     /// those the balancer took as served but not listed are dropped
     /// (evicted), those it sent there that may still be loading are kept.
@@ -209,41 +180,24 @@ impl BalancerHandle {
         backend: &BackendId,
         answer: Result<&ProbeReport, &ProbeError>,
     ) -> bool {
-        let table = self.view.table();
-        let Some(state) = table.backends.iter().find(|b| &b.id == backend) else {
-            return false;
-        };
-        let now = Instant::now();
-        match answer {
-            Ok(report) => {
-                state
-                    .health
-                    .record_probe(report.is_failure(), Some(report.load), now);
-                if let Some(models) = &report.resident_models {
-                    let at = table.fleet.millis(now);
-                    state.residency.sync(models.iter().map(ModelId::hash64), at);
-                }
-            }
-            Err(_) => state.health.record_probe(true, None, now),
-        }
-        true
+        crate::balance::tasks::probes::record(&self.view.table(), backend, answer)
     }
 
     /// Starts probing this balancer's backends with `prober`, in a task on
     /// the current Tokio runtime: every backend whose metadata has an
-    /// [`address`](super::BackendMeta::with_address) is probed once a round
+    /// [`address`](crate::balance::BackendMeta::with_address) is probed once a round
     /// (rounds `config.interval` apart, jittered, at most
     /// `config.concurrency` probes at once, each failed after
     /// `config.timeout`), and each answer taken as by
     /// [`BalancerHandle::report_probe`]. A backend joining is probed from
-    /// the next round on. The task stops when the returned [`ProbeTask`]
+    /// the next round on. The task stops when the returned [`BackgroundTask`]
     /// is dropped or once every clone and handle of the balancer is gone.
     ///
     /// # Panics
     ///
     /// Outside a Tokio runtime (as `tokio::spawn` does).
-    pub fn spawn_probes<P: Prober>(&self, prober: P, config: ProbeConfig) -> ProbeTask {
-        super::probing::spawn(&self.view, prober, config)
+    pub fn spawn_probes<P: Prober>(&self, prober: P, config: ProbeConfig) -> BackgroundTask {
+        crate::balance::tasks::probes::spawn(&self.view, prober, config)
     }
 
     /// Turns on-demand [placement](crate::placement) on: from now on, an
@@ -252,9 +206,9 @@ impl BalancerHandle {
     /// (backend, model), shared), as `policy` says. Also starts a task on
     /// the current Tokio runtime that re-reads every backend's repository
     /// (the allow-list of loads) each `policy.repository_interval()`; it
-    /// stops when the returned [`PlacementTask`] is dropped (loads already
+    /// stops when the returned [`BackgroundTask`] is dropped (loads already
     /// started still finish) or the balancer is gone. Every backend needs
-    /// an [`address`](super::BackendMeta::with_address); a backend without
+    /// an [`address`](crate::balance::BackendMeta::with_address); a backend without
     /// one fails its loads.
     ///
     /// # Errors
@@ -265,7 +219,7 @@ impl BalancerHandle {
         &self,
         loader: L,
         policy: PlacementPolicy,
-    ) -> Result<PlacementTask, InvalidConfig> {
+    ) -> Result<BackgroundTask, InvalidConfig> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| InvalidConfig::new("placement", "enabled inside a Tokio runtime"))?;
         let table = self.view.table();
@@ -273,14 +227,19 @@ impl BalancerHandle {
             loader,
             policy,
             runtime,
-            Arc::downgrade(&self.view),
+            Arc::downgrade(&self.view) as Weak<dyn Owners>,
         ));
         table
             .fleet
             .placement
             .set(placement.clone())
             .map_err(|_| InvalidConfig::new("placement", "enabled at most once per balancer"))?;
-        Ok(super::placement::spawn(&placement, self.view.gone()))
+        let refresh = placement::refresh(
+            placement.clone(),
+            Arc::downgrade(&self.view),
+            self.view.gone(),
+        );
+        Ok(tasks::spawn_held(&placement.runtime, refresh))
     }
 
     /// Placement's counters, once [enabled](Self::enable_placement).
@@ -320,7 +279,7 @@ impl BalancerHandle {
     pub fn health(&self, backend: &BackendId) -> Option<HealthStatus> {
         let table = self.view.table();
         let state = table.backends.iter().find(|b| &b.id == backend)?;
-        Some(state.health.status(&table.fleet.health))
+        Some(state.health.status(&table.fleet.settings.health))
     }
 
     /// The state of the breaker that admits `model`'s requests to
@@ -329,8 +288,8 @@ impl BalancerHandle {
     /// its next request would find it). `None` when no current backend has
     /// that ID. Takes the pair map's lock in `BackendModel` scope.
     ///
-    /// [`BreakerScope::Backend`]: super::BreakerScope::Backend
-    /// [`BreakerScope::BackendModel`]: super::BreakerScope::BackendModel
+    /// [`BreakerScope::Backend`]: crate::balance::BreakerScope::Backend
+    /// [`BreakerScope::BackendModel`]: crate::balance::BreakerScope::BackendModel
     pub fn breaker_state(&self, backend: &BackendId, model: &ModelId) -> Option<BreakerState> {
         let table = self.view.table();
         let state = table.backends.iter().find(|b| &b.id == backend)?;
@@ -352,7 +311,7 @@ impl BalancerHandle {
     /// scope (drained on purpose). `None` when no current backend has that
     /// ID.
     ///
-    /// [`BreakerScope::Backend`]: super::BreakerScope::Backend
+    /// [`BreakerScope::Backend`]: crate::balance::BreakerScope::Backend
     pub fn breaker(&self, backend: &BackendId) -> Option<Breaker> {
         let table = self.view.table();
         let state = table.backends.iter().find(|b| &b.id == backend)?;
@@ -360,7 +319,7 @@ impl BalancerHandle {
     }
 
     /// The (backend, model) pairs whose breakers are tracked now, at most
-    /// `max_pairs`; 0 in [`BreakerScope::Backend`](super::BreakerScope::Backend).
+    /// `max_pairs`; 0 in [`BreakerScope::Backend`](crate::balance::BreakerScope::Backend).
     /// Takes the pair map's lock in `BackendModel` scope.
     pub fn tracked_pairs(&self) -> usize {
         self.view
@@ -376,7 +335,12 @@ impl BalancerHandle {
     /// another key, or a backend that would take the ring past
     /// [`MAX_POINTS`](crate::ring::MAX_POINTS) points.
     pub fn ignored_backends(&self) -> u64 {
-        self.view.table().fleet.ignored.load(Ordering::Relaxed)
+        self.view
+            .table()
+            .fleet
+            .gauges
+            .ignored
+            .load(Ordering::Relaxed)
     }
 
     /// Health ejections (by score and as latency outliers) over all current
@@ -389,7 +353,7 @@ impl BalancerHandle {
 
     /// Trips (closed to open) of the (backend, model) pair breakers so
     /// far, pairs evicted since included; 0 in
-    /// [`BreakerScope::Backend`](super::BreakerScope::Backend).
+    /// [`BreakerScope::Backend`](crate::balance::BreakerScope::Backend).
     pub fn pair_breaker_trips(&self) -> u64 {
         self.view
             .table()

@@ -159,128 +159,24 @@
 //! [`InvalidRoute`]: crate::error::InvalidRoute
 
 mod backend;
-mod body;
-mod clock;
+mod choose;
+mod completion;
 mod config;
-mod cost;
-mod demand;
-mod discover;
 pub mod future;
-mod guard;
 mod handle;
-mod health;
-mod lru;
-mod pick;
-mod placement;
-mod probing;
-mod residency;
-mod router;
-mod sampler;
-mod scoped;
 mod service;
-mod staging;
-mod table;
-mod traffic;
-
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
-
-use arc_swap::ArcSwap;
+mod state;
+mod tasks;
 
 pub use self::backend::{Backend, BackendMeta};
-pub use self::body::ResponseBody;
+pub use self::choose::decide::Picked;
+pub use self::completion::body::ResponseBody;
+pub use self::completion::guard::Guard;
 pub use self::config::{
     BalanceConfig, BalanceConfigBuilder, Classification, ResidencyHeader, Staging,
 };
-pub use self::guard::Guard;
 pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
-pub use self::placement::{PlacementStats, PlacementTask};
-pub use self::probing::ProbeTask;
-pub use self::router::Picked;
-pub use self::scoped::BreakerScope;
 pub use self::service::ModelBalancer;
-
-use self::demand::Demand;
-use self::handle::{Counters, View};
-use self::table::{Snapshot, Table};
-
-/// State shared by a balancer's clones and its discovery task.
-#[derive(Debug)]
-struct Shared<E> {
-    snapshot: ArcSwap<Snapshot<E>>,
-    config: BalanceConfig,
-    stats: Counters,
-    demand: Demand,
-    /// `config.model_owners` by model hash, sorted.
-    fixed_owners: Box<[(u64, usize)]>,
-    clones: AtomicU64,
-    /// Dropped with the last clone and handle: tells the background tasks
-    /// (discovery, health, probes) to stop even while they wait.
-    gone: tokio::sync::watch::Sender<()>,
-}
-
-impl<E> Shared<E> {
-    fn new(
-        snapshot: Snapshot<E>,
-        config: BalanceConfig,
-        gone: tokio::sync::watch::Sender<()>,
-    ) -> Self {
-        let mut fixed_owners: Vec<(u64, usize)> = config
-            .model_owners
-            .iter()
-            .map(|(model, k)| (model.hash64(), *k))
-            .collect();
-        fixed_owners.sort_unstable();
-        Self {
-            snapshot: ArcSwap::from_pointee(snapshot),
-            config,
-            stats: Counters::default(),
-            demand: Demand::new(),
-            fixed_owners: fixed_owners.into_boxed_slice(),
-            clones: AtomicU64::new(0),
-            gone,
-        }
-    }
-
-    fn publish(&self, snapshot: Snapshot<E>) {
-        self.snapshot.store(Arc::new(snapshot));
-    }
-}
-
-impl<E: Send + Sync> View for Shared<E> {
-    fn table(&self) -> Arc<Table> {
-        self.snapshot.load().table.clone()
-    }
-
-    fn counters(&self) -> &Counters {
-        &self.stats
-    }
-
-    fn gone(&self) -> tokio::sync::watch::Receiver<()> {
-        self.gone.subscribe()
-    }
-
-    fn owners_of(&self, key: u64) -> usize {
-        let n = self.snapshot.load().table.in_ring;
-        Shared::owners_of(self, key, false, n, 1.0)
-    }
-}
-
-/// Waits until `deadline`; true if the balancer went first (every clone
-/// and handle dropped, `gone` closed).
-async fn sleep_or_gone(
-    deadline: tokio::time::Instant,
-    gone: &mut tokio::sync::watch::Receiver<()>,
-) -> bool {
-    use std::future::Future;
-    let mut sleep = std::pin::pin!(tokio::time::sleep_until(deadline));
-    // Nothing is ever sent: `changed` resolves only once the sender drops.
-    let mut closed = std::pin::pin!(gone.changed());
-    std::future::poll_fn(|cx| {
-        if closed.as_mut().poll(cx).is_ready() {
-            return std::task::Poll::Ready(true);
-        }
-        sleep.as_mut().poll(cx).map(|()| false)
-    })
-    .await
-}
+pub use self::state::placement::PlacementStats;
+pub use self::state::scoped::BreakerScope;
+pub use self::tasks::BackgroundTask;

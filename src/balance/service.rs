@@ -7,17 +7,17 @@ use tower::discover::Discover;
 use tower::util::rng::{HasherRng, Rng};
 use tower_service::Service;
 
-use super::body::ResponseBody;
-use super::clock::Now;
-use super::discover::{self, Drained, Registry};
-use super::future::ResponseFuture;
-use super::guard::Guard;
-use super::handle::View;
-use super::health;
-use super::placement::{Placement, Prepared};
-use super::router::{Local, Refused};
-use super::{Backend, BalanceConfig, BalancerHandle, Picked, Shared};
 use crate::backend::PickedSlot;
+use crate::balance::choose::decide::{Local, Refused};
+use crate::balance::completion::body::ResponseBody;
+use crate::balance::completion::guard::Guard;
+use crate::balance::future::ResponseFuture;
+use crate::balance::state::clock::Now;
+use crate::balance::state::placement::{Placement, Prepared};
+use crate::balance::state::shared::{Shared, View};
+use crate::balance::tasks::discovery::{self, Drained, Registry};
+use crate::balance::tasks::{self, health};
+use crate::balance::{Backend, BalanceConfig, BalancerHandle, Picked};
 use crate::error::{
     BoxError, InvalidConfig, InvalidRoute, ModelLoadFailed, NoHealthyBackend, UnknownModel,
 };
@@ -100,13 +100,13 @@ where
                 )
             })?;
             let weak = Arc::downgrade(&shared);
-            runtime.spawn(discover::run(discover, registry, weak, on_gone));
+            tasks::spawn(runtime, discovery::run(discover, registry, weak, on_gone));
         }
         match &runtime {
             Ok(runtime) => {
                 let gone = shared.gone();
                 let view: Weak<dyn View> = Arc::downgrade(&shared) as Weak<dyn View>;
-                runtime.spawn(health::run(view, interval, gone));
+                tasks::spawn(runtime, health::run(view, interval, gone));
             }
             Err(_) => tracing::warn!(
                 "balancer built outside a Tokio runtime: backend health is not evaluated"
@@ -126,7 +126,7 @@ impl<E: Clone, R: Rng> ModelBalancer<E, R> {
     /// `Service`s (a custom client, a queue consumer): the same decision,
     /// state and counters as the `Service` path. Send the request with the
     /// returned endpoint (or to [`Picked::backend`] by other means), then
-    /// give the outcome back with [`Guard::finish`](super::Guard::finish); dropping the guard
+    /// give the outcome back with [`Guard::finish`](crate::balance::Guard::finish); dropping the guard
     /// counts the request as cancelled.
     ///
     /// `now` is the current time on Tokio's clock
@@ -330,7 +330,7 @@ mod tests {
     use super::ready::{request, Ready};
     use super::*;
     use crate::backend::BackendId;
-    use crate::balance::sampler::MAX_SHIFT;
+    use crate::balance::choose::sampler::MAX_SHIFT;
 
     /// Sends `n` requests for one model through `balancer`, `every` apart
     /// on the paused clock.

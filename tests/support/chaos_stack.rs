@@ -23,7 +23,8 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ProbeTask, ResidencyHeader,
+    Backend, BackendMeta, BackgroundTask, BalanceConfig, BalancerHandle, ModelBalancer,
+    ResidencyHeader,
 };
 use tower_model_balance::breaker::{BreakerState, Policy, Transition};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
@@ -79,7 +80,7 @@ pub struct Built {
     pub policy: Policy,
     /// Every breaker transition, as the balancer's hook saw it.
     pub transitions: Transitions,
-    _probes: ProbeTask,
+    _probes: BackgroundTask,
 }
 
 /// Breaker transitions: when, which backend, what.

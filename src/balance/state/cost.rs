@@ -68,7 +68,7 @@ impl LatencyEwma {
     /// Moves the estimate toward `toward` (ms), keeping the share `keep`
     /// of the gap: `toward + (e − toward) × keep`. An idle backend's
     /// estimate relaxes so (see
-    /// [`BalanceConfigBuilder::latency_decay`](super::BalanceConfigBuilder::latency_decay));
+    /// [`BalanceConfigBuilder::latency_decay`](crate::balance::BalanceConfigBuilder::latency_decay));
     /// a non-finite or negative `toward` leaves it alone.
     pub(crate) fn relax(&self, toward: f64, keep: f64) {
         if !toward.is_finite() || toward < 0.0 {

@@ -24,7 +24,7 @@
 use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::BalanceConfig;
+use crate::balance::BalanceConfig;
 
 /// Buckets in the table (a power of two).
 const BUCKETS: usize = 4096;

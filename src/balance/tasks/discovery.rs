@@ -21,10 +21,13 @@ use std::task::{Context, Poll};
 use tokio::time::Instant;
 use tower::discover::{Change, Discover};
 
-use super::cost;
-use super::staging::{self, Counts};
-use super::table::{BackendState, Fleet, Snapshot, Table};
-use super::{Backend, BackendMeta, BalanceConfig, Shared};
+use self::staging::Counts;
+use crate::balance::state::backend::BackendState;
+use crate::balance::state::cost;
+use crate::balance::state::fleet::Fleet;
+use crate::balance::state::shared::Shared;
+use crate::balance::state::table::{Snapshot, Table};
+use crate::balance::{Backend, BackendMeta, BalanceConfig};
 use crate::breaker::Policy;
 use crate::error::BoxError;
 use crate::ring::{Ring, MAX_POINTS};
@@ -70,7 +73,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
         match change {
             Change::Insert(key, Backend { meta, endpoint }) => {
                 if !self.fits(&key, &meta) {
-                    self.fleet.ignored.fetch_add(1, Ordering::Relaxed);
+                    self.fleet.gauges.ignored.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(backend = %meta.id, weight = meta.weight, "discovery inserted a backend that would take the ring past its point limit; ignored");
                     return;
                 }
@@ -79,7 +82,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                     .iter()
                     .find(|e| e.key != key && e.meta.id == meta.id)
                 {
-                    self.fleet.ignored.fetch_add(1, Ordering::Relaxed);
+                    self.fleet.gauges.ignored.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(backend = %other.meta.id, "discovery inserted a backend ID already in use under another key; ignored");
                     return;
                 }
@@ -368,6 +371,8 @@ pub(crate) async fn run<D, K, E>(
         }
     }
 }
+
+mod staging;
 
 #[cfg(test)]
 mod tests;

@@ -6,10 +6,30 @@
 
 use std::sync::atomic::Ordering;
 
-use super::pick::Branch;
 use crate::sync::AtomicU64;
 
 /// Low bits: requests in flight; high bits: requests ever picked.
+/// Which branch a pick took; counted in [`BalanceStats`](crate::balance::BalanceStats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub(crate) enum Branch {
+    /// An inference request went to an owner with its model resident.
+    ResidentOwner,
+    /// An inference request went to an owner that must load its model.
+    ColdOwner,
+    /// Every owner was out; the request went further along the ring.
+    Spill,
+    /// Too few backends were eligible; the request was routed over all.
+    Panic,
+    /// An update went to the cheaper of two sampled backends.
+    Update,
+}
+
+impl Branch {
+    /// How many branches there are (`Update` is the last).
+    pub(crate) const COUNT: usize = Branch::Update as usize + 1;
+}
+
 const IN_FLIGHT_BITS: u32 = 24;
 const IN_FLIGHT_MASK: u64 = (1 << IN_FLIGHT_BITS) - 1;
 /// One more request picked and in flight.

@@ -4,41 +4,29 @@
 use std::sync::{Arc, Weak};
 
 use tokio::sync::Semaphore;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::util::rng::{HasherRng, Rng};
 
-use super::handle::View;
-use super::{sleep_or_gone, BalancerHandle};
-use crate::health::probe::{warn, ProbeConfig, ProbeError, ProbeTarget, Prober};
+use crate::backend::BackendId;
+use crate::balance::state::shared::View;
+use crate::balance::state::table::Table;
+use crate::balance::tasks::{sleep_or_gone, BackgroundTask};
+use crate::health::probe::{warn, ProbeConfig, ProbeError, ProbeReport, ProbeTarget, Prober};
+use crate::route::ModelId;
 
-/// A running prober of one balancer's backends: stops when dropped, or
-/// once every clone and handle of the balancer is gone.
-#[derive(Debug)]
-#[must_use = "the probes stop when the task is dropped"]
-pub struct ProbeTask {
-    task: JoinHandle<()>,
-}
-
-impl ProbeTask {
-    /// Whether the task has stopped (its balancer is gone).
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
-    }
-}
-
-impl Drop for ProbeTask {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-pub(crate) fn spawn<P: Prober>(view: &Arc<dyn View>, prober: P, config: ProbeConfig) -> ProbeTask {
+pub(crate) fn spawn<P: Prober>(
+    view: &Arc<dyn View>,
+    prober: P,
+    config: ProbeConfig,
+) -> BackgroundTask {
     let gone = view.gone();
     let view = Arc::downgrade(view);
-    ProbeTask {
-        task: tokio::spawn(run(view, gone, prober, config, HasherRng::default())),
-    }
+    let runtime = tokio::runtime::Handle::current();
+    super::spawn_held(
+        &runtime,
+        run(view, gone, prober, config, HasherRng::default()),
+    )
 }
 
 /// Probes every backend with an address once a round, rounds an interval
@@ -74,7 +62,7 @@ async fn run<P: Prober>(
                     Ok(_) => warn::recovered(&target.id, "probe"),
                 }
                 if let Some(view) = view.upgrade() {
-                    BalancerHandle::new(view).report_probe(&target.id, answer.as_ref());
+                    record(&view.table(), &target.id, answer.as_ref());
                 }
             });
         }
@@ -97,4 +85,30 @@ fn targets(view: &Weak<dyn View>) -> Option<Vec<ProbeTarget>> {
         .filter_map(|b| b.health.probe_target(&b.id))
         .collect();
     Some(targets)
+}
+
+/// Records a probe's `answer` for `backend` (health, and the resident
+/// models it lists); false if no backend of `table` has that ID.
+pub(crate) fn record(
+    table: &Table,
+    backend: &BackendId,
+    answer: Result<&ProbeReport, &ProbeError>,
+) -> bool {
+    let Some(state) = table.backends.iter().find(|b| &b.id == backend) else {
+        return false;
+    };
+    let now = Instant::now();
+    match answer {
+        Ok(report) => {
+            state
+                .health
+                .record_probe(report.is_failure(), Some(report.load), now);
+            if let Some(models) = &report.resident_models {
+                let at = table.fleet.millis(now);
+                state.residency.sync(models.iter().map(ModelId::hash64), at);
+            }
+        }
+        Err(_) => state.health.record_probe(true, None, now),
+    }
+    true
 }

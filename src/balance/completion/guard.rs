@@ -8,10 +8,10 @@ use tokio::time::Instant;
 
 use http::HeaderMap;
 
-use super::placement::Placement;
-use super::table::{Admission, BackendState};
-use super::{Classification, ResidencyHeader};
 use crate::backend::{BackendId, PickedSlot};
+use crate::balance::state::backend::{Admission, BackendState};
+use crate::balance::state::placement::Placement;
+use crate::balance::{Classification, ResidencyHeader};
 use crate::breaker::{BreakerState, Outcome};
 use crate::route::ModelId;
 
@@ -21,7 +21,7 @@ use crate::route::ModelId;
 /// While it lives the request counts in the backend's in-flight load.
 /// Finishing records the outcome in the circuit breaker that admitted the
 /// request (the backend's, or in
-/// [`BreakerScope::BackendModel`](super::BreakerScope::BackendModel) the
+/// [`BreakerScope::BackendModel`](crate::balance::BreakerScope::BackendModel) the
 /// pair's — even if the pair has since been evicted), a failure in the
 /// backend's error rate and, for a timed request's success or failure, the
 /// latency since the pick in its latency estimate and its health (a
@@ -46,8 +46,8 @@ use crate::route::ModelId;
 /// whose model was not known to be served on the backend (a cold start,
 /// maybe a load in progress) gives no latency, as it is never slow.
 ///
-/// The [`ModelBalancer`](super::ModelBalancer) service keeps one inside
-/// each response body; [`ModelBalancer::pick`](super::ModelBalancer::pick)
+/// The [`ModelBalancer`](crate::balance::ModelBalancer) service keeps one inside
+/// each response body; [`ModelBalancer::pick`](crate::balance::ModelBalancer::pick)
 /// hands one to callers that are not `Service`s.
 #[derive(Debug)]
 #[must_use = "a guard dropped at once counts the request as cancelled"]
@@ -67,7 +67,7 @@ pub struct Guard {
     /// Whether it is counted in its model's requests in flight on the
     /// backend (placement on: see [`Residency::enter`]).
     ///
-    /// [`Residency::enter`]: super::residency::Residency::enter
+    /// [`Residency::enter`]: crate::balance::state::residency::Residency::enter
     counted: bool,
     /// A hedging layer's slot of the request, until its response arrives:
     /// superseded, the time it ran feeds the latency estimate when dropped.
@@ -153,7 +153,7 @@ impl Guard {
     /// Learns residency from the response's headers, if the balancer is
     /// configured with a [`ResidencyHeader`].
     pub(crate) fn read_residency(&self, headers: &HeaderMap) {
-        let Some(header) = &self.state.fleet.residency_header else {
+        let Some(header) = &self.state.fleet.settings.residency_header else {
             return;
         };
         let residency = &self.state.residency;
@@ -177,7 +177,7 @@ impl Guard {
 
     /// What the response's outcome is read from.
     pub(crate) fn classification(&self) -> Classification {
-        self.state.fleet.classification
+        self.state.fleet.settings.classification
     }
 
     /// The picked backend.
@@ -186,7 +186,7 @@ impl Guard {
     }
 
     /// When the request was picked (Tokio's clock). Always set on guards
-    /// from [`ModelBalancer::pick`](super::ModelBalancer::pick); `None` on
+    /// from [`ModelBalancer::pick`](crate::balance::ModelBalancer::pick); `None` on
     /// the `Service` path's requests outside the latency sample.
     pub fn started(&self) -> Option<Instant> {
         self.started
@@ -194,7 +194,7 @@ impl Guard {
 
     /// Records the request's outcome now.
     ///
-    /// Guards from [`ModelBalancer::pick`](super::ModelBalancer::pick)
+    /// Guards from [`ModelBalancer::pick`](crate::balance::ModelBalancer::pick)
     /// always record the latency; the `Service` path times a sample of a
     /// clone's requests (every request while the clone's traffic is
     /// light, down to one in 16 while it is heavy), sparing two clock
@@ -228,7 +228,7 @@ impl Guard {
             .started
             .map(|started| now.saturating_duration_since(started));
         let latency = elapsed.unwrap_or(Duration::ZERO);
-        let penalty = self.state.fleet.health.failure_penalty;
+        let penalty = self.state.fleet.settings.health.failure_penalty;
         match outcome {
             Outcome::Success if self.started.is_some() => {
                 self.state.latency.record(latency, false);
@@ -264,7 +264,7 @@ impl Guard {
     /// state can change.
     fn untimed(&mut self, outcome: Outcome) {
         if matches!(outcome, Outcome::Failure | Outcome::Overload) {
-            let penalty = self.state.fleet.health.failure_penalty;
+            let penalty = self.state.fleet.settings.health.failure_penalty;
             self.state.health.record(None, true, penalty);
         }
         self.record(outcome, None, None);
@@ -312,15 +312,15 @@ impl Drop for Guard {
             self.state.residency.leave(key);
         }
         self.state.traffic.end();
-        self.state.fleet.traffic.end();
+        self.state.fleet.gauges.traffic.end();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::balance::residency::Presence;
-    use crate::balance::table::Fleet;
+    use crate::balance::state::fleet::Fleet;
+    use crate::balance::state::residency::Presence;
     use crate::breaker::Policy;
 
     fn state() -> Arc<BackendState> {
@@ -343,7 +343,7 @@ mod tests {
         let policy = Policy::builder().build().unwrap();
         let mut fleet = Fleet::new();
         let header = http::HeaderName::from_static("x-cold");
-        fleet.residency_header = Some(ResidencyHeader::ColdLoad(header));
+        fleet.settings.residency_header = Some(ResidencyHeader::ColdLoad(header));
         let state = Arc::new(BackendState::new(
             id,
             policy,

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::time::Instant;
 
-use super::lru::Lru;
+use crate::balance::state::lru::Lru;
 use crate::breaker::{Breaker, BreakerState, OnTransition, Policy, Ticket, Transition};
 
 /// The most pairs [`BreakerScope::BackendModel`] may track.
@@ -40,7 +40,7 @@ pub(crate) const MAX_PAIRS: usize = 1_000_000;
 const MAX_SLOTS: usize = 4096;
 
 /// What one circuit breaker covers; set with
-/// [`BalanceConfigBuilder::breaker_scope`](super::BalanceConfigBuilder::breaker_scope).
+/// [`BalanceConfigBuilder::breaker_scope`](crate::balance::BalanceConfigBuilder::breaker_scope).
 ///
 /// ```
 /// use tower_model_balance::balance::{BalanceConfig, BreakerScope};

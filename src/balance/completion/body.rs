@@ -7,7 +7,7 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::guard::Guard;
+use crate::balance::completion::guard::Guard;
 use crate::breaker::{Classified, ClassifyEos, GrpcEosErrorsAsFailures, Outcome};
 
 /// The head's verdict: an outcome, or gRPC's status still to come in the
@@ -64,7 +64,7 @@ impl Drop for Completion {
 pin_project! {
     /// Response body returned by the balancer: the backend's body, unchanged,
     /// with the request's completion recorded when it ends: its last frame
-    /// (under [`Classification::GrpcStatus`](super::Classification), the
+    /// (under [`Classification::GrpcStatus`](crate::balance::Classification), the
     /// trailers' `grpc-status` decides when the head had none), or an
     /// error (a failure whatever the status), or its drop (the status
     /// decides: 5xx fail, 429 is an overload, other 4xx are ignored, the

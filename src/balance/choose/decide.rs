@@ -2,18 +2,19 @@
 
 use std::sync::atomic::Ordering;
 
-use super::clock::Now;
-use super::demand::Bounds;
-use super::guard::Guard;
-use super::pick::{pick, Ask, Branch, Miss, Rules, Scratch};
-use super::sampler::Sampler;
-use super::Shared;
 use crate::backend::BackendId;
+use crate::balance::choose::ctx::{Ask, Miss, Rules, Scratch};
+use crate::balance::choose::pick::pick;
+use crate::balance::choose::sampler::Sampler;
+use crate::balance::completion::guard::Guard;
+use crate::balance::state::clock::Now;
+use crate::balance::state::shared::Shared;
+use crate::balance::state::traffic::Branch;
 use crate::error::{BoxError, NoAlternative, NoHealthyBackend};
 use crate::placement::WhenCold;
 use crate::route::{RequestKind, RouteView};
 
-/// A backend chosen by [`ModelBalancer::pick`](super::ModelBalancer::pick):
+/// A backend chosen by [`ModelBalancer::pick`](crate::balance::ModelBalancer::pick):
 /// its endpoint and the guard that takes the request's outcome back.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -181,7 +182,7 @@ impl Local {
         }
         // Counts the request in the fleet's in-flight load too: the
         // guard's drop counts it out.
-        table.fleet.traffic.start(picked.branch);
+        table.fleet.gauges.traffic.start(picked.branch);
         if let (Some(owner), Some(placement)) = (picked.prefetch, placement) {
             placement.prefetch(&table.backends[owner], route.model_id());
         }
@@ -208,28 +209,5 @@ impl Local {
                 picked.confirms,
             ),
         })
-    }
-}
-
-impl<E> Shared<E> {
-    /// How many owners the model with hash `key` has over `n` backends (the
-    /// ring's, [`Table::in_ring`](super::table::Table::in_ring))
-    /// (counting this request in its demand if `count`, its share weighted
-    /// by `work`, its work per request over the mean).
-    pub(super) fn owners_of(&self, key: u64, count: bool, n: f64, work: f64) -> usize {
-        match self.fixed_owners(key) {
-            Some(k) => k,
-            None => self
-                .demand
-                .owners(key, count, Bounds::of(&self.config, n, work)),
-        }
-    }
-
-    fn fixed_owners(&self, key: u64) -> Option<usize> {
-        if self.fixed_owners.is_empty() {
-            return None;
-        }
-        let i = self.fixed_owners.binary_search_by_key(&key, |e| e.0).ok()?;
-        Some(self.fixed_owners[i].1)
     }
 }

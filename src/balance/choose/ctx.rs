@@ -1,0 +1,293 @@
+//! What one pick works on: the request's ask, the rules from the config,
+//! the result, the scratch space, and the context ([`Ctx`]) over one table
+//! through which every choice reads eligibility, cost and residency (no
+//! IO, no allocation, no lock but the breaker's on its non-closed paths —
+//! and, in the opt-in per-model breaker scope, a short one to find the
+//! pair's breaker).
+
+use crate::balance::state::backend::{Admission, BackendState};
+use crate::balance::state::clock::Now;
+use crate::balance::state::residency::Presence;
+use crate::balance::state::table::Table;
+use crate::balance::state::traffic::Branch;
+use crate::route::{RequestKind, Urgency};
+
+/// The most owners a model can have.
+pub(crate) const MAX_OWNERS: usize = crate::balance::BalanceConfigBuilder::MAX_OWNERS;
+/// Owners whose lists fit in a [`Scratch`] without a heap buffer.
+pub(crate) const INLINE_OWNERS: usize = 16;
+/// How far past its owners a spilled request looks for a backend where its
+/// model is resident, in distinct backends.
+pub(crate) const SPILL_SCAN: usize = 16;
+/// How long (ms) after a model was first sent to a backend it may still be
+/// loading there (adapters load in 0.1–0.4 s, LLMs in seconds).
+pub(crate) const LOADING_GRACE_MS: u64 = 2_000;
+/// Loads a backend is given at once: a model load holds memory bandwidth
+/// and, on many servers, a serving slot, so piling loads onto one backend
+/// stalls the warm traffic it serves.
+pub(crate) const LOADS_AT_ONCE: usize = 1;
+
+/// What is being routed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask {
+    pub(crate) kind: RequestKind,
+    pub(crate) urgency: Urgency,
+    /// The model ID's carried xxh3 hash.
+    pub(crate) key: u64,
+    /// How many owners the model has now (inference only).
+    pub(crate) owners: usize,
+    /// Whether the request is in the sample that renews its model's
+    /// recency where it is resident already (see [`Residency::touch_with`]).
+    ///
+    /// [`Residency::touch_with`]: crate::balance::state::residency::Residency::touch_with
+    pub(crate) sampled: bool,
+    /// Whether the model has no recent demand (its demand bucket is
+    /// empty): nothing to keep warm for it.
+    pub(crate) unseen: bool,
+    /// A backend not to pick: for a hedge's backup, the index of the
+    /// backend its first attempt went to — the backup is refused
+    /// ([`Miss::NoAlternative`]) unless another eligible backend has the
+    /// model resident; when strict (a retry), honoured while any other
+    /// backend is eligible. Inference only.
+    pub(crate) exclude: Option<(usize, bool)>,
+}
+
+/// The knobs of a pick.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules {
+    /// Bounded-load factor `c`.
+    pub(crate) load_factor: f64,
+    /// Panic mode when fewer than this share of backends are eligible.
+    pub(crate) panic_threshold: f64,
+    /// Placement on: a cold copy costs a load call, so a request waits on
+    /// its owner's load rather than spill to another cold backend.
+    pub(crate) placement: bool,
+    /// Placement's [`WhenCold::PreferWarm`](crate::placement::WhenCold):
+    /// with no owner serving the model under the cap, a backend past the
+    /// owners that serves it comes before an owner that must load it.
+    pub(crate) prefer_warm: bool,
+}
+
+/// A chosen backend with its breaker permit.
+#[derive(Debug)]
+pub(crate) struct Pick {
+    pub(crate) index: usize,
+    pub(crate) admission: Admission,
+    pub(crate) branch: Branch,
+    /// An inference request whose model was not yet served there: its
+    /// success confirms the model in memory.
+    pub(crate) confirms: bool,
+    /// With `prefer_warm`, the owner passed over for a warm backend: the
+    /// model should be loaded there.
+    pub(crate) prefetch: Option<usize>,
+}
+
+/// Room for a pick's three owner lists, kept by each balancer clone and
+/// reused, never cleared: a pick overwrites the part it reads, so no pick
+/// zeroes it. Lists of up to [`INLINE_OWNERS`] owners each fit inline (a
+/// clone whose models all have few owners — the default `owners` is 2 —
+/// never allocates for them); longer ones go to a heap buffer that grows
+/// to three times the most owners listed and is not shrunk, so a clone
+/// allocates for it once per new high.
+#[derive(Debug)]
+pub(crate) struct Scratch {
+    inline: [usize; 3 * INLINE_OWNERS],
+    pub(crate) heap: Vec<usize>,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Self {
+            inline: [0; 3 * INLINE_OWNERS],
+            heap: Vec::new(),
+        }
+    }
+}
+
+impl Scratch {
+    /// `len` slots, holding whatever the last pick left there.
+    #[inline]
+    pub(crate) fn room(&mut self, len: usize) -> &mut [usize] {
+        if len <= self.inline.len() {
+            return &mut self.inline[..len];
+        }
+        if self.heap.len() < len {
+            self.heap.resize(len, 0);
+        }
+        &mut self.heap[..len]
+    }
+}
+
+/// Why a pick chose no backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Miss {
+    /// No backend admits the request.
+    NoBackend,
+    /// A hedge's backup (a non-strict [`Ask::exclude`]) for a model no
+    /// other eligible backend has resident: refused before any pick.
+    NoAlternative,
+}
+
+/// The bounded-load cap: `ceil(c × (total in-flight + 1) / n)`, `n` the
+/// backends the ring in force stands for ([`Table::in_ring`]): a backend
+/// whose join is still staged holds part of its share of the ring, and
+/// takes that part of the traffic — counted as a whole backend, it would
+/// lower every other backend's cap while it warms up.
+pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
+    let n = table.in_ring.max(1.0);
+    (c * (table.fleet_load() + 1) as f64 / n).ceil() as usize
+}
+
+/// Envoy's panic threshold: fewer than `threshold × n` backends eligible
+/// and healthy — a backend the ejection cap alone keeps in counts as
+/// unhealthy, so that with every backend unhealthy the balancer panics
+/// rather than pile the traffic onto those the cap kept.
+/// Free while every breaker is closed and no backend ejected nor held,
+/// and while too few are out to reach the threshold: a backend does not
+/// count only when its breaker is not closed, health ejected or held it
+/// or it was removed, so at least
+/// `n − not_closed − ejected − held − removed` backends count
+/// (the counts may overlap, which only lowers the bound). Otherwise a scan
+/// of the table, which stops once the answer is known — without the
+/// bound, a fleet of 1,000 with one breaker open would check every
+/// backend on every pick.
+pub(crate) fn in_panic(table: &Table, threshold: f64, now: &Now) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    let fleet = &table.fleet;
+    let out = fleet.gauges.not_closed.load(Relaxed)
+        + fleet.gauges.ejected.load(Relaxed)
+        + fleet.gauges.held.load(Relaxed);
+    if threshold <= 0.0 || out == 0 {
+        return false;
+    }
+    let n = table.backends.len();
+    let needed = threshold * n as f64;
+    let surely_eligible = n.saturating_sub(out + fleet.gauges.removed.load(Relaxed));
+    if surely_eligible as f64 >= needed {
+        return false;
+    }
+    let now = now.get();
+    let mut eligible = 0usize;
+    for (seen, b) in table.backends.iter().enumerate() {
+        if b.counts_healthy(now) {
+            eligible += 1;
+            if eligible as f64 >= needed {
+                return false;
+            }
+        } else if ((eligible + n - seen - 1) as f64) < needed {
+            // Too few left to reach the threshold.
+            return true;
+        }
+    }
+    (eligible as f64) < needed
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Normal,
+    /// Every backend not removed nor drained by hand is eligible, breakers
+    /// bypassed.
+    Panic,
+}
+
+pub(crate) struct Ctx<'a> {
+    pub(crate) table: &'a Table,
+    pub(crate) mode: Mode,
+    pub(crate) now: &'a Now,
+    /// The model's hash: keys its breakers in `BackendModel` scope.
+    pub(crate) key: u64,
+    /// A backend treated as not eligible (see [`Ask::exclude`]).
+    pub(crate) exclude: Option<usize>,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn state(&self, i: usize) -> &BackendState {
+        &self.table.backends[i]
+    }
+
+    pub(crate) fn eligible(&self, i: usize) -> bool {
+        if self.exclude == Some(i) {
+            return false;
+        }
+        match self.mode {
+            Mode::Normal => self.state(i).eligible_for(self.key, self.now),
+            Mode::Panic => !self.state(i).is_removed() && !self.state(i).is_drained(),
+        }
+    }
+
+    /// Takes a permit on backend `i`: the breaker in scope's (the
+    /// backend's, or the (backend, model) pair's; it may refuse a half-open
+    /// breaker whose probes are out), or a bypass in panic mode.
+    #[inline(always)]
+    pub(crate) fn admit(&self, i: usize, branch: Branch) -> Option<Pick> {
+        let state = self.state(i);
+        let (admission, branch) = match self.mode {
+            Mode::Normal => (state.try_acquire(self.key, self.now)?, branch),
+            Mode::Panic => (Admission::Bypass, Branch::Panic),
+        };
+        Some(Pick {
+            index: i,
+            admission,
+            branch,
+            confirms: false,
+            prefetch: None,
+        })
+    }
+
+    /// Whether the model is served, or may still be loading, on `i`.
+    pub(crate) fn resident(&self, i: usize, key: u64) -> bool {
+        self.presence(i, key) != Presence::Absent
+    }
+
+    pub(crate) fn presence(&self, i: usize, key: u64) -> Presence {
+        let now_ms = || self.table.fleet.millis(self.now.get());
+        self.state(i).residency.presence(key, now_ms)
+    }
+
+    /// The cheapest of `among` (all eligible), a backend whose breaker
+    /// waits for its half-open probes first.
+    pub(crate) fn cheapest(&self, among: impl Iterator<Item = usize>) -> Option<usize> {
+        among
+            .map(|i| (i, self.probing(i), self.state(i).cost()))
+            .min_by(|a, b| b.1.cmp(&a.1).then(a.2.total_cmp(&b.2)))
+            .map(|(i, _, _)| i)
+    }
+
+    /// Whether eligible backend `i`'s breaker is not closed (it admits
+    /// calls, so its open duration is up or a half-open permit is left):
+    /// the request is one of its few half-open probes. Its cost is no
+    /// guide then — its latency estimate is full of the failure penalties
+    /// that tripped it and nothing refreshes it while it is out — and
+    /// left to P2C, the probes would wait for the rival to be the costlier
+    /// (or over the cap), keeping a healed backend out past its open
+    /// duration. The permits bound what a still failing backend gets.
+    /// Backend scope only (in `BackendModel` scope a pair's breaker
+    /// decides), never in panic mode (breakers bypassed).
+    pub(crate) fn probing(&self, i: usize) -> bool {
+        self.mode == Mode::Normal
+            && self.table.fleet.scoped.is_none()
+            && !self.state(i).breaker.admits_freely()
+    }
+
+    /// Power of two choices on cost over `set`.
+    pub(crate) fn p2c(&self, set: &[usize], random: &mut impl FnMut() -> u64) -> Option<usize> {
+        match set.len() {
+            0 => None,
+            1 => Some(set[0]),
+            2 => self.cheapest(set.iter().copied()),
+            n => {
+                let [a, b] = sample2(n as u64, random);
+                self.cheapest([set[a], set[b]].into_iter())
+            }
+        }
+    }
+}
+
+/// Two distinct indices in `0..n` (`n >= 2`), uniformly (Floyd's
+/// combination algorithm for two).
+pub(crate) fn sample2(n: u64, random: &mut impl FnMut() -> u64) -> [usize; 2] {
+    let a = random() % (n - 1);
+    let b = random() % n;
+    let a = if a == b { n - 1 } else { a };
+    [a as usize, b as usize]
+}

@@ -1,0 +1,265 @@
+//! Inference: the model's owners by residency and cost under the
+//! bounded-load cap, then a spill along the ring (see the
+//! [balancer's docs](crate::balance) for the order).
+
+use crate::balance::choose::ctx::{
+    load_cap, Ask, Ctx, Pick, Rules, Scratch, LOADING_GRACE_MS, LOADS_AT_ONCE, MAX_OWNERS,
+    SPILL_SCAN,
+};
+use crate::balance::state::residency::Presence;
+use crate::balance::state::traffic::Branch;
+use crate::route::Urgency;
+
+/// Inference: among the model's eligible owners, the resident ones under
+/// the bounded-load cap by P2C on cost — those where the model was served
+/// first, then those where it may still be loading (a request there would
+/// wait for the load) — else the first cold owner under the cap with no
+/// load in progress. With every owner out, spill along the ring: to a
+/// backend under the cap with the model resident, else — while the owners'
+/// copy may still be loading — with a free model slot and no load in
+/// progress (nothing evicted); else, for a model without demand cold on
+/// every owner while every owner is at the cap (a hash flood's IDs), a
+/// backend under the cap where loading it evicts the least; else wait on
+/// the cheapest owner (resident first). With no
+/// owner eligible: a resident backend, else the one where loading evicts
+/// the model idle longest. `High` urgency takes the cheapest resident owner
+/// instead of sampling; `Critical` takes the cheapest resident owner even
+/// over the cap, and goes to a resident backend past the owners before any
+/// cold one.
+pub(crate) fn pick_inference(
+    ctx: &Ctx<'_>,
+    ask: &Ask,
+    rules: &Rules,
+    random: &mut impl FnMut() -> u64,
+    scratch: &mut Scratch,
+) -> Option<Pick> {
+    let c = rules.load_factor;
+    let table = ctx.table;
+    let key = ask.key;
+    // The cap is at least 1 (c ≥ 1): an idle backend is under it without
+    // summing the fleet's counters.
+    let cap = std::cell::OnceCell::new();
+    let under = |i: usize| match table.backends[i].load() {
+        0 => true,
+        load => load < *cap.get_or_init(|| load_cap(table, c)),
+    };
+    let k = ask.owners.clamp(1, MAX_OWNERS);
+
+    // The eligible owners in walk order, and those of them with room under
+    // the cap and the model served, or still loading: three lists of up to
+    // `k` in the clone's scratch (only the listed prefix of each is read).
+    let (all, rest) = scratch.room(3 * k).split_at_mut(k);
+    let (served, loading) = rest.split_at_mut(k);
+    let (mut all_len, mut served_len, mut loading_len) = (0, 0, 0);
+    for i in table.ring.walk(key).take(k).filter(|&i| ctx.eligible(i)) {
+        all[all_len] = i;
+        all_len += 1;
+        if !under(i) {
+            continue;
+        }
+        match ctx.presence(i, key) {
+            Presence::Served => {
+                served[served_len] = i;
+                served_len += 1;
+            }
+            Presence::Loading => {
+                loading[loading_len] = i;
+                loading_len += 1;
+            }
+            Presence::Absent => {}
+        }
+    }
+    let eligible_owners = &all[..all_len];
+    let (served_under, loading_under) = (&served[..served_len], &loading[..loading_len]);
+    let resident_owners = || {
+        eligible_owners
+            .iter()
+            .copied()
+            .filter(|&i| ctx.resident(i, key))
+    };
+    let served_owners = || {
+        eligible_owners
+            .iter()
+            .copied()
+            .filter(|&i| ctx.presence(i, key) == Presence::Served)
+    };
+
+    let choice = match ask.urgency {
+        Urgency::Critical => ctx
+            .cheapest(served_owners())
+            .or_else(|| ctx.cheapest(resident_owners()))
+            .map(|i| (i, Branch::ResidentOwner))
+            .or_else(|| spill_resident(ctx, ask, k, |_| true).map(|i| (i, Branch::Spill))),
+        Urgency::High => ctx
+            .cheapest(served_under.iter().copied())
+            .or_else(|| ctx.cheapest(loading_under.iter().copied()))
+            .map(|i| (i, Branch::ResidentOwner)),
+        _ if rules.prefer_warm => ctx
+            .p2c(served_under, random)
+            .map(|i| (i, Branch::ResidentOwner))
+            .or_else(|| {
+                let served = |i| under(i) && ctx.presence(i, key) == Presence::Served;
+                spill_resident(ctx, ask, k, served).map(|i| (i, Branch::Spill))
+            })
+            .or_else(|| {
+                ctx.p2c(loading_under, random)
+                    .map(|i| (i, Branch::ResidentOwner))
+            }),
+        _ => ctx
+            .p2c(served_under, random)
+            .or_else(|| ctx.p2c(loading_under, random))
+            .map(|i| (i, Branch::ResidentOwner)),
+    };
+    // A warm backend past the owners took it: the first owner without the
+    // model served loads it, for the requests to come.
+    let prefetch = match choice {
+        Some((_, Branch::Spill)) if rules.prefer_warm => eligible_owners
+            .iter()
+            .copied()
+            .find(|&i| ctx.presence(i, key) != Presence::Served),
+        _ => None,
+    };
+    let now_ms = || table.fleet.millis(ctx.now.get());
+    let can_load = |i: usize| {
+        let residency = &table.backends[i].residency;
+        residency.loading(now_ms, LOADING_GRACE_MS) < LOADS_AT_ONCE
+            && !residency.refused(key, now_ms)
+    };
+    let choice = choice
+        .or_else(|| {
+            eligible_owners
+                .iter()
+                .copied()
+                .find(|&i| under(i) && can_load(i))
+                .map(|i| (i, Branch::ColdOwner))
+        })
+        .or_else(|| spill_resident(ctx, ask, k, under).map(|i| (i, Branch::Spill)))
+        .or_else(|| {
+            // A second copy is worth a cold load only while the owners'
+            // copy may itself still be loading: the spilled request waits
+            // no longer than it would have there. Past that, the owner's
+            // queue is the cheaper wait.
+            let loading = eligible_owners.iter().any(|&i| {
+                let residency = &table.backends[i].residency;
+                residency.arrived_within(key, now_ms(), LOADING_GRACE_MS)
+            });
+            (loading && !rules.placement)
+                .then(|| spill_cold(ctx, ask, k, |i| under(i) && can_load(i), now_ms(), u64::MAX))
+                .flatten()
+        })
+        .or_else(|| {
+            // A model without recent demand, cold on every owner, every
+            // owner at the cap: nothing to keep warm, and loading it on a
+            // backend under the cap costs what loading it on an owner would
+            // and keeps the cap. IDs crafted to share one owner (a hash
+            // flood) end here, one load each, spread out. A model in demand
+            // waits on its owner instead (below): a second cold copy of it
+            // would evict another backend's working set. With placement on
+            // the repository's allow-list refuses crafted IDs already, and
+            // a load off the owners is a copy nobody unloads: a model of
+            // little demand waits on its owner too (against real MLServer
+            // servers, this branch put a model on 3 servers with 1 owner).
+            let cold = resident_owners().next().is_none();
+            let full = !eligible_owners.iter().any(|&i| under(i));
+            (ask.unseen && cold && full && !rules.placement && !eligible_owners.is_empty())
+                .then(|| spill_cold(ctx, ask, k, under, now_ms(), 0))
+                .flatten()
+        })
+        .or_else(|| {
+            // No room anywhere without evicting a model in use: wait on an
+            // owner, however loaded, rather than thrash another backend.
+            ctx.cheapest(resident_owners())
+                .map(|i| (i, Branch::ResidentOwner))
+                .or_else(|| {
+                    ctx.cheapest(eligible_owners.iter().copied())
+                        .map(|i| (i, Branch::ColdOwner))
+                })
+        })
+        // No owner is eligible: somewhere warm, else where loading the
+        // model does the least harm.
+        .or_else(|| spill_resident(ctx, ask, k, |_| true).map(|i| (i, Branch::Spill)))
+        .or_else(|| spill_cold(ctx, ask, k, under, now_ms(), 0))
+        .or_else(|| spill_cold(ctx, ask, k, |_| true, now_ms(), 0));
+    let owner_branch = |i: usize| {
+        if ctx.resident(i, key) {
+            Branch::ResidentOwner
+        } else {
+            Branch::ColdOwner
+        }
+    };
+    if let Some(mut pick) = choice.and_then(|(i, branch)| ctx.admit(i, branch)) {
+        pick.prefetch = prefetch;
+        return Some(pick);
+    }
+    // The choice's breaker refused (its half-open probes are out): the
+    // first admitting backend along the walk.
+    table
+        .ring
+        .walk(key)
+        .enumerate()
+        .filter(|&(_, i)| ctx.eligible(i))
+        .find_map(|(pos, i)| {
+            let branch = if pos < k {
+                owner_branch(i)
+            } else {
+                Branch::Spill
+            };
+            ctx.admit(i, branch)
+        })
+}
+
+/// Whether a backend other than `x`, among the model's owners and the
+/// [`SPILL_SCAN`] backends past them, is eligible with the model resident:
+/// only then does a backup skip `x` (a cold load is slower than the wait it
+/// would hedge).
+pub(crate) fn resident_elsewhere(ctx: &Ctx<'_>, ask: &Ask, x: usize) -> bool {
+    let k = ask.owners.clamp(1, MAX_OWNERS);
+    ctx.table
+        .ring
+        .walk(ask.key)
+        .take(k + SPILL_SCAN)
+        .any(|i| i != x && ctx.eligible(i) && ctx.resident(i, ask.key))
+}
+
+/// The first eligible backend past the `k` owners, within [`SPILL_SCAN`],
+/// that has the model resident and passes `ok`.
+fn spill_resident(ctx: &Ctx<'_>, ask: &Ask, k: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
+    ctx.table
+        .ring
+        .walk(ask.key)
+        .skip(k)
+        .take(SPILL_SCAN)
+        .find(|&i| ctx.eligible(i) && ok(i) && ctx.resident(i, ask.key))
+}
+
+/// Among the first [`SPILL_SCAN`] eligible backends past the `k` owners
+/// that pass `ok`, the one whose least recently used model has been idle
+/// longest (a free slot first; the earlier on ties), if idle at least
+/// `min_idle_ms`: where loading the model evicts the least in use.
+fn spill_cold(
+    ctx: &Ctx<'_>,
+    ask: &Ask,
+    k: usize,
+    ok: impl Fn(usize) -> bool,
+    now_ms: u64,
+    min_idle_ms: u64,
+) -> Option<(usize, Branch)> {
+    let mut best: Option<(usize, u64)> = None;
+    for i in ctx
+        .table
+        .ring
+        .walk(ask.key)
+        .skip(k)
+        .filter(|&i| ctx.eligible(i) && ok(i))
+        .take(SPILL_SCAN)
+    {
+        let idle = ctx.state(i).residency.idle_ms(now_ms);
+        if idle >= min_idle_ms && best.is_none_or(|(_, b)| idle > b) {
+            best = Some((i, idle));
+        }
+        if idle == u64::MAX {
+            break;
+        }
+    }
+    best.map(|(i, _)| (i, Branch::Spill))
+}

@@ -1,0 +1,20 @@
+//! How a backend is chosen for one request.
+//!
+//! | File | Does |
+//! |---|---|
+//! | `decide.rs` | one routing decision, shared by the `Service` path and the pick API: reads the route, sizes the owners, picks, counts, hands back a [`Guard`](super::completion::guard::Guard) |
+//! | `pick.rs` | the pick over one table (pure: no IO, no allocation): panic mode, a hedge's exclusion, inference or update |
+//! | `ctx.rs` | what a pick works on: the ask, the rules, the result, and the view of one table (eligibility, cost, the bounded-load cap) |
+//! | `inference.rs` | inference: owners by residency and cost, then spill along the ring |
+//! | `update.rs` | updates: the cheaper of two random backends (P2C) |
+//! | `sampler.rs` | which requests feed the estimates |
+
+pub(crate) mod ctx;
+pub(crate) mod decide;
+pub(crate) mod inference;
+pub(crate) mod pick;
+pub(crate) mod sampler;
+pub(crate) mod update;
+
+#[cfg(test)]
+mod tests;

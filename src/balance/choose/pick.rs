@@ -1,0 +1,57 @@
+//! Choosing a backend for one request from a table: panic mode, a
+//! hedge's exclusion, then [inference](super::inference) or
+//! [update](super::update), and the model marked resident where it went.
+
+use crate::balance::choose::ctx::{in_panic, Ask, Ctx, Miss, Mode, Pick, Rules, Scratch};
+use crate::balance::choose::inference::{pick_inference, resident_elsewhere};
+use crate::balance::choose::update::pick_update;
+use crate::balance::state::clock::Now;
+use crate::balance::state::table::Table;
+use crate::route::RequestKind;
+
+/// Picks a backend, or says why none. Inference marks the model resident
+/// on the chosen backend (it is loaded there to serve the request).
+pub(crate) fn pick(
+    table: &Table,
+    ask: &Ask,
+    rules: &Rules,
+    now: &Now,
+    random: &mut impl FnMut() -> u64,
+    scratch: &mut Scratch,
+) -> Result<Pick, Miss> {
+    let mode = if in_panic(table, rules.panic_threshold, now) {
+        Mode::Panic
+    } else {
+        Mode::Normal
+    };
+    let mut ctx = Ctx {
+        table,
+        mode,
+        now,
+        key: ask.key,
+        exclude: None,
+    };
+    if let Some((x, strict)) = ask.exclude.filter(|_| ask.kind != RequestKind::Update) {
+        let elsewhere = match strict {
+            true => (0..table.backends.len()).any(|i| i != x && ctx.eligible(i)),
+            false => resident_elsewhere(&ctx, ask, x),
+        };
+        if !elsewhere && !strict {
+            return Err(Miss::NoAlternative);
+        }
+        ctx.exclude = elsewhere.then_some(x);
+    }
+    let mut picked = match ask.kind {
+        RequestKind::Update => pick_update(&ctx, random),
+        _ => pick_inference(&ctx, ask, rules, random, scratch),
+    }
+    .ok_or(Miss::NoBackend)?;
+    if ask.kind != RequestKind::Update {
+        let state = &table.backends[picked.index];
+        // A clock already read renews the stamp for free.
+        let refresh = ask.sampled || now.read().is_some();
+        let now_ms = || table.fleet.millis(now.get());
+        picked.confirms = !state.residency.touch_with(ask.key, refresh, now_ms);
+    }
+    Ok(picked)
+}

@@ -1,0 +1,132 @@
+//! What every backend of one balancer shares: the settings copied from
+//! the config, the gauges the panic threshold and the handle read, the
+//! pair breakers, on-demand placement, the models' work.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::balance::config::{BalanceConfig, BreakerHook, Classification, ResidencyHeader};
+use crate::balance::state::demand::Work;
+use crate::balance::state::placement::Placement;
+use crate::balance::state::scoped::{BreakerScope, Scoped};
+use crate::balance::state::traffic::FleetTraffic;
+use crate::health::HealthPolicy;
+
+/// What every backend of one balancer shares (each holds it by `Arc`).
+#[derive(Debug)]
+pub(crate) struct Fleet {
+    /// What the config says, as the backends read it.
+    pub(crate) settings: Settings,
+    /// Counts over every backend.
+    pub(crate) gauges: Gauges,
+    /// Origin of the millisecond stamps in residency tables.
+    pub(crate) base: Instant,
+    /// The (backend, model) pair breakers, in `BackendModel` scope.
+    pub(crate) scoped: Option<Scoped>,
+    /// On-demand placement, once enabled.
+    pub(crate) placement: OnceLock<Arc<Placement>>,
+    /// Latency of each model's warm requests against the mean: its work.
+    pub(crate) work: Work,
+    /// The next backend state's
+    /// [`BackendState::uid`](crate::balance::state::backend::BackendState::uid).
+    pub(crate) next_uid: AtomicU64,
+}
+
+/// The part of the config the backends read, copied once.
+#[derive(Debug, Default)]
+pub(crate) struct Settings {
+    /// Told of the backend breakers' transitions.
+    pub(crate) breaker_hook: Option<BreakerHook>,
+    /// How health is scored.
+    pub(crate) health: HealthPolicy,
+    /// Time constant of an idle backend's latency estimate.
+    pub(crate) latency_decay: Duration,
+    /// The response header residency is learned from.
+    pub(crate) residency_header: Option<ResidencyHeader>,
+    /// What a response's outcome is read from.
+    pub(crate) classification: Classification,
+}
+
+/// Counts over every backend of one balancer, kept up to date by the
+/// backends' states, discovery and the health task; the panic threshold
+/// and the handle read them.
+#[derive(Debug, Default)]
+pub(crate) struct Gauges {
+    /// Requests picked by branch and finished.
+    pub(crate) traffic: FleetTraffic,
+    /// Backends whose breaker is open or half-open.
+    pub(crate) not_closed: Arc<AtomicUsize>,
+    /// Inserts discovery made that were ignored (duplicate ID, ring point
+    /// limit).
+    pub(crate) ignored: AtomicU64,
+    /// Backends ejected by health at the last evaluation.
+    pub(crate) ejected: AtomicUsize,
+    /// Backends that asked to be ejected at the last evaluation and that
+    /// the ejection cap kept in: unhealthy for the panic threshold.
+    pub(crate) held: AtomicUsize,
+    /// Backend states marked removed and not yet dropped (some may be in
+    /// no table any more): with `not_closed` and `ejected`, a bound on the
+    /// backends of a table that are not eligible.
+    pub(crate) removed: AtomicUsize,
+}
+
+impl Settings {
+    fn of(config: &BalanceConfig) -> Self {
+        Self {
+            breaker_hook: config.breaker_hook.clone(),
+            health: config.health.clone(),
+            latency_decay: config.latency_decay,
+            residency_header: config.residency_header.clone(),
+            classification: config.classification,
+        }
+    }
+}
+
+impl Fleet {
+    /// A fleet with one breaker per backend and the default settings.
+    #[cfg(test)]
+    pub(crate) fn new() -> Self {
+        Self::with(
+            None,
+            Settings {
+                latency_decay: crate::balance::config::DEFAULT_LATENCY_DECAY,
+                ..Settings::default()
+            },
+        )
+    }
+
+    /// A fleet with the settings and the breakers `config` gives.
+    pub(crate) fn for_config(config: &BalanceConfig) -> Self {
+        let scoped = match config.breaker_scope {
+            BreakerScope::Backend => None,
+            BreakerScope::BackendModel { max_pairs } => {
+                Some(Scoped::new(config.breaker.clone(), max_pairs))
+            }
+        };
+        Self::with(scoped, Settings::of(config))
+    }
+
+    fn with(scoped: Option<Scoped>, settings: Settings) -> Self {
+        Self {
+            settings,
+            gauges: Gauges::default(),
+            base: Instant::now(),
+            scoped,
+            placement: OnceLock::new(),
+            work: Work::new(),
+            next_uid: AtomicU64::new(0),
+        }
+    }
+    /// Milliseconds from the fleet's base to `now`.
+    pub(crate) fn millis(&self, now: Instant) -> u64 {
+        // Not `as_millis`: its u128 arithmetic shows on the pick path.
+        let since = now.saturating_duration_since(self.base);
+        since
+            .as_secs()
+            .saturating_mul(1_000)
+            .saturating_add(u64::from(since.subsec_millis()))
+    }
+}

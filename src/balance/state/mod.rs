@@ -1,0 +1,35 @@
+//! What the balancer knows, shared by the request path and the background
+//! tasks: the routing snapshot and the live state of each backend.
+//!
+//! Nothing here does IO or spawns; the request path reads it without a lock,
+//! the [tasks](super::tasks) write it.
+//!
+//! | File | Holds |
+//! |---|---|
+//! | `shared.rs` | [`Shared`](shared::Shared): what every clone of one balancer shares — the snapshot, the config, demand, the counters; [`View`](shared::View), the same without the endpoint type |
+//! | `table.rs` | the routing snapshot: ring and per-backend state, swapped atomically |
+//! | `backend.rs` | one backend's live state: in flight, breaker, residency, latency, health |
+//! | `fleet.rs` | what every backend of one balancer shares: settings from the config, gauges, pair breakers, placement |
+//! | `traffic.rs` | request counts per backend and per branch |
+//! | `cost.rs` | the cost of one more request, and the latency estimate |
+//! | `demand.rs` | each model's share of recent inference traffic, and its owner count |
+//! | `residency.rs` | which models a backend holds, as far as the balancer knows |
+//! | `health.rs` | a backend's health as the request path records and reads it |
+//! | `placement.rs` | the book of on-demand model loads |
+//! | `scoped.rs` | breakers per (backend, model) pair |
+//! | `lru.rs` | a bounded least-recently-used map (for `scoped.rs`) |
+//! | `clock.rs` | one pick's time, read only if a step needs it |
+
+pub(crate) mod backend;
+pub(crate) mod clock;
+pub(crate) mod cost;
+pub(crate) mod demand;
+pub(crate) mod fleet;
+pub(crate) mod health;
+pub(crate) mod lru;
+pub(crate) mod placement;
+pub(crate) mod residency;
+pub(crate) mod scoped;
+pub(crate) mod shared;
+pub(crate) mod table;
+pub(crate) mod traffic;

@@ -1,0 +1,131 @@
+//! What every clone and handle of one balancer shares, and the same
+//! without the endpoint type ([`View`]) for the handle and the background
+//! tasks.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::balance::config::BalanceConfig;
+use crate::balance::state::demand::{Bounds, Demand};
+use crate::balance::state::placement::Owners;
+use crate::balance::state::table::{Snapshot, Table};
+
+/// State shared by a balancer's clones and its discovery task.
+#[derive(Debug)]
+pub(crate) struct Shared<E> {
+    pub(crate) snapshot: ArcSwap<Snapshot<E>>,
+    pub(crate) config: BalanceConfig,
+    pub(crate) stats: Counters,
+    pub(crate) demand: Demand,
+    /// `config.model_owners` by model hash, sorted.
+    pub(crate) fixed_owners: Box<[(u64, usize)]>,
+    pub(crate) clones: AtomicU64,
+    /// Dropped with the last clone and handle: tells the background tasks
+    /// (discovery, health, probes) to stop even while they wait.
+    pub(crate) gone: tokio::sync::watch::Sender<()>,
+}
+
+impl<E> Shared<E> {
+    pub(crate) fn new(
+        snapshot: Snapshot<E>,
+        config: BalanceConfig,
+        gone: tokio::sync::watch::Sender<()>,
+    ) -> Self {
+        let mut fixed_owners: Vec<(u64, usize)> = config
+            .model_owners
+            .iter()
+            .map(|(model, k)| (model.hash64(), *k))
+            .collect();
+        fixed_owners.sort_unstable();
+        Self {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            config,
+            stats: Counters::default(),
+            demand: Demand::new(),
+            fixed_owners: fixed_owners.into_boxed_slice(),
+            clones: AtomicU64::new(0),
+            gone,
+        }
+    }
+
+    pub(crate) fn publish(&self, snapshot: Snapshot<E>) {
+        self.snapshot.store(Arc::new(snapshot));
+    }
+}
+
+impl<E: Send + Sync> View for Shared<E> {
+    fn table(&self) -> Arc<Table> {
+        self.snapshot.load().table.clone()
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.stats
+    }
+
+    fn gone(&self) -> tokio::sync::watch::Receiver<()> {
+        self.gone.subscribe()
+    }
+
+    fn owners_of(&self, key: u64) -> usize {
+        let n = self.snapshot.load().table.in_ring;
+        Shared::owners_of(self, key, false, n, 1.0)
+    }
+}
+
+/// The requests that reached no backend; those picked are counted by
+/// branch in the fleet's traffic.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) no_backend: AtomicU64,
+    pub(crate) invalid_route: AtomicU64,
+}
+
+/// What the handle reads from the balancer's shared state, whatever its
+/// endpoint type.
+pub(crate) trait View: Owners {
+    fn table(&self) -> Arc<Table>;
+    fn counters(&self) -> &Counters;
+    /// Closed once every clone and handle of the balancer is dropped.
+    fn gone(&self) -> tokio::sync::watch::Receiver<()>;
+    /// How many owners the model with hash `key` has now.
+    fn owners_of(&self, key: u64) -> usize;
+}
+
+impl<E: Send + Sync> Owners for Shared<E> {
+    /// Whether the backend with `uid` is one of the owners of the model
+    /// with hash `key` now.
+    fn owns(&self, uid: u64, key: u64) -> bool {
+        let table = View::table(self);
+        let k = View::owners_of(self, key);
+        table
+            .ring
+            .walk(key)
+            .take(k)
+            .any(|i| table.backends[i].uid == uid)
+    }
+}
+
+impl<E> Shared<E> {
+    /// How many owners the model with hash `key` has over `n` backends (the
+    /// ring's, [`Table::in_ring`](crate::balance::state::table::Table::in_ring))
+    /// (counting this request in its demand if `count`, its share weighted
+    /// by `work`, its work per request over the mean).
+    pub(crate) fn owners_of(&self, key: u64, count: bool, n: f64, work: f64) -> usize {
+        match self.fixed_owners(key) {
+            Some(k) => k,
+            None => self
+                .demand
+                .owners(key, count, Bounds::of(&self.config, n, work)),
+        }
+    }
+
+    fn fixed_owners(&self, key: u64) -> Option<usize> {
+        if self.fixed_owners.is_empty() {
+            return None;
+        }
+        let i = self.fixed_owners.binary_search_by_key(&key, |e| e.0).ok()?;
+        Some(self.fixed_owners[i].1)
+    }
+}

@@ -1,0 +1,45 @@
+//! The routing snapshot: ring plus per-backend state, swapped atomically.
+
+use std::sync::Arc;
+
+use crate::balance::state::backend::BackendState;
+use crate::balance::state::fleet::Fleet;
+use crate::ring::Ring;
+
+/// Ring and backend states; `backends[i]` is ring member `i`.
+#[derive(Debug)]
+pub(crate) struct Table {
+    pub(crate) ring: Ring,
+    pub(crate) backends: Vec<Arc<BackendState>>,
+    pub(crate) fleet: Arc<Fleet>,
+    /// The backends the ring in force stands for: each counts by the share
+    /// of its target points it holds, up to one — a backend whose join is
+    /// still staged counts for the part of the ring it has. Demand sizes
+    /// models' owners over this, so that owners grow with the ring's
+    /// steps rather than all at once when backends join.
+    pub(crate) in_ring: f64,
+}
+
+impl Table {
+    pub(crate) fn empty(fleet: Arc<Fleet>) -> Self {
+        Self {
+            ring: Ring::build(&Default::default(), Vec::new()).expect("an empty ring is valid"),
+            backends: Vec::new(),
+            fleet,
+            in_ring: 0.0,
+        }
+    }
+
+    /// Requests in flight over every backend.
+    pub(crate) fn fleet_load(&self) -> usize {
+        self.fleet.gauges.traffic.in_flight()
+    }
+}
+
+/// What the request path loads: the table and the endpoints, index for
+/// index.
+#[derive(Debug)]
+pub(crate) struct Snapshot<E> {
+    pub(crate) table: Arc<Table>,
+    pub(crate) endpoints: Vec<E>,
+}

@@ -1,0 +1,83 @@
+//! What runs in the background: every task the balancer starts, and the
+//! one place that starts them ([`spawn`]).
+//!
+//! | Task | Started by | Runs | Stops |
+//! |---|---|---|---|
+//! | [discovery](discovery) | [`ModelBalancer::new`](crate::balance::ModelBalancer::new), unless the source was drained at once | applies each batch of [`Change`](tower::discover::Change)s and publishes a snapshot; steps staged ring changes | the source ends, or the balancer is gone |
+//! | [health](health) | [`ModelBalancer::new`](crate::balance::ModelBalancer::new), inside a runtime | scores every backend each health interval, ejects and readmits | the balancer is gone |
+//! | [probes](probes) | [`BalancerHandle::spawn_probes`](crate::balance::BalancerHandle::spawn_probes) | probes each backend's API once a round | its [`BackgroundTask`] is dropped, or the balancer is gone |
+//! | [repository refresh](placement::refresh) | [`BalancerHandle::enable_placement`](crate::balance::BalancerHandle::enable_placement) | re-reads each backend's model repository | its [`BackgroundTask`] is dropped, or the balancer is gone |
+//! | [model load](placement) | a request for a model that is not resident, with placement enabled | one load per (backend, model), shared by the requests that wait for it | the load ends (its timeout bounds it) |
+//!
+//! "The balancer is gone": every clone and handle dropped, which closes
+//! the `gone` channel every task waits on ([`sleep_or_gone`]).
+
+pub(crate) mod discovery;
+pub(crate) mod health;
+pub(crate) mod placement;
+pub(crate) mod probes;
+
+use std::future::Future;
+
+use tokio::task::JoinHandle;
+
+/// A background task of the balancer's that the caller holds: stops when
+/// dropped, or once every clone and handle of the balancer is gone.
+///
+/// Returned by [`BalancerHandle::spawn_probes`](crate::balance::BalancerHandle::spawn_probes)
+/// and [`BalancerHandle::enable_placement`](crate::balance::BalancerHandle::enable_placement).
+#[derive(Debug)]
+#[must_use = "the task stops when it is dropped"]
+pub struct BackgroundTask {
+    task: JoinHandle<()>,
+}
+
+impl BackgroundTask {
+    /// Whether the task has stopped (its balancer is gone).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+}
+
+impl Drop for BackgroundTask {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts `task` on `runtime`: the only place the balancer spawns.
+pub(crate) fn spawn<F>(runtime: &tokio::runtime::Handle, task: F) -> JoinHandle<()>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    runtime.spawn(task)
+}
+
+/// Starts `task` on `runtime`, held by the caller as a [`BackgroundTask`].
+pub(crate) fn spawn_held<F>(runtime: &tokio::runtime::Handle, task: F) -> BackgroundTask
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    BackgroundTask {
+        task: spawn(runtime, task),
+    }
+}
+
+/// Waits until `deadline`; true if the balancer went first (every clone
+/// and handle dropped, `gone` closed).
+pub(crate) async fn sleep_or_gone(
+    deadline: tokio::time::Instant,
+    gone: &mut tokio::sync::watch::Receiver<()>,
+) -> bool {
+    use std::future::Future;
+    let mut sleep = std::pin::pin!(tokio::time::sleep_until(deadline));
+    // Nothing is ever sent: `changed` resolves only once the sender drops.
+    let mut closed = std::pin::pin!(gone.changed());
+    std::future::poll_fn(|cx| {
+        if closed.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(true);
+        }
+        sleep.as_mut().poll(cx).map(|()| false)
+    })
+    .await
+}

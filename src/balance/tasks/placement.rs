@@ -1,0 +1,246 @@
+//! On-demand placement's tasks: a model load per (backend, model),
+//! started by the request that needs it ([`Placement::prepare`], and
+//! [`Placement::prefetch`] under `PreferWarm`) and shared by every request
+//! that waits for it; and the repository refresh, started by
+//! [`BalancerHandle::enable_placement`](crate::balance::BalancerHandle::enable_placement).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{timeout_at, Instant};
+
+use crate::balance::state::backend::BackendState;
+use crate::balance::state::placement::{
+    choose_victim, lock, Candidate, Placement, Prepared, Status, MEMORY_FULL,
+    MEMORY_SIGNALS_MAX_AGE,
+};
+use crate::balance::state::shared::View;
+use crate::balance::tasks::sleep_or_gone;
+use crate::health::probe::ProbeTarget;
+use crate::placement::Repository;
+use crate::route::ModelId;
+
+impl Placement {
+    /// A request for `model` was routed to `state`, where the model is not
+    /// known to be served: refuse it if the repository (as last read) does
+    /// not know the model, else join the load running there or start one.
+    pub(crate) fn prepare(self: &Arc<Self>, state: &Arc<BackendState>, model: ModelId) -> Prepared {
+        let key = model.hash64();
+        if let Some(known) = lock(&self.known).get(&state.uid) {
+            if !known.contains_key(&key) {
+                self.counters.unknown_models.fetch_add(1, Ordering::Relaxed);
+                return Prepared::Unknown;
+            }
+        }
+        if let Some(reason) = self.failed_recently(state.uid, key, Instant::now()) {
+            return Prepared::Failed(reason);
+        }
+        Prepared::Wait(self.start(state, model))
+    }
+
+    /// A 404 from `state` for the model with hash `key`, believed served
+    /// there: not resident after all; one reload starts (unless one runs).
+    pub(crate) fn not_found(self: &Arc<Self>, state: &Arc<BackendState>, key: u64) {
+        state.residency.forget(key);
+        let model = lock(&self.known)
+            .get(&state.uid)
+            .and_then(|known| known.get(&key).cloned());
+        // A model the repository never listed is not reloaded.
+        if let Some(model) = model {
+            if !lock(&self.loads).contains_key(&(state.uid, key)) {
+                self.counters.reloads.fetch_add(1, Ordering::Relaxed);
+            }
+            drop(self.start(state, model));
+        }
+    }
+
+    /// With [`WhenCold::PreferWarm`](crate::placement::WhenCold): the
+    /// request went elsewhere, the owner loads the model anyway.
+    pub(crate) fn prefetch(self: &Arc<Self>, state: &Arc<BackendState>, model: ModelId) {
+        let key = model.hash64();
+        let refused = lock(&self.known)
+            .get(&state.uid)
+            .is_some_and(|known| !known.contains_key(&key));
+        if !refused {
+            drop(self.start(state, model));
+        }
+    }
+
+    /// The load of `model` on `state`: the one running, or a new one.
+    fn start(
+        self: &Arc<Self>,
+        state: &Arc<BackendState>,
+        model: ModelId,
+    ) -> watch::Receiver<Status> {
+        let slot = (state.uid, model.hash64());
+        let mut loads = lock(&self.loads);
+        if let Some(running) = loads.get(&slot) {
+            return running.clone();
+        }
+        let (tx, rx) = watch::channel(Status::Pending);
+        loads.insert(slot, rx.clone());
+        drop(loads);
+        self.counters.loads.fetch_add(1, Ordering::Relaxed);
+        let this = self.clone();
+        let state = state.clone();
+        super::spawn(&self.runtime, async move {
+            let status = this.load(&state, &model).await;
+            let key = model.hash64();
+            match &status {
+                Status::Loaded | Status::Resident => {
+                    let now = state.fleet.millis(Instant::now());
+                    state.residency.touch(key, now);
+                    state.residency.confirm(key);
+                }
+                Status::Failed(reason) | Status::Refused(reason) => {
+                    this.counters.load_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(backend = %state.id, model = %model, reason, "model load failed");
+                    state.residency.forget(key);
+                    let now = Instant::now();
+                    this.remember_failure(state.uid, key, now, reason);
+                    // One failure, however many requests waited for it;
+                    // none when the backend answered (the model's fault).
+                    if matches!(status, Status::Failed(_)) {
+                        state.record_failure(key, now);
+                    }
+                }
+                Status::Unknown | Status::Pending => state.residency.forget(key),
+            }
+            lock(&this.loads).remove(&slot);
+            // Nobody waiting is fine.
+            let _ = tx.send(status);
+        });
+        rx
+    }
+
+    /// Reads the repository, makes room, loads: all within the load
+    /// timeout.
+    async fn load(&self, state: &BackendState, model: &ModelId) -> Status {
+        let Some(address) = state.health.address() else {
+            return Status::Failed("the backend has no address".into());
+        };
+        let target = ProbeTarget::new(state.id.clone(), address);
+        let timeout = self.policy.load_timeout;
+        let deadline = Instant::now() + timeout;
+        let timed_out = || Status::Failed(format!("timed out after {timeout:?}"));
+        let turn = lock(&self.turns).entry(state.uid).or_default().clone();
+        let Ok(_turn) = timeout_at(deadline, turn.lock()).await else {
+            return timed_out();
+        };
+        let repository = match timeout_at(deadline, self.loader.repository(&target)).await {
+            Ok(Ok(repository)) => repository,
+            Ok(Err(error)) => return Status::failed(&error, "repository"),
+            Err(_) => return timed_out(),
+        };
+        self.remember(state, &repository);
+        let key = model.hash64();
+        if !repository.known.iter().any(|m| m.hash64() == key) {
+            self.counters.unknown_models.fetch_add(1, Ordering::Relaxed);
+            return Status::Unknown;
+        }
+        if repository.resident.iter().any(|m| m.hash64() == key) {
+            return Status::Resident;
+        }
+        let full = repository.resident.len() >= state.residency.capacity()
+            || state
+                .health
+                .memory_full(MEMORY_FULL, MEMORY_SIGNALS_MAX_AGE, Instant::now());
+        if self.policy.evict && full {
+            if let Some(victim) = self.victim(state, &repository.resident) {
+                self.counters.unloads.fetch_add(1, Ordering::Relaxed);
+                match timeout_at(deadline, self.loader.unload(&target, victim)).await {
+                    Ok(Ok(())) => state.residency.forget(victim.hash64()),
+                    Ok(Err(error)) => {
+                        tracing::debug!(backend = %state.id, model = %victim, %error, "unload failed")
+                    }
+                    Err(_) => return timed_out(),
+                }
+            }
+        }
+        match timeout_at(deadline, self.loader.load(&target, model)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Status::failed(&error, "load"),
+            Err(_) => return timed_out(),
+        }
+        // What the server evicted to make room, if it did: the balancer
+        // stops sending that model here before a request finds out by 404.
+        if let Ok(Ok(repository)) = timeout_at(deadline, self.loader.repository(&target)).await {
+            self.remember(state, &repository);
+        }
+        Status::Loaded
+    }
+
+    /// Keeps `repository` as `state`'s allow-list; its resident models are
+    /// the server's own list.
+    fn remember(&self, state: &BackendState, repository: &Repository) {
+        let known = repository
+            .known
+            .iter()
+            .map(|m| (m.hash64(), m.clone()))
+            .collect();
+        lock(&self.known).insert(state.uid, known);
+        let now = state.fleet.millis(Instant::now());
+        state
+            .residency
+            .sync(repository.resident.iter().map(ModelId::hash64), now);
+    }
+
+    /// The resident model to unload from `state` to make room: see
+    /// [`choose_victim`].
+    fn victim<'a>(&self, state: &BackendState, resident: &'a [ModelId]) -> Option<&'a ModelId> {
+        let view = self.owners.upgrade()?;
+        let candidates: Vec<Candidate> = resident
+            .iter()
+            .map(|m| {
+                let key = m.hash64();
+                let (last_used_ms, in_flight) = state.residency.usage(key);
+                Candidate {
+                    last_used_ms,
+                    in_flight,
+                    owned: view.owns(state.uid, key),
+                }
+            })
+            .collect();
+        choose_victim(&candidates).map(|i| &resident[i])
+    }
+}
+
+/// Re-reads every backend's repository, an interval apart, until the
+/// balancer is gone.
+pub(crate) async fn refresh(
+    placement: Arc<Placement>,
+    view: Weak<dyn View>,
+    mut gone: watch::Receiver<()>,
+) {
+    loop {
+        let Some(view) = view.upgrade() else {
+            return;
+        };
+        let table = view.table();
+        drop(view);
+        let round = Instant::now();
+        for state in table.backends.iter().filter(|b| !b.is_removed()) {
+            let Some(address) = state.health.address() else {
+                continue;
+            };
+            let target = ProbeTarget::new(state.id.clone(), address);
+            let wait = placement
+                .policy
+                .repository_interval
+                .min(Duration::from_secs(10));
+            match tokio::time::timeout(wait, placement.loader.repository(&target)).await {
+                Ok(Ok(repository)) => placement.remember(state, &repository),
+                Ok(Err(error)) => {
+                    tracing::debug!(backend = %state.id, %error, "repository not read")
+                }
+                Err(_) => tracing::debug!(backend = %state.id, "repository read timed out"),
+            }
+        }
+        drop(table);
+        if sleep_or_gone(round + placement.policy.repository_interval, &mut gone).await {
+            return;
+        }
+    }
+}
