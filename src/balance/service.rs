@@ -245,7 +245,7 @@ where
                 match guard.placement() {
                     None => ResponseFuture::new(endpoint, req, guard),
                     Some(placement) => {
-                        let cold = route.kind == RequestKind::Inference && guard.confirms();
+                        let cold = route.kind == RequestKind::Inference && guard.is_cold();
                         let model = cold.then(|| route.model_id());
                         place(&placement, model, endpoint, req, guard)
                     }

@@ -7,7 +7,7 @@
 
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::clock::Now;
-use crate::balance::state::residency::Presence;
+use crate::balance::state::residency::{Presence, Warmth};
 use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
 use crate::route::{RequestKind, Urgency};
@@ -74,9 +74,9 @@ pub(crate) struct Pick {
     pub(crate) index: usize,
     pub(crate) admission: Admission,
     pub(crate) branch: Branch,
-    /// An inference request whose model was not yet served there: its
-    /// success confirms the model in memory.
-    pub(crate) confirms: bool,
+    /// Cold for an inference request whose model was not yet served
+    /// there: its success confirms the model in memory.
+    pub(crate) warmth: Warmth,
     /// With `prefer_warm`, the owner passed over for a warm backend: the
     /// model should be loaded there.
     pub(crate) prefetch: Option<usize>,
@@ -229,7 +229,7 @@ impl Ctx<'_> {
             index: i,
             admission,
             branch,
-            confirms: false,
+            warmth: Warmth::Warm,
             prefetch: None,
         })
     }

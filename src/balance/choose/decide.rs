@@ -8,6 +8,8 @@ use crate::balance::choose::pick::pick;
 use crate::balance::choose::sampler::Sampler;
 use crate::balance::completion::guard::Guard;
 use crate::balance::state::clock::Now;
+use crate::balance::state::demand::Tally;
+use crate::balance::state::residency::Warmth;
 use crate::balance::state::shared::Shared;
 use crate::balance::state::traffic::Branch;
 use crate::error::{BoxError, NoAlternative, NoHealthyBackend};
@@ -128,11 +130,13 @@ impl Local {
             _ => {
                 // A counted request counts in its model's share, weighted
                 // by the work its requests take.
-                let work = match draw.counted {
-                    true => table.fleet.work.weight(route.hash),
-                    false => 1.0,
+                let tally = match draw.counted {
+                    true => Tally::Count {
+                        work: table.fleet.work.weight(route.hash),
+                    },
+                    false => Tally::Peek,
                 };
-                shared.owners_of(route.hash, draw.counted, table.in_ring, work)
+                shared.owners_of(route.hash, tally, table.in_ring)
             }
         };
         let ask = Ask {
@@ -176,7 +180,10 @@ impl Local {
                 });
             }
         };
-        if placement.is_some() && picked.confirms && picked.branch == Branch::ResidentOwner {
+        if placement.is_some()
+            && picked.warmth == Warmth::Cold
+            && picked.branch == Branch::ResidentOwner
+        {
             // It waits for its model's load there: a cold request.
             picked.branch = Branch::ColdOwner;
         }
@@ -206,7 +213,7 @@ impl Local {
                 picked.admission,
                 started,
                 (route.kind != RequestKind::Update).then_some(route.hash),
-                picked.confirms,
+                picked.warmth,
             ),
         })
     }

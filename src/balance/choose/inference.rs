@@ -144,7 +144,16 @@ pub(crate) fn pick_inference(
                 residency.arrived_within(key, now_ms(), LOADING_GRACE_MS)
             });
             (loading && !rules.placement)
-                .then(|| spill_cold(ctx, ask, k, |i| under(i) && can_load(i), now_ms(), u64::MAX))
+                .then(|| {
+                    spill_cold(
+                        ctx,
+                        ask,
+                        k,
+                        |i| under(i) && can_load(i),
+                        now_ms(),
+                        Room::FreeSlot,
+                    )
+                })
                 .flatten()
         })
         .or_else(|| {
@@ -162,7 +171,7 @@ pub(crate) fn pick_inference(
             let cold = resident_owners().next().is_none();
             let full = !eligible_owners.iter().any(|&i| under(i));
             (ask.unseen && cold && full && !rules.placement && !eligible_owners.is_empty())
-                .then(|| spill_cold(ctx, ask, k, under, now_ms(), 0))
+                .then(|| spill_cold(ctx, ask, k, under, now_ms(), Room::Evict))
                 .flatten()
         })
         .or_else(|| {
@@ -178,8 +187,8 @@ pub(crate) fn pick_inference(
         // No owner is eligible: somewhere warm, else where loading the
         // model does the least harm.
         .or_else(|| spill_resident(ctx, ask, k, |_| true).map(|i| (i, Branch::Spill)))
-        .or_else(|| spill_cold(ctx, ask, k, under, now_ms(), 0))
-        .or_else(|| spill_cold(ctx, ask, k, |_| true, now_ms(), 0));
+        .or_else(|| spill_cold(ctx, ask, k, under, now_ms(), Room::Evict))
+        .or_else(|| spill_cold(ctx, ask, k, |_| true, now_ms(), Room::Evict));
     let owner_branch = |i: usize| {
         if ctx.resident(i, key) {
             Branch::ResidentOwner
@@ -232,18 +241,32 @@ fn spill_resident(ctx: &Ctx<'_>, ask: &Ask, k: usize, ok: impl Fn(usize) -> bool
         .find(|&i| ctx.eligible(i) && ok(i) && ctx.resident(i, ask.key))
 }
 
+/// What a cold spill may do to make room for the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// Take a free model slot only: nothing is evicted.
+    FreeSlot,
+    /// Evict the model idle longest, if no slot is free.
+    Evict,
+}
+
 /// Among the first [`SPILL_SCAN`] eligible backends past the `k` owners
 /// that pass `ok`, the one whose least recently used model has been idle
-/// longest (a free slot first; the earlier on ties), if idle at least
-/// `min_idle_ms`: where loading the model evicts the least in use.
+/// longest (a free slot first; the earlier on ties), under `room`: where
+/// loading the model evicts the least in use.
 fn spill_cold(
     ctx: &Ctx<'_>,
     ask: &Ask,
     k: usize,
     ok: impl Fn(usize) -> bool,
     now_ms: u64,
-    min_idle_ms: u64,
+    room: Room,
 ) -> Option<(usize, Branch)> {
+    // A free slot's idle time is `u64::MAX`.
+    let min_idle_ms = match room {
+        Room::FreeSlot => u64::MAX,
+        Room::Evict => 0,
+    };
     let mut best: Option<(usize, u64)> = None;
     for i in ctx
         .table

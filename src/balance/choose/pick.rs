@@ -6,6 +6,7 @@ use crate::balance::choose::ctx::{in_panic, Ask, Ctx, Miss, Mode, Pick, Rules, S
 use crate::balance::choose::inference::{pick_inference, resident_elsewhere};
 use crate::balance::choose::update::pick_update;
 use crate::balance::state::clock::Now;
+use crate::balance::state::residency::Warmth;
 use crate::balance::state::table::Table;
 use crate::route::RequestKind;
 
@@ -51,7 +52,10 @@ pub(crate) fn pick(
         // A clock already read renews the stamp for free.
         let refresh = ask.sampled || now.read().is_some();
         let now_ms = || table.fleet.millis(now.get());
-        picked.confirms = !state.residency.touch_with(ask.key, refresh, now_ms);
+        picked.warmth = match state.residency.touch_with(ask.key, refresh, now_ms) {
+            true => Warmth::Warm,
+            false => Warmth::Cold,
+        };
     }
     Ok(picked)
 }

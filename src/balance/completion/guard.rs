@@ -9,8 +9,11 @@ use tokio::time::Instant;
 use http::HeaderMap;
 
 use crate::backend::{BackendId, PickedSlot};
+#[cfg(test)]
+use crate::balance::state::backend::Start;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::placement::Placement;
+use crate::balance::state::residency::Warmth;
 use crate::balance::{Classification, ResidencyHeader};
 use crate::breaker::{BreakerState, Outcome};
 use crate::route::ModelId;
@@ -61,9 +64,9 @@ pub struct Guard {
     /// carries, 8 bytes smaller than an `Option`.
     model: u64,
     inference: bool,
-    /// Whether its success confirms the model served on the backend (the
-    /// first requests there, while it may be loading).
-    confirms: bool,
+    /// Cold: the model was not yet known served on the backend (the first
+    /// requests there, while it may be loading); its success confirms it.
+    warmth: Warmth,
     /// Whether it is counted in its model's requests in flight on the
     /// backend (placement on: see [`Residency::enter`]).
     ///
@@ -76,14 +79,14 @@ pub struct Guard {
 
 impl Guard {
     /// `started`: the pick's time, for a request whose latency is timed;
-    /// `model`: an inference request's model; `confirms`: whether its
-    /// success here confirms the model served.
+    /// `model`: an inference request's model; `warmth`: whether the model
+    /// was known served on the backend when it was picked.
     pub(crate) fn new(
         state: Arc<BackendState>,
         admission: Admission,
         started: Option<Instant>,
         model: Option<u64>,
-        confirms: bool,
+        warmth: Warmth,
     ) -> Self {
         state.traffic.start();
         Self {
@@ -92,7 +95,7 @@ impl Guard {
             started,
             model: model.unwrap_or(0),
             inference: model.is_some(),
-            confirms,
+            warmth,
             counted: false,
             slot: None,
         }
@@ -141,8 +144,8 @@ impl Guard {
 
     /// Whether the request's model was not known to be served on the
     /// backend when it was picked (inference only).
-    pub(crate) fn confirms(&self) -> bool {
-        self.confirms
+    pub(crate) fn is_cold(&self) -> bool {
+        self.warmth == Warmth::Cold
     }
 
     /// An inference request's model hash.
@@ -235,7 +238,7 @@ impl Guard {
                 // A request that may have waited for its model to load
                 // says nothing of the backend's health: cold loads are
                 // expected, and the balancer chose them.
-                if !self.confirms {
+                if self.warmth == Warmth::Warm {
                     self.state.health.record(elapsed, false, penalty);
                     // A warm inference request: its model's work.
                     if let Some(key) = self.model() {
@@ -255,7 +258,7 @@ impl Guard {
         }
         // A cold start is slow by nature: the breaker does not judge its
         // time (a 30 s model load is not a slow call).
-        let elapsed = elapsed.filter(|_| !self.confirms);
+        let elapsed = elapsed.filter(|_| self.warmth == Warmth::Warm);
         self.record(outcome, elapsed, Some(now));
     }
 
@@ -273,7 +276,7 @@ impl Guard {
     /// Gives the outcome to the breaker in scope; without `now`, the clock
     /// is read only if the breaker's state can change.
     fn record(&mut self, outcome: Outcome, elapsed: Option<Duration>, now: Option<Instant>) {
-        if let (Outcome::Success, Some(key), true) = (outcome, self.model(), self.confirms) {
+        if let (Outcome::Success, Some(key), Warmth::Cold) = (outcome, self.model(), self.warmth) {
             self.state.residency.confirm(key);
         }
         let now = || now.unwrap_or_else(Instant::now);
@@ -294,7 +297,7 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         let superseded = self.slot.take().is_some_and(|slot| slot.is_superseded());
-        if let (true, Some(started), false) = (superseded, self.started, self.confirms) {
+        if let (true, Some(started), Warmth::Warm) = (superseded, self.started, self.warmth) {
             // Outrun by a backup: it ran at least this long.
             let now = Instant::now();
             let ran = now.saturating_duration_since(started);
@@ -330,9 +333,7 @@ mod tests {
             id,
             policy,
             Arc::new(Fleet::new()),
-            4,
-            false,
-            30.0,
+            Start::default(),
         ))
     }
 
@@ -348,12 +349,16 @@ mod tests {
             id,
             policy,
             Arc::new(fleet),
-            4,
-            false,
-            30.0,
+            Start::default(),
         ));
         state.residency.touch(KEY, 0);
-        let guard = Guard::new(state.clone(), Admission::Bypass, None, Some(KEY), true);
+        let guard = Guard::new(
+            state.clone(),
+            Admission::Bypass,
+            None,
+            Some(KEY),
+            Warmth::Cold,
+        );
         guard.read_residency(&HeaderMap::new());
         assert_eq!(
             state.residency.presence(KEY, || 0),
@@ -372,13 +377,12 @@ mod tests {
         const KEY: u64 = 42;
         let state = state();
         state.residency.touch(KEY, 0);
-        let guard =
-            |confirms| Guard::new(state.clone(), Admission::Bypass, None, Some(KEY), confirms);
-        guard(true).finish(Outcome::Failure);
-        drop(guard(true));
-        guard(false).finish(Outcome::Success);
+        let guard = |warmth| Guard::new(state.clone(), Admission::Bypass, None, Some(KEY), warmth);
+        guard(Warmth::Cold).finish(Outcome::Failure);
+        drop(guard(Warmth::Cold));
+        guard(Warmth::Warm).finish(Outcome::Success);
         assert_eq!(state.residency.presence(KEY, || 0), Presence::Loading);
-        guard(true).finish(Outcome::Success);
+        guard(Warmth::Cold).finish(Outcome::Success);
         assert_eq!(state.residency.presence(KEY, || 0), Presence::Served);
         assert_eq!(state.load(), 0);
     }

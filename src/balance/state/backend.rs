@@ -11,7 +11,7 @@ use crate::balance::config::BreakerHook;
 use crate::balance::state::clock::Now;
 use crate::balance::state::cost::{cost, LatencyEwma};
 use crate::balance::state::fleet::Fleet;
-use crate::balance::state::health::BackendHealth;
+use crate::balance::state::health::{BackendHealth, WarmUp};
 use crate::balance::state::residency::Residency;
 use crate::balance::state::traffic::Traffic;
 use crate::breaker::{Breaker, OnTransition, Outcome, Policy, Ticket, Transition};
@@ -21,6 +21,28 @@ fn hook(id: &BackendId, fleet: &Fleet) -> Option<Box<dyn OnTransition>> {
     let BreakerHook(hook) = fleet.settings.breaker_hook.clone()?;
     let id = id.clone();
     Some(Box::new(move |t: &Transition| hook(&id, t)))
+}
+
+/// How a new backend state starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Start {
+    /// How many models it holds at once (the server's LRU).
+    pub(crate) model_slots: usize,
+    /// Whether its weight ramps up.
+    pub(crate) warm_up: WarmUp,
+    /// Its first latency estimate, ms.
+    pub(crate) latency_ms: f64,
+}
+
+#[cfg(test)]
+impl Default for Start {
+    fn default() -> Self {
+        Self {
+            model_slots: 4,
+            warm_up: WarmUp::None,
+            latency_ms: crate::balance::state::cost::DEFAULT_LATENCY_MS,
+        }
+    }
 }
 
 /// Live state of one backend that outlives snapshot swaps and metadata
@@ -44,17 +66,8 @@ pub(crate) struct BackendState {
 }
 
 impl BackendState {
-    /// `warming`: it joins a running fleet (see
-    /// [`HealthPolicy::warm_up`]); `latency_ms`: its first latency
-    /// estimate.
-    pub(crate) fn new(
-        id: BackendId,
-        policy: Policy,
-        fleet: Arc<Fleet>,
-        model_slots: usize,
-        warming: bool,
-        latency_ms: f64,
-    ) -> Self {
+    /// A backend that starts as `start` says.
+    pub(crate) fn new(id: BackendId, policy: Policy, fleet: Arc<Fleet>, start: Start) -> Self {
         let breaker =
             Breaker::with_gauge(policy, fleet.gauges.not_closed.clone(), hook(&id, &fleet));
         Self {
@@ -62,9 +75,9 @@ impl BackendState {
             uid: fleet.next_uid.fetch_add(1, Ordering::Relaxed),
             traffic: Traffic::default(),
             breaker,
-            residency: Residency::new(model_slots),
-            latency: LatencyEwma::starting_at(latency_ms),
-            health: BackendHealth::new(&fleet.settings.health, warming),
+            residency: Residency::new(start.model_slots),
+            latency: LatencyEwma::starting_at(start.latency_ms),
+            health: BackendHealth::new(&fleet.settings.health, start.warm_up),
             removed: AtomicBool::new(false),
             fleet,
         }

@@ -60,20 +60,27 @@ pub(crate) struct Bounds {
     pub(crate) load: f64,
     pub(crate) min: usize,
     pub(crate) max: usize,
-    /// The model's work per request over the mean (see [`Work::weight`]).
-    pub(crate) work: f64,
+}
+
+/// Whether sizing a model's owners counts the request in its demand.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Tally {
+    /// Counted (the clone samples it), weighted by `work`, the model's
+    /// work per request over the mean (see [`Work::weight`]; the mean is
+    /// 1).
+    Count { work: f64 },
+    /// Only read: the owners the model has now.
+    Peek,
 }
 
 impl Bounds {
-    /// The bounds `config` sets, over `n` backends, for a model whose work
-    /// per request is `work` × the mean.
-    pub(crate) fn of(config: &BalanceConfig, n: f64, work: f64) -> Self {
+    /// The bounds `config` sets, over `n` backends.
+    pub(crate) fn of(config: &BalanceConfig, n: f64) -> Self {
         Self {
             n,
             load: config.owner_load(),
             min: config.min_owners,
             max: config.owners,
-            work,
         }
     }
 }
@@ -87,16 +94,19 @@ impl Demand {
         }
     }
 
-    /// Counts one request for the model with hash `key` when `count` (the
-    /// caller samples) and returns how many owners it has now, within
+    /// Counts one request for the model with hash `key` under
+    /// [`Tally::Count`] and returns how many owners it has now, within
     /// `bounds` (see the module docs).
-    pub(crate) fn owners(&self, key: u64, count: bool, bounds: Bounds) -> usize {
-        let share = if count { self.record(key) } else { None };
+    pub(crate) fn owners(&self, key: u64, tally: Tally, bounds: Bounds) -> usize {
+        let share = match tally {
+            Tally::Count { work } => self.record(key).map(|share| share * work),
+            Tally::Peek => None,
+        };
         let (min, max) = (bounds.min, bounds.max.max(bounds.min));
         let slot = &self.owners[key as usize % BUCKETS];
         let current = usize::from(slot.load(Ordering::Relaxed)).clamp(min, max);
         let Some(share) = share else { return current };
-        let load = share * bounds.work * bounds.n / bounds.load;
+        let load = share * bounds.n / bounds.load;
         let next = if load > current as f64 {
             (load.ceil() as usize).min(max)
         } else if current > min && load <= (current - 1) as f64 - HYSTERESIS {
@@ -226,6 +236,9 @@ mod tests {
         assert!(d.total.load(Ordering::Relaxed) < WINDOW, "halved");
     }
 
+    /// A request counted at the mean work.
+    const MEAN: Tally = Tally::Count { work: 1.0 };
+
     fn bounds(min: usize, max: usize) -> Bounds {
         // 8 backends, c = 1.25: one owner carries up to 15.6% of traffic.
         Bounds {
@@ -233,7 +246,6 @@ mod tests {
             load: 1.25,
             min,
             max,
-            work: 1.0,
         }
     }
 
@@ -243,7 +255,7 @@ mod tests {
         for i in 0..4 * WINDOW {
             let hot = (f64::from(i % 100)) < share * 100.0;
             let key = if hot { 0 } else { 1 + u64::from(i % 7) };
-            let owners = d.owners(key, true, b);
+            let owners = d.owners(key, MEAN, b);
             if key == 0 {
                 k = owners;
             }
@@ -255,7 +267,7 @@ mod tests {
     fn owners_follow_share_with_hysteresis() {
         let b = bounds(1, 4);
         let d = Demand::new();
-        assert_eq!(d.owners(0, true, b), 1, "the minimum while warming up");
+        assert_eq!(d.owners(0, MEAN, b), 1, "the minimum while warming up");
         assert_eq!(settle(&d, 0.10, b), 1);
         assert_eq!(settle(&d, 0.28, b), 2, "0.28 × 8 / 1.25 = 1.8");
         assert_eq!(settle(&d, 0.90, b), 4, "capped at the maximum");
@@ -279,9 +291,9 @@ mod tests {
         let lower = config(BalanceConfig::builder().owner_load(0.5));
         let tight = config(BalanceConfig::builder().load_factor(1.1));
         let (a, b, t) = (
-            Bounds::of(&default, 8.0, 1.0),
-            Bounds::of(&lower, 8.0, 1.0),
-            Bounds::of(&tight, 8.0, 1.0),
+            Bounds::of(&default, 8.0),
+            Bounds::of(&lower, 8.0),
+            Bounds::of(&tight, 8.0),
         );
         assert_eq!((a.load, b.load, t.load), (1.25, 0.5, 1.1), "c unless set");
         let (da, db) = (Demand::new(), Demand::new());
@@ -320,11 +332,13 @@ mod tests {
     fn owners_follow_the_share_of_work() {
         let b = bounds(1, 4);
         let (d, heavy) = (Demand::new(), Demand::new());
-        let work = Bounds { work: 2.0, ..b };
         let mut k = (0, 0);
         for i in 0..4 * WINDOW {
             let key = if i % 10 == 0 { 0 } else { 1 + u64::from(i % 7) };
-            let (light, weighted) = (d.owners(key, true, b), heavy.owners(key, true, work));
+            let (light, weighted) = (
+                d.owners(key, MEAN, b),
+                heavy.owners(key, Tally::Count { work: 2.0 }, b),
+            );
             if key == 0 {
                 k = (light, weighted);
             }

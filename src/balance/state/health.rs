@@ -16,6 +16,16 @@ use crate::endpoint::Origin;
 use crate::health::probe::ProbeTarget;
 use crate::health::{HealthPolicy, HealthState, HealthStatus, LatencyHistogram, LoadSignals};
 
+/// Whether a new backend's weight ramps up over the warm-up time (see
+/// [`HealthPolicyBuilder::warm_up`](crate::health::HealthPolicyBuilder::warm_up)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WarmUp {
+    /// It joins a fleet already routing: it ramps up.
+    Ramp,
+    /// It is among the first backends: full weight at once.
+    None,
+}
+
 /// One backend's health: what the request path records, and the verdict
 /// it reads.
 #[derive(Debug)]
@@ -57,8 +67,8 @@ pub(crate) struct Inner {
 
 impl BackendHealth {
     /// A backend with no data; `warming` when it joins a running fleet.
-    pub(crate) fn new(policy: &HealthPolicy, warming: bool) -> Self {
-        let state = HealthState::new(warming);
+    pub(crate) fn new(policy: &HealthPolicy, warm_up: WarmUp) -> Self {
+        let state = HealthState::new(warm_up == WarmUp::Ramp);
         let weight = Weight::new();
         weight.set(state.weight(policy));
         Self {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use crate::balance::config::BalanceConfig;
-use crate::balance::state::demand::{Bounds, Demand};
+use crate::balance::state::demand::{Bounds, Demand, Tally};
 use crate::balance::state::placement::Owners;
 use crate::balance::state::table::{Snapshot, Table};
 
@@ -70,7 +70,7 @@ impl<E: Send + Sync> View for Shared<E> {
 
     fn owners_of(&self, key: u64) -> usize {
         let n = self.snapshot.load().table.in_ring;
-        Shared::owners_of(self, key, false, n, 1.0)
+        Shared::owners_of(self, key, Tally::Peek, n)
     }
 }
 
@@ -109,15 +109,12 @@ impl<E: Send + Sync> Owners for Shared<E> {
 
 impl<E> Shared<E> {
     /// How many owners the model with hash `key` has over `n` backends (the
-    /// ring's, [`Table::in_ring`](crate::balance::state::table::Table::in_ring))
-    /// (counting this request in its demand if `count`, its share weighted
-    /// by `work`, its work per request over the mean).
-    pub(crate) fn owners_of(&self, key: u64, count: bool, n: f64, work: f64) -> usize {
+    /// ring's, [`Table::in_ring`](crate::balance::state::table::Table::in_ring)),
+    /// counting this request in its demand under [`Tally::Count`].
+    pub(crate) fn owners_of(&self, key: u64, tally: Tally, n: f64) -> usize {
         match self.fixed_owners(key) {
             Some(k) => k,
-            None => self
-                .demand
-                .owners(key, count, Bounds::of(&self.config, n, work)),
+            None => self.demand.owners(key, tally, Bounds::of(&self.config, n)),
         }
     }
 

@@ -22,9 +22,10 @@ use tokio::time::Instant;
 use tower::discover::{Change, Discover};
 
 use self::staging::Counts;
-use crate::balance::state::backend::BackendState;
+use crate::balance::state::backend::{BackendState, Start};
 use crate::balance::state::cost;
 use crate::balance::state::fleet::Fleet;
+use crate::balance::state::health::WarmUp;
 use crate::balance::state::shared::Shared;
 use crate::balance::state::table::{Snapshot, Table};
 use crate::balance::{Backend, BackendMeta, BalanceConfig};
@@ -88,7 +89,10 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                 }
                 let (policy, fleet) = (&self.config.breaker, &self.fleet);
                 let joining = Joining {
-                    warming: !self.unplaced(),
+                    warm_up: match self.unplaced() {
+                        true => WarmUp::None,
+                        false => WarmUp::Ramp,
+                    },
                     latency_ms: median_latency(&self.entries),
                 };
                 match self.entries.iter_mut().find(|e| e.key == key) {
@@ -266,7 +270,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
 #[derive(Debug, Clone, Copy)]
 struct Joining {
     /// It joins a fleet already routing: it warms up.
-    warming: bool,
+    warm_up: WarmUp,
     /// Its first latency estimate, ms.
     latency_ms: f64,
 }
@@ -285,14 +289,12 @@ fn new_state(
     fleet: &Arc<Fleet>,
     joining: Joining,
 ) -> Arc<BackendState> {
-    let state = BackendState::new(
-        meta.id.clone(),
-        policy.clone(),
-        fleet.clone(),
-        meta.model_slots,
-        joining.warming,
-        joining.latency_ms,
-    );
+    let start = Start {
+        model_slots: meta.model_slots,
+        warm_up: joining.warm_up,
+        latency_ms: joining.latency_ms,
+    };
+    let state = BackendState::new(meta.id.clone(), policy.clone(), fleet.clone(), start);
     state.health.set_meta(meta);
     let now = fleet.millis(tokio::time::Instant::now());
     let keys = meta.resident_models.iter().map(|m| m.hash64());

@@ -310,12 +310,16 @@ async fn a_pick_asks_for_confirmation_until_the_model_is_served() {
     let key = r.model.hash64();
     let mut no_random = || unreachable!("this pick does not sample");
     let first = pick_with(&t, &ask(&r, 1), &mut no_random).unwrap();
-    assert!(first.confirms, "a cold load");
+    assert_eq!(first.warmth, Warmth::Cold, "a cold load");
     let second = pick_with(&t, &ask(&r, 1), &mut no_random).unwrap();
-    assert!(second.confirms, "still loading: no response yet");
+    assert_eq!(
+        second.warmth,
+        Warmth::Cold,
+        "still loading: no response yet"
+    );
     t.backends[first.index].residency.confirm(key);
     let third = pick_with(&t, &ask(&r, 1), &mut no_random).unwrap();
-    assert!(!third.confirms, "served");
+    assert_eq!(third.warmth, Warmth::Warm, "served");
 }
 
 #[tokio::test(start_paused = true)]

@@ -10,9 +10,10 @@ use tokio::time::Instant;
 use crate::backend::BackendId;
 use crate::balance::choose::ctx::*;
 use crate::balance::choose::pick::pick;
-use crate::balance::state::backend::BackendState;
+use crate::balance::state::backend::{BackendState, Start};
 use crate::balance::state::clock::Now;
 use crate::balance::state::fleet::Fleet;
+use crate::balance::state::residency::Warmth;
 use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
 use crate::breaker::{Outcome, Policy};
@@ -43,9 +44,7 @@ fn table(n: usize) -> Table {
                     id,
                     policy.clone(),
                     fleet.clone(),
-                    4,
-                    false,
-                    30.0,
+                    Start::default(),
                 ))
             })
             .collect(),

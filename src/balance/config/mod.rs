@@ -1,0 +1,11 @@
+//! The balancer's configuration: [`BalanceConfig`], validated by its
+//! [`BalanceConfigBuilder`].
+
+mod builder;
+mod fields;
+
+pub use self::builder::BalanceConfigBuilder;
+pub(crate) use self::fields::BreakerHook;
+#[cfg(test)]
+pub(crate) use self::fields::DEFAULT_LATENCY_DECAY;
+pub use self::fields::{BalanceConfig, Classification, ResidencyHeader, Staging};

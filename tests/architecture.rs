@@ -1,0 +1,329 @@
+//! The crate's shape, checked (`cargo test --test architecture`):
+//!
+//! * no import cycle among the files of `src/balance/` — a file's edges are
+//!   the `crate::balance::…`, `super::…` and `self::…` paths in its code
+//!   (comments and inline test modules left out), each resolved to the
+//!   file that defines the module it names, a folder's `mod.rs` included;
+//! * no Rust file in the repository over 450 lines;
+//! * `docs/ARCHITECTURE.md` names every source file under `src/` (test
+//!   modules aside) by its path from `src/`, and names no file that does
+//!   not exist.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The longest a Rust file may be, in lines.
+const MAX_LINES: usize = 450;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every `.rs` file under `dir`, sorted; `target/` and hidden folders are
+/// skipped.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    stack.push(path);
+                }
+            } else if name.ends_with(".rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The module a file under `base` defines: `choose/pick.rs` is
+/// `["choose", "pick"]`, `choose/mod.rs` is `["choose"]`, `mod.rs` is `[]`.
+fn module_of(base: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(base).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.last().map(String::as_str) == Some("mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The code of `src`: line comments dropped (doc comments with them), and
+/// everything from an inline `#[cfg(test)] mod tests {` on.
+fn code(src: &str) -> String {
+    let mut out = String::new();
+    for line in src.lines() {
+        let line = match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        };
+        out.push_str(line);
+        out.push('\n');
+    }
+    match out.find("#[cfg(test)]\nmod tests {") {
+        Some(at) => out[..at].to_owned(),
+        None => out,
+    }
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Reads a path at the start of `s` (`a::b::{c, d::e}`), pushing each
+/// full path into `out` with `prefix` in front; returns the bytes read.
+fn read_path(s: &str, prefix: &[String], out: &mut Vec<Vec<String>>) -> usize {
+    let mut segs = prefix.to_vec();
+    let mut i = 0;
+    let b = s.as_bytes();
+    loop {
+        let start = i;
+        while i < b.len() && is_ident(b[i] as char) {
+            i += 1;
+        }
+        if i > start {
+            segs.push(s[start..i].to_owned());
+        }
+        if s[i..].starts_with("::{") {
+            i += 3;
+            loop {
+                while i < b.len() && (b[i] as char).is_whitespace() {
+                    i += 1;
+                }
+                if i >= b.len() || b[i] == b'}' {
+                    return i + 1;
+                }
+                i += read_path(&s[i..], &segs, out);
+                while i < b.len() && b[i] != b',' && b[i] != b'}' {
+                    i += 1;
+                }
+                if i < b.len() && b[i] == b',' {
+                    i += 1;
+                }
+            }
+        }
+        if s[i..].starts_with("::") && i > start {
+            i += 2;
+            continue;
+        }
+        out.push(segs);
+        return i;
+    }
+}
+
+/// Every path in `code` that starts at `crate::balance::`, `super::` or
+/// `self::`.
+fn paths(code: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("::") {
+        let before = &code[..at];
+        let word_start = before.rfind(|c: char| !is_ident(c)).map_or(0, |i| i + 1);
+        let word = &before[word_start..];
+        // Only the first `::` of a path, at a word boundary.
+        if !matches!(word, "crate" | "super" | "self") || code[..word_start].ends_with("::") {
+            continue;
+        }
+        read_path(&code[word_start..], &[], &mut out);
+    }
+    out
+}
+
+/// The module `path`, written in module `from`, lands in: the longest
+/// prefix of it that is a known module; `None` outside `crate::balance`.
+fn resolve(
+    from: &[String],
+    path: &[String],
+    modules: &BTreeSet<Vec<String>>,
+) -> Option<Vec<String>> {
+    let (mut base, mut rest): (Vec<String>, &[String]) = match path.first()?.as_str() {
+        "crate" if path.get(1).map(String::as_str) == Some("balance") => (Vec::new(), &path[2..]),
+        "self" => (from.to_vec(), &path[1..]),
+        "super" => (from.to_vec(), path),
+        _ => return None,
+    };
+    while rest.first().map(String::as_str) == Some("super") {
+        base.pop();
+        rest = &rest[1..];
+    }
+    let mut best = None;
+    for i in 0..=rest.len() {
+        let mut candidate = base.clone();
+        candidate.extend_from_slice(&rest[..i]);
+        if modules.contains(&candidate) {
+            best = Some(candidate);
+        }
+    }
+    best
+}
+
+/// The file-level graph of the modules under `base`.
+fn graph(base: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let files = rust_files(base);
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(base, f)).collect();
+    let mut edges = BTreeMap::new();
+    for file in &files {
+        let from = module_of(base, file);
+        let src = std::fs::read_to_string(file).unwrap();
+        let to: BTreeSet<Vec<String>> = paths(&code(&src))
+            .iter()
+            .filter_map(|p| resolve(&from, p, &modules))
+            .filter(|m| *m != from)
+            .collect();
+        edges.insert(from, to);
+    }
+    edges
+}
+
+/// A cycle in `edges`, as the modules on it, if there is one.
+fn find_cycle(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Option<Vec<String>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Open,
+        Done,
+    }
+    fn visit(
+        at: &Vec<String>,
+        edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        marks: &mut BTreeMap<Vec<String>, Mark>,
+        stack: &mut Vec<Vec<String>>,
+    ) -> Option<Vec<String>> {
+        marks.insert(at.clone(), Mark::Open);
+        stack.push(at.clone());
+        for next in edges.get(at).into_iter().flatten() {
+            match marks.get(next) {
+                Some(Mark::Open) => {
+                    let from = stack.iter().position(|m| m == next).unwrap();
+                    let mut cycle: Vec<String> = stack[from..].iter().map(|m| name(m)).collect();
+                    cycle.push(name(next));
+                    return Some(cycle);
+                }
+                Some(Mark::Done) => {}
+                None => {
+                    if let Some(cycle) = visit(next, edges, marks, stack) {
+                        return Some(cycle);
+                    }
+                }
+            }
+        }
+        stack.pop();
+        marks.insert(at.clone(), Mark::Done);
+        None
+    }
+    let mut marks = BTreeMap::new();
+    for module in edges.keys() {
+        if !marks.contains_key(module) {
+            if let Some(cycle) = visit(module, edges, &mut marks, &mut Vec::new()) {
+                return Some(cycle);
+            }
+        }
+    }
+    None
+}
+
+fn name(module: &[String]) -> String {
+    if module.is_empty() {
+        "balance/mod.rs".to_owned()
+    } else {
+        format!("balance/{}", module.join("/"))
+    }
+}
+
+#[test]
+fn the_files_of_the_balancer_import_each_other_without_a_cycle() {
+    let edges = graph(&root().join("src/balance"));
+    assert!(edges.len() > 20, "the balancer's files were found");
+    assert!(
+        edges.values().map(BTreeSet::len).sum::<usize>() > 50,
+        "their imports were read"
+    );
+    if let Some(cycle) = find_cycle(&edges) {
+        panic!("import cycle: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_cycle_check_finds_a_cycle() {
+    let module = |s: &str| s.split('/').map(str::to_owned).collect::<Vec<_>>();
+    let mut edges = BTreeMap::new();
+    edges.insert(module("a"), BTreeSet::from([module("b")]));
+    edges.insert(module("b"), BTreeSet::from([module("c")]));
+    edges.insert(module("c"), BTreeSet::from([module("a")]));
+    assert_eq!(
+        find_cycle(&edges).map(|c| c.len()),
+        Some(4),
+        "a -> b -> c -> a"
+    );
+    edges.insert(module("c"), BTreeSet::new());
+    assert_eq!(find_cycle(&edges), None);
+    let known: BTreeSet<Vec<String>> = [
+        vec![],
+        module("state"),
+        module("state/table"),
+        module("choose"),
+    ]
+    .into();
+    let code = code("use crate::balance::state::{table::Table, fleet};\nuse super::super::choose::x;\n// use crate::balance::choose;\n");
+    let found: BTreeSet<_> = paths(&code)
+        .iter()
+        .filter_map(|p| resolve(&module("state/backend"), p, &known))
+        .collect();
+    assert_eq!(
+        found,
+        BTreeSet::from([module("state/table"), module("state"), module("choose")])
+    );
+}
+
+#[test]
+fn no_rust_file_is_over_450_lines() {
+    let root = root();
+    let long: Vec<String> = rust_files(&root)
+        .iter()
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).unwrap().lines().count();
+            (lines > MAX_LINES)
+                .then(|| format!("{} ({lines})", f.strip_prefix(&root).unwrap().display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "over {MAX_LINES} lines: {long:?}");
+}
+
+#[test]
+fn the_architecture_document_names_every_source_file() {
+    let root = root();
+    let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let src = root.join("src");
+    let files: Vec<String> = rust_files(&src)
+        .iter()
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .filter(|f| !f.ends_with("tests.rs") && !f.contains("/tests/"))
+        .collect();
+    let missing: Vec<&String> = files
+        .iter()
+        .filter(|f| !doc.contains(&format!("`{f}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md does not name {missing:?}"
+    );
+    let named: Vec<&str> = doc
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.ends_with(".rs") && !s.contains(' '))
+        .collect();
+    let stale: Vec<&&str> = named
+        .iter()
+        .filter(|f| !src.join(f).is_file() && !root.join(f).is_file())
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "docs/ARCHITECTURE.md names files that do not exist: {stale:?}"
+    );
+}
