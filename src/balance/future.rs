@@ -32,8 +32,8 @@ use tokio::sync::watch;
 
 use crate::balance::completion::body::ResponseBody;
 use crate::balance::completion::guard::Guard;
+use crate::balance::config::Classification;
 use crate::balance::state::placement::{self, Status};
-use crate::balance::Classification;
 use crate::breaker::{
     Classified, Classify, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures, Outcome,
     ServerErrorsAsFailures,

@@ -8,16 +8,19 @@ use tower::util::rng::{HasherRng, Rng};
 use tower_service::Service;
 
 use crate::backend::PickedSlot;
+use crate::balance::backend::Backend;
+use crate::balance::choose::decide::Picked;
 use crate::balance::choose::decide::{Local, Refused};
 use crate::balance::completion::body::ResponseBody;
 use crate::balance::completion::guard::Guard;
+use crate::balance::config::BalanceConfig;
 use crate::balance::future::ResponseFuture;
+use crate::balance::handle::BalancerHandle;
 use crate::balance::state::clock::Now;
 use crate::balance::state::placement::{Placement, Prepared};
 use crate::balance::state::shared::{Shared, View};
 use crate::balance::tasks::discovery::{self, Drained, Registry};
 use crate::balance::tasks::{self, health};
-use crate::balance::{Backend, BalanceConfig, BalancerHandle, Picked};
 use crate::error::{
     BoxError, InvalidConfig, InvalidRoute, ModelLoadFailed, NoHealthyBackend, UnknownModel,
 };

@@ -9,12 +9,12 @@ use tokio::time::Instant;
 use http::HeaderMap;
 
 use crate::backend::{BackendId, PickedSlot};
+use crate::balance::config::{Classification, ResidencyHeader};
 #[cfg(test)]
 use crate::balance::state::backend::Start;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::placement::Placement;
 use crate::balance::state::residency::Warmth;
-use crate::balance::{Classification, ResidencyHeader};
 use crate::breaker::{BreakerState, Outcome};
 use crate::route::ModelId;
 

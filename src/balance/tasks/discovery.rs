@@ -22,13 +22,14 @@ use tokio::time::Instant;
 use tower::discover::{Change, Discover};
 
 use self::staging::Counts;
+use crate::balance::backend::{Backend, BackendMeta};
+use crate::balance::config::BalanceConfig;
 use crate::balance::state::backend::{BackendState, Start};
 use crate::balance::state::cost;
 use crate::balance::state::fleet::Fleet;
 use crate::balance::state::health::WarmUp;
 use crate::balance::state::shared::Shared;
 use crate::balance::state::table::{Snapshot, Table};
-use crate::balance::{Backend, BackendMeta, BalanceConfig};
 use crate::breaker::Policy;
 use crate::error::BoxError;
 use crate::ring::{Ring, MAX_POINTS};

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::*;
 use crate::backend::BackendId;
-use crate::balance::Staging;
+use crate::balance::config::Staging;
 use crate::ring::RingConfig;
 use crate::route::ModelId;
 
