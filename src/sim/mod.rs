@@ -45,6 +45,7 @@
 mod config;
 mod control;
 mod fault;
+mod handle;
 mod loads;
 mod lora;
 mod metrics;
