@@ -132,7 +132,7 @@ impl ModelServer {
         self.addr
     }
 
-    /// The server's name, as sent in [`BACKEND_HEADER`].
+    /// The server's name, as sent in [`BACKEND_HEADER`](super::protocol::BACKEND_HEADER).
     pub fn name(&self) -> &str {
         &self.state.name
     }
