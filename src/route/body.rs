@@ -87,7 +87,8 @@ impl ModelFromBodyLayer {
     }
 
     /// The body limit, in bytes.
-    pub const fn limit(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) const fn limit(&self) -> usize {
         self.limit
     }
 }
