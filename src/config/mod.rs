@@ -13,6 +13,7 @@
 //! ```
 //! use std::time::Duration;
 //! use tower_model_balance::config::StackConfig;
+//! use tower_model_balance::health::probe::ProbeConfig;
 //!
 //! let config = StackConfig::from_toml(r#"
 //!     [balance]
@@ -27,7 +28,8 @@
 //! "#).unwrap();
 //! assert_eq!(config.balance.owners(), 3);
 //! assert_eq!(config.balance.breaker().open_duration(), Duration::from_secs(2));
-//! assert_eq!(config.probe.interval(), Duration::from_secs(1));
+//! let probe = ProbeConfig::builder().interval(Duration::from_secs(1)).build().unwrap();
+//! assert_eq!(config.probe, probe);
 //!
 //! let error = StackConfig::from_toml("[balance]\nload_factor = 0.5").unwrap_err();
 //! assert_eq!(error.to_string(), "invalid config: `balance.load_factor` must be 1.0 ..= 100.0");

@@ -83,7 +83,7 @@ impl HealthPolicy {
     }
 
     /// The latency, capacity and connection weights, normalized to sum 1.
-    pub fn weights(&self) -> [f64; 3] {
+    pub(crate) fn weights(&self) -> [f64; 3] {
         self.weights
     }
 
@@ -93,70 +93,70 @@ impl HealthPolicy {
     }
 
     /// Weight of one outcome (request or probe) in the error-rate EWMA.
-    pub fn error_alpha(&self) -> f64 {
+    pub(crate) fn error_alpha(&self) -> f64 {
         self.error_alpha
     }
 
     /// Weight of one interval's p99 latency in its EWMA.
-    pub fn latency_alpha(&self) -> f64 {
+    pub(crate) fn latency_alpha(&self) -> f64 {
         self.latency_alpha
     }
 
     /// The latency a failure counts as (when it failed faster).
-    pub fn failure_penalty(&self) -> Duration {
+    pub(crate) fn failure_penalty(&self) -> Duration {
         self.failure_penalty
     }
 
     /// Half-life of the relaxation toward neutral while no data comes.
-    pub fn relax_half_life(&self) -> Duration {
+    pub(crate) fn relax_half_life(&self) -> Duration {
         self.relax_half_life
     }
 
     /// Score below which an eligible backend is ejected.
-    pub fn eject_below(&self) -> f64 {
+    pub(crate) fn eject_below(&self) -> f64 {
         self.eject_below
     }
 
     /// Score above which an ejected backend is readmitted.
-    pub fn readmit_above(&self) -> f64 {
+    pub(crate) fn readmit_above(&self) -> f64 {
         self.readmit_above
     }
 
     /// Queue depth (requests waiting) at which the queue term is one half.
-    pub fn queue_scale(&self) -> f64 {
+    pub(crate) fn queue_scale(&self) -> f64 {
         self.queue_scale
     }
 
     /// In-flight requests below which the connection term is 1, and at
     /// which it reaches 0.
-    pub fn connections(&self) -> (u32, u32) {
+    pub(crate) fn connections(&self) -> (u32, u32) {
         self.connections
     }
 
     /// p99 latency over the backend's baseline at which it is ejected as a
     /// latency outlier, if on.
-    pub fn outlier_factor(&self) -> Option<f64> {
+    pub(crate) fn outlier_factor(&self) -> Option<f64> {
         self.outlier_factor
     }
 
     /// Base ejection time of a latency outlier.
-    pub fn outlier_ejection(&self) -> Duration {
+    pub(crate) fn outlier_ejection(&self) -> Duration {
         self.outlier_ejection
     }
 
     /// The largest share of backends ejected at once (at least one is
     /// allowed unless the share is 0).
-    pub fn max_ejected_share(&self) -> f64 {
+    pub(crate) fn max_ejected_share(&self) -> f64 {
         self.max_ejected_share
     }
 
     /// The slow start of a backend that joins a running fleet.
-    pub fn warm_up(&self) -> Duration {
+    pub(crate) fn warm_up(&self) -> Duration {
         self.warm_up
     }
 
     /// The cost weight a joining backend starts its warm-up at.
-    pub fn warm_up_min_weight(&self) -> f64 {
+    pub(crate) fn warm_up_min_weight(&self) -> f64 {
         self.warm_up_min_weight
     }
 

@@ -21,14 +21,13 @@
 //! the first `k` distinct backends met walking on from there (Karger et al.,
 //! 1997, with virtual nodes as in Dynamo).
 //!
-//! [`Ring::build_with_points`] gives members fewer points than their
+//! The balancer stages ring changes (joins and weight changes land a share
+//! of points at a time) by giving members fewer points than their
 //! weight's: a member with `count` points holds the first `count` of its
 //! vnode indices, so its points are a subset of those it holds at full
 //! weight, and a ring whose members all hold their full count is exactly the
-//! ring [`Ring::build`] makes. The balancer stages ring changes this way
-//! (joins and weight changes land a share of points at a time). A member may
-//! hold no point at all: it is in the ring (it has an index) but owns no key
-//! and no walk yields it.
+//! ring [`Ring::build`] makes. A member may then hold no point at all: it is
+//! in the ring (it has an index) but owns no key and no walk yields it.
 //!
 //! Two points on the same position are both kept, ordered by backend ID bytes
 //! and then point index, so no point is ever lost and the mapping does not
@@ -56,7 +55,7 @@ use crate::backend::BackendId;
 use crate::error::InvalidConfig;
 
 /// Default virtual nodes per unit of weight (the original design's 150).
-pub const DEFAULT_VNODES_PER_WEIGHT: u32 = 150;
+pub(crate) const DEFAULT_VNODES_PER_WEIGHT: u32 = 150;
 /// Largest number of points one ring may hold (16 Mi).
 pub const MAX_POINTS: usize = 1 << 24;
 
@@ -82,12 +81,12 @@ impl Default for RingConfig {
 
 impl RingConfig {
     /// Seed of the xxh3 hash of point positions.
-    pub fn seed(&self) -> u64 {
+    pub(crate) fn seed(&self) -> u64 {
         self.seed
     }
 
     /// Virtual nodes per unit of backend weight.
-    pub fn vnodes_per_weight(&self) -> u32 {
+    pub(crate) fn vnodes_per_weight(&self) -> u32 {
         self.vnodes_per_weight
     }
 
@@ -177,27 +176,14 @@ impl Ring {
     /// between the others); one with none is in the ring, by index, but owns
     /// no key and no walk yields it.
     ///
-    /// ```
-    /// use tower_model_balance::backend::BackendId;
-    /// use tower_model_balance::ring::{Ring, RingConfig};
-    ///
-    /// let config = RingConfig::default();
-    /// let id = |i: usize| BackendId::new(&format!("node-{i}")).unwrap();
-    /// let full = Ring::build(&config, (0..3).map(|i| (id(i), 1))).unwrap();
-    /// let same = Ring::build_with_points(&config, (0..3).map(|i| (id(i), 150))).unwrap();
-    /// let joining = Ring::build_with_points(&config, [(id(0), 150), (id(1), 150), (id(2), 0)]).unwrap();
-    /// for key in [1, 1 << 40, u64::MAX] {
-    ///     assert_eq!(full.primary(key), same.primary(key));
-    ///     assert_ne!(joining.primary(key), Some(2), "node-2 owns nothing yet");
-    ///     assert_eq!(joining.walk(key).count(), 2);
-    /// }
-    /// ```
-    ///
     /// # Errors
     ///
     /// [`InvalidConfig`] naming `backend_id` when an ID appears twice,
     /// `points` when the ring would hold more than [`MAX_POINTS`] points.
-    pub fn build_with_points<I>(config: &RingConfig, members: I) -> Result<Self, InvalidConfig>
+    pub(crate) fn build_with_points<I>(
+        config: &RingConfig,
+        members: I,
+    ) -> Result<Self, InvalidConfig>
     where
         I: IntoIterator<Item = (BackendId, u32)>,
     {
@@ -256,7 +242,8 @@ impl Ring {
     }
 
     /// Number of points (virtual nodes) on the ring.
-    pub fn points(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn points(&self) -> usize {
         self.points.len()
     }
 
@@ -271,7 +258,8 @@ impl Ring {
     }
 
     /// All members, by index.
-    pub fn members(&self) -> &[BackendId] {
+    #[cfg(test)]
+    pub(crate) fn members(&self) -> &[BackendId] {
         &self.members
     }
 

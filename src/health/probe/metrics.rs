@@ -213,11 +213,6 @@ impl PrometheusMetrics {
         self.port = Some(port);
         self
     }
-
-    /// The metric names read.
-    pub fn names(&self) -> &MetricNames {
-        &self.names
-    }
 }
 
 /// `origin` with its port replaced by `port`.
