@@ -308,7 +308,7 @@ pub struct NoAlternative {
 
 impl NoAlternative {
     /// Creates the error.
-    pub fn new(model: ModelId, excluded: BackendId) -> Self {
+    pub(crate) fn new(model: ModelId, excluded: BackendId) -> Self {
         Self { model, excluded }
     }
 }

@@ -200,12 +200,26 @@ struct Bound {
 /// past an evaluation (a stall). Defaults: the error rate must fall below
 /// 1 − 0.35 / 0.5 = 0.3, which takes 6 successes (0.8^6 = 0.26), 7 probe
 /// rounds with the slip: 4 evaluations, 4 s.
+/// The settings are spelled out here and checked against `health`.
 fn readmission(health: &HealthPolicy) -> Duration {
-    let [_, capacity, connection] = health.weights();
-    let below = 1.0 - health.readmit_above() / (capacity + connection);
-    let successes = (below.ln() / (1.0 - health.error_alpha()).ln()).floor() as u32 + 1;
-    let per_evaluation = (health.interval().as_nanos() / PROBE_ROUND.as_nanos()).max(1) as u32;
-    health.interval() * (successes + 1).div_ceil(per_evaluation)
+    const WEIGHTS: [f64; 3] = [0.5, 0.33, 0.17];
+    const INTERVAL: Duration = Duration::from_secs(1);
+    const ERROR_ALPHA: f64 = 0.2;
+    const THRESHOLDS: (f64, f64) = (0.2, 0.35);
+    let [latency, capacity, connection] = WEIGHTS;
+    let (eject_below, readmit_above) = THRESHOLDS;
+    let spelled = HealthPolicy::builder()
+        .weights(latency, capacity, connection)
+        .interval(INTERVAL)
+        .error_alpha(ERROR_ALPHA)
+        .thresholds(eject_below, readmit_above)
+        .build()
+        .expect("valid health settings");
+    assert_eq!(health, &spelled, "the bound reads the policy's settings");
+    let below = 1.0 - readmit_above / (capacity + connection);
+    let successes = (below.ln() / (1.0 - ERROR_ALPHA).ln()).floor() as u32 + 1;
+    let per_evaluation = (INTERVAL.as_nanos() / PROBE_ROUND.as_nanos()).max(1) as u32;
+    INTERVAL * (successes + 1).div_ceil(per_evaluation)
 }
 
 /// What the timeline drives a fault with.

@@ -6,7 +6,9 @@ use std::time::Duration;
 use tower_model_balance::balance::{BalanceConfig, Classification};
 use tower_model_balance::config::{ConfigError, StackConfig};
 use tower_model_balance::health::probe::ProbeConfig;
+use tower_model_balance::health::HealthPolicy;
 use tower_model_balance::placement::{PlacementPolicy, WhenCold};
+use tower_model_balance::ring::RingConfig;
 
 const EXAMPLE: &str = include_str!("../examples/stack.toml");
 
@@ -90,15 +92,28 @@ fn every_value_reaches_its_builder() {
     assert_eq!(breaker.consecutive_failures(), Some(4));
     assert!(!breaker.jitter());
     assert!(format!("{:?}", breaker.window()).contains("30s"));
-    let health = b.health();
-    assert_eq!((health.eject_below(), health.readmit_above()), (0.1, 0.35));
-    assert_eq!(health.outlier_factor(), None);
-    assert_eq!(health.warm_up(), Duration::ZERO);
-    assert_eq!(config.probe.interval(), Duration::from_millis(250));
-    assert_eq!(config.probe.timeout(), Duration::from_millis(100));
-    assert_eq!(config.placement.when_cold(), WhenCold::PreferWarm);
-    assert_eq!(config.placement.load_timeout(), Duration::from_secs(60));
-    assert!(!config.placement.evict());
+    let health = HealthPolicy::builder()
+        .weights(0.6, 0.3, 0.1)
+        .thresholds(0.1, 0.35)
+        .outlier_factor(None)
+        .warm_up(Duration::ZERO)
+        .build()
+        .unwrap();
+    assert_eq!(b.health(), &health);
+    let probe = ProbeConfig::builder()
+        .interval(Duration::from_millis(250))
+        .timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    assert_eq!(config.probe, probe);
+    let placement = PlacementPolicy::builder()
+        .when_cold(WhenCold::PreferWarm)
+        .load_timeout(Duration::from_secs(60))
+        .evict(false)
+        .build()
+        .unwrap();
+    assert_eq!(config.placement, placement);
+    assert_eq!(b.ring(), &RingConfig::new(7, 40).unwrap());
 }
 
 fn invalid(text: &str) -> (String, &'static str) {
@@ -244,11 +259,12 @@ fn unknown_keys_and_wrong_types_are_parse_errors_with_their_place() {
 #[test]
 fn a_weight_left_out_keeps_its_default() {
     let config = StackConfig::from_toml("[health]\nweights = { latency = 1.0 }").unwrap();
-    let [latency, capacity, connection] = config.balance.health().weights();
     // Normalized to sum 1 from (1.0, 0.33, 0.17).
-    assert!((latency - 1.0 / 1.5).abs() < 1e-9, "{latency}");
-    assert!((capacity - 0.33 / 1.5).abs() < 1e-9, "{capacity}");
-    assert!((connection - 0.17 / 1.5).abs() < 1e-9, "{connection}");
+    let health = HealthPolicy::builder()
+        .weights(1.0, 0.33, 0.17)
+        .build()
+        .unwrap();
+    assert_eq!(config.balance.health(), &health);
 }
 
 /// Every section's settings, compared by their `Debug` text (the balancer's
@@ -313,6 +329,7 @@ fn a_duration_set_in_code_is_written_in_whole_milliseconds_rounded_up() {
 
 #[test]
 fn a_ring_seed_above_i64_max_is_written_as_a_string_toml_can_hold() {
+    let ring = |seed| RingConfig::new(seed, 150).unwrap();
     for (text, seed) in [
         ("ring_seed = 9223372036854775807", i64::MAX as u64),
         ("ring_seed = \"0xffffffffffffffff\"", u64::MAX),
@@ -322,7 +339,7 @@ fn a_ring_seed_above_i64_max_is_written_as_a_string_toml_can_hold() {
     ] {
         let config = StackConfig::from_toml(&format!("[balance]\n{text}"))
             .unwrap_or_else(|e| panic!("{text}: {e}"));
-        assert_eq!(config.balance.ring().seed(), seed, "{text}");
+        assert_eq!(config.balance.ring(), &ring(seed), "{text}");
         let written = config.to_toml();
         let expected = match i64::try_from(seed) {
             Ok(_) => format!("ring_seed = {seed}\n"),
@@ -330,7 +347,7 @@ fn a_ring_seed_above_i64_max_is_written_as_a_string_toml_can_hold() {
         };
         assert!(written.contains(&expected), "{expected} in\n{written}");
         let read = StackConfig::from_toml(&written).unwrap();
-        assert_eq!(read.balance.ring().seed(), seed, "{written}");
+        assert_eq!(read.balance.ring(), &ring(seed), "{written}");
     }
     for text in [
         "ring_seed = -1",

@@ -25,7 +25,7 @@ use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{
     ProbeConfig, ProbeError, ProbeReport, ProbeTarget, Prober,
 };
-use tower_model_balance::health::{Ejection, HealthPolicy, LoadSignals};
+use tower_model_balance::health::{Ejection, LoadSignals};
 use tower_model_balance::route::ModelId;
 
 use lcg::Lcg;
@@ -227,7 +227,7 @@ async fn a_joining_backend_warms_up_neither_flooded_nor_starved() {
     updates(&balancer, 8, 100).await;
     fleet.send_modify(|set| set.push(all[4].backend()));
     let joined = Instant::now();
-    let warm_up = HealthPolicy::default().warm_up();
+    let warm_up = Duration::from_secs(10); // the default warm-up
     let mut first_picked = None;
     let mut early = (0, 0); // (e, total) in its first 2 s
     while joined.elapsed() < warm_up && first_picked.is_none()

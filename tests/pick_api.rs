@@ -21,7 +21,7 @@ use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer, Picked
 use tower_model_balance::breaker::{BreakerState, Outcome, Policy};
 use tower_model_balance::error::NoHealthyBackend;
 use tower_model_balance::health::probe::ProbeReport;
-use tower_model_balance::health::{HealthPolicy, LoadSignals};
+use tower_model_balance::health::LoadSignals;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo, Urgency};
 
@@ -423,7 +423,8 @@ async fn urgency_high_takes_the_cheapest_resident_owner_where_normal_samples() {
             assert!(handle.report_probe(&id(owner), Ok(&deep)));
         }
     }
-    tokio::time::sleep(HealthPolicy::default().interval() + Duration::from_millis(1)).await;
+    // One default evaluation interval (1 s) and a little.
+    tokio::time::sleep(Duration::from_secs(1) + Duration::from_millis(1)).await;
     let cheapest = owners[1];
     for (i, &owner) in owners.iter().enumerate() {
         let health = handle.health(&id(owner)).unwrap();

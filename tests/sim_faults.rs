@@ -56,7 +56,7 @@ fn has_io_kind(error: &(dyn std::error::Error + 'static), kind: std::io::ErrorKi
 async fn a_stopped_server_cuts_its_requests_refuses_connections_and_restarts_on_its_port() {
     // Requests take 60 s: one in flight is still there when the server stops.
     let server = ModelServer::start("gpu-0", config(60_000)).await.unwrap();
-    let (addr, cfg) = (server.addr(), server.config().clone());
+    let addr = server.addr();
     let client = client();
     let in_flight = tokio::spawn({
         let client = client.clone();
@@ -89,7 +89,7 @@ async fn a_stopped_server_cuts_its_requests_refuses_connections_and_restarts_on_
 
     // Started again on the same port: a fresh server, the same client.
     let fast = ServerConfig::builder()
-        .cold_load(cfg.cold_load())
+        .cold_load(Duration::from_millis(1)) // as `config` has it
         .inference(InferenceTimes::new(0, 1, 1).unwrap())
         .build()
         .unwrap();

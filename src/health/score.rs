@@ -108,7 +108,7 @@ pub struct HealthStatus {
     /// Why it is ejected, if it is.
     pub ejected: Option<Ejection>,
     /// Whether it asked to be ejected and the ejection cap
-    /// ([`max_ejected_share`](super::HealthPolicy::max_ejected_share)) kept
+    /// ([`max_ejected_share`](super::HealthPolicyBuilder::max_ejected_share)) kept
     /// it in: it still serves, but counts as unhealthy for the balancer's
     /// panic threshold.
     pub held_by_cap: bool,

@@ -59,7 +59,7 @@ impl LoadSignals {
     }
 
     /// Each field from `self` where set, else from `other`.
-    pub fn or(self, other: Self) -> Self {
+    pub(crate) fn or(self, other: Self) -> Self {
         Self {
             kv_cache_usage: self.kv_cache_usage.or(other.kv_cache_usage),
             requests_running: self.requests_running.or(other.requests_running),

@@ -60,22 +60,22 @@ impl PlacementPolicy {
     }
 
     /// How long a load may take before the waiting requests fail.
-    pub fn load_timeout(&self) -> Duration {
+    pub(crate) fn load_timeout(&self) -> Duration {
         self.load_timeout
     }
 
     /// What a request does while its model loads.
-    pub fn when_cold(&self) -> WhenCold {
+    pub(crate) fn when_cold(&self) -> WhenCold {
         self.when_cold
     }
 
     /// How often each backend's repository (the allow-list) is re-read.
-    pub fn repository_interval(&self) -> Duration {
+    pub(crate) fn repository_interval(&self) -> Duration {
         self.repository_interval
     }
 
     /// Whether a full backend unloads a model to make room.
-    pub fn evict(&self) -> bool {
+    pub(crate) fn evict(&self) -> bool {
         self.evict
     }
 }

@@ -21,14 +21,13 @@
 //! the first `k` distinct backends met walking on from there (Karger et al.,
 //! 1997, with virtual nodes as in Dynamo).
 //!
-//! [`Ring::build_with_points`] gives members fewer points than their
+//! The balancer stages ring changes (joins and weight changes land a share
+//! of points at a time) by giving members fewer points than their
 //! weight's: a member with `count` points holds the first `count` of its
 //! vnode indices, so its points are a subset of those it holds at full
 //! weight, and a ring whose members all hold their full count is exactly the
-//! ring [`Ring::build`] makes. The balancer stages ring changes this way
-//! (joins and weight changes land a share of points at a time). A member may
-//! hold no point at all: it is in the ring (it has an index) but owns no key
-//! and no walk yields it.
+//! ring [`Ring::build`] makes. A member may then hold no point at all: it is
+//! in the ring (it has an index) but owns no key and no walk yields it.
 //!
 //! Two points on the same position are both kept, ordered by backend ID bytes
 //! and then point index, so no point is ever lost and the mapping does not
@@ -46,15 +45,17 @@
 //! ring) does it binary search the rest. It finds exactly the point a binary
 //! search over the whole ring would.
 
+mod index;
 mod walk;
 
 pub use self::walk::Walk;
 
+use self::index::Index;
 use crate::backend::BackendId;
 use crate::error::InvalidConfig;
 
 /// Default virtual nodes per unit of weight (the original design's 150).
-pub const DEFAULT_VNODES_PER_WEIGHT: u32 = 150;
+pub(crate) const DEFAULT_VNODES_PER_WEIGHT: u32 = 150;
 /// Largest number of points one ring may hold (16 Mi).
 pub const MAX_POINTS: usize = 1 << 24;
 
@@ -80,12 +81,12 @@ impl Default for RingConfig {
 
 impl RingConfig {
     /// Seed of the xxh3 hash of point positions.
-    pub fn seed(&self) -> u64 {
+    pub(crate) fn seed(&self) -> u64 {
         self.seed
     }
 
     /// Virtual nodes per unit of backend weight.
-    pub fn vnodes_per_weight(&self) -> u32 {
+    pub(crate) fn vnodes_per_weight(&self) -> u32 {
         self.vnodes_per_weight
     }
 
@@ -175,27 +176,14 @@ impl Ring {
     /// between the others); one with none is in the ring, by index, but owns
     /// no key and no walk yields it.
     ///
-    /// ```
-    /// use tower_model_balance::backend::BackendId;
-    /// use tower_model_balance::ring::{Ring, RingConfig};
-    ///
-    /// let config = RingConfig::default();
-    /// let id = |i: usize| BackendId::new(&format!("node-{i}")).unwrap();
-    /// let full = Ring::build(&config, (0..3).map(|i| (id(i), 1))).unwrap();
-    /// let same = Ring::build_with_points(&config, (0..3).map(|i| (id(i), 150))).unwrap();
-    /// let joining = Ring::build_with_points(&config, [(id(0), 150), (id(1), 150), (id(2), 0)]).unwrap();
-    /// for key in [1, 1 << 40, u64::MAX] {
-    ///     assert_eq!(full.primary(key), same.primary(key));
-    ///     assert_ne!(joining.primary(key), Some(2), "node-2 owns nothing yet");
-    ///     assert_eq!(joining.walk(key).count(), 2);
-    /// }
-    /// ```
-    ///
     /// # Errors
     ///
     /// [`InvalidConfig`] naming `backend_id` when an ID appears twice,
     /// `points` when the ring would hold more than [`MAX_POINTS`] points.
-    pub fn build_with_points<I>(config: &RingConfig, members: I) -> Result<Self, InvalidConfig>
+    pub(crate) fn build_with_points<I>(
+        config: &RingConfig,
+        members: I,
+    ) -> Result<Self, InvalidConfig>
     where
         I: IntoIterator<Item = (BackendId, u32)>,
     {
@@ -254,7 +242,8 @@ impl Ring {
     }
 
     /// Number of points (virtual nodes) on the ring.
-    pub fn points(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn points(&self) -> usize {
         self.points.len()
     }
 
@@ -269,7 +258,8 @@ impl Ring {
     }
 
     /// All members, by index.
-    pub fn members(&self) -> &[BackendId] {
+    #[cfg(test)]
+    pub(crate) fn members(&self) -> &[BackendId] {
         &self.members
     }
 
@@ -308,120 +298,6 @@ impl Ring {
     #[inline]
     fn point_member(&self, pos: usize) -> usize {
         self.points[pos].member as usize
-    }
-
-    /// Position of the first point at or after `key`; `points()` when there
-    /// is none (the walk wraps). The same as
-    /// `points.partition_point(|p| p.hash < key)`, in O(1) expected time.
-    #[cfg(test)]
-    fn start(&self, key: u64) -> usize {
-        self.start_in(self.index.bucket(key), key)
-    }
-
-    /// [`Ring::start`] from the key's bucket.
-    #[inline]
-    fn start_in(&self, bucket: Bucket, key: u64) -> usize {
-        // Every point before `lo` is below the key's bucket, so below the key.
-        let lo = bucket.first as usize;
-        match self.points.get(lo..lo + WINDOW) {
-            // The answer is in the window: count without branching.
-            Some(window) if window[WINDOW - 1].hash >= key => {
-                lo + window
-                    .iter()
-                    .map(|p| usize::from(p.hash < key))
-                    .sum::<usize>()
-            }
-            _ => self.start_beyond(lo, key),
-        }
-    }
-
-    /// [`Ring::start`] when the key's first point is not among the
-    /// [`WINDOW`] from `lo`: a crowded bucket, or the end of the ring.
-    #[cold]
-    fn start_beyond(&self, lo: usize, key: u64) -> usize {
-        let rest = self.points.get(lo..).unwrap_or_default();
-        lo + rest.partition_point(|p| p.hash < key)
-    }
-}
-
-/// Points compared at once from the start of a key's bucket: with about one
-/// point per bucket, the key's first point is almost always among them.
-const WINDOW: usize = 4;
-
-/// The bucket index over a ring's points: bucket `j` holds the position of
-/// the first point whose hash is at least `j << shift`, for each of the
-/// `2^(64 - shift)` buckets — and, when no point falls inside the bucket,
-/// that point's member: every key of the bucket belongs to it, found with
-/// one read.
-#[derive(Debug, Clone)]
-struct Index {
-    shift: u32,
-    buckets: Box<[Bucket]>,
-}
-
-/// One bucket of the [`Index`].
-#[derive(Debug, Clone, Copy, Default)]
-struct Bucket {
-    /// Position of the first point at or after the bucket's start.
-    first: u32,
-    /// 1 + the member owning every key of the bucket when no point falls
-    /// inside it; 0 otherwise (or on an empty ring).
-    owner: u32,
-}
-
-impl Bucket {
-    #[inline]
-    fn owner(self) -> Option<usize> {
-        (self.owner as usize).checked_sub(1)
-    }
-}
-
-impl Index {
-    /// As many buckets as the next power of two of the number of points
-    /// (so at most one point per bucket on average), between 2 and
-    /// [`MAX_POINTS`].
-    fn build(points: &[Point]) -> Self {
-        let bits = points
-            .len()
-            .next_power_of_two()
-            .trailing_zeros()
-            .clamp(1, MAX_POINTS.trailing_zeros());
-        let shift = u64::BITS - bits;
-        let count = 1usize << bits;
-        let mut firsts = Vec::with_capacity(count + 1);
-        let mut pos = 0;
-        for bucket in 0..count as u64 {
-            let floor = bucket << shift;
-            while pos < points.len() && points[pos].hash < floor {
-                pos += 1;
-            }
-            firsts.push(pos);
-        }
-        firsts.push(points.len());
-        let buckets = firsts
-            .windows(2)
-            .map(|w| {
-                let (first, next) = (w[0], w[1]);
-                // Past the last point, the walk wraps to the first.
-                let successor = points.get(first).or(points.first());
-                let owner = match successor {
-                    Some(point) if first == next => point.member + 1,
-                    _ => 0,
-                };
-                Bucket {
-                    first: first as u32,
-                    owner,
-                }
-            })
-            .collect();
-        Self { shift, buckets }
-    }
-
-    /// The bucket of `key`.
-    #[inline]
-    fn bucket(&self, key: u64) -> Bucket {
-        let j = (key >> self.shift) as usize;
-        self.buckets.get(j).copied().unwrap_or_default()
     }
 }
 

@@ -11,10 +11,11 @@ use http::{Method, StatusCode};
 use tokio::time::Instant;
 
 use super::fault::Fault;
+use super::handle::{json, plain, unavailable, SimResponse};
 use super::loads::{load, Call, Loaded, Outcome};
 use super::lora;
 use super::protocol::{self, kserve_error};
-use super::server::{json, lock, plain, unavailable, SimResponse, State};
+use super::server::{lock, State};
 use crate::route::ModelId;
 
 /// A model-control request.

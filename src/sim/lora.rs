@@ -8,9 +8,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::StatusCode;
 
+use super::handle::{json, plain, SimResponse};
 use super::loads::{self, wait, Call, Loaded, Outcome};
 use super::protocol::vllm_error;
-use super::server::{json, lock, plain, SimResponse, State};
+use super::server::{lock, State};
 use crate::route::ModelId;
 
 /// A vLLM error response.

@@ -45,6 +45,7 @@
 mod config;
 mod control;
 mod fault;
+mod handle;
 mod loads;
 mod lora;
 mod metrics;
@@ -59,6 +60,5 @@ mod wire;
 
 pub use self::config::{InferenceTimes, ServerConfig, ServerConfigBuilder};
 pub use self::fault::Fault;
-pub use self::residency::{Access, Residency};
 pub use self::server::ModelServer;
 pub use self::stats::ServerStats;

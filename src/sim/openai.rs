@@ -5,8 +5,8 @@
 
 use http::StatusCode;
 
+use super::handle::{json, SimResponse};
 use super::protocol::{self, vllm_error};
-use super::server::{json, SimResponse};
 use crate::route::ModelId;
 
 /// One of the OpenAI-compatible inference routes.

@@ -5,7 +5,6 @@
 //!
 //! let path = protocol::infer_path("resnet-50");
 //! assert_eq!(path, "/v2/models/resnet-50/infer");
-//! assert_eq!(protocol::parse_infer_path(&path).as_deref(), Some("resnet-50"));
 //! // Names are percent-encoded in the path.
 //! assert_eq!(protocol::infer_path("org/m"), "/v2/models/org%2Fm/infer");
 //! assert_eq!(protocol::BACKEND_HEADER, "x-sim-backend");
@@ -21,8 +20,8 @@
 //! | request | response |
 //! | --- | --- |
 //! | `GET /v2/health/ready` | 200 when serving, 503 while a fault makes the server unavailable |
-//! | `POST /v2/models/{name}/infer`, `POST /v2/models/{name}/versions/{version}/infer` (the name percent-decoded; any JSON body, read whole; every version is the one model) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a [KServe error body](kserve_error) when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
-//! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings` (OpenAI-compatible, as vLLM serves them; a JSON object body, read whole, naming the model in its top-level `"model"` string) | 200 with an OpenAI-shaped body ([`chat_completion_response`], [`completion_response`], [`embedding_response`]), served as a KServe v2 inference of that model is; 503 while unavailable; 400 with a [vLLM error body](vllm_error) (`BadRequestError`) for a body that is not such an object; 404 with a vLLM error body (`NotFoundError`, ``The model `{name}` does not exist.``) for an invalid model ID and where the KServe v2 route answers 404 |
+//! | `POST /v2/models/{name}/infer`, `POST /v2/models/{name}/versions/{version}/infer` (the name percent-decoded; any JSON body, read whole; every version is the one model) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a KServe error body when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
+//! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings` (OpenAI-compatible, as vLLM serves them; a JSON object body, read whole, naming the model in its top-level `"model"` string) | 200 with an OpenAI-shaped body (`"object": "chat.completion"`, `"text_completion"` or `"list"`), served as a KServe v2 inference of that model is; 503 while unavailable; 400 with a vLLM error body (`BadRequestError`) for a body that is not such an object; 404 with a vLLM error body (`NotFoundError`, ``The model `{name}` does not exist.``) for an invalid model ID and where the KServe v2 route answers 404 |
 //! | `POST /v2/repository/index` (any body, read whole; `{"ready": true}` asks for ready models only) | 200 with a JSON array, see below; 503 while unavailable |
 //! | `POST /v2/repository/models/{name}/load` (explicit mode; body empty or JSON; `{name}` percent-decoded, as [`load_path`] encodes it) | 200 with an empty body once the model is loaded, see below |
 //! | `POST /v2/repository/models/{name}/unload` (explicit mode; body empty or JSON) | 200 with an empty body; the model, loaded or loading, is removed (a model not resident: 200 too, as Triton answers) |
@@ -36,7 +35,7 @@
 //! model `{"name", "version": "1", "state": "READY", "reason": ""}`
 //! (`"LOADING"` while its load is in progress), then each model evicted
 //! or unloaded since and not resident again, most recent first, at most
-//! [`Residency::EVICTED_KEPT`](super::Residency::EVICTED_KEPT), with
+//! 32, with
 //! `"state": "UNAVAILABLE", "reason": "unloaded"`. With a repository list
 //! it lists exactly the repository's models, sorted by name, as Triton
 //! does: resident ones `READY` or `LOADING`, evicted or unloaded ones
@@ -69,8 +68,7 @@
 //! | auto-load mode | 503 `{"error": "explicit model load / unload is not allowed if polling is enabled"}` (Triton's answer outside explicit mode) | 404 (vLLM without runtime LoRA updating) |
 //!
 //! vLLM's error bodies are `{"error": {"message", "type", "param": null,
-//! "code"}}` ([`vllm_error`]); KServe v2's are `{"error": "…"}`
-//! ([`kserve_error`]). A load call's client that hangs up does not stop
+//! "code"}}`; KServe v2's are `{"error": "…"}`. A load call's client that hangs up does not stop
 //! the load. [`Fault::Unavailable`](super::Fault::Unavailable) answers
 //! model-control calls 503 too; [`Fault::Slow`](super::Fault::Slow) and
 //! [`Fault::Backlog`](super::Fault::Backlog) do not touch loads (as they
@@ -119,7 +117,7 @@ pub const REPOSITORY_INDEX_PATH: &str = "/v2/repository/index";
 /// The OpenAI model list path.
 pub const MODELS_PATH: &str = "/v1/models";
 /// The Prometheus metrics path.
-pub const METRICS_PATH: &str = "/metrics";
+pub(crate) const METRICS_PATH: &str = "/metrics";
 /// The OpenAI-compatible chat completions path (POST).
 pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
 /// The OpenAI-compatible (legacy) completions path (POST).
@@ -192,13 +190,13 @@ fn decode_segment(segment: &str) -> Option<String> {
 }
 
 /// A KServe v2 error body, `{"error": message}`.
-pub fn kserve_error(message: &str) -> String {
+pub(crate) fn kserve_error(message: &str) -> String {
     format!(r#"{{"error":"{}"}}"#, json_escape(message))
 }
 
 /// A vLLM (OpenAI-style) error body: `{"error": {"message", "type",
 /// "param": null, "code"}}`, `code` the HTTP status.
-pub fn vllm_error(message: &str, kind: &str, code: u16) -> String {
+pub(crate) fn vllm_error(message: &str, kind: &str, code: u16) -> String {
     format!(
         r#"{{"error":{{"message":"{}","type":"{}","param":null,"code":{code}}}}}"#,
         json_escape(message),
@@ -216,7 +214,7 @@ pub fn infer_path(model: &str) -> String {
 /// `/v2/models/{name}/versions/{version}/infer`, percent-decoded (`a%2Fb`
 /// is `a/b`, as the balancer's route layer reads it); `None` if `path` is
 /// not one, or its name is not validly encoded UTF-8.
-pub fn parse_infer_path(path: &str) -> Option<String> {
+pub(crate) fn parse_infer_path(path: &str) -> Option<String> {
     let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
     let name = match rest.split_once("/versions/") {
         Some((name, version)) if !version.is_empty() && !version.contains('/') => name,
@@ -244,7 +242,7 @@ pub const COMPLETION_TEXT: &str = "Simulated reply.";
 /// An OpenAI chat completion body for `model` (`"object":
 /// "chat.completion"`): one assistant message, [`COMPLETION_TEXT`], and a
 /// fixed token usage; valid JSON whatever the name holds.
-pub fn chat_completion_response(model: &str) -> String {
+pub(crate) fn chat_completion_response(model: &str) -> String {
     format!(
         r#"{{"id":"chatcmpl-sim","object":"chat.completion","created":0,"model":"{}","choices":[{{"index":0,"message":{{"role":"assistant","content":"{COMPLETION_TEXT}"}},"finish_reason":"stop"}}],"usage":{USAGE}}}"#,
         json_escape(model)
@@ -253,7 +251,7 @@ pub fn chat_completion_response(model: &str) -> String {
 
 /// An OpenAI completion body for `model` (`"object": "text_completion"`):
 /// one choice, [`COMPLETION_TEXT`], and a fixed token usage.
-pub fn completion_response(model: &str) -> String {
+pub(crate) fn completion_response(model: &str) -> String {
     format!(
         r#"{{"id":"cmpl-sim","object":"text_completion","created":0,"model":"{}","choices":[{{"index":0,"text":"{COMPLETION_TEXT}","logprobs":null,"finish_reason":"stop"}}],"usage":{USAGE}}}"#,
         json_escape(model)
@@ -262,7 +260,7 @@ pub fn completion_response(model: &str) -> String {
 
 /// An OpenAI embeddings body for `model` (`"object": "list"`): one
 /// embedding of four dimensions.
-pub fn embedding_response(model: &str) -> String {
+pub(crate) fn embedding_response(model: &str) -> String {
     format!(
         r#"{{"object":"list","data":[{{"object":"embedding","index":0,"embedding":[0.5,0.5,0.5,0.5]}}],"model":"{}","usage":{{"prompt_tokens":4,"total_tokens":4}}}}"#,
         json_escape(model)

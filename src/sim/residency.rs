@@ -9,7 +9,7 @@ use tokio::time::Instant;
 /// What a request finds when it asks for its model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Access {
+pub(crate) enum Access {
     /// Resident and loaded: serve now.
     Warm,
     /// This request starts a load that ends at the given instant.
@@ -43,7 +43,7 @@ impl Entry {
 /// also remembers the last [`EVICTED_KEPT`](Self::EVICTED_KEPT) models it
 /// evicted.
 #[derive(Debug, Clone)]
-pub struct Residency {
+pub(crate) struct Residency {
     slots: usize,
     entries: Vec<Entry>,
     /// Evicted models not resident again, most recent first.
@@ -54,10 +54,10 @@ pub struct Residency {
 
 impl Residency {
     /// How many evicted models are remembered (the oldest are forgotten).
-    pub const EVICTED_KEPT: usize = 32;
+    pub(crate) const EVICTED_KEPT: usize = 32;
 
     /// Room for `slots` models (at least 1).
-    pub fn new(slots: usize) -> Self {
+    pub(crate) fn new(slots: usize) -> Self {
         Self {
             slots: slots.max(1),
             entries: Vec::with_capacity(slots.max(1)),
@@ -68,7 +68,7 @@ impl Residency {
 
     /// Requests `model` at `now`; a miss evicts the least recently used
     /// model and starts a load taking `load_time`.
-    pub fn access(&mut self, model: &str, now: Instant, load_time: Duration) -> Access {
+    pub(crate) fn access(&mut self, model: &str, now: Instant, load_time: Duration) -> Access {
         if let Some(entry) = self.entries.iter_mut().find(|e| e.model == model) {
             entry.last_used = now;
             return match entry.ready_at {
@@ -166,13 +166,13 @@ impl Residency {
     }
 
     /// The resident models (loaded or loading), in no particular order.
-    pub fn models(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn models(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(|e| e.model.as_str())
     }
 
     /// The resident models with whether each is loaded at `now` (`false`:
     /// its load is still in progress), in no particular order.
-    pub fn states(&self, now: Instant) -> impl Iterator<Item = (&str, bool)> {
+    pub(crate) fn states(&self, now: Instant) -> impl Iterator<Item = (&str, bool)> {
         self.entries
             .iter()
             .map(move |e| (e.model.as_str(), e.loaded(now)))
@@ -180,7 +180,7 @@ impl Residency {
 
     /// The models evicted and not resident since, most recent first, at
     /// most [`EVICTED_KEPT`](Self::EVICTED_KEPT).
-    pub fn evicted(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn evicted(&self) -> impl Iterator<Item = &str> {
         self.evicted.iter().map(String::as_str)
     }
 }

@@ -112,26 +112,6 @@ impl<E, R> Dns<E, R> {
     pub fn counters(&self) -> Counters {
         self.counters.clone()
     }
-
-    /// The hostname resolved.
-    pub fn hostname(&self) -> &str {
-        &self.hostname
-    }
-
-    /// The port every backend is reached on.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The time from one resolution's end to the next one's start.
-    pub fn interval(&self) -> Duration {
-        self.interval
-    }
-
-    /// The resolver.
-    pub fn resolver(&self) -> &R {
-        &self.resolver
-    }
 }
 
 impl<E, R: Resolve> Dns<E, R> {
@@ -258,4 +238,26 @@ fn valid_hostname(hostname: &str) -> Result<(), InvalidConfig> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::{ready, Ready};
+    use std::net::{IpAddr, SocketAddr};
+    use std::time::Duration;
+
+    use super::Dns;
+    use crate::error::BoxError;
+
+    fn nothing(_name: &str) -> Ready<Result<Vec<IpAddr>, BoxError>> {
+        ready(Ok(Vec::new()))
+    }
+
+    #[test]
+    fn a_source_resolves_every_5_s_by_default() {
+        let dns = Dns::builder("models.test", 8000)
+            .build_with(nothing, |_: &SocketAddr| ())
+            .unwrap();
+        assert_eq!(dns.interval, Duration::from_secs(5));
+    }
 }

@@ -91,11 +91,6 @@ impl HickoryResolver {
     pub fn new(resolver: TokioResolver) -> Self {
         Self { inner: resolver }
     }
-
-    /// The hickory resolver.
-    pub fn get_ref(&self) -> &TokioResolver {
-        &self.inner
-    }
 }
 
 impl Resolve for HickoryResolver {

@@ -23,7 +23,13 @@ use crate::error::InvalidConfig;
 ///     .timeout(Duration::from_millis(500))
 ///     .build()
 ///     .unwrap();
-/// assert_eq!(config.concurrency(), 16);
+/// // The concurrency left at its default.
+/// assert_eq!(config, ProbeConfig::builder()
+///     .interval(Duration::from_secs(1))
+///     .timeout(Duration::from_millis(500))
+///     .concurrency(16)
+///     .build()
+///     .unwrap());
 /// let err = ProbeConfig::builder().timeout(Duration::from_secs(10)).build().unwrap_err();
 /// assert_eq!(err.field, "timeout");
 /// ```
@@ -57,24 +63,24 @@ impl ProbeConfig {
 
     /// Time between the starts of two rounds (each backend probed once a
     /// round), before jitter.
-    pub fn interval(&self) -> Duration {
+    pub(crate) fn interval(&self) -> Duration {
         self.interval
     }
 
     /// The longest one probe may take; past it the probe fails with
     /// [`ProbeError::Timeout`](super::ProbeError::Timeout).
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
 
     /// Each interval is drawn uniformly within ± this fraction of it, so
     /// that gateways started together do not probe in step.
-    pub fn jitter(&self) -> f64 {
+    pub(crate) fn jitter(&self) -> f64 {
         self.jitter
     }
 
     /// The most probes in flight at once.
-    pub fn concurrency(&self) -> usize {
+    pub(crate) fn concurrency(&self) -> usize {
         self.concurrency
     }
 }

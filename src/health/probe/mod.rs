@@ -167,7 +167,7 @@ impl ProbeReport {
     /// Both reports in one: ready when neither says not ready, the union
     /// of the resident models either lists, loading when either says so,
     /// each load signal from `self` where set, else from `other`.
-    pub fn merge(self, other: Self) -> Self {
+    pub(crate) fn merge(self, other: Self) -> Self {
         let ready = match (self.ready, other.ready) {
             (Some(a), Some(b)) => Some(a && b),
             (a, b) => a.or(b),
@@ -256,8 +256,10 @@ pub trait Prober: Send + Sync + 'static {
 /// second leaves its signals out of the report (logged as a warning, at
 /// most once a minute per backend) and the first's report stands, so
 /// metrics that are missing or broken never make a reachable, ready
-/// backend look sick. Both answering, their reports are
-/// [merged](ProbeReport::merge).
+/// backend look sick. Both answering, their reports are merged: ready
+/// when neither says not ready, the union of the resident models either
+/// lists, loading when either says so, each load signal from the first
+/// where set, else from the second.
 impl<A: Prober, B: Prober> Prober for (A, B) {
     fn probe(
         &self,

@@ -97,3 +97,19 @@ proptest! {
         }
     }
 }
+
+/// Was the doc example of `Ring::build_with_points` while it was public.
+#[test]
+fn a_joining_member_with_no_points_owns_nothing() {
+    let config = RingConfig::default();
+    let id = |i: usize| BackendId::new(&format!("node-{i}")).unwrap();
+    let full = Ring::build(&config, (0..3).map(|i| (id(i), 1))).unwrap();
+    let same = Ring::build_with_points(&config, (0..3).map(|i| (id(i), 150))).unwrap();
+    let joining =
+        Ring::build_with_points(&config, [(id(0), 150), (id(1), 150), (id(2), 0)]).unwrap();
+    for key in [1, 1 << 40, u64::MAX] {
+        assert_eq!(full.primary(key), same.primary(key));
+        assert_ne!(joining.primary(key), Some(2), "node-2 owns nothing yet");
+        assert_eq!(joining.walk(key).count(), 2);
+    }
+}

@@ -1,4 +1,8 @@
+use prometheus_parse::LineInfo;
+
+use super::parse::escape_line;
 use super::*;
+use crate::health::LoadSignals;
 
 /// Shaped like vLLM V1's exposition: two engines (data parallel), HELP and
 /// TYPE lines, a counter and a histogram around the gauges read.

@@ -1,0 +1,147 @@
+//! The file's shape: one table a section, and the settings into and out of it.
+
+use serde::{Deserialize, Serialize};
+
+use super::balance::{BalanceFile, RingSeed};
+use super::breaker::BreakerFile;
+use super::health::{HealthFile, ProbeFile, Weights};
+use super::placement::PlacementFile;
+use super::{to_ms, ConfigError, StackConfig};
+use crate::balance::{BreakerScope, Classification};
+use crate::breaker::SlidingWindow;
+use crate::placement::WhenCold;
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct File {
+    #[serde(default)]
+    pub(super) balance: BalanceFile,
+    #[serde(default)]
+    pub(super) breaker: BreakerFile,
+    #[serde(default)]
+    pub(super) health: HealthFile,
+    #[serde(default)]
+    pub(super) probe: ProbeFile,
+    #[serde(default)]
+    pub(super) placement: PlacementFile,
+}
+
+impl File {
+    /// Every setting of `config`, as its key.
+    pub(super) fn of(config: &StackConfig) -> Self {
+        let b = &config.balance;
+        let (breaker_scope, max_pairs) = match b.breaker_scope() {
+            BreakerScope::BackendModel { max_pairs } => ("backend_model", Some(max_pairs)),
+            _ => ("backend", None),
+        };
+        let balance = BalanceFile {
+            owners: Some(b.owners()),
+            min_owners: Some(b.min_owners()),
+            load_factor: Some(b.load_factor()),
+            // Written only when set: unset, it follows `load_factor`.
+            owner_load: b.owner_load,
+            panic_threshold: Some(b.panic_threshold()),
+            latency_decay_ms: to_ms(b.latency_decay()),
+            model_owners: (!b.model_owners().is_empty()).then(|| {
+                b.model_owners()
+                    .iter()
+                    .map(|(model, k)| (model.as_str().to_owned(), *k))
+                    .collect()
+            }),
+            vnodes_per_weight: Some(b.ring().vnodes_per_weight()),
+            ring_seed: Some(RingSeed(b.ring().seed())),
+            breaker_scope: Some(breaker_scope.to_owned()),
+            max_pairs,
+            staging_max_share: Some(b.staging().max_share()),
+            staging_cooldown_ms: to_ms(b.staging().cooldown()),
+            classification: Some(
+                match b.classification() {
+                    Classification::GrpcStatus => "grpc_status",
+                    _ => "http_status",
+                }
+                .to_owned(),
+            ),
+        };
+        let p = b.breaker();
+        let (window, time_window_ms, time_window_buckets) = match p.window() {
+            SlidingWindow::Time { duration, buckets } => (None, to_ms(duration), Some(buckets)),
+            SlidingWindow::Count { calls } => (Some(calls), None, None),
+        };
+        let breaker = BreakerFile {
+            window,
+            time_window_ms,
+            time_window_buckets,
+            minimum_calls: Some(p.minimum_calls()),
+            failure_rate_threshold: Some(p.failure_rate_threshold()),
+            slow_call_rate_threshold: Some(p.slow_call_rate_threshold()),
+            slow_call_duration_ms: to_ms(p.slow_call_duration()),
+            consecutive_failures: p.consecutive_failures(),
+            half_open_permits: Some(p.half_open_permits()),
+            half_open_max_wait_ms: to_ms(p.half_open_max_wait()),
+            open_duration_ms: to_ms(p.open_duration()),
+            max_open_duration_ms: to_ms(p.max_open_duration()),
+            jitter: Some(p.jitter()),
+        };
+        let h = b.health();
+        let [latency, capacity, connection] = h.weights();
+        let (full, zero) = h.connections();
+        let health = HealthFile {
+            weights: Some(Weights {
+                latency: Some(latency),
+                capacity: Some(capacity),
+                connection: Some(connection),
+            }),
+            interval_ms: to_ms(h.interval()),
+            error_alpha: Some(h.error_alpha()),
+            latency_alpha: Some(h.latency_alpha()),
+            failure_penalty_ms: to_ms(h.failure_penalty()),
+            relax_half_life_ms: to_ms(h.relax_half_life()),
+            eject_below: Some(h.eject_below()),
+            readmit_above: Some(h.readmit_above()),
+            queue_scale: Some(h.queue_scale()),
+            connections_full_below: Some(full),
+            connections_zero_at: Some(zero),
+            outlier_factor: Some(h.outlier_factor().unwrap_or(0.0)),
+            outlier_ejection_ms: to_ms(h.outlier_ejection()),
+            max_ejected_share: Some(h.max_ejected_share()),
+            warm_up_ms: to_ms(h.warm_up()),
+            warm_up_min_weight: Some(h.warm_up_min_weight()),
+        };
+        let probe = ProbeFile {
+            interval_ms: to_ms(config.probe.interval()),
+            timeout_ms: to_ms(config.probe.timeout()),
+            jitter: Some(config.probe.jitter()),
+            concurrency: Some(config.probe.concurrency()),
+        };
+        let placement = PlacementFile {
+            load_timeout_ms: to_ms(config.placement.load_timeout()),
+            when_cold: Some(
+                match config.placement.when_cold() {
+                    WhenCold::PreferWarm => "prefer_warm",
+                    _ => "wait",
+                }
+                .to_owned(),
+            ),
+            repository_interval_ms: to_ms(config.placement.repository_interval()),
+            evict: Some(config.placement.evict()),
+        };
+        File {
+            balance,
+            breaker,
+            health,
+            probe,
+            placement,
+        }
+    }
+
+    pub(super) fn build(self) -> Result<StackConfig, ConfigError> {
+        let breaker = self.breaker.build()?;
+        let health = self.health.build()?;
+        let balance = self.balance.build(breaker, health)?;
+        Ok(StackConfig {
+            balance,
+            probe: self.probe.build()?,
+            placement: self.placement.build()?,
+        })
+    }
+}

@@ -1,0 +1,285 @@
+//! One request to a simulated server: the fault in force, the info routes,
+//! then inference through the queue and the residency.
+
+//! The simulated model server: a real HTTP/1 server on 127.0.0.1.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use super::control;
+use super::fault::Fault;
+use super::metrics::{self, Snapshot};
+use super::openai;
+use super::protocol::{self, BACKEND_HEADER, COLD_LOAD_HEADER, RESIDENT_MODELS_HEADER};
+use super::queue::{backlog_delay, Counted};
+use super::repository;
+use super::residency::Access;
+use super::server::{lock, State};
+use super::wire::CutMidBody;
+use crate::route::{ModelId, RequestKind, RouteInfo};
+
+/// An answer as the handlers build it; [`Wire::of`] turns it into what is
+/// sent.
+pub(super) type SimResponse = Response<Bytes>;
+
+pub(super) async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<SimResponse, Infallible> {
+    let seq = state.counters.requests.fetch_add(1, Ordering::Relaxed);
+    let fault = *state.fault.borrow();
+    if fault == Some(Fault::Hang) {
+        return hang(&state, req).await;
+    }
+    if req.method() == Method::GET && req.uri().path() == protocol::READY_PATH {
+        let status = if fault == Some(Fault::Unavailable) {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        };
+        return Ok(plain(status, ""));
+    }
+    if let Some(route) = control::Route::of(req.method(), req.uri().path()) {
+        let body = req.into_body().collect().await.map(|b| b.to_bytes());
+        return Ok(control::serve(&state, route, body.ok()).await);
+    }
+    if req.method() == Method::POST && req.uri().path() == protocol::REPOSITORY_INDEX_PATH {
+        let body = req.into_body().collect().await.map(|b| b.to_bytes());
+        if fault == Some(Fault::Unavailable) {
+            return Ok(unavailable(&state));
+        }
+        let ready_only = body.is_ok_and(|b| control::asks_ready_only(&b));
+        let index = repository::index_body(
+            &lock(&state.residency),
+            Instant::now(),
+            state.config.repository(),
+            ready_only,
+        );
+        return Ok(json(StatusCode::OK, &index));
+    }
+    if let Some(response) = info(&state, fault, req.method(), req.uri().path()) {
+        // Read a POST's body whole, so the connection stays usable.
+        let _ = req.into_body().collect().await;
+        return Ok(response);
+    }
+    // The KServe v2 route names the model in its path, the OpenAI ones in
+    // the body (read below).
+    let (path_model, openai) = match (req.method(), req.uri().path()) {
+        (&Method::POST, path) => {
+            match (protocol::parse_infer_path(path), openai::Route::of(path)) {
+                (Some(name), _) => match ModelId::new(&name) {
+                    Ok(model) => (Some(model), None),
+                    Err(error) => return Ok(plain(StatusCode::BAD_REQUEST, &error.to_string())),
+                },
+                (None, Some(route)) => (None, Some(route)),
+                (None, None) => return Ok(plain(StatusCode::NOT_FOUND, "not found")),
+            }
+        }
+        _ => return Ok(plain(StatusCode::NOT_FOUND, "not found")),
+    };
+    state.counters.work.fetch_add(1, Ordering::Relaxed);
+    let kind = match RouteInfo::from_headers(req.headers()) {
+        Ok(route) => route.kind,
+        Err(_) => RequestKind::Inference,
+    };
+    let Ok(body) = req.into_body().collect().await else {
+        return Ok(plain(StatusCode::BAD_REQUEST, "unreadable body"));
+    };
+    let (slow, backlog) = match fault {
+        Some(Fault::Unavailable) => return Ok(unavailable(&state)),
+        Some(Fault::Slow { factor, share }) => {
+            let draw = xxhash_rust::xxh3::xxh3_64(&seq.to_le_bytes()) as f64 / u64::MAX as f64;
+            (if draw < share { factor.max(1) } else { 1 }, 0)
+        }
+        Some(Fault::Backlog { waiting }) => (1, waiting),
+        _ => (1, 0),
+    };
+    let model = match path_model {
+        Some(model) => model,
+        None => match openai::model(&body.to_bytes()) {
+            Ok(model) => model,
+            Err(bad) => return Ok(bad.response()),
+        },
+    };
+    if kind != RequestKind::Update {
+        if let Some(error) = control::not_found(&state, model.as_str()) {
+            state.counters.not_found.fetch_add(1, Ordering::Relaxed);
+            return Ok(match openai {
+                Some(_) => openai::not_found(model.as_str()),
+                None => json(StatusCode::NOT_FOUND, &error),
+            });
+        }
+    }
+    let config = &state.config;
+    let service = match kind {
+        RequestKind::Update => config.update_time,
+        _ => config.inference.of(model.as_str()),
+    }
+    .saturating_mul(slow);
+    // A request that arrives while its model loads here waits for that
+    // load, whether it waits in the serving queue or in a slot: cold, like
+    // the one that started the load.
+    let arrived_loading = kind != RequestKind::Update
+        && !config.explicit_load
+        && lock(&state.residency).lookup(model.as_str(), Instant::now(), false) == Some(false);
+    let waiting = Counted::enter(&state.counters.waiting);
+    if backlog > 0 {
+        // Only then: a zero sleep would still wait for the timer's next tick.
+        tokio::time::sleep(backlog_delay(backlog, config.concurrency, service)).await;
+    }
+    let Ok(_slot) = state.slots.acquire().await else {
+        return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "closed"));
+    };
+    drop(waiting);
+    let _running = Counted::enter(&state.counters.running);
+    let cold = if kind == RequestKind::Update || config.explicit_load {
+        // Explicit mode: the model was loaded when the request arrived, and
+        // an admitted request keeps it (as Triton's requests hold theirs).
+        tokio::time::sleep(service).await;
+        false
+    } else {
+        let access =
+            lock(&state.residency).access(model.as_str(), Instant::now(), config.cold_load);
+        let cold = match access {
+            Access::Warm => false,
+            Access::Load { ready_at } => {
+                state.counters.cold_loads.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep_until(ready_at).await;
+                true
+            }
+            Access::Loading { ready_at } => {
+                tokio::time::sleep_until(ready_at).await;
+                true
+            }
+        };
+        tokio::time::sleep(service).await;
+        cold || arrived_loading
+    };
+    let resident = repository::resident_list(&lock(&state.residency), Instant::now());
+    let mut response = match openai {
+        Some(route) => json(StatusCode::OK, &route.response(model.as_str())),
+        None => plain(StatusCode::OK, &protocol::infer_response(model.as_str())),
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        COLD_LOAD_HEADER,
+        http::HeaderValue::from_static(if cold { "true" } else { "false" }),
+    );
+    if let Ok(name) = http::HeaderValue::from_str(&state.name) {
+        headers.insert(BACKEND_HEADER, name);
+    }
+    // Model IDs hold no control characters: valid header bytes.
+    if let Ok(models) = http::HeaderValue::from_bytes(resident.as_bytes()) {
+        headers.insert(RESIDENT_MODELS_HEADER, models);
+    }
+    if fault == Some(Fault::Reset) {
+        response.extensions_mut().insert(CutMidBody);
+    }
+    Ok(response)
+}
+
+/// Reads `req` whole and never answers it ([`Fault::Hang`]): pending,
+/// counted as hung, until dropped with its connection.
+async fn hang(state: &State, req: Request<Incoming>) -> Result<SimResponse, Infallible> {
+    let _hung = Hung::enter(state);
+    let _ = req.into_body().collect().await;
+    std::future::pending().await
+}
+
+/// Counts a request in [`ServerStats::hung`] while it lives, waking
+/// [`ModelServer::wait_for_stats`] when it starts and stops hanging.
+struct Hung<'a>(&'a State);
+
+impl<'a> Hung<'a> {
+    fn enter(state: &'a State) -> Self {
+        state.counters.hung.fetch_add(1, Ordering::Relaxed);
+        state.changed.notify_waiters();
+        Self(state)
+    }
+}
+
+impl Drop for Hung<'_> {
+    fn drop(&mut self) {
+        self.0.counters.hung.fetch_sub(1, Ordering::Relaxed);
+        self.0.changed.notify_waiters();
+    }
+}
+
+/// The answer to a request for the model list or the metrics; `None` for
+/// any other request.
+fn info(state: &State, fault: Option<Fault>, method: &Method, path: &str) -> Option<SimResponse> {
+    let known = matches!(
+        (method, path),
+        (&Method::GET, protocol::MODELS_PATH) | (&Method::GET, protocol::METRICS_PATH)
+    );
+    if !known {
+        return None;
+    }
+    if fault == Some(Fault::Unavailable) {
+        return Some(unavailable(state));
+    }
+    let now = Instant::now();
+    let (body, content_type) = match path {
+        protocol::MODELS_PATH => (
+            repository::models_body(&lock(&state.residency), now),
+            "application/json",
+        ),
+        _ => (
+            metrics::render(&snapshot(state, fault), &state.gpu_uuid),
+            "text/plain; version=0.0.4",
+        ),
+    };
+    let mut response = plain(StatusCode::OK, &body);
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    Some(response)
+}
+
+/// What the metrics show now.
+fn snapshot(state: &State, fault: Option<Fault>) -> Snapshot {
+    let phantom = match fault {
+        Some(Fault::Backlog { waiting }) => u64::from(waiting),
+        _ => 0,
+    };
+    let c = &state.counters;
+    Snapshot {
+        running: c.running.load(Ordering::Relaxed),
+        waiting: c.waiting.load(Ordering::Relaxed) + phantom,
+        concurrency: state.config.concurrency as u64,
+        resident: lock(&state.residency).models().count() as u64,
+        slots: state.config.resident_slots as u64,
+        model_memory: state.config.model_memory,
+    }
+}
+
+/// A 503 for a fault, counted.
+pub(super) fn unavailable(state: &State) -> SimResponse {
+    state.counters.unavailable.fetch_add(1, Ordering::Relaxed);
+    plain(StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+}
+
+/// A response with a JSON body.
+pub(super) fn json(status: StatusCode, body: &str) -> SimResponse {
+    let mut response = plain(status, body);
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A response with a text body (no content type).
+pub(super) fn plain(status: StatusCode, body: &str) -> SimResponse {
+    let mut response = Response::new(Bytes::copy_from_slice(body.as_bytes()));
+    *response.status_mut() = status;
+    response
+}
