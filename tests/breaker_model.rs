@@ -13,8 +13,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tokio::time::Instant;
 use tower_model_balance::breaker::{
-    BreakerState, CircuitState, Mode, Outcome, Policy, Reason, Ticket, Transition,
+    BreakerState, CircuitState, Mode, Policy, Reason, Ticket, Transition,
 };
+use tower_model_balance::classify::Outcome;
 
 /// The knobs the model reads, with the values the test draws.
 #[derive(Debug, Clone)]

@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Barrier};
 use tokio::time::Instant;
-use tower_model_balance::breaker::{
-    Breaker, BreakerState, Outcome, Permit, Policy, Reason, Transition,
-};
+use tower_model_balance::breaker::{Breaker, BreakerState, Permit, Policy, Reason, Transition};
+use tower_model_balance::classify::Outcome;
 
 const TASKS: usize = 64;
 const PERMITS: u32 = 5;

@@ -8,7 +8,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::guard::Guard;
-use crate::breaker::{Classified, ClassifyEos, GrpcEosErrorsAsFailures, Outcome};
+use crate::classify::{Classified, ClassifyEos, GrpcEosErrorsAsFailures, Outcome};
 
 /// The head's verdict: an outcome, or gRPC's status still to come in the
 /// trailers.

@@ -92,13 +92,13 @@ pub struct BalanceConfig {
 #[non_exhaustive]
 pub enum Classification {
     /// The HTTP status, as
-    /// [`ServerErrorsAsFailures`](crate::breaker::ServerErrorsAsFailures)
+    /// [`ServerErrorsAsFailures`](crate::classify::ServerErrorsAsFailures)
     /// reads it: 5xx fail, 429 is an overload, other 4xx are the caller's
     /// (ignored), the rest succeed. The default.
     #[default]
     HttpStatus,
     /// gRPC's `grpc-status`, as
-    /// [`GrpcErrorsAsFailures`](crate::breaker::GrpcErrorsAsFailures)
+    /// [`GrpcErrorsAsFailures`](crate::classify::GrpcErrorsAsFailures)
     /// reads it: from the headers of a trailers-only response (decided
     /// with the head), else from the trailers at the end of an HTTP 200's
     /// body; `UNAVAILABLE`, `INTERNAL`, `UNKNOWN`, `DEADLINE_EXCEEDED`,

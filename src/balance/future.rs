@@ -34,7 +34,7 @@ use super::body::ResponseBody;
 use super::guard::Guard;
 use super::placement::{self, Status};
 use super::Classification;
-use crate::breaker::{
+use crate::classify::{
     Classified, Classify, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures, Outcome,
     ServerErrorsAsFailures,
 };

@@ -12,7 +12,8 @@ use super::placement::Placement;
 use super::table::{Admission, BackendState};
 use super::{Classification, ResidencyHeader};
 use crate::backend::{BackendId, PickedSlot};
-use crate::breaker::{BreakerState, Outcome};
+use crate::breaker::BreakerState;
+use crate::classify::Outcome;
 use crate::route::ModelId;
 
 /// One request in flight on a picked backend, from the pick until its

@@ -16,7 +16,8 @@ use super::scoped::{BreakerScope, Scoped};
 use super::traffic::{FleetTraffic, Traffic};
 use super::{BalanceConfig, Classification, ResidencyHeader};
 use crate::backend::BackendId;
-use crate::breaker::{Breaker, OnTransition, Outcome, Policy, Ticket, Transition};
+use crate::breaker::{Breaker, OnTransition, Policy, Ticket, Transition};
+use crate::classify::Outcome;
 use crate::health::HealthPolicy;
 use crate::ring::Ring;
 

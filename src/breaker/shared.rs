@@ -10,7 +10,8 @@ use tokio::time::Instant;
 
 use super::events::OnTransition;
 use super::state::{CircuitState, Metrics, Mode, Refused, Ticket, Transition, TransitionCounts};
-use super::{BreakerState, Outcome, Policy};
+use super::{BreakerState, Policy};
+use crate::classify::Outcome;
 use crate::error::BreakerOpen;
 use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
 
@@ -24,7 +25,8 @@ use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
 /// [`Breaker::metrics_only`] and [`Breaker::reset`].
 ///
 /// ```
-/// use tower_model_balance::breaker::{Breaker, BreakerState, Outcome, Policy};
+/// use tower_model_balance::breaker::{Breaker, BreakerState, Policy};
+/// use tower_model_balance::classify::Outcome;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let breaker = Breaker::new(Policy::builder().window(4).minimum_calls(2).build().unwrap());
@@ -108,7 +110,8 @@ impl Breaker {
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};
-    /// use tower_model_balance::breaker::{Breaker, BreakerState, Outcome, Policy, Transition};
+    /// use tower_model_balance::breaker::{Breaker, BreakerState, Policy, Transition};
+    /// use tower_model_balance::classify::Outcome;
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let seen = Arc::new(Mutex::new(Vec::new()));

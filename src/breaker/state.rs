@@ -30,7 +30,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::window::{Entry, Window};
-use super::{Outcome, Policy};
+use super::Policy;
+use crate::classify::Outcome;
 
 /// A breaker's state, in the standard sense of the words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -8,7 +8,8 @@ use tokio::time::Instant;
 use super::*;
 use crate::backend::BackendId;
 use crate::balance::table::{BackendState, Fleet};
-use crate::breaker::{Outcome, Policy};
+use crate::breaker::Policy;
+use crate::classify::Outcome;
 use crate::ring::{Ring, RingConfig};
 use crate::route::{ModelId, RouteInfo};
 
