@@ -31,7 +31,7 @@
 //! of calls, so one or two blips never open it — or, if set, after a run of
 //! consecutive failures (a hard outage). It stays open for an exponential
 //! backoff with full jitter. The decision logic is a pure state machine
-//! ([`CircuitState`]) that takes `now` and outcomes; [`Breaker`] shares it
+//! (internal) that takes `now` and outcomes; [`Breaker`] shares it
 //! between clones (and is the handle: metrics, manual modes, a transition
 //! hook), and [`CircuitBreakerLayer`] puts it in front of any HTTP
 //! `Service`. The balancer keeps one [`Breaker`] per backend.
@@ -215,7 +215,5 @@ pub use self::layer::CircuitBreakerLayer;
 pub use self::policy::{Policy, PolicyBuilder, SlidingWindow};
 pub use self::service::CircuitBreaker;
 pub use self::shared::{Breaker, Permit};
-pub use self::state::{
-    BreakerState, CircuitState, Metrics, Mode, Reason, Refused, Ticket, Transition,
-    TransitionCounts,
-};
+pub(crate) use self::state::Ticket;
+pub use self::state::{BreakerState, Metrics, Mode, Reason, Transition, TransitionCounts};

@@ -85,22 +85,22 @@ impl Policy {
     }
 
     /// Calls the window must hold before either rate can trip.
-    pub fn minimum_calls(&self) -> usize {
+    pub(crate) fn minimum_calls(&self) -> usize {
         self.minimum_calls
     }
 
     /// Failure rate in `(0, 1]` at or above which the breaker opens.
-    pub fn failure_rate_threshold(&self) -> f64 {
+    pub(crate) fn failure_rate_threshold(&self) -> f64 {
         self.failure_rate_threshold
     }
 
     /// Slow-call rate in `(0, 1]` at or above which the breaker opens.
-    pub fn slow_call_rate_threshold(&self) -> f64 {
+    pub(crate) fn slow_call_rate_threshold(&self) -> f64 {
         self.slow_call_rate_threshold
     }
 
     /// A timed call taking at least this long is slow.
-    pub fn slow_call_duration(&self) -> Duration {
+    pub(crate) fn slow_call_duration(&self) -> Duration {
         self.slow_call_duration
     }
 
@@ -110,13 +110,13 @@ impl Policy {
     }
 
     /// Probe calls let through while half-open.
-    pub fn half_open_permits(&self) -> u32 {
+    pub(crate) fn half_open_permits(&self) -> u32 {
         self.half_open_permits
     }
 
     /// The longest a half-open probe round may take before the breaker
     /// opens again.
-    pub fn half_open_max_wait(&self) -> Duration {
+    pub(crate) fn half_open_max_wait(&self) -> Duration {
         self.half_open_max_wait
     }
 

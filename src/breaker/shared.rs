@@ -15,7 +15,7 @@ use crate::classify::Outcome;
 use crate::error::BreakerOpen;
 use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
 
-/// A circuit breaker: the [`CircuitState`] machine behind a mutex, with
+/// A circuit breaker: the breaker's state machine behind a mutex, with
 /// "admits freely" (closed, disabled, metrics only) published in an atomic
 /// so that admission then takes no lock. Cloning shares the breaker.
 ///
@@ -344,7 +344,7 @@ impl Breaker {
     }
 
     /// As [`Breaker::metrics`], at `now`.
-    pub fn metrics_at(&self, now: Instant) -> Metrics {
+    pub(crate) fn metrics_at(&self, now: Instant) -> Metrics {
         self.lock().metrics(now)
     }
 
