@@ -28,7 +28,7 @@ impl HedgeLayer {
 
     /// A layer hedging by `policy` that sends no hedge while `gate` reports
     /// a utilization above
-    /// [`HedgePolicy::max_utilization`](HedgePolicy::max_utilization).
+    /// [`max_utilization`](super::HedgePolicyBuilder::max_utilization).
     pub fn with_load_gate(policy: HedgePolicy, gate: impl LoadGate) -> Self {
         Self {
             shared: Arc::new(Shared::new(policy, Some(Box::new(gate)))),
