@@ -14,7 +14,7 @@ enum Seen {
 }
 
 #[derive(Debug)]
-struct Receiver(Rc<RefCell<Vec<Seen>>>);
+struct Receiver(Log);
 
 impl Complete for Receiver {
     fn first_frame(&mut self) {
@@ -70,14 +70,15 @@ fn trailers(grpc: &str) -> Result<Frame<&'static [u8]>, &'static str> {
 
 type Verdict = Classified<GrpcEosErrorsAsFailures>;
 
+/// The body under test, and what its receiver saw.
+type Tested = CompletionBody<Script, GrpcEosErrorsAsFailures, Receiver>;
+type Log = Rc<RefCell<Vec<Seen>>>;
+
 fn wrap(
     frames: Vec<Result<Frame<&'static [u8]>, &'static str>>,
     open: bool,
     verdict: Verdict,
-) -> (
-    CompletionBody<Script, GrpcEosErrorsAsFailures, Receiver>,
-    Rc<RefCell<Vec<Seen>>>,
-) {
+) -> (Tested, Log) {
     let seen = Rc::new(RefCell::new(Vec::new()));
     let script = Script {
         frames: frames.into(),
@@ -89,7 +90,7 @@ fn wrap(
 
 /// Polls `body` once: whether it gave a frame (`Some(true)`), an error
 /// (`Some(false)`) or its end (`None`).
-fn poll(body: &mut CompletionBody<Script, GrpcEosErrorsAsFailures, Receiver>) -> Option<bool> {
+fn poll(body: &mut Tested) -> Option<bool> {
     let mut cx = Context::from_waker(Waker::noop());
     match Pin::new(body).poll_frame(&mut cx) {
         Poll::Ready(Some(frame)) => Some(frame.is_ok()),
