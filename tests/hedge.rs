@@ -529,3 +529,48 @@ async fn an_overload_before_the_delay_sends_no_backup() {
     assert_eq!((s.hedges, s.hedges_after_failure), (0, 0));
     assert_eq!(s.suppressed_by_budget + s.suppressed_by_load, 0);
 }
+
+/// A [`Script`] whose clones cannot get ready once a call was made: a
+/// backup due to go stays on its readiness poll.
+#[derive(Clone)]
+struct BusyAfterFirst(Script);
+
+impl Service<Req> for BusyAfterFirst {
+    type Response = Rsp;
+    type Error = BoxError;
+    type Future = <Script as Service<Req>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        if self.0.seen.calls.load(Ordering::SeqCst) > 0 {
+            return Poll::Pending;
+        }
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        self.0.call(req)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overload_drops_a_backup_about_to_go_and_gives_its_budget_back() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    // At 10 ms the backup takes its budget and waits to get ready; at
+    // 12 ms the first attempt is shed: returned then, the backup not sent.
+    let (script, seen) = Script::new(vec![status_after(12, 429), ok_after(1)]);
+    let start = Instant::now();
+    let result = layer
+        .layer(BusyAfterFirst(script))
+        .oneshot(request("inference"))
+        .await;
+    assert_eq!(result.unwrap().status(), 429);
+    assert_eq!(start.elapsed(), Duration::from_millis(12));
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    let s = stats(&layer);
+    assert_eq!((s.hedges, s.hedges_after_failure), (0, 0));
+    assert_eq!(
+        layer.handle().budget().granted(),
+        0,
+        "its budget given back"
+    );
+}
