@@ -215,5 +215,6 @@ pub use self::layer::CircuitBreakerLayer;
 pub use self::policy::{Policy, PolicyBuilder, SlidingWindow};
 pub use self::service::CircuitBreaker;
 pub use self::shared::{Breaker, Permit};
+#[cfg(feature = "balance")]
 pub(crate) use self::state::Ticket;
 pub use self::state::{BreakerState, Metrics, Mode, Reason, Transition, TransitionCounts};

@@ -85,21 +85,29 @@ impl Policy {
     }
 
     /// Calls the window must hold before either rate can trip.
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     pub(crate) fn minimum_calls(&self) -> usize {
         self.minimum_calls
     }
 
     /// Failure rate in `(0, 1]` at or above which the breaker opens.
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     pub(crate) fn failure_rate_threshold(&self) -> f64 {
         self.failure_rate_threshold
     }
 
     /// Slow-call rate in `(0, 1]` at or above which the breaker opens.
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     pub(crate) fn slow_call_rate_threshold(&self) -> f64 {
         self.slow_call_rate_threshold
     }
 
     /// A timed call taking at least this long is slow.
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     pub(crate) fn slow_call_duration(&self) -> Duration {
         self.slow_call_duration
     }
@@ -110,12 +118,16 @@ impl Policy {
     }
 
     /// Probe calls let through while half-open.
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     pub(crate) fn half_open_permits(&self) -> u32 {
         self.half_open_permits
     }
 
     /// The longest a half-open probe round may take before the breaker
     /// opens again.
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     pub(crate) fn half_open_max_wait(&self) -> Duration {
         self.half_open_max_wait
     }
