@@ -56,7 +56,8 @@ use failsafe::CircuitBreaker as _;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_model_balance::breaker::{Breaker, CircuitBreakerLayer, Outcome, Policy};
+use tower_model_balance::breaker::{Breaker, CircuitBreakerLayer, Policy};
+use tower_model_balance::classify::Outcome;
 
 use ready::Ready;
 

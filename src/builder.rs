@@ -87,7 +87,7 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
 
     /// Adds a [`HedgeLayer`] hedging by `policy`, sending no hedge while
     /// `gate` reports a utilization above the policy's
-    /// [`max_utilization`](HedgePolicy::max_utilization) (a
+    /// [`max_utilization`](crate::hedge::HedgePolicyBuilder::max_utilization) (a
     /// [`BalancerLoad`](crate::hedge::BalancerLoad) over the balancer's
     /// handle, or any `Fn() -> f64`). Its counters are read through
     /// [`HedgeLayer::handle`]: to keep it, build the layer and pass it to

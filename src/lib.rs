@@ -14,6 +14,9 @@
 //!   — as many as its demand needs, those holding it resident first — under
 //!   a bounded-load cap, and updates by power of two choices on cost, with a
 //!   circuit breaker per backend and staged ring changes;
+//! * [`classify`] (with `breaker`, `hedge` or `balance`) decides what a
+//!   call's result means for its backend — a success, a failure, an
+//!   overload or the caller's own error — for all three;
 //! * [`breaker`] (feature `breaker`) is that circuit breaker, usable alone as
 //!   a `Layer` in front of any `Service`;
 //! * [`hedge`] (feature `hedge`) sends a backup request to another backend
@@ -92,6 +95,13 @@ mod histogram;
 
 #[cfg(feature = "breaker")]
 mod sync;
+
+#[cfg(any(feature = "breaker", feature = "hedge", feature = "balance"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "breaker", feature = "hedge", feature = "balance")))
+)]
+pub mod classify;
 
 #[cfg(feature = "breaker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]

@@ -10,7 +10,7 @@ use futures_util::stream;
 use tower::discover::Change;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, BreakerScope, ModelBalancer};
-use tower_model_balance::breaker::Outcome;
+use tower_model_balance::classify::Outcome;
 use tower_model_balance::route::{ModelId, RouteInfo};
 
 #[path = "support/live_heap.rs"]

@@ -12,8 +12,9 @@ use http_body_util::Empty;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Service, ServiceExt};
 use tower_model_balance::breaker::{
-    BreakerState, CircuitBreaker, CircuitBreakerLayer, Policy, ResponseBody, ServerErrorsAsFailures,
+    BreakerState, CircuitBreaker, CircuitBreakerLayer, Policy, ResponseBody,
 };
+use tower_model_balance::classify::ServerErrorsAsFailures;
 use tower_model_balance::error::BreakerOpen;
 use tower_test::mock;
 
@@ -184,7 +185,8 @@ async fn clones_share_the_breaker_and_new_layers_do_not() {
 /// the failures that follow must still count, over the whole window.
 #[tokio::test(start_paused = true)]
 async fn a_window_full_of_successes_still_counts_the_failures_after_it() {
-    use tower_model_balance::breaker::{Breaker as Shared, Outcome};
+    use tower_model_balance::breaker::Breaker as Shared;
+    use tower_model_balance::classify::Outcome;
     let policy = Policy::builder()
         .window(4)
         .minimum_calls(4)
@@ -211,7 +213,8 @@ async fn a_window_full_of_successes_still_counts_the_failures_after_it() {
 
 #[tokio::test(start_paused = true)]
 async fn a_half_open_breaker_with_every_probe_out_does_not_admit() {
-    use tower_model_balance::breaker::{Breaker as Shared, Outcome};
+    use tower_model_balance::breaker::Breaker as Shared;
+    use tower_model_balance::classify::Outcome;
 
     let breaker = Shared::new(policy());
     for _ in 0..2 {
@@ -260,7 +263,8 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<tower::BoxError>,
 {
-    use tower_model_balance::breaker::{Breaker, CircuitBreaker, Policy, ServerErrorsAsFailures};
+    use tower_model_balance::breaker::{Breaker, CircuitBreaker, Policy};
+    use tower_model_balance::classify::ServerErrorsAsFailures;
 
     let breaker = Breaker::new(Policy::default());
     let inner = tower::service_fn(move |_req: http::Request<()>| {
@@ -374,7 +378,8 @@ async fn with_admission_forgets_readiness_and_reservations() {
 /// breaker with one permit would not have.
 #[tokio::test(start_paused = true)]
 async fn a_reserved_backpressure_service_stays_ready_when_polled_again() {
-    use tower_model_balance::breaker::{Admission, Breaker, Outcome};
+    use tower_model_balance::breaker::{Admission, Breaker};
+    use tower_model_balance::classify::Outcome;
 
     let policy = Policy::builder()
         .window(2)

@@ -12,9 +12,8 @@ use std::time::Duration;
 use tokio::time::advance;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Service, ServiceExt};
-use tower_model_balance::breaker::{
-    Admission, Breaker, BreakerState, CircuitBreaker, Outcome, Policy, ServerErrorsAsFailures,
-};
+use tower_model_balance::breaker::{Admission, Breaker, BreakerState, CircuitBreaker, Policy};
+use tower_model_balance::classify::{Outcome, ServerErrorsAsFailures};
 use tower_model_balance::error::BreakerOpen;
 use tower_test::mock;
 

@@ -19,9 +19,9 @@ use tokio::sync::mpsc;
 use tokio::time::advance;
 use tokio_test::assert_ready_ok;
 use tower::Layer;
-use tower_model_balance::breaker::{
-    BreakerState, CircuitBreakerLayer, Classify, GrpcErrorsAsFailures, Outcome, Policy,
-    ServerErrorsAsFailures, StopPoint,
+use tower_model_balance::breaker::{BreakerState, CircuitBreakerLayer, Policy, StopPoint};
+use tower_model_balance::classify::{
+    Classify, GrpcErrorsAsFailures, Outcome, ServerErrorsAsFailures,
 };
 use tower_model_balance::error::BreakerOpen;
 use tower_test::mock;

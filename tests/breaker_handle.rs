@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio::time::{advance, Instant};
 use tower_model_balance::breaker::{
-    Breaker, BreakerState, Mode, Outcome, Policy, PolicyBuilder, Reason, Transition,
+    Breaker, BreakerState, Mode, Policy, PolicyBuilder, Reason, Transition,
 };
+use tower_model_balance::classify::Outcome;
 
 fn base() -> PolicyBuilder {
     Policy::builder()

@@ -12,7 +12,7 @@ use tokio_test::task;
 use tower::discover::Change;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::Outcome;
+use tower_model_balance::classify::Outcome;
 use tower_model_balance::discover::{Static, Watch};
 use tower_model_balance::route::{ModelId, RouteInfo};
 

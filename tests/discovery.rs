@@ -22,7 +22,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ResponseBody, Staging,
 };
-use tower_model_balance::breaker::Outcome;
+use tower_model_balance::classify::Outcome;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};
 

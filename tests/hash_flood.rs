@@ -65,7 +65,7 @@ async fn crafted_ids_owned_by_one_backend_do_not_push_it_past_the_cap() {
         let picked = balancer.pick(honest, now).unwrap();
         picked
             .guard
-            .finish_at(tower_model_balance::breaker::Outcome::Success, now);
+            .finish_at(tower_model_balance::classify::Outcome::Success, now);
     }
 
     // Held in flight, one after another, with some honest traffic beside.

@@ -328,7 +328,7 @@ async fn a_loaded_fleet_suppresses_hedges() {
     let read = utilization.clone();
     let gate = move || *read.lock().unwrap();
     let layer = HedgeLayer::with_load_gate(policy().max_utilization(0.8).build().unwrap(), gate);
-    let layer = layer.classify(tower_model_balance::hedge::ServerErrors);
+    let layer = layer.classify(tower_model_balance::classify::ServerErrorsAsFailures::new());
     let (result, seen, _) = send(&layer, vec![ok_after(40), ok_after(1)], "inference").await;
     assert_eq!(body(&result), "0");
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
@@ -435,7 +435,8 @@ async fn a_request_that_cannot_be_cloned_is_sent_once() {
             Ok::<_, BoxError>(7)
         }
     });
-    let layer = layer.classify(tower_model_balance::hedge::ErrorsOnly);
+    let layer = layer
+        .classify(|_: Result<&i32, &BoxError>| tower_model_balance::classify::Outcome::Success);
     let answer = layer.layer(inner).oneshot(Once).await.unwrap();
     assert_eq!(answer, 7);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -497,5 +498,79 @@ async fn a_superseded_first_attempt_feeds_how_long_it_ran() {
     assert!(
         delay >= Duration::from_millis(15),
         "the superseded 15 ms counts: {delay:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overload_never_wins_over_an_attempt_still_running() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    // The first is shed (429) at 12 ms, after the backup went at 10 ms;
+    // the backup's success at 30 ms wins.
+    let steps = vec![status_after(12, 429), ok_after(20)];
+    let (result, _, took) = send(&layer, steps, "inference").await;
+    assert_eq!(body(&result), "1");
+    assert_eq!(took, Duration::from_millis(30));
+    // The backup is shed first: the first attempt's later success wins.
+    let steps = vec![ok_after(40), status_after(1, 429)];
+    let (result, _, _) = send(&layer, steps, "inference").await;
+    assert_eq!(body(&result), "0");
+    // Both shed: the last is returned.
+    let steps = vec![status_after(12, 429), status_after(20, 429)];
+    let (result, _, took) = send(&layer, steps, "inference").await;
+    assert_eq!(result.unwrap().status(), 429);
+    assert_eq!(took, Duration::from_millis(30));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overload_before_the_delay_sends_no_backup() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    returned_at_once(&layer, 429).await;
+    let s = stats(&layer);
+    assert_eq!((s.hedges, s.hedges_after_failure), (0, 0));
+    assert_eq!(s.suppressed_by_budget + s.suppressed_by_load, 0);
+}
+
+/// A [`Script`] whose clones cannot get ready once a call was made: a
+/// backup due to go stays on its readiness poll.
+#[derive(Clone)]
+struct BusyAfterFirst(Script);
+
+impl Service<Req> for BusyAfterFirst {
+    type Response = Rsp;
+    type Error = BoxError;
+    type Future = <Script as Service<Req>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        if self.0.seen.calls.load(Ordering::SeqCst) > 0 {
+            return Poll::Pending;
+        }
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        self.0.call(req)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overload_drops_a_backup_about_to_go_and_gives_its_budget_back() {
+    let layer = HedgeLayer::new(policy().build().unwrap());
+    // At 10 ms the backup takes its budget and waits to get ready; at
+    // 12 ms the first attempt is shed: returned then, the backup not sent.
+    let (script, seen) = Script::new(vec![status_after(12, 429), ok_after(1)]);
+    let start = Instant::now();
+    let result = layer
+        .layer(BusyAfterFirst(script))
+        .oneshot(request("inference"))
+        .await;
+    assert_eq!(result.unwrap().status(), 429);
+    assert_eq!(start.elapsed(), Duration::from_millis(12));
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    let s = stats(&layer);
+    assert_eq!((s.hedges, s.hedges_after_failure), (0, 0));
+    assert_eq!(
+        layer.handle().budget().granted(),
+        0,
+        "its budget given back"
     );
 }

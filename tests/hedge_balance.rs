@@ -14,7 +14,7 @@ use tower::discover::ServiceList;
 use tower::{Layer, Service, ServiceExt};
 use tower_model_balance::backend::{BackendId, Exclude, PickedSlot};
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::Outcome;
+use tower_model_balance::classify::Outcome;
 use tower_model_balance::hedge::{BalancerLoad, HedgeLayer, HedgePolicy, LoadGate};
 use tower_model_balance::route::{ModelId, RouteInfo};
 

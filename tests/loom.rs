@@ -26,7 +26,8 @@ use tower::discover::ServiceList;
 use tower::service_fn;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::{Breaker, BreakerState, Outcome, Policy};
+use tower_model_balance::breaker::{Breaker, BreakerState, Policy};
+use tower_model_balance::classify::Outcome;
 use tower_model_balance::route::{ModelId, RouteInfo};
 
 /// Open for 1 s exactly; `permits` probes a round, any failed probe of two

@@ -14,7 +14,7 @@ use futures_util::stream;
 use tower::discover::{Change, Discover};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer, Picked};
-use tower_model_balance::breaker::Outcome;
+use tower_model_balance::classify::Outcome;
 use tower_model_balance::health::probe::ProbeReport;
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};
 

@@ -13,7 +13,8 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalancerHandle, Guard, ModelBalancer, Staging,
 };
-use tower_model_balance::breaker::{Outcome, Policy};
+use tower_model_balance::breaker::Policy;
+use tower_model_balance::classify::Outcome;
 use tower_model_balance::discover::Watch;
 use tower_model_balance::health::probe::ProbeReport;
 use tower_model_balance::ring::{Ring, RingConfig};

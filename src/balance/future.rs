@@ -34,7 +34,7 @@ use crate::balance::completion::body::ResponseBody;
 use crate::balance::completion::guard::Guard;
 use crate::balance::config::Classification;
 use crate::balance::state::placement::{self, Status};
-use crate::breaker::{
+use crate::classify::{
     Classified, Classify, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures, Outcome,
     ServerErrorsAsFailures,
 };

@@ -150,7 +150,7 @@ impl<E: Clone, R: Rng> ModelBalancer<E, R> {
     /// use tower::discover::Change;
     /// use tower_model_balance::backend::BackendId;
     /// use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-    /// use tower_model_balance::breaker::Outcome;
+    /// use tower_model_balance::classify::Outcome;
     /// use tower_model_balance::route::{ModelId, RouteInfo};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {

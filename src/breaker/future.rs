@@ -24,7 +24,8 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use super::body::{Record, ResponseBody};
-use super::{Classify, Permit, StopPoint};
+use super::{Permit, StopPoint};
+use crate::classify::Classify;
 use crate::error::{BoxError, BreakerOpen};
 
 pin_project! {
@@ -99,8 +100,8 @@ where
                     Ok(response) => {
                         let cold = classifier.is_cold_load(&response);
                         let classified = classifier.classify_response(&response);
-                        let record = Record::new(permit, classified, *stop, cold, Instant::now());
-                        Ok(response.map(|body| ResponseBody::new(body, record)))
+                        let record = Record::new(permit, *stop, cold, Instant::now());
+                        Ok(response.map(|body| ResponseBody::new(body, record, classified)))
                     }
                     Err(error) => {
                         permit.record(classifier.classify_error(&error));

@@ -3,10 +3,8 @@ use tower_layer::Layer;
 use std::fmt;
 use std::sync::Arc;
 
-use super::{
-    Admission, Breaker, CircuitBreaker, ColdLoad, OnTransition, Policy, ServerErrorsAsFailures,
-    StopPoint,
-};
+use super::{Admission, Breaker, CircuitBreaker, OnTransition, Policy, StopPoint};
+use crate::classify::{ColdLoad, ServerErrorsAsFailures};
 
 /// Wraps a service in a [`CircuitBreaker`] with its own [`Breaker`], shared
 /// by the clones of the wrapped service.
@@ -49,7 +47,7 @@ impl<C> CircuitBreakerLayer<C> {
     /// [`ServerErrorsAsFailures`]; [`GrpcErrorsAsFailures`] for gRPC).
     /// Replaces a [`cold_load`](Self::cold_load) predicate set before.
     ///
-    /// [`GrpcErrorsAsFailures`]: super::GrpcErrorsAsFailures
+    /// [`GrpcErrorsAsFailures`]: crate::classify::GrpcErrorsAsFailures
     pub fn classifier<C2>(self, classifier: C2) -> CircuitBreakerLayer<C2> {
         CircuitBreakerLayer {
             policy: self.policy,

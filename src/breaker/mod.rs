@@ -31,7 +31,7 @@
 //! of calls, so one or two blips never open it — or, if set, after a run of
 //! consecutive failures (a hard outage). It stays open for an exponential
 //! backoff with full jitter. The decision logic is a pure state machine
-//! ([`CircuitState`]) that takes `now` and outcomes; [`Breaker`] shares it
+//! (internal) that takes `now` and outcomes; [`Breaker`] shares it
 //! between clones (and is the handle: metrics, manual modes, a transition
 //! hook), and [`CircuitBreakerLayer`] puts it in front of any HTTP
 //! `Service`. The balancer keeps one [`Breaker`] per backend.
@@ -107,7 +107,8 @@
 //! use tower::discover::ServiceList;
 //! use tower::load::Constant;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_model_balance::breaker::{Admission, CircuitBreakerLayer, Outcome, Policy};
+//! use tower_model_balance::breaker::{Admission, CircuitBreakerLayer, Policy};
+//! use tower_model_balance::classify::Outcome;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
 //! // Open for 5 s (no jitter: it could draw a shorter time).
@@ -149,7 +150,9 @@
 //! # Classification: what counts, and when
 //!
 //! What a call's result means for the backend is decided apart from the
-//! breaker, by a [`Classify`] (in the manner of tower-http's `classify`):
+//! breaker, by a [`Classify`] of the crate's [`classify`](crate::classify)
+//! family, which the hedge and the balancer share (in the manner of
+//! tower-http's `classify`):
 //! [`ServerErrorsAsFailures`] for HTTP (the default: 5xx fail, 429 is an
 //! overload, other 4xx are the caller's and ignored), [`GrpcErrorsAsFailures`]
 //! for gRPC (`grpc-status` decides, from the headers of a trailers-only
@@ -176,9 +179,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tower_model_balance::breaker::{
-//!     CircuitBreakerLayer, GrpcErrorsAsFailures, Policy, StopPoint,
-//! };
+//! use tower_model_balance::breaker::{CircuitBreakerLayer, Policy, StopPoint};
+//! use tower_model_balance::classify::GrpcErrorsAsFailures;
 //!
 //! let policy = Policy::builder().slow_call_duration(Duration::from_secs(2)).build().unwrap();
 //! let layer = CircuitBreakerLayer::new(policy)
@@ -191,10 +193,12 @@
 //! ```
 //!
 //! [`BreakerOpen`]: crate::error::BreakerOpen
+//! [`Classify`]: crate::classify::Classify
+//! [`ServerErrorsAsFailures`]: crate::classify::ServerErrorsAsFailures
+//! [`GrpcErrorsAsFailures`]: crate::classify::GrpcErrorsAsFailures
 
 mod admission;
 mod body;
-mod classify;
 mod events;
 pub mod future;
 mod layer;
@@ -206,34 +210,11 @@ mod window;
 
 pub use self::admission::Admission;
 pub use self::body::{ResponseBody, StopPoint};
-pub use self::classify::{
-    Classified, Classify, ClassifyEos, ColdLoad, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures,
-    ServerErrorsAsFailures,
-};
 pub use self::events::OnTransition;
 pub use self::layer::CircuitBreakerLayer;
 pub use self::policy::{Policy, PolicyBuilder, SlidingWindow};
 pub use self::service::CircuitBreaker;
 pub use self::shared::{Breaker, Permit};
-pub use self::state::{
-    BreakerState, CircuitState, Metrics, Mode, Reason, Refused, Ticket, Transition,
-    TransitionCounts,
-};
-
-/// How one call went, as far as the breaker is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// The backend served the call.
-    Success,
-    /// The backend failed the call (5xx, timeout, connection error).
-    Failure,
-    /// The backend shed the call (429 Too Many Requests, gRPC
-    /// `RESOURCE_EXHAUSTED`): a failure for the failure rate, but it
-    /// neither counts toward nor breaks a run of consecutive failures — an
-    /// overloaded backend is up.
-    Overload,
-    /// Says nothing about the backend (a caller's 4xx): not counted, but a
-    /// half-open permit comes back.
-    Ignored,
-}
+#[cfg(feature = "balance")]
+pub(crate) use self::state::Ticket;
+pub use self::state::{BreakerState, Metrics, Mode, Reason, Transition, TransitionCounts};

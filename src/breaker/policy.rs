@@ -85,22 +85,30 @@ impl Policy {
     }
 
     /// Calls the window must hold before either rate can trip.
-    pub fn minimum_calls(&self) -> usize {
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    pub(crate) fn minimum_calls(&self) -> usize {
         self.minimum_calls
     }
 
     /// Failure rate in `(0, 1]` at or above which the breaker opens.
-    pub fn failure_rate_threshold(&self) -> f64 {
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    pub(crate) fn failure_rate_threshold(&self) -> f64 {
         self.failure_rate_threshold
     }
 
     /// Slow-call rate in `(0, 1]` at or above which the breaker opens.
-    pub fn slow_call_rate_threshold(&self) -> f64 {
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    pub(crate) fn slow_call_rate_threshold(&self) -> f64 {
         self.slow_call_rate_threshold
     }
 
     /// A timed call taking at least this long is slow.
-    pub fn slow_call_duration(&self) -> Duration {
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    pub(crate) fn slow_call_duration(&self) -> Duration {
         self.slow_call_duration
     }
 
@@ -110,13 +118,17 @@ impl Policy {
     }
 
     /// Probe calls let through while half-open.
-    pub fn half_open_permits(&self) -> u32 {
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    pub(crate) fn half_open_permits(&self) -> u32 {
         self.half_open_permits
     }
 
     /// The longest a half-open probe round may take before the breaker
     /// opens again.
-    pub fn half_open_max_wait(&self) -> Duration {
+    // Read by `config` (feature `serde`) and the balancer.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    pub(crate) fn half_open_max_wait(&self) -> Duration {
         self.half_open_max_wait
     }
 
@@ -170,7 +182,7 @@ impl Policy {
 ///     .max_open_duration(Duration::from_secs(60))
 ///     .build()
 ///     .unwrap();
-/// assert_eq!(policy.half_open_permits(), 3);
+/// assert_eq!(policy.consecutive_failures(), Some(5));
 ///
 /// let err = Policy::builder().failure_rate_threshold(1.5).build().unwrap_err();
 /// assert_eq!(err.field, "failure_rate_threshold");
@@ -361,101 +373,4 @@ impl PolicyBuilder {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_field_out_of_range_is_named() {
-        let b = Policy::builder;
-        let ms = Duration::from_millis;
-        let cases: Vec<(PolicyBuilder, &str)> = vec![
-            (b().window(0), "window"),
-            (b().window(10_001), "window"),
-            (b().time_window(ms(99), 1), "time_window"),
-            (b().time_window(ms(1_000), 0), "time_window"),
-            (b().time_window(ms(100), 101), "time_window"),
-            (b().window(5).minimum_calls(6), "minimum_calls"),
-            (b().minimum_calls(0), "minimum_calls"),
-            (b().failure_rate_threshold(0.0), "failure_rate_threshold"),
-            (
-                b().failure_rate_threshold(f64::NAN),
-                "failure_rate_threshold",
-            ),
-            (
-                b().slow_call_rate_threshold(1.01),
-                "slow_call_rate_threshold",
-            ),
-            (b().slow_call_duration(Duration::ZERO), "slow_call_duration"),
-            (b().consecutive_failures(0), "consecutive_failures"),
-            (b().half_open_permits(0), "half_open_permits"),
-            (b().half_open_max_wait(Duration::ZERO), "half_open_max_wait"),
-            (
-                b().open_duration(Duration::from_secs(3601)),
-                "open_duration",
-            ),
-            (
-                b().open_duration(ms(10)).max_open_duration(ms(9)),
-                "max_open_duration",
-            ),
-        ];
-        for (builder, field) in cases {
-            assert_eq!(builder.build().unwrap_err().field, field);
-        }
-        let time = b()
-            .time_window(Duration::from_secs(10), 10)
-            .minimum_calls(500);
-        assert!(time.build().is_ok(), "a time window has no call-count cap");
-        let finest = b().time_window(ms(100), 100);
-        assert!(finest.build().is_ok(), "buckets of exactly 1 ms");
-    }
-
-    #[test]
-    fn every_field_reads_back() {
-        let ms = Duration::from_millis;
-        let p = Policy::builder()
-            .time_window(ms(2_000), 4)
-            .minimum_calls(7)
-            .failure_rate_threshold(0.3)
-            .slow_call_rate_threshold(0.6)
-            .slow_call_duration(ms(250))
-            .consecutive_failures(4)
-            .half_open_permits(5)
-            .half_open_max_wait(ms(900))
-            .open_duration(ms(300))
-            .max_open_duration(ms(4_000))
-            .jitter(false)
-            .build()
-            .unwrap();
-        let window = SlidingWindow::Time {
-            duration: ms(2_000),
-            buckets: 4,
-        };
-        assert_eq!(p.window(), window);
-        assert_eq!(p.minimum_calls(), 7);
-        assert_eq!(p.failure_rate_threshold(), 0.3);
-        assert_eq!(p.slow_call_rate_threshold(), 0.6);
-        assert_eq!(p.slow_call_duration(), ms(250));
-        assert_eq!(p.consecutive_failures(), Some(4));
-        assert_eq!(p.half_open_permits(), 5);
-        assert_eq!(p.half_open_max_wait(), ms(900));
-        assert_eq!(p.open_duration(), ms(300));
-        assert_eq!(p.max_open_duration(), ms(4_000));
-        assert!(!p.jitter());
-        let d = Policy::default();
-        assert_eq!(d.window(), SlidingWindow::Count { calls: 20 });
-        assert_eq!(d.consecutive_failures(), None);
-        assert!(d.jitter());
-    }
-
-    #[test]
-    fn the_open_ceiling_doubles_up_to_the_maximum() {
-        let p = Policy::builder()
-            .open_duration(Duration::from_secs(1))
-            .max_open_duration(Duration::from_secs(10))
-            .build()
-            .unwrap();
-        let secs: Vec<u64> = (0..6).map(|n| p.open_ceiling(n).as_secs()).collect();
-        assert_eq!(secs, [1, 2, 4, 8, 10, 10]);
-        assert_eq!(p.open_ceiling(u32::MAX), Duration::from_secs(10));
-    }
-}
+mod tests;

@@ -5,7 +5,8 @@ use tower_service::Service;
 
 use super::admission::Reservation;
 use super::future::ResponseFuture;
-use super::{Admission, Breaker, Classify, ResponseBody, StopPoint};
+use super::{Admission, Breaker, ResponseBody, StopPoint};
+use crate::classify::Classify;
 use crate::error::{BoxError, BreakerOpen};
 
 /// A service behind a circuit breaker; see the [module docs](super).

@@ -2,19 +2,20 @@
 //! backend), and the RAII permit it hands out.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::events::OnTransition;
-use super::state::{CircuitState, Metrics, Mode, Refused, Ticket, Transition, TransitionCounts};
-use super::{BreakerState, Outcome, Policy};
+use super::state::{CircuitState, Metrics, Mode, Refused, Ticket, TransitionCounts};
+use super::{BreakerState, Policy};
+use crate::classify::Outcome;
 use crate::error::BreakerOpen;
-use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
+use crate::sync::{AtomicBool, AtomicU64, Mutex};
 
-/// A circuit breaker: the [`CircuitState`] machine behind a mutex, with
+/// A circuit breaker: the breaker's state machine behind a mutex, with
 /// "admits freely" (closed, disabled, metrics only) published in an atomic
 /// so that admission then takes no lock. Cloning shares the breaker.
 ///
@@ -24,7 +25,8 @@ use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
 /// [`Breaker::metrics_only`] and [`Breaker::reset`].
 ///
 /// ```
-/// use tower_model_balance::breaker::{Breaker, BreakerState, Outcome, Policy};
+/// use tower_model_balance::breaker::{Breaker, BreakerState, Policy};
+/// use tower_model_balance::classify::Outcome;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let breaker = Breaker::new(Policy::builder().window(4).minimum_calls(2).build().unwrap());
@@ -108,7 +110,8 @@ impl Breaker {
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};
-    /// use tower_model_balance::breaker::{Breaker, BreakerState, Outcome, Policy, Transition};
+    /// use tower_model_balance::breaker::{Breaker, BreakerState, Policy, Transition};
+    /// use tower_model_balance::classify::Outcome;
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let seen = Arc::new(Mutex::new(Vec::new()));
@@ -341,7 +344,7 @@ impl Breaker {
     }
 
     /// As [`Breaker::metrics`], at `now`.
-    pub fn metrics_at(&self, now: Instant) -> Metrics {
+    pub(crate) fn metrics_at(&self, now: Instant) -> Metrics {
         self.lock().metrics(now)
     }
 
@@ -411,261 +414,13 @@ impl Breaker {
         }
         self.inner.rejected.store(0, Ordering::Relaxed);
     }
-
-    fn set_mode(&self, mode: Mode) {
-        let mut state = self.lock();
-        let transition = state.set_mode(mode, Instant::now());
-        self.publish(&state, transition);
-        if transition.is_none() {
-            // The epoch moved all the same (a transition republishes).
-            self.republish(&state);
-        }
-        drop(state);
-        self.notify(transition);
-        if transition.is_none() {
-            self.wake_waiters();
-        }
-    }
-
-    fn permit(&self, ticket: Ticket, admitted: Instant) -> Permit {
-        Permit {
-            breaker: self.clone(),
-            ticket: Some(ticket),
-            admitted,
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, CircuitState> {
-        // The state machine has no invariant a panic elsewhere could break
-        // half-way (it does not panic), so a poisoned lock is still sound.
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Under the lock, after every change: republishes what the lock-free
-    /// paths read, and counts a transition.
-    fn publish(&self, state: &CircuitState, transition: Option<Transition>) {
-        let inner = &self.inner;
-        inner.saturated.store(state.saturated(), Ordering::Release);
-        let probes_out_until = if state.probes_out() {
-            state
-                .half_open_deadline()
-                .map_or(0, |deadline| self.ns(deadline).max(1))
-        } else {
-            0
-        };
-        inner
-            .probes_out_until_ns
-            .store(probes_out_until, Ordering::Release);
-        let Some(transition) = transition else { return };
-        self.republish(state);
-        let tripped = !matches!(
-            transition.reason,
-            super::Reason::Manual | super::Reason::HalfOpenTimeout
-        );
-        if transition.to == BreakerState::Open && tripped {
-            inner.trips.fetch_add(1, Ordering::Relaxed);
-        }
-        let entered = match transition.to {
-            BreakerState::Closed => 0,
-            BreakerState::HalfOpen => 1,
-            _ => 2,
-        };
-        inner.transitions[entered].fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(
-            from = ?transition.from,
-            to = ?transition.to,
-            reason = ?transition.reason,
-            "circuit breaker transition"
-        );
-    }
-
-    /// Publishes the epoch, whether calls are admitted freely, and until
-    /// when the breaker is open; keeps the fleet's gauge.
-    fn republish(&self, state: &CircuitState) {
-        let inner = &self.inner;
-        let until = match state.mode() {
-            Mode::ForcedOpen => u64::MAX,
-            _ => state.open_until().map_or(0, |until| self.ns(until)),
-        };
-        inner.open_until_ns.store(until, Ordering::Release);
-        let free = u64::from(state.admits_freely());
-        let was = inner
-            .published
-            .swap(state.epoch() << 1 | free, Ordering::AcqRel)
-            & 1;
-        if let Some(gauge) = inner.not_closed.as_ref().filter(|_| was != free) {
-            if free == 1 {
-                gauge.fetch_sub(1, Ordering::Relaxed);
-            } else {
-                gauge.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// `at` in ns after the breaker's base.
-    fn ns(&self, at: Instant) -> u64 {
-        let ns = at.saturating_duration_since(self.inner.base).as_nanos();
-        u64::try_from(ns).unwrap_or(u64::MAX)
-    }
-
-    /// Reports a transition to the hook and wakes the waiters, outside
-    /// the lock.
-    fn notify(&self, transition: Option<Transition>) {
-        let Some(transition) = transition else { return };
-        if let Some(hook) = &self.inner.hook {
-            hook.on_transition(&transition);
-        }
-        self.wake_waiters();
-    }
-
-    // === backpressure (crate-internal) ===
-
-    /// Wakes `waker` on the breaker's next transition, change of mode or
-    /// half-open permit given back — the changes that time alone does not
-    /// bring (see [`Breaker::next_admission`]). Register before checking
-    /// [`Breaker::admits`], so that no change falls in between.
-    pub(crate) fn wake_on_change(&self, waker: &Waker) {
-        let mut waiters = self
-            .inner
-            .waiters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if !waiters.iter().any(|w| w.will_wake(waker)) {
-            waiters.push(waker.clone());
-        }
-    }
-
-    fn wake_waiters(&self) {
-        let waiters = std::mem::take(
-            &mut *self
-                .inner
-                .waiters
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        waiters.into_iter().for_each(Waker::wake);
-    }
-
-    /// When a breaker that does not admit now will admit by the passing of
-    /// time alone: the end of the open duration, or while half-open with
-    /// every probe out, the round's deadline. `None` when forced open
-    /// (only a change of mode admits again). Meaningless while
-    /// [`Breaker::admits`] is true.
-    pub(crate) fn next_admission(&self) -> Option<Instant> {
-        let inner = &self.inner;
-        let at = match inner.probes_out_until_ns.load(Ordering::Acquire) {
-            0 => inner.open_until_ns.load(Ordering::Acquire),
-            probes_out_until => probes_out_until,
-        };
-        (at != u64::MAX).then(|| inner.base + Duration::from_nanos(at))
-    }
-
-    /// A permit only if the breaker admits freely now (closed, disabled or
-    /// metrics only): never a half-open probe. For a call whose
-    /// reservation went stale.
-    ///
-    /// # Errors
-    ///
-    /// [`BreakerOpen`] with the time until a probe may go (zero when
-    /// half-open with a permit left), counted as a rejection.
-    pub(crate) fn try_acquire_freely(&self, now: Instant) -> Result<Permit, BreakerOpen> {
-        let published = self.inner.published.load(Ordering::Acquire);
-        if published & 1 == 1 {
-            return Ok(self.permit(CircuitState::ticket_for(published >> 1), now));
-        }
-        let state = self.lock();
-        let retry_at = match state.mode() {
-            Mode::ForcedOpen => Some(now + state.policy().max_open_duration),
-            _ if state.probes_out() => state.half_open_deadline(),
-            _ => state.open_until(),
-        };
-        drop(state);
-        self.inner.rejected.fetch_add(1, Ordering::Relaxed);
-        Err(BreakerOpen::new(retry_at.map_or(Duration::ZERO, |at| {
-            at.saturating_duration_since(now)
-        })))
-    }
 }
 
-/// Admission of one call. Report how it went with [`Permit::record`];
-/// dropped without a record (the call was cancelled), it is given back and
-/// nothing is counted.
-#[derive(Debug)]
-#[must_use = "a permit dropped at once admits a call and counts nothing"]
-pub struct Permit {
-    breaker: Breaker,
-    ticket: Option<Ticket>,
-    admitted: Instant,
-}
+mod backpressure;
+mod permit;
+mod publish;
 
-impl Permit {
-    /// Records the call's outcome now, timed from its admission.
-    pub fn record(self, outcome: Outcome) {
-        self.record_at(outcome, Instant::now());
-    }
-
-    /// Records the call's outcome at `now`, timed from its admission (a
-    /// slow call if `now − admitted` reaches the policy's slow-call
-    /// duration). Takes the breaker's lock unless the outcome cannot change
-    /// its state (a success that is not slow into a window full of such, a
-    /// caller's error while closed).
-    pub fn record_at(self, outcome: Outcome, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.admitted);
-        self.record_call(outcome, Some(elapsed), now);
-    }
-
-    /// Records the call's outcome at `now`, with how long it took if it
-    /// was timed: `None` for a call that must never count as slow (a cold
-    /// model load), or that was not timed.
-    pub fn record_call(mut self, outcome: Outcome, elapsed: Option<Duration>, now: Instant) {
-        if let Some(ticket) = self.ticket.take() {
-            self.breaker.record_ticket_at(ticket, outcome, elapsed, now);
-        }
-    }
-
-    /// When the call was admitted (the slow-call clock's start).
-    pub fn admitted(&self) -> Instant {
-        self.admitted
-    }
-
-    /// The breaker this permit belongs to.
-    pub fn breaker(&self) -> &Breaker {
-        &self.breaker
-    }
-
-    /// Whether the breaker is still, at `now`, in the state this permit
-    /// was admitted in: the same epoch (no transition or change of mode
-    /// since) and, for a half-open probe, a round not past its deadline.
-    pub(crate) fn is_current_at(&self, now: Instant) -> bool {
-        let Some(ticket) = self.ticket else {
-            return false;
-        };
-        let published = self.breaker.inner.published.load(Ordering::Acquire);
-        if published >> 1 != ticket.epoch() {
-            return false;
-        }
-        // Same epoch and not admitting freely: the half-open round this
-        // probe belongs to, unless it has run out of time.
-        published & 1 == 1 || self.breaker.lock().state(now) == BreakerState::HalfOpen
-    }
-
-    /// Restarts the slow-call clock at `now`: a permit reserved ahead of
-    /// its call times the call, not the wait for it.
-    pub(crate) fn restart(&mut self, now: Instant) {
-        self.admitted = now;
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            self.breaker.release_ticket(ticket);
-        }
-    }
-}
+pub use self::permit::Permit;
 
 #[cfg(test)]
 mod tests;

@@ -12,8 +12,9 @@ use tower_service::Service;
 
 use super::delay::Place;
 use super::shared::{Counters, Shared};
-use super::{Classify, CloneRequest};
+use super::CloneRequest;
 use crate::backend::{Exclude, PickedSlot};
+use crate::classify::{Classified, Classify, Outcome};
 use crate::error::{
     BoxError, InvalidRoute, NoAlternative, NoHealthyBackend, PayloadTooLarge, UnknownModel,
 };
@@ -29,6 +30,40 @@ pub(crate) struct Backup<S, Req> {
     /// retry, and avoids that backend whenever another is eligible
     /// ([`Exclude::strict`]).
     pub(crate) after_failure: bool,
+}
+
+/// What an attempt's result is to the race.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// An answer, which wins: classified [`Outcome::Success`] or
+    /// [`Outcome::Ignored`] (the caller's own 4xx: another backend would
+    /// say the same), or deferred to the end of its body (a success as far
+    /// as its head goes).
+    Answer,
+    /// A failure: an error, or a response classified [`Outcome::Failure`].
+    /// It waits for an attempt still running, and before the backup's
+    /// delay sends the backup at once.
+    Failure,
+    /// A backend that shed the call ([`Outcome::Overload`]: 429, gRPC
+    /// `RESOURCE_EXHAUSTED`): it waits for an attempt still running, but
+    /// never sends a backup — one during an overload adds load where there
+    /// is no room for it.
+    Overload,
+}
+
+/// The verdict on `result` by `classify`. Errors are always failures.
+fn verdict<C, R>(classify: &C, result: &Result<R, BoxError>) -> Verdict
+where
+    C: Classify<R, BoxError>,
+{
+    match result {
+        Err(_) => Verdict::Failure,
+        Ok(response) => match classify.classify_response(response) {
+            Classified::Ready(Outcome::Failure) => Verdict::Failure,
+            Classified::Ready(Outcome::Overload) => Verdict::Overload,
+            _ => Verdict::Answer,
+        },
+    }
 }
 
 /// Whether a failed first attempt is worth a backup sent at once: a
@@ -81,13 +116,15 @@ pin_project! {
     /// The response future of [`Hedge`](super::Hedge): the first attempt,
     /// and the backup (parked, on its timer, or sent).
     ///
-    /// Resolves to the first success; a failure (an error, or a response
-    /// the classifier calls one) waits for the other attempt when one is
-    /// running, and is returned when every attempt failed (the last to
+    /// Resolves to the first answer (a response classified a success or
+    /// ignored); a failure (an error, or a response the classifier calls
+    /// one) or an overload (429) waits for the other attempt when one is
+    /// running, and is returned when no attempt answered (the last to
     /// finish). A first attempt that fails before its backup went sends
     /// the backup at once, as a retry on another backend, when the load
     /// gate and the budget allow (gRPC's hedging, gRFC A6), else is
-    /// returned at once. Dropping it drops every attempt.
+    /// returned at once; an overload never sends it, and is returned at
+    /// once. Dropping it drops every attempt.
     pub struct ResponseFuture<S, Req, C>
     where
         S: Service<Req>,
@@ -175,20 +212,17 @@ where
     S: Service<Req>,
     S::Error: Into<BoxError>,
     Req: CloneRequest,
-    C: Classify<S::Response>,
+    C: Classify<S::Response, BoxError>,
 {
     type Output = Result<S::Response, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let classify = &*this.classify;
-        let fails = |result: &Result<S::Response, BoxError>| match result {
-            Ok(response) => classify.is_failure(response),
-            Err(_) => true,
-        };
         // The first attempt, polled once per call.
         if let Some((result, sent)) = poll_attempt(this.first.as_mut(), cx) {
-            if !fails(&result) {
+            let verdict = verdict(classify, &result);
+            if verdict == Verdict::Answer {
                 // Won: the backup, if any, is dropped (cancelled).
                 let now = Instant::now();
                 if let Some(place) = *this.place {
@@ -200,11 +234,22 @@ where
                 // Sent: it goes on, and whichever finishes last is returned.
                 SecondProj::Running { .. } => {}
                 // About to go (delay passed, budget taken): as a retry.
-                SecondProj::Firing { backup } => backup.after_failure = true,
+                SecondProj::Firing { backup } if verdict == Verdict::Failure => {
+                    backup.after_failure = true
+                }
+                // About to go, but the backend shed the call: not sent
+                // during an overload, its budget given back.
+                SecondProj::Firing { .. } => {
+                    this.shared.budget.refund(Instant::now());
+                    tracing::debug!("hedge: the first attempt was shed; no backup");
+                    return Poll::Ready(result);
+                }
                 // Waiting for its delay: sent now instead, if the gate and
                 // the budget allow and another backend may answer better.
                 SecondProj::Parked { .. } | SecondProj::Sleeping { .. }
-                    if worth_a_backup(&result) && this.shared.may_hedge(Instant::now()) =>
+                    if verdict == Verdict::Failure
+                        && worth_a_backup(&result)
+                        && this.shared.may_hedge(Instant::now()) =>
                 {
                     let mut backup = match this.second.as_mut().project_replace(Second::Done) {
                         SecondReplace::Parked { backup } => backup,
@@ -242,7 +287,7 @@ where
                         }
                         return Poll::Pending;
                     }
-                    if fails(&result) {
+                    if verdict(classify, &result) != Verdict::Answer {
                         if matches!(*this.first, Attempt::Done) {
                             return Poll::Ready(result);
                         }

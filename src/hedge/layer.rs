@@ -3,7 +3,8 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::shared::{HedgeHandle, Shared};
-use super::{Hedge, HedgePolicy, LoadGate, RetryPolicy, ServerErrors};
+use super::{Hedge, HedgePolicy, LoadGate, RetryPolicy};
+use crate::classify::ServerErrorsAsFailures;
 
 /// Wraps a service in [`Hedge`]; see the [module docs](super).
 ///
@@ -11,7 +12,7 @@ use super::{Hedge, HedgePolicy, LoadGate, RetryPolicy, ServerErrors};
 /// of delays, one budget and one set of counters, read with
 /// [`HedgeLayer::handle`].
 #[derive(Debug, Clone)]
-pub struct HedgeLayer<C = ServerErrors> {
+pub struct HedgeLayer<C = ServerErrorsAsFailures> {
     shared: Arc<Shared>,
     classify: C,
 }
@@ -21,24 +22,44 @@ impl HedgeLayer {
     pub fn new(policy: HedgePolicy) -> Self {
         Self {
             shared: Arc::new(Shared::new(policy, None)),
-            classify: ServerErrors,
+            classify: ServerErrorsAsFailures,
         }
     }
 
     /// A layer hedging by `policy` that sends no hedge while `gate` reports
     /// a utilization above
-    /// [`HedgePolicy::max_utilization`](HedgePolicy::max_utilization).
+    /// [`max_utilization`](super::HedgePolicyBuilder::max_utilization).
     pub fn with_load_gate(policy: HedgePolicy, gate: impl LoadGate) -> Self {
         Self {
             shared: Arc::new(Shared::new(policy, Some(Box::new(gate)))),
-            classify: ServerErrors,
+            classify: ServerErrorsAsFailures,
         }
     }
 }
 
 impl<C> HedgeLayer<C> {
-    /// Decides which responses are failures with `classify` instead
-    /// (default [`ServerErrors`]: 5xx).
+    /// Decides which responses win the race with `classify` instead
+    /// (default [`ServerErrorsAsFailures`]: 5xx fail, 429 is an overload,
+    /// the rest — other 4xx included — are answers). Any
+    /// [`Classify`](crate::classify::Classify) of the responses with
+    /// [`BoxError`](crate::error::BoxError) errors: a response classified
+    /// a success or ignored wins (as does one deferred to the end of its
+    /// body); a failure waits for the other attempt, and sends the backup
+    /// early when it comes before the delay; an overload waits for the
+    /// other attempt too, but never sends a backup. Errors are always
+    /// failures. A closure classifies responses of any type:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_model_balance::classify::Outcome;
+    /// use tower_model_balance::error::BoxError;
+    /// use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
+    ///
+    /// let policy = HedgePolicy::builder().ceiling(Duration::from_secs(1)).build().unwrap();
+    /// // Every answer wins; only errors fail.
+    /// let layer = HedgeLayer::new(policy).classify(|_: Result<&u32, &BoxError>| Outcome::Success);
+    /// # drop(layer);
+    /// ```
     pub fn classify<C2>(self, classify: C2) -> HedgeLayer<C2> {
         HedgeLayer {
             shared: self.shared,

@@ -71,14 +71,19 @@
 //!   (`BalanceConfigBuilder::min_owners`); the second turns warm once the
 //!   first is at its load cap or out, so under light traffic sent one
 //!   request at a time it may stay cold, and backups suppressed.
-//! * **Outcome**: the first *success* wins ([`Classify`]: by default a 5xx
-//!   is a failure); a failure waits for the other attempt, and the last
-//!   failure is returned when both fail. A first attempt that fails (a
-//!   response the classifier calls a failure, or an error other than the
-//!   balancer's refusals) before its backup's delay sends the backup at
-//!   once, as a retry that avoids its backend, if the load gate and the
-//!   budget allow (gRPC's hedging, gRFC A6; counted in
+//! * **Outcome**: the first *answer* wins, as the breaker's classifier
+//!   family ([`classify`](crate::classify)) says: by default
+//!   ([`ServerErrorsAsFailures`](crate::classify::ServerErrorsAsFailures),
+//!   see [`HedgeLayer::classify`]) a 5xx is a failure, a 429 an overload,
+//!   and the rest (a caller's 4xx included) an answer. A failure or an
+//!   overload waits for the other attempt, and the last is returned when
+//!   neither answered. A first attempt that fails (a response the
+//!   classifier calls a failure, or an error other than the balancer's
+//!   refusals) before its backup's delay sends the backup at once, as a
+//!   retry that avoids its backend, if the load gate and the budget allow
+//!   (gRPC's hedging, gRFC A6; counted in
 //!   [`HedgeStats::hedges_after_failure`]); else it is returned at once.
+//!   An overload never sends a backup: it is returned at once.
 //!   Otherwise a backup is sent only while no attempt has answered: never
 //!   after a response has begun. The loser's
 //!   future is dropped, which cancels its request down to the connection
@@ -100,7 +105,6 @@
 //! enabled (as `tokio::time` requires).
 
 mod budget;
-mod classify;
 mod delay;
 mod future;
 mod gate;
@@ -112,7 +116,6 @@ mod service;
 mod shared;
 
 pub use self::budget::Budget;
-pub use self::classify::{Classify, ErrorsOnly, ServerErrors};
 pub use self::future::ResponseFuture;
 #[cfg(feature = "balance")]
 pub use self::gate::BalancerLoad;

@@ -82,61 +82,6 @@ impl HedgePolicy {
             policy: Self::default(),
         }
     }
-
-    /// The latency percentile the delay is set at, as a fraction.
-    pub fn percentile(&self) -> f64 {
-        self.percentile
-    }
-
-    /// The most the delay may be, as a multiple of the median latency.
-    pub fn median_factor(&self) -> f64 {
-        self.median_factor
-    }
-
-    /// The latency window (kept in two halves).
-    pub fn window(&self) -> Duration {
-        self.window
-    }
-
-    /// Samples a model needs in the window before it is hedged.
-    pub fn min_samples(&self) -> u64 {
-        self.min_samples
-    }
-
-    /// The shortest delay.
-    pub fn floor(&self) -> Duration {
-        self.floor
-    }
-
-    /// The longest delay.
-    pub fn ceiling(&self) -> Duration {
-        self.ceiling
-    }
-
-    /// Models whose latency is tracked apart.
-    pub fn max_models(&self) -> usize {
-        self.max_models
-    }
-
-    /// Extra attempts (hedges and retries) allowed per request counted.
-    pub fn budget_ratio(&self) -> f64 {
-        self.budget_ratio
-    }
-
-    /// The window the budget counts over.
-    pub fn budget_window(&self) -> Duration {
-        self.budget_window
-    }
-
-    /// Attempts per request, the first included.
-    pub fn max_attempts(&self) -> usize {
-        self.max_attempts
-    }
-
-    /// The utilization above which no hedge is sent.
-    pub fn max_utilization(&self) -> f64 {
-        self.max_utilization
-    }
 }
 
 /// Builds a validated [`HedgePolicy`].
@@ -152,7 +97,8 @@ impl HedgePolicy {
 ///     .budget_ratio(0.02)
 ///     .build()
 ///     .unwrap();
-/// assert_eq!(policy.max_attempts(), 2);
+/// assert_ne!(policy, HedgePolicy::default());
+/// assert_eq!(HedgePolicy::builder().build().unwrap(), HedgePolicy::default());
 ///
 /// let err = HedgePolicy::builder().budget_ratio(1.5).build().unwrap_err();
 /// assert_eq!(err.field, "budget_ratio");

@@ -7,8 +7,9 @@ use tower_service::Service;
 use super::delay::Place;
 use super::future::{Backup, ResponseFuture};
 use super::shared::{Counters, HedgeHandle, Shared};
-use super::{Classify, CloneRequest, ServerErrors};
+use super::CloneRequest;
 use crate::backend::PickedSlot;
+use crate::classify::{Classify, ServerErrorsAsFailures};
 use crate::error::BoxError;
 use crate::route::{RequestKind, RouteInfo, RouteView};
 
@@ -19,7 +20,7 @@ use crate::route::{RequestKind, RouteInfo, RouteView};
 /// service's backpressure and adds none); the backup's clone of the inner
 /// service is polled ready only when the backup is sent.
 #[derive(Debug)]
-pub struct Hedge<S, C = ServerErrors> {
+pub struct Hedge<S, C = ServerErrorsAsFailures> {
     inner: S,
     shared: Arc<Shared>,
     classify: C,
@@ -92,7 +93,7 @@ where
     S: Service<Req> + Clone,
     S::Error: Into<BoxError>,
     Req: CloneRequest,
-    C: Classify<S::Response>,
+    C: Classify<S::Response, BoxError> + Clone,
 {
     type Response = S::Response;
     type Error = BoxError;

@@ -156,7 +156,7 @@ impl HedgeHandle {
 
     /// Latency windows held by a model (an idle one counts until it is
     /// handed on), at most the policy's
-    /// [`max_models`](super::HedgePolicy::max_models); every other model
+    /// [`max_models`](super::HedgePolicyBuilder::max_models); every other model
     /// shares one window. The memory is allocated with the layer and
     /// never grows.
     pub fn tracked_models(&self) -> usize {

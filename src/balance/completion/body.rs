@@ -1,63 +1,27 @@
 //! The response body wrapper whose end is the request's completion.
 
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
-use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use crate::balance::completion::guard::Guard;
-use crate::breaker::{Classified, ClassifyEos, GrpcEosErrorsAsFailures, Outcome};
+use crate::classify::body::{Complete, CompletionBody};
+use crate::classify::{Classified, GrpcEosErrorsAsFailures, Outcome};
 
 /// The head's verdict: an outcome, or gRPC's status still to come in the
 /// trailers.
 pub(crate) type Verdict = Classified<GrpcEosErrorsAsFailures>;
 
-/// What the end of a response records: the outcome its head gave (or, for
-/// gRPC without a status in the head, its trailers give), unless the body
+/// The end of a response records the outcome its head gave (or, for gRPC
+/// without a status in the head, its trailers give), unless the body
 /// fails. Recorded when the body ends, fails or is dropped — a response
 /// whose head decided is an outcome even if the caller never reads its
 /// body (a 503 must count whether or not it is read).
-#[derive(Debug)]
-struct Completion {
-    guard: Option<Guard>,
-    verdict: Verdict,
-}
-
-impl Completion {
-    fn fail(mut self) {
-        if let Some(guard) = self.guard.take() {
-            guard.finish(Outcome::Failure);
-        }
-    }
-
-    /// The body's last frame: the trailers, if it held them.
-    fn end(mut self, trailers: Option<&HeaderMap>) {
-        if let Some(guard) = self.guard.take() {
-            guard.finish(at_end(self.verdict, trailers));
-        }
-    }
-}
-
-/// The outcome of a body that ended, with `trailers` if its last frame
-/// held them.
-fn at_end(verdict: Verdict, trailers: Option<&HeaderMap>) -> Outcome {
-    match verdict {
-        Classified::Ready(outcome) => outcome,
-        Classified::AtEnd(eos) => eos.classify_eos(trailers),
-    }
-}
-
-impl Drop for Completion {
-    fn drop(&mut self) {
-        if let Some(guard) = self.guard.take() {
-            guard.finish(match self.verdict {
-                Classified::Ready(outcome) => outcome,
-                // Dropped before its status came: the caller hung up.
-                Classified::AtEnd(_) => Outcome::Ignored,
-            });
-        }
+impl Complete for Guard {
+    fn complete(self, outcome: Outcome) {
+        self.finish(outcome);
     }
 }
 
@@ -73,42 +37,31 @@ pin_project! {
     #[derive(Debug)]
     pub struct ResponseBody<B> {
         #[pin]
-        inner: B,
-        completion: Option<Completion>,
+        inner: CompletionBody<B, GrpcEosErrorsAsFailures, Guard>,
     }
 }
 
 impl<B: Body> ResponseBody<B> {
     #[inline]
     pub(crate) fn new(inner: B, guard: Guard, verdict: Verdict) -> Self {
-        if inner.is_end_stream() {
-            // An empty body has ended already, without trailers: record
-            // now (the guard finishes where it is, never moved into a
-            // completion first).
-            guard.finish(at_end(verdict, None));
-            return Self {
-                inner,
-                completion: None,
-            };
+        // An empty body has ended already, without trailers: the guard
+        // finishes at once, where it is.
+        Self {
+            inner: CompletionBody::new(inner, guard, verdict),
         }
-        let completion = Some(Completion {
-            guard: Some(guard),
-            verdict,
-        });
-        Self { inner, completion }
     }
 }
 
 impl<B> ResponseBody<B> {
     /// The backend's body.
     pub fn get_ref(&self) -> &B {
-        &self.inner
+        self.inner.get_ref()
     }
 
     /// The backend's body, unwrapped: the request completes now, with the
     /// outcome its head gave (a gRPC status still to come: ignored).
     pub fn into_inner(self) -> B {
-        self.inner
+        self.inner.into_inner()
     }
 }
 
@@ -116,33 +69,12 @@ impl<B: Body> Body for ResponseBody<B> {
     type Data = B::Data;
     type Error = B::Error;
 
+    #[inline]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let mut this = self.project();
-        let frame = ready!(this.inner.as_mut().poll_frame(cx));
-        match &frame {
-            Some(Err(_)) => {
-                if let Some(completion) = this.completion.take() {
-                    completion.fail();
-                }
-            }
-            None => {
-                if let Some(completion) = this.completion.take() {
-                    completion.end(None);
-                }
-            }
-            Some(Ok(frame)) => {
-                let trailers = frame.trailers_ref();
-                if trailers.is_some() || this.inner.is_end_stream() {
-                    if let Some(completion) = this.completion.take() {
-                        completion.end(trailers);
-                    }
-                }
-            }
-        }
-        Poll::Ready(frame)
+        self.project().inner.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -15,7 +15,8 @@ use crate::balance::state::backend::Start;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::placement::Placement;
 use crate::balance::state::residency::Warmth;
-use crate::breaker::{BreakerState, Outcome};
+use crate::breaker::BreakerState;
+use crate::classify::Outcome;
 use crate::route::ModelId;
 
 /// One request in flight on a picked backend, from the pick until its

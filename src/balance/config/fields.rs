@@ -14,7 +14,7 @@ use crate::ring::RingConfig;
 use crate::route::ModelId;
 use http::HeaderName;
 
-/// The default [`BalanceConfigBuilder::latency_decay`].
+/// The default [`BalanceConfigBuilder::latency_decay`](super::BalanceConfigBuilder::latency_decay).
 pub(crate) const DEFAULT_LATENCY_DECAY: Duration = Duration::from_secs(10);
 
 /// How the balancer routes.
@@ -93,13 +93,13 @@ pub struct BalanceConfig {
 #[non_exhaustive]
 pub enum Classification {
     /// The HTTP status, as
-    /// [`ServerErrorsAsFailures`](crate::breaker::ServerErrorsAsFailures)
+    /// [`ServerErrorsAsFailures`](crate::classify::ServerErrorsAsFailures)
     /// reads it: 5xx fail, 429 is an overload, other 4xx are the caller's
     /// (ignored), the rest succeed. The default.
     #[default]
     HttpStatus,
     /// gRPC's `grpc-status`, as
-    /// [`GrpcErrorsAsFailures`](crate::breaker::GrpcErrorsAsFailures)
+    /// [`GrpcErrorsAsFailures`](crate::classify::GrpcErrorsAsFailures)
     /// reads it: from the headers of a trailers-only response (decided
     /// with the head), else from the trailers at the end of an HTTP 200's
     /// body; `UNAVAILABLE`, `INTERNAL`, `UNKNOWN`, `DEADLINE_EXCEEDED`,
@@ -191,7 +191,7 @@ impl BalanceConfig {
 
     /// The load one model's traffic puts on each of its owners, as a
     /// multiple of the mean load per backend: the value set with
-    /// [`BalanceConfigBuilder::owner_load`], else `load_factor`.
+    /// [`BalanceConfigBuilder::owner_load`](super::BalanceConfigBuilder::owner_load), else `load_factor`.
     pub fn owner_load(&self) -> f64 {
         self.owner_load.unwrap_or(self.load_factor)
     }

@@ -14,7 +14,8 @@ use crate::balance::state::fleet::Fleet;
 use crate::balance::state::health::{BackendHealth, WarmUp};
 use crate::balance::state::residency::Residency;
 use crate::balance::state::traffic::Traffic;
-use crate::breaker::{Breaker, OnTransition, Outcome, Policy, Ticket, Transition};
+use crate::breaker::{Breaker, OnTransition, Policy, Ticket, Transition};
+use crate::classify::Outcome;
 
 /// The fleet's breaker hook, told `id` with each transition.
 fn hook(id: &BackendId, fleet: &Fleet) -> Option<Box<dyn OnTransition>> {

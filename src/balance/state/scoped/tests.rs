@@ -3,7 +3,7 @@ use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 use super::*;
-use crate::breaker::Outcome;
+use crate::classify::Outcome;
 
 const A: u64 = 0xa;
 const B: u64 = 0xb;

@@ -1,22 +1,98 @@
-//! What counts as a failure, decided apart from the breaker (in the manner of
-//! tower-http's `classify`).
+//! What a call's result means for the backend that served it, decided apart
+//! from the middleware that acts on it (in the manner of tower-http's
+//! `classify`): one family for the circuit breaker, the hedge and the
+//! balancer.
+//!
+//! ```
+//! use tower_model_balance::classify::{
+//!     Classified, Classifier, Classify, ClassifyEos, GrpcErrorsAsFailures, Outcome,
+//!     ServerErrorsAsFailures,
+//! };
+//!
+//! // HTTP (the default everywhere): 5xx fail, 429 is an overload, other
+//! // 4xx are the caller's, the rest succeed.
+//! let rsp = http::Response::builder().status(429).body(()).unwrap();
+//! let c = Classify::<_, std::io::Error>::classify_response(&ServerErrorsAsFailures::new(), &rsp);
+//! assert_eq!(c, Classified::Ready(Outcome::Overload));
+//!
+//! // gRPC: a 200 without `grpc-status` in its head waits for the trailers.
+//! let rsp = http::Response::new(());
+//! let Classified::AtEnd(eos) =
+//!     Classify::<_, std::io::Error>::classify_response(&GrpcErrorsAsFailures::new(), &rsp)
+//! else {
+//!     unreachable!()
+//! };
+//! let mut trailers = http::HeaderMap::new();
+//! trailers.insert("grpc-status", "14".parse().unwrap());
+//! assert_eq!(eos.classify_eos(Some(&trailers)), Outcome::Failure);
+//!
+//! // The type-erased form the balancer's configuration holds: here a 404
+//! // ("model not loaded") counts as a failure.
+//! let classifier = Classifier::from_status(|status| match status.as_u16() {
+//!     404 => Outcome::Failure,
+//!     _ => ServerErrorsAsFailures::classify_status(status),
+//! });
+//! let rsp = http::Response::builder().status(404).body(()).unwrap();
+//! let c = Classify::<_, std::io::Error>::classify_response(&classifier, &rsp);
+//! assert!(matches!(c, Classified::Ready(Outcome::Failure)));
+//! ```
 //!
 //! A [`Classify`] reads a response's head (status, headers) and either
 //! decides at once ([`Classified::Ready`]) or defers to the end of the body
 //! ([`Classified::AtEnd`], with a [`ClassifyEos`] that reads the trailers:
 //! gRPC puts its status there). Errors — timeouts, connection errors — are
-//! classified by [`Classify::classify_error`].
+//! classified by [`Classify::classify_error`]. There are four
+//! [`Outcome`]s: a success, a failure, an overload (429, gRPC
+//! `RESOURCE_EXHAUSTED`: the backend is up but shedding) and an ignored
+//! call (the caller's own 4xx).
+//!
+//! * [`ServerErrorsAsFailures`] (HTTP, the default) and
+//!   [`GrpcErrorsAsFailures`] (gRPC) are the two classifiers given; a
+//!   closure `Fn(Result<&T, &E>) -> Outcome` is a third;
+//! * [`ColdLoad`] marks a classifier's cold model loads, which the breaker
+//!   records untimed;
+//! * [`Classifier`] erases the type (and the body type) of an HTTP
+//!   classifier, for a configuration that is not generic.
 
 use std::convert::Infallible;
 
-use super::Outcome;
-
+mod cold;
+mod erased;
 mod grpc;
+mod status;
 
+#[cfg(feature = "breaker")]
+pub(crate) mod body;
+
+pub use self::cold::ColdLoad;
+pub use self::erased::{Classifier, ClassifierEos, ClassifyHead};
 pub use self::grpc::{GrpcEosErrorsAsFailures, GrpcErrorsAsFailures};
+pub use self::status::ServerErrorsAsFailures;
 
-/// Classifies a call's result for a breaker: a response of type `T` or an
-/// error of type `E`.
+/// How one call went, as far as the backend's health goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The backend served the call.
+    Success,
+    /// The backend failed the call (5xx, timeout, connection error).
+    Failure,
+    /// The backend shed the call (429 Too Many Requests, gRPC
+    /// `RESOURCE_EXHAUSTED`): for the breaker a failure for the failure
+    /// rate, but it neither counts toward nor breaks a run of consecutive
+    /// failures — an overloaded backend is up. For the hedge it never wins
+    /// over an attempt still running, and never sends a backup early.
+    Overload,
+    /// Says nothing about the backend (a caller's 4xx): not counted, but a
+    /// half-open permit comes back. For the hedge it is an answer (another
+    /// backend would say the same), so it wins.
+    Ignored,
+}
+
+/// Classifies a call's result: a response of type `T` or an error of type
+/// `E`. The breaker counts by it, the hedge lets only a success (or an
+/// ignored answer) win a race by it, and the balancer's [`Classifier`] is
+/// its type-erased form.
 ///
 /// Implemented for closures `Fn(Result<&T, &E>) -> Outcome` (which decide
 /// from the head alone), by [`ServerErrorsAsFailures`] for HTTP and by
@@ -26,7 +102,7 @@ pub use self::grpc::{GrpcEosErrorsAsFailures, GrpcErrorsAsFailures};
 ///
 /// ```
 /// use std::convert::Infallible;
-/// use tower_model_balance::breaker::{Classified, Classify, Outcome};
+/// use tower_model_balance::classify::{Classified, Classify, Outcome};
 ///
 /// // A closure: every error and every 5xx fails, the rest succeeds.
 /// let five_xx = |r: Result<&http::Response<()>, &std::io::Error>| match r {
@@ -53,7 +129,8 @@ pub trait Classify<T, E> {
 
     /// Whether `response` is a cold model load (default: never): its call
     /// is recorded untimed, so that loading a model never counts as a slow
-    /// call. See [`ColdLoad`].
+    /// call (the breaker's; the hedge and the balancer do not ask). See
+    /// [`ColdLoad`].
     fn is_cold_load(&self, response: &T) -> bool {
         let _ = response;
         false
@@ -69,6 +146,17 @@ pub enum Classified<Eos> {
     /// Decided at the end of the body by the `Eos` classifier, from the
     /// trailers (a gRPC 200 with its status still to come).
     AtEnd(Eos),
+}
+
+impl<Eos> Classified<Eos> {
+    /// The same verdict, its end-of-body classifier (if deferred) mapped
+    /// by `f`.
+    pub fn map_eos<T>(self, f: impl FnOnce(Eos) -> T) -> Classified<T> {
+        match self {
+            Self::Ready(outcome) => Classified::Ready(outcome),
+            Self::AtEnd(eos) => Classified::AtEnd(f(eos)),
+        }
+    }
 }
 
 /// Decides a response's outcome at the end of its body.
@@ -119,123 +207,6 @@ where
 
     fn is_cold_load(&self, response: &T) -> bool {
         (**self).is_cold_load(response)
-    }
-}
-
-// === impl ServerErrorsAsFailures ===
-
-/// The default classifier for `http::Response`:
-///
-/// | response | outcome |
-/// |---|---|
-/// | 5xx | [`Outcome::Failure`] |
-/// | 429 Too Many Requests | [`Outcome::Overload`]: a failure for the rate, not for the consecutive-failure trip |
-/// | other 4xx | [`Outcome::Ignored`]: the caller's mistake says nothing about the backend (a half-open permit still comes back) |
-/// | 1xx, 2xx, 3xx | [`Outcome::Success`] |
-/// | any error (timeout, connection refused or reset) | [`Outcome::Failure`] |
-///
-/// The status decides from the head; the breaker still records the call
-/// at the end of its body (a body error fails it).
-#[derive(Debug, Clone, Copy, Default)]
-#[non_exhaustive]
-pub struct ServerErrorsAsFailures;
-
-impl ServerErrorsAsFailures {
-    /// Creates the classifier.
-    pub const fn new() -> Self {
-        Self
-    }
-
-    /// The outcome for a status code alone.
-    pub fn classify_status(status: http::StatusCode) -> Outcome {
-        if status == http::StatusCode::TOO_MANY_REQUESTS {
-            Outcome::Overload
-        } else if status.is_server_error() {
-            Outcome::Failure
-        } else if status.is_client_error() {
-            Outcome::Ignored
-        } else {
-            Outcome::Success
-        }
-    }
-}
-
-impl<B, E> Classify<http::Response<B>, E> for ServerErrorsAsFailures {
-    type Eos = Infallible;
-
-    fn classify_response(&self, response: &http::Response<B>) -> Classified<Infallible> {
-        Classified::Ready(Self::classify_status(response.status()))
-    }
-
-    fn classify_error(&self, _: &E) -> Outcome {
-        Outcome::Failure
-    }
-}
-
-// === impl ColdLoad ===
-
-/// A classifier that marks the responses `predicate` picks as cold model
-/// loads, and otherwise classifies as `inner` does.
-///
-/// A cold load is recorded *untimed* (`elapsed: None` for
-/// [`Permit::record_call`](super::Permit::record_call)): its outcome
-/// counts, but loading a model never makes it a slow call. Built by
-/// [`CircuitBreakerLayer::cold_load`](super::CircuitBreakerLayer::cold_load).
-///
-/// ```
-/// use tower_model_balance::breaker::{Classify, ColdLoad, ServerErrorsAsFailures};
-///
-/// let c = ColdLoad::new(ServerErrorsAsFailures::new(), |rsp: &http::Response<()>| {
-///     rsp.headers().contains_key("x-model-cold-load")
-/// });
-/// let cold = http::Response::builder().header("x-model-cold-load", "1").body(()).unwrap();
-/// assert!(Classify::<_, std::io::Error>::is_cold_load(&c, &cold));
-/// ```
-#[derive(Clone, Copy)]
-pub struct ColdLoad<C, P> {
-    inner: C,
-    predicate: P,
-}
-
-impl<C: std::fmt::Debug, P> std::fmt::Debug for ColdLoad<C, P> {
-    /// The predicate, a closure as a rule, is not shown.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ColdLoad")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<C, P> ColdLoad<C, P> {
-    /// Classifies with `inner`; `predicate(&response)` says whether a
-    /// response is a cold load.
-    pub const fn new(inner: C, predicate: P) -> Self {
-        Self { inner, predicate }
-    }
-
-    /// The wrapped classifier.
-    pub fn get_ref(&self) -> &C {
-        &self.inner
-    }
-}
-
-impl<C, P, T, E> Classify<T, E> for ColdLoad<C, P>
-where
-    C: Classify<T, E>,
-    P: Fn(&T) -> bool,
-{
-    type Eos = C::Eos;
-
-    fn classify_response(&self, response: &T) -> Classified<C::Eos> {
-        self.inner.classify_response(response)
-    }
-
-    fn classify_error(&self, error: &E) -> Outcome {
-        self.inner.classify_error(error)
-    }
-
-    fn is_cold_load(&self, response: &T) -> bool {
-        (self.predicate)(response) || self.inner.is_cold_load(response)
     }
 }
 

@@ -1,8 +1,7 @@
 //! gRPC: the status is in `grpc-status`, in the headers of a trailers-only
 //! response or else in the trailers at the end of an HTTP 200's body.
 
-use super::{Classified, Classify, ClassifyEos, ServerErrorsAsFailures};
-use crate::breaker::Outcome;
+use super::{Classified, Classify, ClassifyEos, Outcome, ServerErrorsAsFailures};
 
 /// The classifier for gRPC responses (in the manner of tower-http's
 /// `GrpcErrorsAsFailures`).
@@ -26,7 +25,7 @@ use crate::breaker::Outcome;
 /// Errors without a response (timeouts, connection errors) fail.
 ///
 /// ```
-/// use tower_model_balance::breaker::{Classified, Classify, ClassifyEos, GrpcErrorsAsFailures, Outcome};
+/// use tower_model_balance::classify::{Classified, Classify, ClassifyEos, GrpcErrorsAsFailures, Outcome};
 ///
 /// let grpc = GrpcErrorsAsFailures::new();
 /// // Trailers-only: the status is in the headers.
@@ -63,6 +62,21 @@ impl GrpcErrorsAsFailures {
         }
     }
 
+    /// The outcome of a response's head: an HTTP status other than 200 as
+    /// for HTTP, else `grpc-status` in `headers`, else deferred.
+    pub(super) fn classify_head(
+        status: http::StatusCode,
+        headers: &http::HeaderMap,
+    ) -> Classified<GrpcEosErrorsAsFailures> {
+        if status != http::StatusCode::OK {
+            return Classified::Ready(ServerErrorsAsFailures::classify_status(status));
+        }
+        match Self::classify_headers(headers) {
+            Some(outcome) => Classified::Ready(outcome),
+            None => Classified::AtEnd(GrpcEosErrorsAsFailures { _private: () }),
+        }
+    }
+
     /// The outcome `grpc-status` in `headers` gives, if present.
     fn classify_headers(headers: &http::HeaderMap) -> Option<Outcome> {
         let value = headers.get("grpc-status")?;
@@ -78,13 +92,7 @@ impl<B, E> Classify<http::Response<B>, E> for GrpcErrorsAsFailures {
         &self,
         response: &http::Response<B>,
     ) -> Classified<GrpcEosErrorsAsFailures> {
-        if response.status() != http::StatusCode::OK {
-            return Classified::Ready(ServerErrorsAsFailures::classify_status(response.status()));
-        }
-        match Self::classify_headers(response.headers()) {
-            Some(outcome) => Classified::Ready(outcome),
-            None => Classified::AtEnd(GrpcEosErrorsAsFailures { _private: () }),
-        }
+        Self::classify_head(response.status(), response.headers())
     }
 
     fn classify_error(&self, _: &E) -> Outcome {
@@ -97,6 +105,13 @@ impl<B, E> Classify<http::Response<B>, E> for GrpcErrorsAsFailures {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrpcEosErrorsAsFailures {
     _private: (),
+}
+
+impl GrpcEosErrorsAsFailures {
+    /// The end-of-body half, for a response whose head deferred.
+    pub(super) const fn new() -> Self {
+        Self { _private: () }
+    }
 }
 
 impl ClassifyEos for GrpcEosErrorsAsFailures {

@@ -1,94 +1,25 @@
-//! `CircuitState` against a reference model of its documented semantics
-//! (module docs of `breaker::state`, the policy's field docs, `Outcome`):
-//! random policies (count window, no jitter) and random sequences of
-//! admissions, outcomes, cancellations, clock steps and mode changes; the
-//! two must agree on every admission, every transition and the state read
-//! after each step.
-//!
-//! The model is deliberately plain: the window is a `Vec` of the last calls,
-//! rates are recomputed from it on every record.
+//! The reference model: the breaker's documented semantics, written
+//! plainly (the window a `Vec` of the last calls, rates recomputed on
+//! every record).
 
 use std::time::Duration;
 
-use proptest::prelude::*;
 use tokio::time::Instant;
-use tower_model_balance::breaker::{
-    BreakerState, CircuitState, Mode, Outcome, Policy, Reason, Ticket, Transition,
-};
 
-/// The knobs the model reads, with the values the test draws.
-#[derive(Debug, Clone)]
-struct Knobs {
-    window: usize,
-    minimum_calls: usize,
-    failure_rate: f64,
-    slow_rate: f64,
-    slow_call: Duration,
-    consecutive: Option<u32>,
-    permits: u32,
-    max_wait: Duration,
-    open: Duration,
-    max_open: Duration,
-}
-
-impl Knobs {
-    fn policy(&self) -> Policy {
-        let mut b = Policy::builder()
-            .window(self.window)
-            .minimum_calls(self.minimum_calls)
-            .failure_rate_threshold(self.failure_rate)
-            .slow_call_rate_threshold(self.slow_rate)
-            .slow_call_duration(self.slow_call)
-            .half_open_permits(self.permits)
-            .half_open_max_wait(self.max_wait)
-            .open_duration(self.open)
-            .max_open_duration(self.max_open)
-            .jitter(false);
-        if let Some(n) = self.consecutive {
-            b = b.consecutive_failures(n);
-        }
-        b.build().unwrap()
-    }
-}
-
-fn knobs() -> impl Strategy<Value = Knobs> {
-    let rate = prop_oneof![Just(0.25), Just(0.5), Just(0.75), Just(1.0), Just(0.3)];
-    (
-        1usize..8,
-        any::<prop::sample::Index>(),
-        (rate.clone(), rate),
-        proptest::option::of(1u32..5),
-        1u32..4,
-        (1u64..10, 1u64..4, 1u32..6),
-    )
-        .prop_map(
-            |(window, min, (failure_rate, slow_rate), consecutive, permits, (wait, open, cap))| {
-                Knobs {
-                    window,
-                    minimum_calls: 1 + min.index(window),
-                    failure_rate,
-                    slow_rate,
-                    slow_call: Duration::from_millis(100),
-                    consecutive,
-                    permits,
-                    max_wait: Duration::from_secs(wait),
-                    open: Duration::from_secs(open),
-                    max_open: Duration::from_secs(open) * cap,
-                }
-            },
-        )
-}
+use super::Knobs;
+use crate::breaker::{BreakerState, Mode, Reason, Transition};
+use crate::classify::Outcome;
 
 /// One recorded call in the model's window.
 #[derive(Debug, Clone, Copy)]
-struct Call {
-    failed: bool,
-    timed: bool,
-    slow: bool,
+pub(super) struct Call {
+    pub(super) failed: bool,
+    pub(super) timed: bool,
+    pub(super) slow: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum ModelState {
+pub(super) enum ModelState {
     Closed,
     Open {
         until: Instant,
@@ -106,28 +37,28 @@ enum ModelState {
 /// the state does (a transition or a mode set by hand), and a ticket of an
 /// earlier generation counts nothing.
 #[derive(Debug)]
-struct Model {
-    k: Knobs,
-    mode: Mode,
-    state: ModelState,
-    generation: u64,
-    window: Vec<Call>,
-    run: u32,
-    reopened: u32,
+pub(super) struct Model {
+    pub(super) k: Knobs,
+    pub(super) mode: Mode,
+    pub(super) state: ModelState,
+    pub(super) generation: u64,
+    pub(super) window: Vec<Call>,
+    pub(super) run: u32,
+    pub(super) reopened: u32,
 }
 
 /// What an admission returned, in comparable form.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Admission {
+pub(super) enum Admission {
     Admitted(Option<(BreakerState, BreakerState, Reason)>),
     Refused(Duration, Option<(BreakerState, BreakerState, Reason)>),
 }
 
-fn key(t: Transition) -> (BreakerState, BreakerState, Reason) {
+pub(super) fn key(t: Transition) -> (BreakerState, BreakerState, Reason) {
     (t.from, t.to, t.reason)
 }
 
-fn kind(s: ModelState) -> BreakerState {
+pub(super) fn kind(s: ModelState) -> BreakerState {
     match s {
         ModelState::Closed => BreakerState::Closed,
         ModelState::Open { .. } => BreakerState::Open,
@@ -135,10 +66,10 @@ fn kind(s: ModelState) -> BreakerState {
     }
 }
 
-type Change = Option<(BreakerState, BreakerState, Reason)>;
+pub(super) type Change = Option<(BreakerState, BreakerState, Reason)>;
 
 impl Model {
-    fn new(k: Knobs) -> Self {
+    pub(super) fn new(k: Knobs) -> Self {
         Self {
             k,
             mode: Mode::Normal,
@@ -151,7 +82,7 @@ impl Model {
     }
 
     /// What `state(now)` should read.
-    fn read(&self, now: Instant) -> BreakerState {
+    pub(super) fn read(&self, now: Instant) -> BreakerState {
         if self.mode == Mode::ForcedOpen {
             return BreakerState::Open;
         }
@@ -166,7 +97,7 @@ impl Model {
         }
     }
 
-    fn go(&mut self, to: ModelState, reason: Reason) -> Change {
+    pub(super) fn go(&mut self, to: ModelState, reason: Reason) -> Change {
         let from = kind(self.state);
         self.state = to;
         self.generation += 1;
@@ -176,7 +107,7 @@ impl Model {
     /// Opens: the n-th reopening in a row (from half-open, on probes that
     /// reported) waits `open × 2^n`, at most `max_open`; from closed, `n`
     /// is 0; a round that timed out keeps `n`.
-    fn open(&mut self, now: Instant, reason: Reason) -> Change {
+    pub(super) fn open(&mut self, now: Instant, reason: Reason) -> Change {
         if matches!(self.state, ModelState::HalfOpen { .. }) {
             if reason != Reason::HalfOpenTimeout {
                 self.reopened += 1;
@@ -191,14 +122,14 @@ impl Model {
         self.go(ModelState::Open { until: now + wait }, reason)
     }
 
-    fn close(&mut self, reason: Reason) -> Change {
+    pub(super) fn close(&mut self, reason: Reason) -> Change {
         self.window.clear();
         self.run = 0;
         self.reopened = 0;
         self.go(ModelState::Closed, reason)
     }
 
-    fn acquire(&mut self, now: Instant) -> (Admission, Option<u64>) {
+    pub(super) fn acquire(&mut self, now: Instant) -> (Admission, Option<u64>) {
         match self.mode {
             Mode::ForcedOpen => {
                 return (Admission::Refused(self.k.max_open, None), None);
@@ -243,7 +174,7 @@ impl Model {
         (Admission::Admitted(change), Some(self.generation))
     }
 
-    fn release(&mut self, generation: u64) {
+    pub(super) fn release(&mut self, generation: u64) {
         if generation != self.generation {
             return;
         }
@@ -252,7 +183,7 @@ impl Model {
         }
     }
 
-    fn record(
+    pub(super) fn record(
         &mut self,
         generation: u64,
         outcome: Outcome,
@@ -327,7 +258,7 @@ impl Model {
         }
     }
 
-    fn trip_reason(&self) -> Option<Reason> {
+    pub(super) fn trip_reason(&self) -> Option<Reason> {
         if self.k.consecutive.is_some_and(|n| self.run >= n) {
             return Some(Reason::ConsecutiveFailures);
         }
@@ -347,7 +278,7 @@ impl Model {
         }
     }
 
-    fn set_mode(&mut self, mode: Mode, now: Instant) -> Change {
+    pub(super) fn set_mode(&mut self, mode: Mode, now: Instant) -> Change {
         let from = self.read(now);
         self.mode = mode;
         self.state = ModelState::Closed;
@@ -357,114 +288,5 @@ impl Model {
         self.generation += 1;
         let to = self.read(now);
         (from != to).then_some((from, to, Reason::Manual))
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Acquire,
-    Record(prop::sample::Index, u8, Option<u64>),
-    Release(prop::sample::Index),
-    Advance(u64),
-    SetMode(u8),
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        6 => Just(Op::Acquire),
-        6 => (any::<prop::sample::Index>(), 0u8..4, proptest::option::of(0u64..200))
-            .prop_map(|(i, o, e)| Op::Record(i, o, e)),
-        2 => any::<prop::sample::Index>().prop_map(Op::Release),
-        3 => prop_oneof![0u64..100, 0u64..12_000].prop_map(Op::Advance),
-        1 => (0u8..4).prop_map(Op::SetMode),
-    ]
-}
-
-const OUTCOMES: [Outcome; 4] = [
-    Outcome::Success,
-    Outcome::Failure,
-    Outcome::Overload,
-    Outcome::Ignored,
-];
-const MODES: [Mode; 4] = [
-    Mode::Normal,
-    Mode::ForcedOpen,
-    Mode::Disabled,
-    Mode::MetricsOnly,
-];
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2_000))]
-
-    #[test]
-    fn circuit_state_agrees_with_the_reference_model(
-        k in knobs(),
-        ops in proptest::collection::vec(op(), 1..120),
-    ) {
-        let mut real = CircuitState::with_seed(k.policy(), 1);
-        let mut model = Model::new(k);
-        let mut now = Instant::now();
-        // Calls admitted and not yet ended: the real ticket, the model's.
-        let mut out: Vec<(Ticket, u64)> = Vec::new();
-        for (step, op) in ops.into_iter().enumerate() {
-            match op {
-                Op::Acquire => {
-                    let got = match real.try_acquire(now) {
-                        Ok((ticket, t)) => {
-                            out.push((ticket, u64::MAX));
-                            Admission::Admitted(t.map(key))
-                        }
-                        Err(refused) => {
-                            Admission::Refused(refused.retry_after, refused.transition.map(key))
-                        }
-                    };
-                    let (want, generation) = model.acquire(now);
-                    prop_assert_eq!(got, want, "step {}: admission", step);
-                    if let Some(g) = generation {
-                        out.last_mut().unwrap().1 = g;
-                    }
-                }
-                Op::Record(i, o, elapsed) if !out.is_empty() => {
-                    let (ticket, g) = out.swap_remove(i.index(out.len()));
-                    let outcome = OUTCOMES[o as usize];
-                    let elapsed = elapsed.map(Duration::from_millis);
-                    let got = real.record(ticket, outcome, elapsed, now).map(key);
-                    let want = model.record(g, outcome, elapsed, now);
-                    prop_assert_eq!(got, want, "step {}: record {:?} {:?}", step, outcome, elapsed);
-                }
-                Op::Release(i) if !out.is_empty() => {
-                    let (ticket, g) = out.swap_remove(i.index(out.len()));
-                    real.release(ticket);
-                    model.release(g);
-                }
-                Op::Advance(ms) => now += Duration::from_millis(ms),
-                Op::SetMode(m) => {
-                    let mode = MODES[m as usize];
-                    let got = real.set_mode(mode, now).map(key);
-                    let want = model.set_mode(mode, now);
-                    prop_assert_eq!(got, want, "step {}: set_mode {:?}", step, mode);
-                }
-                _ => {}
-            }
-            prop_assert_eq!(real.state(now), model.read(now), "step {}: state", step);
-            let m = real.metrics(now);
-            let calls = model.window.len() as u64;
-            let failures = model.window.iter().filter(|c| c.failed).count() as u64;
-            let timed = model.window.iter().filter(|c| c.timed).count() as u64;
-            let slow = model.window.iter().filter(|c| c.slow).count() as u64;
-            prop_assert_eq!(
-                (m.calls, m.failures, m.timed_calls, m.slow_calls, m.reopened, m.mode),
-                (calls, failures, timed, slow, model.reopened, model.mode),
-                "step {}: metrics", step
-            );
-            let until = match model.state {
-                ModelState::Open { until } if model.mode == Mode::Normal => Some(until),
-                _ => None,
-            };
-            prop_assert_eq!(real.open_until(), until, "step {}: open until", step);
-            if model.state == ModelState::Closed {
-                prop_assert_eq!(m.consecutive_failures, model.run, "step {}: run", step);
-            }
-        }
     }
 }

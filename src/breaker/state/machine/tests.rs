@@ -3,8 +3,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tokio::time::Instant;
 
-use super::super::PolicyBuilder;
 use super::*;
+use crate::breaker::PolicyBuilder;
 
 mod closed;
 mod half_open;
