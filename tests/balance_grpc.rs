@@ -1,4 +1,4 @@
-//! The balancer's `Classification::GrpcStatus`: `grpc-status` in a
+//! The balancer's `Classifier::grpc()`: `grpc-status` in a
 //! trailers-only head, else in the trailers at the end of the body, decides
 //! what the backend's breaker and health record. Endpoints are closures
 //! answering a scripted body; no sockets, no clock.
@@ -13,8 +13,9 @@ use http_body_util::{BodyExt, StreamBody};
 use tower::discover::ServiceList;
 use tower::{service_fn, ServiceExt};
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, Classification, ModelBalancer};
+use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::breaker::{BreakerState, Policy};
+use tower_model_balance::classify::Classifier;
 
 type Frame = Result<http_body::Frame<Bytes>, Infallible>;
 type Body = StreamBody<stream::Iter<std::vec::IntoIter<Frame>>>;
@@ -67,7 +68,7 @@ impl Script {
 /// 3 failures in a row.
 fn balancer(
     script: &Script,
-    classification: Classification,
+    classifier: Classifier,
 ) -> ModelBalancer<
     impl tower::Service<http::Request<()>, Response = http::Response<Body>, Error = Infallible> + Clone,
 > {
@@ -79,7 +80,7 @@ fn balancer(
     let backend = Backend::new(BackendId::new("g").unwrap(), endpoint);
     let config = BalanceConfig::builder()
         .breaker(Policy::builder().consecutive_failures(3).build().unwrap())
-        .classification(classification)
+        .classifier(classifier)
         .build()
         .unwrap();
     ModelBalancer::new(ServiceList::new([backend]), config).unwrap()
@@ -95,7 +96,7 @@ fn call() -> http::Request<()> {
 #[tokio::test(start_paused = true)]
 async fn the_trailers_status_decides_at_the_end_of_the_body() {
     let script = Script::new();
-    let balancer = balancer(&script, Classification::GrpcStatus);
+    let balancer = balancer(&script, Classifier::grpc());
     let handle = balancer.handle();
     let failures = || handle.backends()[0].failures;
 
@@ -127,7 +128,7 @@ async fn the_trailers_status_decides_at_the_end_of_the_body() {
 #[tokio::test(start_paused = true)]
 async fn a_trailers_only_unavailable_fails_at_once_and_opens_the_breaker() {
     let script = Script::new();
-    let balancer = balancer(&script, Classification::GrpcStatus);
+    let balancer = balancer(&script, Classifier::grpc());
     let handle = balancer.handle();
     script.set(Answer::Head("14"));
     for sent in 1..=3 {
@@ -149,7 +150,7 @@ async fn a_trailers_only_unavailable_fails_at_once_and_opens_the_breaker() {
 #[tokio::test(start_paused = true)]
 async fn a_body_dropped_before_its_status_counts_nothing() {
     let script = Script::new();
-    let balancer = balancer(&script, Classification::GrpcStatus);
+    let balancer = balancer(&script, Classifier::grpc());
     let handle = balancer.handle();
     script.set(Answer::Trailers(Some("14")));
     for _ in 0..5 {
@@ -165,9 +166,9 @@ async fn a_body_dropped_before_its_status_counts_nothing() {
 #[tokio::test(start_paused = true)]
 async fn http_status_classification_reads_no_grpc_status() {
     // The default: a 200 succeeds whatever its trailers say — why gRPC
-    // backends need `Classification::GrpcStatus`.
+    // backends need `Classifier::grpc()`.
     let script = Script::new();
-    let balancer = balancer(&script, Classification::HttpStatus);
+    let balancer = balancer(&script, Classifier::http());
     let handle = balancer.handle();
     for answer in [Answer::Head("14"), Answer::Trailers(Some("14"))] {
         script.set(answer);

@@ -3,12 +3,15 @@
 
 use std::time::Duration;
 
-use tower_model_balance::balance::{BalanceConfig, Classification};
+use tower_model_balance::balance::{BalanceConfig, BreakerScope, Staging};
+use tower_model_balance::breaker::Policy;
+use tower_model_balance::classify::Classifier;
 use tower_model_balance::config::{ConfigError, StackConfig};
 use tower_model_balance::health::probe::ProbeConfig;
 use tower_model_balance::health::HealthPolicy;
 use tower_model_balance::placement::{PlacementPolicy, WhenCold};
 use tower_model_balance::ring::RingConfig;
+use tower_model_balance::route::ModelId;
 
 const EXAMPLE: &str = include_str!("../examples/stack.toml");
 
@@ -73,25 +76,13 @@ fn the_example_file_is_the_defaults() {
 #[test]
 fn every_value_reaches_its_builder() {
     let config = StackConfig::from_toml(NON_DEFAULTS).unwrap();
-    let b = &config.balance;
-    assert_eq!((b.owners(), b.min_owners()), (4, 2));
-    assert_eq!((b.load_factor(), b.panic_threshold()), (2.0, 0.25));
-    assert_eq!(b.owner_load(), 0.75);
-    assert_eq!(b.classification(), Classification::GrpcStatus);
-    let debug = format!("{b:?}");
-    for expected in [
-        "BackendModel { max_pairs: 500 }",
-        "llama-3-70b",
-        "max_share: 0.05",
-        "cooldown: 2.5s",
-    ] {
-        assert!(debug.contains(expected), "{expected} in {debug}");
-    }
-    let breaker = b.breaker();
-    assert_eq!(breaker.open_duration(), Duration::from_millis(750));
-    assert_eq!(breaker.consecutive_failures(), Some(4));
-    assert!(!breaker.jitter());
-    assert!(format!("{:?}", breaker.window()).contains("30s"));
+    let breaker = Policy::builder()
+        .time_window(Duration::from_secs(30), 30)
+        .consecutive_failures(4)
+        .open_duration(Duration::from_millis(750))
+        .jitter(false)
+        .build()
+        .unwrap();
     let health = HealthPolicy::builder()
         .weights(0.6, 0.3, 0.1)
         .thresholds(0.1, 0.35)
@@ -99,7 +90,24 @@ fn every_value_reaches_its_builder() {
         .warm_up(Duration::ZERO)
         .build()
         .unwrap();
-    assert_eq!(b.health(), &health);
+    let model = |id: &str| ModelId::new(id).unwrap();
+    let balance = BalanceConfig::builder()
+        .owners(4)
+        .min_owners(2)
+        .load_factor(2.0)
+        .owner_load(0.75)
+        .panic_threshold(0.25)
+        .ring(RingConfig::new(7, 40).unwrap())
+        .breaker_scope(BreakerScope::BackendModel { max_pairs: 500 })
+        .staging(Staging::new(0.05, Duration::from_millis(2500)).unwrap())
+        .classifier(Classifier::grpc())
+        .model_owners(model("llama-3-70b"), 3)
+        .model_owners(model("org/model:v2"), 1)
+        .breaker(breaker)
+        .health(health)
+        .build()
+        .unwrap();
+    assert_eq!(config.balance, balance);
     let probe = ProbeConfig::builder()
         .interval(Duration::from_millis(250))
         .timeout(Duration::from_millis(100))
@@ -113,7 +121,6 @@ fn every_value_reaches_its_builder() {
         .build()
         .unwrap();
     assert_eq!(config.placement, placement);
-    assert_eq!(b.ring(), &RingConfig::new(7, 40).unwrap());
 }
 
 fn invalid(text: &str) -> (String, &'static str) {

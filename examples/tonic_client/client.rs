@@ -14,7 +14,7 @@
 //! prefers metadata sets `x-model-id` (the crate's route header) instead:
 //! metadata are HTTP/2 headers, and the balancer reads them when no
 //! `RouteInfo` is there. The balancer reads each answer's `grpc-status`
-//! (`Classification::GrpcStatus`): `UNAVAILABLE` fails, and three in a row
+//! (`Classifier::grpc()`): `UNAVAILABLE` fails, and three in a row
 //! open the backend's breaker.
 
 use std::time::Duration;
@@ -27,10 +27,10 @@ use tonic_prost::ProstCodec;
 use tower::discover::ServiceList;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, Classification, ModelBalancer,
-    ResidencyHeader,
+    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ResidencyHeader,
 };
 use tower_model_balance::breaker::Policy;
+use tower_model_balance::classify::Classifier;
 use tower_model_balance::error::BoxError;
 use tower_model_balance::health::HealthPolicy;
 use tower_model_balance::route::{ModelId, RouteInfo};
@@ -111,7 +111,7 @@ impl InferenceClient {
             .breaker(config.breaker.clone())
             .health(config.health.clone())
             // gRPC failures are an HTTP 200 with a `grpc-status`.
-            .classification(Classification::GrpcStatus);
+            .classifier(Classifier::grpc());
         if config.residency_metadata {
             let header = ResidencyHeader::ResidentModels(RESIDENT_MODELS_HEADER);
             balance = balance.residency_header(header);

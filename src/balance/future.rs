@@ -19,7 +19,6 @@
 //! # }
 //! ```
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
@@ -30,14 +29,10 @@ use tower_service::Service;
 use http::StatusCode;
 use tokio::sync::watch;
 
-use crate::balance::completion::body::ResponseBody;
+use crate::balance::completion::body::{ResponseBody, Verdict};
 use crate::balance::completion::guard::Guard;
-use crate::balance::config::Classification;
 use crate::balance::state::placement::{self, Status};
-use crate::classify::{
-    Classified, Classify, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures, Outcome,
-    ServerErrorsAsFailures,
-};
+use crate::classify::{Classified, Outcome};
 use crate::error::BoxError;
 use crate::error::{ModelLoadFailed, UnknownModel};
 use crate::placement::WaitedForLoad;
@@ -188,7 +183,9 @@ where
                                 not_found(&guard);
                             }
                             guard.read_residency(response.headers());
-                            let verdict = classify(guard.classification(), &response);
+                            let verdict = guard
+                                .classifier()
+                                .classify_head(response.status(), response.headers());
                             let verdict = answered(&guard, response.status(), verdict);
                             Ok(response.map(|body| ResponseBody::new(body, guard, verdict)))
                         }
@@ -269,22 +266,6 @@ where
     }
 }
 
-/// The outcome `response`'s head gives under `classification`: decided,
-/// or (gRPC without a status in the head) to be read from the trailers.
-fn classify<B>(
-    classification: Classification,
-    response: &http::Response<B>,
-) -> Classified<GrpcEosErrorsAsFailures> {
-    match classification {
-        Classification::GrpcStatus => {
-            Classify::<_, Infallible>::classify_response(&GrpcErrorsAsFailures::new(), response)
-        }
-        Classification::HttpStatus => {
-            Classified::Ready(ServerErrorsAsFailures::classify_status(response.status()))
-        }
-    }
-}
-
 /// A 404 for an inference request: KServe v2 and OpenAI-compatible
 /// servers answer it for a model they do not hold now, so the model is
 /// absent there, whatever the balancer believed (served, or sent there
@@ -315,11 +296,7 @@ fn not_found(guard: &Guard) {
 /// else a server restarted without its models, answering 404 to every
 /// probe, would keep its breaker half-open, reopening at each round's
 /// timeout, for as long as nobody loads them.
-fn answered(
-    guard: &Guard,
-    status: StatusCode,
-    verdict: Classified<GrpcEosErrorsAsFailures>,
-) -> Classified<GrpcEosErrorsAsFailures> {
+fn answered(guard: &Guard, status: StatusCode, verdict: Verdict) -> Verdict {
     match verdict {
         Classified::Ready(Outcome::Ignored)
             if status.is_client_error() && guard.admitted_half_open() =>

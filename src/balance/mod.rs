@@ -129,10 +129,12 @@
 //! published as a new snapshot (ring and backend table) swapped atomically,
 //! and the pick path reads it without a lock. A request counts as in flight
 //! from the pick until the end of its response *body* (or until the body is
-//! dropped); its outcome (5xx or an error: failure; 429: overload) reaches the
-//! backend's circuit breaker then. Over gRPC, where a failure is an HTTP 200
-//! with a `grpc-status`, set [`Classification::GrpcStatus`]: the status in a
-//! trailers-only head, else in the trailers, decides.
+//! dropped); its outcome, as the config's classifier reads it
+//! ([`BalanceConfigBuilder::classifier`]; by default 5xx or an error fail,
+//! 429 is an overload, other 4xx are the caller's), reaches the backend's
+//! circuit breaker then. Over gRPC, where a failure is an HTTP 200 with a
+//! `grpc-status`, set [`Classifier::grpc`](crate::classify::Classifier::grpc):
+//! the status in a trailers-only head, else in the trailers, decides.
 //!
 //! Ring changes are **staged**: when backends join or change weight, every
 //! model they take is a cold load on its new owner, so their ring points
@@ -172,9 +174,7 @@ pub use self::backend::{Backend, BackendMeta};
 pub use self::choose::decide::Picked;
 pub use self::completion::body::ResponseBody;
 pub use self::completion::guard::Guard;
-pub use self::config::{
-    BalanceConfig, BalanceConfigBuilder, Classification, ResidencyHeader, Staging,
-};
+pub use self::config::{BalanceConfig, BalanceConfigBuilder, ResidencyHeader, Staging};
 pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
 pub use self::service::ModelBalancer;
 pub use self::state::placement::PlacementStats;

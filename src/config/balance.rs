@@ -6,8 +6,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::{invalid, ms, ConfigError};
-use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, Classification, Staging};
+use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, Staging};
 use crate::breaker::Policy;
+use crate::classify::Classifier;
 use crate::health::HealthPolicy;
 use crate::ring::RingConfig;
 use crate::route::ModelId;
@@ -178,7 +179,7 @@ impl BalanceFile {
         }
         match self.classification.as_deref() {
             None | Some("http_status") => {}
-            Some("grpc_status") => b = b.classification(Classification::GrpcStatus),
+            Some("grpc_status") => b = b.classifier(Classifier::grpc()),
             Some(_) => {
                 return Err(ConfigError::Invalid {
                     key: "balance.classification".into(),

@@ -7,8 +7,9 @@ use super::breaker::BreakerFile;
 use super::health::{HealthFile, ProbeFile, Weights};
 use super::placement::PlacementFile;
 use super::{to_ms, ConfigError, StackConfig};
-use crate::balance::{BreakerScope, Classification};
+use crate::balance::BreakerScope;
 use crate::breaker::SlidingWindow;
+use crate::classify::Classifier;
 use crate::placement::WhenCold;
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -54,13 +55,12 @@ impl File {
             max_pairs,
             staging_max_share: Some(b.staging().max_share()),
             staging_cooldown_ms: to_ms(b.staging().cooldown()),
-            classification: Some(
-                match b.classification() {
-                    Classification::GrpcStatus => "grpc_status",
-                    _ => "http_status",
-                }
-                .to_owned(),
-            ),
+            // A classifier of the caller's own has no TOML form: left out.
+            classification: match &b.classifier {
+                c if *c == Classifier::grpc() => Some("grpc_status".to_owned()),
+                c if *c == Classifier::http() => Some("http_status".to_owned()),
+                _ => None,
+            },
         };
         let p = b.breaker();
         let (window, time_window_ms, time_window_buckets) = match p.window() {

@@ -8,11 +8,11 @@ use pin_project_lite::pin_project;
 
 use crate::balance::completion::guard::Guard;
 use crate::classify::body::{Complete, CompletionBody};
-use crate::classify::{Classified, GrpcEosErrorsAsFailures, Outcome};
+use crate::classify::{Classified, ClassifierEos, Outcome};
 
 /// The head's verdict: an outcome, or gRPC's status still to come in the
 /// trailers.
-pub(crate) type Verdict = Classified<GrpcEosErrorsAsFailures>;
+pub(crate) type Verdict = Classified<ClassifierEos>;
 
 /// The end of a response records the outcome its head gave (or, for gRPC
 /// without a status in the head, its trailers give), unless the body
@@ -28,7 +28,7 @@ impl Complete for Guard {
 pin_project! {
     /// Response body returned by the balancer: the backend's body, unchanged,
     /// with the request's completion recorded when it ends: its last frame
-    /// (under [`Classification::GrpcStatus`](crate::balance::Classification), the
+    /// (under [`Classifier::grpc`](crate::classify::Classifier::grpc), the
     /// trailers' `grpc-status` decides when the head had none), or an
     /// error (a failure whatever the status), or its drop (the status
     /// decides: 5xx fail, 429 is an overload, other 4xx are ignored, the
@@ -37,7 +37,7 @@ pin_project! {
     #[derive(Debug)]
     pub struct ResponseBody<B> {
         #[pin]
-        inner: CompletionBody<B, GrpcEosErrorsAsFailures, Guard>,
+        inner: CompletionBody<B, ClassifierEos, Guard>,
     }
 }
 

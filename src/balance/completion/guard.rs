@@ -9,13 +9,14 @@ use tokio::time::Instant;
 use http::HeaderMap;
 
 use crate::backend::{BackendId, PickedSlot};
-use crate::balance::config::{Classification, ResidencyHeader};
+use crate::balance::config::ResidencyHeader;
 #[cfg(test)]
 use crate::balance::state::backend::Start;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::placement::Placement;
 use crate::balance::state::residency::Warmth;
 use crate::breaker::BreakerState;
+use crate::classify::Classifier;
 use crate::classify::Outcome;
 use crate::route::ModelId;
 
@@ -180,8 +181,8 @@ impl Guard {
     }
 
     /// What the response's outcome is read from.
-    pub(crate) fn classification(&self) -> Classification {
-        self.state.fleet.settings.classification
+    pub(crate) fn classifier(&self) -> &Classifier {
+        &self.state.fleet.settings.classifier
     }
 
     /// The picked backend.

@@ -3,10 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::fields::{BalanceConfig, BreakerHook, Classification, ResidencyHeader, Staging};
+use super::fields::{BalanceConfig, BreakerHook, ResidencyHeader, Staging};
 use crate::backend::BackendId;
 use crate::balance::state::scoped::{BreakerScope, MAX_PAIRS};
 use crate::breaker::{Policy, Transition};
+use crate::classify::Classifier;
 use crate::error::InvalidConfig;
 use crate::health::HealthPolicy;
 use crate::ring::RingConfig;
@@ -214,12 +215,24 @@ impl BalanceConfigBuilder {
         self
     }
 
-    /// Sets what a response's outcome is read from (default
-    /// [`Classification::HttpStatus`]; [`Classification::GrpcStatus`] for
+    /// Sets what a response's outcome is read from — the outcome the
+    /// backends' breakers, health and latency figures record at the end of
+    /// the body (default [`Classifier::http`]: 5xx fail, 429 is an
+    /// overload, other 4xx are the caller's; [`Classifier::grpc`] for
     /// backends spoken to over gRPC, whose failures come as an HTTP 200
-    /// with a `grpc-status`).
-    pub fn classification(mut self, classification: Classification) -> Self {
-        self.config.classification = classification;
+    /// with a `grpc-status`; or your own, e.g. a 404 "model not loaded"
+    /// counted as a failure).
+    ///
+    /// ```
+    /// use tower_model_balance::balance::BalanceConfig;
+    /// use tower_model_balance::classify::Classifier;
+    ///
+    /// // Backends spoken to over gRPC (tonic channels): `grpc-status` decides.
+    /// let config = BalanceConfig::builder().classifier(Classifier::grpc()).build().unwrap();
+    /// assert_ne!(config, BalanceConfig::default());
+    /// ```
+    pub fn classifier(mut self, classifier: Classifier) -> Self {
+        self.config.classifier = classifier;
         self
     }
 

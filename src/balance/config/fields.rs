@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::backend::BackendId;
 use crate::balance::state::scoped::BreakerScope;
 use crate::breaker::{Policy, Transition};
+use crate::classify::Classifier;
 use crate::error::InvalidConfig;
 use crate::health::HealthPolicy;
 use crate::ring::RingConfig;
@@ -34,7 +35,7 @@ pub(crate) const DEFAULT_LATENCY_DECAY: Duration = Duration::from_secs(10);
 /// | `staging` | 1% of the ring per step, 5 s apart | see [`Staging`] |
 /// | `health` | [`HealthPolicy::default`] | see [`HealthPolicy`] |
 /// | `residency_header` | none | see [`ResidencyHeader`] |
-/// | `classification` | [`Classification::HttpStatus`] | `GrpcStatus` for gRPC backends |
+/// | `classifier` | [`Classifier::http`] | [`Classifier::grpc`] for gRPC backends, or your own |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BalanceConfig {
@@ -73,42 +74,7 @@ pub struct BalanceConfig {
     /// The response header residency is learned from, if any.
     pub(crate) residency_header: Option<ResidencyHeader>,
     /// What a response's outcome is read from.
-    pub(crate) classification: Classification,
-}
-
-/// What the balancer reads a response's outcome from — the outcome its
-/// breakers, health and latency figures record at the end of the body.
-///
-/// ```
-/// use tower_model_balance::balance::{BalanceConfig, Classification};
-///
-/// // Backends spoken to over gRPC (tonic channels): `grpc-status` decides.
-/// let config = BalanceConfig::builder()
-///     .classification(Classification::GrpcStatus)
-///     .build()
-///     .unwrap();
-/// assert_eq!(config.classification(), Classification::GrpcStatus);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Classification {
-    /// The HTTP status, as
-    /// [`ServerErrorsAsFailures`](crate::classify::ServerErrorsAsFailures)
-    /// reads it: 5xx fail, 429 is an overload, other 4xx are the caller's
-    /// (ignored), the rest succeed. The default.
-    #[default]
-    HttpStatus,
-    /// gRPC's `grpc-status`, as
-    /// [`GrpcErrorsAsFailures`](crate::classify::GrpcErrorsAsFailures)
-    /// reads it: from the headers of a trailers-only response (decided
-    /// with the head), else from the trailers at the end of an HTTP 200's
-    /// body; `UNAVAILABLE`, `INTERNAL`, `UNKNOWN`, `DEADLINE_EXCEEDED`,
-    /// `DATA_LOSS` and a body that ends without a status fail,
-    /// `RESOURCE_EXHAUSTED` is an overload, the caller's codes
-    /// (`INVALID_ARGUMENT`, `NOT_FOUND`, …) are ignored. A body dropped
-    /// before its trailers is ignored (the caller hung up before the
-    /// status came). A status other than 200 is read as for `HttpStatus`.
-    GrpcStatus,
+    pub(crate) classifier: Classifier,
 }
 
 /// A response header that tells the balancer what a backend holds
@@ -168,7 +134,7 @@ impl Default for BalanceConfig {
             breaker_hook: None,
             health: HealthPolicy::default(),
             residency_header: None,
-            classification: Classification::HttpStatus,
+            classifier: Classifier::http(),
         }
     }
 }
@@ -239,11 +205,6 @@ impl BalanceConfig {
     /// The response header residency is learned from, if any.
     pub fn residency_header(&self) -> Option<&ResidencyHeader> {
         self.residency_header.as_ref()
-    }
-
-    /// What a response's outcome is read from.
-    pub fn classification(&self) -> Classification {
-        self.classification
     }
 }
 

@@ -8,4 +8,4 @@ pub use self::builder::BalanceConfigBuilder;
 pub(crate) use self::fields::BreakerHook;
 #[cfg(test)]
 pub(crate) use self::fields::DEFAULT_LATENCY_DECAY;
-pub use self::fields::{BalanceConfig, Classification, ResidencyHeader, Staging};
+pub use self::fields::{BalanceConfig, ResidencyHeader, Staging};

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::balance::config::{BalanceConfig, BreakerHook, Classification, ResidencyHeader};
+use crate::balance::config::{BalanceConfig, BreakerHook, ResidencyHeader};
 use crate::balance::state::demand::Work;
 use crate::balance::state::placement::Placement;
 use crate::balance::state::scoped::{BreakerScope, Scoped};
 use crate::balance::state::traffic::FleetTraffic;
+use crate::classify::Classifier;
 use crate::health::HealthPolicy;
 
 /// What every backend of one balancer shares (each holds it by `Arc`).
@@ -47,7 +48,7 @@ pub(crate) struct Settings {
     /// The response header residency is learned from.
     pub(crate) residency_header: Option<ResidencyHeader>,
     /// What a response's outcome is read from.
-    pub(crate) classification: Classification,
+    pub(crate) classifier: Classifier,
 }
 
 /// Counts over every backend of one balancer, kept up to date by the
@@ -80,7 +81,7 @@ impl Settings {
             health: config.health.clone(),
             latency_decay: config.latency_decay,
             residency_header: config.residency_header.clone(),
-            classification: config.classification,
+            classifier: config.classifier.clone(),
         }
     }
 }
