@@ -40,7 +40,9 @@ for dp, _, fs in os.walk(root):
         elif kind == "trait":
             e = html.find('id="implementors"')
             region = html[: e if e > 0 else len(html)]
-            ms = sorted(set(re.findall(r'<section id="(?:ty)?method\.([^"]+)"', region)))
+            # `name-1`, `name-2`: the same method again (implementations on
+            # foreign types, dyn-compatibility notes): counted once.
+            ms = sorted({re.sub(r"-[0-9]+$", "", m) for m in re.findall(r'<section id="(?:ty)?method\.([^"]+)"', region)})
             methods[mod] += len(ms)
             if VERBOSE: detail[-1] = detail[-1] + (ms,)
 tot_i = sum(items.values()); tot_m = sum(methods.values())

@@ -100,13 +100,16 @@ fn expect_err<T>(result: Result<T, tower::BoxError>) -> tower::BoxError {
 
 /// Breakers that open once 3 of the last 4 calls (at least 3) failed.
 fn trips_after_3_of_4() -> BalanceConfig {
-    config(
-        Policy::builder()
-            .window(4)
-            .minimum_calls(3)
-            .build()
-            .unwrap(),
-    )
+    config(trip_3_of_4())
+}
+
+/// A breaker that trips on 3 failures of the last 4 calls.
+fn trip_3_of_4() -> Policy {
+    Policy::builder()
+        .window(4)
+        .minimum_calls(3)
+        .build()
+        .unwrap()
 }
 
 type Changes = mpsc::UnboundedSender<Change<&'static str, Backend<Mock>>>;
@@ -293,7 +296,7 @@ async fn failed_statuses_count_even_when_their_bodies_are_never_read() {
         m.set_status(503);
     }
     let no_panic = BalanceConfig::builder()
-        .breaker(trips_after_3_of_4().breaker().clone())
+        .breaker(trip_3_of_4())
         .panic_threshold(0.0)
         .build()
         .unwrap();

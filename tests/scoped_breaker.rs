@@ -251,10 +251,8 @@ fn max_pairs_is_validated() {
     for max_pairs in [1, 1_000_000] {
         let scope = BreakerScope::BackendModel { max_pairs };
         let config = BalanceConfig::builder().breaker_scope(scope).build();
-        assert_eq!(config.unwrap().breaker_scope(), scope);
+        assert!(format!("{:?}", config.unwrap()).contains(&format!("{scope:?}")));
     }
-    assert_eq!(
-        BalanceConfig::default().breaker_scope(),
-        BreakerScope::Backend
-    );
+    let default = format!("{:?}", BalanceConfig::default());
+    assert!(default.contains("breaker_scope: Backend,"), "{default}");
 }

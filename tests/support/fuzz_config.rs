@@ -9,7 +9,6 @@
 
 #![allow(dead_code)]
 
-use tower_model_balance::balance::BalanceConfigBuilder;
 use tower_model_balance::config::{ConfigError, StackConfig};
 
 /// Every key of the file format, by section: the keys an `Invalid` error
@@ -107,13 +106,12 @@ pub fn check_config(text: &str) {
     let error = match result {
         Ok(config) => {
             assert!(table.is_ok(), "accepted text is TOML: {text:?}");
-            // Every section built: the balancer's nested policies too.
-            let balance = &config.balance;
-            assert!((1..=BalanceConfigBuilder::MAX_OWNERS).contains(&balance.owners()));
-            assert!((1..=balance.owners()).contains(&balance.min_owners()));
-            assert!((1.0..=100.0).contains(&balance.load_factor()));
-            assert!(balance.owner_load() > 0.0 && balance.owner_load() <= balance.load_factor());
-            assert!((0.0..=1.0).contains(&balance.panic_threshold()));
+            // Every section built, the balancer's nested policies too, and
+            // written back as TOML the loader accepts as the same config.
+            let written = config.to_toml();
+            let read = StackConfig::from_toml(&written)
+                .unwrap_or_else(|e| panic!("{text:?} written as {written:?}: {e}"));
+            assert_eq!(format!("{read:?}"), format!("{config:?}"), "{written}");
             return;
         }
         Err(error) => error,

@@ -141,70 +141,65 @@ impl Default for BalanceConfig {
 
 impl BalanceConfig {
     /// The most owners a model gets (`k`).
-    pub fn owners(&self) -> usize {
+    pub(crate) fn owners(&self) -> usize {
         self.owners
     }
 
     /// The fewest owners a model gets.
-    pub fn min_owners(&self) -> usize {
+    pub(crate) fn min_owners(&self) -> usize {
         self.min_owners
     }
 
     /// The bounded-load factor `c`.
-    pub fn load_factor(&self) -> f64 {
+    pub(crate) fn load_factor(&self) -> f64 {
         self.load_factor
     }
 
     /// The load one model's traffic puts on each of its owners, as a
     /// multiple of the mean load per backend: the value set with
     /// [`BalanceConfigBuilder::owner_load`](super::BalanceConfigBuilder::owner_load), else `load_factor`.
-    pub fn owner_load(&self) -> f64 {
+    pub(crate) fn owner_load(&self) -> f64 {
         self.owner_load.unwrap_or(self.load_factor)
     }
 
     /// The share of eligible backends below which the balancer panics.
-    pub fn panic_threshold(&self) -> f64 {
+    pub(crate) fn panic_threshold(&self) -> f64 {
         self.panic_threshold
     }
 
     /// The time constant of an idle backend's latency estimate.
-    pub fn latency_decay(&self) -> Duration {
+    pub(crate) fn latency_decay(&self) -> Duration {
         self.latency_decay
     }
 
     /// The models given a fixed number of owners, with that number.
-    pub fn model_owners(&self) -> &[(ModelId, usize)] {
+    pub(crate) fn model_owners(&self) -> &[(ModelId, usize)] {
         &self.model_owners
     }
 
     /// The ring parameters.
-    pub fn ring(&self) -> &RingConfig {
+    pub(crate) fn ring(&self) -> &RingConfig {
         &self.ring
     }
 
     /// The per-backend breaker policy.
-    pub fn breaker(&self) -> &Policy {
+    pub(crate) fn breaker(&self) -> &Policy {
         &self.breaker
     }
 
     /// What one breaker covers (default [`BreakerScope::Backend`]).
-    pub fn breaker_scope(&self) -> BreakerScope {
+    pub(crate) fn breaker_scope(&self) -> BreakerScope {
         self.breaker_scope
     }
 
     /// How ring changes are staged.
-    pub fn staging(&self) -> &Staging {
+    pub(crate) fn staging(&self) -> &Staging {
         &self.staging
     }
 
     /// How backend health is scored and when a backend is ejected.
-    pub fn health(&self) -> &HealthPolicy {
+    pub(crate) fn health(&self) -> &HealthPolicy {
         &self.health
-    }
-
-    /// The response header residency is learned from, if any.
-    pub fn residency_header(&self) -> Option<&ResidencyHeader> {
-        self.residency_header.as_ref()
     }
 }
 
@@ -281,12 +276,12 @@ impl Staging {
     }
 
     /// The most a step changes, as a share of the ring's points.
-    pub fn max_share(&self) -> f64 {
+    pub(crate) fn max_share(&self) -> f64 {
         self.max_share
     }
 
     /// The least time between two steps.
-    pub fn cooldown(&self) -> Duration {
+    pub(crate) fn cooldown(&self) -> Duration {
         self.cooldown
     }
 }
