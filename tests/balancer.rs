@@ -27,7 +27,6 @@ use held::Mock;
 use lcg::Lcg;
 use until::until;
 
-
 #[tokio::test(start_paused = true)]
 async fn no_backend_fails_fast_naming_the_model() {
     let balancer = ModelBalancer::new(

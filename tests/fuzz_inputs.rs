@@ -22,9 +22,9 @@ use fuzz_body::{
 };
 use fuzz_config::{check_config, config_from_bytes, KEYS};
 use fuzz_route::{check_headers, headers_from_bytes, NAMES, WORDS};
+use fuzz_toml::{edge_values, toml_file};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
-use fuzz_toml::{edge_values, toml_file};
 
 fn config() -> ProptestConfig {
     ProptestConfig {

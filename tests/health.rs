@@ -22,9 +22,9 @@ use tower_model_balance::discover::Watch;
 use tower_model_balance::health::{Ejection, HealthPolicy};
 use tower_model_balance::route::ModelId;
 
+use health_fleet::{balancer, id, nodes, updates, EIGHT, FAST};
 use lcg::Lcg;
 use nodes::{request, served, worker, Behavior, Node};
-use health_fleet::{balancer, id, nodes, updates, EIGHT, FAST};
 
 #[tokio::test(start_paused = true)]
 async fn a_backend_failing_in_1_ms_gets_at_most_5_percent_of_update_traffic() {

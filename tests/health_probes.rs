@@ -26,9 +26,9 @@ use tower_model_balance::health::probe::{
 use tower_model_balance::health::{Ejection, LoadSignals};
 use tower_model_balance::route::ModelId;
 
+use health_fleet::{balancer, id, nodes, EIGHT};
 use lcg::Lcg;
 use nodes::{request, Node};
-use health_fleet::{balancer, id, nodes, EIGHT};
 
 /// A prober answering what the test set for each backend, counting probes.
 #[derive(Clone)]

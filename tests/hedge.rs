@@ -19,7 +19,6 @@ use hedge_script::{
     body, error_after, never, ok_after, policy, request, send, stats, status_after, Script,
 };
 
-
 #[tokio::test(start_paused = true)]
 async fn a_first_attempt_faster_than_the_delay_is_never_hedged() {
     let layer = HedgeLayer::new(policy().build().unwrap());

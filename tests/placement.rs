@@ -11,15 +11,10 @@ use std::time::Duration;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::error::{ModelLoadFailed, UnknownModel};
 use tower_model_balance::health::probe::ProbeReport;
-use tower_model_balance::placement::{
-    PlacementPolicy, WaitedForLoad, WhenCold,
-};
+use tower_model_balance::placement::{PlacementPolicy, WaitedForLoad, WhenCold};
 use tower_model_balance::route::ModelId;
 
-use placement_fleet::{
-    burst, owner, placed, policy, Loader, Loads,
-    LOAD_TIME, NAMES, REPOSITORY,
-};
+use placement_fleet::{burst, owner, placed, policy, Loader, Loads, LOAD_TIME, NAMES, REPOSITORY};
 
 #[tokio::test(start_paused = true)]
 async fn a_herd_of_requests_for_a_cold_model_makes_one_load_call() {

@@ -15,7 +15,6 @@ use tower::{Layer, Service, ServiceExt};
 use tower_model_balance::error::BoxError;
 use tower_model_balance::hedge::{HedgeLayer, HedgePolicy, HedgePolicyBuilder, HedgeStats};
 
-
 pub type Req = http::Request<()>;
 pub type Rsp = http::Response<&'static str>;
 

@@ -43,7 +43,8 @@ pub fn update(name: &str) -> RouteInfo {
 }
 
 /// A discovery source that yields its backends at once and ends.
-pub type Listed = stream::Iter<std::vec::IntoIter<Result<Change<usize, Backend<String>>, Infallible>>>;
+pub type Listed =
+    stream::Iter<std::vec::IntoIter<Result<Change<usize, Backend<String>>, Infallible>>>;
 
 /// A source of backends whose endpoints are their names (the pick API
 /// takes any `Clone` endpoint); it ends at once, so no task is spawned.

@@ -17,7 +17,12 @@ pub fn explicit() -> ServerConfigBuilder {
         .inference(InferenceTimes::new(0, 1, 2).unwrap())
 }
 
-pub async fn post(client: &HttpClient, server: &ModelServer, path: &str, body: &str) -> (u16, String) {
+pub async fn post(
+    client: &HttpClient,
+    server: &ModelServer,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
     let (status, _, body) = send(client, server, http::Method::POST, path, body).await;
     (status, body)
 }
@@ -48,4 +53,3 @@ pub fn ready(model: &str) -> String {
 pub fn state(model: &str, state: &str, reason: &str) -> String {
     format!(r#"{{"name":"{model}","version":"1","state":"{state}","reason":"{reason}"}}"#)
 }
-
