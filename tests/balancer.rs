@@ -1,6 +1,8 @@
 //! The model-aware balancer over mock endpoints: typed fast failures,
 //! in-flight accounting to the end of the body, breakers, discovery, P2C.
 
+#[path = "support/balancer_fleet.rs"]
+mod balancer_fleet;
 #[path = "support/held.rs"]
 mod held;
 #[path = "support/lcg.rs"]
@@ -8,129 +10,22 @@ mod lcg;
 #[path = "support/until.rs"]
 mod until;
 
-use std::convert::Infallible;
-
-use futures_util::stream;
 use http_body_util::BodyExt;
-use tokio::sync::mpsc;
 use tower::discover::{Change, ServiceList};
 use tower::ServiceExt;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::breaker::{BreakerState, Policy};
 use tower_model_balance::error::{InvalidRoute, NoHealthyBackend};
-use tower_model_balance::ring::{Ring, RingConfig};
+use tower_model_balance::ring::RingConfig;
 use tower_model_balance::route::ModelId;
 
-use held::{Mock, Mocks};
+use balancer_fleet::{
+    channel_discover, config, expect_err, fleet, infer, trips_after_3_of_4, update,
+};
+use held::Mock;
 use lcg::Lcg;
 use until::until;
-
-/// The test's backends, named `a`, `b`, … in discovery order.
-struct Fleet {
-    names: Vec<&'static str>,
-    held: Mocks,
-    mocks: Vec<Mock>,
-}
-
-const NAMES: [&str; 4] = ["a", "b", "c", "d"];
-
-fn fleet(n: usize) -> Fleet {
-    let names = NAMES[..n].to_vec();
-    let held = Mocks::new(&names);
-    Fleet {
-        mocks: held.mocks.clone(),
-        names,
-        held,
-    }
-}
-
-impl Fleet {
-    fn backends(&self) -> Vec<Backend<Mock>> {
-        self.mocks
-            .iter()
-            .map(|m| Backend::new(BackendId::new(m.name).unwrap(), m.clone()))
-            .collect()
-    }
-
-    /// A balancer over this fleet, from a static list.
-    fn balancer(&self, config: BalanceConfig) -> ModelBalancer<Mock> {
-        ModelBalancer::new(ServiceList::new(self.backends()), config).unwrap()
-    }
-
-    /// Ends every open response body.
-    fn close_bodies(&self) {
-        self.held.close_bodies();
-    }
-
-    fn served(&self, name: &str) -> usize {
-        self.held.served().get(name).copied().unwrap_or(0)
-    }
-
-    /// The model's backends in ring order (the balancer's default ring).
-    fn walk(&self, model: &str) -> Vec<&'static str> {
-        let members = self.names.iter().map(|n| (BackendId::new(n).unwrap(), 1));
-        let ring = Ring::build(&RingConfig::default(), members).unwrap();
-        let key = ModelId::new(model).unwrap().hash64();
-        ring.walk(key).map(|i| self.names[i]).collect()
-    }
-}
-
-fn infer(model: &str) -> http::Request<String> {
-    http::Request::post("/infer")
-        .header("x-model-id", model)
-        .body(String::new())
-        .unwrap()
-}
-
-fn update(model: &str) -> http::Request<String> {
-    http::Request::post("/update")
-        .header("x-model-id", model)
-        .header("x-request-kind", "update")
-        .body(String::new())
-        .unwrap()
-}
-
-fn expect_err<T>(result: Result<T, tower::BoxError>) -> tower::BoxError {
-    match result {
-        Ok(_) => panic!("expected an error"),
-        Err(error) => error,
-    }
-}
-
-/// Breakers that open once 3 of the last 4 calls (at least 3) failed.
-fn trips_after_3_of_4() -> BalanceConfig {
-    config(trip_3_of_4())
-}
-
-/// A breaker that trips on 3 failures of the last 4 calls.
-fn trip_3_of_4() -> Policy {
-    Policy::builder()
-        .window(4)
-        .minimum_calls(3)
-        .build()
-        .unwrap()
-}
-
-type Changes = mpsc::UnboundedSender<Change<&'static str, Backend<Mock>>>;
-
-/// A discovery source fed by the test through the returned sender.
-fn channel_discover() -> (
-    Changes,
-    impl tower::discover::Discover<Key = &'static str, Service = Backend<Mock>, Error = Infallible>
-        + Send
-        + 'static,
-) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let changes = stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
-    });
-    (tx, changes)
-}
-
-fn config(policy: Policy) -> BalanceConfig {
-    BalanceConfig::builder().breaker(policy).build().unwrap()
-}
 
 #[tokio::test(start_paused = true)]
 async fn no_backend_fails_fast_naming_the_model() {
@@ -296,7 +191,7 @@ async fn failed_statuses_count_even_when_their_bodies_are_never_read() {
         m.set_status(503);
     }
     let no_panic = BalanceConfig::builder()
-        .breaker(trip_3_of_4())
+        .breaker(balancer_fleet::trip_3_of_4())
         .panic_threshold(0.0)
         .build()
         .unwrap();

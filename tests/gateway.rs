@@ -9,140 +9,23 @@ mod app;
 #[path = "../examples/gateway/args.rs"]
 #[allow(dead_code)] // Its own unit tests run here.
 mod args;
+#[path = "support/gateway.rs"]
+mod gateway;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use http::header;
+use http_body_util::Full;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::endpoint::Origin;
-use tower_model_balance::hedge::HedgeHandle;
 use tower_model_balance::route::ModelId;
-use tower_model_balance::sim::{protocol, Fault, ModelServer, ServerConfig};
+use tower_model_balance::sim::{protocol, Fault};
 
-use app::{Config, Gateway};
-
-/// A gateway serving on loopback, its backends and a client.
-struct Running {
-    addr: SocketAddr,
-    sims: Vec<ModelServer>,
-    handle: BalancerHandle,
-    hedge: HedgeHandle,
-    client: Client<HttpConnector, Full<Bytes>>,
-    server: JoinHandle<()>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-/// A reply: status, headers, body text.
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-}
-
-/// Starts `sims` simulated backends named `{name}-{i}` and the gateway in
-/// front of them; `edit` changes the config first.
-async fn start(name: &str, sims: usize, edit: impl FnOnce(&mut Config)) -> Running {
-    let mut servers = Vec::new();
-    let mut backends = Vec::new();
-    for i in 0..sims {
-        let server = ModelServer::start(&format!("{name}-{i}"), ServerConfig::default())
-            .await
-            .unwrap();
-        backends.push((
-            BackendId::new(server.name()).unwrap(),
-            Origin::http(server.addr()),
-        ));
-        servers.push(server);
-    }
-    let mut config = Config::new(backends);
-    config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
-    // The simulated servers load a model when a request names it.
-    config.placement = false;
-    edit(&mut config);
-    serve(config, servers).await
-}
-
-async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
-    let gateway = Gateway::new(config).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let handle = gateway.handle.clone();
-    let hedge = gateway.hedge.clone();
-    let server = tokio::spawn(async move {
-        // The gateway's probes live as long as the server.
-        let Gateway { router, .. } = &gateway;
-        app::serve(listener, router.clone(), std::future::pending())
-            .await
-            .unwrap();
-    });
-    Running {
-        addr,
-        sims,
-        handle,
-        hedge,
-        client: Client::builder(TokioExecutor::new()).build_http(),
-        server,
-    }
-}
-
-impl Running {
-    async fn post(&self, path: &str, body: impl Into<Bytes>) -> Reply {
-        let req = http::Request::post(format!("http://{}{path}", self.addr))
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Full::new(body.into()))
-            .unwrap();
-        self.send(req).await
-    }
-
-    async fn get(&self, path: &str) -> Reply {
-        let req = http::Request::get(format!("http://{}{path}", self.addr))
-            .body(Full::default())
-            .unwrap();
-        self.send(req).await
-    }
-
-    /// Sends `req` and reads the whole answer; fails, never hangs.
-    async fn send(&self, req: http::Request<Full<Bytes>>) -> Reply {
-        let exchange = async {
-            let rsp = self.client.request(req).await.unwrap();
-            let (parts, body) = rsp.into_parts();
-            let body = body.collect().await.unwrap().to_bytes();
-            Reply {
-                status: parts.status,
-                headers: parts.headers,
-                body: String::from_utf8_lossy(&body).into_owned(),
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), exchange)
-            .await
-            .expect("the gateway answers within 10 s")
-    }
-
-    /// Inference and update requests the backends received, in all.
-    fn backend_work(&self) -> u64 {
-        self.sims.iter().map(|s| s.stats().work).sum()
-    }
-}
+use app::Config;
+use gateway::{held_open, serve, start, truncated};
 
 const CHAT: &str = r#"{"model": "llama-3-8b", "messages": [{"role": "user", "content": "hi"}]}"#;
 
@@ -425,25 +308,6 @@ async fn metrics_lists_the_documented_names() {
     );
 }
 
-/// Sends `head` (a request line and headers announcing more body than
-/// follows) and `body`, then closes the sending side: a client that breaks
-/// its upload off. Returns the status line.
-async fn truncated(addr: SocketAddr, path: &str, body: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    stream.shutdown().await.unwrap();
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer));
-    read.await.expect("answered").unwrap();
-    let answer = String::from_utf8_lossy(&answer);
-    answer.lines().next().unwrap_or_default().to_string()
-}
-
 #[tokio::test]
 async fn a_body_the_client_breaks_off_is_its_400_and_no_backend_failure() {
     let gw = start("cut", 3, |_| {}).await;
@@ -460,23 +324,6 @@ async fn a_body_the_client_breaks_off_is_its_400_and_no_backend_failure() {
     // The gateway still serves.
     let reply = gw.post("/v2/models/resnet/infer", r#"{"inputs":[]}"#).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
-}
-
-/// Sends `head` (a request line and headers) and `body`, keeping the
-/// connection open, and returns the status line of the answer.
-async fn held_open(addr: SocketAddr, head: &str, body: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut answer = vec![0; 1024];
-    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer));
-    let n = read
-        .await
-        .expect("answered while the client still holds on")
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer[..n]);
-    answer.lines().next().unwrap_or_default().to_string()
 }
 
 #[tokio::test]

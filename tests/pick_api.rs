@@ -1,104 +1,32 @@
 //! The pick API (`ModelBalancer::pick` and its `Guard`) against the
 //! `Service` path: shared state and counters, cancellation, latency into
-//! P2C, urgency, and the typed error when nothing can be picked.
+//! P2C, and the typed error when nothing can be picked (urgency:
+//! `tests/pick_api_urgency.rs`).
 
 #[path = "support/held.rs"]
+#[allow(dead_code)] // Shared support: this test uses part of it.
 mod held;
 #[path = "support/lcg.rs"]
 mod lcg;
+#[path = "support/pick_api.rs"]
+#[allow(dead_code)] // Shared support: this test uses part of it.
+mod pick_api;
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::stream;
 use tokio::time::Instant;
 use tower::discover::{Change, ServiceList};
 use tower::{Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer, Picked, ResponseBody};
+use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::breaker::{BreakerState, Policy};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::error::NoHealthyBackend;
-use tower_model_balance::health::probe::ProbeReport;
-use tower_model_balance::health::LoadSignals;
-use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo, Urgency};
 
-use held::{Body, Mock, Mocks};
 use lcg::Lcg;
-
-/// The backends `model` walks, in ring order (the balancer's default ring,
-/// every backend of weight 1).
-fn walk(names: &[&'static str], model: &str) -> Vec<&'static str> {
-    let members = names.iter().map(|n| (BackendId::new(n).unwrap(), 1));
-    let ring = Ring::build(&RingConfig::default(), members).unwrap();
-    let key = ModelId::new(model).unwrap().hash64();
-    ring.walk(key).map(|i| names[i]).collect()
-}
-
-fn id(name: &str) -> BackendId {
-    BackendId::new(name).unwrap()
-}
-
-fn model(name: &str) -> ModelId {
-    ModelId::new(name).unwrap()
-}
-
-fn inference(name: &str) -> RouteInfo {
-    RouteInfo::new(model(name))
-}
-
-fn update(name: &str) -> RouteInfo {
-    RouteInfo::new(model(name)).with_kind(RequestKind::Update)
-}
-
-/// A discovery source that yields its backends at once and ends.
-type Listed = stream::Iter<std::vec::IntoIter<Result<Change<usize, Backend<String>>, Infallible>>>;
-
-/// A source of backends whose endpoints are their names (the pick API
-/// takes any `Clone` endpoint); it ends at once, so no task is spawned.
-fn named(names: &[&'static str]) -> Listed {
-    let changes: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(key, &name)| Ok(Change::Insert(key, Backend::new(id(name), name.to_owned()))))
-        .collect();
-    stream::iter(changes)
-}
-
-/// Picks `route` now; panics when nothing can be picked.
-fn pick<E: Clone>(balancer: &mut ModelBalancer<E, Lcg>, route: &RouteInfo) -> Picked<E> {
-    balancer.pick(route, Instant::now()).unwrap()
-}
-
-/// An endpoint answering with its name, a body that is not read: the
-/// request stays in flight until the response is dropped.
-#[derive(Clone)]
-struct Named(&'static str);
-
-impl Service<http::Request<String>> for Named {
-    type Response = http::Response<String>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: http::Request<String>) -> Self::Future {
-        std::future::ready(Ok(http::Response::new(self.0.to_owned())))
-    }
-}
-
-fn request(model: &str, urgency: Option<&str>) -> http::Request<String> {
-    let mut req = http::Request::post("/infer").header("x-model-id", model);
-    if let Some(urgency) = urgency {
-        req = req.header("x-urgency", urgency);
-    }
-    req.body(String::new()).unwrap()
-}
+use pick_api::{id, inference, model, named, pick, request, update, walk, Named};
 
 #[tokio::test(start_paused = true)]
 async fn pick_and_the_service_share_state_and_counters() {
@@ -284,165 +212,6 @@ async fn finish_at_records_latency_into_p2c_cost() {
     }
     assert_eq!(handle.stats().update, 102);
     assert_eq!(handle.in_flight(), 0);
-}
-
-/// A balancer over `mocks`, sampling from `Lcg(seed)`.
-fn balancer(mocks: &Mocks, config: BalanceConfig, seed: u64) -> ModelBalancer<Mock, Lcg> {
-    let backends = mocks
-        .mocks
-        .iter()
-        .map(|m| Backend::new(id(m.name), m.clone()));
-    let list = ServiceList::new(backends.collect::<Vec<_>>());
-    ModelBalancer::from_rng(list, config, Lcg(seed)).unwrap()
-}
-
-/// Sends `req` and keeps its response (its body open: in flight); returns
-/// the backend that served it.
-async fn send(
-    balancer: &mut ModelBalancer<Mock, Lcg>,
-    mocks: &Mocks,
-    req: http::Request<String>,
-    held: &mut Vec<http::Response<ResponseBody<Body>>>,
-) -> &'static str {
-    let before = mocks.served();
-    let rsp = balancer.ready().await.unwrap().call(req).await.unwrap();
-    held.push(rsp);
-    let after = mocks.served();
-    let mut by = after
-        .iter()
-        .filter(|&(name, n)| before.get(name).copied().unwrap_or(0) < *n)
-        .map(|(name, _)| *name);
-    let served = by.next().expect("a backend served the request");
-    assert!(by.next().is_none());
-    served
-}
-
-#[tokio::test(start_paused = true)]
-async fn urgency_high_and_critical_through_the_service_path() {
-    const NAMES: [&str; 4] = ["a", "b", "c", "d"];
-    let mocks = Mocks::new(&NAMES);
-    let mut balancer = balancer(&mocks, BalanceConfig::default(), 4);
-    let handle = balancer.handle();
-    let owner = walk(&NAMES, "hot")[0]; // One owner while demand warms up.
-    let mut held = Vec::new();
-    let stats = || {
-        let s = handle.stats();
-        (s.cold_owner, s.resident_owner, s.spill)
-    };
-
-    // In flight: owner 1. Cap ceil(1.25 × 2 / 4) = 1: the owner is full.
-    assert_eq!(
-        send(&mut balancer, &mocks, request("hot", None), &mut held).await,
-        owner
-    );
-    assert_eq!(stats(), (1, 0, 0));
-    let normal = send(&mut balancer, &mocks, request("hot", None), &mut held).await;
-    assert_ne!(normal, owner, "a normal request spills past the full owner");
-    assert_eq!(stats(), (1, 0, 1));
-    // In flight: owner 1, spill 1; cap ceil(1.25 × 3 / 4) = 1.
-    let critical = request("hot", Some("critical"));
-    assert_eq!(
-        send(&mut balancer, &mocks, critical, &mut held).await,
-        owner,
-        "critical stays on the resident owner over the cap"
-    );
-    assert_eq!(stats(), (1, 1, 1));
-    // In flight: owner 2, spill 1; cap ceil(1.25 × 4 / 4) = 2. At the same
-    // moment, a normal request goes where the model is resident and there
-    // is room: the backend it spilled to.
-    let again = send(&mut balancer, &mocks, request("hot", None), &mut held).await;
-    assert_eq!(again, normal);
-    assert_eq!(stats(), (1, 1, 2));
-    // In flight: owner 2, spill 2; cap ceil(1.25 × 5 / 4) = 2. High urgency
-    // does not override the cap: it spills too, to a third backend.
-    let high = send(
-        &mut balancer,
-        &mocks,
-        request("hot", Some("high")),
-        &mut held,
-    )
-    .await;
-    assert!(high != owner && high != normal, "{high}");
-    assert_eq!(stats(), (1, 1, 3));
-    let critical = request("hot", Some("critical"));
-    assert_eq!(
-        send(&mut balancer, &mocks, critical, &mut held).await,
-        owner
-    );
-    assert_eq!(stats(), (1, 2, 3));
-    assert_eq!(mocks.served()[owner], 3);
-    assert_eq!(handle.in_flight(), 6);
-
-    // Once the load is gone, high urgency goes to the resident owner.
-    held.clear();
-    mocks.close_bodies();
-    assert_eq!(handle.in_flight(), 0);
-    let high = send(
-        &mut balancer,
-        &mocks,
-        request("hot", Some("high")),
-        &mut held,
-    )
-    .await;
-    assert_eq!(high, owner);
-    assert_eq!(stats(), (1, 3, 3));
-}
-
-/// Sends 30 requests for `steady` of `urgency` one after the other (each
-/// ends before the next: loads stay equal) and counts where they went.
-async fn served_by(
-    balancer: &mut ModelBalancer<Mock, Lcg>,
-    mocks: &Mocks,
-    urgency: Option<&str>,
-) -> HashMap<&'static str, usize> {
-    let mut by = HashMap::new();
-    for _ in 0..30 {
-        let mut held = Vec::new();
-        let name = send(balancer, mocks, request("steady", urgency), &mut held).await;
-        *by.entry(name).or_default() += 1;
-    }
-    by
-}
-
-#[tokio::test(start_paused = true)]
-async fn urgency_high_takes_the_cheapest_resident_owner_where_normal_samples() {
-    const NAMES: [&str; 4] = ["a", "b", "c", "d"];
-    let mocks = Mocks::new(&NAMES);
-    let config = BalanceConfig::builder()
-        .model_owners(model("steady"), 3)
-        .build()
-        .unwrap();
-    let mut balancer = balancer(&mocks, config, 5);
-    let handle = balancer.handle();
-    let owners = &walk(&NAMES, "steady")[..3];
-    // Owners 0 and 2 report a deep queue: their health, and with it the
-    // weight their cost is divided by, drops at the next evaluation.
-    let deep = ProbeReport::default().with_load(LoadSignals::default().with_requests_waiting(40.0));
-    for (i, &owner) in owners.iter().enumerate() {
-        assert!(handle.set_resident_models(&id(owner), [&model("steady")]));
-        if i != 1 {
-            assert!(handle.report_probe(&id(owner), Ok(&deep)));
-        }
-    }
-    // One default evaluation interval (1 s) and a little.
-    tokio::time::sleep(Duration::from_secs(1) + Duration::from_millis(1)).await;
-    let cheapest = owners[1];
-    for (i, &owner) in owners.iter().enumerate() {
-        let health = handle.health(&id(owner)).unwrap();
-        assert_eq!(health.score < 0.8, i != 1, "{owner}: {health:?}");
-    }
-    let high = served_by(&mut balancer, &mocks, Some("high")).await;
-    assert_eq!(high, HashMap::from([(cheapest, 30)]), "{high:?}");
-    let normal = served_by(&mut balancer, &mocks, None).await;
-    assert!(
-        normal.keys().all(|name| owners.contains(name)),
-        "{normal:?}"
-    );
-    assert!(
-        normal.get(cheapest).copied().unwrap_or(0) < 30,
-        "P2C samples: {normal:?}"
-    );
-    assert_eq!(handle.stats().resident_owner, 60);
 }
 
 #[tokio::test(start_paused = true)]

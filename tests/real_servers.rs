@@ -9,6 +9,9 @@
 //!
 //! Each test prints its figures (`real-servers: …`); under `CI` a missing
 //! server fails the test instead of skipping it.
+//!
+//! The crate's client stack with no gateway in front of it:
+//! `tests/real_servers_client.rs`.
 
 #[path = "../examples/gateway/app.rs"]
 #[allow(dead_code)] // The example uses all of it; the tests, part.
@@ -17,164 +20,22 @@ mod app;
 mod lcg;
 #[path = "support/mlserver.rs"]
 mod mlserver;
+#[path = "support/mlserver_http.rs"]
+mod mlserver_http;
+#[path = "support/real_gateway.rs"]
+mod real_gateway;
+#[path = "support/real_load.rs"]
+mod real_load;
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tower::util::rng::Rng;
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::BalancerHandle;
-use tower_model_balance::endpoint::Origin;
 use tower_model_balance::route::ModelId;
 
-use app::{Config, Gateway};
-use lcg::Lcg;
 use mlserver::{Fleet, Kind, Models};
-
-/// One real-server test at a time: each starts its own processes, and on
-/// 2 cores the measured figures (the added p50 above all) must not pay for
-/// another test's servers starting beside them.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The gateway serving on loopback in front of a fleet.
-struct Running {
-    addr: SocketAddr,
-    handle: BalancerHandle,
-    /// Its probes and placement live as long as it.
-    _gateway: Arc<Gateway>,
-    server: JoinHandle<()>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-/// Starts the gateway in front of `fleet`: each server's HTTP origin, its
-/// metrics origin, probes once a second; `edit` changes the config first.
-async fn gateway(fleet: &Fleet, edit: impl FnOnce(&mut Config)) -> Running {
-    let backends: Vec<_> = fleet
-        .servers
-        .iter()
-        .map(|s| (BackendId::new(&s.name).unwrap(), Origin::http(s.http)))
-        .collect();
-    let metrics = fleet
-        .servers
-        .iter()
-        .map(|s| (BackendId::new(&s.name).unwrap(), Origin::http(s.metrics)))
-        .collect();
-    let mut config = Config::new(backends);
-    config.metrics_origins = metrics;
-    edit(&mut config);
-    let gateway = Arc::new(Gateway::new(config).unwrap());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let router = gateway.router.clone();
-    let server = tokio::spawn(async move {
-        app::serve(listener, router, std::future::pending())
-            .await
-            .unwrap();
-    });
-    Running {
-        addr,
-        handle: gateway.handle.clone(),
-        _gateway: gateway,
-        server,
-    }
-}
-
-/// Zipf(1.1) model indices over `n` models, from a seeded LCG.
-fn zipf(n: usize, count: usize, seed: u64) -> Vec<usize> {
-    let weights: Vec<f64> = (1..=n).map(|r| 1.0 / (r as f64).powf(1.1)).collect();
-    let total: f64 = weights.iter().sum();
-    let mut rng = Lcg(seed);
-    (0..count)
-        .map(|_| {
-            let mut u = (rng.next_u64() as f64 / (1u64 << 53) as f64) * total;
-            weights
-                .iter()
-                .position(|w| {
-                    u -= w;
-                    u < 0.0
-                })
-                .unwrap_or(n - 1)
-        })
-        .collect()
-}
-
-/// What one request got.
-#[derive(Debug, Clone)]
-struct Sent {
-    model: usize,
-    status: u16,
-    at: Instant,
-    body: String,
-}
-
-/// Sends `POST /v2/models/m{i}/infer` for each model index of `plan` to
-/// `addr`, `concurrency` at once over kept-alive connections; every
-/// answer, in the order sent.
-async fn drive(addr: SocketAddr, plan: &[usize], concurrency: usize) -> Vec<Sent> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let plan = Arc::new(plan.to_vec());
-    let out = Arc::new(Mutex::new(vec![None; plan.len()]));
-    let mut workers = Vec::new();
-    for _ in 0..concurrency {
-        let (next, plan, out) = (next.clone(), plan.clone(), out.clone());
-        workers.push(tokio::spawn(async move {
-            let client = mlserver::client();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&model) = plan.get(i) else {
-                    return;
-                };
-                let path = format!("/v2/models/m{model}/infer");
-                let start = Instant::now();
-                let (status, body) =
-                    mlserver::post(&client, addr, &path, mlserver::infer_body(i)).await;
-                let sent = Sent {
-                    model,
-                    status,
-                    at: start,
-                    body,
-                };
-                out.lock().unwrap()[i] = Some(sent);
-            }
-        }));
-    }
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    let out = std::mem::take(&mut *out.lock().unwrap());
-    out.into_iter()
-        .map(|s| s.expect("every request answered"))
-        .collect()
-}
-
-fn ok_share(sent: &[Sent]) -> f64 {
-    sent.iter().filter(|s| s.status == 200).count() as f64 / sent.len().max(1) as f64
-}
-
-/// A sample of the failures, for the assertion messages.
-fn failures(sent: &[Sent]) -> String {
-    let mut by_status = std::collections::BTreeMap::<u16, (usize, String)>::new();
-    for s in sent.iter().filter(|s| s.status != 200) {
-        let entry = by_status.entry(s.status).or_insert((0, s.body.clone()));
-        entry.0 += 1;
-    }
-    format!("{by_status:?}")
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort_unstable();
-    v[v.len() / 2]
-}
+use real_gateway::{gateway, tritonclient};
+use real_load::{drive, failures, median, ok_share, zipf, SERIAL};
 
 /// MLServer's Zipf workload through the gateway: the issue's acceptance.
 ///
@@ -357,37 +218,6 @@ async fn mlserver_fleet_in_explicit_mode_through_the_gateway() {
     drop(gw);
 }
 
-/// Runs `tests/mlserver/triton_client.py` (tritonclient from the MLServer
-/// environment) against the gateway at `addr` with `args`; its output.
-/// Panics if it fails.
-async fn tritonclient(addr: SocketAddr, args: &[&str]) -> String {
-    let python = mlserver::installed(Kind::MlServer)
-        .expect("tritonclient is installed with MLServer")
-        .with_file_name("python");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mlserver/triton_client.py");
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .arg(script)
-            .arg(addr.to_string())
-            .args(args)
-            .output()
-            .expect("run python")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    eprint!("{stdout}");
-    assert!(
-        output.status.success(),
-        "tritonclient failed: {}\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
-
 /// tritonclient, the real KServe v2 client, through the gateway in front
 /// of two MLServer instances in explicit mode: server and model readiness
 /// (the gateway loads the model on its owner), metadata, JSON tensors.
@@ -456,95 +286,6 @@ async fn kserve_servers_through_the_gateway() {
         failures(&down)
     );
     assert!(down_ok >= 0.99, "{}", failures(&down));
-}
-
-/// The crate's own client stack, as the README builds it — a hyper-util
-/// client per backend under a timeout, the balancer with KServe v2 and
-/// metrics probes and placement — with no gateway, against MLServer in
-/// explicit mode.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_client_stack_against_mlserver() {
-    let _serial = SERIAL.lock().await;
-    use http_body_util::{BodyExt, Full};
-    use tower::discover::ServiceList;
-    use tower::{ServiceBuilder, ServiceExt};
-    use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
-    use tower_model_balance::endpoint::SetOrigin;
-    use tower_model_balance::health::probe::{
-        KServeV2, MetricNames, ProbeConfig, PrometheusMetrics,
-    };
-    use tower_model_balance::placement::{KServeV2Loader, PlacementPolicy};
-
-    let models = Models::new(6, Duration::from_millis(200), Duration::from_millis(5));
-    let Some(fleet) = Fleet::start(Kind::MlServer, 3, models).await else {
-        return;
-    };
-    let client = mlserver::client();
-    let backends: Vec<_> = fleet
-        .servers
-        .iter()
-        .map(|s| {
-            let meta = BackendMeta::new(BackendId::new(&s.name).unwrap())
-                .with_address(Origin::http(s.http))
-                .with_metrics_address(Origin::http(s.metrics));
-            let endpoint = ServiceBuilder::new()
-                .timeout(Duration::from_secs(30))
-                .service(SetOrigin::to(client.clone(), Origin::http(s.http)));
-            Backend::with_meta(meta, endpoint)
-        })
-        .collect();
-    let config = BalanceConfig::builder().build().unwrap();
-    let balancer = ModelBalancer::new(ServiceList::new(backends), config).unwrap();
-    let handle = balancer.handle();
-    let probes = ProbeConfig::builder()
-        .interval(Duration::from_millis(500))
-        .timeout(Duration::from_millis(400))
-        .build()
-        .unwrap();
-    let _probes = handle.spawn_probes(
-        (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm())),
-        probes,
-    );
-    let _placement = handle
-        .enable_placement(KServeV2Loader::new(), PlacementPolicy::default())
-        .unwrap();
-    // MLServer's own metrics (route templates in label values) parse.
-    let target = tower_model_balance::health::probe::ProbeTarget::new(
-        BackendId::new("metrics").unwrap(),
-        Origin::http(fleet.servers[0].http),
-    )
-    .with_metrics_address(Origin::http(fleet.servers[0].metrics));
-    let metrics = PrometheusMetrics::new(MetricNames::vllm());
-    let report = tower_model_balance::health::probe::Prober::probe(&metrics, &target).await;
-    assert!(report.is_ok(), "MLServer's /metrics: {report:?}");
-    let plan = zipf(6, 400, 5);
-    let mut ok = 0;
-    for (i, &m) in plan.iter().enumerate() {
-        let req = http::Request::post(format!("/v2/models/m{m}/infer"))
-            .header("x-model-id", format!("m{m}"))
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(mlserver::infer_body(i)))
-            .unwrap();
-        let response = balancer.clone().oneshot(req).await.unwrap();
-        let status = response.status();
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        if status == 200 {
-            ok += 1;
-        } else {
-            eprintln!("m{m}: {status} {}", String::from_utf8_lossy(&body));
-        }
-    }
-    let stats = handle.stats();
-    eprintln!(
-        "real-servers: client stack, mlserver x3, 400 Zipf requests one at a time: {ok} ok; \
-         {} resident owner, {} cold owner, {} spilled; {:?}",
-        stats.resident_owner,
-        stats.cold_owner,
-        stats.spill,
-        handle.placement_stats()
-    );
-    assert!(ok >= 398, "{ok} of 400 ok");
-    assert_eq!(handle.breaker_trips(), 0);
 }
 
 /// Models that cannot load, or fail every inference, against MLServer

@@ -1,59 +1,21 @@
 //! The simulated server's explicit model-control mode over real HTTP on
-//! 127.0.0.1: Triton's repository load / unload / index and vLLM's LoRA
-//! adapter routes. Driven by counts and by the server's stats hook, never
-//! by sleeping: concurrent loads are held in flight by `Fault::LoadHangs`.
+//! 127.0.0.1: Triton's repository load / unload / index (vLLM's LoRA
+//! adapter routes: `tests/sim_lora.rs`). Driven by counts and by the
+//! server's stats hook, never by sleeping: concurrent loads are held in
+//! flight by `Fault::LoadHangs`.
 
 use std::time::Duration;
 
+#[path = "support/sim_explicit.rs"]
+mod sim_explicit;
 #[path = "support/sim_http.rs"]
 mod sim_http;
 
 use http_body_util::Full;
 
-use tower_model_balance::sim::{
-    protocol, Fault, InferenceTimes, ModelServer, ServerConfig, ServerConfigBuilder, ServerStats,
-};
-
-use sim_http::{client, send, HttpClient, BOUND};
-
-fn explicit() -> ServerConfigBuilder {
-    ServerConfig::builder()
-        .explicit_load(true)
-        .cold_load(Duration::from_millis(20))
-        .inference(InferenceTimes::new(0, 1, 2).unwrap())
-}
-
-async fn post(client: &HttpClient, server: &ModelServer, path: &str, body: &str) -> (u16, String) {
-    let (status, _, body) = send(client, server, http::Method::POST, path, body).await;
-    (status, body)
-}
-
-/// Status and cold-load flag of an inference request.
-async fn infer(client: &HttpClient, server: &ModelServer, model: &str) -> (u16, bool, String) {
-    let path = protocol::infer_path(model);
-    let (status, cold, body) = send(client, server, http::Method::POST, &path, "{}").await;
-    (status, cold.as_deref() == Some("true"), body)
-}
-
-async fn index(client: &HttpClient, server: &ModelServer, body: &str) -> String {
-    let (status, body) = post(client, server, protocol::REPOSITORY_INDEX_PATH, body).await;
-    assert_eq!(status, 200);
-    body
-}
-
-async fn stats_until(server: &ModelServer, done: impl Fn(&ServerStats) -> bool) -> ServerStats {
-    tokio::time::timeout(BOUND, server.wait_for_stats(done))
-        .await
-        .expect("the stats got there")
-}
-
-fn ready(model: &str) -> String {
-    format!(r#"{{"name":"{model}","version":"1","state":"READY","reason":""}}"#)
-}
-
-fn state(model: &str, state: &str, reason: &str) -> String {
-    format!(r#"{{"name":"{model}","version":"1","state":"{state}","reason":"{reason}"}}"#)
-}
+use sim_explicit::{explicit, index, infer, post, ready, state, stats_until};
+use sim_http::{client, BOUND};
+use tower_model_balance::sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
 #[tokio::test]
 async fn a_request_before_its_load_is_404_and_loads_nothing() {
@@ -251,92 +213,6 @@ async fn unload_eviction_and_the_index_of_a_repository() {
     assert_eq!(status, 400, "decoded, an invalid model ID: {body}");
     let stats = server.stats();
     assert_eq!((stats.load_calls, stats.loads_started), (5, 2));
-}
-
-#[tokio::test]
-async fn lora_adapters_load_and_unload_as_vllm_answers() {
-    let server = ModelServer::start("node-0", explicit().build().unwrap())
-        .await
-        .unwrap();
-    let client = client();
-    let load = protocol::LOAD_LORA_PATH;
-    let unload = protocol::UNLOAD_LORA_PATH;
-    let adapter = r#"{"lora_name":"sql-lora","lora_path":"/adapters/sql"}"#;
-    assert_eq!(
-        post(&client, &server, load, adapter).await,
-        (
-            200,
-            "Success: LoRA adapter 'sql-lora' added successfully.".to_owned()
-        )
-    );
-    assert_eq!(
-        post(&client, &server, load, adapter).await,
-        (
-            400,
-            r#"{"error":{"message":"The lora adapter 'sql-lora' has already been loaded.","type":"InvalidUserInput","param":null,"code":400}}"#.to_owned()
-        )
-    );
-    let (status, _, models) = send(
-        &client,
-        &server,
-        http::Method::GET,
-        protocol::MODELS_PATH,
-        "",
-    )
-    .await;
-    assert_eq!(status, 200);
-    assert!(models.contains(r#""id":"sql-lora""#), "{models}");
-    assert_eq!(infer(&client, &server, "sql-lora").await.0, 200);
-
-    let name = r#"{"lora_name":"sql-lora"}"#;
-    assert_eq!(
-        post(&client, &server, unload, name).await,
-        (
-            200,
-            "Success: LoRA adapter 'sql-lora' removed successfully.".to_owned()
-        )
-    );
-    let (status, body) = post(&client, &server, unload, name).await;
-    assert_eq!(status, 404);
-    assert!(body.contains(r#""type":"NotFoundError""#), "{body}");
-    assert_eq!(infer(&client, &server, "sql-lora").await.0, 404);
-
-    for bad in [
-        "",
-        "{",
-        "[]",
-        r#"{"lora_name":"x"}"#,
-        r#"{"lora_name":"","lora_path":"p"}"#,
-    ] {
-        let (status, body) = post(&client, &server, load, bad).await;
-        assert_eq!(status, 400, "{bad}: {body}");
-    }
-    assert_eq!(post(&client, &server, unload, "{}").await.0, 400);
-
-    // Two calls at once: one load; the second waits for it, then finds the
-    // adapter loaded (vLLM's per-adapter lock).
-    server.set_fault(Some(Fault::LoadHangs));
-    let calls: Vec<_> = (0..2)
-        .map(|_| {
-            let client = client.clone();
-            let uri = format!("http://{}{load}", server.addr());
-            tokio::spawn(async move {
-                let req = http::Request::post(uri).body(Full::from(adapter)).unwrap();
-                client.request(req).await.unwrap().status().as_u16()
-            })
-        })
-        .collect();
-    let stats = stats_until(&server, |s| s.load_calls == 9).await;
-    assert_eq!(stats.loads_started, 2);
-    assert_eq!(stats.max_concurrent_loads_per_model, 2);
-    server.set_fault(None);
-    let mut statuses = Vec::new();
-    for call in calls {
-        statuses.push(tokio::time::timeout(BOUND, call).await.unwrap().unwrap());
-    }
-    statuses.sort_unstable();
-    assert_eq!(statuses, [200, 400]);
-    assert_eq!(server.stats().loads_started, 2);
 }
 
 #[tokio::test]

@@ -20,42 +20,32 @@
 
 #[path = "errors.rs"]
 pub mod errors;
+#[path = "routes.rs"]
+pub mod routes;
+#[path = "server.rs"]
+pub mod server;
 
-use std::future::Future;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::Path;
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::http::HeaderName;
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
-use hyper::server::conn::http1;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tokio::net::TcpListener;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::discover::ServiceList;
 use tower::retry::{Retry, RetryLayer};
 use tower::timeout::Timeout;
-use tower::{ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::BackgroundTask;
 use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer,
     ResidencyHeader,
 };
-use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::breaker::Policy;
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::BoxError;
-use tower_model_balance::error::PayloadTooLarge;
 use tower_model_balance::health::probe::{
     KServeV2, MetricNames, OpenAiModels, ProbeConfig, PrometheusMetrics,
 };
@@ -63,12 +53,10 @@ use tower_model_balance::hedge::{
     BalancerLoad, Hedge, HedgeHandle, HedgeLayer, HedgePolicy, RetryPolicy,
 };
 use tower_model_balance::placement::{KServeV2Loader, PlacementPolicy, WhenCold};
-use tower_model_balance::route::{
-    ModelFromBody, ModelFromBodyLayer, ModelId, RouteInfo, MODEL_ID_HEADER, REQUEST_KIND_HEADER,
-    URGENCY_HEADER,
-};
+use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 
-use errors::ErrorReply;
+use routes::{prometheus, router, App};
+pub use server::serve;
 
 /// What the client sends a backend: the request's own body, read whole
 /// under the limit first (`Left`: KServe v2 paths, whose model is in the
@@ -174,19 +162,6 @@ pub struct Gateway {
     pub hedge: HedgeHandle,
     _probes: BackgroundTask,
     _placement: Option<BackgroundTask>,
-}
-
-/// What every handler shares.
-#[derive(Clone)]
-struct App {
-    stack: Stack,
-    handle: BalancerHandle,
-    hedge: HedgeHandle,
-    prometheus: PrometheusHandle,
-    /// The most body bytes a request may send.
-    body_limit: usize,
-    /// The most a request's body may take to arrive.
-    body_timeout: Duration,
 }
 
 impl Gateway {
@@ -317,302 +292,4 @@ fn stack(
         // 4. Balance: affinity to the model's owners, breakers, health,
         //    placement.
         .service(balancer))
-}
-
-/// The most a client may take to send a request's headers.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long connections may finish their requests once shutdown begins.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
-/// Serves `router` on `listener` over HTTP/1 until `shutdown` resolves,
-/// then lets open connections finish for at most [`SHUTDOWN_GRACE`].
-///
-/// Unlike `axum::serve`, each connection has a header-read timeout
-/// ([`HEADER_TIMEOUT`]: a client that trickles its headers is cut off), and
-/// shutdown is bounded: a client that never finishes cannot keep the
-/// gateway up.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    let graceful = GracefulShutdown::new();
-    let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
-    tokio::pin!(shutdown);
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    // Answers go out as written (see the client's nodelay).
-                    if let Err(error) = stream.set_nodelay(true) {
-                        tracing::debug!(%error, "TCP_NODELAY not set");
-                    }
-                    stream
-                }
-                // Out of file descriptors, a connection reset before it
-                // was accepted: the next accept may succeed.
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let service = TowerToHyperService::new(router.clone());
-        let connection = http.serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("connections still open after the shutdown grace; closing");
-    }
-    Ok(())
-}
-
-/// KServe v2 model metadata and readiness, forwarded to an owner of the
-/// model.
-pub const MODEL_ROUTES: [&str; 4] = [
-    "/v2/models/{name}",
-    "/v2/models/{name}/ready",
-    "/v2/models/{name}/versions/{version}",
-    "/v2/models/{name}/versions/{version}/ready",
-];
-
-fn router(app: App) -> Router {
-    let mut router = Router::new()
-        .route("/metrics", get(metrics))
-        .route("/v2/health/live", get(live))
-        .route("/v2/health/ready", get(ready))
-        .route("/v2", get(server_metadata));
-    for path in INFERENCE_ROUTES {
-        router = router.route(path, post(forward));
-    }
-    for path in MODEL_ROUTES {
-        router = router.route(path, get(model_metadata));
-    }
-    router
-        .fallback(no_route)
-        .method_not_allowed_fallback(wrong_method)
-        .with_state(app)
-}
-
-/// Sends the request through the stack and the backend's answer back; an
-/// error of the stack becomes the gateway's own answer.
-async fn forward(State(app): State<App>, req: Request) -> Response {
-    let (mut parts, body) = req.into_parts();
-    // Errors in the shape of the route's protocol (KServe v2 or OpenAI).
-    let path = parts.uri.path().to_owned();
-    let reply = |reply: errors::ErrorReply| reply.for_path(&path).into_response();
-    strip_hop_by_hop(&mut parts.headers);
-    // The client sets the backend's own Host from the origin.
-    parts.headers.remove(header::HOST);
-    // The model comes from the body or the path, never from the client's
-    // routing headers: a client could otherwise send any model to any
-    // backend, force cold loads there, skip the load cap with a critical
-    // urgency, and have another model's traffic counted.
-    for name in [MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER] {
-        parts.headers.remove(name);
-    }
-    // A body announced over the limit is refused before it is read.
-    let announced = parts.headers.get(header::CONTENT_LENGTH);
-    let announced = announced.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if announced.is_some_and(|length| length > app.body_limit as u64) {
-        let error = PayloadTooLarge::new(app.body_limit);
-        return reply(errors::classify(&error));
-    }
-    // The whole body first, under the limit and the deadline: a body the
-    // client breaks off or trickles is its error (400, 408), found here,
-    // never a failure the balancer would count against a backend; and a
-    // KServe v2 body has the limit too.
-    let read = axum::body::to_bytes(body, app.body_limit);
-    let body = match tokio::time::timeout(app.body_timeout, read).await {
-        Ok(Ok(bytes)) => Full::new(bytes),
-        Ok(Err(error)) => return reply(errors::unreadable_body(&error, app.body_limit)),
-        Err(_) => return reply(errors::body_timeout(app.body_timeout)),
-    };
-    match app.stack.oneshot(Request::from_parts(parts, body)).await {
-        Ok(response) => {
-            let (mut parts, body) = response.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            // The body streams on; the balancer counts the request done
-            // when it ends.
-            Response::from_parts(parts, Body::new(body))
-        }
-        Err(error) => reply(errors::classify(&*error)),
-    }
-}
-
-/// `GET /v2/health/live`: the gateway is up.
-async fn live() -> StatusCode {
-    StatusCode::OK
-}
-
-/// `GET /v2/health/ready`: 200 while some backend can take requests (its
-/// breaker not open, health not ejected), else 503.
-async fn ready(State(app): State<App>) -> StatusCode {
-    let serving = app
-        .handle
-        .backends()
-        .iter()
-        .any(|b| b.breaker != BreakerState::Open && !b.ejected);
-    match serving {
-        true => StatusCode::OK,
-        false => StatusCode::SERVICE_UNAVAILABLE,
-    }
-}
-
-/// `GET /v2`: the KServe v2 server metadata of the gateway itself.
-async fn server_metadata() -> Response {
-    let body = serde_json::json!({
-        "name": "tower-model-balance-gateway",
-        "version": env!("CARGO_PKG_VERSION"),
-        "extensions": [],
-    });
-    let json = HeaderValue::from_static("application/json");
-    ([(header::CONTENT_TYPE, json)], body.to_string()).into_response()
-}
-
-/// `GET /v2/models/{name}…`: forwarded to an owner of the model, as an
-/// inference request of that model is (placement loads it there first).
-async fn model_metadata(
-    State(app): State<App>,
-    params: Result<Path<Vec<(String, String)>>, axum::extract::rejection::PathRejection>,
-    mut req: Request,
-) -> Response {
-    let path = req.uri().path().to_owned();
-    let name = match &params {
-        Ok(Path(params)) => params
-            .iter()
-            .find(|(k, _)| k == "name")
-            .map(|(_, v)| v.as_str()),
-        // Not UTF-8 once percent-decoded: no model ID.
-        Err(_) => Some(""),
-    };
-    let model = match name.map(ModelId::new) {
-        Some(Ok(model)) => model,
-        Some(Err(error)) => return errors::classify(&error).for_path(&path).into_response(),
-        None => return no_route(req).await,
-    };
-    req.extensions_mut().insert(RouteInfo::new(model));
-    forward(State(app), req).await
-}
-
-/// `GET /metrics`: the balancer's figures, read now, in Prometheus text.
-async fn metrics(State(app): State<App>) -> Response {
-    tower_model_balance::metrics::record(&app.handle);
-    tower_model_balance::metrics::record_hedge(&app.hedge);
-    app.prometheus.run_upkeep();
-    let content_type = HeaderValue::from_static("text/plain; version=0.0.4");
-    let mut response = app.prometheus.render().into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, content_type);
-    response
-}
-
-async fn no_route(req: Request) -> Response {
-    let message = format!("no route for {} {}", req.method(), req.uri().path());
-    ErrorReply::new(
-        StatusCode::NOT_FOUND,
-        "invalid_request_error",
-        "not_found",
-        message,
-    )
-    .for_path(req.uri().path())
-    .into_response()
-}
-
-async fn wrong_method(req: Request) -> Response {
-    let message = format!("{} is not allowed on {}", req.method(), req.uri().path());
-    ErrorReply::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "invalid_request_error",
-        "method_not_allowed",
-        message,
-    )
-    .for_path(req.uri().path())
-    .into_response()
-}
-
-/// The process's Prometheus recorder: installed as the global `metrics`
-/// recorder on first use, shared by every gateway of the process after.
-fn prometheus() -> Result<PrometheusHandle, BoxError> {
-    static HANDLE: Mutex<Option<PrometheusHandle>> = Mutex::new(None);
-    let mut slot = HANDLE.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(handle) = slot.as_ref() {
-        return Ok(handle.clone());
-    }
-    let handle = PrometheusBuilder::new().install_recorder()?;
-    // The `# HELP` lines of every series.
-    tower_model_balance::metrics::describe();
-    metrics::describe_counter!(
-        errors::ERRORS_SERIES,
-        "error answers the gateway gave itself, by OpenAI error code"
-    );
-    *slot = Some(handle.clone());
-    Ok(handle)
-}
-
-/// Removes the hop-by-hop headers (RFC 9110, section 7.6.1): those the
-/// `Connection` header names, and the fixed list. They describe one
-/// connection, not the message a proxy passes on.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in [
-        header::CONNECTION,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
-        headers.remove(name);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hop_by_hop_headers_are_stripped() {
-        let mut headers = HeaderMap::new();
-        for (name, value) in [
-            ("connection", "keep-alive, x-hop"),
-            ("keep-alive", "timeout=5"),
-            ("x-hop", "1"),
-            ("transfer-encoding", "chunked"),
-            ("upgrade", "h2c"),
-            ("te", "trailers"),
-            ("content-type", "application/json"),
-            ("content-length", "12"),
-            ("x-model-id", "m"),
-        ] {
-            headers.append(name, HeaderValue::from_static(value));
-        }
-        strip_hop_by_hop(&mut headers);
-        let mut left: Vec<_> = headers.keys().map(|k| k.as_str()).collect();
-        left.sort_unstable();
-        assert_eq!(left, ["content-length", "content-type", "x-model-id"]);
-    }
 }

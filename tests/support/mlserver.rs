@@ -9,6 +9,9 @@
 //! it is skipped with a message — except under `CI`, where a missing
 //! server is a failure: the real servers are the judge, and CI must not
 //! pass by skipping them.
+//!
+//! Their HTTP helpers are in `mlserver_http.rs`, included beside this file
+//! (and re-exported here).
 
 #![allow(dead_code)] // Each test file uses part of it.
 
@@ -19,9 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+
+pub use crate::mlserver_http::{client, get, infer_body, post};
 
 /// Which real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -430,64 +432,4 @@ impl Fleet {
             _scratch: scratch,
         })
     }
-}
-
-/// A plain HTTP/1 client with kept-alive connections and TCP_NODELAY.
-pub fn client() -> Client<HttpConnector, Full<Bytes>> {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).build(connector)
-}
-
-/// `GET path` on `addr`: status (0 when no answer) and body.
-pub async fn get(
-    client: &Client<HttpConnector, Full<Bytes>>,
-    addr: SocketAddr,
-    path: &str,
-) -> (u16, String) {
-    let req = http::Request::get(format!("http://{addr}{path}"))
-        .body(Full::default())
-        .expect("a request");
-    send(client, req).await
-}
-
-/// `POST path` on `addr` with a JSON `body`: status (0 when no answer)
-/// and body.
-pub async fn post(
-    client: &Client<HttpConnector, Full<Bytes>>,
-    addr: SocketAddr,
-    path: &str,
-    body: Bytes,
-) -> (u16, String) {
-    let req = http::Request::post(format!("http://{addr}{path}"))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(body))
-        .expect("a request");
-    send(client, req).await
-}
-
-async fn send(
-    client: &Client<HttpConnector, Full<Bytes>>,
-    req: http::Request<Full<Bytes>>,
-) -> (u16, String) {
-    let Ok(response) = client.request(req).await else {
-        return (0, String::new());
-    };
-    let status = response.status().as_u16();
-    match response.into_body().collect().await {
-        Ok(body) => (
-            status,
-            String::from_utf8_lossy(&body.to_bytes()).into_owned(),
-        ),
-        Err(_) => (0, String::new()),
-    }
-}
-
-/// A KServe v2 inference request body for model `m`: one FP32 tensor.
-pub fn infer_body(i: usize) -> Bytes {
-    let body = serde_json::json!({
-        "id": format!("r{i}"),
-        "inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [i as f64, 1.5]}],
-    });
-    Bytes::from(body.to_string())
 }

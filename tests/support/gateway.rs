@@ -1,0 +1,171 @@
+//! The gateway tests' running gateway (`tests/gateway.rs`): the example's
+//! app on 127.0.0.1 in front of simulated backends, a client reading each
+//! reply whole, and raw connections that break a body off or hold it open.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::balance::BalancerHandle;
+use tower_model_balance::endpoint::Origin;
+use tower_model_balance::hedge::HedgeHandle;
+use tower_model_balance::sim::{protocol, ModelServer, ServerConfig};
+
+use crate::app::{self, Config, Gateway};
+
+/// A gateway serving on loopback, its backends and a client.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub sims: Vec<ModelServer>,
+    pub handle: BalancerHandle,
+    pub hedge: HedgeHandle,
+    pub client: Client<HttpConnector, Full<Bytes>>,
+    pub server: JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// A reply: status, headers, body text.
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+/// Starts `sims` simulated backends named `{name}-{i}` and the gateway in
+/// front of them; `edit` changes the config first.
+pub async fn start(name: &str, sims: usize, edit: impl FnOnce(&mut Config)) -> Running {
+    let mut servers = Vec::new();
+    let mut backends = Vec::new();
+    for i in 0..sims {
+        let server = ModelServer::start(&format!("{name}-{i}"), ServerConfig::default())
+            .await
+            .unwrap();
+        backends.push((
+            BackendId::new(server.name()).unwrap(),
+            Origin::http(server.addr()),
+        ));
+        servers.push(server);
+    }
+    let mut config = Config::new(backends);
+    config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
+    // The simulated servers load a model when a request names it.
+    config.placement = false;
+    edit(&mut config);
+    serve(config, servers).await
+}
+
+pub async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
+    let gateway = Gateway::new(config).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = gateway.handle.clone();
+    let hedge = gateway.hedge.clone();
+    let server = tokio::spawn(async move {
+        // The gateway's probes live as long as the server.
+        let Gateway { router, .. } = &gateway;
+        app::serve(listener, router.clone(), std::future::pending())
+            .await
+            .unwrap();
+    });
+    Running {
+        addr,
+        sims,
+        handle,
+        hedge,
+        client: Client::builder(TokioExecutor::new()).build_http(),
+        server,
+    }
+}
+
+impl Running {
+    pub async fn post(&self, path: &str, body: impl Into<Bytes>) -> Reply {
+        let req = http::Request::post(format!("http://{}{path}", self.addr))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body.into()))
+            .unwrap();
+        self.send(req).await
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        let req = http::Request::get(format!("http://{}{path}", self.addr))
+            .body(Full::default())
+            .unwrap();
+        self.send(req).await
+    }
+
+    /// Sends `req` and reads the whole answer; fails, never hangs.
+    pub async fn send(&self, req: http::Request<Full<Bytes>>) -> Reply {
+        let exchange = async {
+            let rsp = self.client.request(req).await.unwrap();
+            let (parts, body) = rsp.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            Reply {
+                status: parts.status,
+                headers: parts.headers,
+                body: String::from_utf8_lossy(&body).into_owned(),
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), exchange)
+            .await
+            .expect("the gateway answers within 10 s")
+    }
+
+    /// Inference and update requests the backends received, in all.
+    pub fn backend_work(&self) -> u64 {
+        self.sims.iter().map(|s| s.stats().work).sum()
+    }
+}
+
+/// Sends `head` (a request line and headers announcing more body than
+/// follows) and `body`, then closes the sending side: a client that breaks
+/// its upload off. Returns the status line.
+pub async fn truncated(addr: SocketAddr, path: &str, body: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer));
+    read.await.expect("answered").unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    answer.lines().next().unwrap_or_default().to_string()
+}
+
+/// Sends `head` (a request line and headers) and `body`, keeping the
+/// connection open, and returns the status line of the answer.
+pub async fn held_open(addr: SocketAddr, head: &str, body: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 1024];
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer));
+    let n = read
+        .await
+        .expect("answered while the client still holds on")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    answer.lines().next().unwrap_or_default().to_string()
+}
