@@ -381,10 +381,12 @@ async fn a_reserved_backpressure_service_stays_ready_when_polled_again() {
     use tower_model_balance::breaker::{Admission, Breaker};
     use tower_model_balance::classify::Outcome;
 
+    const OPEN: Duration = Duration::from_secs(5);
     let policy = Policy::builder()
         .window(2)
         .minimum_calls(2)
         .half_open_permits(1)
+        .open_duration(OPEN)
         .jitter(false)
         .build()
         .unwrap();
@@ -392,7 +394,7 @@ async fn a_reserved_backpressure_service_stays_ready_when_polled_again() {
     for _ in 0..2 {
         breaker.try_acquire().unwrap().record(Outcome::Failure);
     }
-    tokio::time::advance(policy.open_duration()).await;
+    tokio::time::advance(OPEN).await;
     let (inner, _) = counted();
     let mut service =
         CircuitBreaker::new(inner, breaker.clone(), ServerErrorsAsFailures::default())

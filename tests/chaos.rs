@@ -160,7 +160,6 @@ async fn chaos() {
         logs: built.logs.clone(),
         hedges: built.hedges.clone(),
         budget: Mutex::default(),
-        policy: built.policy.clone(),
     });
     let sampled = Arc::new(AtomicBool::new(false));
     let sampler = {

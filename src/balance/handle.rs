@@ -272,7 +272,7 @@ impl BalancerHandle {
     }
 
     /// `backend`'s health as last evaluated (every
-    /// [`HealthPolicy::interval`](crate::health::HealthPolicy::interval)):
+    /// [`HealthPolicyBuilder::interval`](crate::health::HealthPolicyBuilder::interval)):
     /// its score, the weight P2C divides its cost by, whether it is
     /// ejected and why, and the terms. `None` when no current backend has
     /// that ID.

@@ -80,7 +80,7 @@ impl Default for Policy {
 
 impl Policy {
     /// The sliding window.
-    pub fn window(&self) -> SlidingWindow {
+    pub(crate) fn window(&self) -> SlidingWindow {
         self.window
     }
 
@@ -113,7 +113,7 @@ impl Policy {
     }
 
     /// Consecutive failures that trip the breaker at once, if set.
-    pub fn consecutive_failures(&self) -> Option<u32> {
+    pub(crate) fn consecutive_failures(&self) -> Option<u32> {
         self.consecutive_failures
     }
 
@@ -133,17 +133,17 @@ impl Policy {
     }
 
     /// Base of the open duration's exponential backoff.
-    pub fn open_duration(&self) -> Duration {
+    pub(crate) fn open_duration(&self) -> Duration {
         self.open_duration
     }
 
     /// Ceiling of the open duration's exponential backoff.
-    pub fn max_open_duration(&self) -> Duration {
+    pub(crate) fn max_open_duration(&self) -> Duration {
         self.max_open_duration
     }
 
     /// Whether open durations are drawn with full jitter.
-    pub fn jitter(&self) -> bool {
+    pub(crate) fn jitter(&self) -> bool {
         self.jitter
     }
 

@@ -12,6 +12,8 @@
 //!
 //! ```
 //! use std::time::Duration;
+//! use tower_model_balance::balance::BalanceConfig;
+//! use tower_model_balance::breaker::Policy;
 //! use tower_model_balance::config::StackConfig;
 //! use tower_model_balance::health::probe::ProbeConfig;
 //!
@@ -26,8 +28,9 @@
 //!     [probe]
 //!     interval_ms = 1000
 //! "#).unwrap();
-//! assert_eq!(config.balance.owners(), 3);
-//! assert_eq!(config.balance.breaker().open_duration(), Duration::from_secs(2));
+//! let breaker = Policy::builder().open_duration(Duration::from_secs(2)).build().unwrap();
+//! let balance = BalanceConfig::builder().owners(3).load_factor(1.5).breaker(breaker).build().unwrap();
+//! assert_eq!(config.balance, balance);
 //! let probe = ProbeConfig::builder().interval(Duration::from_secs(1)).build().unwrap();
 //! assert_eq!(config.probe, probe);
 //!

@@ -22,7 +22,8 @@
 //! let balancer = ModelBalancer::new(ServiceList::new(backends), config).unwrap();
 //! let handle = balancer.handle();
 //! let gpu1 = BackendId::new("gpu-1").unwrap();
-//! let next_evaluation = policy.interval() + Duration::from_millis(1);
+//! // The default evaluation interval (1 s), and a little more.
+//! let next_evaluation = Duration::from_secs(1) + Duration::from_millis(1);
 //!
 //! // A probe (or your own telemetry) reports a deep queue: the capacity
 //! // term, and so the score P2C divides the cost by, drops; not ejected.

@@ -88,7 +88,7 @@ impl HealthPolicy {
     }
 
     /// How often outcomes are folded into scores.
-    pub fn interval(&self) -> Duration {
+    pub(crate) fn interval(&self) -> Duration {
         self.interval
     }
 

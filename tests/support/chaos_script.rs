@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tower_model_balance::breaker::{BreakerState, Policy};
+use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::hedge::{HedgeHandle, HedgeStats};
 use tower_model_balance::route::ModelId;
 use tower_model_balance::sim::{Fault, ModelServer};
@@ -33,7 +33,6 @@ pub struct Script {
     /// (when, requests the hedge layer counted, extra attempts granted),
     /// after each finished request: the budget's window, read back.
     pub budget: Mutex<Vec<(Instant, u64, u64)>>,
-    pub policy: Policy,
 }
 
 /// What the hedging looked like when a fault began.
@@ -76,8 +75,8 @@ impl Script {
     /// The backoff's ceiling after `reopened` reopenings in a row.
     pub fn ceiling(&self, reopened: u32) -> Duration {
         let reopened = reopened.min(31);
-        let ceiling = self.policy.open_duration().saturating_mul(1 << reopened);
-        ceiling.min(self.policy.max_open_duration())
+        let ceiling = chaos_stack::OPEN_DURATION.saturating_mul(1 << reopened);
+        ceiling.min(chaos_stack::MAX_OPEN_DURATION)
     }
 
     /// Samples the budget after each finished request until `done`.

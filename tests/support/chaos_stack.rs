@@ -77,7 +77,6 @@ pub struct Built {
     pub sent_to: Vec<Arc<AtomicU64>>,
     /// Each backend's requests, as its endpoint was given them.
     pub logs: Vec<Log>,
-    pub policy: Policy,
     /// Every breaker transition, as the balancer's hook saw it.
     pub transitions: Transitions,
     _probes: BackgroundTask,
@@ -95,6 +94,12 @@ pub fn trips(transitions: &Transitions) -> Vec<(tokio::time::Instant, BackendId,
         .collect()
 }
 
+/// The breakers' open duration, doubling while the fault lasts up to
+/// [`MAX_OPEN_DURATION`].
+pub const OPEN_DURATION: Duration = Duration::from_millis(500);
+/// The longest the breakers stay open.
+pub const MAX_OPEN_DURATION: Duration = Duration::from_secs(2);
+
 /// The breakers' policy: small windows, so a fault trips within a few
 /// requests; a short open duration, doubling while the fault lasts.
 pub fn breaker_policy() -> Policy {
@@ -106,8 +111,8 @@ pub fn breaker_policy() -> Policy {
         .slow_call_rate_threshold(0.5)
         .slow_call_duration(SLOW_CALL)
         .half_open_permits(2)
-        .open_duration(Duration::from_millis(500))
-        .max_open_duration(Duration::from_secs(2))
+        .open_duration(OPEN_DURATION)
+        .max_open_duration(MAX_OPEN_DURATION)
         .build()
         .expect("a valid policy")
 }
@@ -144,7 +149,6 @@ pub fn build(servers: &[&ModelServer]) -> Built {
             Backend::with_meta(meta, endpoint)
         })
         .collect();
-    let policy = breaker_policy();
     let transitions = Transitions::default();
     let log = transitions.clone();
     let config = BalanceConfig::builder()
@@ -154,7 +158,7 @@ pub fn build(servers: &[&ModelServer]) -> Built {
         })
         .owners(2)
         .min_owners(2)
-        .breaker(policy.clone())
+        .breaker(breaker_policy())
         .health(health_policy())
         .residency_header(ResidencyHeader::ResidentModels(
             protocol::RESIDENT_MODELS_HEADER,
@@ -190,7 +194,6 @@ pub fn build(servers: &[&ModelServer]) -> Built {
         hedges,
         sent_to,
         logs,
-        policy,
         transitions,
         _probes: probes,
     }
