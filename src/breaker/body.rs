@@ -1,17 +1,13 @@
 //! The breaker's response body: the call's outcome is recorded when the
 //! body ends.
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http_body::{Body, Frame, SizeHint};
-use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use super::Permit;
 use crate::classify::body::{Complete, CompletionBody};
-use crate::classify::{Classified, ClassifyEos, Outcome};
+use crate::classify::Outcome;
 
 /// Where the slow-call clock stops: the elapsed time a call is judged slow
 /// by runs from its admission ([`Permit::admitted`]) to this point, on
@@ -45,9 +41,9 @@ enum Clock {
 
 /// What the end of the body records to: the call's permit and its
 /// slow-call clock. Recorded once, when the body ends, fails or is
-/// dropped ([`CompletionBody`]).
+/// dropped ([`CompletionBody`]). Not nameable outside the crate.
 #[derive(Debug)]
-pub(super) struct Record {
+pub struct Record {
     permit: Permit,
     clock: Clock,
 }
@@ -88,60 +84,12 @@ impl Complete for Record {
     }
 }
 
-pin_project! {
-    /// Response body of [`CircuitBreaker`](super::CircuitBreaker): the inner
-    /// body, unchanged, with the call's outcome recorded when it ends —
-    /// its last frame (a deferred outcome reads the trailers), an error (a
-    /// failure whatever the status), or its drop (the status decides; a
-    /// response whose head arrived is an outcome even if its body is never
-    /// read). A body that is empty (`is_end_stream`) from the start records
-    /// at once. Until then the call is in flight: a half-open probe's
-    /// permit stays out. No allocation.
-    #[derive(Debug)]
-    pub struct ResponseBody<B, Eos> {
-        #[pin]
-        inner: CompletionBody<B, Eos, Record>,
-    }
-}
-
-impl<B: Body, Eos: ClassifyEos> ResponseBody<B, Eos> {
-    pub(super) fn new(inner: B, record: Record, classified: Classified<Eos>) -> Self {
-        Self {
-            inner: CompletionBody::new(inner, record, classified),
-        }
-    }
-}
-
-impl<B, Eos> ResponseBody<B, Eos> {
-    /// The inner body.
-    pub fn get_ref(&self) -> &B {
-        self.inner.get_ref()
-    }
-
-    /// The inner body, unwrapped: the call ends now, as if the body were
-    /// dropped.
-    pub fn into_inner(self) -> B {
-        self.inner.into_inner()
-    }
-}
-
-impl<B: Body, Eos: ClassifyEos> Body for ResponseBody<B, Eos> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    #[inline]
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        self.project().inner.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
+/// Response body of [`CircuitBreaker`](super::CircuitBreaker): the inner
+/// body, unchanged, with the call's outcome recorded when it ends —
+/// its last frame (a deferred outcome reads the trailers), an error (a
+/// failure whatever the status), or its drop (the status decides; a
+/// response whose head arrived is an outcome even if its body is never
+/// read). A body that is empty (`is_end_stream`) from the start records
+/// at once. Until then the call is in flight: a half-open probe's
+/// permit stays out. No allocation.
+pub type ResponseBody<B, Eos> = CompletionBody<B, Eos, Record>;

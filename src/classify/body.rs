@@ -26,16 +26,24 @@ use pin_project_lite::pin_project;
 
 use super::{Classified, ClassifyEos, Outcome};
 
-/// What receives a call's outcome at the end of its response body.
-pub(crate) trait Complete {
-    /// The body's first frame (data or trailers) arrived; called before
-    /// [`complete`](Self::complete), for the first frame only or for
-    /// every frame up to the end (the receiver keeps the first).
-    fn first_frame(&mut self) {}
+pub(crate) use self::receiver::Complete;
 
-    /// The call's outcome: called once, when the body ends, fails or is
-    /// dropped.
-    fn complete(self, outcome: Outcome);
+mod receiver {
+    use crate::classify::Outcome;
+
+    /// What receives a call's outcome at the end of its response body:
+    /// the breaker's permit, the balancer's [`Guard`](crate::balance::Guard).
+    /// Implemented inside the crate only (it is not nameable outside).
+    pub trait Complete {
+        /// The body's first frame (data or trailers) arrived; called before
+        /// [`complete`](Self::complete), for the first frame only or for
+        /// every frame up to the end (the receiver keeps the first).
+        fn first_frame(&mut self) {}
+
+        /// The call's outcome: called once, when the body ends, fails or is
+        /// dropped.
+        fn complete(self, outcome: Outcome);
+    }
 }
 
 /// The outcome of a body that ended, with `trailers` if it had them.
@@ -82,10 +90,23 @@ impl<Eos, R: Complete> Drop for Pending<Eos, R> {
 
 pin_project! {
     /// A response body whose end is its call's completion: the inner body,
-    /// unchanged, with the outcome handed to `R` when it ends (see the
-    /// [module docs](self)).
+    /// unchanged, with the outcome recorded when it ends — by the breaker
+    /// ([`breaker::ResponseBody`](crate::breaker::ResponseBody)) or the
+    /// balancer ([`balance::ResponseBody`](crate::balance::ResponseBody)),
+    /// `R` being what records it.
+    ///
+    /// | how the body ends | outcome |
+    /// |---|---|
+    /// | empty from the start (`is_end_stream`) | at once, as at its last frame without trailers |
+    /// | its last frame (`is_end_stream` after it), or `None` | the head's verdict; a deferred one reads no trailers |
+    /// | a trailers frame | the head's verdict; a deferred one (gRPC's status) reads these trailers |
+    /// | a body error | a failure, whatever the head said |
+    /// | dropped (or unwrapped) before its end | the head's verdict; a deferred one is ignored (the caller hung up before the status came) |
+    /// | dropped after its end | nothing more |
+    ///
+    /// Until then the call is in flight. No allocation.
     #[derive(Debug)]
-    pub(crate) struct CompletionBody<B, Eos, R: Complete> {
+    pub struct CompletionBody<B, Eos, R: Complete> {
         #[pin]
         inner: B,
         pending: Pending<Eos, R>,
@@ -114,13 +135,13 @@ impl<B: Body, Eos: ClassifyEos, R: Complete> CompletionBody<B, Eos, R> {
 
 impl<B, Eos, R: Complete> CompletionBody<B, Eos, R> {
     /// The inner body.
-    pub(crate) fn get_ref(&self) -> &B {
+    pub fn get_ref(&self) -> &B {
         &self.inner
     }
 
     /// The inner body, unwrapped: the call completes now, as if the body
     /// were dropped.
-    pub(crate) fn into_inner(self) -> B {
+    pub fn into_inner(self) -> B {
         self.inner
     }
 }

@@ -64,6 +64,8 @@ mod status;
 #[cfg(feature = "breaker")]
 pub(crate) mod body;
 
+#[cfg(feature = "breaker")]
+pub use self::body::CompletionBody;
 pub use self::cold::ColdLoad;
 pub use self::erased::{Classifier, ClassifierEos, ClassifyHead};
 pub use self::grpc::{GrpcEosErrorsAsFailures, GrpcErrorsAsFailures};

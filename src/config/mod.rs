@@ -59,7 +59,8 @@ use self::file::File;
 #[non_exhaustive]
 pub struct StackConfig {
     /// The balancer's, with its breaker and health policies inside
-    /// ([`BalanceConfig::breaker`], [`BalanceConfig::health`]).
+    /// ([`BalanceConfigBuilder::breaker`](crate::balance::BalanceConfigBuilder::breaker),
+    /// [`BalanceConfigBuilder::health`](crate::balance::BalanceConfigBuilder::health)).
     pub balance: BalanceConfig,
     /// Active probes.
     pub probe: ProbeConfig,
