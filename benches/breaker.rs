@@ -56,7 +56,7 @@ use failsafe::CircuitBreaker as _;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
-use tower_model_balance::breaker::{Breaker, CircuitBreakerLayer, Policy};
+use tower_model_balance::breaker::{Breaker, BreakerConfig, CircuitBreakerLayer};
 use tower_model_balance::classify::Outcome;
 
 use ready::Ready;
@@ -143,7 +143,11 @@ fn bench_row(
 fn bench(c: &mut Criterion, samples: &Samples) {
     let mut group = c.benchmark_group(GROUP);
 
-    let breaker = Breaker::new(Policy::builder().build().expect("the default policy"));
+    let breaker = Breaker::new(
+        BreakerConfig::builder()
+            .build()
+            .expect("the default policy"),
+    );
     let now = Instant::now();
     bench_row(&mut group, samples, "admit_record", |iters| {
         repeat(iters, || {
@@ -192,8 +196,11 @@ fn bench(c: &mut Criterion, samples: &Samples) {
 
     {
         let rt = runtime();
-        let layer =
-            CircuitBreakerLayer::new(Policy::builder().build().expect("the default policy"));
+        let layer = CircuitBreakerLayer::new(
+            BreakerConfig::builder()
+                .build()
+                .expect("the default policy"),
+        );
         let mut svc = ServiceBuilder::new().layer(layer).service(Ready);
         bench_row(&mut group, samples, "layer", |iters| {
             rt.block_on(drive(&mut svc, iters))

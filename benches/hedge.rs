@@ -37,7 +37,7 @@ use http_body_util::Empty;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
-use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
+use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
 
 use ready::{request, Ready};
 
@@ -95,7 +95,7 @@ impl Service<Req> for YieldOnce {
 
 fn layer() -> HedgeLayer {
     HedgeLayer::new(
-        HedgePolicy::builder()
+        HedgeConfig::builder()
             .min_samples(0)
             .build()
             .expect("valid"),

@@ -4,8 +4,8 @@
 //! ```
 //! use std::time::Duration;
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
-//! use tower_model_balance::breaker::Policy;
-//! use tower_model_balance::hedge::HedgePolicy;
+//! use tower_model_balance::breaker::BreakerConfig;
+//! use tower_model_balance::hedge::HedgeConfig;
 //! use tower_model_balance::ServiceBuilderExt;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
@@ -15,9 +15,9 @@
 //! let stack = ServiceBuilder::new()
 //!     // A backup after the model's p95, within a 5% budget; the closure
 //!     // reports the fleet's utilization (here: never loaded).
-//!     .hedge(HedgePolicy::default(), || 0.0)
+//!     .hedge(HedgeConfig::default(), || 0.0)
 //!     // Fails fast once half the recent calls failed.
-//!     .circuit_breaker(Policy::builder().failure_rate_threshold(0.5).build()?)
+//!     .circuit_breaker(BreakerConfig::builder().failure_rate_threshold(0.5).build()?)
 //!     .timeout(Duration::from_secs(30))
 //!     .service(backend);
 //!
@@ -51,9 +51,9 @@ use tower::layer::util::Stack;
 use tower::ServiceBuilder;
 
 #[cfg(feature = "breaker")]
-use crate::breaker::{CircuitBreakerLayer, Policy};
+use crate::breaker::{BreakerConfig, CircuitBreakerLayer};
 #[cfg(feature = "hedge")]
-use crate::hedge::{HedgeLayer, HedgePolicy, LoadGate};
+use crate::hedge::{HedgeConfig, HedgeLayer, LoadGate};
 #[cfg(feature = "body")]
 use crate::route::body::ModelFromBodyLayer;
 
@@ -83,11 +83,14 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     /// [`BreakerOpen`](crate::error::BreakerOpen) while open.
     #[cfg(feature = "breaker")]
     #[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
-    fn circuit_breaker(self, policy: Policy) -> ServiceBuilder<Stack<CircuitBreakerLayer, L>>;
+    fn circuit_breaker(
+        self,
+        policy: BreakerConfig,
+    ) -> ServiceBuilder<Stack<CircuitBreakerLayer, L>>;
 
     /// Adds a [`HedgeLayer`] hedging by `policy`, sending no hedge while
     /// `gate` reports a utilization above the policy's
-    /// [`max_utilization`](crate::hedge::HedgePolicyBuilder::max_utilization) (a
+    /// [`max_utilization`](crate::hedge::HedgeConfigBuilder::max_utilization) (a
     /// [`BalancerLoad`](crate::hedge::BalancerLoad) over the balancer's
     /// handle, or any `Fn() -> f64`). Its counters are read through
     /// [`HedgeLayer::handle`]: to keep it, build the layer and pass it to
@@ -96,7 +99,7 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     #[cfg_attr(docsrs, doc(cfg(feature = "hedge")))]
     fn hedge(
         self,
-        policy: HedgePolicy,
+        policy: HedgeConfig,
         gate: impl LoadGate,
     ) -> ServiceBuilder<Stack<HedgeLayer, L>>;
 }
@@ -108,14 +111,17 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     }
 
     #[cfg(feature = "breaker")]
-    fn circuit_breaker(self, policy: Policy) -> ServiceBuilder<Stack<CircuitBreakerLayer, L>> {
+    fn circuit_breaker(
+        self,
+        policy: BreakerConfig,
+    ) -> ServiceBuilder<Stack<CircuitBreakerLayer, L>> {
         self.layer(CircuitBreakerLayer::new(policy))
     }
 
     #[cfg(feature = "hedge")]
     fn hedge(
         self,
-        policy: HedgePolicy,
+        policy: HedgeConfig,
         gate: impl LoadGate,
     ) -> ServiceBuilder<Stack<HedgeLayer, L>> {
         self.layer(HedgeLayer::with_load_gate(policy, gate))

@@ -15,9 +15,9 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
     Backend, BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer,
 };
-use tower_model_balance::breaker::{BreakerState, Policy};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::error::BoxError;
-use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
+use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
 use tower_model_balance::route::ModelId;
 
 /// A backend answering the status its cell holds, counting its calls.
@@ -79,7 +79,7 @@ fn balancer_in(
         .enumerate()
         .map(|(i, s)| Backend::new(node(i), endpoint(s)))
         .collect();
-    let breaker = Policy::builder()
+    let breaker = BreakerConfig::builder()
         .consecutive_failures(3)
         .open_duration(Duration::from_secs(1))
         .jitter(false)
@@ -174,7 +174,7 @@ async fn a_503_is_retried_on_another_backend() {
     // Resident on its owner only: a hedge's exclusion alone would send
     // the retry back there; a retry's is strict.
     handle.set_resident_models(&node(0), [&model]);
-    let hedge = HedgeLayer::new(HedgePolicy::default());
+    let hedge = HedgeLayer::new(HedgeConfig::default());
     let stack = hedge.layer(RetryLayer::new(hedge.retry_policy()).layer(balancer));
     // Requests that fund the budget (5% of them may be retried).
     let other = model_owned_by(&handle, 1);

@@ -14,7 +14,7 @@ use tower::discover::ServiceList;
 use tower::{service_fn, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::{BreakerState, Policy};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::classify::Classifier;
 
 type Frame = Result<http_body::Frame<Bytes>, Infallible>;
@@ -79,7 +79,12 @@ fn balancer(
     });
     let backend = Backend::new(BackendId::new("g").unwrap(), endpoint);
     let config = BalanceConfig::builder()
-        .breaker(Policy::builder().consecutive_failures(3).build().unwrap())
+        .breaker(
+            BreakerConfig::builder()
+                .consecutive_failures(3)
+                .build()
+                .unwrap(),
+        )
         .classifier(classifier)
         .build()
         .unwrap();

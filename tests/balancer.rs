@@ -15,7 +15,7 @@ use tower::discover::{Change, ServiceList};
 use tower::ServiceExt;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::{BreakerState, Policy};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::error::{InvalidRoute, NoHealthyBackend};
 use tower_model_balance::ring::RingConfig;
 use tower_model_balance::route::ModelId;
@@ -270,7 +270,7 @@ async fn a_backend_too_heavy_for_the_ring_is_ignored_not_fatal() {
 async fn an_insert_for_a_live_key_keeps_its_breaker_and_a_remove_lets_requests_finish() {
     let f = fleet(2);
     let (tx, changes) = channel_discover();
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(2)
         .minimum_calls(2)
         .build()

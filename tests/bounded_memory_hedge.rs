@@ -7,7 +7,7 @@
 
 use tower::{service_fn, Layer, ServiceExt};
 use tower_model_balance::error::BoxError;
-use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
+use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
 
 #[path = "support/live_heap.rs"]
 mod live_heap;
@@ -33,7 +33,7 @@ async fn send(layer: &HedgeLayer, from: usize, models: usize) {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_million_model_ids_leave_the_hedge_memory_flat() {
-    let policy = HedgePolicy::builder()
+    let policy = HedgeConfig::builder()
         .max_models(MAX_MODELS)
         .build()
         .unwrap();

@@ -12,7 +12,7 @@ use http_body_util::Empty;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Service, ServiceExt};
 use tower_model_balance::breaker::{
-    BreakerState, CircuitBreaker, CircuitBreakerLayer, Policy, ResponseBody,
+    BreakerConfig, BreakerState, CircuitBreaker, CircuitBreakerLayer, ResponseBody,
 };
 use tower_model_balance::classify::ServerErrorsAsFailures;
 use tower_model_balance::error::BreakerOpen;
@@ -23,7 +23,7 @@ use support::{status, Rsp};
 type Req = http::Request<()>;
 type Out = http::Response<ResponseBody<Empty<Bytes>, Infallible>>;
 
-fn policy() -> Policy {
+fn policy() -> BreakerConfig {
     support::quick_trip().half_open_permits(1).build().unwrap()
 }
 
@@ -187,7 +187,7 @@ async fn clones_share_the_breaker_and_new_layers_do_not() {
 async fn a_window_full_of_successes_still_counts_the_failures_after_it() {
     use tower_model_balance::breaker::Breaker as Shared;
     use tower_model_balance::classify::Outcome;
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(4)
         .minimum_calls(4)
         .failure_rate_threshold(0.5)
@@ -263,10 +263,10 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<tower::BoxError>,
 {
-    use tower_model_balance::breaker::{Breaker, CircuitBreaker, Policy};
+    use tower_model_balance::breaker::{Breaker, BreakerConfig, CircuitBreaker};
     use tower_model_balance::classify::ServerErrorsAsFailures;
 
-    let breaker = Breaker::new(Policy::default());
+    let breaker = Breaker::new(BreakerConfig::default());
     let inner = tower::service_fn(move |_req: http::Request<()>| {
         let body = make();
         async move { Ok::<_, Infallible>(http::Response::new(body)) }
@@ -362,7 +362,7 @@ async fn with_admission_forgets_readiness_and_reservations() {
         (Admission::Backpressure, Admission::Backpressure),
     ] {
         let (inner, calls) = counted();
-        let breaker = Breaker::new(Policy::default());
+        let breaker = Breaker::new(BreakerConfig::default());
         let mut service = CircuitBreaker::new(inner, breaker, ServerErrorsAsFailures::default())
             .with_admission(before);
         poll_fn(|cx| service.poll_ready(cx)).await.unwrap();
@@ -382,7 +382,7 @@ async fn a_reserved_backpressure_service_stays_ready_when_polled_again() {
     use tower_model_balance::classify::Outcome;
 
     const OPEN: Duration = Duration::from_secs(5);
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(2)
         .minimum_calls(2)
         .half_open_permits(1)

@@ -12,7 +12,9 @@ use std::time::Duration;
 use tokio::time::advance;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Service, ServiceExt};
-use tower_model_balance::breaker::{Admission, Breaker, BreakerState, CircuitBreaker, Policy};
+use tower_model_balance::breaker::{
+    Admission, Breaker, BreakerConfig, BreakerState, CircuitBreaker,
+};
 use tower_model_balance::classify::{Outcome, ServerErrorsAsFailures};
 use tower_model_balance::error::BreakerOpen;
 use tower_test::mock;
@@ -27,7 +29,7 @@ const OPEN: Duration = Duration::from_secs(10);
 const ROUND: Duration = Duration::from_secs(5);
 const MS: Duration = Duration::from_millis(1);
 
-fn policy(permits: u32) -> Policy {
+fn policy(permits: u32) -> BreakerConfig {
     support::quick_trip()
         .half_open_permits(permits)
         .half_open_max_wait(ROUND)

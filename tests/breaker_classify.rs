@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio::time::advance;
 use tokio_test::assert_ready_ok;
 use tower::Layer;
-use tower_model_balance::breaker::{BreakerState, CircuitBreakerLayer, Policy, StopPoint};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState, CircuitBreakerLayer, StopPoint};
 use tower_model_balance::classify::{
     Classify, GrpcErrorsAsFailures, Outcome, ServerErrorsAsFailures,
 };
@@ -71,7 +71,7 @@ fn trailers(tx: Frames, grpc_status: &str) {
 }
 
 /// Trips on two failures of the last four; one probe; open for 10 s.
-fn policy() -> Policy {
+fn policy() -> BreakerConfig {
     support::quick_trip().half_open_permits(1).build().unwrap()
 }
 
@@ -153,7 +153,7 @@ async fn server_errors_fail_and_successes_do_not() {
 #[tokio::test(start_paused = true)]
 async fn overload_counts_for_the_rate_but_not_the_consecutive_trip() {
     // Consecutive trip only: the window's minimum is out of reach.
-    let fast = Policy::builder()
+    let fast = BreakerConfig::builder()
         .window(100)
         .minimum_calls(100)
         .consecutive_failures(2)
@@ -356,8 +356,8 @@ async fn closures_classify() {
 // === slow calls: stop point and cold loads ===
 
 /// Every timed call of at least `slow` is slow; half of the last four trip.
-fn slow_policy(slow: Duration) -> Policy {
-    Policy::builder()
+fn slow_policy(slow: Duration) -> BreakerConfig {
+    BreakerConfig::builder()
         .window(4)
         .minimum_calls(2)
         .slow_call_duration(slow)

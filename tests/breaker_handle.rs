@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use tokio::time::{advance, Instant};
 use tower_model_balance::breaker::{
-    Breaker, BreakerState, Mode, Policy, PolicyBuilder, Reason, Transition,
+    Breaker, BreakerConfig, BreakerConfigBuilder, BreakerState, Mode, Reason, Transition,
 };
 use tower_model_balance::classify::Outcome;
 
-fn base() -> PolicyBuilder {
-    Policy::builder()
+fn base() -> BreakerConfigBuilder {
+    BreakerConfig::builder()
         .window(4)
         .minimum_calls(2)
         .failure_rate_threshold(0.5)
@@ -30,7 +30,7 @@ fn fail_twice(breaker: &Breaker) {
 type Seen = Arc<Mutex<Vec<(BreakerState, BreakerState, Reason)>>>;
 
 /// A breaker whose hook logs every transition.
-fn logged(policy: PolicyBuilder) -> (Breaker, Seen) {
+fn logged(policy: BreakerConfigBuilder) -> (Breaker, Seen) {
     let seen = Seen::default();
     let log = seen.clone();
     let hook = move |t: &Transition| log.lock().unwrap().push((t.from, t.to, t.reason));

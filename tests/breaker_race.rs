@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Barrier};
 use tokio::time::Instant;
-use tower_model_balance::breaker::{Breaker, BreakerState, Permit, Policy, Reason, Transition};
+use tower_model_balance::breaker::{
+    Breaker, BreakerConfig, BreakerState, Permit, Reason, Transition,
+};
 use tower_model_balance::classify::Outcome;
 
 const TASKS: usize = 64;
@@ -23,7 +25,7 @@ type Seen = Arc<Mutex<Vec<Reason>>>;
 /// A breaker tripped at `t0`, whose hook logs reasons: 5 probes a round,
 /// one failed probe (20%) reopens it, for 1 s exactly.
 fn tripped() -> (Breaker, Instant, Seen) {
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(2)
         .minimum_calls(1)
         .failure_rate_threshold(0.2)
@@ -196,7 +198,7 @@ async fn permits_of_cancelled_tasks_come_back() {
 async fn concurrent_records_all_count() {
     const CALLS: u64 = 100;
     // A window large enough for every call, a threshold never reached.
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(10_000)
         .minimum_calls(10_000)
         .failure_rate_threshold(1.0)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
-use tower_model_balance::breaker::Policy;
+use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::error::{BoxError, BreakerOpen, PayloadTooLarge};
 use tower_model_balance::route::RouteInfo;
 use tower_model_balance::ServiceBuilderExt;
@@ -48,7 +48,7 @@ async fn model_from_body_puts_the_body_model_in_the_extensions() {
 async fn circuit_breaker_opens_on_failures_and_fails_fast() {
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(4)
         .minimum_calls(4)
         .failure_rate_threshold(0.5)
@@ -99,7 +99,7 @@ async fn hedge_sends_a_backup_after_the_delay_unless_the_gate_is_closed() {
 async fn layers_stack_in_the_order_written() {
     // The breaker is outside the timeout: a hung call times out, and the
     // breaker counts the timeout as a failure.
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(2)
         .minimum_calls(2)
         .failure_rate_threshold(1.0)

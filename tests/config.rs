@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use tower_model_balance::balance::{BalanceConfig, BreakerScope, Staging};
-use tower_model_balance::breaker::Policy;
+use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::classify::Classifier;
 use tower_model_balance::config::{ConfigError, StackConfig};
 use tower_model_balance::health::probe::ProbeConfig;
-use tower_model_balance::health::HealthPolicy;
-use tower_model_balance::placement::{PlacementPolicy, WhenCold};
+use tower_model_balance::health::HealthConfig;
+use tower_model_balance::placement::{PlacementConfig, WhenCold};
 use tower_model_balance::ring::RingConfig;
 use tower_model_balance::route::ModelId;
 
@@ -65,7 +65,7 @@ fn the_example_file_is_the_defaults() {
         format!("{:?}", BalanceConfig::default())
     );
     assert_eq!(config.probe, ProbeConfig::default());
-    assert_eq!(config.placement, PlacementPolicy::default());
+    assert_eq!(config.placement, PlacementConfig::default());
     let empty = StackConfig::from_toml("").unwrap();
     assert_eq!(
         format!("{:?}", empty.balance),
@@ -76,14 +76,14 @@ fn the_example_file_is_the_defaults() {
 #[test]
 fn every_value_reaches_its_builder() {
     let config = StackConfig::from_toml(NON_DEFAULTS).unwrap();
-    let breaker = Policy::builder()
+    let breaker = BreakerConfig::builder()
         .time_window(Duration::from_secs(30), 30)
         .consecutive_failures(4)
         .open_duration(Duration::from_millis(750))
         .jitter(false)
         .build()
         .unwrap();
-    let health = HealthPolicy::builder()
+    let health = HealthConfig::builder()
         .weights(0.6, 0.3, 0.1)
         .thresholds(0.1, 0.35)
         .outlier_factor(None)
@@ -114,7 +114,7 @@ fn every_value_reaches_its_builder() {
         .build()
         .unwrap();
     assert_eq!(config.probe, probe);
-    let placement = PlacementPolicy::builder()
+    let placement = PlacementConfig::builder()
         .when_cold(WhenCold::PreferWarm)
         .load_timeout(Duration::from_secs(60))
         .evict(false)
@@ -267,7 +267,7 @@ fn unknown_keys_and_wrong_types_are_parse_errors_with_their_place() {
 fn a_weight_left_out_keeps_its_default() {
     let config = StackConfig::from_toml("[health]\nweights = { latency = 1.0 }").unwrap();
     // Normalized to sum 1 from (1.0, 0.33, 0.17).
-    let health = HealthPolicy::builder()
+    let health = HealthConfig::builder()
         .weights(1.0, 0.33, 0.17)
         .build()
         .unwrap();
@@ -327,7 +327,7 @@ fn a_config_written_as_toml_reads_back_the_same() {
 #[test]
 fn a_duration_set_in_code_is_written_in_whole_milliseconds_rounded_up() {
     let mut config = StackConfig::from_toml("").unwrap();
-    config.placement = PlacementPolicy::builder()
+    config.placement = PlacementConfig::builder()
         .load_timeout(Duration::from_micros(1_500_200))
         .build()
         .unwrap();

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::{Service, ServiceExt};
 use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::Policy;
+use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::discover::Watch;
 use tower_model_balance::health::Ejection;
 use tower_model_balance::route::ModelId;
@@ -81,7 +81,7 @@ async fn an_owner_failing_fast_is_ejected_by_score() {
         .model_owners(ModelId::new("pinned").unwrap(), 1)
         // The breaker alone would stop the traffic first.
         .breaker(
-            Policy::builder()
+            BreakerConfig::builder()
                 .minimum_calls(1000)
                 .window(1000)
                 .build()

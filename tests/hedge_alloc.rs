@@ -19,7 +19,7 @@ use tower::discover::ServiceList;
 use tower::{Layer, Service};
 use tower_model_balance::backend::{BackendId, PickedSlot};
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
+use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
 
 use ready::{request, Ready};
 
@@ -93,7 +93,7 @@ where
 fn a_request_that_does_not_hedge_allocates_only_its_copy_and_slot() {
     // Armed from the first request: every request is copied and carries a
     // slot, none hedges (the endpoint answers at the first poll).
-    let policy = HedgePolicy::builder().min_samples(0).build().unwrap();
+    let policy = HedgeConfig::builder().min_samples(0).build().unwrap();
     let layer = HedgeLayer::new(policy);
     let expected = baseline();
     assert!(expected >= N, "the copy and the slot allocate: {expected}");

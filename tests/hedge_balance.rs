@@ -15,7 +15,7 @@ use tower::{Layer, Service, ServiceExt};
 use tower_model_balance::backend::{BackendId, Exclude, PickedSlot};
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::classify::Outcome;
-use tower_model_balance::hedge::{BalancerLoad, HedgeLayer, HedgePolicy, LoadGate};
+use tower_model_balance::hedge::{BalancerLoad, HedgeConfig, HedgeLayer, LoadGate};
 use tower_model_balance::route::{ModelId, RouteInfo};
 
 type Calls = Arc<Mutex<Vec<&'static str>>>;
@@ -91,7 +91,7 @@ fn request() -> http::Request<String> {
 }
 
 fn layer() -> HedgeLayer {
-    let policy = HedgePolicy::builder()
+    let policy = HedgeConfig::builder()
         .min_samples(0)
         .floor(Duration::from_millis(10))
         .ceiling(Duration::from_millis(10))

@@ -21,7 +21,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_model_balance::backend::{BackendId, Exclude};
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::endpoint::SetOrigin;
-use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
+use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
 use tower_model_balance::route::ModelId;
 
 /// What a server reports.
@@ -106,7 +106,7 @@ async fn the_losing_attempt_is_aborted_at_the_server() {
         let id = BackendId::new(&format!("node-{i}")).unwrap();
         balancer.handle().set_resident_models(&id, [&model]);
     }
-    let policy = HedgePolicy::builder()
+    let policy = HedgeConfig::builder()
         .min_samples(0)
         .floor(Duration::from_millis(20))
         .ceiling(Duration::from_millis(20))

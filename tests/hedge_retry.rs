@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tower::retry::Retry;
 use tower::{service_fn, Layer, ServiceExt};
 use tower_model_balance::error::BoxError;
-use tower_model_balance::hedge::{HedgeLayer, HedgePolicy, RetryPolicy};
+use tower_model_balance::hedge::{HedgeConfig, HedgeLayer, RetryPolicy};
 
 type Rsp = http::Response<()>;
 
@@ -219,7 +219,7 @@ async fn retries_stop_when_the_budget_is_spent() {
 #[tokio::test(start_paused = true)]
 async fn hedges_and_retries_share_one_budget() {
     // Half an extra attempt per request; the layer counts the requests.
-    let hedge_policy = HedgePolicy::builder()
+    let hedge_policy = HedgeConfig::builder()
         .min_samples(0)
         .floor(Duration::from_millis(10))
         .ceiling(Duration::from_millis(10))

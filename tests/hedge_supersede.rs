@@ -14,8 +14,8 @@ use tower::discover::ServiceList;
 use tower::{Layer, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, BalancerHandle, ModelBalancer};
-use tower_model_balance::breaker::{BreakerState, Policy};
-use tower_model_balance::hedge::{Hedge, HedgeHandle, HedgeLayer, HedgePolicy};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState};
+use tower_model_balance::hedge::{Hedge, HedgeConfig, HedgeHandle, HedgeLayer};
 use tower_model_balance::route::ModelId;
 
 /// `node-0` never answers; `node-1` answers at once. Counts `node-0`'s
@@ -77,7 +77,7 @@ fn fleet_with(warm: bool, slow_rate: f64) -> Fleet {
             Backend::new(BackendId::new(&format!("node-{i}")).unwrap(), endpoint)
         })
         .collect();
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(10)
         .minimum_calls(10)
         .consecutive_failures(3)
@@ -101,7 +101,7 @@ fn fleet_with(warm: bool, slow_rate: f64) -> Fleet {
     if warm {
         handle.set_resident_models(&node(0), [&model]);
     }
-    let policy = HedgePolicy::builder()
+    let policy = HedgeConfig::builder()
         .min_samples(0)
         .floor(Duration::from_millis(20))
         .ceiling(Duration::from_millis(20))

@@ -26,14 +26,14 @@ use tower::discover::ServiceList;
 use tower::service_fn;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::{Breaker, BreakerState, Policy};
+use tower_model_balance::breaker::{Breaker, BreakerConfig, BreakerState};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::route::{ModelId, RouteInfo};
 
 /// Open for 1 s exactly; `permits` probes a round, any failed probe of two
 /// reopens it (50%), a round never times out here.
-fn policy(permits: u32) -> Policy {
-    Policy::builder()
+fn policy(permits: u32) -> BreakerConfig {
+    BreakerConfig::builder()
         .window(2)
         .minimum_calls(1)
         .failure_rate_threshold(0.5)

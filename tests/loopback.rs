@@ -12,7 +12,7 @@ use tower::discover::ServiceList;
 use tower::ServiceExt;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::{BreakerState, Policy};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::endpoint::SetOrigin;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::ModelId;
@@ -105,7 +105,7 @@ async fn a_model_sticks_to_its_owner_and_stays_warm() {
 #[tokio::test]
 async fn an_unavailable_owner_is_ejected_then_probed_back() {
     let servers = servers(3).await;
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(4)
         .minimum_calls(3)
         .open_duration(Duration::from_millis(300))

@@ -22,7 +22,7 @@ use tower::util::rng::Rng;
 use tower::Service;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, BreakerScope, ModelBalancer};
-use tower_model_balance::breaker::{CircuitBreakerLayer, Policy};
+use tower_model_balance::breaker::{BreakerConfig, CircuitBreakerLayer};
 
 use lcg::Lcg;
 use ready::{request, Ready};
@@ -133,7 +133,9 @@ fn per_pair() {
 /// wrapper and the record at its end.
 fn breaker_layer() {
     use tower::Layer;
-    let policy = Policy::builder().build().expect("the default policy");
+    let policy = BreakerConfig::builder()
+        .build()
+        .expect("the default policy");
     let mut svc = CircuitBreakerLayer::new(policy).layer(Ready);
     let mut cx = Context::from_waker(Waker::noop());
     let mut send = || {

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tower::discover::{Change, ServiceList};
 use tower::{Service, ServiceExt};
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::{BreakerState, Policy};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::error::NoHealthyBackend;
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo, Urgency};
@@ -104,7 +104,7 @@ async fn a_dropped_guard_is_a_cancellation_counting_nothing() {
     const NAMES: [&str; 3] = ["a", "b", "c"];
     let primary = walk(&NAMES, "m")[0];
     let open_for = Duration::from_secs(5);
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(4)
         .minimum_calls(3)
         .failure_rate_threshold(0.5)
@@ -234,7 +234,7 @@ async fn no_backend_is_a_typed_error_naming_the_model() {
     assert_eq!(handle.in_flight(), 0);
 
     // Every breaker open, panic mode off: the same error, naming the model.
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(4)
         .minimum_calls(3)
         .build()
@@ -273,7 +273,7 @@ fn end_of_time() -> Instant {
 
 #[tokio::test(start_paused = true)]
 async fn a_now_at_the_end_of_time_is_not_a_panic() {
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(2)
         .minimum_calls(1)
         .build()
@@ -338,7 +338,7 @@ async fn the_config_hook_hears_each_backend_breaker_transition_with_its_backend(
     let log = seen.clone();
     let config = BalanceConfig::builder()
         .breaker(
-            Policy::builder()
+            BreakerConfig::builder()
                 .window(4)
                 .minimum_calls(2)
                 .build()

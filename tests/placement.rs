@@ -11,7 +11,7 @@ use std::time::Duration;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::error::{ModelLoadFailed, UnknownModel};
 use tower_model_balance::health::probe::ProbeReport;
-use tower_model_balance::placement::{PlacementPolicy, WaitedForLoad, WhenCold};
+use tower_model_balance::placement::{PlacementConfig, WaitedForLoad, WhenCold};
 use tower_model_balance::route::ModelId;
 
 use placement_fleet::{burst, owner, placed, policy, Loader, Loads, LOAD_TIME, NAMES, REPOSITORY};
@@ -234,7 +234,7 @@ async fn a_full_backend_unloads_a_model_it_does_not_own_to_make_room() {
 
 #[tokio::test(start_paused = true)]
 async fn prefer_warm_serves_from_a_warm_backend_while_the_owner_loads() {
-    let policy = PlacementPolicy::builder()
+    let policy = PlacementConfig::builder()
         .when_cold(WhenCold::PreferWarm)
         .build()
         .unwrap();

@@ -41,7 +41,7 @@ async fn the_client_stack_against_mlserver() {
     use tower_model_balance::health::probe::{
         KServeV2, MetricNames, ProbeConfig, PrometheusMetrics,
     };
-    use tower_model_balance::placement::{KServeV2Loader, PlacementPolicy};
+    use tower_model_balance::placement::{KServeV2Loader, PlacementConfig};
 
     let models = Models::new(6, Duration::from_millis(200), Duration::from_millis(5));
     let Some(fleet) = Fleet::start(Kind::MlServer, 3, models).await else {
@@ -74,7 +74,7 @@ async fn the_client_stack_against_mlserver() {
         probes,
     );
     let _placement = handle
-        .enable_placement(KServeV2Loader::new(), PlacementPolicy::default())
+        .enable_placement(KServeV2Loader::new(), PlacementConfig::default())
         .unwrap();
     // MLServer's own metrics (route templates in label values) parse.
     let target = tower_model_balance::health::probe::ProbeTarget::new(

@@ -13,7 +13,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
     Backend, BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer,
 };
-use tower_model_balance::breaker::{BreakerState, Policy};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::ModelId;
 
@@ -116,7 +116,7 @@ async fn infer(balancer: &ModelBalancer<ByModel>, model: &str) -> u16 {
 
 /// Breakers that open once 3 of the last 4 calls (at least 3) failed.
 fn config(scope: BreakerScope) -> BalanceConfig {
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(4)
         .minimum_calls(3)
         .build()
@@ -199,7 +199,7 @@ async fn with_the_default_scope_the_same_failures_eject_the_backend_for_all() {
 async fn tracked_pairs_never_exceed_max_pairs() {
     let f = Fleet::new();
     // One failure opens a breaker.
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(1)
         .minimum_calls(1)
         .build()

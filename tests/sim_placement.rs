@@ -14,7 +14,7 @@ use tower::ServiceExt;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
-use tower_model_balance::placement::{KServeV2Loader, PlacementPolicy};
+use tower_model_balance::placement::{KServeV2Loader, PlacementConfig};
 use tower_model_balance::sim::{protocol, InferenceTimes, ModelServer, ServerConfig};
 
 type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
@@ -76,7 +76,7 @@ async fn infer(balancer: &ModelBalancer<Endpoint>, model: &str) -> u16 {
 async fn a_herd_for_a_cold_model_makes_one_load_call_per_backend_and_model() {
     let servers = servers(3).await;
     let balancer = balancer(&servers);
-    let policy = PlacementPolicy::builder()
+    let policy = PlacementConfig::builder()
         .load_timeout(Duration::from_secs(5))
         .build()
         .unwrap();

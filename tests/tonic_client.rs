@@ -22,9 +22,9 @@ use std::time::Duration;
 use tonic::metadata::MetadataKey;
 use tonic::{Code, Response, Status};
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::breaker::{BreakerState, Policy};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::error::{InvalidReason, InvalidRoute};
-use tower_model_balance::health::HealthPolicy;
+use tower_model_balance::health::HealthConfig;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::{ModelId, MODEL_ID_HEADER};
 use tower_model_balance::sim::protocol::{BACKEND_HEADER, COLD_LOAD_HEADER};
@@ -62,13 +62,13 @@ async fn fleet(name: &str, n: usize) -> Fleet {
     config.residency_metadata = true;
     // Health never ejects here: the breaker alone must take a failing
     // backend out, whenever the health task runs.
-    config.health = HealthPolicy::builder()
+    config.health = HealthConfig::builder()
         .max_ejected_share(0.0)
         .build()
         .unwrap();
     // Open means open for the whole test: no full jitter, which could draw
     // an open time of a few milliseconds and let a probe through.
-    config.breaker = Policy::builder()
+    config.breaker = BreakerConfig::builder()
         .consecutive_failures(3)
         .jitter(false)
         .open_duration(Duration::from_secs(60))

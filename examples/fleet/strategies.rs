@@ -27,8 +27,8 @@ use tower_model_balance::balance::{
 };
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
-use tower_model_balance::hedge::{BalancerLoad, HedgeHandle, HedgeLayer, HedgePolicy};
-use tower_model_balance::placement::{KServeV2Loader, PlacementPolicy, WaitedForLoad, WhenCold};
+use tower_model_balance::hedge::{BalancerLoad, HedgeConfig, HedgeHandle, HedgeLayer};
+use tower_model_balance::placement::{KServeV2Loader, PlacementConfig, WaitedForLoad, WhenCold};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::RouteInfo;
 use tower_model_balance::sim::{protocol, ModelServer, ServerConfig};
@@ -172,7 +172,7 @@ pub fn build(
             // policy (p95 per model, 5% budget), gated on the balancer's
             // in-flight requests against the servers' serving slots.
             let gate = BalancerLoad::new(handle.clone(), per_backend);
-            let layer = HedgeLayer::with_load_gate(HedgePolicy::default(), gate);
+            let layer = HedgeLayer::with_load_gate(HedgeConfig::default(), gate);
             let hedge = layer.handle();
             Built {
                 strategy: finish(layer.layer(balancer)),
@@ -188,8 +188,8 @@ pub fn build(
 /// Placement for the explicit-load runs: a request whose owner must load
 /// its model goes to a backend already serving it, if one admits, while
 /// the owner loads.
-fn placement_policy() -> PlacementPolicy {
-    PlacementPolicy::builder()
+fn placement_policy() -> PlacementConfig {
+    PlacementConfig::builder()
         .when_cold(WhenCold::PreferWarm)
         .build()
         .expect("a valid placement policy")

@@ -43,16 +43,16 @@ use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer,
     ResidencyHeader,
 };
-use tower_model_balance::breaker::Policy;
+use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::BoxError;
 use tower_model_balance::health::probe::{
     KServeV2, MetricNames, OpenAiModels, ProbeConfig, PrometheusMetrics,
 };
 use tower_model_balance::hedge::{
-    BalancerLoad, Hedge, HedgeHandle, HedgeLayer, HedgePolicy, RetryPolicy,
+    BalancerLoad, Hedge, HedgeConfig, HedgeHandle, HedgeLayer, RetryPolicy,
 };
-use tower_model_balance::placement::{KServeV2Loader, PlacementPolicy, WhenCold};
+use tower_model_balance::placement::{KServeV2Loader, PlacementConfig, WhenCold};
 use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 
 use routes::{prometheus, router, App};
@@ -204,7 +204,7 @@ impl Gateway {
             // Three 5xx in a row open a breaker (the default failure rate
             // needs 10 calls first): a gateway in front of a few backends
             // fails fast sooner.
-            .breaker(Policy::builder().consecutive_failures(3).build()?)
+            .breaker(BreakerConfig::builder().consecutive_failures(3).build()?)
             // One breaker per (backend, model): a model that fails on
             // every server (a broken runtime, a model answering 500 to
             // every inference) opens its own breakers, not the servers'
@@ -240,7 +240,7 @@ impl Gateway {
         // model, if one can take it (`PreferWarm`).
         let placement = match (config.placement, config.probe) {
             (true, Probe::KServe) => {
-                let policy = PlacementPolicy::builder()
+                let policy = PlacementConfig::builder()
                     .when_cold(WhenCold::PreferWarm)
                     .build()?;
                 Some(handle.enable_placement(KServeV2Loader::new(), policy)?)
@@ -250,7 +250,7 @@ impl Gateway {
         // A backup after the model's p95, within 5% of the requests, and
         // none while the fleet is over 80% of its serving slots.
         let gate = BalancerLoad::new(handle.clone(), config.backend_slots);
-        let hedge = HedgeLayer::with_load_gate(HedgePolicy::default(), gate);
+        let hedge = HedgeLayer::with_load_gate(HedgeConfig::default(), gate);
         let app = App {
             stack: stack(balancer, &hedge, config.body_limit)?,
             handle: handle.clone(),

@@ -13,7 +13,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalancerHandle, Guard, ModelBalancer, Staging,
 };
-use tower_model_balance::breaker::Policy;
+use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::discover::Watch;
 use tower_model_balance::health::probe::ProbeReport;
@@ -293,7 +293,7 @@ pub fn balance_config(config: &Config, staged: bool) -> BalanceConfig {
         ),
         false => Staging::new(1.0, Duration::ZERO),
     };
-    let breaker = Policy::builder()
+    let breaker = BreakerConfig::builder()
         .jitter(false)
         .build()
         .expect("the default policy with jitter off");

@@ -29,10 +29,10 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ResidencyHeader,
 };
-use tower_model_balance::breaker::Policy;
+use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::classify::Classifier;
 use tower_model_balance::error::BoxError;
-use tower_model_balance::health::HealthPolicy;
+use tower_model_balance::health::HealthConfig;
 use tower_model_balance::route::{ModelId, RouteInfo};
 use tower_model_balance::sim::protocol::RESIDENT_MODELS_HEADER;
 
@@ -52,12 +52,12 @@ pub struct Config {
     pub timeout: Duration,
     /// Each backend's breaker (default: open after 3 failures in a row,
     /// the open time drawn with full jitter up to 5 s).
-    pub breaker: Policy,
+    pub breaker: BreakerConfig,
     /// Whether answers list the backend's resident models in
     /// `x-sim-resident-models` (the simulated servers do).
     pub residency_metadata: bool,
     /// How backend health is scored and when a backend is ejected.
-    pub health: HealthPolicy,
+    pub health: HealthConfig,
 }
 
 impl Config {
@@ -65,7 +65,7 @@ impl Config {
     /// failures in a row, no residency metadata, the default health
     /// policy.
     pub fn new(backends: Vec<(BackendId, String)>) -> Self {
-        let breaker = Policy::builder()
+        let breaker = BreakerConfig::builder()
             .consecutive_failures(3)
             .build()
             .expect("a valid policy");
@@ -74,7 +74,7 @@ impl Config {
             timeout: Duration::from_secs(10),
             breaker,
             residency_metadata: false,
-            health: HealthPolicy::default(),
+            health: HealthConfig::default(),
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::breaker::{Breaker, BreakerState, TransitionCounts};
 use crate::error::InvalidConfig;
 use crate::health::probe::{ProbeConfig, ProbeError, ProbeReport, Prober};
 use crate::health::HealthStatus;
-use crate::placement::{ModelLoader, PlacementPolicy};
+use crate::placement::{ModelLoader, PlacementConfig};
 use crate::route::ModelId;
 
 /// Requests counted by the branch the balancer took, since it was built.
@@ -218,7 +218,7 @@ impl BalancerHandle {
     pub fn enable_placement<L: ModelLoader>(
         &self,
         loader: L,
-        policy: PlacementPolicy,
+        policy: PlacementConfig,
     ) -> Result<BackgroundTask, InvalidConfig> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| InvalidConfig::new("placement", "enabled inside a Tokio runtime"))?;
@@ -272,7 +272,7 @@ impl BalancerHandle {
     }
 
     /// `backend`'s health as last evaluated (every
-    /// [`HealthPolicyBuilder::interval`](crate::health::HealthPolicyBuilder::interval)):
+    /// [`HealthConfigBuilder::interval`](crate::health::HealthConfigBuilder::interval)):
     /// its score, the weight P2C divides its cost by, whether it is
     /// ejected and why, and the terms. `None` when no current backend has
     /// that ID.

@@ -50,7 +50,7 @@ where
     /// the source ends or fails (the last backend set stays in force), or
     /// until every clone and handle of the balancer is dropped.
     /// A second task evaluates backend health every
-    /// [`HealthPolicyBuilder::interval`](crate::health::HealthPolicyBuilder::interval)
+    /// [`HealthConfigBuilder::interval`](crate::health::HealthConfigBuilder::interval)
     /// until every clone and handle is dropped (built outside a runtime
     /// from a source that has ended, the balancer logs a warning and keeps
     /// every backend's health neutral).

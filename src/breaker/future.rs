@@ -4,13 +4,13 @@
 //! ```
 //! use tower::{service_fn, Layer, Service, ServiceExt};
 //! use tower_model_balance::breaker::future::ResponseFuture;
-//! use tower_model_balance::breaker::{CircuitBreakerLayer, Policy};
+//! use tower_model_balance::breaker::{CircuitBreakerLayer, BreakerConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let backend = service_fn(|_req: http::Request<()>| async {
 //!     Ok::<_, std::io::Error>(http::Response::new(String::from("ok")))
 //! });
-//! let mut breaker = CircuitBreakerLayer::new(Policy::default()).layer(backend);
+//! let mut breaker = CircuitBreakerLayer::new(BreakerConfig::default()).layer(backend);
 //! let future: ResponseFuture<_, _> = breaker.ready().await.unwrap().call(http::Request::new(()));
 //! assert_eq!(future.await.unwrap().status(), 200);
 //! # }

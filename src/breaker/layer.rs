@@ -3,14 +3,14 @@ use tower_layer::Layer;
 use std::fmt;
 use std::sync::Arc;
 
-use super::{Admission, Breaker, CircuitBreaker, OnTransition, Policy, StopPoint};
+use super::{Admission, Breaker, BreakerConfig, CircuitBreaker, OnTransition, StopPoint};
 use crate::classify::{ColdLoad, ServerErrorsAsFailures};
 
 /// Wraps a service in a [`CircuitBreaker`] with its own [`Breaker`], shared
 /// by the clones of the wrapped service.
 #[derive(Clone)]
 pub struct CircuitBreakerLayer<C = ServerErrorsAsFailures> {
-    policy: Policy,
+    policy: BreakerConfig,
     classifier: C,
     admission: Admission,
     stop: StopPoint,
@@ -31,7 +31,7 @@ impl<C: fmt::Debug> fmt::Debug for CircuitBreakerLayer<C> {
 
 impl CircuitBreakerLayer {
     /// A layer with `policy`, the default HTTP classifier, failing fast.
-    pub const fn new(policy: Policy) -> Self {
+    pub const fn new(policy: BreakerConfig) -> Self {
         Self {
             policy,
             classifier: ServerErrorsAsFailures,
@@ -71,9 +71,9 @@ impl<C> CircuitBreakerLayer<C> {
     /// [`ColdLoad`], so call it after [`classifier`](Self::classifier).
     ///
     /// ```
-    /// use tower_model_balance::breaker::{CircuitBreakerLayer, Policy};
+    /// use tower_model_balance::breaker::{CircuitBreakerLayer, BreakerConfig};
     ///
-    /// let layer = CircuitBreakerLayer::new(Policy::default())
+    /// let layer = CircuitBreakerLayer::new(BreakerConfig::default())
     ///     .cold_load(|rsp: &http::Response<hyper::body::Incoming>| {
     ///         rsp.headers().contains_key("x-model-cold-load")
     ///     });

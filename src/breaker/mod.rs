@@ -4,11 +4,11 @@
 //! use bytes::Bytes;
 //! use http_body_util::Empty;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_model_balance::breaker::{CircuitBreakerLayer, Policy};
+//! use tower_model_balance::breaker::{CircuitBreakerLayer, BreakerConfig};
 //! use tower_model_balance::error::BreakerOpen;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let policy = Policy::builder().window(4).minimum_calls(4).build().unwrap();
+//! let policy = BreakerConfig::builder().window(4).minimum_calls(4).build().unwrap();
 //! let mut svc = ServiceBuilder::new()
 //!     .layer(CircuitBreakerLayer::new(policy))
 //!     .service(service_fn(|_req: http::Request<()>| async {
@@ -107,12 +107,12 @@
 //! use tower::discover::ServiceList;
 //! use tower::load::Constant;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_model_balance::breaker::{Admission, CircuitBreakerLayer, Policy};
+//! use tower_model_balance::breaker::{Admission, CircuitBreakerLayer, BreakerConfig};
 //! use tower_model_balance::classify::Outcome;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
 //! // Open for 5 s (no jitter: it could draw a shorter time).
-//! let policy = Policy::builder().window(4).minimum_calls(2).jitter(false).build()?;
+//! let policy = BreakerConfig::builder().window(4).minimum_calls(2).jitter(false).build()?;
 //! let backends: Vec<_> = (0..2)
 //!     .map(|id| {
 //!         ServiceBuilder::new()
@@ -179,10 +179,10 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tower_model_balance::breaker::{CircuitBreakerLayer, Policy, StopPoint};
+//! use tower_model_balance::breaker::{CircuitBreakerLayer, BreakerConfig, StopPoint};
 //! use tower_model_balance::classify::GrpcErrorsAsFailures;
 //!
-//! let policy = Policy::builder().slow_call_duration(Duration::from_secs(2)).build().unwrap();
+//! let policy = BreakerConfig::builder().slow_call_duration(Duration::from_secs(2)).build().unwrap();
 //! let layer = CircuitBreakerLayer::new(policy)
 //!     .classifier(GrpcErrorsAsFailures::new())
 //!     .stop_point(StopPoint::FirstFrame)
@@ -212,7 +212,7 @@ pub use self::admission::Admission;
 pub use self::body::{ResponseBody, StopPoint};
 pub use self::events::OnTransition;
 pub use self::layer::CircuitBreakerLayer;
-pub use self::policy::{Policy, PolicyBuilder, SlidingWindow};
+pub use self::policy::{BreakerConfig, BreakerConfigBuilder, SlidingWindow};
 pub use self::service::CircuitBreaker;
 pub use self::shared::{Breaker, Permit};
 #[cfg(feature = "balance")]

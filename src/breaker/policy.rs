@@ -27,7 +27,7 @@ pub enum SlidingWindow {
 
 /// When a breaker trips, how long it stays open and how it probes.
 ///
-/// Built with [`Policy::builder`]; [`PolicyBuilder::build`] validates every
+/// Built with [`BreakerConfig::builder`]; [`BreakerConfigBuilder::build`] validates every
 /// value and names the first field out of range. Defaults (in the manner
 /// of resilience4j, scaled to an inference backend):
 ///
@@ -46,7 +46,7 @@ pub enum SlidingWindow {
 /// | `jitter` | on | on / off |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct Policy {
+pub struct BreakerConfig {
     pub(crate) window: SlidingWindow,
     pub(crate) minimum_calls: usize,
     pub(crate) failure_rate_threshold: f64,
@@ -60,7 +60,7 @@ pub struct Policy {
     pub(crate) jitter: bool,
 }
 
-impl Default for Policy {
+impl Default for BreakerConfig {
     fn default() -> Self {
         Self {
             window: SlidingWindow::Count { calls: 20 },
@@ -78,7 +78,7 @@ impl Default for Policy {
     }
 }
 
-impl Policy {
+impl BreakerConfig {
     /// The sliding window.
     pub(crate) fn window(&self) -> SlidingWindow {
         self.window
@@ -158,20 +158,20 @@ impl Policy {
     }
 
     /// A builder starting from the defaults.
-    pub fn builder() -> PolicyBuilder {
-        PolicyBuilder {
-            policy: Policy::default(),
+    pub fn builder() -> BreakerConfigBuilder {
+        BreakerConfigBuilder {
+            policy: BreakerConfig::default(),
         }
     }
 }
 
-/// Builds a validated [`Policy`].
+/// Builds a validated [`BreakerConfig`].
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_model_balance::breaker::Policy;
+/// use tower_model_balance::breaker::BreakerConfig;
 ///
-/// let policy = Policy::builder()
+/// let policy = BreakerConfig::builder()
 ///     .time_window(Duration::from_secs(30), 10)
 ///     .minimum_calls(20)
 ///     .failure_rate_threshold(0.25)
@@ -184,15 +184,15 @@ impl Policy {
 ///     .unwrap();
 /// assert!(format!("{policy:?}").contains("consecutive_failures: Some(5)"));
 ///
-/// let err = Policy::builder().failure_rate_threshold(1.5).build().unwrap_err();
+/// let err = BreakerConfig::builder().failure_rate_threshold(1.5).build().unwrap_err();
 /// assert_eq!(err.field, "failure_rate_threshold");
 /// ```
 #[derive(Debug, Clone)]
-pub struct PolicyBuilder {
-    policy: Policy,
+pub struct BreakerConfigBuilder {
+    policy: BreakerConfig,
 }
 
-impl PolicyBuilder {
+impl BreakerConfigBuilder {
     /// A count-based window of the last `calls` calls (1 ..= 10 000;
     /// default 20).
     pub fn window(mut self, calls: usize) -> Self {
@@ -298,7 +298,7 @@ impl PolicyBuilder {
     /// # Errors
     ///
     /// [`InvalidConfig`] naming the first field out of its range.
-    pub fn build(self) -> Result<Policy, InvalidConfig> {
+    pub fn build(self) -> Result<BreakerConfig, InvalidConfig> {
         let p = self.policy;
         let within = |d: Duration, lo: Duration, hi: Duration| (lo..=hi).contains(&d);
         const MS: Duration = Duration::from_millis(1);

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::events::OnTransition;
 use super::state::{CircuitState, Metrics, Mode, Refused, Ticket, TransitionCounts};
-use super::{BreakerState, Policy};
+use super::{BreakerConfig, BreakerState};
 use crate::classify::Outcome;
 use crate::error::BreakerOpen;
 use crate::sync::{AtomicBool, AtomicU64, Mutex};
@@ -25,11 +25,11 @@ use crate::sync::{AtomicBool, AtomicU64, Mutex};
 /// [`Breaker::metrics_only`] and [`Breaker::reset`].
 ///
 /// ```
-/// use tower_model_balance::breaker::{Breaker, BreakerState, Policy};
+/// use tower_model_balance::breaker::{Breaker, BreakerState, BreakerConfig};
 /// use tower_model_balance::classify::Outcome;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let breaker = Breaker::new(Policy::builder().window(4).minimum_calls(2).build().unwrap());
+/// let breaker = Breaker::new(BreakerConfig::builder().window(4).minimum_calls(2).build().unwrap());
 /// for _ in 0..2 {
 ///     breaker.try_acquire().unwrap().record(Outcome::Failure);
 /// }
@@ -99,7 +99,7 @@ impl Drop for Inner {
 
 impl Breaker {
     /// A closed breaker with `policy`.
-    pub fn new(policy: Policy) -> Self {
+    pub fn new(policy: BreakerConfig) -> Self {
         Self::build(policy, None, None)
     }
 
@@ -110,20 +110,20 @@ impl Breaker {
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};
-    /// use tower_model_balance::breaker::{Breaker, BreakerState, Policy, Transition};
+    /// use tower_model_balance::breaker::{Breaker, BreakerState, BreakerConfig, Transition};
     /// use tower_model_balance::classify::Outcome;
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let seen = Arc::new(Mutex::new(Vec::new()));
     /// let log = seen.clone();
-    /// let policy = Policy::builder().window(2).minimum_calls(2).build().unwrap();
+    /// let policy = BreakerConfig::builder().window(2).minimum_calls(2).build().unwrap();
     /// let breaker = Breaker::with_hook(policy, move |t: &Transition| log.lock().unwrap().push(t.to));
     /// breaker.try_acquire().unwrap().record(Outcome::Failure);
     /// breaker.try_acquire().unwrap().record(Outcome::Failure);
     /// assert_eq!(*seen.lock().unwrap(), [BreakerState::Open]);
     /// # }
     /// ```
-    pub fn with_hook(policy: Policy, hook: impl OnTransition) -> Self {
+    pub fn with_hook(policy: BreakerConfig, hook: impl OnTransition) -> Self {
         Self::build(policy, None, Some(Box::new(hook)))
     }
 
@@ -131,7 +131,7 @@ impl Breaker {
     /// breakers sharing it are open or half-open.
     #[cfg(feature = "balance")]
     pub(crate) fn with_gauge(
-        policy: Policy,
+        policy: BreakerConfig,
         not_closed: Arc<AtomicUsize>,
         hook: Option<Box<dyn OnTransition>>,
     ) -> Self {
@@ -139,7 +139,7 @@ impl Breaker {
     }
 
     fn build(
-        policy: Policy,
+        policy: BreakerConfig,
         not_closed: Option<Arc<AtomicUsize>>,
         hook: Option<Box<dyn OnTransition>>,
     ) -> Self {
@@ -372,7 +372,7 @@ impl Breaker {
     }
 
     /// The policy in force.
-    pub fn policy(&self) -> Policy {
+    pub fn policy(&self) -> BreakerConfig {
         self.lock().policy().clone()
     }
 

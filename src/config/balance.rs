@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{invalid, ms, ConfigError};
 use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, Staging};
-use crate::breaker::Policy;
+use crate::breaker::BreakerConfig;
 use crate::classify::Classifier;
-use crate::health::HealthPolicy;
+use crate::health::HealthConfig;
 use crate::ring::RingConfig;
 use crate::route::ModelId;
 
@@ -109,8 +109,8 @@ impl serde::de::Visitor<'_> for RingSeedVisitor {
 impl BalanceFile {
     pub(super) fn build(
         self,
-        breaker: Policy,
-        health: HealthPolicy,
+        breaker: BreakerConfig,
+        health: HealthConfig,
     ) -> Result<BalanceConfig, ConfigError> {
         let err = |e| invalid("balance", e);
         let mut b = BalanceConfig::builder().breaker(breaker).health(health);

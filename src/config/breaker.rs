@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{invalid, ms, ConfigError};
-use crate::breaker::Policy;
+use crate::breaker::BreakerConfig;
 
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -37,8 +37,8 @@ pub(super) struct BreakerFile {
 }
 
 impl BreakerFile {
-    pub(super) fn build(self) -> Result<Policy, ConfigError> {
-        let mut b = Policy::builder();
+    pub(super) fn build(self) -> Result<BreakerConfig, ConfigError> {
+        let mut b = BreakerConfig::builder();
         if let (Some(_), Some(_)) = (self.window, self.time_window_ms) {
             return Err(ConfigError::Invalid {
                 key: "breaker.window".into(),

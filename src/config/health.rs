@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{invalid, ms, ConfigError};
 use crate::health::probe::ProbeConfig;
-use crate::health::HealthPolicy;
+use crate::health::HealthConfig;
 
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -56,9 +56,9 @@ pub(super) struct HealthFile {
 }
 
 impl HealthFile {
-    pub(super) fn build(self) -> Result<HealthPolicy, ConfigError> {
-        let defaults = HealthPolicy::default();
-        let mut b = HealthPolicy::builder();
+    pub(super) fn build(self) -> Result<HealthConfig, ConfigError> {
+        let defaults = HealthConfig::default();
+        let mut b = HealthConfig::builder();
         if let Some(w) = self.weights {
             // A weight left out keeps its default.
             let [latency, capacity, connection] = defaults.weights();

@@ -13,7 +13,7 @@
 //! ```
 //! use std::time::Duration;
 //! use tower_model_balance::balance::BalanceConfig;
-//! use tower_model_balance::breaker::Policy;
+//! use tower_model_balance::breaker::BreakerConfig;
 //! use tower_model_balance::config::StackConfig;
 //! use tower_model_balance::health::probe::ProbeConfig;
 //!
@@ -28,7 +28,7 @@
 //!     [probe]
 //!     interval_ms = 1000
 //! "#).unwrap();
-//! let breaker = Policy::builder().open_duration(Duration::from_secs(2)).build().unwrap();
+//! let breaker = BreakerConfig::builder().open_duration(Duration::from_secs(2)).build().unwrap();
 //! let balance = BalanceConfig::builder().owners(3).load_factor(1.5).breaker(breaker).build().unwrap();
 //! assert_eq!(config.balance, balance);
 //! let probe = ProbeConfig::builder().interval(Duration::from_secs(1)).build().unwrap();
@@ -44,7 +44,7 @@ use std::time::Duration;
 use crate::balance::BalanceConfig;
 use crate::error::InvalidConfig;
 use crate::health::probe::ProbeConfig;
-use crate::placement::PlacementPolicy;
+use crate::placement::PlacementConfig;
 
 mod balance;
 mod breaker;
@@ -65,7 +65,7 @@ pub struct StackConfig {
     /// Active probes.
     pub probe: ProbeConfig,
     /// On-demand placement.
-    pub placement: PlacementPolicy,
+    pub placement: PlacementConfig,
 }
 
 impl StackConfig {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{invalid, ms, ConfigError};
-use crate::placement::{PlacementPolicy, WhenCold};
+use crate::placement::{PlacementConfig, WhenCold};
 
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -20,8 +20,8 @@ pub(super) struct PlacementFile {
 }
 
 impl PlacementFile {
-    pub(super) fn build(self) -> Result<PlacementPolicy, ConfigError> {
-        let mut b = PlacementPolicy::builder();
+    pub(super) fn build(self) -> Result<PlacementConfig, ConfigError> {
+        let mut b = PlacementConfig::builder();
         if let Some(d) = self.load_timeout_ms {
             b = b.load_timeout(ms(d));
         }

@@ -8,10 +8,10 @@
 //! use tower_model_balance::backend::BackendId;
 //! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 //! use tower_model_balance::health::probe::ProbeReport;
-//! use tower_model_balance::health::{Ejection, HealthPolicy, LoadSignals};
+//! use tower_model_balance::health::{Ejection, HealthConfig, LoadSignals};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
-//! let policy = HealthPolicy::builder().thresholds(0.2, 0.35).build().unwrap();
+//! let policy = HealthConfig::builder().thresholds(0.2, 0.35).build().unwrap();
 //! let config = BalanceConfig::builder().health(policy.clone()).build().unwrap();
 //! let backends = ["gpu-0", "gpu-1", "gpu-2"].map(|name| {
 //!     let endpoint = service_fn(|_req: http::Request<String>| async {
@@ -47,7 +47,7 @@
 //!
 //! Each backend's **score** in [0, 1] is DESIGN.md's: `(1 − error_rate) ×
 //! (0.5 × latency + 0.33 × capacity + 0.17 × connection)` (weights
-//! configurable, see [`HealthPolicy`]). The error rate is an EWMA over
+//! configurable, see [`HealthConfig`]). The error rate is an EWMA over
 //! outcomes — requests through the balancer and probes, a probe that fails
 //! or answers not ready counting as a failure; the latency term is the
 //! backend's own learned baseline p99 over its recent p99, a failure
@@ -93,7 +93,7 @@ mod signals;
 
 pub mod probe;
 
-pub use self::policy::{HealthPolicy, HealthPolicyBuilder};
+pub use self::policy::{HealthConfig, HealthConfigBuilder};
 pub(crate) use self::score::{evaluate, HealthState, Observation};
 pub use self::score::{Ejection, HealthStatus};
 pub use self::signals::LoadSignals;

@@ -7,11 +7,11 @@ mod builder;
 #[cfg(test)]
 mod tests;
 
-pub use self::builder::HealthPolicyBuilder;
+pub use self::builder::HealthConfigBuilder;
 
 /// How backend health is scored and when a backend is ejected.
 ///
-/// Built with [`HealthPolicy::builder`]; [`HealthPolicyBuilder::build`]
+/// Built with [`HealthConfig::builder`]; [`HealthConfigBuilder::build`]
 /// validates every value and names the first field out of range.
 ///
 /// | field | default | range |
@@ -32,7 +32,7 @@ pub use self::builder::HealthPolicyBuilder;
 /// | `warm_up_min_weight` | 0.5 | (0, 1] |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct HealthPolicy {
+pub struct HealthConfig {
     /// Latency, capacity and connection weights, normalized to sum 1.
     pub(crate) weights: [f64; 3],
     pub(crate) interval: Duration,
@@ -51,7 +51,7 @@ pub struct HealthPolicy {
     pub(crate) warm_up_min_weight: f64,
 }
 
-impl Default for HealthPolicy {
+impl Default for HealthConfig {
     fn default() -> Self {
         Self {
             weights: [0.5, 0.33, 0.17],
@@ -73,10 +73,10 @@ impl Default for HealthPolicy {
     }
 }
 
-impl HealthPolicy {
+impl HealthConfig {
     /// A builder starting from the defaults.
-    pub fn builder() -> HealthPolicyBuilder {
-        HealthPolicyBuilder {
+    pub fn builder() -> HealthConfigBuilder {
+        HealthConfigBuilder {
             policy: Self::default(),
             weights: [0.5, 0.33, 0.17],
         }

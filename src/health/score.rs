@@ -39,7 +39,7 @@
 
 use std::time::Duration;
 
-use super::{HealthPolicy, LoadSignals};
+use super::{HealthConfig, LoadSignals};
 
 /// Consecutive intervals with data a backend must be slow in before it is
 /// ejected as a latency outlier: a passing queue (behind a cold load, say)
@@ -108,7 +108,7 @@ pub struct HealthStatus {
     /// Why it is ejected, if it is.
     pub ejected: Option<Ejection>,
     /// Whether it asked to be ejected and the ejection cap
-    /// ([`max_ejected_share`](super::HealthPolicyBuilder::max_ejected_share)) kept
+    /// ([`max_ejected_share`](super::HealthConfigBuilder::max_ejected_share)) kept
     /// it in: it still serves, but counts as unhealthy for the balancer's
     /// panic threshold.
     pub held_by_cap: bool,
@@ -191,11 +191,11 @@ impl HealthState {
 
     /// The cost weight: the score, times the warm-up ramp from
     /// `warm_up_min_weight` to 1.
-    pub(crate) fn weight(&self, p: &HealthPolicy) -> f64 {
+    pub(crate) fn weight(&self, p: &HealthConfig) -> f64 {
         self.score * self.ramp(p)
     }
 
-    fn ramp(&self, p: &HealthPolicy) -> f64 {
+    fn ramp(&self, p: &HealthConfig) -> f64 {
         if !self.warming || p.warm_up.is_zero() || self.age >= p.warm_up {
             return 1.0;
         }
@@ -203,7 +203,7 @@ impl HealthState {
         p.warm_up_min_weight + (1.0 - p.warm_up_min_weight) * progress
     }
 
-    pub(crate) fn status(&self, p: &HealthPolicy) -> HealthStatus {
+    pub(crate) fn status(&self, p: &HealthConfig) -> HealthStatus {
         HealthStatus {
             score: self.score,
             ejection_score: self.ejection_score,
@@ -219,7 +219,7 @@ impl HealthState {
     }
 
     /// Folds one interval of `dt` into the terms and the score.
-    pub(crate) fn update(&mut self, p: &HealthPolicy, obs: &Observation, dt: Duration) {
+    pub(crate) fn update(&mut self, p: &HealthConfig, obs: &Observation, dt: Duration) {
         self.age = self.age.saturating_add(dt);
         let decay = 0.5f64.powf(dt.as_secs_f64() / p.relax_half_life.as_secs_f64());
         // Error rate: one EWMA step per outcome, the interval's as a batch.
@@ -271,7 +271,7 @@ impl HealthState {
     /// verdict, `peers_ms` the median recent p99 of the fleet.
     fn judge_slowness(
         &mut self,
-        p: &HealthPolicy,
+        p: &HealthConfig,
         obs: &Observation,
         peers_ms: Option<f64>,
         dt: Duration,
@@ -310,7 +310,7 @@ impl HealthState {
     /// be slow too, with no failure in it: the smoothed p99 of a backend
     /// that failed a while ago still carries the failure penalty, and a
     /// backend healed since, serving fast, is no outlier.
-    fn is_outlier(&self, p: &HealthPolicy, obs: &Observation, peers_ms: Option<f64>) -> bool {
+    fn is_outlier(&self, p: &HealthConfig, obs: &Observation, peers_ms: Option<f64>) -> bool {
         match (p.outlier_factor, self.baseline_ms, self.p99_ms) {
             (Some(factor), Some(base), Some(recent)) => {
                 self.error_rate < FAILING
@@ -324,7 +324,7 @@ impl HealthState {
     }
 
     /// What this backend asks for after [`HealthState::update`].
-    fn verdict(&self, p: &HealthPolicy, obs: &Observation) -> Verdict {
+    fn verdict(&self, p: &HealthConfig, obs: &Observation) -> Verdict {
         match self.ejected {
             Some(Ejection::Score) if self.ejection_score > p.readmit_above => Verdict::Readmit,
             Some(Ejection::Outlier) if self.remaining.is_zero() => Verdict::Readmit,
@@ -337,7 +337,7 @@ impl HealthState {
         }
     }
 
-    fn eject(&mut self, p: &HealthPolicy, why: Ejection) {
+    fn eject(&mut self, p: &HealthConfig, why: Ejection) {
         self.ejected = Some(why);
         if why == Ejection::Outlier {
             self.streak = (self.streak + 1).min(MAX_OUTLIER_STREAK);
@@ -363,7 +363,7 @@ enum Verdict {
 }
 
 /// The capacity term from load signals, if they say anything.
-fn capacity(p: &HealthPolicy, load: &LoadSignals, gpu_memory: Option<u64>) -> Option<f64> {
+fn capacity(p: &HealthConfig, load: &LoadSignals, gpu_memory: Option<u64>) -> Option<f64> {
     let finite = |x: Option<f64>| x.filter(|v| v.is_finite() && *v >= 0.0);
     // A usage over 1 is a percentage by mistake, not a full cache: unread.
     let kv = finite(load.kv_cache_usage)
@@ -389,7 +389,7 @@ fn capacity(p: &HealthPolicy, load: &LoadSignals, gpu_memory: Option<u64>) -> Op
 /// `max_ejected` are out; those left asking are *held* (in only by the
 /// cap).
 pub(crate) fn evaluate(
-    p: &HealthPolicy,
+    p: &HealthConfig,
     fleet: &mut [(&mut HealthState, Observation)],
     dt: Duration,
 ) {

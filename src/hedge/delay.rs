@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::HedgePolicy;
+use super::HedgeConfig;
 use crate::histogram::{quantile_upper_micros, Counts, LatencyHistogram, BUCKETS};
 
 /// How often a window's percentile is recomputed at most, in ms.
@@ -120,7 +120,7 @@ pub(crate) struct Delays {
 }
 
 impl Delays {
-    pub(crate) fn new(policy: &HedgePolicy, now: Instant) -> Self {
+    pub(crate) fn new(policy: &HedgeConfig, now: Instant) -> Self {
         let models = policy.max_models.max(1);
         let half = u64::try_from(policy.window.as_millis() / 2).unwrap_or(u64::MAX);
         Self {

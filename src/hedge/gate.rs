@@ -2,7 +2,7 @@
 
 /// Reports how loaded the fleet behind a [`HedgeLayer`](super::HedgeLayer)
 /// is; no hedge is sent while the utilization is above the policy's
-/// [`max_utilization`](super::HedgePolicyBuilder::max_utilization).
+/// [`max_utilization`](super::HedgeConfigBuilder::max_utilization).
 ///
 /// Asked only when a hedge is about to be sent, never on a request that
 /// does not hedge. Implemented for closures returning the utilization, and

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::shared::{HedgeHandle, Shared};
-use super::{Hedge, HedgePolicy, LoadGate, RetryPolicy};
+use super::{Hedge, HedgeConfig, LoadGate, RetryPolicy};
 use crate::classify::ServerErrorsAsFailures;
 
 /// Wraps a service in [`Hedge`]; see the [module docs](super).
@@ -19,7 +19,7 @@ pub struct HedgeLayer<C = ServerErrorsAsFailures> {
 
 impl HedgeLayer {
     /// A layer hedging by `policy`, with no load gate.
-    pub fn new(policy: HedgePolicy) -> Self {
+    pub fn new(policy: HedgeConfig) -> Self {
         Self {
             shared: Arc::new(Shared::new(policy, None)),
             classify: ServerErrorsAsFailures,
@@ -28,8 +28,8 @@ impl HedgeLayer {
 
     /// A layer hedging by `policy` that sends no hedge while `gate` reports
     /// a utilization above
-    /// [`max_utilization`](super::HedgePolicyBuilder::max_utilization).
-    pub fn with_load_gate(policy: HedgePolicy, gate: impl LoadGate) -> Self {
+    /// [`max_utilization`](super::HedgeConfigBuilder::max_utilization).
+    pub fn with_load_gate(policy: HedgeConfig, gate: impl LoadGate) -> Self {
         Self {
             shared: Arc::new(Shared::new(policy, Some(Box::new(gate)))),
             classify: ServerErrorsAsFailures,
@@ -53,9 +53,9 @@ impl<C> HedgeLayer<C> {
     /// use std::time::Duration;
     /// use tower_model_balance::classify::Outcome;
     /// use tower_model_balance::error::BoxError;
-    /// use tower_model_balance::hedge::{HedgeLayer, HedgePolicy};
+    /// use tower_model_balance::hedge::{HedgeLayer, HedgeConfig};
     ///
-    /// let policy = HedgePolicy::builder().ceiling(Duration::from_secs(1)).build().unwrap();
+    /// let policy = HedgeConfig::builder().ceiling(Duration::from_secs(1)).build().unwrap();
     /// // Every answer wins; only errors fail.
     /// let layer = HedgeLayer::new(policy).classify(|_: Result<&u32, &BoxError>| Outcome::Success);
     /// # drop(layer);

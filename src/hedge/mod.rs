@@ -7,7 +7,7 @@
 //! use tower::{discover::ServiceList, service_fn, ServiceBuilder, ServiceExt};
 //! use tower_model_balance::backend::BackendId;
 //! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-//! use tower_model_balance::hedge::{BalancerLoad, HedgeLayer, HedgePolicy};
+//! use tower_model_balance::hedge::{BalancerLoad, HedgeLayer, HedgeConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
 //! let backends = ["gpu-0", "gpu-1", "gpu-2"].map(|name| {
@@ -20,7 +20,7 @@
 //!
 //! // Hedge after each model's p95, at most 5% extra requests, and not while
 //! // the balancer's in-flight requests exceed 80% of 3 backends × 4 slots.
-//! let policy = HedgePolicy::builder().ceiling(Duration::from_secs(1)).build()?;
+//! let policy = HedgeConfig::builder().ceiling(Duration::from_secs(1)).build()?;
 //! let layer = HedgeLayer::with_load_gate(policy, BalancerLoad::new(balancer.handle(), 4));
 //! let hedges = layer.handle();
 //! let client = ServiceBuilder::new().layer(layer).service(balancer);
@@ -52,7 +52,7 @@
 //!   has a minimum of samples. Only successes and superseded first attempts
 //!   (how long they ran before the backup won) feed it: fast failures must
 //!   not pull the delay down, and the slow answers a hedge cuts short must
-//!   not vanish from it. See [`HedgePolicy`].
+//!   not vanish from it. See [`HedgeConfig`].
 //! * **Budget**: hedges (and the retries of a [`RetryPolicy`] built from
 //!   the layer) are at most a share of the requests (5%) over a sliding
 //!   window. An empty budget only stops a backup; the first attempt runs
@@ -121,7 +121,7 @@ pub use self::future::ResponseFuture;
 pub use self::gate::BalancerLoad;
 pub use self::gate::LoadGate;
 pub use self::layer::HedgeLayer;
-pub use self::policy::{HedgePolicy, HedgePolicyBuilder};
+pub use self::policy::{HedgeConfig, HedgeConfigBuilder};
 pub use self::request::CloneRequest;
 pub use self::retry::RetryPolicy;
 pub use self::service::Hedge;

@@ -6,7 +6,7 @@ use crate::error::InvalidConfig;
 
 /// When to send a backup attempt, and how many may be sent.
 ///
-/// Built with [`HedgePolicy::builder`]; [`HedgePolicyBuilder::build`]
+/// Built with [`HedgeConfig::builder`]; [`HedgeConfigBuilder::build`]
 /// validates every value and names the first field out of range. Defaults:
 ///
 /// | field | default | range |
@@ -43,7 +43,7 @@ use crate::error::InvalidConfig;
 /// layer then only measures).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct HedgePolicy {
+pub struct HedgeConfig {
     pub(crate) percentile: f64,
     pub(crate) median_factor: f64,
     pub(crate) window: Duration,
@@ -57,7 +57,7 @@ pub struct HedgePolicy {
     pub(crate) max_utilization: f64,
 }
 
-impl Default for HedgePolicy {
+impl Default for HedgeConfig {
     fn default() -> Self {
         Self {
             percentile: 0.95,
@@ -75,40 +75,40 @@ impl Default for HedgePolicy {
     }
 }
 
-impl HedgePolicy {
+impl HedgeConfig {
     /// A builder starting from the defaults.
-    pub fn builder() -> HedgePolicyBuilder {
-        HedgePolicyBuilder {
+    pub fn builder() -> HedgeConfigBuilder {
+        HedgeConfigBuilder {
             policy: Self::default(),
         }
     }
 }
 
-/// Builds a validated [`HedgePolicy`].
+/// Builds a validated [`HedgeConfig`].
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_model_balance::hedge::HedgePolicy;
+/// use tower_model_balance::hedge::HedgeConfig;
 ///
-/// let policy = HedgePolicy::builder()
+/// let policy = HedgeConfig::builder()
 ///     .percentile(0.9)
 ///     .floor(Duration::from_millis(5))
 ///     .ceiling(Duration::from_millis(500))
 ///     .budget_ratio(0.02)
 ///     .build()
 ///     .unwrap();
-/// assert_ne!(policy, HedgePolicy::default());
-/// assert_eq!(HedgePolicy::builder().build().unwrap(), HedgePolicy::default());
+/// assert_ne!(policy, HedgeConfig::default());
+/// assert_eq!(HedgeConfig::builder().build().unwrap(), HedgeConfig::default());
 ///
-/// let err = HedgePolicy::builder().budget_ratio(1.5).build().unwrap_err();
+/// let err = HedgeConfig::builder().budget_ratio(1.5).build().unwrap_err();
 /// assert_eq!(err.field, "budget_ratio");
 /// ```
 #[derive(Debug, Clone)]
-pub struct HedgePolicyBuilder {
-    policy: HedgePolicy,
+pub struct HedgeConfigBuilder {
+    policy: HedgeConfig,
 }
 
-impl HedgePolicyBuilder {
+impl HedgeConfigBuilder {
     /// The latency percentile the delay is set at, as a fraction in
     /// [0.5, 0.9999] (default 0.95: Dean and Barroso's "defer sending a
     /// secondary request until the first has been outstanding for more than
@@ -158,7 +158,7 @@ impl HedgePolicyBuilder {
     }
 
     /// Models whose latency is tracked apart at once (windows kept), 1 ..=
-    /// 4 096 (default 64); see the [policy docs](HedgePolicy) for which.
+    /// 4 096 (default 64); see the [policy docs](HedgeConfig) for which.
     pub fn max_models(mut self, models: usize) -> Self {
         self.policy.max_models = models;
         self
@@ -195,7 +195,7 @@ impl HedgePolicyBuilder {
     /// # Errors
     ///
     /// [`InvalidConfig`] naming the first field out of its range.
-    pub fn build(self) -> Result<HedgePolicy, InvalidConfig> {
+    pub fn build(self) -> Result<HedgeConfig, InvalidConfig> {
         let p = self.policy;
         const HOUR: Duration = Duration::from_secs(3600);
         if !(0.5..=0.9999).contains(&p.percentile) {
@@ -245,36 +245,36 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_each_bound_is_named() {
         assert_eq!(
-            HedgePolicy::builder().build().unwrap(),
-            HedgePolicy::default()
+            HedgeConfig::builder().build().unwrap(),
+            HedgeConfig::default()
         );
         let ms = Duration::from_millis;
-        let cases: Vec<(HedgePolicyBuilder, &str)> = vec![
-            (HedgePolicy::builder().percentile(0.4), "percentile"),
-            (HedgePolicy::builder().percentile(f64::NAN), "percentile"),
-            (HedgePolicy::builder().median_factor(0.5), "median_factor"),
-            (HedgePolicy::builder().window(ms(99)), "window"),
-            (HedgePolicy::builder().min_samples(1_000_001), "min_samples"),
-            (HedgePolicy::builder().ceiling(Duration::ZERO), "ceiling"),
-            (HedgePolicy::builder().floor(ms(10)).ceiling(ms(5)), "floor"),
-            (HedgePolicy::builder().max_models(0), "max_models"),
-            (HedgePolicy::builder().budget_ratio(-0.1), "budget_ratio"),
+        let cases: Vec<(HedgeConfigBuilder, &str)> = vec![
+            (HedgeConfig::builder().percentile(0.4), "percentile"),
+            (HedgeConfig::builder().percentile(f64::NAN), "percentile"),
+            (HedgeConfig::builder().median_factor(0.5), "median_factor"),
+            (HedgeConfig::builder().window(ms(99)), "window"),
+            (HedgeConfig::builder().min_samples(1_000_001), "min_samples"),
+            (HedgeConfig::builder().ceiling(Duration::ZERO), "ceiling"),
+            (HedgeConfig::builder().floor(ms(10)).ceiling(ms(5)), "floor"),
+            (HedgeConfig::builder().max_models(0), "max_models"),
+            (HedgeConfig::builder().budget_ratio(-0.1), "budget_ratio"),
             (
-                HedgePolicy::builder().budget_ratio(f64::NAN),
+                HedgeConfig::builder().budget_ratio(f64::NAN),
                 "budget_ratio",
             ),
             (
-                HedgePolicy::builder().budget_window(ms(999)),
+                HedgeConfig::builder().budget_window(ms(999)),
                 "budget_window",
             ),
-            (HedgePolicy::builder().max_attempts(3), "max_attempts"),
-            (HedgePolicy::builder().max_attempts(0), "max_attempts"),
+            (HedgeConfig::builder().max_attempts(3), "max_attempts"),
+            (HedgeConfig::builder().max_attempts(0), "max_attempts"),
             (
-                HedgePolicy::builder().max_utilization(0.0),
+                HedgeConfig::builder().max_utilization(0.0),
                 "max_utilization",
             ),
             (
-                HedgePolicy::builder().max_utilization(f64::INFINITY),
+                HedgeConfig::builder().max_utilization(f64::INFINITY),
                 "max_utilization",
             ),
         ];

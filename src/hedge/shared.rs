@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::budget::Budget;
 use super::delay::Delays;
-use super::{HedgePolicy, LoadGate};
+use super::{HedgeConfig, LoadGate};
 use crate::route::ModelId;
 
 #[derive(Debug, Default)]
@@ -31,7 +31,7 @@ impl Counters {
 }
 
 pub(crate) struct Shared {
-    pub(crate) policy: HedgePolicy,
+    pub(crate) policy: HedgeConfig,
     pub(crate) delays: Delays,
     pub(crate) budget: Arc<Budget>,
     pub(crate) gate: Option<Box<dyn LoadGate>>,
@@ -55,7 +55,7 @@ impl fmt::Debug for Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(policy: HedgePolicy, gate: Option<Box<dyn LoadGate>>) -> Self {
+    pub(crate) fn new(policy: HedgeConfig, gate: Option<Box<dyn LoadGate>>) -> Self {
         let now = Instant::now();
         Self {
             delays: Delays::new(&policy, now),
@@ -156,7 +156,7 @@ impl HedgeHandle {
 
     /// Latency windows held by a model (an idle one counts until it is
     /// handed on), at most the policy's
-    /// [`max_models`](super::HedgePolicyBuilder::max_models); every other model
+    /// [`max_models`](super::HedgeConfigBuilder::max_models); every other model
     /// shares one window. The memory is allocated with the layer and
     /// never grows.
     pub fn tracked_models(&self) -> usize {

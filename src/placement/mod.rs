@@ -3,15 +3,15 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tower_model_balance::placement::{PlacementPolicy, WhenCold};
+//! use tower_model_balance::placement::{PlacementConfig, WhenCold};
 //!
-//! let policy = PlacementPolicy::builder()
+//! let policy = PlacementConfig::builder()
 //!     .load_timeout(Duration::from_secs(300))
 //!     .when_cold(WhenCold::PreferWarm)
 //!     .build()
 //!     .unwrap();
 //! assert!(format!("{policy:?}").contains("load_timeout: 300s"));
-//! assert!(PlacementPolicy::builder().load_timeout(Duration::ZERO).build().is_err());
+//! assert!(PlacementConfig::builder().load_timeout(Duration::ZERO).build().is_err());
 //! ```
 //!
 //! Many model servers do not load a model when a request names it: Triton
@@ -29,7 +29,7 @@
 //!
 //! 1. **Allow-list.** Only models the backend's repository knows
 //!    ([`ModelLoader::repository`], refreshed every
-//!    [`repository_interval`](PlacementPolicyBuilder::repository_interval))
+//!    [`repository_interval`](PlacementConfigBuilder::repository_interval))
 //!    are loaded; any other fails at once with
 //!    [`UnknownModel`](crate::error::UnknownModel) and triggers no load.
 //!    Placement assumes the backends share one model repository (as a
@@ -51,7 +51,7 @@
 //!    least recently routed model that it does not own under the current
 //!    ring and that has no request in flight there is unloaded first.
 //! 4. **Failure.** A load that fails or outlives
-//!    [`load_timeout`](PlacementPolicyBuilder::load_timeout) fails every
+//!    [`load_timeout`](PlacementConfigBuilder::load_timeout) fails every
 //!    waiting request with [`ModelLoadFailed`](crate::error::ModelLoadFailed),
 //!    and for 5 s the requests for that model on that backend fail at once
 //!    with it, without another load call. A load the backend could not be
@@ -86,7 +86,7 @@ pub use self::kserve::KServeV2Loader;
 #[cfg(feature = "probe")]
 #[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
 pub use self::lora::VllmLoraLoader;
-pub use self::policy::{PlacementPolicy, PlacementPolicyBuilder, WhenCold};
+pub use self::policy::{PlacementConfig, PlacementConfigBuilder, WhenCold};
 
 use std::future::Future;
 

@@ -23,7 +23,7 @@ pub enum WhenCold {
 
 /// How the balancer places models on demand (see
 /// [`placement`](crate::placement)). Built and validated by
-/// [`PlacementPolicy::builder`].
+/// [`PlacementConfig::builder`].
 ///
 /// | setting | default | range |
 /// | --- | --- | --- |
@@ -33,14 +33,14 @@ pub enum WhenCold {
 /// | `evict` | true | |
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct PlacementPolicy {
+pub struct PlacementConfig {
     pub(crate) load_timeout: Duration,
     pub(crate) when_cold: WhenCold,
     pub(crate) repository_interval: Duration,
     pub(crate) evict: bool,
 }
 
-impl Default for PlacementPolicy {
+impl Default for PlacementConfig {
     fn default() -> Self {
         Self {
             load_timeout: Duration::from_secs(120),
@@ -51,10 +51,10 @@ impl Default for PlacementPolicy {
     }
 }
 
-impl PlacementPolicy {
+impl PlacementConfig {
     /// A builder starting from the defaults.
-    pub fn builder() -> PlacementPolicyBuilder {
-        PlacementPolicyBuilder {
+    pub fn builder() -> PlacementConfigBuilder {
+        PlacementConfigBuilder {
             policy: Self::default(),
         }
     }
@@ -80,13 +80,13 @@ impl PlacementPolicy {
     }
 }
 
-/// Builds a [`PlacementPolicy`].
+/// Builds a [`PlacementConfig`].
 #[derive(Debug, Clone)]
-pub struct PlacementPolicyBuilder {
-    policy: PlacementPolicy,
+pub struct PlacementConfigBuilder {
+    policy: PlacementConfig,
 }
 
-impl PlacementPolicyBuilder {
+impl PlacementConfigBuilder {
     /// How long a load may take (default 120 s; 1 ms ..= 1 h). Loading a
     /// large model from object storage takes minutes; a LoRA adapter,
     /// under a second.
@@ -122,7 +122,7 @@ impl PlacementPolicyBuilder {
     ///
     /// [`InvalidConfig`] naming `load_timeout` or `repository_interval`
     /// when out of its range.
-    pub fn build(self) -> Result<PlacementPolicy, InvalidConfig> {
+    pub fn build(self) -> Result<PlacementConfig, InvalidConfig> {
         let p = self.policy;
         if !(Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&p.load_timeout) {
             return Err(InvalidConfig::new("load_timeout", "1 ms ..= 1 h"));

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tower::discover::{Change, ServiceList};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::Policy;
+use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::ModelId;
 
@@ -93,8 +93,8 @@ pub fn trips_after_3_of_4() -> BalanceConfig {
 }
 
 /// A breaker that trips on 3 failures of the last 4 calls.
-pub fn trip_3_of_4() -> Policy {
-    Policy::builder()
+pub fn trip_3_of_4() -> BreakerConfig {
+    BreakerConfig::builder()
         .window(4)
         .minimum_calls(3)
         .build()
@@ -117,6 +117,6 @@ pub fn channel_discover() -> (
     (tx, changes)
 }
 
-pub fn config(policy: Policy) -> BalanceConfig {
+pub fn config(policy: BreakerConfig) -> BalanceConfig {
     BalanceConfig::builder().breaker(policy).build().unwrap()
 }

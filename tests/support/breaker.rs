@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Empty;
-use tower_model_balance::breaker::PolicyBuilder;
+use tower_model_balance::breaker::BreakerConfigBuilder;
 
 /// Responses with empty bodies: the breaker records as soon as the head
 /// arrives.
 pub type Rsp = http::Response<Empty<Bytes>>;
 
 /// Trips on 2 failures of the last 4 calls, open 10 s exactly (no jitter).
-pub fn quick_trip() -> PolicyBuilder {
-    tower_model_balance::breaker::Policy::builder()
+pub fn quick_trip() -> BreakerConfigBuilder {
+    tower_model_balance::breaker::BreakerConfig::builder()
         .window(4)
         .minimum_calls(2)
         .failure_rate_threshold(0.5)

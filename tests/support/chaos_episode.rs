@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tower_model_balance::breaker::BreakerState;
-use tower_model_balance::health::{HealthPolicy, HealthStatus};
+use tower_model_balance::health::{HealthConfig, HealthStatus};
 
 use crate::chaos_stack::PROBE_ROUND;
 
@@ -138,14 +138,14 @@ pub struct Bound {
 /// 1 − 0.35 / 0.5 = 0.3, which takes 6 successes (0.8^6 = 0.26), 7 probe
 /// rounds with the slip: 4 evaluations, 4 s.
 /// The settings are spelled out here and checked against `health`.
-pub fn readmission(health: &HealthPolicy) -> Duration {
+pub fn readmission(health: &HealthConfig) -> Duration {
     const WEIGHTS: [f64; 3] = [0.5, 0.33, 0.17];
     const INTERVAL: Duration = Duration::from_secs(1);
     const ERROR_ALPHA: f64 = 0.2;
     const THRESHOLDS: (f64, f64) = (0.2, 0.35);
     let [latency, capacity, connection] = WEIGHTS;
     let (eject_below, readmit_above) = THRESHOLDS;
-    let spelled = HealthPolicy::builder()
+    let spelled = HealthConfig::builder()
         .weights(latency, capacity, connection)
         .interval(INTERVAL)
         .error_alpha(ERROR_ALPHA)

@@ -26,12 +26,12 @@ use tower_model_balance::balance::{
     Backend, BackendMeta, BackgroundTask, BalanceConfig, BalancerHandle, ModelBalancer,
     ResidencyHeader,
 };
-use tower_model_balance::breaker::{BreakerState, Policy, Transition};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState, Transition};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::{BreakerOpen, NoHealthyBackend};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
-use tower_model_balance::health::HealthPolicy;
-use tower_model_balance::hedge::{BalancerLoad, HedgeHandle, HedgeLayer, HedgePolicy};
+use tower_model_balance::health::HealthConfig;
+use tower_model_balance::hedge::{BalancerLoad, HedgeConfig, HedgeHandle, HedgeLayer};
 use tower_model_balance::route::ModelId;
 use tower_model_balance::sim::{protocol, ModelServer};
 
@@ -102,8 +102,8 @@ pub const MAX_OPEN_DURATION: Duration = Duration::from_secs(2);
 
 /// The breakers' policy: small windows, so a fault trips within a few
 /// requests; a short open duration, doubling while the fault lasts.
-pub fn breaker_policy() -> Policy {
-    Policy::builder()
+pub fn breaker_policy() -> BreakerConfig {
+    BreakerConfig::builder()
         .window(10)
         .minimum_calls(4)
         .failure_rate_threshold(0.5)
@@ -119,8 +119,8 @@ pub fn breaker_policy() -> Policy {
 
 /// Health: the defaults (evaluated once a second), named so that the
 /// suite can bound a readmission.
-pub fn health_policy() -> HealthPolicy {
-    HealthPolicy::default()
+pub fn health_policy() -> HealthConfig {
+    HealthConfig::default()
 }
 
 pub fn build(servers: &[&ModelServer]) -> Built {
@@ -179,7 +179,7 @@ pub fn build(servers: &[&ModelServer]) -> Built {
         probes,
     );
     let layer = HedgeLayer::with_load_gate(
-        HedgePolicy::default(),
+        HedgeConfig::default(),
         BalancerLoad::new(handle.clone(), SERVER_CONCURRENCY),
     );
     let hedges = layer.handle();

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 use tower_model_balance::error::BoxError;
-use tower_model_balance::hedge::{HedgeLayer, HedgePolicy, HedgePolicyBuilder, HedgeStats};
+use tower_model_balance::hedge::{HedgeConfig, HedgeConfigBuilder, HedgeLayer, HedgeStats};
 
 pub type Req = http::Request<()>;
 pub type Rsp = http::Response<&'static str>;
@@ -137,8 +137,8 @@ pub fn request(kind: &str) -> Req {
 
 /// Hedges after 10 ms from the first request on (no minimum of samples, a
 /// 10 ms floor and ceiling), with room in the budget.
-pub fn policy() -> HedgePolicyBuilder {
-    HedgePolicy::builder()
+pub fn policy() -> HedgeConfigBuilder {
+    HedgeConfig::builder()
         .min_samples(0)
         .floor(Duration::from_millis(10))
         .ceiling(Duration::from_millis(10))

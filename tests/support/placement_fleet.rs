@@ -20,7 +20,7 @@ use tower_model_balance::balance::{
 };
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{ProbeError, ProbeTarget};
-use tower_model_balance::placement::{LoadError, ModelLoader, PlacementPolicy, Repository};
+use tower_model_balance::placement::{LoadError, ModelLoader, PlacementConfig, Repository};
 use tower_model_balance::route::ModelId;
 
 pub const LOAD_TIME: Duration = Duration::from_millis(300);
@@ -233,8 +233,8 @@ pub fn request(model: &str) -> http::Request<String> {
         .unwrap()
 }
 
-pub fn policy() -> PlacementPolicy {
-    PlacementPolicy::builder()
+pub fn policy() -> PlacementConfig {
+    PlacementConfig::builder()
         .load_timeout(Duration::from_secs(5))
         .build()
         .unwrap()
@@ -275,7 +275,7 @@ pub fn owner(balancer: &ModelBalancer<Endpoint>, model: &str) -> String {
 /// placement on under `policy`; its task lives as long as the tuple.
 pub fn placed(
     slots: usize,
-    policy: PlacementPolicy,
+    policy: PlacementConfig,
 ) -> (Fleet, ModelBalancer<Endpoint>, BackgroundTask) {
     let fleet = Fleet::new(&NAMES, &REPOSITORY);
     let balancer = fleet.balancer(&NAMES, slots);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tower::{service_fn, BoxError, Service};
-use tower_model_balance::hedge::{HedgePolicy, HedgePolicyBuilder};
+use tower_model_balance::hedge::{HedgeConfig, HedgeConfigBuilder};
 
 /// The first attempt's time, ms.
 pub const FIRST_MS: u64 = 50;
@@ -36,8 +36,8 @@ pub fn slow_first<Req>() -> (
 
 /// Hedges after 10 ms from the first request on (no minimum of samples, a
 /// 10 ms floor and ceiling).
-pub fn after_10ms() -> HedgePolicyBuilder {
-    HedgePolicy::builder()
+pub fn after_10ms() -> HedgeConfigBuilder {
+    HedgeConfig::builder()
         .min_samples(0)
         .floor(Duration::from_millis(10))
         .ceiling(Duration::from_millis(10))

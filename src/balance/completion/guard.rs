@@ -326,11 +326,11 @@ mod tests {
     use super::*;
     use crate::balance::state::fleet::Fleet;
     use crate::balance::state::residency::Presence;
-    use crate::breaker::Policy;
+    use crate::breaker::BreakerConfig;
 
     fn state() -> Arc<BackendState> {
         let id = BackendId::new("b0").unwrap();
-        let policy = Policy::builder().build().unwrap();
+        let policy = BreakerConfig::builder().build().unwrap();
         Arc::new(BackendState::new(
             id,
             policy,
@@ -343,7 +343,7 @@ mod tests {
     async fn a_cold_load_header_marks_the_model_served_even_if_the_body_is_dropped() {
         const KEY: u64 = 42;
         let id = BackendId::new("b0").unwrap();
-        let policy = Policy::builder().build().unwrap();
+        let policy = BreakerConfig::builder().build().unwrap();
         let mut fleet = Fleet::new();
         let header = http::HeaderName::from_static("x-cold");
         fleet.settings.residency_header = Some(ResidencyHeader::ColdLoad(header));

@@ -6,10 +6,10 @@ use std::time::Duration;
 use super::fields::{BalanceConfig, BreakerHook, ResidencyHeader, Staging};
 use crate::backend::BackendId;
 use crate::balance::state::scoped::{BreakerScope, MAX_PAIRS};
-use crate::breaker::{Policy, Transition};
+use crate::breaker::{BreakerConfig, Transition};
 use crate::classify::Classifier;
 use crate::error::InvalidConfig;
-use crate::health::HealthPolicy;
+use crate::health::HealthConfig;
 use crate::ring::RingConfig;
 use crate::route::ModelId;
 
@@ -145,7 +145,7 @@ impl BalanceConfigBuilder {
     }
 
     /// Sets the per-backend breaker policy.
-    pub fn breaker(mut self, policy: Policy) -> Self {
+    pub fn breaker(mut self, policy: BreakerConfig) -> Self {
         self.config.breaker = policy;
         self
     }
@@ -201,8 +201,8 @@ impl BalanceConfigBuilder {
     pub const MAX_OWNERS: usize = 1024;
 
     /// How backend health is scored and when a backend is ejected (default
-    /// [`HealthPolicy::default`]).
-    pub fn health(mut self, policy: HealthPolicy) -> Self {
+    /// [`HealthConfig::default`]).
+    pub fn health(mut self, policy: HealthConfig) -> Self {
         self.config.health = policy;
         self
     }

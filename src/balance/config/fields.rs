@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use crate::backend::BackendId;
 use crate::balance::state::scoped::BreakerScope;
-use crate::breaker::{Policy, Transition};
+use crate::breaker::{BreakerConfig, Transition};
 use crate::classify::Classifier;
 use crate::error::InvalidConfig;
-use crate::health::HealthPolicy;
+use crate::health::HealthConfig;
 use crate::ring::RingConfig;
 use crate::route::ModelId;
 use http::HeaderName;
@@ -30,10 +30,10 @@ pub(crate) const DEFAULT_LATENCY_DECAY: Duration = Duration::from_secs(10);
 /// | `latency_decay` (τ of an idle backend's latency estimate) | 10 s | 100 ms ..= 1 h |
 /// | `model_owners` (per-model fixed `k`) | none | 1 ..= 1024 each |
 /// | `ring` | seed 0, 150 vnodes per unit of weight | see [`RingConfig`] |
-/// | `breaker` | [`Policy::default`] | see [`Policy`] |
+/// | `breaker` | [`BreakerConfig::default`] | see [`BreakerConfig`] |
 /// | `breaker_scope` | [`BreakerScope::Backend`] | `BackendModel { max_pairs }`: 1 ..= 1 000 000 pairs |
 /// | `staging` | 1% of the ring per step, 5 s apart | see [`Staging`] |
-/// | `health` | [`HealthPolicy::default`] | see [`HealthPolicy`] |
+/// | `health` | [`HealthConfig::default`] | see [`HealthConfig`] |
 /// | `residency_header` | none | see [`ResidencyHeader`] |
 /// | `classifier` | [`Classifier::http`] | [`Classifier::grpc`] for gRPC backends, or your own |
 #[derive(Debug, Clone, PartialEq)]
@@ -61,8 +61,8 @@ pub struct BalanceConfig {
     pub(crate) model_owners: Vec<(ModelId, usize)>,
     /// Ring parameters; gateways that share them agree on owners.
     pub(crate) ring: RingConfig,
-    /// Policy of each backend's circuit breaker.
-    pub(crate) breaker: Policy,
+    /// The configuration of each backend's circuit breaker.
+    pub(crate) breaker: BreakerConfig,
     /// What one breaker covers: a backend, or a (backend, model) pair.
     pub(crate) breaker_scope: BreakerScope,
     /// How joins and weight changes enter the ring.
@@ -70,7 +70,7 @@ pub struct BalanceConfig {
     /// Told of every transition of the backends' breakers.
     pub(crate) breaker_hook: Option<BreakerHook>,
     /// How backend health is scored and when a backend is ejected.
-    pub(crate) health: HealthPolicy,
+    pub(crate) health: HealthConfig,
     /// The response header residency is learned from, if any.
     pub(crate) residency_header: Option<ResidencyHeader>,
     /// What a response's outcome is read from.
@@ -128,11 +128,11 @@ impl Default for BalanceConfig {
             latency_decay: DEFAULT_LATENCY_DECAY,
             model_owners: Vec::new(),
             ring: RingConfig::default(),
-            breaker: Policy::default(),
+            breaker: BreakerConfig::default(),
             breaker_scope: BreakerScope::Backend,
             staging: Staging::default(),
             breaker_hook: None,
-            health: HealthPolicy::default(),
+            health: HealthConfig::default(),
             residency_header: None,
             classifier: Classifier::http(),
         }
@@ -183,7 +183,7 @@ impl BalanceConfig {
     }
 
     /// The per-backend breaker policy.
-    pub(crate) fn breaker(&self) -> &Policy {
+    pub(crate) fn breaker(&self) -> &BreakerConfig {
         &self.breaker
     }
 
@@ -198,7 +198,7 @@ impl BalanceConfig {
     }
 
     /// How backend health is scored and when a backend is ejected.
-    pub(crate) fn health(&self) -> &HealthPolicy {
+    pub(crate) fn health(&self) -> &HealthConfig {
         &self.health
     }
 }

@@ -14,7 +14,7 @@ use crate::balance::state::fleet::Fleet;
 use crate::balance::state::health::{BackendHealth, WarmUp};
 use crate::balance::state::residency::Residency;
 use crate::balance::state::traffic::Traffic;
-use crate::breaker::{Breaker, OnTransition, Policy, Ticket, Transition};
+use crate::breaker::{Breaker, BreakerConfig, OnTransition, Ticket, Transition};
 use crate::classify::Outcome;
 
 /// The fleet's breaker hook, told `id` with each transition.
@@ -68,7 +68,12 @@ pub(crate) struct BackendState {
 
 impl BackendState {
     /// A backend that starts as `start` says.
-    pub(crate) fn new(id: BackendId, policy: Policy, fleet: Arc<Fleet>, start: Start) -> Self {
+    pub(crate) fn new(
+        id: BackendId,
+        policy: BreakerConfig,
+        fleet: Arc<Fleet>,
+        start: Start,
+    ) -> Self {
         let breaker =
             Breaker::with_gauge(policy, fleet.gauges.not_closed.clone(), hook(&id, &fleet));
         Self {

@@ -14,7 +14,7 @@ use crate::balance::state::placement::Placement;
 use crate::balance::state::scoped::{BreakerScope, Scoped};
 use crate::balance::state::traffic::FleetTraffic;
 use crate::classify::Classifier;
-use crate::health::HealthPolicy;
+use crate::health::HealthConfig;
 
 /// What every backend of one balancer shares (each holds it by `Arc`).
 #[derive(Debug)]
@@ -42,7 +42,7 @@ pub(crate) struct Settings {
     /// Told of the backend breakers' transitions.
     pub(crate) breaker_hook: Option<BreakerHook>,
     /// How health is scored.
-    pub(crate) health: HealthPolicy,
+    pub(crate) health: HealthConfig,
     /// Time constant of an idle backend's latency estimate.
     pub(crate) latency_decay: Duration,
     /// The response header residency is learned from.

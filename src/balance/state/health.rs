@@ -14,10 +14,10 @@ use crate::balance::backend::BackendMeta;
 use crate::balance::state::cost::Weight;
 use crate::endpoint::Origin;
 use crate::health::probe::ProbeTarget;
-use crate::health::{HealthPolicy, HealthState, HealthStatus, LatencyHistogram, LoadSignals};
+use crate::health::{HealthConfig, HealthState, HealthStatus, LatencyHistogram, LoadSignals};
 
 /// Whether a new backend's weight ramps up over the warm-up time (see
-/// [`HealthPolicyBuilder::warm_up`](crate::health::HealthPolicyBuilder::warm_up)).
+/// [`HealthConfigBuilder::warm_up`](crate::health::HealthConfigBuilder::warm_up)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WarmUp {
     /// It joins a fleet already routing: it ramps up.
@@ -67,7 +67,7 @@ pub(crate) struct Inner {
 
 impl BackendHealth {
     /// A backend with no data; `warming` when it joins a running fleet.
-    pub(crate) fn new(policy: &HealthPolicy, warm_up: WarmUp) -> Self {
+    pub(crate) fn new(policy: &HealthConfig, warm_up: WarmUp) -> Self {
         let state = HealthState::new(warm_up == WarmUp::Ramp);
         let weight = Weight::new();
         weight.set(state.weight(policy));
@@ -183,7 +183,7 @@ impl BackendHealth {
         }
     }
 
-    pub(crate) fn status(&self, policy: &HealthPolicy) -> HealthStatus {
+    pub(crate) fn status(&self, policy: &HealthConfig) -> HealthStatus {
         self.lock().state.status(policy)
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::health::probe::ProbeTarget;
-use crate::placement::{LoadError, ModelLoader, PlacementPolicy, Repository};
+use crate::placement::{LoadError, ModelLoader, PlacementConfig, Repository};
 use crate::route::ModelId;
 
 /// GPU memory used, as a fraction of the backend's budget, at which it is
@@ -131,7 +131,7 @@ pub(crate) struct Counters {
 /// Placement on one balancer.
 pub(crate) struct Placement {
     pub(crate) loader: Box<dyn Loader>,
-    pub(crate) policy: PlacementPolicy,
+    pub(crate) policy: PlacementConfig,
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) owners: Weak<dyn Owners>,
     /// Loads running, by (backend uid, model hash).
@@ -161,7 +161,7 @@ impl std::fmt::Debug for Placement {
 impl Placement {
     pub(crate) fn new<L: ModelLoader>(
         loader: L,
-        policy: PlacementPolicy,
+        policy: PlacementConfig,
         runtime: tokio::runtime::Handle,
         owners: Weak<dyn Owners>,
     ) -> Self {
@@ -178,7 +178,7 @@ impl Placement {
         }
     }
 
-    pub(crate) fn policy(&self) -> &PlacementPolicy {
+    pub(crate) fn policy(&self) -> &PlacementConfig {
         &self.policy
     }
 

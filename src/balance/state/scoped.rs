@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::time::Instant;
 
 use crate::balance::state::lru::Lru;
-use crate::breaker::{Breaker, BreakerState, OnTransition, Policy, Ticket, Transition};
+use crate::breaker::{Breaker, BreakerConfig, BreakerState, OnTransition, Ticket, Transition};
 
 /// The most pairs [`BreakerScope::BackendModel`] may track.
 pub(crate) const MAX_PAIRS: usize = 1_000_000;
@@ -82,7 +82,7 @@ type Pair = (u64, u64);
 
 /// The pair breakers of one balancer.
 pub(crate) struct Scoped {
-    policy: Policy,
+    policy: BreakerConfig,
     pairs: Mutex<Lru<Pair, Breaker>>,
     /// Tracked breakers (and evicted ones still held by permits) not
     /// closed, by slot of their pair's hash: a zero slot lets a check skip
@@ -106,7 +106,7 @@ impl OnTransition for Trips {
 
 impl Scoped {
     /// Pair breakers with `policy`, at most `max_pairs` tracked.
-    pub(crate) fn new(policy: Policy, max_pairs: usize) -> Self {
+    pub(crate) fn new(policy: BreakerConfig, max_pairs: usize) -> Self {
         let slots = max_pairs.clamp(1, MAX_SLOTS).next_power_of_two();
         Self {
             policy,

@@ -30,7 +30,7 @@ use crate::balance::state::fleet::Fleet;
 use crate::balance::state::health::WarmUp;
 use crate::balance::state::shared::Shared;
 use crate::balance::state::table::{Snapshot, Table};
-use crate::breaker::Policy;
+use crate::breaker::BreakerConfig;
 use crate::error::BoxError;
 use crate::ring::{Ring, MAX_POINTS};
 
@@ -286,7 +286,7 @@ fn median_latency<K, E>(entries: &[Entry<K, E>]) -> f64 {
 
 fn new_state(
     meta: &BackendMeta,
-    policy: &Policy,
+    policy: &BreakerConfig,
     fleet: &Arc<Fleet>,
     joining: Joining,
 ) -> Arc<BackendState> {

@@ -2,9 +2,9 @@ use super::*;
 
 #[test]
 fn every_field_out_of_range_is_named() {
-    let b = Policy::builder;
+    let b = BreakerConfig::builder;
     let ms = Duration::from_millis;
-    let cases: Vec<(PolicyBuilder, &str)> = vec![
+    let cases: Vec<(BreakerConfigBuilder, &str)> = vec![
         (b().window(0), "window"),
         (b().window(10_001), "window"),
         (b().time_window(ms(99), 1), "time_window"),
@@ -48,7 +48,7 @@ fn every_field_out_of_range_is_named() {
 #[test]
 fn every_field_reads_back() {
     let ms = Duration::from_millis;
-    let p = Policy::builder()
+    let p = BreakerConfig::builder()
         .time_window(ms(2_000), 4)
         .minimum_calls(7)
         .failure_rate_threshold(0.3)
@@ -77,7 +77,7 @@ fn every_field_reads_back() {
     assert_eq!(p.open_duration(), ms(300));
     assert_eq!(p.max_open_duration(), ms(4_000));
     assert!(!p.jitter());
-    let d = Policy::default();
+    let d = BreakerConfig::default();
     assert_eq!(d.window(), SlidingWindow::Count { calls: 20 });
     assert_eq!(d.consecutive_failures(), None);
     assert!(d.jitter());
@@ -85,7 +85,7 @@ fn every_field_reads_back() {
 
 #[test]
 fn the_open_ceiling_doubles_up_to_the_maximum() {
-    let p = Policy::builder()
+    let p = BreakerConfig::builder()
         .open_duration(Duration::from_secs(1))
         .max_open_duration(Duration::from_secs(10))
         .build()

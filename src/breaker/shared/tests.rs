@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
-use crate::breaker::PolicyBuilder;
+use crate::breaker::BreakerConfigBuilder;
 
 const fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -20,8 +20,8 @@ const fn secs(n: u64) -> Duration {
 
 /// Trips after two failures, opens for 10 s, one probe; slow calls take
 /// 10 s, a round 300 s at most, forced open hints 120 s (the defaults).
-fn base() -> PolicyBuilder {
-    Policy::builder()
+fn base() -> BreakerConfigBuilder {
+    BreakerConfig::builder()
         .window(4)
         .minimum_calls(2)
         .failure_rate_threshold(0.5)

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{BreakerState, Metrics, Mode, Reason, Refused, Ticket, Transition};
 use crate::breaker::window::{Entry, Window};
-use crate::breaker::Policy;
+use crate::breaker::BreakerConfig;
 use crate::classify::Outcome;
 
 #[derive(Debug, Clone)]
@@ -29,7 +29,7 @@ enum State {
 /// One breaker's state machine.
 #[derive(Debug, Clone)]
 pub(crate) struct CircuitState {
-    policy: Policy,
+    policy: BreakerConfig,
     state: State,
     mode: Mode,
     epoch: u64,
@@ -57,12 +57,12 @@ fn next_seed() -> u64 {
 impl CircuitState {
     /// A closed breaker with an empty window, its jitter seeded apart from
     /// every other breaker's, in this process and others.
-    pub(crate) fn new(policy: Policy) -> Self {
+    pub(crate) fn new(policy: BreakerConfig) -> Self {
         Self::with_seed(policy, next_seed())
     }
 
     /// A closed breaker whose jitter draws from `seed` (deterministic).
-    pub(crate) fn with_seed(policy: Policy, seed: u64) -> Self {
+    pub(crate) fn with_seed(policy: BreakerConfig, seed: u64) -> Self {
         Self {
             window: Window::new(policy.window),
             policy,
@@ -76,7 +76,7 @@ impl CircuitState {
     }
 
     /// The policy in force.
-    pub(crate) fn policy(&self) -> &Policy {
+    pub(crate) fn policy(&self) -> &BreakerConfig {
         &self.policy
     }
 

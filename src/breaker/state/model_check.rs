@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use super::{CircuitState, Ticket};
-use crate::breaker::{Mode, Policy};
+use crate::breaker::{BreakerConfig, Mode};
 use crate::classify::Outcome;
 use proptest::prelude::*;
 use tokio::time::Instant;
@@ -33,8 +33,8 @@ struct Knobs {
 }
 
 impl Knobs {
-    fn policy(&self) -> Policy {
-        let mut b = Policy::builder()
+    fn policy(&self) -> BreakerConfig {
+        let mut b = BreakerConfig::builder()
             .window(self.window)
             .minimum_calls(self.minimum_calls)
             .failure_rate_threshold(self.failure_rate)

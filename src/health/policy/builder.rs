@@ -1,17 +1,17 @@
-//! [`HealthPolicyBuilder`]: each setting checked against its range.
+//! [`HealthConfigBuilder`]: each setting checked against its range.
 
 use std::time::Duration;
 
-use super::HealthPolicy;
+use super::HealthConfig;
 use crate::error::InvalidConfig;
 
-/// Builds a validated [`HealthPolicy`].
+/// Builds a validated [`HealthConfig`].
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_model_balance::health::HealthPolicy;
+/// use tower_model_balance::health::HealthConfig;
 ///
-/// let policy = HealthPolicy::builder()
+/// let policy = HealthConfig::builder()
 ///     .weights(0.6, 0.3, 0.1)
 ///     .thresholds(0.25, 0.4)
 ///     .outlier_factor(Some(4.0))
@@ -20,17 +20,17 @@ use crate::error::InvalidConfig;
 ///     .unwrap();
 /// assert!(format!("{policy:?}").contains("eject_below: 0.25"));
 ///
-/// let err = HealthPolicy::builder().thresholds(0.5, 0.3).build().unwrap_err();
+/// let err = HealthConfig::builder().thresholds(0.5, 0.3).build().unwrap_err();
 /// assert_eq!(err.field, "thresholds");
 /// ```
 #[derive(Debug, Clone)]
-pub struct HealthPolicyBuilder {
-    pub(super) policy: HealthPolicy,
+pub struct HealthConfigBuilder {
+    pub(super) policy: HealthConfig,
     /// As given, before normalizing.
     pub(super) weights: [f64; 3],
 }
 
-impl HealthPolicyBuilder {
+impl HealthConfigBuilder {
     /// The weights of the latency, capacity and connection terms (each in
     /// 0 ..= 1 000 000, sum > 0; normalized to sum 1; default 0.5, 0.33,
     /// 0.17).
@@ -157,7 +157,7 @@ impl HealthPolicyBuilder {
     ///
     /// [`InvalidConfig`] naming the first field out of the range its
     /// builder method documents.
-    pub fn build(self) -> Result<HealthPolicy, InvalidConfig> {
+    pub fn build(self) -> Result<HealthConfig, InvalidConfig> {
         let mut p = self.policy;
         let fraction = |x: f64| x > 0.0 && x <= 1.0;
         let within = |d: Duration, lo: Duration, hi: Duration| d >= lo && d <= hi;

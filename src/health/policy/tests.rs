@@ -2,9 +2,9 @@ use super::*;
 
 #[test]
 fn defaults_build_and_weights_are_normalized() {
-    let p = HealthPolicy::builder().build().unwrap();
-    assert_eq!(p, HealthPolicy::default());
-    let p = HealthPolicy::builder()
+    let p = HealthConfig::builder().build().unwrap();
+    assert_eq!(p, HealthConfig::default());
+    let p = HealthConfig::builder()
         .weights(2.0, 1.0, 1.0)
         .build()
         .unwrap();
@@ -13,7 +13,7 @@ fn defaults_build_and_weights_are_normalized() {
 
 #[test]
 fn every_field_out_of_range_is_named() {
-    let b = HealthPolicy::builder;
+    let b = HealthConfig::builder;
     let cases = [
         (b().weights(0.0, 0.0, 0.0), "weights"),
         (b().weights(f64::NAN, 1.0, 1.0), "weights"),
@@ -47,12 +47,12 @@ fn every_field_out_of_range_is_named() {
 
 #[test]
 fn at_least_one_backend_may_be_ejected_unless_the_share_is_zero() {
-    let p = HealthPolicy::default();
+    let p = HealthConfig::default();
     assert_eq!(p.max_ejected(0), 0);
     assert_eq!(p.max_ejected(1), 1);
     assert_eq!(p.max_ejected(8), 2);
     assert_eq!(p.max_ejected(100), 30);
-    let none = HealthPolicy::builder()
+    let none = HealthConfig::builder()
         .max_ejected_share(0.0)
         .build()
         .unwrap();

@@ -4,8 +4,8 @@ use super::*;
 
 const SEC: Duration = Duration::from_secs(1);
 
-fn policy() -> HealthPolicy {
-    HealthPolicy::default()
+fn policy() -> HealthConfig {
+    HealthConfig::default()
 }
 
 /// An interval of `calls` requests, `failures` of them failed, all timed at
@@ -20,14 +20,14 @@ fn obs(calls: u64, failures: u64, p99_ms: f64) -> Observation {
     }
 }
 
-fn run(p: &HealthPolicy, state: &mut HealthState, o: Observation) {
+fn run(p: &HealthConfig, state: &mut HealthState, o: Observation) {
     evaluate(p, &mut [(state, o)], SEC);
 }
 
 #[test]
 fn a_score_oscillating_around_the_ejection_threshold_does_not_flap() {
     // Every outcome weighs fully: the score is 1 − the interval's error rate.
-    let p = HealthPolicy::builder().error_alpha(1.0).build().unwrap();
+    let p = HealthConfig::builder().error_alpha(1.0).build().unwrap();
     let mut s = HealthState::new(false);
     let mut toggles = 0;
     let mut was = s.ejected();
@@ -331,7 +331,7 @@ proptest! {
         ),
         share in 0.0f64..=1.0,
     ) {
-        let p = HealthPolicy::builder().max_ejected_share(share).build().unwrap();
+        let p = HealthConfig::builder().max_ejected_share(share).build().unwrap();
         let mut states: Vec<HealthState> = (0..6).map(|i| HealthState::new(i % 2 == 0)).collect();
         for round in rounds {
             let mut fleet: Vec<_> = states

@@ -1,9 +1,9 @@
 use super::*;
 
 fn delays(
-    build: impl FnOnce(super::super::HedgePolicyBuilder) -> super::super::HedgePolicyBuilder,
+    build: impl FnOnce(super::super::HedgeConfigBuilder) -> super::super::HedgeConfigBuilder,
 ) -> (Delays, Instant) {
-    let policy = build(HedgePolicy::builder()).build().unwrap();
+    let policy = build(HedgeConfig::builder()).build().unwrap();
     let now = Instant::now();
     (Delays::new(&policy, now), now)
 }
@@ -165,7 +165,7 @@ fn two_choices_track_a_catalogue_of_five_eighths_of_the_bound_whole() {
     // none of 40 models shares, 0.007 of 48 on average, 2.5 of 64.
     let now = Instant::now();
     for seed in 0..50 {
-        let d = Delays::new(&HedgePolicy::default(), now);
+        let d = Delays::new(&HedgeConfig::default(), now);
         for i in 0..40 {
             let model = crate::route::ModelId::new(&format!("model-{seed}-{i}")).unwrap();
             let place = d.place(Some(model.hash64()), now);

@@ -16,7 +16,7 @@ use crate::balance::state::fleet::Fleet;
 use crate::balance::state::residency::Warmth;
 use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
-use crate::breaker::Policy;
+use crate::breaker::BreakerConfig;
 use crate::classify::Outcome;
 use crate::ring::{Ring, RingConfig};
 use crate::route::{ModelId, RouteInfo};
@@ -26,7 +26,7 @@ fn table(n: usize) -> Table {
     let ids: Vec<BackendId> = (0..n)
         .map(|i| BackendId::new(&format!("b{i}")).unwrap())
         .collect();
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(2)
         .minimum_calls(1)
         .build()

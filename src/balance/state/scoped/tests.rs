@@ -11,7 +11,7 @@ const C: u64 = 0xc;
 
 /// Breakers that open on one failure.
 fn scoped(max_pairs: usize) -> Scoped {
-    let policy = Policy::builder()
+    let policy = BreakerConfig::builder()
         .window(2)
         .minimum_calls(1)
         .build()

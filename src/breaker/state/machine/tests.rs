@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use tokio::time::Instant;
 
 use super::*;
-use crate::breaker::PolicyBuilder;
+use crate::breaker::BreakerConfigBuilder;
 
 mod closed;
 mod half_open;
@@ -22,8 +22,8 @@ const fn secs(n: u64) -> Duration {
 
 /// The tests' base policy (no jitter, so durations are exact), for each
 /// test to change the knob it checks.
-fn base() -> PolicyBuilder {
-    Policy::builder()
+fn base() -> BreakerConfigBuilder {
+    BreakerConfig::builder()
         .window(10)
         .minimum_calls(5)
         .failure_rate_threshold(0.5)
@@ -33,7 +33,7 @@ fn base() -> PolicyBuilder {
 }
 
 /// A closed breaker with `policy` and a fixed jitter seed.
-fn breaker(policy: PolicyBuilder) -> CircuitState {
+fn breaker(policy: BreakerConfigBuilder) -> CircuitState {
     CircuitState::with_seed(policy.build().unwrap(), 7)
 }
 
@@ -60,8 +60,8 @@ fn trip(s: &mut CircuitState, now: Instant) {
     panic!("never tripped");
 }
 
-fn policy() -> Policy {
-    Policy::builder()
+fn policy() -> BreakerConfig {
+    BreakerConfig::builder()
         .window(10)
         .minimum_calls(5)
         .failure_rate_threshold(0.5)

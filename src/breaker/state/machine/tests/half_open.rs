@@ -5,7 +5,7 @@ use super::*;
 
 /// A breaker with `policy` tripped at `t0`, and the instant its open
 /// duration (5 s) ends.
-fn half_open(policy: PolicyBuilder, t0: Instant) -> (CircuitState, Instant) {
+fn half_open(policy: BreakerConfigBuilder, t0: Instant) -> (CircuitState, Instant) {
     let mut s = breaker(policy.consecutive_failures(1));
     trip(&mut s, t0);
     (s, t0 + secs(5))
