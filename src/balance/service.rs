@@ -1,3 +1,7 @@
+//! [`ModelBalancer`]: the balancer as a `Service` — always ready; `call`
+//! decides through [`choose`](crate::balance::choose) and drives a clone of
+//! the chosen endpoint — with its constructors and the pick API.
+
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};

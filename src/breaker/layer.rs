@@ -1,3 +1,6 @@
+//! [`CircuitBreakerLayer`]: the breaker as a `Layer`, with its classifier,
+//! stop point, cold-load reading, admission mode and transition hook.
+
 use tower_layer::Layer;
 
 use std::fmt;

@@ -1,3 +1,6 @@
+//! [`CircuitBreaker`]: the `Service` that admits each call through its
+//! breaker and records the call's outcome at the end of its body.
+
 use std::task::{ready, Context, Poll};
 
 use tokio::time::Instant;

@@ -1,3 +1,6 @@
+//! [`HedgeLayer`]: the hedge as a `Layer`, with its load gate, its
+//! classifier and the retry policy that draws from the same budget.
+
 use std::sync::Arc;
 
 use tower_layer::Layer;

@@ -1,3 +1,6 @@
+//! [`Hedge`]: the `Service` that sends the first attempt, and a backup after
+//! the model's delay when the budget and the load gate allow.
+
 use std::sync::Arc;
 use std::task::{Context, Poll};
 

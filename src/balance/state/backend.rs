@@ -116,7 +116,7 @@ impl BackendState {
     }
 
     /// Marks the backend removed (not picked again), counted in
-    /// [`Fleet::removed`] until the state is dropped.
+    /// [`Gauges::removed`](crate::balance::state::fleet::Gauges::removed) until the state is dropped.
     pub(crate) fn mark_removed(&self) {
         if !self.removed.swap(true, Ordering::Relaxed) {
             self.fleet.gauges.removed.fetch_add(1, Ordering::Relaxed);
