@@ -198,7 +198,10 @@ pub struct InvalidConfig {
 }
 
 impl InvalidConfig {
-    pub(crate) const fn new(field: &'static str, expected: &'static str) -> Self {
+    /// The error naming `field` and what it must be, for builders outside
+    /// this crate that report as its builders do (the simulated servers'
+    /// `ServerConfigBuilder`, or your own).
+    pub const fn new(field: &'static str, expected: &'static str) -> Self {
         Self { field, expected }
     }
 }

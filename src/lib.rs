@@ -40,8 +40,8 @@
 //! * [`ServiceBuilderExt`] adds each layer as a method of tower's
 //!   `ServiceBuilder` (`.model_from_body()`, `.circuit_breaker(policy)`,
 //!   `.hedge(policy, gate)`);
-//! * `sim` (feature `sim`) runs simulated model servers on loopback, to try
-//!   a stack before production.
+//! * the companion crate `tower-model-balance-sim` runs simulated model
+//!   servers on loopback, to test and try a stack before production.
 //!
 //! # Quick start
 //!
@@ -133,10 +133,6 @@ pub mod metrics;
 #[cfg(feature = "discover")]
 #[cfg_attr(docsrs, doc(cfg(feature = "discover")))]
 pub mod discover;
-
-#[cfg(feature = "sim")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
-pub mod sim;
 
 pub use builder::ServiceBuilderExt;
 

@@ -6,8 +6,9 @@
 //!   file that defines the module it names, a folder's `mod.rs` included;
 //! * no Rust file in the repository over 450 lines;
 //! * `docs/ARCHITECTURE.md` names every source file under `src/` (test
-//!   modules aside) by its path from `src/`, and names no file that does
-//!   not exist.
+//!   modules aside) by its path from `src/`, and every file of a companion
+//!   crate under `crates/` by its path from the root, and names no file
+//!   that does not exist.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -299,11 +300,26 @@ fn the_architecture_document_names_every_source_file() {
     let root = root();
     let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
     let src = root.join("src");
-    let files: Vec<String> = rust_files(&src)
+    // The crate's files by their path from `src/`; the companion crates'
+    // (`crates/*/src/`) by their path from the repository's root.
+    let mut files: Vec<String> = rust_files(&src)
         .iter()
         .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
-        .filter(|f| !f.ends_with("tests.rs") && !f.contains("/tests/"))
         .collect();
+    let crates = root.join("crates");
+    for member in std::fs::read_dir(&crates).into_iter().flatten() {
+        let member_src = member.unwrap().path().join("src");
+        files.extend(
+            rust_files(&member_src)
+                .iter()
+                .map(|f| f.strip_prefix(&root).unwrap().display().to_string()),
+        );
+    }
+    files.retain(|f| !f.ends_with("tests.rs") && !f.contains("/tests/"));
+    assert!(
+        files.iter().any(|f| f.starts_with("crates/")),
+        "the companion crates' files were found"
+    );
     let missing: Vec<&String> = files
         .iter()
         .filter(|f| !doc.contains(&format!("`{f}`")))

@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tower_model_balance::sim::{Fault, InferenceTimes, ModelServer, ServerConfig};
+use tower_model_balance_sim::{Fault, InferenceTimes, ModelServer, ServerConfig};
 
 use chaos_episode::{Episode, GIVE_UP};
 use chaos_script::{Action, Script};
@@ -194,7 +194,7 @@ async fn chaos() {
     let idle = script.until(|| handle.in_flight() == 0).await.is_some();
     let mut busy_servers = Vec::new();
     for server in servers.iter().flatten() {
-        let quiet = |s: &tower_model_balance::sim::ServerStats| {
+        let quiet = |s: &tower_model_balance_sim::ServerStats| {
             s.running == 0 && s.waiting == 0 && s.hung == 0
         };
         let waited = tokio::time::timeout(GIVE_UP, server.wait_for_stats(quiet)).await;

@@ -22,7 +22,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::route::ModelId;
-use tower_model_balance::sim::{protocol, Fault};
+use tower_model_balance_sim::{protocol, Fault};
 
 use app::Config;
 use gateway::{held_open, serve, start, truncated};

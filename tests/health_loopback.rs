@@ -20,7 +20,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
-use tower_model_balance::sim::{protocol, Fault, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, Fault, ModelServer, ServerConfig};
 
 type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
 

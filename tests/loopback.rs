@@ -16,7 +16,7 @@ use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::endpoint::SetOrigin;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::ModelId;
-use tower_model_balance::sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
 type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
 

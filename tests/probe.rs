@@ -21,7 +21,7 @@ use tower_model_balance::health::probe::{
     Prober, PrometheusMetrics,
 };
 use tower_model_balance::route::ModelId;
-use tower_model_balance::sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
 /// A bound so that a broken server fails a test instead of hanging it.
 const BOUND: Duration = Duration::from_secs(10);

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tower_model_balance::sim::{protocol, InferenceTimes, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, InferenceTimes, ModelServer, ServerConfig};
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
 

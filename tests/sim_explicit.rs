@@ -15,7 +15,7 @@ use http_body_util::Full;
 
 use sim_explicit::{explicit, index, infer, post, ready, state, stats_until};
 use sim_http::{client, BOUND};
-use tower_model_balance::sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
 #[tokio::test]
 async fn a_request_before_its_load_is_404_and_loads_nothing() {

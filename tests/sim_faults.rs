@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use sim_http::{client, send, HttpClient, BOUND};
-use tower_model_balance::sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
 fn config(inference_ms: u64) -> ServerConfig {
     ServerConfig::builder()

@@ -14,7 +14,7 @@ use http_body_util::Full;
 
 use sim_explicit::{explicit, infer, post, stats_until};
 use sim_http::{client, send, BOUND};
-use tower_model_balance::sim::{protocol, Fault, ModelServer};
+use tower_model_balance_sim::{protocol, Fault, ModelServer};
 
 #[tokio::test]
 async fn lora_adapters_load_and_unload_as_vllm_answers() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 #[allow(dead_code)] // Shared support: this test uses part of it.
 mod sim_http;
 
-use tower_model_balance::sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
 use sim_http::{client, send};
 

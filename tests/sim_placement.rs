@@ -15,7 +15,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::placement::{KServeV2Loader, PlacementConfig};
-use tower_model_balance::sim::{protocol, InferenceTimes, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, InferenceTimes, ModelServer, ServerConfig};
 
 type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
 

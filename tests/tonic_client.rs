@@ -27,7 +27,7 @@ use tower_model_balance::error::{InvalidReason, InvalidRoute};
 use tower_model_balance::health::HealthConfig;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::{ModelId, MODEL_ID_HEADER};
-use tower_model_balance::sim::protocol::{BACKEND_HEADER, COLD_LOAD_HEADER};
+use tower_model_balance_sim::protocol::{BACKEND_HEADER, COLD_LOAD_HEADER};
 
 use client::{Config, InferenceClient};
 use kserve::{InferInputTensor, InferTensorContents, ModelInferRequest, ModelInferResponse};

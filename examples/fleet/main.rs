@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Each strategy gets a fresh fleet of simulated model servers (see
-//! `tower_model_balance::sim`) and the same seeded workload: Zipf(1.1)
+//! `tower_model_balance_sim`) and the same seeded workload: Zipf(1.1)
 //! popularity over 32 models, 10% updates, open-loop Poisson arrivals at 30%
 //! of the fleet's warm capacity, a 5 s deadline per request. In the
 //! `default` scenario one backend answers 503 for the middle third of the
@@ -49,7 +49,7 @@ use http_body_util::Full;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tower::ServiceExt;
-use tower_model_balance::sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
 use args::{Args, Scenario, Stop};
 use report::{Figures, Record};

@@ -31,7 +31,7 @@ use tower_model_balance::hedge::{BalancerLoad, HedgeConfig, HedgeHandle, HedgeLa
 use tower_model_balance::placement::{KServeV2Loader, PlacementConfig, WaitedForLoad, WhenCold};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::RouteInfo;
-use tower_model_balance::sim::{protocol, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
 
 pub type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
 

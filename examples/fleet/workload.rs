@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tower_model_balance::sim::InferenceTimes;
+use tower_model_balance_sim::InferenceTimes;
 
 pub const MODELS: usize = 32;
 pub const ZIPF_EXPONENT: f64 = 1.1;

@@ -48,7 +48,7 @@ use std::process::ExitCode;
 use tokio::net::TcpListener;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
-use tower_model_balance::sim::{protocol, Fault, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, Fault, ModelServer, ServerConfig};
 
 use app::{Config, Gateway, Probe};
 use args::{Args, Stop};

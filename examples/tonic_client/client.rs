@@ -34,7 +34,7 @@ use tower_model_balance::classify::Classifier;
 use tower_model_balance::error::BoxError;
 use tower_model_balance::health::HealthConfig;
 use tower_model_balance::route::{ModelId, RouteInfo};
-use tower_model_balance::sim::protocol::RESIDENT_MODELS_HEADER;
+use tower_model_balance_sim::protocol::RESIDENT_MODELS_HEADER;
 
 use crate::errors;
 use crate::kserve::{ModelInferRequest, ModelInferResponse, MODEL_INFER_PATH, SERVICE};

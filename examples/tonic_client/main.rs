@@ -35,7 +35,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::error::BoxError;
 use tower_model_balance::error::InvalidRoute;
 use tower_model_balance::route::MODEL_ID_HEADER;
-use tower_model_balance::sim::protocol::{BACKEND_HEADER, COLD_LOAD_HEADER};
+use tower_model_balance_sim::protocol::{BACKEND_HEADER, COLD_LOAD_HEADER};
 
 use client::{Config, InferenceClient};
 use kserve::{ModelInferRequest, ModelInferResponse, MODEL_INFER_PATH};

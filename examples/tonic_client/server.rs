@@ -31,9 +31,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
 use tower::service_fn;
-use tower_model_balance::sim::protocol::{
-    BACKEND_HEADER, COLD_LOAD_HEADER, RESIDENT_MODELS_HEADER,
-};
+use tower_model_balance_sim::protocol::{BACKEND_HEADER, COLD_LOAD_HEADER, RESIDENT_MODELS_HEADER};
 
 use crate::kserve::{
     InferOutputTensor, InferTensorContents, ModelInferRequest, ModelInferResponse,

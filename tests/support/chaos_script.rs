@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::hedge::{HedgeHandle, HedgeStats};
 use tower_model_balance::route::ModelId;
-use tower_model_balance::sim::{Fault, ModelServer};
+use tower_model_balance_sim::{Fault, ModelServer};
 
 use crate::chaos_episode::{readmission, Bound, Episode, GIVE_UP};
 use crate::chaos_log::{End, Entry, Log, Via};

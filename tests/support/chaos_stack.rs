@@ -33,7 +33,7 @@ use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, Pro
 use tower_model_balance::health::HealthConfig;
 use tower_model_balance::hedge::{BalancerLoad, HedgeConfig, HedgeHandle, HedgeLayer};
 use tower_model_balance::route::ModelId;
-use tower_model_balance::sim::{protocol, ModelServer};
+use tower_model_balance_sim::{protocol, ModelServer};
 
 use crate::chaos_log::{Counted, Log, Marked};
 use crate::lcg::Lcg;

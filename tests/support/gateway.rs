@@ -16,7 +16,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::hedge::HedgeHandle;
-use tower_model_balance::sim::{protocol, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
 
 use crate::app::{self, Config, Gateway};
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tower_model_balance::sim::{
+use tower_model_balance_sim::{
     protocol, InferenceTimes, ModelServer, ServerConfig, ServerConfigBuilder, ServerStats,
 };
 

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use tower_model_balance::sim::{protocol, ModelServer};
+use tower_model_balance_sim::{protocol, ModelServer};
 
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 

@@ -18,7 +18,7 @@ pub(crate) const INDEX_PATH: &str = "/v2/repository/index";
 pub(crate) const EMPTY_OBJECT: bytes::Bytes = bytes::Bytes::from_static(b"{}");
 
 /// Probes a KServe v2 server (Triton, KServe, MLServer, the
-/// [`sim`](crate::sim) server). Readiness and the repository index are
+/// `tower-model-balance-sim` server). Readiness and the repository index are
 /// two signals, each answered or failed on its own:
 ///
 /// 1. `GET /v2/health/ready`: a 2xx answer is `ready: Some(true)`; any

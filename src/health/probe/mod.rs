@@ -6,7 +6,7 @@
 //! use tower_model_balance::health::probe::{
 //!     KServeV2, MetricNames, Prober, ProbeTarget, PrometheusMetrics,
 //! };
-//! use tower_model_balance::sim::{ModelServer, ServerConfig};
+//! use tower_model_balance_sim::{ModelServer, ServerConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let server = ModelServer::start("gpu-0", ServerConfig::default()).await.unwrap();

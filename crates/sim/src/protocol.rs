@@ -1,7 +1,7 @@
 //! The simulated model server's wire protocol, written down once.
 //!
 //! ```
-//! use tower_model_balance::sim::protocol;
+//! use tower_model_balance_sim::protocol;
 //!
 //! let path = protocol::infer_path("resnet-50");
 //! assert_eq!(path, "/v2/models/resnet-50/infer");

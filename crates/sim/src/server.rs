@@ -41,7 +41,7 @@ pub(super) struct State {
 /// its port is free, with [`stop`](Self::stop)).
 ///
 /// ```
-/// use tower_model_balance::sim::{ModelServer, ServerConfig};
+/// use tower_model_balance_sim::{ModelServer, ServerConfig};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let server = ModelServer::start("node-0", ServerConfig::default()).await.unwrap();

@@ -16,7 +16,7 @@ use super::loads::{load, Call, Loaded, Outcome};
 use super::lora;
 use super::protocol::{self, kserve_error};
 use super::server::{lock, State};
-use crate::route::ModelId;
+use tower_model_balance::route::ModelId;
 
 /// A model-control request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,12 +1,14 @@
 //! Simulated model servers: real HTTP servers on loopback that behave like a
-//! fleet of GPU model servers, for examples, tests and trying a stack before
-//! production.
+//! fleet of GPU model servers, for the examples and tests of
+//! [`tower-model-balance`](tower_model_balance) and for trying a stack
+//! before production. A companion crate, as `tower-test` is to `tower`: the
+//! middleware crate does not carry it.
 //!
 //! ```
 //! use http_body_util::{BodyExt, Full};
 //! use hyper_util::client::legacy::Client;
 //! use hyper_util::rt::TokioExecutor;
-//! use tower_model_balance::sim::{protocol, ModelServer, ServerConfig};
+//! use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let server = ModelServer::start("node-0", ServerConfig::default()).await.unwrap();
@@ -30,8 +32,8 @@
 //! Triton's repository index, the OpenAI-compatible inference routes
 //! (chat completions, completions, embeddings), the OpenAI model list and
 //! Prometheus metrics
-//! in vLLM's and Triton's names, so the probers of `health::probe`
-//! (feature `probe`) can ask it what they ask real servers; all of it is
+//! in vLLM's and Triton's names, so the probers of
+//! `tower_model_balance::health::probe` (feature `probe`) can ask it what they ask real servers; all of it is
 //! described in [`protocol`].
 //!
 //! In the [explicit mode](ServerConfigBuilder::explicit_load) a server
@@ -41,6 +43,14 @@
 //! KServe v2 repository API or vLLM's LoRA adapter routes — one load per
 //! model at a time, with [`ServerStats`] counting the load calls so that
 //! a client's single-flighting can be checked from the server's side.
+
+#![deny(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+#![forbid(unsafe_code)]
 
 mod config;
 mod control;

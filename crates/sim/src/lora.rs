@@ -12,7 +12,7 @@ use super::handle::{json, plain, SimResponse};
 use super::loads::{self, wait, Call, Loaded, Outcome};
 use super::protocol::vllm_error;
 use super::server::{lock, State};
-use crate::route::ModelId;
+use tower_model_balance::route::ModelId;
 
 /// A vLLM error response.
 fn lora_error(status: StatusCode, message: &str, kind: &str) -> SimResponse {

@@ -23,7 +23,7 @@ use super::repository;
 use super::residency::Access;
 use super::server::{lock, State};
 use super::wire::CutMidBody;
-use crate::route::{ModelId, RequestKind, RouteInfo};
+use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};
 
 /// An answer as the handlers build it; [`Wire::of`] turns it into what is
 /// sent.

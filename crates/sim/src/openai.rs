@@ -7,7 +7,7 @@ use http::StatusCode;
 
 use super::handle::{json, SimResponse};
 use super::protocol::{self, vllm_error};
-use crate::route::ModelId;
+use tower_model_balance::route::ModelId;
 
 /// One of the OpenAI-compatible inference routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::InvalidConfig;
+use tower_model_balance::error::InvalidConfig;
 
 /// Behaviour of one simulated model server. Defaults follow DESIGN.md's
 /// `default` fleet scenario.
@@ -100,7 +100,7 @@ impl ServerConfig {
 /// Builds a validated [`ServerConfig`].
 ///
 /// ```
-/// use tower_model_balance::sim::ServerConfig;
+/// use tower_model_balance_sim::ServerConfig;
 ///
 /// let config = ServerConfig::builder().resident_slots(16).build().unwrap();
 /// assert_eq!(config.concurrency(), 4);
@@ -212,7 +212,7 @@ impl ServerConfigBuilder {
         if !(1..=MAX_MODEL_MEMORY).contains(&c.model_memory) {
             return Err(InvalidConfig::new("model_memory", "1 ..= 2^40 bytes"));
         }
-        let valid = |m: &String| crate::route::ModelId::new(m).is_ok();
+        let valid = |m: &String| tower_model_balance::route::ModelId::new(m).is_ok();
         if c.repository
             .as_ref()
             .is_some_and(|ms| !ms.iter().all(valid))
