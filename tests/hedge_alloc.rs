@@ -6,13 +6,14 @@
 //!
 //! One test in this binary, so no other test allocates while it counts.
 
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 #[path = "support/ready.rs"]
 mod ready;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
 use tower::discover::ServiceList;
@@ -21,25 +22,8 @@ use tower_model_balance::backend::{BackendId, PickedSlot};
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
 
+use counting_alloc::ALLOCATIONS;
 use ready::{request, Ready};
-
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 const N: usize = 1_000;
 

@@ -6,15 +6,16 @@
 //!
 //! One test in this binary, so no other test allocates while it counts.
 
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 #[path = "support/lcg.rs"]
 mod lcg;
 #[path = "support/ready.rs"]
 mod ready;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
 use tower::discover::ServiceList;
@@ -24,26 +25,9 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, BreakerScope, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, CircuitBreakerLayer};
 
+use counting_alloc::ALLOCATIONS;
 use lcg::Lcg;
 use ready::{request, Ready};
-
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 fn balancer(backends: usize, config: BalanceConfig) -> ModelBalancer<Ready, Lcg> {
     let backends: Vec<_> = (0..backends)
