@@ -315,7 +315,7 @@ async fn a_cold_success_into_a_saturated_window_is_not_slow() {
 async fn the_policy_reads_back() {
     let policy = base().window(7).slow_call_duration(Duration::from_secs(3));
     let policy = policy.build().unwrap();
-    assert_eq!(Breaker::new(policy.clone()).policy(), policy);
+    assert_eq!(Breaker::new(policy.clone()).config(), policy);
 }
 
 #[tokio::test(start_paused = true)]

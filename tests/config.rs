@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tower_model_balance::balance::{BalanceConfig, BreakerScope, Staging};
+use tower_model_balance::balance::{BalanceConfig, BreakerScope, StagingConfig};
 use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::classify::Classifier;
 use tower_model_balance::config::{ConfigError, StackConfig};
@@ -99,7 +99,7 @@ fn every_value_reaches_its_builder() {
         .panic_threshold(0.25)
         .ring(RingConfig::new(7, 40).unwrap())
         .breaker_scope(BreakerScope::BackendModel { max_pairs: 500 })
-        .staging(Staging::new(0.05, Duration::from_millis(2500)).unwrap())
+        .staging(StagingConfig::new(0.05, Duration::from_millis(2500)).unwrap())
         .classifier(Classifier::grpc())
         .model_owners(model("llama-3-70b"), 3)
         .model_owners(model("org/model:v2"), 1)

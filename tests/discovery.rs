@@ -20,7 +20,7 @@ use tower::util::rng::Rng;
 use tower::{Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ResponseBody, Staging,
+    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ResponseBody, StagingConfig,
 };
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::ring::{Ring, RingConfig};
@@ -277,7 +277,7 @@ async fn churn(config: BalanceConfig, seed: u64, rounds: usize) -> HashSet<Strin
 
 #[tokio::test(start_paused = true)]
 async fn the_endpoint_matches_the_chosen_backend_under_churn() {
-    let unstaged = Staging::new(1.0, Duration::ZERO).unwrap();
+    let unstaged = StagingConfig::new(1.0, Duration::ZERO).unwrap();
     let configs = [
         BalanceConfig::default(),
         BalanceConfig::builder().staging(unstaged).build().unwrap(),

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, Guard, ModelBalancer, Staging,
+    Backend, BackendMeta, BalanceConfig, BalancerHandle, Guard, ModelBalancer, StagingConfig,
 };
 use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::classify::Outcome;
@@ -287,11 +287,11 @@ impl<'a> Balanced<'a> {
 /// one seed would differ in when breakers half-open.
 pub fn balance_config(config: &Config, staged: bool) -> BalanceConfig {
     let staging = match staged {
-        true => Staging::new(
+        true => StagingConfig::new(
             config.staging_step,
             Duration::from_secs_f64(config.staging_cooldown),
         ),
-        false => Staging::new(1.0, Duration::ZERO),
+        false => StagingConfig::new(1.0, Duration::ZERO),
     };
     let breaker = BreakerConfig::builder()
         .jitter(false)

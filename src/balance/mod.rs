@@ -138,7 +138,7 @@
 //!
 //! Ring changes are **staged**: when backends join or change weight, every
 //! model they take is a cold load on its new owner, so their ring points
-//! enter a share at a time ([`Staging`]: by default at most 1% of the
+//! enter a share at a time ([`StagingConfig`]: by default at most 1% of the
 //! ring's points per step, about one model in a hundred, steps 5 s apart),
 //! a joining backend owning part of its models until the last step. A
 //! change arriving meanwhile is published at once and re-targets the next
@@ -174,9 +174,10 @@ pub use self::backend::{Backend, BackendMeta};
 pub use self::choose::decide::Picked;
 pub use self::completion::body::ResponseBody;
 pub use self::completion::guard::Guard;
-pub use self::config::{BalanceConfig, BalanceConfigBuilder, ResidencyHeader, Staging};
+pub use self::config::{
+    BalanceConfig, BalanceConfigBuilder, BreakerScope, ResidencyHeader, StagingConfig,
+};
 pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
 pub use self::service::ModelBalancer;
 pub use self::state::placement::PlacementStats;
-pub use self::state::scoped::BreakerScope;
 pub use self::tasks::BackgroundTask;

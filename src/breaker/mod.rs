@@ -199,10 +199,10 @@
 
 mod admission;
 mod body;
+mod config;
 mod events;
 pub mod future;
 mod layer;
-mod policy;
 mod service;
 mod shared;
 mod state;
@@ -210,9 +210,9 @@ mod window;
 
 pub use self::admission::Admission;
 pub use self::body::{ResponseBody, StopPoint};
+pub use self::config::{BreakerConfig, BreakerConfigBuilder, SlidingWindow};
 pub use self::events::OnTransition;
 pub use self::layer::CircuitBreakerLayer;
-pub use self::policy::{BreakerConfig, BreakerConfigBuilder, SlidingWindow};
 pub use self::service::CircuitBreaker;
 pub use self::shared::{Breaker, Permit};
 #[cfg(feature = "balance")]

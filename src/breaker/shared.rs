@@ -371,8 +371,8 @@ impl Breaker {
         self.inner.rejected.load(Ordering::Relaxed)
     }
 
-    /// The policy in force.
-    pub fn policy(&self) -> BreakerConfig {
+    /// The configuration in force.
+    pub fn config(&self) -> BreakerConfig {
         self.lock().policy().clone()
     }
 

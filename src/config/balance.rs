@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::{invalid, ms, ConfigError};
-use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, Staging};
+use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, StagingConfig};
 use crate::breaker::BreakerConfig;
 use crate::classify::Classifier;
 use crate::health::HealthConfig;
@@ -188,8 +188,8 @@ impl BalanceFile {
             }
         }
         if self.staging_max_share.is_some() || self.staging_cooldown_ms.is_some() {
-            let defaults = Staging::default();
-            let staging = Staging::new(
+            let defaults = StagingConfig::default();
+            let staging = StagingConfig::new(
                 self.staging_max_share.unwrap_or(defaults.max_share()),
                 self.staging_cooldown_ms.map_or(defaults.cooldown(), ms),
             )

@@ -85,7 +85,9 @@ impl StackConfig {
     /// reads back into the same settings: every key written, durations in
     /// whole milliseconds (rounded up: a sub-millisecond part set in code
     /// is not kept). The builders' settings that have no key (the
-    /// balancer's residency header) are left out.
+    /// balancer's residency header, a breaker-transition hook, a
+    /// classifier of your own: `classification` is written only for
+    /// `Classifier::http` and `Classifier::grpc`) are left out.
     ///
     /// ```
     /// use tower_model_balance::config::StackConfig;

@@ -59,7 +59,7 @@
 //!
 //! How the balancer applies a change: an `Insert` for a new ID adds the
 //! backend (its ring points staged in, see
-//! [`Staging`](crate::balance::Staging)); an `Insert` for a live ID updates
+//! [`StagingConfig`](crate::balance::StagingConfig)); an `Insert` for a live ID updates
 //! its metadata and endpoint and keeps its breaker, health and in-flight
 //! count; a `Remove` makes it ineligible at once, and requests in flight
 //! there finish normally.

@@ -87,13 +87,13 @@
 // feature offers the policy, the probe types and the probers.
 #![cfg_attr(not(feature = "balance"), allow(dead_code, unused_imports))]
 
-mod policy;
+mod config;
 mod score;
 mod signals;
 
 pub mod probe;
 
-pub use self::policy::{HealthConfig, HealthConfigBuilder};
+pub use self::config::{HealthConfig, HealthConfigBuilder};
 pub(crate) use self::score::{evaluate, HealthState, Observation};
 pub use self::score::{Ejection, HealthStatus};
 pub use self::signals::LoadSignals;

@@ -105,23 +105,23 @@
 //! enabled (as `tokio::time` requires).
 
 mod budget;
+mod config;
 mod delay;
 mod future;
 mod gate;
 mod layer;
-mod policy;
 mod request;
 mod retry;
 mod service;
 mod shared;
 
 pub use self::budget::Budget;
+pub use self::config::{HedgeConfig, HedgeConfigBuilder};
 pub use self::future::ResponseFuture;
 #[cfg(feature = "balance")]
 pub use self::gate::BalancerLoad;
 pub use self::gate::LoadGate;
 pub use self::layer::HedgeLayer;
-pub use self::policy::{HedgeConfig, HedgeConfigBuilder};
 pub use self::request::CloneRequest;
 pub use self::retry::RetryPolicy;
 pub use self::service::Hedge;

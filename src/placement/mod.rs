@@ -74,19 +74,19 @@
 //! KServe v2: `POST /v2/repository/models/{name}/load`) and
 //! [`VllmLoraLoader`] (`POST /v1/load_lora_adapter`).
 
+mod config;
 #[cfg(feature = "probe")]
 mod kserve;
 #[cfg(feature = "probe")]
 mod lora;
-mod policy;
 
+pub use self::config::{PlacementConfig, PlacementConfigBuilder, WhenCold};
 #[cfg(feature = "probe")]
 #[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
 pub use self::kserve::KServeV2Loader;
 #[cfg(feature = "probe")]
 #[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
 pub use self::lora::VllmLoraLoader;
-pub use self::policy::{PlacementConfig, PlacementConfigBuilder, WhenCold};
 
 use std::future::Future;
 

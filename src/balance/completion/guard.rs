@@ -305,7 +305,7 @@ impl Drop for Guard {
             let ran = now.saturating_duration_since(started);
             self.state.latency.record(ran, false);
             // Outrun: a slow call for the breaker, never a failure.
-            let slow = self.state.breaker.policy().slow_call_duration();
+            let slow = self.state.breaker.config().slow_call_duration();
             self.record(Outcome::Success, Some(ran.max(slow)), Some(now));
         }
         match self.admission.take() {

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::fields::{BalanceConfig, BreakerHook, ResidencyHeader, Staging};
+use super::fields::{
+    BalanceConfig, BreakerHook, BreakerScope, ResidencyHeader, StagingConfig, MAX_PAIRS,
+};
 use crate::backend::BackendId;
-use crate::balance::state::scoped::{BreakerScope, MAX_PAIRS};
 use crate::breaker::{BreakerConfig, Transition};
 use crate::classify::Classifier;
 use crate::error::InvalidConfig;
@@ -187,7 +188,7 @@ impl BalanceConfigBuilder {
     }
 
     /// Sets how joins and weight changes are staged into the ring.
-    pub fn staging(mut self, staging: Staging) -> Self {
+    pub fn staging(mut self, staging: StagingConfig) -> Self {
         self.config.staging = staging;
         self
     }

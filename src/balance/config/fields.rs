@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::BackendId;
-use crate::balance::state::scoped::BreakerScope;
 use crate::breaker::{BreakerConfig, Transition};
 use crate::classify::Classifier;
 use crate::error::InvalidConfig;
@@ -32,7 +31,7 @@ pub(crate) const DEFAULT_LATENCY_DECAY: Duration = Duration::from_secs(10);
 /// | `ring` | seed 0, 150 vnodes per unit of weight | see [`RingConfig`] |
 /// | `breaker` | [`BreakerConfig::default`] | see [`BreakerConfig`] |
 /// | `breaker_scope` | [`BreakerScope::Backend`] | `BackendModel { max_pairs }`: 1 ..= 1 000 000 pairs |
-/// | `staging` | 1% of the ring per step, 5 s apart | see [`Staging`] |
+/// | `staging` | 1% of the ring per step, 5 s apart | see [`StagingConfig`] |
 /// | `health` | [`HealthConfig::default`] | see [`HealthConfig`] |
 /// | `residency_header` | none | see [`ResidencyHeader`] |
 /// | `classifier` | [`Classifier::http`] | [`Classifier::grpc`] for gRPC backends, or your own |
@@ -66,7 +65,7 @@ pub struct BalanceConfig {
     /// What one breaker covers: a backend, or a (backend, model) pair.
     pub(crate) breaker_scope: BreakerScope,
     /// How joins and weight changes enter the ring.
-    pub(crate) staging: Staging,
+    pub(crate) staging: StagingConfig,
     /// Told of every transition of the backends' breakers.
     pub(crate) breaker_hook: Option<BreakerHook>,
     /// How backend health is scored and when a backend is ejected.
@@ -75,6 +74,47 @@ pub struct BalanceConfig {
     pub(crate) residency_header: Option<ResidencyHeader>,
     /// What a response's outcome is read from.
     pub(crate) classifier: Classifier,
+}
+
+/// The most pairs [`BreakerScope::BackendModel`] may track.
+pub(crate) const MAX_PAIRS: usize = 1_000_000;
+
+/// What one circuit breaker covers; set with
+/// [`BalanceConfigBuilder::breaker_scope`](crate::balance::BalanceConfigBuilder::breaker_scope).
+///
+/// ```
+/// use tower_model_balance::balance::{BalanceConfig, BreakerScope};
+///
+/// let config = BalanceConfig::builder()
+///     .breaker_scope(BreakerScope::BackendModel { max_pairs: 10_000 })
+///     .build()
+///     .unwrap();
+/// assert!(format!("{config:?}").contains("BackendModel { max_pairs: 10000 }"));
+/// let zero = BreakerScope::BackendModel { max_pairs: 0 };
+/// let err = BalanceConfig::builder().breaker_scope(zero).build().unwrap_err();
+/// assert_eq!(err.field, "breaker_scope");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum BreakerScope {
+    /// One breaker per backend: its failures, for any model, eject it for
+    /// every model. The default.
+    #[default]
+    Backend,
+    /// One breaker per (backend, model) pair: a backend failing for one
+    /// model stays eligible for the others. At most `max_pairs` pairs
+    /// (1 ..= 1 000 000) are tracked, least recently used evicted; an
+    /// evicted pair starts over closed. Each tracked pair holds a breaker
+    /// with the `breaker` policy: a few hundred bytes plus one byte per
+    /// call of its window.
+    ///
+    /// Panic mode does not look at pair breakers: a model failing on every
+    /// backend fails fast with `NoHealthyBackend` rather than being routed
+    /// over all of them.
+    BackendModel {
+        /// The most (backend, model) pairs tracked at once.
+        max_pairs: usize,
+    },
 }
 
 /// A response header that tells the balancer what a backend holds
@@ -130,7 +170,7 @@ impl Default for BalanceConfig {
             ring: RingConfig::default(),
             breaker: BreakerConfig::default(),
             breaker_scope: BreakerScope::Backend,
-            staging: Staging::default(),
+            staging: StagingConfig::default(),
             breaker_hook: None,
             health: HealthConfig::default(),
             residency_header: None,
@@ -193,7 +233,7 @@ impl BalanceConfig {
     }
 
     /// How ring changes are staged.
-    pub(crate) fn staging(&self) -> &Staging {
+    pub(crate) fn staging(&self) -> &StagingConfig {
         &self.staging
     }
 
@@ -228,23 +268,23 @@ impl BalanceConfig {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_model_balance::balance::{BalanceConfig, Staging};
+/// use tower_model_balance::balance::{BalanceConfig, StagingConfig};
 ///
-/// let staging = Staging::new(0.2, Duration::from_secs(30)).unwrap();
+/// let staging = StagingConfig::new(0.2, Duration::from_secs(30)).unwrap();
 /// let config = BalanceConfig::builder().staging(staging).build().unwrap();
 /// assert_ne!(config, BalanceConfig::default());
-/// assert_eq!(Staging::new(0.0, Duration::ZERO).unwrap_err().field, "max_share");
+/// assert_eq!(StagingConfig::new(0.0, Duration::ZERO).unwrap_err().field, "max_share");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
-pub struct Staging {
+pub struct StagingConfig {
     /// The most a step changes, as a share of the ring's points.
     pub(crate) max_share: f64,
     /// The least time between two steps.
     pub(crate) cooldown: Duration,
 }
 
-impl Default for Staging {
+impl Default for StagingConfig {
     fn default() -> Self {
         Self {
             max_share: 0.01,
@@ -253,7 +293,7 @@ impl Default for Staging {
     }
 }
 
-impl Staging {
+impl StagingConfig {
     /// Steps changing at most `max_share` of the ring's points each
     /// (above 0.0, up to 1.0; 1.0 lands every change at once), `cooldown`
     /// apart (up to 1 h).

@@ -2,10 +2,10 @@
 //! [`BalanceConfigBuilder`].
 
 mod builder;
-mod fields;
+pub(crate) mod fields;
 
 pub use self::builder::BalanceConfigBuilder;
 pub(crate) use self::fields::BreakerHook;
 #[cfg(test)]
 pub(crate) use self::fields::DEFAULT_LATENCY_DECAY;
-pub use self::fields::{BalanceConfig, ResidencyHeader, Staging};
+pub use self::fields::{BalanceConfig, BreakerScope, ResidencyHeader, StagingConfig};

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::balance::config::{BalanceConfig, BreakerHook, ResidencyHeader};
+use crate::balance::config::{BalanceConfig, BreakerHook, BreakerScope, ResidencyHeader};
 use crate::balance::state::demand::Work;
 use crate::balance::state::placement::Placement;
-use crate::balance::state::scoped::{BreakerScope, Scoped};
+use crate::balance::state::scoped::Scoped;
 use crate::balance::state::traffic::FleetTraffic;
 use crate::classify::Classifier;
 use crate::health::HealthConfig;

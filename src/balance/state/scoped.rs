@@ -34,48 +34,8 @@ use tokio::time::Instant;
 use crate::balance::state::lru::Lru;
 use crate::breaker::{Breaker, BreakerConfig, BreakerState, OnTransition, Ticket, Transition};
 
-/// The most pairs [`BreakerScope::BackendModel`] may track.
-pub(crate) const MAX_PAIRS: usize = 1_000_000;
 /// The most gauge slots (a power of two).
 const MAX_SLOTS: usize = 4096;
-
-/// What one circuit breaker covers; set with
-/// [`BalanceConfigBuilder::breaker_scope`](crate::balance::BalanceConfigBuilder::breaker_scope).
-///
-/// ```
-/// use tower_model_balance::balance::{BalanceConfig, BreakerScope};
-///
-/// let config = BalanceConfig::builder()
-///     .breaker_scope(BreakerScope::BackendModel { max_pairs: 10_000 })
-///     .build()
-///     .unwrap();
-/// assert!(format!("{config:?}").contains("BackendModel { max_pairs: 10000 }"));
-/// let zero = BreakerScope::BackendModel { max_pairs: 0 };
-/// let err = BalanceConfig::builder().breaker_scope(zero).build().unwrap_err();
-/// assert_eq!(err.field, "breaker_scope");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum BreakerScope {
-    /// One breaker per backend: its failures, for any model, eject it for
-    /// every model. The default.
-    #[default]
-    Backend,
-    /// One breaker per (backend, model) pair: a backend failing for one
-    /// model stays eligible for the others. At most `max_pairs` pairs
-    /// (1 ..= 1 000 000) are tracked, least recently used evicted; an
-    /// evicted pair starts over closed. Each tracked pair holds a breaker
-    /// with the `breaker` policy: a few hundred bytes plus one byte per
-    /// call of its window.
-    ///
-    /// Panic mode does not look at pair breakers: a model failing on every
-    /// backend fails fast with `NoHealthyBackend` rather than being routed
-    /// over all of them.
-    BackendModel {
-        /// The most (backend, model) pairs tracked at once.
-        max_pairs: usize,
-    },
-}
 
 /// A (backend uid, model hash) pair.
 type Pair = (u64, u64);

@@ -403,8 +403,8 @@ async fn a_breaker_whose_open_duration_is_up_takes_the_next_request_as_its_probe
     // Its open duration up: the next requests are its half-open probes,
     // however costly it looks, as many as the breaker has permits.
     let breaker = &t.backends[order[0]].breaker;
-    tokio::time::advance(breaker.policy().open_duration()).await;
-    let permits = breaker.policy().half_open_permits();
+    tokio::time::advance(breaker.config().open_duration()).await;
+    let permits = breaker.config().half_open_permits();
     for probe in 0..permits {
         let picked = pick_with(&t, &ask(&r, 2), &mut || 0).unwrap();
         assert_eq!(picked.index, order[0], "probe {probe}");

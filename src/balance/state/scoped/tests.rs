@@ -3,6 +3,7 @@ use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 use super::*;
+use crate::balance::config::fields::MAX_PAIRS;
 use crate::classify::Outcome;
 
 const A: u64 = 0xa;

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::*;
 use crate::backend::BackendId;
-use crate::balance::config::Staging;
+use crate::balance::config::StagingConfig;
 use crate::ring::RingConfig;
 use crate::route::ModelId;
 
@@ -35,7 +35,7 @@ impl Fixture {
         let changes = stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
         });
-        let staging = Staging::new(max_share, COOLDOWN).unwrap();
+        let staging = StagingConfig::new(max_share, COOLDOWN).unwrap();
         let config = BalanceConfig::builder().staging(staging).build().unwrap();
         let mut discover = Box::pin(changes);
         let mut registry = Registry::new(config.clone());

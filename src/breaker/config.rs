@@ -1,4 +1,4 @@
-//! The breaker's policy: validated windows, thresholds and durations.
+//! [`BreakerConfig`]: the breaker's validated windows, thresholds and durations.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The health policy: score weights, smoothing, thresholds and ejection
+//! [`HealthConfig`]: score weights, smoothing, thresholds and ejection
 //! limits, validated.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The placement policy: load timeout, what a request does while its
+//! [`PlacementConfig`]: load timeout, what a request does while its
 //! model loads, how often the repository allow-list is refreshed.
 
 use std::time::Duration;

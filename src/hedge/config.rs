@@ -1,4 +1,4 @@
-//! The hedging policy: validated delay, budget and gate settings.
+//! [`HedgeConfig`]: the hedge's validated delay, budget and gate settings.
 
 use std::time::Duration;
 
