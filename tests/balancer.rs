@@ -16,6 +16,7 @@ use tower::ServiceExt;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, BreakerState};
+use tower_model_balance::classify::{Classifier, Outcome, ServerErrorsAsFailures};
 use tower_model_balance::error::{InvalidRoute, NoHealthyBackend};
 use tower_model_balance::ring::RingConfig;
 use tower_model_balance::route::ModelId;
@@ -210,6 +211,37 @@ async fn failed_statuses_count_even_when_their_bodies_are_never_read() {
     assert_eq!(handle.in_flight(), 0);
     let err = expect_err(balancer.clone().oneshot(infer("m")).await);
     assert!(err.is::<NoHealthyBackend>());
+}
+
+/// The config's classifier decides what the backends' breakers count: a
+/// 404 ("model not loaded") is the caller's to the default classifier, a
+/// failure to one that says so.
+#[tokio::test(start_paused = true)]
+async fn the_configs_classifier_decides_what_trips_a_breaker() {
+    let trips = |classifier: Classifier| async move {
+        let f = fleet(2);
+        for m in &f.mocks {
+            m.set_status(404);
+        }
+        let config = BalanceConfig::builder()
+            .breaker(balancer_fleet::trip_3_of_4())
+            .panic_threshold(0.0)
+            .classifier(classifier)
+            .build()
+            .unwrap();
+        let balancer = f.balancer(config);
+        for _ in 0..6 {
+            let rsp = balancer.clone().oneshot(infer("m")).await;
+            drop(rsp);
+        }
+        balancer.handle().breaker_trips()
+    };
+    assert_eq!(trips(Classifier::http()).await, 0, "404 ignored by default");
+    let not_loaded = Classifier::from_status(|status| match status.as_u16() {
+        404 => Outcome::Failure,
+        _ => ServerErrorsAsFailures::classify_status(status),
+    });
+    assert_eq!(trips(not_loaded).await, 2, "both backends opened on 404s");
 }
 
 #[tokio::test(start_paused = true)]
