@@ -186,6 +186,46 @@ impl fmt::Display for BreakerOpen {
 
 impl std::error::Error for BreakerOpen {}
 
+/// A service was called without a `poll_ready` that returned `Ready` since
+/// its last `call`, against tower's `Service` contract. The circuit
+/// breaker returns it (never calling its inner service, counting nothing)
+/// rather than panic, as tower's `Buffer` does, or forward to a service
+/// that may not be ready: drive it with `ServiceExt::ready` or `oneshot`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct NotReady;
+
+impl fmt::Display for NotReady {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("service called before `poll_ready` returned `Ready`")
+    }
+}
+
+impl std::error::Error for NotReady {}
+
+/// A constructor that starts background tasks (the balancer's discovery
+/// and health tasks, probes, placement's repository refresh, the metrics
+/// export) was called outside a Tokio runtime: call it from within one
+/// (`#[tokio::main]`, `Runtime::enter`). Nothing was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct NoRuntime;
+
+impl fmt::Display for NoRuntime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("no Tokio runtime entered: this constructor spawns background tasks")
+    }
+}
+
+impl std::error::Error for NoRuntime {}
+
+impl NoRuntime {
+    /// The current runtime's handle, or this error.
+    pub(crate) fn current() -> Result<tokio::runtime::Handle, Self> {
+        tokio::runtime::Handle::try_current().map_err(|_| Self)
+    }
+}
+
 /// A configuration value is out of its allowed range. Returned by every
 /// builder's `build`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,7 +14,7 @@
 //! let backends = stream::iter([Ok::<_, std::convert::Infallible>(Change::Insert(0, gpu))]);
 //! let balancer = ModelBalancer::new(backends, BalanceConfig::default()).unwrap();
 //! // With a recorder installed (e.g. metrics-exporter-prometheus), every 5 s:
-//! let exporter = tower_model_balance::metrics::export(balancer.handle(), Duration::from_secs(5));
+//! let exporter = tower_model_balance::metrics::export(balancer.handle(), Duration::from_secs(5)).unwrap();
 //! # drop(exporter);
 //! # }
 //! ```
@@ -60,6 +60,7 @@ use tokio::task::JoinHandle;
 
 use crate::balance::BalancerHandle;
 use crate::breaker::BreakerState;
+use crate::error::NoRuntime;
 #[cfg(feature = "hedge")]
 use crate::hedge::HedgeHandle;
 
@@ -80,11 +81,10 @@ impl Drop for ExportTask {
 /// every `interval` (at least 10 ms), in a task on the current Tokio
 /// runtime.
 ///
-/// # Panics
+/// # Errors
 ///
-/// Outside a Tokio runtime (as `tokio::spawn` does).
-pub fn export(handle: BalancerHandle, interval: Duration) -> ExportTask {
-    describe();
+/// [`NoRuntime`] outside a Tokio runtime (nothing is started).
+pub fn export(handle: BalancerHandle, interval: Duration) -> Result<ExportTask, NoRuntime> {
     every(interval, move || record(&handle))
 }
 
@@ -92,20 +92,21 @@ pub fn export(handle: BalancerHandle, interval: Duration) -> ExportTask {
 /// then every `interval` (at least 10 ms), in a task on the current Tokio
 /// runtime.
 ///
-/// # Panics
+/// # Errors
 ///
-/// Outside a Tokio runtime (as `tokio::spawn` does).
+/// [`NoRuntime`] outside a Tokio runtime (nothing is started).
 #[cfg(feature = "hedge")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hedge")))]
-pub fn export_hedge(handle: HedgeHandle, interval: Duration) -> ExportTask {
-    describe();
+pub fn export_hedge(handle: HedgeHandle, interval: Duration) -> Result<ExportTask, NoRuntime> {
     every(interval, move || record_hedge(&handle))
 }
 
 /// Runs `set` now and then every `interval` (at least 10 ms).
-fn every(interval: Duration, set: impl Fn() + Send + 'static) -> ExportTask {
+fn every(interval: Duration, set: impl Fn() + Send + 'static) -> Result<ExportTask, NoRuntime> {
+    let runtime = NoRuntime::current()?;
+    describe();
     let interval = interval.max(Duration::from_millis(10));
-    let task = tokio::spawn(async move {
+    let task = runtime.spawn(async move {
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -113,7 +114,7 @@ fn every(interval: Duration, set: impl Fn() + Send + 'static) -> ExportTask {
             set();
         }
     });
-    ExportTask { task }
+    Ok(ExportTask { task })
 }
 
 /// Whether a series is a counter or a gauge.

@@ -79,10 +79,12 @@ async fn slow_deep_queued_and_fast_failing_backends_lose_their_update_traffic() 
         .timeout(Duration::from_millis(500))
         .build()
         .unwrap();
-    let _probes = handle.spawn_probes(
-        (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm())),
-        probes,
-    );
+    let _probes = handle
+        .spawn_probes(
+            (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm())),
+            probes,
+        )
+        .expect("inside a Tokio runtime");
     let stop = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..16)
         .map(|_| tokio::spawn(updates(balancer.clone(), stop.clone())))

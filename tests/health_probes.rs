@@ -94,7 +94,9 @@ async fn probes_feed_health_and_residency_and_stop_with_their_task() {
         .jitter(0.0)
         .build()
         .unwrap();
-    let task = handle.spawn_probes(prober, config);
+    let task = handle
+        .spawn_probes(prober, config)
+        .expect("inside a Tokio runtime");
     tokio::time::sleep(Duration::from_secs(30)).await;
     let rounds = probes.load(Ordering::Relaxed) / 4;
     assert!((25..=31).contains(&rounds), "{rounds} rounds in 30 s");
@@ -125,13 +127,15 @@ async fn probes_feed_health_and_residency_and_stop_with_their_task() {
         .interval(Duration::from_secs(3600))
         .build()
         .unwrap();
-    let task = handle.spawn_probes(
-        Scripted {
-            probes: probes.clone(),
-            answer: |_| Some(Ok(ProbeReport::default())),
-        },
-        hourly,
-    );
+    let task = handle
+        .spawn_probes(
+            Scripted {
+                probes: probes.clone(),
+                answer: |_| Some(Ok(ProbeReport::default())),
+            },
+            hourly,
+        )
+        .expect("inside a Tokio runtime");
     tokio::time::sleep(Duration::from_millis(10)).await;
     drop((balancer, handle));
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -256,7 +260,10 @@ async fn probes_run_at_most_the_configured_concurrency() {
         .concurrency(3)
         .build()
         .unwrap();
-    let _task = balancer.handle().spawn_probes(prober.clone(), config);
+    let _task = balancer
+        .handle()
+        .spawn_probes(prober.clone(), config)
+        .expect("inside a Tokio runtime");
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(
         prober.done.load(Ordering::SeqCst) >= 32,

@@ -69,10 +69,12 @@ async fn the_client_stack_against_mlserver() {
         .timeout(Duration::from_millis(400))
         .build()
         .unwrap();
-    let _probes = handle.spawn_probes(
-        (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm())),
-        probes,
-    );
+    let _probes = handle
+        .spawn_probes(
+            (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm())),
+            probes,
+        )
+        .expect("inside a Tokio runtime");
     let _placement = handle
         .enable_placement(KServeV2Loader::new(), PlacementConfig::default())
         .unwrap();

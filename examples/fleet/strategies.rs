@@ -153,7 +153,9 @@ pub fn build(
                 .timeout(Duration::from_millis(500))
                 .build()
                 .expect("a valid probe config");
-            let probes = handle.spawn_probes(prober, probes);
+            let probes = handle
+                .spawn_probes(prober, probes)
+                .expect("inside a Tokio runtime");
             // Servers that load only when told: the balancer places models.
             let placement = explicit_load.then(|| {
                 handle

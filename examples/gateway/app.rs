@@ -230,8 +230,8 @@ impl Gateway {
             .build()?;
         let metrics = PrometheusMetrics::new(MetricNames::vllm());
         let probes = match config.probe {
-            Probe::KServe => handle.spawn_probes((KServeV2::new(), metrics), probes),
-            Probe::OpenAi => handle.spawn_probes((OpenAiModels::new(), metrics), probes),
+            Probe::KServe => handle.spawn_probes((KServeV2::new(), metrics), probes)?,
+            Probe::OpenAi => handle.spawn_probes((OpenAiModels::new(), metrics), probes)?,
         };
         // Servers that load a model only when told: the balancer loads it
         // on the owner affinity picks (one load per backend and model),

@@ -26,16 +26,14 @@ use std::task::{ready, Context, Poll, Waker};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use http::StatusCode;
 use tokio::sync::watch;
 
-use crate::balance::completion::body::{ResponseBody, Verdict};
+use crate::balance::completion::finish::Finish;
 use crate::balance::completion::guard::Guard;
 use crate::balance::state::placement::{self, Status};
-use crate::classify::{Classified, Outcome};
+use crate::classify::{AtEndOfBody, Outcome};
 use crate::error::BoxError;
 use crate::error::{ModelLoadFailed, UnknownModel};
-use crate::placement::WaitedForLoad;
 use crate::route::ModelId;
 
 pin_project! {
@@ -46,13 +44,15 @@ pin_project! {
     /// The endpoint is called at once when it is ready (the common case:
     /// hyper-util's pooled client always is); otherwise the endpoint and
     /// the request wait in one heap cell until it is, so the future stays
-    /// the size of the endpoint's own.
-    pub struct ResponseFuture<E, Req>
+    /// the size of the endpoint's own. `K` is when the outcome is
+    /// recorded ([`AtEndOfBody`] or [`AtResponse`](crate::classify::AtResponse)).
+    pub struct ResponseFuture<E, Req, K = AtEndOfBody>
     where
         E: Service<Req>,
     {
         #[pin]
         state: State<E, Req>,
+        finish: K,
     }
 }
 
@@ -74,10 +74,11 @@ pin_project! {
     }
 }
 
-impl<E, Req> ResponseFuture<E, Req>
+impl<E, Req, K> ResponseFuture<E, Req, K>
 where
     E: Service<Req>,
     E::Error: Into<BoxError>,
+    K: Finish<E::Response, E::Error>,
 {
     /// Calls `endpoint` with `req` if it is ready now; else keeps both
     /// until the first poll finds it ready. An endpoint that fails its
@@ -85,7 +86,7 @@ where
     /// so the request moves into the endpoint's `call` without a copy on
     /// the way.
     #[inline]
-    pub(crate) fn new(mut endpoint: E, req: Req, guard: Guard) -> Self {
+    pub(crate) fn new(mut endpoint: E, req: Req, guard: Guard, finish: K) -> Self {
         let state = match endpoint.poll_ready(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(Ok(())) => State::Called {
                 future: endpoint.call(req),
@@ -104,7 +105,7 @@ where
                 waited: false,
             },
         };
-        Self { state }
+        Self { state, finish }
     }
 
     /// Waits for the load of `model` on the picked backend, then calls
@@ -115,6 +116,7 @@ where
         endpoint: E,
         req: Req,
         guard: Guard,
+        finish: K,
     ) -> Self {
         Self {
             state: State::Loading {
@@ -123,17 +125,19 @@ where
                 guard: Some(guard),
                 model,
             },
+            finish,
         }
     }
 
-    pub(crate) fn failed(error: BoxError) -> Self {
+    pub(crate) fn failed(error: BoxError, finish: K) -> Self {
         Self {
             state: State::Failed { error: Some(error) },
+            finish,
         }
     }
 }
 
-impl<E, Req> std::fmt::Debug for ResponseFuture<E, Req>
+impl<E, Req, K> std::fmt::Debug for ResponseFuture<E, Req, K>
 where
     E: Service<Req>,
 {
@@ -152,17 +156,19 @@ where
 
 const POLLED_AFTER_COMPLETION: &str = "response future polled after completion";
 
-impl<E, Req, B> Future for ResponseFuture<E, Req>
+impl<E, Req, K> Future for ResponseFuture<E, Req, K>
 where
-    E: Service<Req, Response = http::Response<B>>,
+    E: Service<Req>,
     E::Error: Into<BoxError>,
-    B: http_body::Body,
+    K: Finish<E::Response, E::Error>,
 {
-    type Output = Result<http::Response<ResponseBody<B>>, BoxError>;
+    type Output = Result<K::Output, BoxError>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let finish = &*this.finish;
+        let mut state = this.state;
         loop {
-            let mut state = self.as_mut().project().state;
             match state.as_mut().project() {
                 StateProj::Called {
                     future,
@@ -170,27 +176,13 @@ where
                     waited,
                 } => {
                     let result = ready!(future.poll(cx));
-                    let Some(mut guard) = guard.take() else {
+                    let Some(guard) = guard.take() else {
                         return Poll::Ready(Err(POLLED_AFTER_COMPLETION.into()));
                     };
                     return Poll::Ready(match result {
-                        Ok(mut response) => {
-                            guard.answered();
-                            if *waited {
-                                response.extensions_mut().insert(WaitedForLoad);
-                            }
-                            if response.status() == StatusCode::NOT_FOUND {
-                                not_found(&guard);
-                            }
-                            guard.read_residency(response.headers());
-                            let verdict = guard
-                                .classifier()
-                                .classify_head(response.status(), response.headers());
-                            let verdict = answered(&guard, response.status(), verdict);
-                            Ok(response.map(|body| ResponseBody::new(body, guard, verdict)))
-                        }
+                        Ok(response) => Ok(finish.response(response, guard, *waited)),
                         Err(error) => {
-                            guard.finish(Outcome::Failure);
+                            finish.error(&error, guard);
                             Err(error.into())
                         }
                     });
@@ -263,46 +255,5 @@ where
                 }
             }
         }
-    }
-}
-
-/// A 404 for an inference request: KServe v2 and OpenAI-compatible
-/// servers answer it for a model they do not hold now, so the model is
-/// absent there, whatever the balancer believed (served, or sent there
-/// and maybe loading): the next picks see it absent. With placement on,
-/// one reload starts (if the repository knows the model); without, the
-/// server did not load it on demand, so for a while the backend is no
-/// place to send the model cold: the picks go where it is served.
-#[cold]
-fn not_found(guard: &Guard) {
-    let Some(key) = guard.model() else {
-        return;
-    };
-    let state = guard.state();
-    match state.fleet.placement.get() {
-        Some(placement) => placement.not_found(state, key),
-        // Nobody will load it there: a server that answers 404 rather
-        // than load on demand gets the model cold no more for a while.
-        None => {
-            let now = state.fleet.millis(tokio::time::Instant::now());
-            state.residency.refuse(key, now);
-        }
-    }
-}
-
-/// The breaker's verdict on an answer: a 4xx other than 429 says nothing
-/// of the backend's health (the classifier ignores it), but it proves the
-/// backend answers. A half-open breaker takes it as its probe's success:
-/// else a server restarted without its models, answering 404 to every
-/// probe, would keep its breaker half-open, reopening at each round's
-/// timeout, for as long as nobody loads them.
-fn answered(guard: &Guard, status: StatusCode, verdict: Verdict) -> Verdict {
-    match verdict {
-        Classified::Ready(Outcome::Ignored)
-            if status.is_client_error() && guard.admitted_half_open() =>
-        {
-            Classified::Ready(Outcome::Success)
-        }
-        verdict => verdict,
     }
 }

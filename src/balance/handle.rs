@@ -13,7 +13,7 @@ use crate::balance::state::shared::View;
 use crate::balance::state::traffic::Branch;
 use crate::balance::tasks::{self, placement, BackgroundTask};
 use crate::breaker::{Breaker, BreakerState, TransitionCounts};
-use crate::error::InvalidConfig;
+use crate::error::{BoxError, InvalidConfig};
 use crate::health::probe::{ProbeConfig, ProbeError, ProbeReport, Prober};
 use crate::health::HealthStatus;
 use crate::placement::{ModelLoader, PlacementConfig};
@@ -193,11 +193,19 @@ impl BalancerHandle {
     /// the next round on. The task stops when the returned [`BackgroundTask`]
     /// is dropped or once every clone and handle of the balancer is gone.
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// Outside a Tokio runtime (as `tokio::spawn` does).
-    pub fn spawn_probes<P: Prober>(&self, prober: P, config: ProbeConfig) -> BackgroundTask {
-        crate::balance::tasks::probes::spawn(&self.view, prober, config)
+    /// [`NoRuntime`](crate::error::NoRuntime) outside a Tokio runtime
+    /// (nothing is started).
+    pub fn spawn_probes<P: Prober>(
+        &self,
+        prober: P,
+        config: ProbeConfig,
+    ) -> Result<BackgroundTask, crate::error::NoRuntime> {
+        let runtime = crate::error::NoRuntime::current()?;
+        Ok(crate::balance::tasks::probes::spawn(
+            &runtime, &self.view, prober, config,
+        ))
     }
 
     /// Turns on-demand [placement](crate::placement) on: from now on, an
@@ -213,15 +221,15 @@ impl BalancerHandle {
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] naming `placement` when called outside a Tokio
-    /// runtime, or when placement is on already (once per balancer).
+    /// [`NoRuntime`](crate::error::NoRuntime) when called outside a Tokio
+    /// runtime; [`InvalidConfig`] naming `placement` when placement is on
+    /// already (once per balancer). Nothing is started.
     pub fn enable_placement<L: ModelLoader>(
         &self,
         loader: L,
         policy: PlacementConfig,
-    ) -> Result<BackgroundTask, InvalidConfig> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| InvalidConfig::new("placement", "enabled inside a Tokio runtime"))?;
+    ) -> Result<BackgroundTask, BoxError> {
+        let runtime = crate::error::NoRuntime::current()?;
         let table = self.view.table();
         let placement = Arc::new(Placement::new(
             loader,

@@ -15,7 +15,7 @@ use crate::backend::PickedSlot;
 use crate::balance::backend::Backend;
 use crate::balance::choose::decide::Picked;
 use crate::balance::choose::decide::{Local, Refused};
-use crate::balance::completion::body::ResponseBody;
+use crate::balance::completion::finish::Finish;
 use crate::balance::completion::guard::Guard;
 use crate::balance::config::BalanceConfig;
 use crate::balance::future::ResponseFuture;
@@ -25,21 +25,42 @@ use crate::balance::state::placement::{Placement, Prepared};
 use crate::balance::state::shared::{Shared, View};
 use crate::balance::tasks::discovery::{self, Drained, Registry};
 use crate::balance::tasks::{self, health};
+use crate::classify::{AtEndOfBody, AtResponse};
 use crate::error::{
-    BoxError, InvalidConfig, InvalidRoute, ModelLoadFailed, NoHealthyBackend, UnknownModel,
+    BoxError, InvalidRoute, ModelLoadFailed, NoHealthyBackend, NoRuntime, UnknownModel,
 };
-use crate::route::{ModelId, RequestKind, RouteInfo, RouteView};
+use crate::route::{ModelId, RequestKind, Routable, RouteInfo, RouteView};
 
 /// The model-aware balancer; see the [module docs](super).
 ///
 /// `Clone` shares the routing state; each clone draws its own random
-/// stream from the injected RNG.
+/// stream from the injected RNG. `K` is when a request's outcome is
+/// recorded: at the end of the response's body ([`AtEndOfBody`], the
+/// default) or when it arrives ([`AtResponse`],
+/// [`at_response`](Self::at_response)).
+///
+/// # Requirements
+///
+/// | | `AtEndOfBody` (default) | `AtResponse<C>` |
+/// |---|---|---|
+/// | request `Req` | [`Routable`]: `http::Request<B>`, or a type of yours | [`Routable`] |
+/// | endpoint `E` | `Service<Req> + Clone`, `Response = http::Response<B>`, `B: http_body::Body` | `Service<Req> + Clone`, any response `T` |
+/// | endpoint error | `Into<BoxError>` | `Into<BoxError>` |
+/// | classifier | the configuration's [`Classifier`](crate::classify::Classifier) | `C: Classify<T, E::Error>` |
+/// | returns | `http::Response<ResponseBody<B>>` | `T`, unchanged |
+/// | constructors | `E: Clone + Send + Sync + 'static`, a Tokio runtime | the same |
+///
+/// `E: Sync` because the backends' endpoints live in state the
+/// background tasks share; an endpoint that is `Send` but not `Sync` (a
+/// `BoxCloneService`) fits behind tower's `Buffer` or as a
+/// `BoxCloneSyncService`.
 #[derive(Debug)]
-pub struct ModelBalancer<E, R = HasherRng> {
+pub struct ModelBalancer<E, R = HasherRng, K = AtEndOfBody> {
     shared: Arc<Shared<E>>,
     local: Local,
     rng: R,
     salt: u64,
+    finish: K,
 }
 
 impl<E> ModelBalancer<E>
@@ -55,15 +76,13 @@ where
     /// until every clone and handle of the balancer is dropped.
     /// A second task evaluates backend health every
     /// [`HealthConfigBuilder::interval`](crate::health::HealthConfigBuilder::interval)
-    /// until every clone and handle is dropped (built outside a runtime
-    /// from a source that has ended, the balancer logs a warning and keeps
-    /// every backend's health neutral).
+    /// until every clone and handle is dropped.
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] naming `runtime` when called outside a Tokio
-    /// runtime while `discover` has not ended.
-    pub fn new<D>(discover: D, config: BalanceConfig) -> Result<Self, InvalidConfig>
+    /// [`NoRuntime`] when called outside a Tokio runtime (nothing is
+    /// started; the configuration was validated by its builder).
+    pub fn new<D>(discover: D, config: BalanceConfig) -> Result<Self, NoRuntime>
     where
         D: Discover<Service = Backend<E>> + Send + 'static,
         D::Key: Eq + Send + 'static,
@@ -84,12 +103,13 @@ where
     /// # Errors
     ///
     /// As [`ModelBalancer::new`].
-    pub fn from_rng<D>(discover: D, config: BalanceConfig, rng: R) -> Result<Self, InvalidConfig>
+    pub fn from_rng<D>(discover: D, config: BalanceConfig, rng: R) -> Result<Self, NoRuntime>
     where
         D: Discover<Service = Backend<E>> + Send + 'static,
         D::Key: Eq + Send + 'static,
         D::Error: Into<BoxError>,
     {
+        let runtime = NoRuntime::current()?;
         let mut discover = Box::pin(discover);
         let mut registry = Registry::new(config.clone());
         let drained = registry.drain(discover.as_mut(), &mut Context::from_waker(Waker::noop()));
@@ -98,37 +118,45 @@ where
         let interval = config.health.interval;
         let (gone, on_gone) = tokio::sync::watch::channel(());
         let shared = Arc::new(Shared::new(registry.snapshot(), config, gone));
-        let runtime = tokio::runtime::Handle::try_current();
         if drained != Drained::Done {
-            let runtime = runtime.as_ref().map_err(|_| {
-                InvalidConfig::new(
-                    "runtime",
-                    "a Tokio runtime entered when the balancer is built",
-                )
-            })?;
             let weak = Arc::downgrade(&shared);
-            tasks::spawn(runtime, discovery::run(discover, registry, weak, on_gone));
+            tasks::spawn(&runtime, discovery::run(discover, registry, weak, on_gone));
         }
-        match &runtime {
-            Ok(runtime) => {
-                let gone = shared.gone();
-                let view: Weak<dyn View> = Arc::downgrade(&shared) as Weak<dyn View>;
-                tasks::spawn(runtime, health::run(view, interval, gone));
-            }
-            Err(_) => tracing::warn!(
-                "balancer built outside a Tokio runtime: backend health is not evaluated"
-            ),
-        }
+        let gone = shared.gone();
+        let view: Weak<dyn View> = Arc::downgrade(&shared) as Weak<dyn View>;
+        tasks::spawn(&runtime, health::run(view, interval, gone));
         Ok(Self {
             local: Local::new(),
             shared,
             rng,
             salt: 0,
+            finish: AtEndOfBody,
         })
     }
 }
 
-impl<E: Clone, R: Rng> ModelBalancer<E, R> {
+impl<E, R, K> ModelBalancer<E, R, K> {
+    /// Records each request's outcome when its response arrives,
+    /// classified by `classifier`, rather than at the end of an HTTP
+    /// body: for endpoints whose responses are not `http::Response<B>`
+    /// with a streaming body — an `http::Response<Bytes>` (with
+    /// [`Classifier::http`](crate::classify::Classifier::http)), a
+    /// `reqwest::Response`, a non-HTTP reply (a closure over
+    /// `Result<&T, &E>`). The response comes back unchanged. The HTTP
+    /// readings of the default (a 404 marking the model absent, the
+    /// residency header) need the HTTP head, so they do not apply.
+    pub fn at_response<C>(self, classifier: C) -> ModelBalancer<E, R, AtResponse<C>> {
+        ModelBalancer {
+            shared: self.shared,
+            local: self.local,
+            rng: self.rng,
+            salt: self.salt,
+            finish: AtResponse::new(classifier),
+        }
+    }
+}
+
+impl<E: Clone, R: Rng, K> ModelBalancer<E, R, K> {
     /// Picks a backend for `route` at `now`, for callers that are not
     /// `Service`s (a custom client, a queue consumer): the same decision,
     /// state and counters as the `Service` path. Send the request with the
@@ -189,7 +217,7 @@ impl<E: Clone, R: Rng> ModelBalancer<E, R> {
     }
 }
 
-impl<E, R> ModelBalancer<E, R> {
+impl<E, R, K> ModelBalancer<E, R, K> {
     /// A handle to read counters and backend states.
     pub fn handle(&self) -> BalancerHandle
     where
@@ -199,7 +227,7 @@ impl<E, R> ModelBalancer<E, R> {
     }
 }
 
-impl<E, R: Clone> Clone for ModelBalancer<E, R> {
+impl<E, R: Clone, K: Clone> Clone for ModelBalancer<E, R, K> {
     /// Shares the routing state; the clone gets its own random stream.
     fn clone(&self) -> Self {
         let n = self.shared.clones.fetch_add(1, Ordering::Relaxed) + 1;
@@ -208,30 +236,33 @@ impl<E, R: Clone> Clone for ModelBalancer<E, R> {
             local: self.local.fork(mix(n ^ 0x5a3c_96e1)),
             rng: self.rng.clone(),
             salt: mix(n),
+            finish: self.finish.clone(),
         }
     }
 }
 
-impl<E, R, B, RB> Service<http::Request<B>> for ModelBalancer<E, R>
+impl<E, R, K, Req> Service<Req> for ModelBalancer<E, R, K>
 where
-    E: Service<http::Request<B>, Response = http::Response<RB>> + Clone,
+    Req: Routable,
+    E: Service<Req> + Clone,
     E::Error: Into<BoxError>,
-    RB: http_body::Body,
+    K: Finish<E::Response, E::Error> + Clone,
     R: Rng,
 {
-    type Response = http::Response<ResponseBody<RB>>;
+    type Response = K::Output;
     type Error = BoxError;
-    type Future = ResponseFuture<E, http::Request<B>>;
+    type Future = ResponseFuture<E, Req, K>;
 
     /// Always ready: the balancer sheds in `call` rather than reserving.
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let route = match RouteView::from_parts(req.extensions(), req.headers()) {
+    fn call(&mut self, req: Req) -> Self::Future {
+        let finish = self.finish.clone();
+        let route: RouteView<'_> = match req.route() {
             Ok(route) => route,
-            Err(error) => return ResponseFuture::failed(self.invalid(error)),
+            Err(error) => return ResponseFuture::failed(self.invalid(error), finish),
         };
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
@@ -245,20 +276,21 @@ where
                 mut guard,
             }) => {
                 // A hedging layer's first attempt: tell it where it went.
-                if let Some(slot) = req.extensions().get::<PickedSlot>() {
+                let slot = req.extensions().and_then(|x| x.get::<PickedSlot>());
+                if let Some(slot) = slot {
                     slot.set(guard.backend());
                     guard.watch_slot(slot);
                 }
                 match guard.placement() {
-                    None => ResponseFuture::new(endpoint, req, guard),
+                    None => ResponseFuture::new(endpoint, req, guard, finish),
                     Some(placement) => {
                         let cold = route.kind == RequestKind::Inference && guard.is_cold();
                         let model = cold.then(|| route.model_id());
-                        place(&placement, model, endpoint, req, guard)
+                        place(&placement, model, endpoint, req, guard, finish)
                     }
                 }
             }
-            Err(error) => ResponseFuture::failed(error.into()),
+            Err(error) => ResponseFuture::failed(error.into(), finish),
         }
     }
 }
@@ -267,41 +299,43 @@ where
 /// served waits for its load there (or fails at once for a model the
 /// repository does not know).
 #[cold]
-fn place<E, Req>(
+fn place<E, Req, K>(
     placement: &Arc<Placement>,
     model: Option<ModelId>,
     endpoint: E,
     req: Req,
     guard: Guard,
-) -> ResponseFuture<E, Req>
+    finish: K,
+) -> ResponseFuture<E, Req, K>
 where
     E: Service<Req>,
     E::Error: Into<BoxError>,
+    K: Finish<E::Response, E::Error>,
 {
     let Some(model) = model else {
-        return ResponseFuture::new(endpoint, req, guard);
+        return ResponseFuture::new(endpoint, req, guard, finish);
     };
     match placement.prepare(guard.state(), model.clone()) {
-        Prepared::Wait(load) => ResponseFuture::loading(load, model, endpoint, req, guard),
+        Prepared::Wait(load) => ResponseFuture::loading(load, model, endpoint, req, guard, finish),
         Prepared::Unknown => {
             let backend = guard.backend().clone();
             // Not there, and never to be: the pick's mark is undone.
             guard.state().residency.forget(model.hash64());
             // Cancelled: nothing was sent, nothing counts.
             drop(guard);
-            ResponseFuture::failed(UnknownModel::new(backend, model).into())
+            ResponseFuture::failed(UnknownModel::new(backend, model).into(), finish)
         }
         Prepared::Failed(reason) => {
             let backend = guard.backend().clone();
             guard.state().residency.forget(model.hash64());
             // Not sent: nothing counts (the load that failed counted).
             drop(guard);
-            ResponseFuture::failed(ModelLoadFailed::new(backend, model, reason).into())
+            ResponseFuture::failed(ModelLoadFailed::new(backend, model, reason).into(), finish)
         }
     }
 }
 
-impl<E, R> ModelBalancer<E, R> {
+impl<E, R, K> ModelBalancer<E, R, K> {
     /// Counts and fails a request whose route is invalid (out of line:
     /// the error path stays out of `call`'s code and stack frame).
     #[cold]

@@ -23,21 +23,25 @@ use std::task::{ready, Context, Poll};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
-use super::body::{Record, ResponseBody};
+use super::body::Record;
+use super::track::Track;
 use super::{Permit, StopPoint};
-use crate::classify::Classify;
-use crate::error::{BoxError, BreakerOpen};
+use crate::classify::{AtEndOfBody, Classify};
+use crate::error::{BoxError, BreakerOpen, NotReady};
 
 pin_project! {
     /// Response future of [`CircuitBreaker`](super::CircuitBreaker): the
     /// inner future with the call's permit, or a fast failure. Dropped
     /// before it resolves, it gives the permit back uncounted; an error
     /// is recorded as its classifier says; a response hands the permit on
-    /// to its [`ResponseBody`], which records at the body's end.
+    /// to its [`ResponseBody`](super::ResponseBody), which records at the
+    /// body's end (`K` = [`AtEndOfBody`]), or records at once
+    /// ([`AtResponse`](crate::classify::AtResponse)).
     #[derive(Debug)]
-    pub struct ResponseFuture<F, C> {
+    pub struct ResponseFuture<F, C, K = AtEndOfBody> {
         #[pin]
         state: State<F, C>,
+        track: K,
     }
 }
 
@@ -52,12 +56,12 @@ pin_project! {
             classifier: C,
             stop: StopPoint,
         },
-        Failed { error: Option<BreakerOpen> },
+        Failed { error: Option<BoxError> },
     }
 }
 
-impl<F, C> ResponseFuture<F, C> {
-    pub(super) fn new(future: F, permit: Permit, classifier: C, stop: StopPoint) -> Self {
+impl<F, C, K> ResponseFuture<F, C, K> {
+    pub(super) fn new(future: F, permit: Permit, classifier: C, stop: StopPoint, track: K) -> Self {
         Self {
             state: State::Called {
                 future,
@@ -65,27 +69,41 @@ impl<F, C> ResponseFuture<F, C> {
                 classifier,
                 stop,
             },
+            track,
         }
     }
 
-    pub(super) fn failed(error: BreakerOpen) -> Self {
+    pub(super) fn failed(error: BreakerOpen, track: K) -> Self {
         Self {
-            state: State::Failed { error: Some(error) },
+            state: State::Failed {
+                error: Some(error.into()),
+            },
+            track,
+        }
+    }
+
+    pub(super) fn not_ready(track: K) -> Self {
+        Self {
+            state: State::Failed {
+                error: Some(NotReady.into()),
+            },
+            track,
         }
     }
 }
 
-impl<F, C, B, E> Future for ResponseFuture<F, C>
+impl<F, C, K, T, E> Future for ResponseFuture<F, C, K>
 where
-    F: Future<Output = Result<http::Response<B>, E>>,
+    F: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
-    C: Classify<http::Response<B>, E>,
-    B: http_body::Body,
+    C: Classify<T, E>,
+    K: Track<T, C::Eos>,
 {
-    type Output = Result<http::Response<ResponseBody<B, C::Eos>>, BoxError>;
+    type Output = Result<K::Output, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
+        let this = self.project();
+        match this.state.project() {
             StateProj::Called {
                 future,
                 permit,
@@ -101,7 +119,7 @@ where
                         let cold = classifier.is_cold_load(&response);
                         let classified = classifier.classify_response(&response);
                         let record = Record::new(permit, *stop, cold, Instant::now());
-                        Ok(response.map(|body| ResponseBody::new(body, record, classified)))
+                        Ok(this.track.track(response, record, classified))
                     }
                     Err(error) => {
                         permit.record(classifier.classify_error(&error));
@@ -110,8 +128,10 @@ where
                 })
             }
             StateProj::Failed { error } => {
-                let error = error.take().unwrap_or_default();
-                Poll::Ready(Err(error.into()))
+                let error = error
+                    .take()
+                    .unwrap_or_else(|| BreakerOpen::default().into());
+                Poll::Ready(Err(error))
             }
         }
     }

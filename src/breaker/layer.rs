@@ -7,20 +7,24 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{Admission, Breaker, BreakerConfig, CircuitBreaker, OnTransition, StopPoint};
-use crate::classify::{ColdLoad, ServerErrorsAsFailures};
+use crate::classify::{AtEndOfBody, AtResponse, ColdLoad, ServerErrorsAsFailures};
 
 /// Wraps a service in a [`CircuitBreaker`] with its own [`Breaker`], shared
-/// by the clones of the wrapped service.
+/// by the clones of the wrapped service. `K` is when outcomes are recorded:
+/// [`AtEndOfBody`] (the default) or [`AtResponse`]
+/// ([`at_response`](Self::at_response)); see [`CircuitBreaker`]'s
+/// requirements.
 #[derive(Clone)]
-pub struct CircuitBreakerLayer<C = ServerErrorsAsFailures> {
+pub struct CircuitBreakerLayer<C = ServerErrorsAsFailures, K = AtEndOfBody> {
     policy: BreakerConfig,
     classifier: C,
     admission: Admission,
     stop: StopPoint,
     hook: Option<Arc<dyn OnTransition>>,
+    track: K,
 }
 
-impl<C: fmt::Debug> fmt::Debug for CircuitBreakerLayer<C> {
+impl<C: fmt::Debug, K: fmt::Debug> fmt::Debug for CircuitBreakerLayer<C, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreakerLayer")
             .field("policy", &self.policy)
@@ -28,6 +32,7 @@ impl<C: fmt::Debug> fmt::Debug for CircuitBreakerLayer<C> {
             .field("admission", &self.admission)
             .field("stop", &self.stop)
             .field("hook", &self.hook.is_some())
+            .field("track", &self.track)
             .finish()
     }
 }
@@ -41,23 +46,40 @@ impl CircuitBreakerLayer {
             admission: Admission::FailFast,
             stop: StopPoint::FirstFrame,
             hook: None,
+            track: AtEndOfBody,
         }
     }
 }
 
-impl<C> CircuitBreakerLayer<C> {
+impl<C, K> CircuitBreakerLayer<C, K> {
     /// Uses `classifier` to decide what counts as a failure (default
     /// [`ServerErrorsAsFailures`]; [`GrpcErrorsAsFailures`] for gRPC).
     /// Replaces a [`cold_load`](Self::cold_load) predicate set before.
     ///
     /// [`GrpcErrorsAsFailures`]: crate::classify::GrpcErrorsAsFailures
-    pub fn classifier<C2>(self, classifier: C2) -> CircuitBreakerLayer<C2> {
+    pub fn classifier<C2>(self, classifier: C2) -> CircuitBreakerLayer<C2, K> {
         CircuitBreakerLayer {
             policy: self.policy,
             classifier,
             admission: self.admission,
             stop: self.stop,
             hook: self.hook,
+            track: self.track,
+        }
+    }
+
+    /// Records each call's outcome when its response arrives rather than
+    /// at the end of its body: for a response of any type (an
+    /// `http::Response<Bytes>`, a `reqwest::Response`, a non-HTTP reply),
+    /// returned unchanged. See [`AtResponse`].
+    pub fn at_response(self) -> CircuitBreakerLayer<C, AtResponse> {
+        CircuitBreakerLayer {
+            policy: self.policy,
+            classifier: self.classifier,
+            admission: self.admission,
+            stop: self.stop,
+            hook: self.hook,
+            track: AtResponse::default(),
         }
     }
 
@@ -82,13 +104,14 @@ impl<C> CircuitBreakerLayer<C> {
     ///     });
     /// # drop(layer);
     /// ```
-    pub fn cold_load<P>(self, predicate: P) -> CircuitBreakerLayer<ColdLoad<C, P>> {
+    pub fn cold_load<P>(self, predicate: P) -> CircuitBreakerLayer<ColdLoad<C, P>, K> {
         CircuitBreakerLayer {
             policy: self.policy,
             classifier: ColdLoad::new(self.classifier, predicate),
             admission: self.admission,
             stop: self.stop,
             hook: self.hook,
+            track: self.track,
         }
     }
 
@@ -121,5 +144,21 @@ impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
         CircuitBreaker::new(inner, breaker, self.classifier.clone())
             .with_admission(self.admission)
             .with_stop_point(self.stop)
+    }
+}
+
+impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C, AtResponse> {
+    type Service = CircuitBreaker<S, C, AtResponse>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        let layer = CircuitBreakerLayer {
+            policy: self.policy.clone(),
+            classifier: self.classifier.clone(),
+            admission: self.admission,
+            stop: self.stop,
+            hook: self.hook.clone(),
+            track: AtEndOfBody,
+        };
+        layer.layer(inner).at_response()
     }
 }

@@ -206,6 +206,7 @@ mod layer;
 mod service;
 mod shared;
 mod state;
+mod track;
 mod window;
 
 pub use self::admission::Admission;

@@ -8,13 +8,32 @@ use tower_service::Service;
 
 use super::admission::Reservation;
 use super::future::ResponseFuture;
-use super::{Admission, Breaker, ResponseBody, StopPoint};
-use crate::classify::Classify;
+use super::track::Track;
+use super::{Admission, Breaker, StopPoint};
+use crate::classify::{AtEndOfBody, AtResponse, Classify};
 use crate::error::{BoxError, BreakerOpen};
 
 /// A service behind a circuit breaker; see the [module docs](super).
+///
+/// `K` is when it records a call's outcome: at the end of the response's
+/// body ([`AtEndOfBody`], the default, for an `http::Response<B>` with
+/// `B: http_body::Body`) or when the response arrives ([`AtResponse`], for
+/// any response: [`CircuitBreaker::at_response`]).
+///
+/// # Requirements
+///
+/// | | `AtEndOfBody` (default) | `AtResponse` |
+/// |---|---|---|
+/// | request | any | any |
+/// | response | `http::Response<B>`, `B: http_body::Body` | any `T` |
+/// | error | `Into<BoxError>` | `Into<BoxError>` |
+/// | classifier `C` | `Classify<http::Response<B>, S::Error> + Clone` | `Classify<T, S::Error> + Clone` |
+/// | returns | `http::Response<ResponseBody<B, C::Eos>>` | `T`, unchanged |
+///
+/// `call` without a `poll_ready` that returned `Ready` fails with
+/// [`NotReady`](crate::error::NotReady) and never calls the inner service.
 #[derive(Debug)]
-pub struct CircuitBreaker<S, C> {
+pub struct CircuitBreaker<S, C, K = AtEndOfBody> {
     inner: S,
     breaker: Breaker,
     classifier: C,
@@ -24,6 +43,7 @@ pub struct CircuitBreaker<S, C> {
     /// Backpressure: the permit `poll_ready` reserved, and its timer.
     reservation: Reservation,
     stop: StopPoint,
+    track: K,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +68,24 @@ impl<S, C> CircuitBreaker<S, C> {
             ready: Ready::No,
             reservation: Reservation::default(),
             stop: StopPoint::FirstFrame,
+            track: AtEndOfBody,
+        }
+    }
+}
+
+impl<S, C, K> CircuitBreaker<S, C, K> {
+    /// Records each call's outcome when its response arrives, for a
+    /// response of any type (see [`AtResponse`]).
+    pub fn at_response(self) -> CircuitBreaker<S, C, AtResponse> {
+        CircuitBreaker {
+            inner: self.inner,
+            breaker: self.breaker,
+            classifier: self.classifier,
+            admission: self.admission,
+            ready: self.ready,
+            reservation: self.reservation,
+            stop: self.stop,
+            track: AtResponse::default(),
         }
     }
 
@@ -97,30 +135,33 @@ impl<S, C> CircuitBreaker<S, C> {
     }
 }
 
-impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
+impl<S: Clone, C: Clone, K: Clone> Clone for CircuitBreaker<S, C, K> {
     /// Shares the breaker and the admission mode; the clone has not been
     /// polled ready and holds no reservation.
     fn clone(&self) -> Self {
-        Self::new(
-            self.inner.clone(),
-            self.breaker.clone(),
-            self.classifier.clone(),
-        )
-        .with_admission(self.admission)
-        .with_stop_point(self.stop)
+        Self {
+            inner: self.inner.clone(),
+            breaker: self.breaker.clone(),
+            classifier: self.classifier.clone(),
+            admission: self.admission,
+            ready: Ready::No,
+            reservation: Reservation::default(),
+            stop: self.stop,
+            track: self.track.clone(),
+        }
     }
 }
 
-impl<S, C, Req, B> Service<Req> for CircuitBreaker<S, C>
+impl<S, C, K, Req> Service<Req> for CircuitBreaker<S, C, K>
 where
-    S: Service<Req, Response = http::Response<B>>,
+    S: Service<Req>,
     S::Error: Into<BoxError>,
-    C: Classify<http::Response<B>, S::Error> + Clone,
-    B: http_body::Body,
+    C: Classify<S::Response, S::Error> + Clone,
+    K: Track<S::Response, C::Eos> + Clone,
 {
-    type Response = http::Response<ResponseBody<B, C::Eos>>;
+    type Response = K::Output;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future, C>;
+    type Future = ResponseFuture<S::Future, C, K>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if self.admission == Admission::Backpressure {
@@ -148,30 +189,41 @@ where
         if self.admission == Admission::Backpressure {
             // Reserved in `poll_ready` only after the inner service was
             // driven ready; a stale reservation fails fast.
+            if !self.reservation.is_reserved() {
+                return ResponseFuture::not_ready(self.track.clone());
+            }
             return match self.reservation.take(&self.breaker, Instant::now()) {
                 Ok(permit) => {
                     let classifier = self.classifier.clone();
-                    ResponseFuture::new(self.inner.call(req), permit, classifier, self.stop)
+                    let track = self.track.clone();
+                    ResponseFuture::new(self.inner.call(req), permit, classifier, self.stop, track)
                 }
-                Err(open) => ResponseFuture::failed(open),
+                Err(open) => ResponseFuture::failed(open, self.track.clone()),
             };
         }
         let ready = std::mem::replace(&mut self.ready, Ready::No);
+        if ready == Ready::No {
+            // Called without `poll_ready`: never call an unready service.
+            return ResponseFuture::not_ready(self.track.clone());
+        }
         match (ready, self.breaker.try_acquire()) {
             (Ready::Inner, Ok(permit)) => {
                 let classifier = self.classifier.clone();
-                ResponseFuture::new(self.inner.call(req), permit, classifier, self.stop)
+                let track = self.track.clone();
+                ResponseFuture::new(self.inner.call(req), permit, classifier, self.stop, track)
             }
-            (_, Err(open)) => ResponseFuture::failed(open),
+            (_, Err(open)) => ResponseFuture::failed(open, self.track.clone()),
             // Admitted, but the inner service was not driven to ready (the
             // breaker left Open between `poll_ready` and `call`): never call
             // an unready service; the permit goes back uncounted.
-            (_, Ok(_permit)) => ResponseFuture::failed(BreakerOpen::new(Default::default())),
+            (_, Ok(_permit)) => {
+                ResponseFuture::failed(BreakerOpen::new(Default::default()), self.track.clone())
+            }
         }
     }
 }
 
-impl<S, C> CircuitBreaker<S, C> {
+impl<S, C, K> CircuitBreaker<S, C, K> {
     /// Backpressure's `poll_ready`: the inner service driven ready, then a
     /// permit reserved, else `Pending` until the breaker may admit.
     fn poll_reserve<Req>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>

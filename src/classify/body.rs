@@ -47,7 +47,10 @@ mod receiver {
 }
 
 /// The outcome of a body that ended, with `trailers` if it had them.
-fn at_end<Eos: ClassifyEos>(verdict: Classified<Eos>, trailers: Option<&HeaderMap>) -> Outcome {
+pub(crate) fn at_end<Eos: ClassifyEos>(
+    verdict: Classified<Eos>,
+    trailers: Option<&HeaderMap>,
+) -> Outcome {
     match verdict {
         Classified::Ready(outcome) => outcome,
         Classified::AtEnd(eos) => eos.classify_eos(trailers),

@@ -59,6 +59,7 @@ use std::convert::Infallible;
 mod cold;
 mod erased;
 mod grpc;
+mod record;
 mod status;
 
 #[cfg(feature = "breaker")]
@@ -69,6 +70,7 @@ pub use self::body::CompletionBody;
 pub use self::cold::ColdLoad;
 pub use self::erased::{Classifier, ClassifierEos, ClassifyHead};
 pub use self::grpc::{GrpcEosErrorsAsFailures, GrpcErrorsAsFailures};
+pub use self::record::{AtEndOfBody, AtResponse};
 pub use self::status::ServerErrorsAsFailures;
 
 /// How one call went, as far as the backend's health goes.

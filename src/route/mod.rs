@@ -54,11 +54,14 @@ pub mod body;
 #[cfg(feature = "body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "body")))]
 pub use body::{ModelFromBody, ModelFromBodyBuilder, ModelFromBodyLayer};
+mod routable;
 #[cfg(test)]
 mod tests;
 mod view;
 
+pub use self::routable::Routable;
 use self::view::is_graphic;
+pub use self::view::Route;
 pub(crate) use self::view::{RouteView, Traits};
 
 /// Header carrying the model ID.

@@ -10,12 +10,14 @@ use super::{ModelId, RequestKind, RouteInfo, Urgency};
 use crate::backend::Exclude;
 use crate::error::{InvalidReason, InvalidRoute};
 
-/// Route info read from a request without allocating: the model ID is
-/// borrowed from the header (or from a `RouteInfo` extension), validated,
-/// with its hash. The balancer routes on this; an owned [`RouteInfo`] or
+/// A request's route, borrowed from the request: what a
+/// [`Routable`](super::Routable) request gives the balancer. Made from a
+/// [`RouteInfo`] the request holds (`Route::from(&info)`); read from an
+/// `http::Request`'s headers without allocating (the model ID borrowed
+/// from its header, validated, with its hash). An owned [`RouteInfo`] or
 /// [`ModelId`] is made only where one is kept (an error, a test).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RouteView<'a> {
+pub struct Route<'a> {
     pub(crate) model: &'a str,
     pub(crate) hash: u64,
     pub(crate) kind: RequestKind,
@@ -26,7 +28,10 @@ pub(crate) struct RouteView<'a> {
     pub(crate) exclude: Option<&'a Exclude>,
 }
 
-impl<'a> RouteView<'a> {
+/// The crate's name for [`Route`].
+pub(crate) type RouteView<'a> = Route<'a>;
+
+impl<'a> Route<'a> {
     /// As [`RouteInfo::from_parts`], borrowing; also reads an [`Exclude`]
     /// extension.
     #[inline]
@@ -155,7 +160,7 @@ impl Traits {
     }
 }
 
-impl<'a> From<&'a RouteInfo> for RouteView<'a> {
+impl<'a> From<&'a RouteInfo> for Route<'a> {
     fn from(route: &'a RouteInfo) -> Self {
         Self {
             model: route.model.as_str(),

@@ -174,10 +174,12 @@ pub fn build(servers: &[&ModelServer]) -> Built {
         .timeout(Duration::from_millis(250))
         .build()
         .expect("a valid probe config");
-    let probes = handle.spawn_probes(
-        (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm())),
-        probes,
-    );
+    let probes = handle
+        .spawn_probes(
+            (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm())),
+            probes,
+        )
+        .expect("inside a Tokio runtime");
     let layer = HedgeLayer::with_load_gate(
         HedgeConfig::default(),
         BalancerLoad::new(handle.clone(), SERVER_CONCURRENCY),

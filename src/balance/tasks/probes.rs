@@ -16,15 +16,15 @@ use crate::health::probe::{warn, ProbeConfig, ProbeError, ProbeReport, ProbeTarg
 use crate::route::ModelId;
 
 pub(crate) fn spawn<P: Prober>(
+    runtime: &tokio::runtime::Handle,
     view: &Arc<dyn View>,
     prober: P,
     config: ProbeConfig,
 ) -> BackgroundTask {
     let gone = view.gone();
     let view = Arc::downgrade(view);
-    let runtime = tokio::runtime::Handle::current();
     super::spawn_held(
-        &runtime,
+        runtime,
         run(view, gone, prober, config, HasherRng::default()),
     )
 }

@@ -1,0 +1,122 @@
+//! What the balancer does with a backend's answer: reads an HTTP
+//! response's head and records at the end of its body ([`AtEndOfBody`]),
+//! or classifies any response when it arrives ([`AtResponse`]).
+
+use http::StatusCode;
+use http_body::Body;
+
+use crate::balance::completion::body::{ResponseBody, Verdict};
+use crate::balance::completion::guard::Guard;
+use crate::classify::body::at_end;
+use crate::classify::{AtEndOfBody, AtResponse, Classified, Classify, Outcome};
+use crate::placement::WaitedForLoad;
+
+pub(crate) use self::sealed::Finish;
+
+mod sealed {
+    use crate::balance::completion::guard::Guard;
+
+    /// Hands a backend's answer `T` (or its error `E`) on, its outcome
+    /// recorded to the request's guard. Implemented inside the crate only.
+    #[diagnostic::on_unimplemented(
+        message = "the balancer cannot record the outcome of a `{T}` at the end of its body",
+        label = "records at the end of an `http::Response<B>` body, with `B: http_body::Body`",
+        note = "for any other response (`http::Response<Bytes>`, `reqwest::Response`, a non-HTTP reply) classify it when it arrives: `ModelBalancer::at_response(classifier)`"
+    )]
+    pub trait Finish<T, E> {
+        /// What the balancer returns.
+        type Output;
+
+        /// The answer; `waited` when the request waited for its model's
+        /// load.
+        fn response(&self, response: T, guard: Guard, waited: bool) -> Self::Output;
+
+        /// The endpoint's error.
+        fn error(&self, error: &E, guard: Guard);
+    }
+}
+
+impl<B: Body, E> Finish<http::Response<B>, E> for AtEndOfBody {
+    type Output = http::Response<ResponseBody<B>>;
+
+    fn response(
+        &self,
+        mut response: http::Response<B>,
+        mut guard: Guard,
+        waited: bool,
+    ) -> Self::Output {
+        guard.answered();
+        if waited {
+            response.extensions_mut().insert(WaitedForLoad);
+        }
+        if response.status() == StatusCode::NOT_FOUND {
+            not_found(&guard);
+        }
+        guard.read_residency(response.headers());
+        let verdict = guard
+            .classifier()
+            .classify_head(response.status(), response.headers());
+        let verdict = answered(&guard, response.status(), verdict);
+        response.map(|body| ResponseBody::new(body, guard, verdict))
+    }
+
+    fn error(&self, _: &E, guard: Guard) {
+        guard.finish(Outcome::Failure);
+    }
+}
+
+impl<T, E, C: Classify<T, E>> Finish<T, E> for AtResponse<C> {
+    type Output = T;
+
+    fn response(&self, response: T, mut guard: Guard, _waited: bool) -> T {
+        guard.answered();
+        let verdict = self.classifier.classify_response(&response);
+        guard.finish(at_end(verdict, None));
+        response
+    }
+
+    fn error(&self, error: &E, guard: Guard) {
+        guard.finish(self.classifier.classify_error(error));
+    }
+}
+
+/// A 404 for an inference request: KServe v2 and OpenAI-compatible
+/// servers answer it for a model they do not hold now, so the model is
+/// absent there, whatever the balancer believed (served, or sent there
+/// and maybe loading): the next picks see it absent. With placement on,
+/// one reload starts (if the repository knows the model); without, the
+/// server did not load it on demand, so for a while the backend is no
+/// place to send the model cold: the picks go where it is served.
+#[cold]
+fn not_found(guard: &Guard) {
+    let Some(key) = guard.model() else {
+        return;
+    };
+    let state = guard.state();
+    match state.fleet.placement.get() {
+        Some(placement) => placement.not_found(state, key),
+        // Nobody will load it there: a server that answers 404 rather
+        // than load on demand gets the model cold no more for a while.
+        None => {
+            let now = state.fleet.millis(tokio::time::Instant::now());
+            state.residency.refuse(key, now);
+        }
+    }
+}
+
+/// The breaker's verdict on an answer: a 4xx other than 429 says nothing
+/// of the backend's health (the classifier ignores it), but it proves the
+/// backend answers. A half-open breaker takes it as its probe's success:
+/// else a server restarted without its models, answering 404 to every
+/// probe, would keep its breaker half-open, reopening at each round's
+/// timeout, for as long as nobody loads them.
+fn answered(guard: &Guard, status: StatusCode, verdict: Verdict) -> Verdict {
+    match verdict {
+        Classified::Ready(Outcome::Ignored)
+            if status.is_client_error() && guard.admitted_half_open() =>
+        {
+            Classified::Ready(Outcome::Success)
+        }
+        verdict => verdict,
+    }
+}
