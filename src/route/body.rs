@@ -205,7 +205,7 @@ impl ModelFromBodyBuilder {
 /// Every body is read, up to the limit, and handed on as
 /// `Request<Full<Bytes>>`, whichever step found the route: the inner stack
 /// has one body type whatever the request, and it is `Clone`, so a
-/// [hedge](crate::hedge) or a retry behind can send the request again with
+/// hedge (feature `hedge`) or a retry behind can send the request again with
 /// no buffering of its own (a clone shares the bytes). A JSON body must be
 /// read to find the model anyway; a body routed by its path or header is
 /// read too, not parsed, under the same limit — so it is bounded in memory,
