@@ -6,6 +6,22 @@
 //! setting the scheme and authority of the request URI, keeping its path and
 //! query. Clones share the client and its connection pool.
 //!
+//! A gateway passes its clients' requests on through `SetOrigin`, so it
+//! also does what a proxy must to each request's headers:
+//!
+//! * the `Host` header is set to the backend's authority (`10.0.0.7:8000`),
+//!   replacing the one the client sent (the gateway's own name): a backend
+//!   that checks `Host`, or routes virtual hosts by it, sees its own. Over
+//!   HTTP/2 the `:authority` pseudo-header is taken from the URI, which
+//!   `SetOrigin` rewrites, so it names the backend too;
+//! * the hop-by-hop headers are removed ([`strip_hop_by_hop`], RFC 9110
+//!   §7.6.1): they describe the client's connection to the gateway, not the
+//!   gateway's to the backend. `TE: trailers` stays, for gRPC.
+//!
+//! The response is passed back as the inner service returns it: a gateway
+//! strips the response's hop-by-hop headers with [`strip_hop_by_hop`]
+//! before answering its client.
+//!
 //! ```
 //! use tower::{service_fn, ServiceExt};
 //! use tower_model_balance::endpoint::SetOrigin;
@@ -16,7 +32,15 @@
 //! });
 //! let endpoint = SetOrigin::new(client, "http://10.0.0.7:8000").unwrap();
 //! let req = http::Request::get("/v2/health/ready").body(()).unwrap();
-//! assert_eq!(endpoint.oneshot(req).await.unwrap(), "http://10.0.0.7:8000/v2/health/ready");
+//! assert_eq!(endpoint.clone().oneshot(req).await.unwrap(), "http://10.0.0.7:8000/v2/health/ready");
+//!
+//! // The backend's own Host, whatever the client sent.
+//! let client = service_fn(|req: http::Request<()>| async move {
+//!     Ok::<_, std::convert::Infallible>(req.headers()["host"].clone())
+//! });
+//! let endpoint = SetOrigin::new(client, "http://10.0.0.7:8000").unwrap();
+//! let req = http::Request::get("/").header("host", "gateway.example").body(()).unwrap();
+//! assert_eq!(endpoint.oneshot(req).await.unwrap(), "10.0.0.7:8000");
 //! assert!(SetOrigin::new((), "not a uri").is_err());
 //! assert!(SetOrigin::new((), "http://10.0.0.7:8000/prefix").is_err(), "a path would be dropped");
 //! assert!(SetOrigin::new((), "ftp://10.0.0.7").is_err());
@@ -27,18 +51,25 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::task::{Context, Poll};
 
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme, Uri};
 use tower_service::Service;
 
 use crate::error::InvalidConfig;
 
-/// Sends every request to one origin (scheme and authority); see the
+/// Sends every request to one origin (scheme and authority), with the
+/// origin's `Host` and without hop-by-hop headers; see the
 /// [module docs](self).
+///
+/// It neither sheds nor applies backpressure of its own: `poll_ready` is the
+/// inner service's.
 #[derive(Debug, Clone)]
 pub struct SetOrigin<S> {
     inner: S,
     scheme: Scheme,
     authority: Authority,
+    /// The authority as a `Host` value, made once.
+    host: Option<HeaderValue>,
 }
 
 /// Where a backend is reached: an `http://` or `https://` scheme and a host
@@ -169,10 +200,14 @@ impl<S> SetOrigin<S> {
 
     /// Wraps `inner` to send to `origin`.
     pub fn to(inner: S, origin: Origin) -> Self {
+        // An authority is visible ASCII, always a valid header value; were
+        // it not, the client would set `Host` from the URI.
+        let host = HeaderValue::from_str(origin.authority.as_str()).ok();
         Self {
             inner,
             scheme: origin.scheme,
             authority: origin.authority,
+            host,
         }
     }
 
@@ -215,6 +250,75 @@ where
         if let Ok(uri) = Uri::from_parts(parts) {
             *req.uri_mut() = uri;
         }
+        let headers = req.headers_mut();
+        // First: a `Connection` header naming `host` must not remove ours.
+        strip_hop_by_hop(headers);
+        match &self.host {
+            Some(host) => headers.insert(header::HOST, host.clone()),
+            None => headers.remove(header::HOST),
+        };
         self.inner.call(req)
+    }
+}
+
+/// Removes the hop-by-hop headers a proxy must not pass on (RFC 9110
+/// §7.6.1): `Connection` and every header it names, `Proxy-Connection`,
+/// `Keep-Alive`, `TE`, `Transfer-Encoding` and `Upgrade`. They describe one
+/// connection, not the message. `TE: trailers` is kept (as `TE: trailers`,
+/// its other codings dropped) when the client sent it: gRPC servers require
+/// it, and it says the trailers, which a proxy passes on, are welcome.
+///
+/// [`SetOrigin`] calls it on every request; call it on a response before
+/// passing it back to a client. A name in `Connection` that is not a valid
+/// header name is skipped; nothing here fails or panics. It allocates only
+/// when a `Connection` header names other headers.
+///
+/// ```
+/// use http::HeaderMap;
+/// use tower_model_balance::endpoint::strip_hop_by_hop;
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert("connection", "close, x-foo".parse().unwrap());
+/// headers.insert("x-foo", "1".parse().unwrap());
+/// headers.insert("te", "trailers, deflate".parse().unwrap());
+/// headers.insert("content-type", "application/grpc".parse().unwrap());
+/// strip_hop_by_hop(&mut headers);
+/// assert_eq!(headers.len(), 2);
+/// assert_eq!(headers["te"], "trailers");
+/// assert_eq!(headers["content-type"], "application/grpc");
+/// ```
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    let trailers = headers.get_all(header::TE).iter().any(|value| {
+        value.to_str().is_ok_and(|value| {
+            value.split(',').any(|coding| {
+                let name = coding.split(';').next().unwrap_or_default();
+                name.trim().eq_ignore_ascii_case("trailers")
+            })
+        })
+    });
+    for name in [
+        header::CONNECTION,
+        HeaderName::from_static("proxy-connection"),
+        HeaderName::from_static("keep-alive"),
+        header::TE,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+    if trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
 }

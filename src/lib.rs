@@ -140,3 +140,8 @@ pub use builder::ServiceBuilderExt;
 #[cfg(all(doctest, feature = "balance"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The gateway guide's examples (`docs/gateway.md`), compiled as doc tests.
+#[cfg(all(doctest, feature = "balance"))]
+#[doc = include_str!("../docs/gateway.md")]
+pub struct GatewayDoctests;

@@ -6,8 +6,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http_body::{Body, Frame};
-use http_body_util::{BodyExt, Either, Full};
+use http_body_util::{BodyExt, Full};
 use proptest::prelude::*;
 use tower::discover::ServiceList;
 use tower::{service_fn, Layer, ServiceBuilder, ServiceExt};
@@ -43,8 +44,9 @@ impl Body for Poison {
 #[derive(Debug)]
 struct Seen {
     route: Option<RouteInfo>,
-    /// The buffered body, or `None` when the body was passed through unread.
-    buffered: Option<Bytes>,
+    /// The body, read whole by the layer.
+    body: Bytes,
+    headers: HeaderMap,
 }
 
 async fn run<B>(layer: ModelFromBodyLayer, req: http::Request<B>) -> Result<Seen, BoxError>
@@ -53,13 +55,15 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let echo = service_fn(|req: http::Request<Either<B, Full<Bytes>>>| async move {
+    let echo = service_fn(|req: http::Request<Full<Bytes>>| async move {
         let route = req.extensions().get::<RouteInfo>().cloned();
-        let buffered = match req.into_body() {
-            Either::Left(_) => None,
-            Either::Right(full) => Some(full.collect().await?.to_bytes()),
-        };
-        Ok::<_, BoxError>(Seen { route, buffered })
+        let (parts, body) = req.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok::<_, BoxError>(Seen {
+            route,
+            body,
+            headers: parts.headers,
+        })
     });
     layer.layer(echo).oneshot(req).await
 }
@@ -94,7 +98,7 @@ async fn openai_body_with_extra_and_nested_fields() {
         .with_urgency(Urgency::High)
         .with_payload_bytes(body.len() as u64);
     assert_eq!(seen.route, Some(expected));
-    assert_eq!(seen.buffered.as_deref(), Some(body.as_bytes()));
+    assert_eq!(seen.body, body.as_bytes());
 }
 
 #[tokio::test]
@@ -151,29 +155,121 @@ async fn chunked_body_arrives_whole_and_unchanged() {
         .unwrap();
     let seen = run(ModelFromBodyLayer::default(), req).await.unwrap();
     assert_eq!(model(&seen), "gpt-4o");
-    assert_eq!(seen.buffered.as_deref(), Some(&all[..]));
+    assert_eq!(seen.body, all);
     // No content-length: the size is the bytes read.
     assert_eq!(seen.route.unwrap().payload_bytes, Some(all.len() as u64));
 }
 
 #[tokio::test]
-async fn header_or_extension_passes_through_unread() {
+async fn header_or_extension_route_is_kept_and_the_body_not_parsed() {
     let req = http::Request::post("/v1/completions")
         .header("x-model-id", "from-header")
-        .body(Poison)
+        .body(Full::new(Bytes::from("not json")))
         .unwrap();
     let seen = run(ModelFromBodyLayer::default(), req).await.unwrap();
     assert!(seen.route.is_none(), "untouched: no extension added");
-    assert!(seen.buffered.is_none());
+    assert_eq!(seen.body, "not json");
+    assert_eq!(seen.headers["x-model-id"], "from-header");
 
     let route = RouteInfo::new(ModelId::new("from-ext").unwrap());
     let req = http::Request::post("/v1/completions")
         .extension(route.clone())
-        .body(Poison)
+        .body(Full::new(Bytes::from("not json")))
         .unwrap();
     let seen = run(ModelFromBodyLayer::default(), req).await.unwrap();
     assert_eq!(seen.route, Some(route));
-    assert!(seen.buffered.is_none());
+    assert_eq!(seen.body, "not json");
+}
+
+#[tokio::test]
+async fn a_body_routed_by_header_is_still_read_under_the_limit() {
+    let layer = ModelFromBodyLayer::builder().limit(8).build().unwrap();
+    let req = http::Request::post("/v1/completions")
+        .header("x-model-id", "m")
+        .body(Full::new(Bytes::from("123456789")))
+        .unwrap();
+    let err = run(layer, req).await.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<PayloadTooLarge>(),
+        Some(&PayloadTooLarge::new(8))
+    );
+    // A client that breaks its body off fails here, before any backend.
+    let req = http::Request::post("/v2/models/m/infer")
+        .body(Poison)
+        .unwrap();
+    let err = run(ModelFromBodyLayer::default(), req).await.unwrap_err();
+    assert_eq!(invalid(&err), ("body", InvalidReason::Unreadable));
+}
+
+fn stripping() -> ModelFromBodyLayer {
+    ModelFromBodyLayer::builder()
+        .strip_routing_headers(true)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn stripped_routing_headers_neither_route_nor_reach_the_inner_service() {
+    let body = r#"{"model": "llama-3-8b"}"#;
+    let evil = |path: &str, body: &str| {
+        http::Request::post(path)
+            .header("x-model-id", "evil")
+            .header("x-request-kind", "update")
+            .header("x-urgency", "critical")
+            .header("x-other", "kept")
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap()
+    };
+    let seen = run(stripping(), evil("/v1/completions", body))
+        .await
+        .unwrap();
+    let expected =
+        RouteInfo::new(ModelId::new("llama-3-8b").unwrap()).with_payload_bytes(body.len() as u64);
+    assert_eq!(
+        seen.route,
+        Some(expected),
+        "the body's model, inference, normal"
+    );
+    for name in ["x-model-id", "x-request-kind", "x-urgency"] {
+        assert!(!seen.headers.contains_key(name), "{name} passed on");
+    }
+    assert_eq!(seen.headers["x-other"], "kept");
+    assert_eq!(seen.body, body);
+
+    // The path's model, not the header's.
+    let seen = run(stripping(), evil("/v2/models/resnet/infer", "{}"))
+        .await
+        .unwrap();
+    assert_eq!(seen.route.unwrap().model.as_str(), "resnet");
+    assert!(!seen.headers.contains_key("x-model-id"));
+
+    // No model in the body: the header does not stand in for it.
+    let err = run(stripping(), evil("/v1/completions", "{}"))
+        .await
+        .unwrap_err();
+    assert_eq!(invalid(&err), ("body", InvalidReason::Missing));
+
+    // An invalid kind is not an error once ignored.
+    let req = http::Request::post("/v1/completions")
+        .header("x-request-kind", "write")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    assert!(run(stripping(), req).await.is_ok());
+
+    // The server's own extension is still honoured.
+    let route = RouteInfo::new(ModelId::new("from-ext").unwrap());
+    let mut req = evil("/v1/completions", "not json");
+    req.extensions_mut().insert(route.clone());
+    let seen = run(stripping(), req).await.unwrap();
+    assert_eq!(seen.route, Some(route));
+    assert!(!seen.headers.contains_key("x-model-id"));
+
+    // Off (the default): the header routes, as before.
+    let seen = run(ModelFromBodyLayer::default(), evil("/v1/completions", body))
+        .await
+        .unwrap();
+    assert!(seen.route.is_none());
+    assert_eq!(seen.headers["x-model-id"], "evil");
 }
 
 #[tokio::test]
@@ -188,7 +284,7 @@ async fn a_body_that_cannot_be_read_is_the_clients_invalid_route() {
 }
 
 #[tokio::test]
-async fn kserve_v2_paths_are_not_buffered() {
+async fn kserve_v2_paths_are_not_parsed() {
     for (path, name) in [
         ("/v2/models/resnet-50/infer", "resnet-50"),
         ("/v2/models/resnet-50/versions/3/infer", "resnet-50"),
@@ -197,14 +293,14 @@ async fn kserve_v2_paths_are_not_buffered() {
         let req = http::Request::post(path)
             .header("content-length", "7")
             .header("x-urgency", "CRITICAL")
-            .body(Poison)
+            .body(Full::new(Bytes::from("tensors")))
             .unwrap();
         let seen = run(ModelFromBodyLayer::default(), req).await.unwrap();
         let expected = RouteInfo::new(ModelId::new(name).unwrap())
             .with_urgency(Urgency::Critical)
             .with_payload_bytes(7);
         assert_eq!(seen.route, Some(expected), "{path}");
-        assert!(seen.buffered.is_none());
+        assert_eq!(seen.body, "tensors");
     }
     let req = http::Request::post("/v2/models//infer")
         .body(Poison)
@@ -237,19 +333,17 @@ async fn invalid_route_headers_fail_before_the_body_is_read() {
 #[tokio::test]
 async fn balancer_routes_by_body_model() {
     let backends = ["gpu-0", "gpu-1", "gpu-2"].map(|name| {
-        let endpoint = service_fn(
-            move |req: http::Request<Either<Full<Bytes>, Full<Bytes>>>| async move {
-                let model = req
-                    .extensions()
-                    .get::<RouteInfo>()
-                    .unwrap()
-                    .model
-                    .to_string();
-                let body = req.into_body().collect().await?.to_bytes();
-                let reply = format!("{name} {model} {}", String::from_utf8_lossy(&body));
-                Ok::<_, BoxError>(http::Response::new(reply))
-            },
-        );
+        let endpoint = service_fn(move |req: http::Request<Full<Bytes>>| async move {
+            let model = req
+                .extensions()
+                .get::<RouteInfo>()
+                .unwrap()
+                .model
+                .to_string();
+            let body = req.into_body().collect().await?.to_bytes();
+            let reply = format!("{name} {model} {}", String::from_utf8_lossy(&body));
+            Ok::<_, BoxError>(http::Response::new(reply))
+        });
         Backend::new(BackendId::new(name).unwrap(), endpoint)
     });
     let balancer =
@@ -289,7 +383,7 @@ proptest! {
         match rt.block_on(run(layer, req)) {
             Ok(seen) => {
                 prop_assert!(seen.route.is_some());
-                prop_assert_eq!(seen.buffered.as_deref(), Some(&body[..]));
+                prop_assert_eq!(&seen.body[..], &body[..]);
             }
             Err(err) => prop_assert!(err.is::<InvalidRoute>() || err.is::<PayloadTooLarge>(), "{}", err),
         }
@@ -311,7 +405,9 @@ proptest! {
 #[tokio::test]
 async fn a_kserve_v2_path_name_is_percent_decoded_and_validated() {
     let route = |path: &str| {
-        let req = http::Request::post(path).body(Poison).unwrap();
+        let req = http::Request::post(path)
+            .body(Full::new(Bytes::from("not json")))
+            .unwrap();
         run(ModelFromBodyLayer::default(), req)
     };
     // The same model as `{"model": "模"}` or `{"model": "org/m"}`.

@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! axum ─► ModelFromBody ─► Hedge ─────────► Retry ─────────► ModelBalancer ─► per backend: breaker ─► timeout ─► SetOrigin ─► hyper-util client
-//!         model ID from     backup after p95,  a 503 or refused  affinity, health,                       Elapsed
-//!         body or path      5% budget, gated   connection once,  probes, placement
+//!         model ID from     backup after p95,  a 503 or refused  affinity, health,                       Elapsed Host
+//!         body or path      5% budget, gated   connection once,  probes, placement                               hop-by-hop
 //!                                              elsewhere, within
 //!                                              the same budget
 //! ```
@@ -30,7 +30,7 @@ use std::time::Duration;
 use axum::http::HeaderName;
 use axum::Router;
 use bytes::Bytes;
-use http_body_util::{Either, Full};
+use http_body_util::Full;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::discover::ServiceList;
@@ -58,14 +58,9 @@ use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 use routes::{prometheus, router, App};
 pub use server::serve;
 
-/// What the client sends a backend: the request's own body, read whole
-/// under the limit first (`Left`: KServe v2 paths, whose model is in the
-/// path), or the body the route layer buffered to find the model
-/// (`Right`). Both are `Full`, so the hedge can send a request twice.
-pub type ClientBody = Either<Full<Bytes>, Full<Bytes>>;
 /// One backend's endpoint: the shared client pointed at its origin, under
 /// a timeout (inside the balancer's breaker, so a hung call is a failure).
-pub type Endpoint = Timeout<SetOrigin<Client<HttpConnector, ClientBody>>>;
+pub type Endpoint = Timeout<SetOrigin<Client<HttpConnector, Full<Bytes>>>>;
 /// The whole request path.
 pub type Stack = ModelFromBody<Hedge<Retry<RetryPolicy, ModelBalancer<Endpoint>>>>;
 
@@ -187,7 +182,7 @@ impl Gateway {
             .pool_idle_timeout(Duration::from_secs(4))
             // Without a timer the idle timeout is never checked.
             .pool_timer(TokioTimer::new())
-            .build::<_, ClientBody>(connector);
+            .build::<_, Full<Bytes>>(connector);
         let backends: Vec<_> = config
             .backends
             .iter()
@@ -275,7 +270,14 @@ fn stack(
     hedge: &HedgeLayer,
     body_limit: usize,
 ) -> Result<Stack, BoxError> {
-    let route = ModelFromBodyLayer::builder().limit(body_limit).build()?;
+    // The model from the body or the path, never from the client's
+    // routing headers (they are removed): a client could otherwise send any
+    // model to any backend, force cold loads there, skip the load cap with
+    // a critical urgency, and have another model's traffic counted.
+    let route = ModelFromBodyLayer::builder()
+        .limit(body_limit)
+        .strip_routing_headers(true)
+        .build()?;
     Ok(ServiceBuilder::new()
         // 1. Route: the model ID from the JSON body or the KServe v2 path,
         //    into the request's `RouteInfo`; 400 / 413 from here.

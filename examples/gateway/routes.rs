@@ -1,6 +1,9 @@
 //! The gateway's routes: the inference routes forwarded through the
 //! stack, KServe v2 health and metadata, `GET /metrics`, JSON errors for
-//! the rest; and the hop-by-hop headers stripped on the way through.
+//! the rest. The stack strips what a proxy must from requests (the route
+//! layer the client's routing headers, `SetOrigin` the hop-by-hop headers,
+//! and it sets the backend's `Host`); the hop-by-hop headers of responses
+//! are stripped here.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -8,7 +11,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::Path;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -17,12 +20,11 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tower::ServiceExt;
 use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance::breaker::BreakerState;
+use tower_model_balance::endpoint::strip_hop_by_hop;
 use tower_model_balance::error::BoxError;
 use tower_model_balance::error::PayloadTooLarge;
 use tower_model_balance::hedge::HedgeHandle;
-use tower_model_balance::route::{
-    ModelId, RouteInfo, MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER,
-};
+use tower_model_balance::route::{ModelId, RouteInfo};
 
 use super::errors::{self, ErrorReply};
 use super::{Stack, INFERENCE_ROUTES};
@@ -70,20 +72,10 @@ pub fn router(app: App) -> Router {
 /// Sends the request through the stack and the backend's answer back; an
 /// error of the stack becomes the gateway's own answer.
 async fn forward(State(app): State<App>, req: Request) -> Response {
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     // Errors in the shape of the route's protocol (KServe v2 or OpenAI).
     let path = parts.uri.path().to_owned();
     let reply = |reply: errors::ErrorReply| reply.for_path(&path).into_response();
-    strip_hop_by_hop(&mut parts.headers);
-    // The client sets the backend's own Host from the origin.
-    parts.headers.remove(header::HOST);
-    // The model comes from the body or the path, never from the client's
-    // routing headers: a client could otherwise send any model to any
-    // backend, force cold loads there, skip the load cap with a critical
-    // urgency, and have another model's traffic counted.
-    for name in [MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER] {
-        parts.headers.remove(name);
-    }
     // A body announced over the limit is refused before it is read.
     let announced = parts.headers.get(header::CONTENT_LENGTH);
     let announced = announced.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -92,9 +84,9 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
         return reply(errors::classify(&error));
     }
     // The whole body first, under the limit and the deadline: a body the
-    // client breaks off or trickles is its error (400, 408), found here,
-    // never a failure the balancer would count against a backend; and a
-    // KServe v2 body has the limit too.
+    // client trickles is its error (408), found here, never a failure the
+    // balancer would count against a backend. (The route layer reads the
+    // body under the limit too, but has no deadline.)
     let read = axum::body::to_bytes(body, app.body_limit);
     let body = match tokio::time::timeout(app.body_timeout, read).await {
         Ok(Ok(bytes)) => Full::new(bytes),
@@ -222,58 +214,4 @@ pub fn prometheus() -> Result<PrometheusHandle, BoxError> {
     );
     *slot = Some(handle.clone());
     Ok(handle)
-}
-
-/// Removes the hop-by-hop headers (RFC 9110, section 7.6.1): those the
-/// `Connection` header names, and the fixed list. They describe one
-/// connection, not the message a proxy passes on.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in [
-        header::CONNECTION,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
-        headers.remove(name);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hop_by_hop_headers_are_stripped() {
-        let mut headers = HeaderMap::new();
-        for (name, value) in [
-            ("connection", "keep-alive, x-hop"),
-            ("keep-alive", "timeout=5"),
-            ("x-hop", "1"),
-            ("transfer-encoding", "chunked"),
-            ("upgrade", "h2c"),
-            ("te", "trailers"),
-            ("content-type", "application/json"),
-            ("content-length", "12"),
-            ("x-model-id", "m"),
-        ] {
-            headers.append(name, HeaderValue::from_static(value));
-        }
-        strip_hop_by_hop(&mut headers);
-        let mut left: Vec<_> = headers.keys().map(|k| k.as_str()).collect();
-        left.sort_unstable();
-        assert_eq!(left, ["content-length", "content-type", "x-model-id"]);
-    }
 }

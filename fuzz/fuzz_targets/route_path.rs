@@ -1,6 +1,6 @@
 //! The KServe v2 path form through `ModelFromBodyLayer`: names percent-
-//! decoded and validated, the body left unread, other paths read from the
-//! body.
+//! decoded and validated, the body passed on unparsed, other paths read
+//! from the body.
 #![no_main]
 
 #[path = "../../tests/support/fuzz_body.rs"]

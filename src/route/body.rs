@@ -2,14 +2,14 @@
 //!
 //! ```
 //! use bytes::Bytes;
-//! use http_body_util::{BodyExt, Either, Full};
+//! use http_body_util::Full;
 //! use tower::{service_fn, Layer, ServiceExt};
 //! use tower_model_balance::error::{BoxError, PayloadTooLarge};
 //! use tower_model_balance::route::{ModelFromBodyLayer, RouteInfo};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), BoxError> {
 //! // The inner service echoes the model of the RouteInfo it sees.
-//! let echo = service_fn(|req: http::Request<Either<Full<Bytes>, Full<Bytes>>>| async move {
+//! let echo = service_fn(|req: http::Request<Full<Bytes>>| async move {
 //!     let route = req.extensions().get::<RouteInfo>().cloned();
 //!     Ok::<_, BoxError>(route.map(|r| r.model.to_string()))
 //! });
@@ -21,7 +21,7 @@
 //! let req = http::Request::post("/v1/chat/completions").body(Full::new(Bytes::from(body)))?;
 //! assert_eq!(svc.clone().oneshot(req).await?.as_deref(), Some("llama-3-8b"));
 //!
-//! // KServe v2: the model is in the path; the body is not read.
+//! // KServe v2: the model is in the path; the body is not parsed.
 //! let req = http::Request::post("/v2/models/resnet-50/versions/2/infer")
 //!     .body(Full::new(Bytes::from("not even JSON")))?;
 //! assert_eq!(svc.clone().oneshot(req).await?.as_deref(), Some("resnet-50"));
@@ -40,8 +40,14 @@
 //! a [`RouteInfo`] in the request's extensions, where every later layer
 //! reads it. Only the top-level `"model"` is kept: the rest of the body is
 //! skimmed, not parsed into a tree, and the bytes go on unchanged. The
-//! inner service takes `Request<Either<B, Full<Bytes>>>`: `Left` is the
-//! original body, unread; `Right` the buffered one.
+//! inner service takes `Request<Full<Bytes>>` whatever the request (every
+//! body is read under the limit, so a hedge behind can send it twice; see
+//! [`ModelFromBody`] for why).
+//!
+//! At a trust boundary, where clients could name any model in a header,
+//! turn on [`strip_routing_headers`](ModelFromBodyBuilder::strip_routing_headers):
+//! the client's `x-model-id`, `x-request-kind` and `x-urgency` are then
+//! ignored and removed.
 
 use std::fmt;
 use std::future::Future;
@@ -51,12 +57,12 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use http::Request;
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use self::parse::{decode_segment, kserve_v2_model, model_from_json};
-use super::{ModelId, RouteInfo, Traits, MODEL_ID_HEADER};
+use super::{ModelId, RouteInfo, Traits, MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER};
 use crate::error::{BoxError, InvalidConfig, InvalidReason, InvalidRoute, PayloadTooLarge};
 
 /// Default body limit: 1 MiB.
@@ -65,24 +71,27 @@ const DEFAULT_LIMIT: usize = 1024 * 1024;
 const MAX_LIMIT: usize = 64 * 1024 * 1024;
 
 /// Wraps a service in [`ModelFromBody`]. Build one with
-/// [`ModelFromBodyLayer::builder`], or take the default (1 MiB limit).
+/// [`ModelFromBodyLayer::builder`], or take the default (1 MiB limit,
+/// client routing headers trusted).
 #[derive(Debug, Clone, Copy)]
 pub struct ModelFromBodyLayer {
     limit: usize,
+    strip_routing_headers: bool,
 }
 
 impl ModelFromBodyLayer {
-    /// A layer with the default body limit of 1 MiB.
+    /// A layer with the default body limit of 1 MiB, reading the client's
+    /// routing headers.
     pub const fn new() -> Self {
-        Self {
-            limit: DEFAULT_LIMIT,
-        }
+        Self::builder().checked()
     }
 
-    /// A builder for a layer with another body limit.
+    /// A builder for a layer with another body limit, or one that ignores
+    /// and strips the client's routing headers.
     pub const fn builder() -> ModelFromBodyBuilder {
         ModelFromBodyBuilder {
             limit: DEFAULT_LIMIT,
+            strip_routing_headers: false,
         }
     }
 
@@ -105,6 +114,7 @@ impl<S> Layer<S> for ModelFromBodyLayer {
         ModelFromBody {
             inner,
             limit: self.limit,
+            strip_routing_headers: self.strip_routing_headers,
         }
     }
 }
@@ -113,13 +123,36 @@ impl<S> Layer<S> for ModelFromBodyLayer {
 #[derive(Debug, Clone, Copy)]
 pub struct ModelFromBodyBuilder {
     limit: usize,
+    strip_routing_headers: bool,
 }
 
 impl ModelFromBodyBuilder {
-    /// The most body bytes buffered to find the model ID; a longer body is a
-    /// [`PayloadTooLarge`] error. Bytes, 1 to 64 MiB; default 1 MiB.
+    /// The most body bytes buffered; a longer body is a [`PayloadTooLarge`]
+    /// error. Bytes, 1 to 64 MiB; default 1 MiB.
     pub const fn limit(mut self, bytes: usize) -> Self {
         self.limit = bytes;
+        self
+    }
+
+    /// Whether the client's routing headers are ignored and removed: on a
+    /// trust boundary (a gateway in front of clients), `true`. Default
+    /// `false`.
+    ///
+    /// With `true`, `x-model-id`, `x-request-kind` and `x-urgency` are
+    /// removed from every request before anything is read: the model comes
+    /// from the body or the KServe v2 path only, the kind is `inference`
+    /// and the urgency `normal`, and the headers do not reach the backend.
+    /// Otherwise a client could send any model to any backend (forcing
+    /// cold loads there), skip the load cap with `critical`, and have its
+    /// traffic counted against another model. A [`RouteInfo`] extension
+    /// is still honoured: extensions are put there by the server's own
+    /// code, never by a client.
+    ///
+    /// With `false`, a request with an `x-model-id` is routed by it (its
+    /// body not parsed), and kind and urgency are read from the headers:
+    /// for clients inside the trust boundary.
+    pub const fn strip_routing_headers(mut self, strip: bool) -> Self {
+        self.strip_routing_headers = strip;
         self
     }
 
@@ -132,31 +165,56 @@ impl ModelFromBodyBuilder {
         if self.limit == 0 || self.limit > MAX_LIMIT {
             return Err(InvalidConfig::new("limit", "1 to 67108864 bytes (64 MiB)"));
         }
-        Ok(ModelFromBodyLayer { limit: self.limit })
+        Ok(self.checked())
+    }
+
+    /// The layer, once the values are known to be valid.
+    const fn checked(self) -> ModelFromBodyLayer {
+        ModelFromBodyLayer {
+            limit: self.limit,
+            strip_routing_headers: self.strip_routing_headers,
+        }
     }
 }
 
-/// Finds a request's model ID where inference APIs carry it and stores a
-/// [`RouteInfo`] in the request's extensions, for the balancer behind.
+/// Finds a request's model ID where inference APIs carry it, stores a
+/// [`RouteInfo`] in the request's extensions for the balancer behind, and
+/// hands the body on read whole, as `Full<Bytes>`.
 ///
 /// In order:
 ///
-/// 1. A request with a `RouteInfo` extension or an `x-model-id` header goes
-///    through untouched, body unread (as `Either::Left`).
-/// 2. A KServe v2 path, `/v2/models/{name}/infer` or
+/// 1. With [`strip_routing_headers`](ModelFromBodyBuilder::strip_routing_headers)
+///    on, `x-model-id`, `x-request-kind` and `x-urgency` are removed.
+/// 2. A request with a `RouteInfo` extension or an `x-model-id` header
+///    keeps the route it has: no extension is added, the body is not
+///    parsed.
+/// 3. A KServe v2 path, `/v2/models/{name}/infer` or
 ///    `/v2/models/{name}/versions/{version}/infer`: the model ID is `{name}`
 ///    percent-decoded (`a%2Fb` is `a/b`, as the same model named in a JSON
 ///    body; invalid UTF-8 once decoded is [`InvalidReason::NotText`], a
-///    decoded control character an invalid ID); the body is not read
-///    (`Either::Left`).
-/// 3. Otherwise the body is buffered, up to the limit, and the top-level
-///    `"model"` string of the JSON object is the model ID; no other field is
-///    parsed into memory. The inner service gets every byte of the body, in
-///    one chunk (`Either::Right`).
+///    decoded control character an invalid ID); the body is not parsed.
+/// 4. Otherwise the top-level `"model"` string of the JSON object in the
+///    body is the model ID; no other field is parsed into memory.
 ///
 /// Kind, urgency and size come from `x-request-kind`, `x-urgency` and
-/// `content-length` as in [`RouteInfo::from_headers`]; a buffered body
-/// without `content-length` has its size taken from the bytes read.
+/// `content-length` as in [`RouteInfo::from_headers`]; without
+/// `content-length`, the size is the bytes read.
+///
+/// # One body type, buffered
+///
+/// Every body is read, up to the limit, and handed on as
+/// `Request<Full<Bytes>>`, whichever step found the route: the inner stack
+/// has one body type whatever the request, and it is `Clone`, so a
+/// hedge (feature `hedge`) or a retry behind can send the request again with
+/// no buffering of its own (a clone shares the bytes). A JSON body must be
+/// read to find the model anyway; a body routed by its path or header is
+/// read too, not parsed, under the same limit — so it is bounded in memory,
+/// and a client that breaks it off fails here as the client's error,
+/// before a backend is chosen, never as that backend's failure. The cost:
+/// such a body does not stream through. A route that must stream large
+/// bodies (and has no hedge or retry) leaves this layer out and routes by
+/// header or by a `RouteInfo` it inserts itself: the balancer reads the
+/// route from either, with any body type.
 ///
 /// # Errors
 ///
@@ -168,7 +226,8 @@ impl ModelFromBodyBuilder {
 ///   (`Missing`), a `model` that is not a string (`Unrecognized`) or more
 ///   than once (`Duplicate`), or an invalid model ID; with source `path` for
 ///   an invalid name in the KServe v2 path; with the header's name for an
-///   invalid `x-request-kind`, `x-urgency` or `content-length`;
+///   invalid `x-request-kind`, `x-urgency` or `content-length` (checked
+///   before the body is read);
 /// * [`InvalidRoute`] from `body`, reason [`InvalidReason::Unreadable`], when
 ///   reading the body fails (the client broke it off: its error, not a
 ///   backend's; the body's own error is logged at debug level);
@@ -183,6 +242,7 @@ impl ModelFromBodyBuilder {
 pub struct ModelFromBody<S> {
     inner: S,
     limit: usize,
+    strip_routing_headers: bool,
 }
 
 impl<S> ModelFromBody<S> {
@@ -191,6 +251,7 @@ impl<S> ModelFromBody<S> {
         Self {
             inner,
             limit: DEFAULT_LIMIT,
+            strip_routing_headers: false,
         }
     }
 
@@ -229,9 +290,19 @@ impl<T> Future for ResponseFuture<T> {
     }
 }
 
+/// Where a request's route comes from, known before its body is read.
+enum Found {
+    /// It has one already (an extension, a trusted `x-model-id`).
+    Given,
+    /// The KServe v2 path named the model.
+    Path(RouteInfo),
+    /// The JSON body names the model; kind, urgency and size as read.
+    Body(Traits),
+}
+
 impl<S, B> Service<Request<B>> for ModelFromBody<S>
 where
-    S: Service<Request<Either<B, Full<Bytes>>>> + Clone + Send + 'static,
+    S: Service<Request<Full<Bytes>>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     B: Body + Send + 'static,
@@ -247,29 +318,16 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let has_route = req.extensions().get::<RouteInfo>().is_some()
-            || req.headers().contains_key(MODEL_ID_HEADER);
-        if has_route {
-            return forward(&mut self.inner, req.map(Either::Left));
+        let (mut parts, body) = req.into_parts();
+        if self.strip_routing_headers {
+            for name in [MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER] {
+                parts.headers.remove(name);
+            }
         }
-        let traits = match Traits::from_headers(req.headers()) {
-            Ok(traits) => traits,
+        let found = match find(&parts) {
+            Ok(found) => found,
             Err(err) => return failed(err.into()),
         };
-        if let Some(name) = kserve_v2_model(req.uri().path()) {
-            let name = match name.and_then(decode_segment) {
-                Ok(name) => name,
-                Err(err) => return failed(err.into()),
-            };
-            return match ModelId::from_source("path", &name) {
-                Ok(model) => {
-                    let mut req = req.map(Either::Left);
-                    req.extensions_mut().insert(traits.route(model));
-                    forward(&mut self.inner, req)
-                }
-                Err(err) => failed(err.into()),
-            };
-        }
         // Take the service that is ready; its clone waits for the next
         // `poll_ready`.
         let clone = self.inner.clone();
@@ -277,7 +335,6 @@ where
         let limit = self.limit;
         ResponseFuture {
             inner: Box::pin(async move {
-                let (mut parts, body) = req.into_parts();
                 let bytes = match Limited::new(body, limit).collect().await {
                     Ok(collected) => collected.to_bytes(),
                     Err(err) if err.is::<LengthLimitError>() => {
@@ -288,28 +345,39 @@ where
                         return Err(InvalidRoute::new("body", InvalidReason::Unreadable).into());
                     }
                 };
-                let model = model_from_json(&bytes)?;
-                let mut route = traits.route(model);
-                if route.payload_bytes.is_none() {
-                    route.payload_bytes = u64::try_from(bytes.remaining()).ok();
+                let route = match found {
+                    Found::Given => None,
+                    Found::Path(route) => Some(route),
+                    Found::Body(traits) => Some(traits.route(model_from_json(&bytes)?)),
+                };
+                if let Some(mut route) = route {
+                    if route.payload_bytes.is_none() {
+                        route.payload_bytes = u64::try_from(bytes.remaining()).ok();
+                    }
+                    parts.extensions.insert(route);
                 }
-                parts.extensions.insert(route);
-                let req = Request::from_parts(parts, Either::Right(Full::new(bytes)));
+                let req = Request::from_parts(parts, Full::new(bytes));
                 inner.call(req).await.map_err(Into::into)
             }),
         }
     }
 }
 
-fn forward<S, R>(inner: &mut S, req: R) -> ResponseFuture<S::Response>
-where
-    S: Service<R>,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-{
-    let fut = inner.call(req);
-    ResponseFuture {
-        inner: Box::pin(async move { fut.await.map_err(Into::into) }),
+/// Where the route of a request with these parts comes from.
+fn find(parts: &http::request::Parts) -> Result<Found, InvalidRoute> {
+    let given = parts.extensions.get::<RouteInfo>().is_some()
+        || parts.headers.contains_key(MODEL_ID_HEADER);
+    if given {
+        return Ok(Found::Given);
+    }
+    let traits = Traits::from_headers(&parts.headers)?;
+    match kserve_v2_model(parts.uri.path()) {
+        Some(name) => {
+            let name = name.and_then(decode_segment)?;
+            let model = ModelId::from_source("path", &name)?;
+            Ok(Found::Path(traits.route(model)))
+        }
+        None => Ok(Found::Body(traits)),
     }
 }
 

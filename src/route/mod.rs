@@ -38,7 +38,10 @@
 //! (`{"model": "llama-3-8b", ...}`) or a KServe v2 path
 //! (`/v2/models/{name}/infer`) — put `route::ModelFromBodyLayer` (feature `body`)
 //! in front: it reads the ID from there and stores the `RouteInfo` in the
-//! request's extensions.
+//! request's extensions. The headers above are the client's to set: at a
+//! trust boundary, its `strip_routing_headers(true)` ignores and removes
+//! them, so that a client cannot pick the backend, the kind or the
+//! urgency of its own requests.
 
 use std::fmt;
 use std::sync::Arc;

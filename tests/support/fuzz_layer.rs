@@ -19,7 +19,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use http::header::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::{BodyExt, Either};
+use http_body_util::BodyExt;
 use tower_layer::Layer;
 use tower_model_balance::error::{BoxError, InvalidReason};
 use tower_model_balance::route::{ModelFromBodyLayer, ModelId, RouteInfo};
@@ -67,10 +67,8 @@ pub fn layer(limit: usize) -> ModelFromBodyLayer {
 pub struct Seen {
     /// The route the layer inserted, if any.
     pub route: Option<RouteInfo>,
-    /// Whether the body was passed on unread (`Either::Left`).
-    pub unread: bool,
-    /// The buffered body (`Either::Right`), collected.
-    pub buffered: Option<Bytes>,
+    /// The body the layer read whole and passed on, collected.
+    pub body: Bytes,
     /// The request's headers.
     pub headers: HeaderMap,
 }
@@ -86,17 +84,10 @@ where
     let req = block_on(svc.call(req))?;
     let route = req.extensions().get::<RouteInfo>().cloned();
     let headers = req.headers().clone();
-    let (unread, buffered) = match req.into_body() {
-        Either::Left(_) => (true, None),
-        Either::Right(full) => {
-            let collected = block_on(full.collect()).unwrap_or_else(|e| match e {});
-            (false, Some(collected.to_bytes()))
-        }
-    };
+    let collected = block_on(req.into_body().collect()).unwrap_or_else(|e| match e {});
     Ok(Seen {
         route,
-        unread,
-        buffered,
+        body: collected.to_bytes(),
         headers,
     })
 }
