@@ -33,7 +33,7 @@
 //! * [`placement`] (with `balance`) loads a model where affinity places it,
 //!   through the server's own repository API, for servers in explicit
 //!   model-control mode (Triton, KServe v2, vLLM LoRA adapters);
-//! * [`config`] (feature `serde`) reads the whole stack's settings from one
+//! * [`config`] (feature `config`) reads the whole stack's settings from one
 //!   TOML file; [`metrics`](mod@metrics) (feature `metrics`) exports the
 //!   balancer's figures through the `metrics` facade;
 //! * [`endpoint`] turns one HTTP client into an endpoint per backend;
@@ -119,8 +119,8 @@ pub mod health;
 #[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
 pub mod placement;
 
-#[cfg(feature = "serde")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
 
 #[cfg(feature = "hedge")]

@@ -288,7 +288,7 @@ impl BalanceConfigBuilder {
             if !(1..=MAX_PAIRS).contains(&max_pairs) {
                 return Err(InvalidConfig::new(
                     "breaker_scope",
-                    "Backend, or BackendModel with max_pairs in 1 ..= 1 000 000",
+                    "1 ..= 1 000 000 pairs (BackendModel's max_pairs)",
                 ));
             }
         }
