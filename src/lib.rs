@@ -37,7 +37,7 @@
 //!   TOML file; [`metrics`](mod@metrics) (feature `metrics`) exports the
 //!   balancer's figures through the `metrics` facade;
 //! * [`endpoint`] turns one HTTP client into an endpoint per backend;
-//! * [`ServiceBuilderExt`] adds each layer as a method of tower's
+//! * [`ServiceBuilderModelExt`] adds each layer as a method of tower's
 //!   `ServiceBuilder` (`.model_from_body()`, `.circuit_breaker(policy)`,
 //!   `.hedge(policy, gate)`);
 //! * the companion crate `tower-model-balance-sim` runs simulated model
@@ -134,7 +134,7 @@ pub mod metrics;
 #[cfg_attr(docsrs, doc(cfg(feature = "discover")))]
 pub mod discover;
 
-pub use builder::ServiceBuilderExt;
+pub use builder::ServiceBuilderModelExt;
 
 /// The README's examples, compiled as doc tests.
 #[cfg(all(doctest, feature = "balance"))]
