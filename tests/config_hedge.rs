@@ -42,7 +42,11 @@ fn every_hedge_key_reaches_the_builder() {
         .unwrap();
     assert_eq!(config.hedge, hedge);
     let empty = StackConfig::from_toml("").unwrap();
-    assert_eq!(empty.hedge, HedgeConfig::default(), "left out: the defaults");
+    assert_eq!(
+        empty.hedge,
+        HedgeConfig::default(),
+        "left out: the defaults"
+    );
 }
 
 #[test]
@@ -64,7 +68,10 @@ fn the_hedge_table_round_trips_through_to_toml() {
         .unwrap();
     let written = config.to_toml();
     assert!(written.contains("ceiling_ms = 1500"), "{written}");
-    assert_eq!(StackConfig::from_toml(&written).unwrap().hedge, config.hedge);
+    assert_eq!(
+        StackConfig::from_toml(&written).unwrap().hedge,
+        config.hedge
+    );
 }
 
 fn invalid(text: &str) -> (String, &'static str) {
@@ -99,21 +106,29 @@ fn an_invalid_hedge_value_names_its_key() {
 /// words, never a second validation of its own.
 #[test]
 fn the_file_and_the_builder_say_the_same_words() {
-    let builder = HedgeConfig::builder().budget_ratio(1.5).build().unwrap_err();
+    let builder = HedgeConfig::builder()
+        .budget_ratio(1.5)
+        .build()
+        .unwrap_err();
     let (key, expected) = invalid("[hedge]\nbudget_ratio = 1.5");
     assert_eq!(key, "hedge.budget_ratio");
     assert_eq!(expected, builder.expected);
     let file = StackConfig::from_toml("[hedge]\nbudget_ratio = 1.5").unwrap_err();
     assert_eq!(
         file.to_string(),
-        builder.to_string().replace("`budget_ratio`", "`hedge.budget_ratio`")
+        builder
+            .to_string()
+            .replace("`budget_ratio`", "`hedge.budget_ratio`")
     );
     // The two fields whose words the loader used to rewrite.
     let builder = tower_model_balance::health::HealthConfig::builder()
         .outlier_factor(Some(1.2))
         .build()
         .unwrap_err();
-    assert_eq!(invalid("[health]\noutlier_factor = 1.2").1, builder.expected);
+    assert_eq!(
+        invalid("[health]\noutlier_factor = 1.2").1,
+        builder.expected
+    );
     let builder = tower_model_balance::balance::BalanceConfig::builder()
         .breaker_scope(tower_model_balance::balance::BreakerScope::BackendModel { max_pairs: 0 })
         .build()
@@ -121,8 +136,14 @@ fn the_file_and_the_builder_say_the_same_words() {
     let text = "[balance]\nbreaker_scope = \"backend_model\"\nmax_pairs = 0";
     assert_eq!(invalid(text).1, builder.expected);
     let builder = tower_model_balance::balance::BalanceConfig::builder()
-        .model_owners(tower_model_balance::route::ModelId::new("llama").unwrap(), 0)
+        .model_owners(
+            tower_model_balance::route::ModelId::new("llama").unwrap(),
+            0,
+        )
         .build()
         .unwrap_err();
-    assert_eq!(invalid("[balance.model_owners]\n\"llama\" = 0").1, builder.expected);
+    assert_eq!(
+        invalid("[balance.model_owners]\n\"llama\" = 0").1,
+        builder.expected
+    );
 }

@@ -103,9 +103,26 @@ fn minimum_calls_follows_a_small_count_window_unless_set() {
     assert_eq!(b().window(20).build().unwrap().minimum_calls(), 10);
     assert_eq!(b().window(1).build().unwrap().minimum_calls(), 1);
     // Set before or after the window, an explicit minimum is kept as set.
-    assert_eq!(b().window(5).minimum_calls(3).build().unwrap().minimum_calls(), 3);
-    assert_eq!(b().minimum_calls(3).window(5).build().unwrap().minimum_calls(), 3);
-    let time = b().time_window(Duration::from_secs(10), 10).build().unwrap();
+    assert_eq!(
+        b().window(5)
+            .minimum_calls(3)
+            .build()
+            .unwrap()
+            .minimum_calls(),
+        3
+    );
+    assert_eq!(
+        b().minimum_calls(3)
+            .window(5)
+            .build()
+            .unwrap()
+            .minimum_calls(),
+        3
+    );
+    let time = b()
+        .time_window(Duration::from_secs(10), 10)
+        .build()
+        .unwrap();
     assert_eq!(time.minimum_calls(), 10, "a time window keeps the default");
 }
 
@@ -117,6 +134,9 @@ fn an_explicit_minimum_calls_above_a_count_window_is_a_typed_error() {
     ] {
         let err = builder.build().unwrap_err();
         assert_eq!(err.field, "minimum_calls");
-        assert!(err.to_string().contains("at most the window's calls"), "{err}");
+        assert!(
+            err.to_string().contains("at most the window's calls"),
+            "{err}"
+        );
     }
 }
