@@ -140,3 +140,25 @@ pub use builder::ServiceBuilderModelExt;
 #[cfg(all(doctest, feature = "balance"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+// The Rust examples of the pages under `docs/`, compiled as doc tests too.
+
+/// `docs/breaker.md`'s examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "balance"))]
+#[doc = include_str!("../docs/breaker.md")]
+pub struct BreakerDocDoctests;
+
+/// `docs/hedging.md`'s examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "balance"))]
+#[doc = include_str!("../docs/hedging.md")]
+pub struct HedgingDocDoctests;
+
+/// `docs/health-and-discovery.md`'s examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "balance"))]
+#[doc = include_str!("../docs/health-and-discovery.md")]
+pub struct HealthDocDoctests;
+
+/// `docs/tonic.md`'s examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "balance"))]
+#[doc = include_str!("../docs/tonic.md")]
+pub struct TonicDocDoctests;
