@@ -1,4 +1,4 @@
-//! [`ServiceBuilderExt`]: the crate's middleware as methods of tower's
+//! [`ServiceBuilderModelExt`]: the crate's middleware as methods of tower's
 //! [`ServiceBuilder`], one per layer.
 //!
 //! ```
@@ -6,7 +6,7 @@
 //! use tower::{service_fn, ServiceBuilder, ServiceExt};
 //! use tower_model_balance::breaker::BreakerConfig;
 //! use tower_model_balance::hedge::HedgeConfig;
-//! use tower_model_balance::ServiceBuilderExt;
+//! use tower_model_balance::ServiceBuilderModelExt;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
 //! let backend = service_fn(|_req: http::Request<String>| async {
@@ -45,6 +45,11 @@
 //!
 //! The trait is sealed: only [`ServiceBuilder`] implements it, so methods
 //! can be added without a breaking change.
+//!
+//! It is named `ServiceBuilderModelExt`, not `ServiceBuilderExt`, so that
+//! it imports beside tower-http's `ServiceBuilderExt` without a clash or a
+//! rename (`use tower_http::ServiceBuilderExt;` and `use
+//! tower_model_balance::ServiceBuilderModelExt;` in one module).
 
 #[cfg(any(feature = "body", feature = "breaker", feature = "hedge"))]
 use tower::layer::util::Stack;
@@ -64,7 +69,7 @@ mod sealed {
 
 /// The crate's layers as [`ServiceBuilder`] methods; see the
 /// [module docs](self). Sealed: implemented for [`ServiceBuilder`] only.
-pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
+pub trait ServiceBuilderModelExt<L>: sealed::Sealed<L> + Sized {
     /// Adds a [`ModelFromBodyLayer`] with its default body limit (1 MiB):
     /// the model ID from an OpenAI-style JSON body (`{"model": ...}`) or
     /// the KServe v2 path `/v2/models/{name}/infer`, into the request's
@@ -104,7 +109,7 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
     ) -> ServiceBuilder<Stack<HedgeLayer, L>>;
 }
 
-impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
+impl<L> ServiceBuilderModelExt<L> for ServiceBuilder<L> {
     #[cfg(feature = "body")]
     fn model_from_body(self) -> ServiceBuilder<Stack<ModelFromBodyLayer, L>> {
         self.layer(ModelFromBodyLayer::new())

@@ -33,11 +33,11 @@
 //! * [`placement`] (with `balance`) loads a model where affinity places it,
 //!   through the server's own repository API, for servers in explicit
 //!   model-control mode (Triton, KServe v2, vLLM LoRA adapters);
-//! * [`config`] (feature `serde`) reads the whole stack's settings from one
+//! * [`config`] (feature `config`) reads the whole stack's settings from one
 //!   TOML file; [`metrics`](mod@metrics) (feature `metrics`) exports the
 //!   balancer's figures through the `metrics` facade;
 //! * [`endpoint`] turns one HTTP client into an endpoint per backend;
-//! * [`ServiceBuilderExt`] adds each layer as a method of tower's
+//! * [`ServiceBuilderModelExt`] adds each layer as a method of tower's
 //!   `ServiceBuilder` (`.model_from_body()`, `.circuit_breaker(policy)`,
 //!   `.hedge(policy, gate)`);
 //! * the companion crate `tower-model-balance-sim` runs simulated model
@@ -119,8 +119,8 @@ pub mod health;
 #[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
 pub mod placement;
 
-#[cfg(feature = "serde")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
 
 #[cfg(feature = "hedge")]
@@ -134,7 +134,7 @@ pub mod metrics;
 #[cfg_attr(docsrs, doc(cfg(feature = "discover")))]
 pub mod discover;
 
-pub use builder::ServiceBuilderExt;
+pub use builder::ServiceBuilderModelExt;
 
 /// The README's examples, compiled as doc tests.
 #[cfg(all(doctest, feature = "balance"))]
@@ -145,3 +145,25 @@ pub struct ReadmeDoctests;
 #[cfg(all(doctest, feature = "balance"))]
 #[doc = include_str!("../docs/gateway.md")]
 pub struct GatewayDoctests;
+
+// The Rust examples of the pages under `docs/`, compiled as doc tests too.
+
+/// `docs/breaker.md`'s examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "balance"))]
+#[doc = include_str!("../docs/breaker.md")]
+pub struct BreakerDocDoctests;
+
+/// `docs/hedging.md`'s examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "balance"))]
+#[doc = include_str!("../docs/hedging.md")]
+pub struct HedgingDocDoctests;
+
+/// `docs/health-and-discovery.md`'s examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "balance"))]
+#[doc = include_str!("../docs/health-and-discovery.md")]
+pub struct HealthDocDoctests;
+
+/// `docs/tonic.md`'s examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "balance"))]
+#[doc = include_str!("../docs/tonic.md")]
+pub struct TonicDocDoctests;

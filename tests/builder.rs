@@ -1,4 +1,4 @@
-//! `ServiceBuilderExt`: each method puts its layer in the stack, in the
+//! `ServiceBuilderModelExt`: each method puts its layer in the stack, in the
 //! order written, doing what the layer does.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +11,7 @@ use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::error::{BoxError, BreakerOpen, PayloadTooLarge};
 use tower_model_balance::route::RouteInfo;
-use tower_model_balance::ServiceBuilderExt;
+use tower_model_balance::ServiceBuilderModelExt;
 
 #[path = "support/slow_first.rs"]
 mod slow_first;

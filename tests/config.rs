@@ -9,6 +9,7 @@ use tower_model_balance::classify::Classifier;
 use tower_model_balance::config::{ConfigError, StackConfig};
 use tower_model_balance::health::probe::ProbeConfig;
 use tower_model_balance::health::HealthConfig;
+use tower_model_balance::hedge::HedgeConfig;
 use tower_model_balance::placement::{PlacementConfig, WhenCold};
 use tower_model_balance::ring::RingConfig;
 use tower_model_balance::route::ModelId;
@@ -55,6 +56,11 @@ const NON_DEFAULTS: &str = r#"
         when_cold = "prefer_warm"
         load_timeout_ms = 60000
         evict = false
+
+        [hedge]
+        percentile = 0.99
+        ceiling_ms = 750
+        max_attempts = 1
         "#;
 
 #[test]
@@ -66,6 +72,7 @@ fn the_example_file_is_the_defaults() {
     );
     assert_eq!(config.probe, ProbeConfig::default());
     assert_eq!(config.placement, PlacementConfig::default());
+    assert_eq!(config.hedge, HedgeConfig::default());
     let empty = StackConfig::from_toml("").unwrap();
     assert_eq!(
         format!("{:?}", empty.balance),
@@ -185,7 +192,7 @@ fn a_value_out_of_range_names_its_key_and_range() {
         (
             "[health]\noutlier_factor = 1.2",
             "health.outlier_factor",
-            "1.5 ..= 1000, or 0 (off)",
+            "1.5 ..= 1000, or off (None; 0 in a config file)",
         ),
         (
             "[breaker]\ntime_window_buckets = 5",
@@ -278,8 +285,8 @@ fn a_weight_left_out_keeps_its_default() {
 /// Every section's settings, compared by their `Debug` text (the balancer's
 /// config holds a residency header with no `PartialEq`).
 fn same(a: &StackConfig, b: &StackConfig) -> bool {
-    format!("{:?}", (&a.balance, &a.probe, &a.placement))
-        == format!("{:?}", (&b.balance, &b.probe, &b.placement))
+    format!("{:?}", (&a.balance, &a.probe, &a.placement, &a.hedge))
+        == format!("{:?}", (&b.balance, &b.probe, &b.placement, &b.hedge))
 }
 
 #[test]

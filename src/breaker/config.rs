@@ -34,7 +34,7 @@ pub enum SlidingWindow {
 /// | field | default | range |
 /// | --- | --- | --- |
 /// | `window` | last 20 calls | 1 ..= 10 000 calls, or a [time window](SlidingWindow::Time) |
-/// | `minimum_calls` | 10 | 1 ..= 10 000, and at most a count window's size |
+/// | `minimum_calls` | 10, or a smaller count window's size | 1 ..= 10 000, and at most a count window's size |
 /// | `failure_rate_threshold` (fraction) | 0.5 | (0, 1] |
 /// | `slow_call_rate_threshold` (fraction) | 1.0 | (0, 1] |
 /// | `slow_call_duration` | 10 s | 1 ms ..= 1 h |
@@ -43,7 +43,7 @@ pub enum SlidingWindow {
 /// | `half_open_max_wait` | 300 s | 1 ms ..= 1 h |
 /// | `open_duration` (base of the backoff) | 5 s | 1 ms ..= 1 h |
 /// | `max_open_duration` | 120 s | `open_duration` ..= 24 h |
-/// | `jitter` | on | on / off |
+/// | `jitter` (each open time drawn in [d/2, d]) | on | on / off |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BreakerConfig {
@@ -85,29 +85,29 @@ impl BreakerConfig {
     }
 
     /// Calls the window must hold before either rate can trip.
-    // Read by `config` (feature `serde`) and the balancer.
-    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    // Read by `config` (feature `config`) and the balancer.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn minimum_calls(&self) -> usize {
         self.minimum_calls
     }
 
     /// Failure rate in `(0, 1]` at or above which the breaker opens.
-    // Read by `config` (feature `serde`) and the balancer.
-    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    // Read by `config` (feature `config`) and the balancer.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn failure_rate_threshold(&self) -> f64 {
         self.failure_rate_threshold
     }
 
     /// Slow-call rate in `(0, 1]` at or above which the breaker opens.
-    // Read by `config` (feature `serde`) and the balancer.
-    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    // Read by `config` (feature `config`) and the balancer.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn slow_call_rate_threshold(&self) -> f64 {
         self.slow_call_rate_threshold
     }
 
     /// A timed call taking at least this long is slow.
-    // Read by `config` (feature `serde`) and the balancer.
-    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    // Read by `config` (feature `config`) and the balancer.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn slow_call_duration(&self) -> Duration {
         self.slow_call_duration
     }
@@ -118,16 +118,16 @@ impl BreakerConfig {
     }
 
     /// Probe calls let through while half-open.
-    // Read by `config` (feature `serde`) and the balancer.
-    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    // Read by `config` (feature `config`) and the balancer.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn half_open_permits(&self) -> u32 {
         self.half_open_permits
     }
 
     /// The longest a half-open probe round may take before the breaker
     /// opens again.
-    // Read by `config` (feature `serde`) and the balancer.
-    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    // Read by `config` (feature `config`) and the balancer.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn half_open_max_wait(&self) -> Duration {
         self.half_open_max_wait
     }
@@ -142,7 +142,8 @@ impl BreakerConfig {
         self.max_open_duration
     }
 
-    /// Whether open durations are drawn with full jitter.
+    /// Whether open durations are drawn with equal jitter, in
+    /// `[ceiling / 2, ceiling]`.
     pub(crate) fn jitter(&self) -> bool {
         self.jitter
     }
@@ -161,6 +162,7 @@ impl BreakerConfig {
     pub fn builder() -> BreakerConfigBuilder {
         BreakerConfigBuilder {
             policy: BreakerConfig::default(),
+            minimum_calls_set: false,
         }
     }
 }
@@ -190,11 +192,15 @@ impl BreakerConfig {
 #[derive(Debug, Clone)]
 pub struct BreakerConfigBuilder {
     policy: BreakerConfig,
+    /// Whether `minimum_calls` was set: unset, it follows a count window
+    /// down (`min(10, calls)`).
+    minimum_calls_set: bool,
 }
 
 impl BreakerConfigBuilder {
     /// A count-based window of the last `calls` calls (1 ..= 10 000;
-    /// default 20).
+    /// default 20). Unless [`minimum_calls`](Self::minimum_calls) is set,
+    /// the minimum becomes `min(10, calls)`, so `window(5)` alone builds.
     pub fn window(mut self, calls: usize) -> Self {
         self.policy.window = SlidingWindow::Count { calls };
         self
@@ -208,9 +214,13 @@ impl BreakerConfigBuilder {
     }
 
     /// Calls the window must hold before either rate can trip (1 ..=
-    /// 10 000, and at most a count window's size; default 10).
+    /// 10 000, and at most a count window's size; default 10, or a count
+    /// window's size if it is smaller). Set explicitly above a count
+    /// window's size, [`build`](Self::build) fails naming
+    /// `minimum_calls`.
     pub fn minimum_calls(mut self, calls: usize) -> Self {
         self.policy.minimum_calls = calls;
+        self.minimum_calls_set = true;
         self
     }
 
@@ -283,11 +293,13 @@ impl BreakerConfigBuilder {
         self
     }
 
-    /// Whether to draw each open duration uniformly in `(0, ceiling]`
-    /// ("full jitter", as in AWS's *Exponential Backoff and Jitter*), so
-    /// that the breakers many gateways keep for one backend do not all
-    /// probe it at once (default on). Off, a breaker stays open for the
-    /// ceiling exactly.
+    /// Whether to draw each open duration uniformly in `[ceiling / 2,
+    /// ceiling]` ("equal jitter", AWS Architecture Blog, *Exponential
+    /// Backoff And Jitter*, Marc Brooker, 2015), so that the breakers many
+    /// gateways keep for one backend do not all probe it at once (default
+    /// on). The floor is half the ceiling: a breaker set to open for 5 s
+    /// stays open at least 2.5 s (full jitter's `(0, ceiling]` opened one
+    /// for 322 ms). Off, a breaker stays open for the ceiling exactly.
     pub fn jitter(mut self, on: bool) -> Self {
         self.policy.jitter = on;
         self
@@ -299,7 +311,7 @@ impl BreakerConfigBuilder {
     ///
     /// [`InvalidConfig`] naming the first field out of its range.
     pub fn build(self) -> Result<BreakerConfig, InvalidConfig> {
-        let p = self.policy;
+        let mut p = self.policy;
         let within = |d: Duration, lo: Duration, hi: Duration| (lo..=hi).contains(&d);
         const MS: Duration = Duration::from_millis(1);
         const HOUR: Duration = Duration::from_secs(3600);
@@ -326,6 +338,9 @@ impl BreakerConfigBuilder {
                 10_000
             }
         };
+        if !self.minimum_calls_set {
+            p.minimum_calls = p.minimum_calls.min(window_calls);
+        }
         if !(1..=window_calls).contains(&p.minimum_calls) {
             return Err(InvalidConfig::new(
                 "minimum_calls",

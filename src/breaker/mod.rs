@@ -30,7 +30,9 @@
 //! failure *rate* or the slow-call *rate* once the window holds a minimum
 //! of calls, so one or two blips never open it — or, if set, after a run of
 //! consecutive failures (a hard outage). It stays open for an exponential
-//! backoff with full jitter. The decision logic is a pure state machine
+//! backoff with equal jitter: each open time is drawn in `[d / 2, d]` of the
+//! backoff's ceiling `d` (AWS Architecture Blog, "Exponential Backoff And
+//! Jitter", 2015), never less than half of it. The decision logic is a pure state machine
 //! (internal) that takes `now` and outcomes; [`Breaker`] shares it
 //! between clones (and is the handle: metrics, manual modes, a transition
 //! hook), and [`CircuitBreakerLayer`] puts it in front of any HTTP

@@ -7,8 +7,9 @@
 //!   count nor break the run).
 //! * **Open → HalfOpen** once the open duration has passed (on the next
 //!   admission). The `n`-th reopening in a row waits up to `open_duration ×
-//!   2^n`, at most `max_open_duration`, drawn with full jitter unless
-//!   jitter is off.
+//!   2^n`, at most `max_open_duration`; with jitter on (the default) each
+//!   open time is drawn in `[d / 2, d]` of that ceiling `d` ("equal
+//!   jitter").
 //! * **HalfOpen** lets `half_open_permits` probe calls through. As soon as
 //!   their failures, or their slow calls, alone reach the threshold share
 //!   of the permits it opens again; when all have reported below both

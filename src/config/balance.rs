@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::{invalid, ms, ConfigError};
-use crate::balance::{BalanceConfig, BalanceConfigBuilder, BreakerScope, StagingConfig};
+use crate::balance::{BalanceConfig, BreakerScope, StagingConfig};
 use crate::breaker::BreakerConfig;
 use crate::classify::Classifier;
 use crate::health::HealthConfig;
@@ -134,16 +134,19 @@ impl BalanceFile {
         }
         for (model, k) in self.model_owners.unwrap_or_default() {
             let key = || format!("balance.model_owners.{model:?}");
-            if !(1..=BalanceConfigBuilder::MAX_OWNERS).contains(&k) {
-                return Err(ConfigError::Invalid {
-                    key: key(),
-                    expected: "1 ..= 1024 owners",
-                });
-            }
             let model = ModelId::new(&model).map_err(|_| ConfigError::Invalid {
                 key: key(),
                 expected: "a valid model ID",
             })?;
+            // The builder's check, on this entry alone: its words, and the
+            // key naming the model.
+            BalanceConfig::builder()
+                .model_owners(model.clone(), k)
+                .build()
+                .map_err(|e| ConfigError::Invalid {
+                    key: key(),
+                    expected: e.expected,
+                })?;
             b = b.model_owners(model, k);
         }
         if self.vnodes_per_weight.is_some() || self.ring_seed.is_some() {

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::balance::{BalanceFile, RingSeed};
 use super::breaker::BreakerFile;
 use super::health::{HealthFile, ProbeFile, Weights};
+use super::hedge::HedgeFile;
 use super::placement::PlacementFile;
 use super::{to_ms, ConfigError, StackConfig};
 use crate::balance::BreakerScope;
@@ -25,6 +26,8 @@ pub(super) struct File {
     pub(super) probe: ProbeFile,
     #[serde(default)]
     pub(super) placement: PlacementFile,
+    #[serde(default)]
+    pub(super) hedge: HedgeFile,
 }
 
 impl File {
@@ -131,6 +134,7 @@ impl File {
             health,
             probe,
             placement,
+            hedge: HedgeFile::of(&config.hedge),
         }
     }
 
@@ -142,6 +146,7 @@ impl File {
             balance,
             probe: self.probe.build()?,
             placement: self.placement.build()?,
+            hedge: self.hedge.build()?,
         })
     }
 }

@@ -1,12 +1,15 @@
 //! The whole stack's configuration from a TOML file, into the validated
-//! builders (feature `serde`).
+//! builders (feature `config`).
 //!
 //! Every section and key is optional: what a file leaves out keeps its
 //! default. Durations carry their unit in the key (`_ms`). An unknown key
 //! or a value of the wrong type is a [`ConfigError::Parse`] with the
 //! parser's message: its line and column and the offending line. A value
 //! out of its builder's range is a [`ConfigError::Invalid`] naming the key
-//! (`balance.load_factor`) and what it must be. `examples/stack.toml` lists every key with its default.
+//! (`balance.load_factor`) and what it must be, in the builder's own words:
+//! every section goes through its builder (`[hedge]` through
+//! [`HedgeConfig::builder`](crate::hedge::HedgeConfig::builder), and so on),
+//! which alone validates; the file adds the key as context. `examples/stack.toml` lists every key with its default.
 //! [`StackConfig::to_toml`] writes the settings back as such a file (every
 //! key, the values in force), which reads back into the same settings.
 //!
@@ -16,6 +19,7 @@
 //! use tower_model_balance::breaker::BreakerConfig;
 //! use tower_model_balance::config::StackConfig;
 //! use tower_model_balance::health::probe::ProbeConfig;
+//! use tower_model_balance::hedge::HedgeConfig;
 //!
 //! let config = StackConfig::from_toml(r#"
 //!     [balance]
@@ -27,12 +31,18 @@
 //!
 //!     [probe]
 //!     interval_ms = 1000
+//!
+//!     [hedge]
+//!     percentile = 0.9
+//!     ceiling_ms = 500
 //! "#).unwrap();
 //! let breaker = BreakerConfig::builder().open_duration(Duration::from_secs(2)).build().unwrap();
 //! let balance = BalanceConfig::builder().owners(3).load_factor(1.5).breaker(breaker).build().unwrap();
 //! assert_eq!(config.balance, balance);
 //! let probe = ProbeConfig::builder().interval(Duration::from_secs(1)).build().unwrap();
 //! assert_eq!(config.probe, probe);
+//! let hedge = HedgeConfig::builder().percentile(0.9).ceiling(Duration::from_millis(500)).build().unwrap();
+//! assert_eq!(config.hedge, hedge);
 //!
 //! let error = StackConfig::from_toml("[balance]\nload_factor = 0.5").unwrap_err();
 //! assert_eq!(error.to_string(), "invalid config: `balance.load_factor` must be 1.0 ..= 100.0");
@@ -44,12 +54,14 @@ use std::time::Duration;
 use crate::balance::BalanceConfig;
 use crate::error::InvalidConfig;
 use crate::health::probe::ProbeConfig;
+use crate::hedge::HedgeConfig;
 use crate::placement::PlacementConfig;
 
 mod balance;
 mod breaker;
 mod file;
 mod health;
+mod hedge;
 mod placement;
 
 use self::file::File;
@@ -66,6 +78,9 @@ pub struct StackConfig {
     pub probe: ProbeConfig,
     /// On-demand placement.
     pub placement: PlacementConfig,
+    /// Hedged requests (the `[hedge]` table), for
+    /// [`HedgeLayer`](crate::hedge::HedgeLayer).
+    pub hedge: HedgeConfig,
 }
 
 impl StackConfig {
@@ -135,10 +150,13 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// `error` from section `section`'s builder, its field named as the
-/// file's key.
+/// file's key; what it must be is the builder's words, unchanged.
 fn invalid(section: &str, error: InvalidConfig) -> ConfigError {
     let key = match error.field {
         "breaker_scope" => "max_pairs".to_string(),
+        field if section == "hedge" && hedge::HEDGE_DURATIONS.contains(&field) => {
+            format!("{field}_ms")
+        }
         "time_window" if error.expected.contains("buckets") => "time_window_buckets".to_string(),
         // Builder methods that take several keys at once.
         "thresholds" => "eject_below / readmit_above".to_string(),
@@ -148,15 +166,9 @@ fn invalid(section: &str, error: InvalidConfig) -> ConfigError {
         field if DURATIONS.contains(&field) => format!("{field}_ms"),
         field => field.to_string(),
     };
-    // The builders' words for a value the file spells otherwise.
-    let expected = match error.field {
-        "breaker_scope" => "1 ..= 1 000 000",
-        "outlier_factor" => "1.5 ..= 1000, or 0 (off)",
-        _ => error.expected,
-    };
     ConfigError::Invalid {
         key: format!("{section}.{key}"),
-        expected,
+        expected: error.expected,
     }
 }
 

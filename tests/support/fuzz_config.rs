@@ -13,7 +13,7 @@ use tower_model_balance::config::{ConfigError, StackConfig};
 
 /// Every key of the file format, by section: the keys an `Invalid` error
 /// may name (`balance.model_owners."<model>"` aside).
-pub const KEYS: [(&str, &[&str]); 5] = [
+pub const KEYS: [(&str, &[&str]); 6] = [
     (
         "balance",
         &[
@@ -83,6 +83,22 @@ pub const KEYS: [(&str, &[&str]); 5] = [
             "when_cold",
             "repository_interval_ms",
             "evict",
+        ],
+    ),
+    (
+        "hedge",
+        &[
+            "percentile",
+            "median_factor",
+            "window_ms",
+            "min_samples",
+            "floor_ms",
+            "ceiling_ms",
+            "max_models",
+            "budget_ratio",
+            "budget_window_ms",
+            "max_attempts",
+            "max_utilization",
         ],
     ),
 ];

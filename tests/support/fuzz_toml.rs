@@ -107,6 +107,9 @@ pub fn edge_values(section: &str, key: &str) -> Vec<String> {
                     "window",
                     "minimum_calls",
                     "concurrency",
+                    "min_samples",
+                    "max_models",
+                    "max_attempts",
                 ]
                 .contains(&key)
                 || key.starts_with("connections")

@@ -197,7 +197,7 @@ impl BalanceConfigBuilder {
     /// a 1,000-backend fleet. Under Zipf(1.1) popularity over 10,000
     /// models the most popular draws 15% of the requests, which takes
     /// `ceil(0.15 × 1000 / 1.25)` = 120 owners at the default `c`; a cap
-    /// of 16 left its owners overloaded (see the README's fleet-scale
+    /// of 16 left its owners overloaded (see `docs/simulation.md`, the fleet-scale
     /// simulation).
     pub const MAX_OWNERS: usize = 1024;
 
@@ -288,7 +288,7 @@ impl BalanceConfigBuilder {
             if !(1..=MAX_PAIRS).contains(&max_pairs) {
                 return Err(InvalidConfig::new(
                     "breaker_scope",
-                    "Backend, or BackendModel with max_pairs in 1 ..= 1 000 000",
+                    "1 ..= 1 000 000 pairs (BackendModel's max_pairs)",
                 ));
             }
         }

@@ -261,7 +261,7 @@ impl BalanceConfig {
 /// steps, 45 s, each joiner taking a model or two per step (one load at a
 /// time, 0.5–8.5 s each in the fleet simulation, `examples/simulate`),
 /// which there halves the peak rate of cold loads against landing the
-/// join at once (the sweep behind the defaults is in the README). Four
+/// join at once (the sweep behind the defaults is in `docs/simulation.md`). Four
 /// backends joining eight take 41 steps, 200 s. Removals are not staged (a
 /// removed backend is not picked again at once), nor is the first backend
 /// set, as the ring is empty then.

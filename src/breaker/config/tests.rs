@@ -94,3 +94,49 @@ fn the_open_ceiling_doubles_up_to_the_maximum() {
     assert_eq!(secs, [1, 2, 4, 8, 10, 10]);
     assert_eq!(p.open_ceiling(u32::MAX), Duration::from_secs(10));
 }
+
+#[test]
+fn minimum_calls_follows_a_small_count_window_unless_set() {
+    let b = BreakerConfig::builder;
+    let p = b().window(5).build().expect("window(5) alone builds");
+    assert_eq!(p.minimum_calls(), 5);
+    assert_eq!(b().window(20).build().unwrap().minimum_calls(), 10);
+    assert_eq!(b().window(1).build().unwrap().minimum_calls(), 1);
+    // Set before or after the window, an explicit minimum is kept as set.
+    assert_eq!(
+        b().window(5)
+            .minimum_calls(3)
+            .build()
+            .unwrap()
+            .minimum_calls(),
+        3
+    );
+    assert_eq!(
+        b().minimum_calls(3)
+            .window(5)
+            .build()
+            .unwrap()
+            .minimum_calls(),
+        3
+    );
+    let time = b()
+        .time_window(Duration::from_secs(10), 10)
+        .build()
+        .unwrap();
+    assert_eq!(time.minimum_calls(), 10, "a time window keeps the default");
+}
+
+#[test]
+fn an_explicit_minimum_calls_above_a_count_window_is_a_typed_error() {
+    for builder in [
+        BreakerConfig::builder().window(5).minimum_calls(6),
+        BreakerConfig::builder().minimum_calls(10).window(5),
+    ] {
+        let err = builder.build().unwrap_err();
+        assert_eq!(err.field, "minimum_calls");
+        assert!(
+            err.to_string().contains("at most the window's calls"),
+            "{err}"
+        );
+    }
+}

@@ -214,7 +214,7 @@ impl HealthConfigBuilder {
         {
             return Err(InvalidConfig::new(
                 "outlier_factor",
-                "1.5 ..= 1000, or None",
+                "1.5 ..= 1000, or off (None; 0 in a config file)",
             ));
         }
         if !within(p.outlier_ejection, ms(100), secs(3600)) {
