@@ -117,6 +117,11 @@ pub enum Outcome {
 /// let rsp = http::Response::builder().status(502).body(()).unwrap();
 /// assert!(matches!(c.classify_response(&rsp), Classified::Ready(Outcome::Failure)));
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot classify a `{T}` (or the error `{E}`)",
+    label = "not a classifier of this response and error",
+    note = "`ServerErrorsAsFailures`, `GrpcErrorsAsFailures` and `Classifier` classify `http::Response<B>`; for another response type give a closure `Fn(Result<&{T}, &{E}>) -> Outcome`"
+)]
 pub trait Classify<T, E> {
     /// What decides a deferred outcome at the end of the body
     /// ([`Infallible`] for a classifier that never defers).
