@@ -157,8 +157,9 @@ fn model_balancer(n: usize, slots: usize) -> ModelBalancer<Ready> {
             Backend::with_meta(meta, Ready)
         })
         .collect();
+    let _runtime = ready::idle_runtime().enter();
     ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default())
-        .expect("a list source needs no runtime")
+        .expect("inside a runtime")
 }
 
 /// The share of a balancer's inference picks that went to an owner with

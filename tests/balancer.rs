@@ -358,7 +358,7 @@ fn one_mock_backend(
     let (endpoint, handle) = tower_test::mock::pair();
     let backend = Backend::new(BackendId::new("busy").unwrap(), endpoint);
     let balancer = ModelBalancer::from_rng(ServiceList::new(vec![backend]), config, Lcg(1))
-        .expect("a list source needs no runtime");
+        .expect("inside a runtime");
     (balancer, handle)
 }
 

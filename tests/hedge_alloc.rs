@@ -93,8 +93,10 @@ fn a_request_that_does_not_hedge_allocates_only_its_copy_and_slot() {
     let backends: Vec<_> = (0..8)
         .map(|i| Backend::new(BackendId::new(&format!("b{i}")).unwrap(), Ready))
         .collect();
+    let runtime = ready::idle_runtime().enter();
     let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default())
-        .expect("a list source needs no runtime");
+        .expect("inside a runtime");
+    drop(runtime);
     let stacked = through(layer.layer(balancer));
     assert!(
         stacked <= expected,

@@ -33,8 +33,8 @@ fn balancer(backends: usize, config: BalanceConfig) -> ModelBalancer<Ready, Lcg>
     let backends: Vec<_> = (0..backends)
         .map(|i| Backend::new(BackendId::new(&format!("b{i}")).unwrap(), Ready))
         .collect();
-    ModelBalancer::from_rng(ServiceList::new(backends), config, Lcg(3))
-        .expect("a list source needs no runtime")
+    let _runtime = ready::idle_runtime().enter();
+    ModelBalancer::from_rng(ServiceList::new(backends), config, Lcg(3)).expect("inside a runtime")
 }
 
 /// Sends `requests` through `balancer`, each to the end of its response:
