@@ -196,10 +196,17 @@ fn balancer_race(tripped: bool) {
         .panic_threshold(0.0)
         .build()
         .unwrap();
-    // A list that has ended: no discovery task, so no runtime needed.
+    // The constructor spawns its health task: on a runtime never driven
+    // (the task never runs), dropped at the end of this iteration.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
     let endpoint = service_fn(|()| std::future::ready(Ok::<(), Infallible>(())));
     let backends = ServiceList::new::<()>(vec![Backend::new(id.clone(), endpoint)]);
+    let entered = runtime.enter();
     let balancer = ModelBalancer::new(backends, config).unwrap();
+    drop(entered);
     let handle = balancer.handle();
     let breaker = handle.breaker(&id).unwrap();
     let t0 = Instant::now();
