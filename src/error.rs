@@ -219,6 +219,7 @@ impl fmt::Display for NoRuntime {
 
 impl std::error::Error for NoRuntime {}
 
+#[cfg(feature = "balance")]
 impl NoRuntime {
     /// The current runtime's handle, or this error.
     pub(crate) fn current() -> Result<tokio::runtime::Handle, Self> {
