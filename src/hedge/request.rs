@@ -15,6 +15,11 @@ use http::{Extensions, HeaderMap};
 /// [`Exclude`](crate::backend::Exclude) extensions — without them, every
 /// request is timed in one shared histogram and the backup may go to the
 /// same backend.
+#[diagnostic::on_unimplemented(
+    message = "the hedge cannot copy a `{Self}` for a backup attempt",
+    label = "not a request the hedge can copy",
+    note = "`http::Request<B>` is one when `B: Clone` (buffer a streaming body into `http_body_util::Full<Bytes>`, as `route::ModelFromBodyLayer` does); for another request type implement `tower_model_balance::hedge::CloneRequest`"
+)]
 pub trait CloneRequest: Sized {
     /// A copy of the request, or `None` when it cannot be copied.
     fn clone_request(&self) -> Option<Self>;

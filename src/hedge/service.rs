@@ -22,6 +22,16 @@ use crate::route::{RequestKind, RouteInfo, RouteView};
 /// Readiness is the inner service's (this middleware applies the inner
 /// service's backpressure and adds none); the backup's clone of the inner
 /// service is polled ready only when the backup is sent.
+///
+/// # Requirements
+///
+/// | | |
+/// |---|---|
+/// | request `Req` | [`CloneRequest`](super::CloneRequest): `http::Request<B>` with `B: Clone` (`Full<Bytes>`, `String`, `()`), or a type of yours |
+/// | inner service `S` | `Service<Req> + Clone` (the backup calls a clone) |
+/// | error | `S::Error: Into<BoxError>` (`std::error::Error + Send + Sync`) |
+/// | classifier `C` | `Classify<S::Response, BoxError> + Clone` (default [`ServerErrorsAsFailures`], for `http::Response<B>`; a closure for any other response) |
+/// | returns | `S::Response`, unchanged; errors boxed |
 #[derive(Debug)]
 pub struct Hedge<S, C = ServerErrorsAsFailures> {
     inner: S,

@@ -233,6 +233,15 @@ impl ModelFromBodyBuilder {
 ///   backend's; the body's own error is logged at debug level);
 /// * the inner service's error, boxed.
 ///
+/// # Requirements
+///
+/// | | |
+/// |---|---|
+/// | request | `http::Request<B>`, `B: http_body::Body + Send + 'static`, `B::Error: Into<BoxError>` |
+/// | inner service `S` | `Service<Request<Full<Bytes>>> + Clone + Send + 'static`, `S::Future: Send` |
+/// | error | `S::Error: Into<BoxError>` |
+/// | hands on | `Request<Full<Bytes>>` (cloneable: a hedge behind can copy it), its `RouteInfo` in the extensions |
+///
 /// # Backpressure
 ///
 /// `poll_ready` is the inner service's. The response future is boxed (a
