@@ -21,6 +21,7 @@ use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, CircuitBreakerLayer};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::error::{BreakerOpen, InvalidRoute};
+use tower_model_balance::hedge::{CloneRequest, HedgeConfig, HedgeLayer};
 use tower_model_balance::route::{ModelId, Routable, Route, RouteInfo};
 
 /// A request of the line protocol: the model, then the input.
@@ -43,6 +44,16 @@ impl Infer {
 impl Routable for Infer {
     fn route(&self) -> Result<Route<'_>, InvalidRoute> {
         Ok(Route::from(&self.route))
+    }
+}
+
+impl CloneRequest for Infer {
+    fn clone_request(&self) -> Option<Self> {
+        Some(self.clone())
+    }
+
+    fn route(&self) -> Option<Route<'_>> {
+        Some(Route::from(&self.route))
     }
 }
 
@@ -224,4 +235,72 @@ async fn the_balancer_routes_a_line_protocol_by_model_and_ejects_a_failing_serve
     let id = BackendId::new(&owner).expect("a valid ID");
     let trips = handle.breaker(&id).expect("known").trips();
     assert!(trips >= 1, "the owner's breaker opened");
+}
+
+/// A server that never answers the first request whose input is `hold`
+/// (a hung attempt) and answers every other at once.
+async fn hangs_once(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("an address");
+    let held = Arc::new(AtomicBool::new(false));
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let held = held.clone();
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut line = String::new();
+                let _ = BufReader::new(read).read_line(&mut line).await;
+                if line.trim().ends_with(" hold") && !held.swap(true, Ordering::SeqCst) {
+                    std::future::pending::<()>().await; // Never answers.
+                }
+                let _ = write.write_all(format!("ok {name} x\n").as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn the_hedge_alone_answers_a_hung_line_protocol_call_with_its_backup() {
+    let addr = hangs_once("gpu-0").await;
+    // The backup goes at most 20 ms after the first attempt (the ceiling)
+    // once 20 answers were seen, within 5% of the requests.
+    let config = HedgeConfig::builder()
+        .ceiling(std::time::Duration::from_millis(20))
+        .build()
+        .expect("a valid config");
+    let layer =
+        HedgeLayer::new(config).classify(|result: Result<&Reply, &tower::BoxError>| match result {
+            Ok(Reply::Ok { .. }) => Outcome::Success,
+            Ok(Reply::Busy) => Outcome::Overload,
+            Err(_) => Outcome::Failure,
+        });
+    let hedges = layer.handle();
+    let hedged = layer.layer(LineClient(addr));
+    // Answers until the model's delay is known (20 samples, its
+    // percentile read again every 100 ms): bounded by a count, not a sleep.
+    let model = tower_model_balance::route::ModelId::new("resnet").expect("an ID");
+    for i in 0..100_000 {
+        if i >= 20 && hedges.delay(&model).is_some() {
+            break;
+        }
+        let req = Infer::new("resnet", &i.to_string());
+        hedged.clone().oneshot(req).await.expect("answered");
+    }
+    assert!(hedges.delay(&model).is_some(), "the delay is known");
+    assert_eq!(hedges.stats().hedges, 0, "fast answers are not hedged");
+    // A guard against a hang, not a timing: the backup answers at once.
+    let call = hedged.oneshot(Infer::new("resnet", "hold"));
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(30), call)
+        .await
+        .expect("no hang: the backup answers")
+        .expect("the backup's reply");
+    assert_eq!(
+        reply,
+        Reply::Ok {
+            server: "gpu-0".into()
+        }
+    );
+    let stats = hedges.stats();
+    assert_eq!((stats.hedges, stats.hedges_won), (1, 1), "{stats:?}");
 }

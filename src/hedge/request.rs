@@ -2,6 +2,8 @@
 
 use http::{Extensions, HeaderMap};
 
+use crate::route::{Route, RouteInfo};
+
 /// A request that can be copied for a backup attempt.
 ///
 /// Implemented for `http::Request<B>` with a `Clone` body (for example
@@ -37,6 +39,22 @@ pub trait CloneRequest: Sized {
     /// The request's headers, if it has any (default: none).
     fn headers(&self) -> Option<&HeaderMap> {
         None
+    }
+
+    /// The request's route, which picks the model's own latency window and
+    /// tells an update (never hedged) from an inference. The default reads
+    /// it as the balancer does, from a `RouteInfo` in the
+    /// [extensions](Self::extensions) or else the [headers](Self::headers);
+    /// `None` (no route, or an invalid one) times the request in the
+    /// shared window. A request of another protocol returns
+    /// `Some(Route::from(&its_route_info))`.
+    fn route(&self) -> Option<Route<'_>> {
+        match (self.extensions(), self.headers()) {
+            (Some(extensions), Some(headers)) => Route::from_parts(extensions, headers).ok(),
+            (None, Some(headers)) => Route::from_headers(headers).ok(),
+            (Some(extensions), None) => extensions.get::<RouteInfo>().map(Route::from),
+            (None, None) => None,
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use super::CloneRequest;
 use crate::backend::PickedSlot;
 use crate::classify::{Classify, ServerErrorsAsFailures};
 use crate::error::BoxError;
-use crate::route::{RequestKind, RouteInfo, RouteView};
+use crate::route::RequestKind;
 
 /// Sends a backup attempt when the first is slow; see the
 /// [module docs](super). Made by [`HedgeLayer`](super::HedgeLayer).
@@ -89,14 +89,8 @@ impl<S, C> Hedge<S, C> {
 /// The request's model hash and whether it is an update (never hedged: a
 /// write is not idempotent). No route: the shared histogram.
 pub(crate) fn route_of<Req: CloneRequest>(req: &Req) -> (Option<u64>, bool) {
-    let view = match (req.extensions(), req.headers()) {
-        (Some(extensions), Some(headers)) => RouteView::from_parts(extensions, headers).ok(),
-        (None, Some(headers)) => RouteView::from_headers(headers).ok(),
-        (Some(extensions), None) => extensions.get::<RouteInfo>().map(RouteView::from),
-        (None, None) => None,
-    };
-    match view {
-        Some(view) => (Some(view.hash), view.kind == RequestKind::Update),
+    match req.route() {
+        Some(route) => (Some(route.hash), route.kind == RequestKind::Update),
         None => (None, false),
     }
 }
