@@ -136,6 +136,14 @@
 //! `grpc-status`, set [`Classifier::grpc`](crate::classify::Classifier::grpc):
 //! the status in a trailers-only head, else in the trailers, decides.
 //!
+//! **Any request and response**: the balancer routes any request that is
+//! [`Routable`](crate::route::Routable) (`http::Request<B>`, or a type of
+//! yours that gives its `RouteInfo`), and [`ModelBalancer::at_response`]
+//! records each outcome when the response arrives, classified by a
+//! classifier of yours, for endpoints whose responses have no streaming
+//! body (`http::Response<Bytes>`, a non-HTTP reply). The requirements are
+//! a table in [`ModelBalancer`]'s docs.
+//!
 //! Ring changes are **staged**: when backends join or change weight, every
 //! model they take is a cold load on its new owner, so their ring points
 //! enter a share at a time ([`StagingConfig`]: by default at most 1% of the

@@ -169,7 +169,12 @@
 //! status decides: a 503 counts whether or not its body is read; a gRPC
 //! stream dropped before its trailers is a cancellation, ignored). Until
 //! then the call is in flight, so a half-open probe that is still streaming
-//! keeps its permit. An empty body records at once.
+//! keeps its permit. An empty body records at once. A response with no
+//! streaming body (`http::Response<Bytes>`, a `reqwest::Response`, a
+//! non-HTTP reply) records when it arrives instead:
+//! [`CircuitBreakerLayer::at_response`], classified by a closure over
+//! `Result<&Response, &Error>` where the given classifiers do not apply
+//! (requirements: [`CircuitBreaker`]'s docs).
 //!
 //! **Slow calls** are timed from admission to a [`StopPoint`] set on the
 //! layer: the response's head, its first frame (the default: for a stream
