@@ -133,8 +133,8 @@ impl<C, K> CircuitBreakerLayer<C, K> {
     }
 }
 
-impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
-    type Service = CircuitBreaker<S, C>;
+impl<S, C: Clone, K: Clone> Layer<S> for CircuitBreakerLayer<C, K> {
+    type Service = CircuitBreaker<S, C, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
         let breaker = match &self.hook {
@@ -144,21 +144,6 @@ impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
         CircuitBreaker::new(inner, breaker, self.classifier.clone())
             .with_admission(self.admission)
             .with_stop_point(self.stop)
-    }
-}
-
-impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C, AtResponse> {
-    type Service = CircuitBreaker<S, C, AtResponse>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        let layer = CircuitBreakerLayer {
-            policy: self.policy.clone(),
-            classifier: self.classifier.clone(),
-            admission: self.admission,
-            stop: self.stop,
-            hook: self.hook.clone(),
-            track: AtEndOfBody,
-        };
-        layer.layer(inner).at_response()
+            .with_track(self.track.clone())
     }
 }

@@ -77,6 +77,11 @@ impl<S, C, K> CircuitBreaker<S, C, K> {
     /// Records each call's outcome when its response arrives, for a
     /// response of any type (see [`AtResponse`]).
     pub fn at_response(self) -> CircuitBreaker<S, C, AtResponse> {
+        self.with_track(AtResponse::default())
+    }
+
+    /// The same breaker, recording at `track`.
+    pub(super) fn with_track<K2>(self, track: K2) -> CircuitBreaker<S, C, K2> {
         CircuitBreaker {
             inner: self.inner,
             breaker: self.breaker,
@@ -85,7 +90,7 @@ impl<S, C, K> CircuitBreaker<S, C, K> {
             ready: self.ready,
             reservation: self.reservation,
             stop: self.stop,
-            track: AtResponse::default(),
+            track,
         }
     }
 
