@@ -102,7 +102,16 @@ async fn the_balancer_at_the_response_serves_bytes_bodies_and_records_at_once() 
         .expect("a request");
     let rsp: Reply = balancer.clone().oneshot(req).await.expect("served");
     assert_eq!(rsp.body(), "done");
-    assert_eq!(balancer.handle().in_flight(), 0, "recorded when it arrived");
+    let handle = balancer.handle();
+    assert_eq!(handle.in_flight(), 0, "out of flight when it arrived");
+    // Recorded, not cancelled: a cancelled request counts no call.
+    let gpu = BackendId::new("gpu-0").expect("an ID");
+    let metrics = handle.breaker(&gpu).expect("known").metrics();
+    assert_eq!(
+        (metrics.calls, metrics.failures),
+        (1, 0),
+        "one success recorded"
+    );
     let bad = http::Request::new(());
     assert!(
         balancer.oneshot(bad).await.is_err(),

@@ -86,7 +86,7 @@ async fn the_balancer_over_reqwest_endpoints_keeps_a_model_on_its_owner_and_reco
     let handle = balancer.handle();
 
     let mut owners = Vec::new();
-    for _ in 0..6 {
+    for round in 1..=6 {
         let req = http::Request::post(infer_path("resnet-50"))
             .header("x-model-id", "resnet-50")
             .body("{}")
@@ -102,7 +102,15 @@ async fn the_balancer_over_reqwest_endpoints_keeps_a_model_on_its_owner_and_reco
         assert_eq!(handle.in_flight(), 1, "in flight until the body ends");
         let body = rsp.into_body().collect().await.expect("a body").to_bytes();
         assert!(!body.is_empty());
-        assert_eq!(handle.in_flight(), 0, "recorded at the end of the stream");
+        assert_eq!(
+            handle.in_flight(),
+            0,
+            "out of flight at the end of the stream"
+        );
+        // Recorded, not cancelled: a cancelled request counts no call.
+        let owner = BackendId::new(&owners[0]).expect("an ID");
+        let calls = handle.breaker(&owner).expect("known").metrics().calls;
+        assert_eq!(calls, round, "each stream's end recorded once");
     }
     assert!(owners.iter().all(|o| *o == owners[0]), "{owners:?}");
     let cold: u64 = servers.iter().map(|s| s.stats().cold_loads).sum();
