@@ -288,6 +288,10 @@ where
 /// assert_eq!(headers["content-type"], "application/grpc");
 /// ```
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // The common case, none of them: one pass comparing names, no hashing.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
@@ -321,4 +325,15 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
+}
+
+/// Whether `name` is always hop-by-hop (those a `Connection` header names
+/// are too, but only it can say which).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TE
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name.as_str() == "proxy-connection"
+        || name.as_str() == "keep-alive"
 }
