@@ -189,3 +189,19 @@ fn bad_connection_values_are_skipped_not_fatal() {
     strip_hop_by_hop(&mut h);
     assert_eq!(names(&h), ["x-b"]);
 }
+
+#[test]
+fn each_hop_by_hop_header_alone_is_removed() {
+    for name in [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "transfer-encoding",
+        "upgrade",
+    ] {
+        let mut h = headers(&[(name, "x"), ("content-type", "application/json")]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(names(&h), ["content-type"], "{name} alone");
+    }
+}
