@@ -16,7 +16,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend::BackendId;
-use crate::route::ModelId;
+use crate::route::{ModelId, Urgency};
 
 /// The boxed error type used by services in this crate, as in tower.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -153,6 +153,54 @@ impl fmt::Display for NoHealthyBackend {
 }
 
 impl std::error::Error for NoHealthyBackend {}
+
+/// Every backend the request could go to is at its admission limit (see
+/// [`AdmissionConfig`](crate::balance::AdmissionConfig)): the request was
+/// shed, never sent. Returned by the balancer at once (within the `call`),
+/// or after the request waited for room as long as its urgency allows, or
+/// when a request of a higher urgency took its place in a full queue. A
+/// gateway answers it `429 Too Many Requests` (or 503) with a
+/// `Retry-After` of [`retry_after`](Self::retry_after), rounded up to whole
+/// seconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Overloaded {
+    /// The model the request was for.
+    pub model: ModelId,
+    /// The request's urgency.
+    pub urgency: Urgency,
+    /// How long it waited for room before it was shed (zero: shed at once).
+    pub waited: Duration,
+    /// When to try again: the configuration's hint.
+    pub retry_after: Duration,
+}
+
+impl Overloaded {
+    /// Creates the error.
+    pub fn new(model: ModelId, urgency: Urgency, waited: Duration, retry_after: Duration) -> Self {
+        Self {
+            model,
+            urgency,
+            waited,
+            retry_after,
+        }
+    }
+}
+
+impl fmt::Display for Overloaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "overloaded: every backend for model `{}` is at its admission limit ({:?} request shed after {} ms); retry after {} ms",
+            self.model,
+            self.urgency,
+            self.waited.as_millis(),
+            self.retry_after.as_millis()
+        )
+    }
+}
+
+impl std::error::Error for Overloaded {}
 
 /// The circuit breaker is open (or its half-open probes are all taken): the
 /// request was refused without being sent.

@@ -221,7 +221,8 @@ async fn no_backend_is_a_typed_error_naming_the_model() {
         ModelBalancer::from_rng(stream::iter(empty), BalanceConfig::default(), Lcg(6)).unwrap();
     let handle = balancer.handle();
     for route in [inference("llama-3-8b"), update("llama-3-8b")] {
-        let err: NoHealthyBackend = balancer.pick(&route, Instant::now()).unwrap_err();
+        let err = balancer.pick(&route, Instant::now()).unwrap_err();
+        let err = err.downcast_ref::<NoHealthyBackend>().expect("typed");
         assert_eq!(err.model.as_str(), "llama-3-8b");
         assert!(err.to_string().contains("`llama-3-8b`"), "{err}");
     }
@@ -256,6 +257,7 @@ async fn no_backend_is_a_typed_error_naming_the_model() {
             Instant::now(),
         )
         .unwrap_err();
+    let err = err.downcast_ref::<NoHealthyBackend>().expect("typed");
     assert_eq!(err.model, model("resnet"));
     assert_eq!(balancer.handle().stats().no_backend, 1);
 }

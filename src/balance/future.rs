@@ -26,15 +26,18 @@ use std::task::{ready, Context, Poll, Waker};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use tokio::sync::watch;
+use std::sync::Arc;
 
+use crate::backend::PickedSlot;
+use crate::balance::choose::decide::Picked;
 use crate::balance::completion::finish::Finish;
 use crate::balance::completion::guard::Guard;
-use crate::balance::state::placement::{self, Status};
+use crate::balance::queued::Queued;
+use crate::balance::state::placement::{self, Placement, Prepared, Status};
 use crate::classify::{AtEndOfBody, Outcome};
 use crate::error::BoxError;
 use crate::error::{ModelLoadFailed, UnknownModel};
-use crate::route::ModelId;
+use crate::route::{ModelId, RequestKind, Routable};
 
 pin_project! {
     /// Response future of [`ModelBalancer`](crate::balance::ModelBalancer): the
@@ -70,6 +73,7 @@ pin_project! {
             guard: Option<Guard>,
             model: ModelId,
         },
+        Queued { queued: Box<Queued<E, Req>> },
         Failed { error: Option<BoxError> },
     }
 }
@@ -80,14 +84,72 @@ where
     E::Error: Into<BoxError>,
     K: Finish<E::Response, E::Error>,
 {
+    /// A request picked a backend: the hedging layer told where it went,
+    /// then the endpoint called — with placement on, after the model's
+    /// load on a backend not known to serve it.
+    #[inline]
+    pub(crate) fn dispatch(picked: Picked<E>, req: Req, finish: K) -> Self
+    where
+        Req: Routable,
+    {
+        Self {
+            state: State::dispatch(picked, req),
+            finish,
+        }
+    }
+
+    /// A request with no room anywhere, waiting for it.
+    pub(crate) fn queued(queued: Queued<E, Req>, finish: K) -> Self {
+        Self {
+            state: State::Queued {
+                queued: Box::new(queued),
+            },
+            finish,
+        }
+    }
+
+    pub(crate) fn failed(error: BoxError, finish: K) -> Self {
+        Self {
+            state: State::Failed { error: Some(error) },
+            finish,
+        }
+    }
+}
+
+impl<E, Req> State<E, Req>
+where
+    E: Service<Req>,
+    E::Error: Into<BoxError>,
+{
+    #[inline]
+    fn dispatch(picked: Picked<E>, req: Req) -> Self
+    where
+        Req: Routable,
+    {
+        let Picked {
+            endpoint,
+            mut guard,
+        } = picked;
+        // A hedging layer's first attempt: tell it where it went.
+        let slot = req.extensions().and_then(|x| x.get::<PickedSlot>());
+        if let Some(slot) = slot {
+            slot.set(guard.backend());
+            guard.watch_slot(slot);
+        }
+        match guard.placement() {
+            None => Self::start(endpoint, req, guard),
+            Some(placement) => place(&placement, endpoint, req, guard),
+        }
+    }
+
     /// Calls `endpoint` with `req` if it is ready now; else keeps both
     /// until the first poll finds it ready. An endpoint that fails its
     /// readiness fails the request. Inlined into the balancer's `call`,
     /// so the request moves into the endpoint's `call` without a copy on
     /// the way.
     #[inline]
-    pub(crate) fn new(mut endpoint: E, req: Req, guard: Guard, finish: K) -> Self {
-        let state = match endpoint.poll_ready(&mut Context::from_waker(Waker::noop())) {
+    fn start(mut endpoint: E, req: Req, guard: Guard) -> Self {
+        match endpoint.poll_ready(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(Ok(())) => State::Called {
                 future: endpoint.call(req),
                 guard: Some(guard),
@@ -104,35 +166,51 @@ where
                 guard: Some(guard),
                 waited: false,
             },
-        };
-        Self { state, finish }
-    }
-
-    /// Waits for the load of `model` on the picked backend, then calls
-    /// `endpoint` with `req` (see [`placement`](crate::placement)).
-    pub(crate) fn loading(
-        load: watch::Receiver<Status>,
-        model: ModelId,
-        endpoint: E,
-        req: Req,
-        guard: Guard,
-        finish: K,
-    ) -> Self {
-        Self {
-            state: State::Loading {
-                load: Box::pin(placement::wait(load)),
-                waiting: Some(Box::new((endpoint, req))),
-                guard: Some(guard),
-                model,
-            },
-            finish,
         }
     }
+}
 
-    pub(crate) fn failed(error: BoxError, finish: K) -> Self {
-        Self {
-            state: State::Failed { error: Some(error) },
-            finish,
+/// With placement on: a request picked where its model is not known to be
+/// served waits for its load there (or fails at once for a model the
+/// repository does not know).
+#[cold]
+fn place<E, Req>(placement: &Arc<Placement>, endpoint: E, req: Req, guard: Guard) -> State<E, Req>
+where
+    E: Service<Req>,
+    E::Error: Into<BoxError>,
+    Req: Routable,
+{
+    // Only a cold inference request reads its route again (for the model).
+    if !guard.is_cold() || guard.model().is_none() {
+        return State::start(endpoint, req, guard);
+    }
+    let model = match req.route() {
+        Ok(route) if route.kind == RequestKind::Inference => route.model_id(),
+        _ => return State::start(endpoint, req, guard),
+    };
+    match placement.prepare(guard.state(), model.clone()) {
+        Prepared::Wait(load) => State::Loading {
+            load: Box::pin(placement::wait(load)),
+            waiting: Some(Box::new((endpoint, req))),
+            guard: Some(guard),
+            model,
+        },
+        Prepared::Unknown => {
+            let backend = guard.backend().clone();
+            // Not there, and never to be: the pick's mark is undone.
+            guard.state().residency.forget(model.hash64());
+            // Cancelled: nothing was sent, nothing counts.
+            drop(guard);
+            let error = UnknownModel::new(backend, model).into();
+            State::Failed { error: Some(error) }
+        }
+        Prepared::Failed(reason) => {
+            let backend = guard.backend().clone();
+            guard.state().residency.forget(model.hash64());
+            // Not sent: nothing counts (the load that failed counted).
+            drop(guard);
+            let error = ModelLoadFailed::new(backend, model, reason).into();
+            State::Failed { error: Some(error) }
         }
     }
 }
@@ -146,6 +224,7 @@ where
             State::Called { .. } => "called",
             State::Waiting { .. } => "waiting for the endpoint",
             State::Loading { .. } => "waiting for the model to load",
+            State::Queued { .. } => "waiting for room under admission",
             State::Failed { .. } => "failed",
         };
         f.debug_struct("ResponseFuture")
@@ -158,7 +237,8 @@ const POLLED_AFTER_COMPLETION: &str = "response future polled after completion";
 
 impl<E, Req, K> Future for ResponseFuture<E, Req, K>
 where
-    E: Service<Req>,
+    E: Service<Req> + Clone,
+    Req: Routable,
     E::Error: Into<BoxError>,
     K: Finish<E::Response, E::Error>,
 {
@@ -248,6 +328,10 @@ where
                         }
                     }
                 }
+                StateProj::Queued { queued } => match ready!(queued.poll(cx)) {
+                    Ok((picked, req)) => state.set(State::dispatch(picked, req)),
+                    Err(error) => return Poll::Ready(Err(error)),
+                },
                 StateProj::Failed { error } => {
                     return Poll::Ready(Err(error
                         .take()

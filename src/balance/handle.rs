@@ -40,6 +40,18 @@ pub struct BalanceStats {
     pub no_backend: u64,
     /// Requests failed fast with `InvalidRoute`.
     pub invalid_route: u64,
+    /// `Normal` requests shed under admission with `Overloaded` (at once,
+    /// after waiting, or pushed out of a full queue).
+    pub shed_normal: u64,
+    /// `High` requests shed under admission.
+    pub shed_high: u64,
+    /// `Critical` requests shed under admission.
+    pub shed_critical: u64,
+    /// Requests that waited for room under admission (each then counted
+    /// where it went: a branch, or shed).
+    pub queued: u64,
+    /// The most requests that waited for room at once.
+    pub queue_peak: u64,
 }
 
 /// One backend as the balancer sees it now.
@@ -99,7 +111,28 @@ impl BalancerHandle {
             update: picked(Branch::Update),
             no_backend: read(&c.no_backend),
             invalid_route: read(&c.invalid_route),
+            shed_normal: read(&c.shed[0]),
+            shed_high: read(&c.shed[1]),
+            shed_critical: read(&c.shed[2]),
+            queued: table.fleet.queue.entered() as u64,
+            queue_peak: table.fleet.queue.peak() as u64,
         }
+    }
+
+    /// Requests waiting for room under admission now.
+    pub fn queue_len(&self) -> usize {
+        self.view.table().fleet.queue.len()
+    }
+
+    /// Each backend's admission limit now, in discovery order (`usize::MAX`
+    /// without admission): fixed, or where an adaptive limit has got to.
+    pub fn admission_limits(&self) -> Vec<(BackendId, usize)> {
+        let table = self.view.table();
+        table
+            .backends
+            .iter()
+            .map(|b| (b.id.clone(), b.limit.get()))
+            .collect()
     }
 
     /// The current backends, in discovery order.

@@ -174,6 +174,7 @@ mod completion;
 mod config;
 pub mod future;
 mod handle;
+mod queued;
 mod service;
 mod state;
 mod tasks;
@@ -183,7 +184,8 @@ pub use self::choose::decide::Picked;
 pub use self::completion::body::ResponseBody;
 pub use self::completion::guard::Guard;
 pub use self::config::{
-    BalanceConfig, BalanceConfigBuilder, BreakerScope, ResidencyHeader, StagingConfig,
+    AdmissionConfig, AdmissionConfigBuilder, BalanceConfig, BalanceConfigBuilder, BreakerScope,
+    Limit, ResidencyHeader, StagingConfig,
 };
 pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
 pub use self::service::ModelBalancer;

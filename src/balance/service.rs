@@ -11,25 +11,21 @@ use tower::discover::Discover;
 use tower::util::rng::{HasherRng, Rng};
 use tower_service::Service;
 
-use crate::backend::PickedSlot;
 use crate::balance::backend::Backend;
 use crate::balance::choose::decide::Picked;
 use crate::balance::choose::decide::{Local, Refused};
 use crate::balance::completion::finish::Finish;
-use crate::balance::completion::guard::Guard;
 use crate::balance::config::BalanceConfig;
 use crate::balance::future::ResponseFuture;
 use crate::balance::handle::BalancerHandle;
+use crate::balance::queued::Queued;
 use crate::balance::state::clock::Now;
-use crate::balance::state::placement::{Placement, Prepared};
 use crate::balance::state::shared::{Shared, View};
 use crate::balance::tasks::discovery::{self, Drained, Registry};
 use crate::balance::tasks::{self, health};
 use crate::classify::{AtEndOfBody, AtResponse};
-use crate::error::{
-    BoxError, InvalidRoute, ModelLoadFailed, NoHealthyBackend, NoRuntime, UnknownModel,
-};
-use crate::route::{ModelId, RequestKind, Routable, RouteInfo, RouteView};
+use crate::error::{BoxError, InvalidRoute, NoHealthyBackend, NoRuntime, Overloaded};
+use crate::route::{Routable, RouteInfo, RouteView};
 
 /// The model-aware balancer; see the [module docs](super).
 ///
@@ -175,7 +171,9 @@ impl<E: Clone, R: Rng, K> ModelBalancer<E, R, K> {
     /// # Errors
     ///
     /// [`NoHealthyBackend`] naming the model when no backend admits the
-    /// request.
+    /// request; under [admission](crate::balance::AdmissionConfig),
+    /// [`Overloaded`] when every backend it could go to is at its limit
+    /// (the pick API never queues: it sheds at once, whatever the urgency).
     ///
     /// ```
     /// use futures_util::stream;
@@ -200,7 +198,7 @@ impl<E: Clone, R: Rng, K> ModelBalancer<E, R, K> {
     /// assert_eq!(balancer.handle().in_flight(), 0);
     /// # }
     /// ```
-    pub fn pick(&mut self, route: &RouteInfo, now: Instant) -> Result<Picked<E>, NoHealthyBackend> {
+    pub fn pick(&mut self, route: &RouteInfo, now: Instant) -> Result<Picked<E>, BoxError> {
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
         let shared = &self.shared;
@@ -211,8 +209,15 @@ impl<E: Clone, R: Rng, K> ModelBalancer<E, R, K> {
             .route(shared, &RouteView::from(route), &now, true, &mut random)
         {
             Ok(picked) => Ok(picked),
-            Err(Refused::NoBackend(e)) => Err(e),
-            Err(Refused::NoAlternative(_)) => Err(NoHealthyBackend::new(route.model.clone())),
+            Err(Refused::NoBackend(e)) => Err(e.into()),
+            Err(Refused::NoAlternative(_)) => {
+                Err(NoHealthyBackend::new(route.model.clone()).into())
+            }
+            // The pick API does not queue: it sheds at once.
+            Err(Refused::Saturated(shed)) => {
+                shared.stats.shed(shed.urgency);
+                Err(shed.into())
+            }
         }
     }
 }
@@ -267,70 +272,35 @@ where
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
         let now = Now::lazy();
-        match self
+        let picked = self
             .local
-            .route(&self.shared, &route, &now, false, &mut random)
-        {
-            Ok(Picked {
-                endpoint,
-                mut guard,
-            }) => {
-                // A hedging layer's first attempt: tell it where it went.
-                let slot = req.extensions().and_then(|x| x.get::<PickedSlot>());
-                if let Some(slot) = slot {
-                    slot.set(guard.backend());
-                    guard.watch_slot(slot);
-                }
-                match guard.placement() {
-                    None => ResponseFuture::new(endpoint, req, guard, finish),
-                    Some(placement) => {
-                        let cold = route.kind == RequestKind::Inference && guard.is_cold();
-                        let model = cold.then(|| route.model_id());
-                        place(&placement, model, endpoint, req, guard, finish)
-                    }
-                }
-            }
+            .route(&self.shared, &route, &now, false, &mut random);
+        match picked {
+            Ok(picked) => ResponseFuture::dispatch(picked, req, finish),
+            Err(Refused::Saturated(shed)) => self.saturated(req, shed, finish),
             Err(error) => ResponseFuture::failed(error.into(), finish),
         }
     }
 }
 
-/// With placement on: a request picked where its model is not known to be
-/// served waits for its load there (or fails at once for a model the
-/// repository does not know).
-#[cold]
-fn place<E, Req, K>(
-    placement: &Arc<Placement>,
-    model: Option<ModelId>,
-    endpoint: E,
-    req: Req,
-    guard: Guard,
-    finish: K,
-) -> ResponseFuture<E, Req, K>
-where
-    E: Service<Req>,
-    E::Error: Into<BoxError>,
-    K: Finish<E::Response, E::Error>,
-{
-    let Some(model) = model else {
-        return ResponseFuture::new(endpoint, req, guard, finish);
-    };
-    match placement.prepare(guard.state(), model.clone()) {
-        Prepared::Wait(load) => ResponseFuture::loading(load, model, endpoint, req, guard, finish),
-        Prepared::Unknown => {
-            let backend = guard.backend().clone();
-            // Not there, and never to be: the pick's mark is undone.
-            guard.state().residency.forget(model.hash64());
-            // Cancelled: nothing was sent, nothing counts.
-            drop(guard);
-            ResponseFuture::failed(UnknownModel::new(backend, model).into(), finish)
-        }
-        Prepared::Failed(reason) => {
-            let backend = guard.backend().clone();
-            guard.state().residency.forget(model.hash64());
-            // Not sent: nothing counts (the load that failed counted).
-            drop(guard);
-            ResponseFuture::failed(ModelLoadFailed::new(backend, model, reason).into(), finish)
+impl<E, R: Rng, K> ModelBalancer<E, R, K> {
+    /// Every backend `req` could go to is at its admission limit: it waits
+    /// for room as its urgency allows, or is shed at once.
+    #[cold]
+    #[inline(never)]
+    fn saturated<Req>(&mut self, req: Req, shed: Overloaded, finish: K) -> ResponseFuture<E, Req, K>
+    where
+        E: Service<Req> + Clone,
+        E::Error: Into<BoxError>,
+        K: Finish<E::Response, E::Error>,
+    {
+        let seed = mix(self.rng.next_u64() ^ self.salt);
+        match Queued::enter(&self.shared, req, shed, seed) {
+            Ok(queued) => ResponseFuture::queued(queued, finish),
+            Err((_req, shed)) => {
+                self.shared.stats.shed(shed.urgency);
+                ResponseFuture::failed(shed.into(), finish)
+            }
         }
     }
 }

@@ -123,6 +123,9 @@ impl Scratch {
 pub(crate) enum Miss {
     /// No backend admits the request.
     NoBackend,
+    /// Eligible backends there are, but every one the request could go to
+    /// is at its admission limit.
+    Saturated,
     /// A hedge's backup (a non-strict [`Ask::exclude`]) for a model no
     /// other eligible backend has resident: refused before any pick.
     NoAlternative,
@@ -198,6 +201,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) key: u64,
     /// A backend treated as not eligible (see [`Ask::exclude`]).
     pub(crate) exclude: Option<usize>,
+    /// A `Critical` request: it has headroom above the admission limit.
+    pub(crate) critical: bool,
 }
 
 impl Ctx<'_> {
@@ -213,6 +218,13 @@ impl Ctx<'_> {
             Mode::Normal => self.state(i).eligible_for(self.key, self.now),
             Mode::Panic => !self.state(i).is_removed() && !self.state(i).is_drained(),
         }
+    }
+
+    /// Whether backend `i` has room for the request under its admission
+    /// limit (always, without admission).
+    #[inline]
+    pub(crate) fn room(&self, i: usize) -> bool {
+        self.state(i).has_room(self.critical)
     }
 
     /// Takes a permit on backend `i`: the breaker in scope's (the

@@ -1,6 +1,7 @@
 //! One routing decision, shared by the `Service` path and the pick API.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use crate::backend::BackendId;
 use crate::balance::choose::ctx::{Ask, Miss, Rules, Scratch};
@@ -12,7 +13,7 @@ use crate::balance::state::demand::Tally;
 use crate::balance::state::residency::Warmth;
 use crate::balance::state::shared::Shared;
 use crate::balance::state::traffic::Branch;
-use crate::error::{BoxError, NoAlternative, NoHealthyBackend};
+use crate::error::{BoxError, NoAlternative, NoHealthyBackend, Overloaded};
 use crate::placement::WhenCold;
 use crate::route::{RequestKind, RouteView};
 
@@ -42,6 +43,9 @@ pub(crate) enum Refused {
     /// Only a request carrying a non-strict
     /// [`Exclude`](crate::backend::Exclude) (a hedge's backup) is refused so.
     NoAlternative(NoAlternative),
+    /// Under admission: every backend the request could go to is at its
+    /// limit. The caller queues it, or sheds it with this error.
+    Saturated(Overloaded),
 }
 
 impl From<Refused> for BoxError {
@@ -49,6 +53,7 @@ impl From<Refused> for BoxError {
         match refused {
             Refused::NoBackend(e) => e.into(),
             Refused::NoAlternative(e) => e.into(),
+            Refused::Saturated(e) => e.into(),
         }
     }
 }
@@ -69,6 +74,9 @@ pub(crate) struct Local {
     /// Room for a pick's owner lists (on the heap only once a model with
     /// many owners is routed).
     scratch: Scratch,
+    /// The picks of requests that wait for room, each counted once in its
+    /// model's demand already (by its first pick): none counts again.
+    retries: bool,
 }
 
 impl Local {
@@ -76,6 +84,16 @@ impl Local {
         Self {
             sampler: Sampler::new(1),
             scratch: Scratch::default(),
+            retries: false,
+        }
+    }
+
+    /// The state of one waiting request's retried picks, sampling with a
+    /// stream seeded from `seed`; none counts in demand.
+    pub(crate) fn for_retries(seed: u64) -> Self {
+        Self {
+            retries: true,
+            ..Self::new().fork(seed)
         }
     }
 
@@ -85,6 +103,7 @@ impl Local {
         Self {
             sampler: Sampler::new(seed),
             scratch: Scratch::default(),
+            retries: false,
         }
     }
 
@@ -130,7 +149,7 @@ impl Local {
             _ => {
                 // A counted request counts in its model's share, weighted
                 // by the work its requests take.
-                let tally = match draw.counted {
+                let tally = match draw.counted && !self.retries {
                     true => Tally::Count {
                         work: table.fleet.work.weight(route.hash),
                     },
@@ -165,6 +184,16 @@ impl Local {
                 shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(model = route.model, owners, unseen, "no healthy backend");
                 return Err(Refused::NoBackend(NoHealthyBackend::new(route.model_id())));
+            }
+            Err(Miss::Saturated) => {
+                tracing::debug!(model = route.model, owners, "saturated");
+                let retry_after = config.admission.as_ref().map(|a| a.retry_after);
+                return Err(Refused::Saturated(Overloaded::new(
+                    route.model_id(),
+                    route.urgency,
+                    Duration::ZERO,
+                    retry_after.unwrap_or_default(),
+                )));
             }
             Err(Miss::NoAlternative) => {
                 // Only reached with an exclusion (the ask's comes from it).

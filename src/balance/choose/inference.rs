@@ -39,10 +39,12 @@ pub(crate) fn pick_inference(
     // The cap is at least 1 (c ≥ 1): an idle backend is under it without
     // summing the fleet's counters.
     let cap = std::cell::OnceCell::new();
+    // Under admission a backend at its limit is over the cap too.
     let under = |i: usize| match table.backends[i].load() {
         0 => true,
-        load => load < *cap.get_or_init(|| load_cap(table, c)),
+        load => ctx.room(i) && load < *cap.get_or_init(|| load_cap(table, c)),
     };
+    let room = |i: usize| ctx.room(i);
     let k = ask.owners.clamp(1, MAX_OWNERS);
 
     // The eligible owners in walk order, and those of them with room under
@@ -86,10 +88,10 @@ pub(crate) fn pick_inference(
 
     let choice = match ask.urgency {
         Urgency::Critical => ctx
-            .cheapest(served_owners())
-            .or_else(|| ctx.cheapest(resident_owners()))
+            .cheapest(served_owners().filter(|&i| room(i)))
+            .or_else(|| ctx.cheapest(resident_owners().filter(|&i| room(i))))
             .map(|i| (i, Branch::ResidentOwner))
-            .or_else(|| spill_resident(ctx, ask, k, |_| true).map(|i| (i, Branch::Spill))),
+            .or_else(|| spill_resident(ctx, ask, k, room).map(|i| (i, Branch::Spill))),
         Urgency::High => ctx
             .cheapest(served_under.iter().copied())
             .or_else(|| ctx.cheapest(loading_under.iter().copied()))
@@ -176,19 +178,33 @@ pub(crate) fn pick_inference(
         })
         .or_else(|| {
             // No room anywhere without evicting a model in use: wait on an
-            // owner, however loaded, rather than thrash another backend.
-            ctx.cheapest(resident_owners())
+            // owner, however loaded, rather than thrash another backend —
+            // under its admission limit, if any (past that the request
+            // waits here, or is shed).
+            ctx.cheapest(resident_owners().filter(|&i| room(i)))
                 .map(|i| (i, Branch::ResidentOwner))
                 .or_else(|| {
-                    ctx.cheapest(eligible_owners.iter().copied())
+                    ctx.cheapest(eligible_owners.iter().copied().filter(|&i| room(i)))
                         .map(|i| (i, Branch::ColdOwner))
                 })
         })
         // No owner is eligible: somewhere warm, else where loading the
-        // model does the least harm.
-        .or_else(|| spill_resident(ctx, ask, k, |_| true).map(|i| (i, Branch::Spill)))
-        .or_else(|| spill_cold(ctx, ask, k, under, now_ms(), Room::Evict))
-        .or_else(|| spill_cold(ctx, ask, k, |_| true, now_ms(), Room::Evict));
+        // model does the least harm (with owners eligible but at their
+        // admission limits, the request is saturated instead: a cold copy
+        // elsewhere is the slowest way to serve it).
+        .or_else(|| {
+            let none = eligible_owners.is_empty();
+            none.then(|| spill_resident(ctx, ask, k, room).map(|i| (i, Branch::Spill)))
+                .flatten()
+                .or_else(|| {
+                    none.then(|| spill_cold(ctx, ask, k, under, now_ms(), Room::Evict))
+                        .flatten()
+                })
+                .or_else(|| {
+                    none.then(|| spill_cold(ctx, ask, k, room, now_ms(), Room::Evict))
+                        .flatten()
+                })
+        });
     let owner_branch = |i: usize| {
         if ctx.resident(i, key) {
             Branch::ResidentOwner
@@ -206,7 +222,7 @@ pub(crate) fn pick_inference(
         .ring
         .walk(key)
         .enumerate()
-        .filter(|&(_, i)| ctx.eligible(i))
+        .filter(|&(_, i)| ctx.eligible(i) && room(i))
         .find_map(|(pos, i)| {
             let branch = if pos < k {
                 owner_branch(i)

@@ -8,7 +8,19 @@ use crate::balance::choose::update::pick_update;
 use crate::balance::state::clock::Now;
 use crate::balance::state::residency::Warmth;
 use crate::balance::state::table::Table;
-use crate::route::RequestKind;
+use crate::route::{RequestKind, Urgency};
+
+/// Why a pick found nothing: under admission, with some backend eligible
+/// (every candidate was at its limit), saturation; else no backend.
+#[cold]
+fn saturated_or_none(ctx: &Ctx<'_>) -> Miss {
+    let admission = ctx.table.fleet.settings.admission.is_some();
+    if admission && (0..ctx.table.backends.len()).any(|i| ctx.eligible(i)) {
+        Miss::Saturated
+    } else {
+        Miss::NoBackend
+    }
+}
 
 /// Picks a backend, or says why none. Inference marks the model resident
 /// on the chosen backend (it is loaded there to serve the request).
@@ -31,6 +43,7 @@ pub(crate) fn pick(
         now,
         key: ask.key,
         exclude: None,
+        critical: ask.urgency == Urgency::Critical,
     };
     if let Some((x, strict)) = ask.exclude.filter(|_| ask.kind != RequestKind::Update) {
         let elsewhere = match strict {
@@ -42,11 +55,13 @@ pub(crate) fn pick(
         }
         ctx.exclude = elsewhere.then_some(x);
     }
-    let mut picked = match ask.kind {
+    let picked = match ask.kind {
         RequestKind::Update => pick_update(&ctx, random),
         _ => pick_inference(&ctx, ask, rules, random, scratch),
-    }
-    .ok_or(Miss::NoBackend)?;
+    };
+    let Some(mut picked) = picked else {
+        return Err(saturated_or_none(&ctx));
+    };
     if ask.kind != RequestKind::Update {
         let state = &table.backends[picked.index];
         // A clock already read renews the stamp for free.

@@ -15,7 +15,9 @@ const REDRAWS: usize = 4;
 /// cheapest eligible backend (a scan).
 pub(crate) fn pick_update(ctx: &Ctx<'_>, random: &mut impl FnMut() -> u64) -> Option<Pick> {
     let n = ctx.table.backends.len();
-    let scan = || ctx.cheapest((0..n).filter(|&i| ctx.eligible(i)));
+    // Under admission a backend at its limit is not a candidate.
+    let ok = |i: usize| ctx.eligible(i) && ctx.room(i);
+    let scan = || ctx.cheapest((0..n).filter(|&i| ok(i)));
     let best = match n {
         0 => return None,
         1 => scan(),
@@ -25,16 +27,10 @@ pub(crate) fn pick_update(ctx: &Ctx<'_>, random: &mut impl FnMut() -> u64) -> Op
             let mut redraw = |not: usize| {
                 (0..REDRAWS)
                     .map(|_| (random() % n as u64) as usize)
-                    .find(|&i| i != not && ctx.eligible(i))
+                    .find(|&i| i != not && ok(i))
             };
-            let a = if ctx.eligible(a) { Some(a) } else { redraw(b) };
-            let b = a.and_then(|a| {
-                if b != a && ctx.eligible(b) {
-                    Some(b)
-                } else {
-                    redraw(a)
-                }
-            });
+            let a = if ok(a) { Some(a) } else { redraw(b) };
+            let b = a.and_then(|a| if b != a && ok(b) { Some(b) } else { redraw(a) });
             match (a, b) {
                 (Some(a), Some(b)) => ctx.cheapest([a, b].into_iter()),
                 _ => scan(),
@@ -45,6 +41,6 @@ pub(crate) fn pick_update(ctx: &Ctx<'_>, random: &mut impl FnMut() -> u64) -> Op
         return Some(pick);
     }
     (0..n)
-        .filter(|&i| ctx.eligible(i))
+        .filter(|&i| ok(i))
         .find_map(|i| ctx.admit(i, Branch::Update))
 }

@@ -258,6 +258,13 @@ impl Guard {
             // nothing of the backend's speed.
             _ => {}
         }
+        // An adaptive admission limit learns from the timed requests.
+        if let (Some(admission), Some(_)) = (&self.state.fleet.settings.admission, elapsed) {
+            let in_flight = self.state.load();
+            self.state
+                .limit
+                .record(admission, outcome, latency, in_flight);
+        }
         // A cold start is slow by nature: the breaker does not judge its
         // time (a 30 s model load is not a slow call).
         let elapsed = elapsed.filter(|_| self.warmth == Warmth::Warm);
@@ -318,6 +325,8 @@ impl Drop for Guard {
         }
         self.state.traffic.end();
         self.state.fleet.gauges.traffic.end();
+        // Room: a request waiting for it may take it.
+        self.state.fleet.queue.room_freed();
     }
 }
 

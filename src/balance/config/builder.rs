@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::admission::AdmissionConfig;
 use super::fields::{
     BalanceConfig, BreakerHook, BreakerScope, ResidencyHeader, StagingConfig, MAX_PAIRS,
 };
@@ -233,6 +234,19 @@ impl BalanceConfigBuilder {
     /// ```
     pub fn classifier(mut self, classifier: Classifier) -> Self {
         self.config.classifier = classifier;
+        self
+    }
+
+    /// Turns per-backend admission on (default off: the balancer never
+    /// refuses a request for load). Each backend then takes at most its
+    /// [`Limit`](crate::balance::Limit) of requests in flight (`Critical`
+    /// ones a little more); a backend at its limit is passed over like one
+    /// over the bounded-load cap, and a request with every candidate at its
+    /// limit waits for room or fails at once with
+    /// [`Overloaded`](crate::error::Overloaded), by its urgency. See
+    /// [the balancer's docs](crate::balance#overload) for the contract.
+    pub fn admission(mut self, admission: AdmissionConfig) -> Self {
+        self.config.admission = Some(admission);
         self
     }
 

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::admission::AdmissionConfig;
 use crate::backend::BackendId;
 use crate::breaker::{BreakerConfig, Transition};
 use crate::classify::Classifier;
@@ -35,6 +36,7 @@ pub(crate) const DEFAULT_LATENCY_DECAY: Duration = Duration::from_secs(10);
 /// | `health` | [`HealthConfig::default`] | see [`HealthConfig`] |
 /// | `residency_header` | none | see [`ResidencyHeader`] |
 /// | `classifier` | [`Classifier::http`] | [`Classifier::grpc`] for gRPC backends, or your own |
+/// | `admission` (per-backend limits, shedding by urgency) | none: never refuses for load | see [`AdmissionConfig`] |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BalanceConfig {
@@ -74,6 +76,8 @@ pub struct BalanceConfig {
     pub(crate) residency_header: Option<ResidencyHeader>,
     /// What a response's outcome is read from.
     pub(crate) classifier: Classifier,
+    /// Per-backend admission limits and shedding, if on.
+    pub(crate) admission: Option<AdmissionConfig>,
 }
 
 /// The most pairs [`BreakerScope::BackendModel`] may track.
@@ -175,6 +179,7 @@ impl Default for BalanceConfig {
             health: HealthConfig::default(),
             residency_header: None,
             classifier: Classifier::http(),
+            admission: None,
         }
     }
 }

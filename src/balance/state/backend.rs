@@ -12,6 +12,7 @@ use crate::balance::state::clock::Now;
 use crate::balance::state::cost::{cost, LatencyEwma};
 use crate::balance::state::fleet::Fleet;
 use crate::balance::state::health::{BackendHealth, WarmUp};
+use crate::balance::state::limit::BackendLimit;
 use crate::balance::state::residency::Residency;
 use crate::balance::state::traffic::Traffic;
 use crate::breaker::{Breaker, BreakerConfig, OnTransition, Ticket, Transition};
@@ -62,6 +63,8 @@ pub(crate) struct BackendState {
     pub(crate) residency: Residency,
     pub(crate) latency: LatencyEwma,
     pub(crate) health: BackendHealth,
+    /// Its admission limit (infinite without admission).
+    pub(crate) limit: BackendLimit,
     /// Set when discovery removes the backend: not picked again.
     pub(crate) removed: AtomicBool,
 }
@@ -85,12 +88,29 @@ impl BackendState {
             latency: LatencyEwma::starting_at(start.latency_ms),
             health: BackendHealth::new(&fleet.settings.health, start.warm_up),
             removed: AtomicBool::new(false),
+            limit: BackendLimit::new(fleet.settings.admission.as_ref()),
             fleet,
         }
     }
 
     pub(crate) fn load(&self) -> usize {
         self.traffic.in_flight()
+    }
+
+    /// Whether it has room for one more request of `urgency` under its
+    /// admission limit (always, without admission): `Critical` ones have
+    /// the configured headroom above it.
+    #[inline]
+    pub(crate) fn has_room(&self, critical: bool) -> bool {
+        let load = self.load();
+        let limit = self.limit.get();
+        if load < limit {
+            return true;
+        }
+        match (&self.fleet.settings.admission, critical) {
+            (Some(admission), true) => load < limit.saturating_add(admission.headroom(limit)),
+            _ => false,
+        }
     }
 
     /// The cost of one more request here (see [`cost`]).

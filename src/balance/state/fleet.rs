@@ -8,9 +8,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::balance::config::{BalanceConfig, BreakerHook, BreakerScope, ResidencyHeader};
+use crate::balance::config::{
+    AdmissionConfig, BalanceConfig, BreakerHook, BreakerScope, ResidencyHeader,
+};
 use crate::balance::state::demand::Work;
 use crate::balance::state::placement::Placement;
+use crate::balance::state::queue::WaitQueue;
 use crate::balance::state::scoped::Scoped;
 use crate::balance::state::traffic::FleetTraffic;
 use crate::classify::Classifier;
@@ -31,6 +34,8 @@ pub(crate) struct Fleet {
     pub(crate) placement: OnceLock<Arc<Placement>>,
     /// Latency of each model's warm requests against the mean: its work.
     pub(crate) work: Work,
+    /// Requests waiting for room under admission.
+    pub(crate) queue: WaitQueue,
     /// The next backend state's
     /// [`BackendState::uid`](crate::balance::state::backend::BackendState::uid).
     pub(crate) next_uid: AtomicU64,
@@ -49,6 +54,8 @@ pub(crate) struct Settings {
     pub(crate) residency_header: Option<ResidencyHeader>,
     /// What a response's outcome is read from.
     pub(crate) classifier: Classifier,
+    /// Per-backend admission, if on.
+    pub(crate) admission: Option<AdmissionConfig>,
 }
 
 /// Counts over every backend of one balancer, kept up to date by the
@@ -82,6 +89,7 @@ impl Settings {
             latency_decay: config.latency_decay,
             residency_header: config.residency_header.clone(),
             classifier: config.classifier.clone(),
+            admission: config.admission.clone(),
         }
     }
 }
@@ -111,7 +119,9 @@ impl Fleet {
     }
 
     fn with(scoped: Option<Scoped>, settings: Settings) -> Self {
+        let capacity = settings.admission.as_ref().map_or(0, |a| a.queue_capacity);
         Self {
+            queue: WaitQueue::new(capacity),
             settings,
             gauges: Gauges::default(),
             base: Instant::now(),

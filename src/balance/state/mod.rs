@@ -19,6 +19,8 @@
 //! | `scoped.rs` | breakers per (backend, model) pair |
 //! | `lru.rs` | a bounded least-recently-used map (for `scoped.rs`) |
 //! | `clock.rs` | one pick's time, read only if a step needs it |
+//! | `limit.rs` | each backend's admission limit, fixed or adaptive (AIMD) |
+//! | `queue.rs` | the bounded queue of requests waiting for room, by urgency |
 
 pub(crate) mod backend;
 pub(crate) mod clock;
@@ -26,8 +28,10 @@ pub(crate) mod cost;
 pub(crate) mod demand;
 pub(crate) mod fleet;
 pub(crate) mod health;
+pub(crate) mod limit;
 pub(crate) mod lru;
 pub(crate) mod placement;
+pub(crate) mod queue;
 pub(crate) mod residency;
 pub(crate) mod scoped;
 pub(crate) mod shared;

@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use crate::balance::config::admission::urgency_index;
 use crate::balance::config::BalanceConfig;
 use crate::balance::state::demand::{Bounds, Demand, Tally};
 use crate::balance::state::placement::Owners;
 use crate::balance::state::table::{Snapshot, Table};
+use crate::route::Urgency;
 
 /// State shared by a balancer's clones and its discovery task.
 #[derive(Debug)]
@@ -80,6 +82,15 @@ impl<E: Send + Sync> View for Shared<E> {
 pub(crate) struct Counters {
     pub(crate) no_backend: AtomicU64,
     pub(crate) invalid_route: AtomicU64,
+    /// Shed under admission, by urgency index (Normal, High, Critical).
+    pub(crate) shed: [AtomicU64; 3],
+}
+
+impl Counters {
+    /// Counts a request of `urgency` shed.
+    pub(crate) fn shed(&self, urgency: Urgency) {
+        self.shed[urgency_index(urgency)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// What the handle reads from the balancer's shared state, whatever its
