@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::strategies::NAMES;
+use crate::strategies::{DEFAULT, NAMES, OVERLOAD};
 use crate::workload::DEFAULT_LOAD;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,6 +12,9 @@ pub enum Scenario {
     Default,
     /// 16 resident slots; one backend answers 10% of its requests 10× slower.
     SlowTail,
+    /// The default fleet without its fault, at 1.0, 1.5 and 3.0 of warm
+    /// capacity, 10% of requests `Critical`.
+    Overload,
 }
 
 impl fmt::Display for Scenario {
@@ -19,6 +22,7 @@ impl fmt::Display for Scenario {
         f.write_str(match self {
             Scenario::Default => "default",
             Scenario::SlowTail => "slow-tail",
+            Scenario::Overload => "overload",
         })
     }
 }
@@ -41,8 +45,9 @@ pub struct Args {
 
 pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
 [--requests N (10..=1000000, default 10000)] [--backends N (2..=64, default 8)] \
-[--seed N (default 1)] [--scenario default|slow-tail] [--load FRACTION (0.01..=4, default 0.3)] \
-[--strategies NAME,... (default all: round_robin,p2c,consistent_hash,model_aware,model_aware_hedged)] [--explicit-load] [--json]";
+[--seed N (default 1)] [--scenario default|slow-tail|overload] [--load FRACTION (0.01..=4, default 0.3; overload runs 1.0, 1.5 and 3.0)] \
+[--strategies NAME,... (default: round_robin,p2c,consistent_hash,model_aware,model_aware_hedged; \
+in overload round_robin,p2c,consistent_hash,model_aware,model_aware_admission)] [--explicit-load] [--json]";
 
 /// Why parsing stopped: a help request, or an error to report.
 #[derive(Debug)]
@@ -61,8 +66,9 @@ impl Args {
             json: false,
             load: DEFAULT_LOAD,
             explicit_load: false,
-            strategies: NAMES.to_vec(),
+            strategies: DEFAULT.to_vec(),
         };
+        let mut strategies_given = false;
         // `--flag value` and `--flag=value` alike; a switch takes no value.
         let args: Vec<String> = args.collect();
         for arg in &args {
@@ -94,10 +100,14 @@ impl Args {
                     parsed.scenario = match value("--scenario")?.as_str() {
                         "default" => Scenario::Default,
                         "slow-tail" => Scenario::SlowTail,
+                        "overload" => Scenario::Overload,
                         other => return Err(Stop::Error(format!("unknown scenario `{other}`"))),
                     }
                 }
-                "--strategies" => parsed.strategies = strategies(&value("--strategies")?)?,
+                "--strategies" => {
+                    parsed.strategies = strategies(&value("--strategies")?)?;
+                    strategies_given = true;
+                }
                 "--json" => parsed.json = true,
                 "--explicit-load" => parsed.explicit_load = true,
                 "--load" => {
@@ -120,6 +130,17 @@ impl Args {
         }
         if !(2..=64).contains(&parsed.backends) {
             return Err(Stop::Error("--backends must be in 2..=64".into()));
+        }
+        if parsed.scenario == Scenario::Overload {
+            if seen.iter().any(|f| f == "--load") {
+                return Err(Stop::Error(
+                    "--load does not apply to overload: it runs 1.0, 1.5 and 3.0 of warm capacity"
+                        .into(),
+                ));
+            }
+            if !strategies_given {
+                parsed.strategies = OVERLOAD.to_vec();
+            }
         }
         Ok(parsed)
     }

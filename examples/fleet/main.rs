@@ -18,6 +18,13 @@
 //! the offered load (default 0.3 of warm capacity); `model_aware_hedged`
 //! is `model_aware` with the hedging layer outermost.
 //!
+//! `overload` runs the default fleet, without its fault, at 1.0, 1.5 and
+//! 3.0 of warm capacity, 10% of requests `Critical`, each load after 2 000
+//! uncounted warm-up requests, with model-aware balancing with and without
+//! admission (`model_aware_admission`: at most as many requests in flight
+//! per backend as it serves at once) beside the baselines; see
+//! `overload.rs` for its figures.
+//!
 //! With `--explicit-load` the servers run in explicit model-control mode
 //! (404 until a model is loaded through the KServe v2 repository API) and
 //! the `model_aware*` strategies place models themselves
@@ -37,6 +44,7 @@ macro_rules! emit {
 }
 
 mod args;
+mod overload;
 mod report;
 mod strategies;
 mod workload;
@@ -49,9 +57,10 @@ use http_body_util::Full;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tower::ServiceExt;
+use tower_model_balance::error::Overloaded;
 use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
-use args::{Args, Scenario, Stop};
+pub use args::{Args, Scenario, Stop};
 use report::{Figures, Record};
 use strategies::Strategy;
 use workload::Planned;
@@ -78,7 +87,7 @@ async fn main() {
     };
     let times = InferenceTimes::new(args.seed, 5, 30).expect("5..=30 ms is valid");
     let slots = match args.scenario {
-        Scenario::Default => 5,
+        Scenario::Default | Scenario::Overload => 5,
         Scenario::SlowTail => 16,
     };
     let config = ServerConfig::builder()
@@ -88,10 +97,20 @@ async fn main() {
         .repository((0..workload::MODELS).map(workload::model_name))
         .build()
         .expect("the scenario's config is valid");
+    if args.scenario == Scenario::Overload {
+        overload::run_all(&args, &config, &times).await;
+        return;
+    }
     let rate = workload::arrival_rate(args.backends, config.concurrency(), &times, args.load);
-    let plan = Arc::new(workload::plan(args.requests, rate, args.seed));
-    let warm_up = (args.scenario == Scenario::SlowTail)
-        .then(|| Arc::new(workload::plan(WARM_UP, rate, args.seed.wrapping_add(1_000))));
+    let plan = Arc::new(workload::plan(args.requests, rate, args.seed, 0.0));
+    let warm_up = (args.scenario == Scenario::SlowTail).then(|| {
+        Arc::new(workload::plan(
+            WARM_UP,
+            rate,
+            args.seed.wrapping_add(1_000),
+            0.0,
+        ))
+    });
     if !args.json {
         emit!(
             "scenario {} · {} backends · {} requests per strategy · {:.0} req/s ({:.0}% of warm capacity) · seed {}{}",
@@ -102,7 +121,7 @@ async fn main() {
     let mut rows = Vec::new();
     for &name in &args.strategies {
         let figures = match run(name, &args, &config, plan.clone(), warm_up.clone()).await {
-            Ok(figures) => figures,
+            Ok(run) => run.figures,
             Err(error) => {
                 eprintln!("error: {name}: {error}");
                 std::process::exit(1);
@@ -124,13 +143,25 @@ async fn main() {
     }
 }
 
+/// One strategy's run: its figures, what the driver saw of each request,
+/// and the longest queues.
+pub struct Run {
+    pub figures: Figures,
+    pub records: Vec<Record>,
+    /// The most requests that waited for room in the balancer at once
+    /// (`model_aware_admission`; 0 for the others).
+    pub balancer_queue_peak: u64,
+    /// The most requests one server had waiting for a serving slot at once.
+    pub server_queue_peak: u64,
+}
+
 async fn run(
     name: &str,
     args: &Args,
     config: &ServerConfig,
     plan: Arc<Vec<Planned>>,
     warm_up: Option<Arc<Vec<Planned>>>,
-) -> std::io::Result<Figures> {
+) -> std::io::Result<Run> {
     let mut servers = Vec::with_capacity(args.backends);
     for i in 0..args.backends {
         servers.push(ModelServer::start(&format!("sim-{i}"), config.clone()).await?);
@@ -147,7 +178,7 @@ async fn run(
     // nowhere warm to go.
     let min_owners = match args.scenario {
         Scenario::SlowTail => 2,
-        Scenario::Default => 1,
+        Scenario::Default | Scenario::Overload => 1,
     };
     let built = strategies::build(
         name,
@@ -168,6 +199,7 @@ async fn run(
     let cold_before: u64 = servers.iter().map(|s| s.stats().cold_loads).sum();
     let work_before: Vec<u64> = servers.iter().map(|s| s.stats().work).collect();
     let trips_before = handle.map_or(0, |h| h.breaker_trips());
+    let balancer_queue_before = handle.map_or(0, |h| h.stats().queue_peak);
     let routed_before = handle.map(|h| h.stats());
     let hedged_before = hedge.as_ref().map(|h| h.stats());
     let records = drive(&strategy, &servers, &plan, args.scenario).await;
@@ -186,9 +218,11 @@ async fn run(
         s.panic -= b.panic;
         s.update -= b.update;
         s.no_backend -= b.no_backend;
+        s.shed_normal -= b.shed_normal;
+        s.shed_critical -= b.shed_critical;
         emit!(
-            "{name} routing: {} to a resident owner, {} to a cold owner, {} spilled, {} in panic mode, {} updates by P2C, {} without a backend; {} health ejections",
-            s.resident_owner, s.cold_owner, s.spill, s.panic, s.update, s.no_backend, handle.ejections()
+            "{name} routing: {} to a resident owner, {} to a cold owner, {} spilled, {} in panic mode, {} updates by P2C, {} without a backend, {} shed (Normal) and {} (Critical); {} health ejections",
+            s.resident_owner, s.cold_owner, s.spill, s.panic, s.update, s.no_backend, s.shed_normal, s.shed_critical, handle.ejections()
         );
     }
     let hedged = hedge.as_ref().zip(hedged_before).map(|(h, b)| {
@@ -228,7 +262,23 @@ async fn run(
         .map(|s| s.stats().max_concurrent_loads_per_model)
         .max()
         .unwrap_or(0);
-    Ok(figures)
+    // The warm-up's peak stands in the queue's: the balancer's peak is
+    // the run's only when the run went higher.
+    let balancer_queue_peak = handle
+        .map(|h| h.stats().queue_peak)
+        .filter(|&peak| peak > balancer_queue_before)
+        .unwrap_or(0);
+    let server_queue_peak = servers
+        .iter()
+        .map(|s| s.stats().max_waiting)
+        .max()
+        .unwrap_or(0);
+    Ok(Run {
+        figures,
+        records,
+        balancer_queue_peak,
+        server_queue_peak,
+    })
 }
 
 /// Sends the planned requests open-loop and waits for every one to resolve
@@ -240,6 +290,10 @@ async fn drive(
     scenario: Scenario,
 ) -> Vec<Record> {
     let (tx, mut rx) = mpsc::unbounded_channel();
+    let deadline = match scenario {
+        Scenario::Overload => overload::DEADLINE,
+        _ => DEADLINE,
+    };
     let start = Instant::now();
     let n = plan.len();
     for (i, planned) in plan.iter().enumerate() {
@@ -253,19 +307,27 @@ async fn drive(
         let request = build_request(planned);
         let strategy = strategy.clone();
         let tx = tx.clone();
-        let inference = !planned.update;
+        let (inference, critical) = (!planned.update, planned.critical);
         tokio::spawn(async move {
             let sent = Instant::now();
-            let reply = tokio::time::timeout(DEADLINE, strategy.oneshot(request)).await;
-            let (ok, cold) = match reply {
-                Ok(Ok(reply)) => (reply.ok, reply.cold),
-                _ => (false, false),
+            let reply = tokio::time::timeout(deadline, strategy.oneshot(request)).await;
+            let (ok, cold, shed) = match reply {
+                Ok(Ok(reply)) => (reply.ok, reply.cold, None),
+                Ok(Err(e)) => (
+                    false,
+                    false,
+                    e.downcast_ref::<Overloaded>().map(|e| e.waited),
+                ),
+                Err(_) => (false, false, None),
             };
             let _ = tx.send(Record {
                 latency: sent.elapsed(),
                 ok,
                 cold,
                 inference,
+                critical,
+                shed,
+                done: sent.duration_since(start) + sent.elapsed(),
             });
         });
     }
@@ -283,9 +345,15 @@ fn build_request(planned: &Planned) -> http::Request<Full<Bytes>> {
     } else {
         "inference"
     };
+    let urgency = if planned.critical {
+        "critical"
+    } else {
+        "normal"
+    };
     http::Request::post(protocol::infer_path(&planned.model))
         .header("x-model-id", planned.model.as_str())
         .header("x-request-kind", kind)
+        .header("x-urgency", urgency)
         .header("content-type", "application/json")
         .body(Full::from(
             r#"{"inputs":[{"name":"input0","datatype":"FP32","shape":[1],"data":[1.0]}]}"#,

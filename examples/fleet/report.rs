@@ -14,6 +14,13 @@ pub struct Record {
     pub ok: bool,
     pub cold: bool,
     pub inference: bool,
+    /// Sent `Critical`.
+    pub critical: bool,
+    /// Failed `Overloaded` (shed by the balancer's admission), after
+    /// waiting this long for room (zero: shed at once).
+    pub shed: Option<Duration>,
+    /// When it resolved, from the start of the run.
+    pub done: Duration,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -22,8 +22,8 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BackgroundTask, BalanceConfig, BalancerHandle, ModelBalancer,
-    ResidencyHeader,
+    AdmissionConfig, Backend, BackendMeta, BackgroundTask, BalanceConfig, BalancerHandle, Limit,
+    ModelBalancer, ResidencyHeader,
 };
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
@@ -49,12 +49,32 @@ type BoxFuture<T> =
 
 pub type Strategy = BoxCloneSyncService<Request<Full<Bytes>>, Reply, BoxError>;
 
-pub const NAMES: [&str; 5] = [
+pub const NAMES: [&str; 6] = [
     "round_robin",
     "p2c",
     "consistent_hash",
     "model_aware",
     "model_aware_hedged",
+    "model_aware_admission",
+];
+
+/// What runs when `--strategies` is not given.
+pub const DEFAULT: [&str; 5] = [
+    "round_robin",
+    "p2c",
+    "consistent_hash",
+    "model_aware",
+    "model_aware_hedged",
+];
+
+/// What the `overload` scenario runs when `--strategies` is not given:
+/// model-aware with and without admission, and the baselines.
+pub const OVERLOAD: [&str; 5] = [
+    "round_robin",
+    "p2c",
+    "consistent_hash",
+    "model_aware",
+    "model_aware_admission",
 ];
 
 /// A strategy and the handles the report reads.
@@ -122,7 +142,7 @@ pub fn build(
             plain(finish(Buffer::new(Balance::new(discover), 4096)))
         }
         "consistent_hash" => plain(finish(Select::consistent_hash(endpoints))),
-        "model_aware" | "model_aware_hedged" => {
+        "model_aware" | "model_aware_hedged" | "model_aware_admission" => {
             let (model_slots, per_backend) = (config.resident_slots(), config.concurrency());
             let backends = endpoints.into_iter().zip(servers).map(|((id, e), server)| {
                 let meta = BackendMeta::new(id)
@@ -131,13 +151,22 @@ pub fn build(
                     .with_address(Origin::http(server.addr()));
                 Backend::with_meta(meta, e)
             });
-            let config = BalanceConfig::builder()
+            let mut config = BalanceConfig::builder()
                 .min_owners(min_owners)
                 .residency_header(ResidencyHeader::ResidentModels(
                     protocol::RESIDENT_MODELS_HEADER,
-                ))
-                .build()
-                .expect("a valid config");
+                ));
+            if name == "model_aware_admission" {
+                // As many in flight per backend as it serves at once (its
+                // serving slots, vLLM's `--max-num-seqs`): what is past
+                // that waits in the server's queue, where no other
+                // backend can take it.
+                let admission = AdmissionConfig::builder(Limit::fixed(per_backend))
+                    .build()
+                    .expect("a valid admission config");
+                config = config.admission(admission);
+            }
+            let config = config.build().expect("a valid config");
             let balancer = ModelBalancer::from_rng(
                 ServiceList::new(backends.collect::<Vec<_>>()),
                 config,
@@ -162,7 +191,7 @@ pub fn build(
                     .enable_placement(KServeV2Loader::new(), placement_policy())
                     .expect("enabled once, inside the runtime")
             });
-            if name == "model_aware" {
+            if name != "model_aware_hedged" {
                 return Built {
                     strategy: finish(balancer),
                     balancer: Some((handle, probes)),

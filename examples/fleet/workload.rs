@@ -20,6 +20,8 @@ pub struct Planned {
     pub at: Duration,
     pub model: String,
     pub update: bool,
+    /// Sent with `x-urgency: critical`.
+    pub critical: bool,
 }
 
 pub fn model_name(rank: usize) -> String {
@@ -46,8 +48,12 @@ pub fn arrival_rate(backends: usize, slots: usize, times: &InferenceTimes, load:
     load * (backends * slots) as f64 / mean
 }
 
-pub fn plan(requests: usize, rate: f64, seed: u64) -> Vec<Planned> {
+/// `requests` arrivals at `rate` per second; a `critical_share` of them
+/// `Critical`, drawn from a stream of their own (so the arrivals, models and
+/// updates are those of the same seed without it).
+pub fn plan(requests: usize, rate: f64, seed: u64, critical_share: f64) -> Vec<Planned> {
     let mut rng = SmallRng::seed_from_u64(seed);
+    let mut urgency = SmallRng::seed_from_u64(seed ^ 0xc217_1ca1);
     let cdf: Vec<f64> = popularity()
         .iter()
         .scan(0.0, |acc, p| {
@@ -66,6 +72,7 @@ pub fn plan(requests: usize, rate: f64, seed: u64) -> Vec<Planned> {
                 at: Duration::from_secs_f64(at),
                 model: model_name(rank),
                 update: rng.gen_bool(UPDATE_SHARE),
+                critical: urgency.gen_bool(critical_share),
             }
         })
         .collect()

@@ -130,6 +130,11 @@ pub(super) async fn handle(
         && !config.explicit_load
         && lock(&state.residency).lookup(model.as_str(), Instant::now(), false) == Some(false);
     let waiting = Counted::enter(&state.counters.waiting);
+    let queued = state.counters.waiting.load(Ordering::Relaxed);
+    state
+        .counters
+        .max_waiting
+        .fetch_max(queued, Ordering::Relaxed);
     if backlog > 0 {
         // Only then: a zero sleep would still wait for the timer's next tick.
         tokio::time::sleep(backlog_delay(backlog, config.concurrency, service)).await;

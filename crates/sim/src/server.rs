@@ -152,6 +152,7 @@ impl ModelServer {
             cold_loads: read(&c.cold_loads),
             unavailable: read(&c.unavailable),
             waiting: read(&c.waiting),
+            max_waiting: read(&c.max_waiting),
             running: read(&c.running),
             not_found: read(&c.not_found),
             load_calls: read(&c.load_calls),

@@ -23,6 +23,9 @@ pub struct ServerStats {
     /// [`Fault::Backlog`] or for a serving slot (the phantom requests of
     /// the backlog not counted); and loads waiting for a serving slot.
     pub waiting: u64,
+    /// The most inference and update requests that waited at once, over
+    /// the server's life: its peak queue length.
+    pub max_waiting: u64,
     /// Inference and update requests holding a serving slot now, and
     /// loads (each holds one for its cold-load time).
     pub running: u64,
@@ -64,6 +67,7 @@ pub(super) struct Counters {
     pub(super) cold_loads: AtomicU64,
     pub(super) unavailable: AtomicU64,
     pub(super) waiting: AtomicU64,
+    pub(super) max_waiting: AtomicU64,
     pub(super) running: AtomicU64,
     pub(super) not_found: AtomicU64,
     pub(super) load_calls: AtomicU64,

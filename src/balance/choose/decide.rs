@@ -8,6 +8,7 @@ use crate::balance::choose::ctx::{Ask, Miss, Rules, Scratch};
 use crate::balance::choose::pick::pick;
 use crate::balance::choose::sampler::Sampler;
 use crate::balance::completion::guard::Guard;
+use crate::balance::config::BalanceConfig;
 use crate::balance::state::clock::Now;
 use crate::balance::state::demand::Tally;
 use crate::balance::state::residency::Warmth;
@@ -115,6 +116,18 @@ impl Local {
     }
 }
 
+/// Saturation: the error a request shed at once fails with.
+#[cold]
+fn saturated(config: &BalanceConfig, route: &RouteView<'_>) -> Refused {
+    let retry_after = config.admission.as_ref().map(|a| a.retry_after);
+    Refused::Saturated(Overloaded::new(
+        route.model_id(),
+        route.urgency,
+        Duration::ZERO,
+        retry_after.unwrap_or_default(),
+    ))
+}
+
 impl Local {
     /// Picks a backend for `route` at `now`, counting the branch taken.
     /// `timed`: the guard records the latency on every finish, not only on
@@ -171,6 +184,12 @@ impl Local {
                 Some((i, x.is_strict()))
             }),
         };
+        // Under admission an arrival does not take room a request of its
+        // urgency or higher waits for: it joins the queue behind it, or is
+        // shed (a retry of a waiting request is that request).
+        if !self.retries && table.fleet.queue.ahead(route.urgency) {
+            return Err(saturated(config, route));
+        }
         let placement = table.fleet.placement.get();
         let rules = Rules {
             load_factor: config.load_factor,
@@ -187,13 +206,7 @@ impl Local {
             }
             Err(Miss::Saturated) => {
                 tracing::debug!(model = route.model, owners, "saturated");
-                let retry_after = config.admission.as_ref().map(|a| a.retry_after);
-                return Err(Refused::Saturated(Overloaded::new(
-                    route.model_id(),
-                    route.urgency,
-                    Duration::ZERO,
-                    retry_after.unwrap_or_default(),
-                )));
+                return Err(saturated(config, route));
             }
             Err(Miss::NoAlternative) => {
                 // Only reached with an exclusion (the ask's comes from it).

@@ -58,6 +58,9 @@ pub(crate) struct WaitQueue {
     capacity: usize,
     /// Waiters now: read without the lock by every request that ends.
     len: AtomicUsize,
+    /// Waiters now by urgency index: read without the lock by every
+    /// arrival while any wait.
+    by_class: [AtomicUsize; 3],
     /// The most that waited at once.
     peak: AtomicUsize,
     /// Requests that entered the queue.
@@ -76,6 +79,7 @@ impl WaitQueue {
         Self {
             capacity,
             len: AtomicUsize::new(0),
+            by_class: Default::default(),
             peak: AtomicUsize::new(0),
             entered: AtomicUsize::new(0),
             classes: Mutex::new(Default::default()),
@@ -97,6 +101,7 @@ impl WaitQueue {
             victim.evicted.store(true, Ordering::Release);
             victim.wake();
             self.len.fetch_sub(1, Ordering::Relaxed);
+            self.by_class[victim.class].fetch_sub(1, Ordering::Relaxed);
         }
         let waiter = Arc::new(Waiter {
             class,
@@ -104,6 +109,7 @@ impl WaitQueue {
             waker: Mutex::new(Some(waker.clone())),
         });
         classes[class].push_back(waiter.clone());
+        self.by_class[class].fetch_add(1, Ordering::Relaxed);
         let now = self.len.fetch_add(1, Ordering::Relaxed) + 1;
         self.peak.fetch_max(now, Ordering::Relaxed);
         self.entered.fetch_add(1, Ordering::Relaxed);
@@ -118,6 +124,7 @@ impl WaitQueue {
         if let Some(at) = class.iter().position(|w| Arc::ptr_eq(w, waiter)) {
             class.remove(at);
             self.len.fetch_sub(1, Ordering::Relaxed);
+            self.by_class[waiter.class].fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -141,6 +148,18 @@ impl WaitQueue {
             .flatten()
             .take(WAKE_PER_END)
             .for_each(|w| w.wake());
+    }
+
+    /// Whether a request of `urgency` or more urgent waits: an arrival of
+    /// `urgency` must not take the room it waits for.
+    #[inline]
+    pub(crate) fn ahead(&self, urgency: Urgency) -> bool {
+        if self.len.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.by_class[urgency_index(urgency)..]
+            .iter()
+            .any(|c| c.load(Ordering::Relaxed) > 0)
     }
 
     /// Requests waiting now.
@@ -204,10 +223,15 @@ mod tests {
         assert!(a.evicted());
         assert_eq!(q.enter(Urgency::High, &waker().1).unwrap_err(), Full);
         assert_eq!((q.len(), q.peak(), q.entered()), (2, 2, 4));
-        q.leave(&b); // evicted already: nothing to take out
+        assert!(q.ahead(Urgency::Normal) && q.ahead(Urgency::Critical));
         q.leave(&c);
+        assert!(!q.ahead(Urgency::Critical), "only High waits now");
+        assert!(q.ahead(Urgency::High));
+        q.leave(&b); // evicted already: nothing to take out
+        q.leave(&c); // left already
         q.leave(&d);
         assert_eq!(q.len(), 0);
+        assert!(!q.ahead(Urgency::Normal));
     }
 
     #[test]
