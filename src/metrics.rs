@@ -27,6 +27,9 @@
 //! | name | kind | labels | unit, meaning |
 //! | --- | --- | --- | --- |
 //! | `model_balance_requests_total` | counter | `branch` | requests by the branch the balancer took: `resident_owner`, `cold_owner`, `spill`, `panic`, `update`, `no_backend`, `invalid_route` |
+//! | `model_balance_shed_total` | counter | `urgency` | requests shed under admission with `Overloaded`: `urgency` is `normal`, `high` or `critical` |
+//! | `model_balance_queue_length` | gauge | | requests waiting for room under admission now |
+//! | `model_balance_backend_admission_limit` | gauge | `backend` | its admission limit on requests in flight, with admission on (an adaptive one where it has got to) |
 //! | `model_balance_backend_requests_total` | counter | `backend` | requests sent to the backend |
 //! | `model_balance_backend_failures_total` | counter | `backend` | requests failed on it (errors, 5xx, 429, failed loads) |
 //! | `model_balance_backend_in_flight` | gauge | `backend` | requests in flight on it now |
@@ -125,11 +128,26 @@ enum Kind {
 }
 
 /// Every series of the [module docs](self): name, kind, help text.
-const SERIES: [(&str, Kind, &str); 16] = [
+const SERIES: [(&str, Kind, &str); 19] = [
     (
         "model_balance_requests_total",
         Kind::Counter,
         "Requests by the branch the balancer took.",
+    ),
+    (
+        "model_balance_shed_total",
+        Kind::Counter,
+        "Requests shed under admission (Overloaded), by urgency: normal, high, critical.",
+    ),
+    (
+        "model_balance_queue_length",
+        Kind::Gauge,
+        "Requests waiting for room under admission now.",
+    ),
+    (
+        "model_balance_backend_admission_limit",
+        Kind::Gauge,
+        "The backend's admission limit on requests in flight (absent without admission).",
     ),
     (
         "model_balance_backend_requests_total",
@@ -254,6 +272,20 @@ pub fn record(handle: &BalancerHandle) {
         ("invalid_route", stats.invalid_route),
     ] {
         counter!("model_balance_requests_total", "branch" => branch).absolute(value);
+    }
+    for (urgency, value) in [
+        ("normal", stats.shed_normal),
+        ("high", stats.shed_high),
+        ("critical", stats.shed_critical),
+    ] {
+        counter!("model_balance_shed_total", "urgency" => urgency).absolute(value);
+    }
+    gauge!("model_balance_queue_length").set(handle.queue_len() as f64);
+    for (id, limit) in handle.admission_limits() {
+        if limit != usize::MAX {
+            gauge!("model_balance_backend_admission_limit", "backend" => id.to_string())
+                .set(limit as f64);
+        }
     }
     for b in handle.backends() {
         let id = b.id.to_string();

@@ -443,3 +443,37 @@ async fn a_full_owner_sheds_rather_than_make_a_cold_copy_elsewhere() {
     assert_eq!(again.backend(), &owner);
     assert_eq!(handle.stats().shed_normal, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_sends_no_backup_for_a_request_the_balancer_shed() {
+    use tower::Layer;
+    use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
+    let (_held, backends) = fleet(1, 10 * MS, ok());
+    let admission = AdmissionConfig::builder(Limit::fixed(1)).build().unwrap();
+    let balancer = ModelBalancer::new(backends, config(admission)).unwrap();
+    let layer = HedgeLayer::new(HedgeConfig::default());
+    let hedge = layer.handle();
+    let hedged = layer.layer(balancer);
+    // A hundred answered requests: the budget holds backups to spend.
+    for _ in 0..100 {
+        let (result, _) = send(&hedged, request("m", "inference", "normal"))
+            .await
+            .unwrap();
+        result.unwrap();
+    }
+    let first = send(&hedged, request("m", "inference", "normal"));
+    tokio::task::yield_now().await;
+    let start = Instant::now();
+    let (result, at) = send(&hedged, request("m", "inference", "normal"))
+        .await
+        .unwrap();
+    assert!(overloaded(&result).is_some(), "{result:?}");
+    assert_eq!(at, start, "shed at once, through the hedge");
+    let stats = hedge.stats();
+    assert_eq!(
+        (stats.hedges, stats.hedges_after_failure),
+        (0, 0),
+        "no backup into an overload"
+    );
+    first.abort();
+}

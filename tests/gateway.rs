@@ -370,3 +370,46 @@ async fn the_clients_routing_headers_are_ignored() {
     assert_eq!(stats.update, 0, "the client's x-request-kind was dropped");
     assert_eq!(stats.resident_owner + stats.cold_owner, 1);
 }
+
+/// With an admission limit, a request that finds its backend full is
+/// answered 429 at once with `Retry-After`, and counted by urgency in
+/// `/metrics`; the backend never sees it.
+#[tokio::test]
+async fn a_backend_at_its_admission_limit_is_a_429_with_retry_after() {
+    let gw = start("shed", 1, |config| config.admission_limit = Some(1)).await;
+    // The one backend holds the first request unanswered.
+    gw.sims[0].set_fault(Some(Fault::Hang));
+    let first = {
+        let client = gw.client.clone();
+        let req = http::Request::post(format!("http://{}/v1/chat/completions", gw.addr))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(CHAT)))
+            .unwrap();
+        tokio::spawn(async move { client.request(req).await })
+    };
+    let mut waited = 0;
+    while gw.sims[0].stats().hung < 1 {
+        assert!(
+            waited < 2_000,
+            "the first request never reached the backend"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        waited += 1;
+    }
+    let work = gw.backend_work();
+    let reply = gw.post("/v1/chat/completions", CHAT).await;
+    assert_eq!(reply.status, 429, "{}", reply.body);
+    assert_eq!(reply.headers[header::RETRY_AFTER], "1");
+    let error = &reply.json()["error"];
+    assert_eq!(error["code"], "overloaded", "{error}");
+    assert_eq!(error["type"], "rate_limit_error");
+    assert_eq!(gw.backend_work(), work, "the shed request was never sent");
+    assert_eq!(gw.handle.stats().shed_normal, 1);
+    let scrape = gw.get("/metrics").await.body;
+    assert!(
+        scrape.contains("model_balance_shed_total{urgency=\"normal\"}"),
+        "{scrape}"
+    );
+    assert!(scrape.contains("model_balance_backend_admission_limit{backend=\"shed-0\"} 1"));
+    first.abort();
+}

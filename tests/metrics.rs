@@ -125,6 +125,52 @@ async fn every_series_carries_the_handles_figures() {
             .any(|(name, _)| name == "model_balance_placement_total"),
         "no placement series while placement is off"
     );
+    assert_eq!(get("model_balance_shed_total", "normal"), 0.0);
+    assert!(
+        !got.keys()
+            .any(|(name, _)| name == "model_balance_backend_admission_limit"),
+        "no admission limits while admission is off"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_shed_series_count_by_urgency() {
+    use tower_model_balance::backend::BackendId;
+    use tower_model_balance::balance::{AdmissionConfig, Backend, Limit};
+    use tower_model_balance::route::{ModelId, RouteInfo, Urgency};
+
+    let backends = (0..2u32).map(|i| {
+        let id = BackendId::new(&format!("gpu-{i}")).unwrap();
+        Ok::<_, std::convert::Infallible>(tower::discover::Change::Insert(i, Backend::new(id, i)))
+    });
+    let admission = AdmissionConfig::builder(Limit::fixed(1))
+        .critical_headroom(0.0)
+        .build()
+        .unwrap();
+    let config = BalanceConfig::builder()
+        .admission(admission)
+        .build()
+        .unwrap();
+    let mut balancer = ModelBalancer::new(futures_util::stream::iter(backends), config).unwrap();
+    let now = tokio::time::Instant::now();
+    let route = |urgency| RouteInfo::new(ModelId::new("m").unwrap()).with_urgency(urgency);
+    let held = balancer.pick(&route(Urgency::Normal), now).unwrap();
+    for _ in 0..3 {
+        assert!(balancer.pick(&route(Urgency::Normal), now).is_err());
+    }
+    assert!(balancer.pick(&route(Urgency::Critical), now).is_err());
+    drop(held);
+
+    let recorder = DebuggingRecorder::new();
+    let handle = balancer.handle();
+    metrics::with_local_recorder(&recorder, || tower_model_balance::metrics::record(&handle));
+    let got = snapshot(&recorder);
+    let get = |name: &str, label: &str| got[&(name.to_string(), label.to_string())];
+    assert_eq!(get("model_balance_shed_total", "normal"), 3.0);
+    assert_eq!(get("model_balance_shed_total", "high"), 0.0);
+    assert_eq!(get("model_balance_shed_total", "critical"), 1.0);
+    assert_eq!(get("model_balance_queue_length", ""), 0.0);
+    assert_eq!(get("model_balance_backend_admission_limit", "gpu-0"), 1.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -241,7 +287,7 @@ fn every_documented_series_is_described() {
         .filter_map(|rest| rest.split('`').next())
         .map(str::to_string)
         .collect();
-    assert_eq!(documented.len(), 16, "{documented:?}");
+    assert_eq!(documented.len(), 19, "{documented:?}");
     for name in &documented {
         assert!(
             described

@@ -40,8 +40,8 @@ use tower::ServiceBuilder;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::BackgroundTask;
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer,
-    ResidencyHeader,
+    AdmissionConfig, Backend, BackendMeta, BalanceConfig, BalancerHandle, BreakerScope, Limit,
+    ModelBalancer, ResidencyHeader,
 };
 use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::endpoint::{Origin, SetOrigin};
@@ -117,6 +117,10 @@ pub struct Config {
     /// Triton with `--model-control-mode=explicit`). Only with KServe v2
     /// probes.
     pub placement: bool,
+    /// At most this many requests in flight on each backend (none: no
+    /// limit): past it the balancer sheds with `Overloaded`, which the
+    /// gateway answers 429 with `Retry-After`.
+    pub admission_limit: Option<usize>,
 }
 
 /// The default body limit: 64 MiB. A KServe v2 request carries its
@@ -142,6 +146,7 @@ impl Config {
             backend_slots: 4,
             metrics_origins: Vec::new(),
             placement: true,
+            admission_limit: None,
         }
     }
 }
@@ -216,6 +221,9 @@ impl Gateway {
             .panic_threshold(0.0);
         if let Some(name) = config.residency_header.clone() {
             balance = balance.residency_header(ResidencyHeader::ResidentModels(name));
+        }
+        if let Some(limit) = config.admission_limit {
+            balance = balance.admission(AdmissionConfig::builder(Limit::fixed(limit)).build()?);
         }
         let balancer = ModelBalancer::new(ServiceList::new(backends), balance.build()?)?;
         let handle = balancer.handle();

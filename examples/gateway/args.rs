@@ -30,6 +30,10 @@ usage: cargo run --release --example gateway [-- FLAGS]
                        default 67108864, 64 MiB: tensors travel in the body;
                        each request's body is held whole while it is routed):
                        past it, 413
+  --admission-limit N  at most N requests in flight on each backend (1..=1000000;
+                       default: no limit): past it a request is shed at once
+                       with 429 and Retry-After (Critical ones, x-urgency:
+                       critical, wait up to 1 s, with a quarter of N above it)
   -h, --help           this text";
 
 /// What the command line asks for.
@@ -45,6 +49,8 @@ pub struct Args {
     /// Each backend's own metrics origin (`--metrics`), by index.
     pub metrics: Vec<Option<Origin>>,
     pub placement: bool,
+    /// `--admission-limit`: requests in flight per backend.
+    pub admission_limit: Option<usize>,
 }
 
 /// Why parsing stopped.
@@ -66,6 +72,7 @@ impl Args {
             metrics_port: None,
             metrics: Vec::new(),
             placement: true,
+            admission_limit: None,
         };
         let mut sims_given = false;
         let mut args = args.into_iter();
@@ -148,6 +155,11 @@ impl Args {
                     parsed.metrics_port = u16::try_from(port).ok();
                 }
                 "--no-placement" => parsed.placement = false,
+                "--admission-limit" => {
+                    let limit = value("--admission-limit")?;
+                    parsed.admission_limit =
+                        Some(number(&limit, "--admission-limit", 1, 1_000_000)?);
+                }
                 other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
             }
         }

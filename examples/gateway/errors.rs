@@ -9,6 +9,7 @@
 //! | `InvalidRoute` (no, or an invalid, model ID; a body that is not JSON) | 400 | |
 //! | `UnknownModel` (not in the backend's repository) | 404 | |
 //! | `PayloadTooLarge` (body over the limit) | 413 | |
+//! | `Overloaded { retry_after }` (every candidate at its admission limit: shed) | 429 | `retry_after` rounded up, at least 1 s |
 //! | `NoHealthyBackend` (every candidate's breaker open) | 503 | 1 s |
 //! | `BreakerOpen { retry_after }` | 503 | `retry_after` rounded up, at least 1 s |
 //! | `ModelLoadFailed` | 503 | |
@@ -22,7 +23,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tower::timeout::error::Elapsed;
 use tower_model_balance::error::{
-    BreakerOpen, InvalidRoute, ModelLoadFailed, NoHealthyBackend, PayloadTooLarge, UnknownModel,
+    BreakerOpen, InvalidRoute, ModelLoadFailed, NoHealthyBackend, Overloaded, PayloadTooLarge,
+    UnknownModel,
 };
 
 /// `Retry-After` for [`NoHealthyBackend`], which carries no wait of its
@@ -121,6 +123,17 @@ fn known(err: &(dyn Error + 'static)) -> Option<ErrorReply> {
             "payload_too_large",
             err,
         )
+    } else if let Some(shed) = err.downcast_ref::<Overloaded>() {
+        // 429, as vLLM and OpenAI answer a full server: the client's
+        // retry policy backs off, where a 503 reads as the gateway down.
+        let mut r = reply(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "overloaded",
+            err,
+        );
+        r.retry_after = Some(retry_after_secs(shed.retry_after));
+        r
     } else if err.is::<NoHealthyBackend>() {
         let mut r = reply(
             unavailable,
@@ -269,7 +282,14 @@ mod tests {
     #[test]
     fn each_error_has_its_status() {
         let backend = BackendId::new("gpu-0").unwrap();
-        let cases: [(BoxError, u16, Option<u64>, &str); 9] = [
+        let shed = Overloaded::new(
+            model(),
+            tower_model_balance::route::Urgency::Normal,
+            Duration::ZERO,
+            Duration::from_millis(1_500),
+        );
+        let cases: [(BoxError, u16, Option<u64>, &str); 10] = [
+            (shed.into(), 429, Some(2), "overloaded"),
             (invalid_route(), 400, None, "invalid_route"),
             (
                 UnknownModel::new(backend.clone(), model()).into(),

@@ -115,6 +115,7 @@ async fn run(args: Args) -> Result<(), String> {
         Config::new(backends)
     };
     config.body_limit = args.body_limit;
+    config.admission_limit = args.admission_limit;
     // Simulated backends load a model when a request names it.
     config.placement = args.placement && !args.backends.is_empty();
     if args.probe_openai {

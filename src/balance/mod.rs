@@ -188,6 +188,11 @@ pub use self::config::{
     Limit, ResidencyHeader, StagingConfig,
 };
 pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
+/// The admission config's parts the TOML loader reads and writes.
+#[cfg(feature = "config")]
+pub(crate) mod config_parts {
+    pub(crate) use super::config::admission::{LimitKind, URGENCIES};
+}
 pub use self::service::ModelBalancer;
 pub use self::state::placement::PlacementStats;
 pub use self::tasks::BackgroundTask;

@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::{invalid, ms, ConfigError};
+use crate::balance::AdmissionConfig;
 use crate::balance::{BalanceConfig, BreakerScope, StagingConfig};
 use crate::breaker::BreakerConfig;
 use crate::classify::Classifier;
@@ -111,9 +112,13 @@ impl BalanceFile {
         self,
         breaker: BreakerConfig,
         health: HealthConfig,
+        admission: Option<AdmissionConfig>,
     ) -> Result<BalanceConfig, ConfigError> {
         let err = |e| invalid("balance", e);
         let mut b = BalanceConfig::builder().breaker(breaker).health(health);
+        if let Some(admission) = admission {
+            b = b.admission(admission);
+        }
         if let Some(k) = self.owners {
             b = b.owners(k);
         }

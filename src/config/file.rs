@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::admission::AdmissionFile;
 use super::balance::{BalanceFile, RingSeed};
 use super::breaker::BreakerFile;
 use super::health::{HealthFile, ProbeFile, Weights};
@@ -28,6 +29,9 @@ pub(super) struct File {
     pub(super) placement: PlacementFile,
     #[serde(default)]
     pub(super) hedge: HedgeFile,
+    /// Absent: no admission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) admission: Option<AdmissionFile>,
 }
 
 impl File {
@@ -135,13 +139,15 @@ impl File {
             probe,
             placement,
             hedge: HedgeFile::of(&config.hedge),
+            admission: b.admission.as_ref().map(AdmissionFile::of),
         }
     }
 
     pub(super) fn build(self) -> Result<StackConfig, ConfigError> {
         let breaker = self.breaker.build()?;
         let health = self.health.build()?;
-        let balance = self.balance.build(breaker, health)?;
+        let admission = self.admission.map(AdmissionFile::build).transpose()?;
+        let balance = self.balance.build(breaker, health, admission)?;
         Ok(StackConfig {
             balance,
             probe: self.probe.build()?,

@@ -57,6 +57,7 @@ use crate::health::probe::ProbeConfig;
 use crate::hedge::HedgeConfig;
 use crate::placement::PlacementConfig;
 
+mod admission;
 mod balance;
 mod breaker;
 mod file;

@@ -16,7 +16,8 @@ use super::CloneRequest;
 use crate::backend::{Exclude, PickedSlot};
 use crate::classify::{Classified, Classify, Outcome};
 use crate::error::{
-    BoxError, InvalidRoute, NoAlternative, NoHealthyBackend, PayloadTooLarge, UnknownModel,
+    BoxError, InvalidRoute, NoAlternative, NoHealthyBackend, Overloaded, PayloadTooLarge,
+    UnknownModel,
 };
 
 /// A backup not yet sent: the inner service's clone (not yet polled
@@ -51,12 +52,14 @@ enum Verdict {
     Overload,
 }
 
-/// The verdict on `result` by `classify`. Errors are always failures.
+/// The verdict on `result` by `classify`. Errors are failures, except the
+/// balancer's [`Overloaded`] (its admission shed the call): an overload.
 fn verdict<C, R>(classify: &C, result: &Result<R, BoxError>) -> Verdict
 where
     C: Classify<R, BoxError>,
 {
     match result {
+        Err(error) if error.is::<Overloaded>() => Verdict::Overload,
         Err(_) => Verdict::Failure,
         Ok(response) => match classify.classify_response(response) {
             Classified::Ready(Outcome::Failure) => Verdict::Failure,
@@ -70,7 +73,8 @@ where
 /// response the classifier calls a failure (5xx by default), or an error
 /// other than the balancer's refusals that every backend would give alike
 /// (no backend, an unreadable route or body, a model no repository
-/// knows, a backup with nowhere to go).
+/// knows, a backup with nowhere to go, every backend at its admission
+/// limit).
 fn worth_a_backup<R>(result: &Result<R, BoxError>) -> bool {
     match result {
         Ok(_) => true,
@@ -79,7 +83,8 @@ fn worth_a_backup<R>(result: &Result<R, BoxError>) -> bool {
                 || error.is::<InvalidRoute>()
                 || error.is::<PayloadTooLarge>()
                 || error.is::<UnknownModel>()
-                || error.is::<NoAlternative>())
+                || error.is::<NoAlternative>()
+                || error.is::<Overloaded>())
         }
     }
 }

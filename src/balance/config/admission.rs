@@ -206,6 +206,10 @@ impl AdmissionConfig {
     }
 }
 
+/// The urgencies in their index order.
+#[cfg(feature = "config")]
+pub(crate) const URGENCIES: [Urgency; 3] = [Urgency::Normal, Urgency::High, Urgency::Critical];
+
 /// An urgency's place in per-urgency arrays: Normal 0, High 1, Critical 2.
 pub(crate) fn urgency_index(urgency: Urgency) -> usize {
     match urgency {
