@@ -49,6 +49,7 @@ mod report;
 mod strategies;
 mod workload;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -199,10 +200,25 @@ async fn run(
     let cold_before: u64 = servers.iter().map(|s| s.stats().cold_loads).sum();
     let work_before: Vec<u64> = servers.iter().map(|s| s.stats().work).collect();
     let trips_before = handle.map_or(0, |h| h.breaker_trips());
-    let balancer_queue_before = handle.map_or(0, |h| h.stats().queue_peak);
     let routed_before = handle.map(|h| h.stats());
     let hedged_before = hedge.as_ref().map(|h| h.stats());
+    // The balancer's queue, read every millisecond while the run lasts
+    // (its own peak counts the warm-up's too).
+    let queue_peak = Arc::new(AtomicU64::new(0));
+    let sampling = handle.cloned().map(|h| {
+        let peak = queue_peak.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_millis(1));
+            loop {
+                ticks.tick().await;
+                peak.fetch_max(h.queue_len() as u64, Ordering::Relaxed);
+            }
+        })
+    });
     let records = drive(&strategy, &servers, &plan, args.scenario).await;
+    if let Some(task) = sampling {
+        task.abort();
+    }
     let cold_loads = servers.iter().map(|s| s.stats().cold_loads).sum::<u64>() - cold_before;
     let loads: Vec<u64> = servers
         .iter()
@@ -262,12 +278,7 @@ async fn run(
         .map(|s| s.stats().max_concurrent_loads_per_model)
         .max()
         .unwrap_or(0);
-    // The warm-up's peak stands in the queue's: the balancer's peak is
-    // the run's only when the run went higher.
-    let balancer_queue_peak = handle
-        .map(|h| h.stats().queue_peak)
-        .filter(|&peak| peak > balancer_queue_before)
-        .unwrap_or(0);
+    let balancer_queue_peak = queue_peak.load(Ordering::Relaxed);
     let server_queue_peak = servers
         .iter()
         .map(|s| s.stats().max_waiting)

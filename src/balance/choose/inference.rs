@@ -221,7 +221,9 @@ pub(crate) fn pick_inference(
     // busy loading, each load evicting a model the next request needed).
     let nowhere = || !resident_elsewhere(ctx, ask, usize::MAX);
     let choice = match choice {
-        Some((i, _)) if admission && !fits(ctx, i, key, nowhere) => warm_with_room(),
+        Some((i, _)) if admission && !fits(ctx, i, key, eligible_owners.contains(&i), nowhere) => {
+            warm_with_room()
+        }
         choice => choice,
     };
     let owner_branch = |i: usize| {
@@ -241,7 +243,7 @@ pub(crate) fn pick_inference(
         .ring
         .walk(key)
         .enumerate()
-        .filter(|&(_, i)| ctx.eligible(i) && (!admission || fits(ctx, i, key, nowhere)))
+        .filter(|&(pos, i)| ctx.eligible(i) && (!admission || fits(ctx, i, key, pos < k, nowhere)))
         .find_map(|(pos, i)| {
             let branch = if pos < k {
                 owner_branch(i)
@@ -254,11 +256,17 @@ pub(crate) fn pick_inference(
 
 /// Under admission, whether backend `i` may take an inference request for
 /// the model with hash `key`: room under its limit, and the model there
-/// (served, or loading) unless it is nowhere else (`nowhere`: no eligible
+/// (served, or loading) unless `i` is one of its owners (`owner`) with
+/// nothing in flight, or the model is nowhere else (`nowhere`: no eligible
 /// owner nor backend past them within [`SPILL_SCAN`] holds it). Under
-/// admission a model gets a new copy only when the fleet holds none.
-fn fits(ctx: &Ctx<'_>, i: usize, key: u64, nowhere: impl FnOnce() -> bool) -> bool {
-    ctx.room(i) && (ctx.presence(i, key) != Presence::Absent || nowhere())
+/// admission a model gets a new copy only on an idle owner — the demand
+/// that sized its owners asked for it there — or when the fleet holds
+/// none.
+fn fits(ctx: &Ctx<'_>, i: usize, key: u64, owner: bool, nowhere: impl FnOnce() -> bool) -> bool {
+    ctx.room(i)
+        && (ctx.presence(i, key) != Presence::Absent
+            || (owner && ctx.state(i).load() == 0)
+            || nowhere())
 }
 
 /// Whether a backend other than `x`, among the model's owners and the
