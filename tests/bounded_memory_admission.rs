@@ -56,7 +56,7 @@ where
     let mut peak = 0;
     for tick in 0..ms {
         for i in 0..PER_MS {
-            let urgency = if (tick * PER_MS + i) % 3 == 0 {
+            let urgency = if (tick * PER_MS + i).is_multiple_of(3) {
                 "critical"
             } else {
                 "normal"
