@@ -19,11 +19,11 @@
 //! is `model_aware` with the hedging layer outermost.
 //!
 //! `overload` runs the default fleet, without its fault, at 1.0, 1.5 and
-//! 3.0 of warm capacity, 10% of requests `Critical`, each load after 2 000
-//! uncounted warm-up requests, with model-aware balancing with and without
-//! admission (`model_aware_admission`: at most as many requests in flight
-//! per backend as it serves at once) beside the baselines; see
-//! `overload.rs` for its figures.
+//! 3.0 of warm capacity, 10% of requests `Critical`, each load after 3 s
+//! of uncounted warm-up arrivals at its rate, with model-aware balancing
+//! with and without admission (`model_aware_admission`: at most as many
+//! requests in flight per backend as it serves at once) beside the
+//! baselines; see `overload.rs` for its figures.
 //!
 //! With `--explicit-load` the servers run in explicit model-control mode
 //! (404 until a model is loaded through the KServe v2 repository API) and

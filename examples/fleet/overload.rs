@@ -32,9 +32,10 @@ pub const LOADS: [f64; 3] = [1.0, 1.5, 3.0];
 pub const CRITICAL_SHARE: f64 = 0.1;
 /// Each request's deadline in this scenario.
 pub const DEADLINE: Duration = Duration::from_secs(1);
-/// Uncounted requests before each measured run: the models resident on
-/// their owners, so that each load measures overload, not the cold start.
-const WARM_UP: usize = 2_000;
+/// Uncounted arrivals before each measured run, at the run's rate: the
+/// models resident on their owners (each server loads one at a time, 300
+/// ms each), so that each load measures overload, not the cold start.
+const WARM_UP: Duration = Duration::from_secs(3);
 
 /// One strategy at one load.
 #[derive(Debug, Clone, Serialize)]
@@ -56,15 +57,22 @@ pub struct Figures {
     pub shed_critical: u64,
     /// Requests shed after waiting for room (their wait ran out).
     pub shed_after_wait: u64,
-    /// The slowest request shed at once (0 when none was).
+    /// The slowest request shed at once (0 when none was), and the 99.9th
+    /// percentile: wall-clock time around a `call` that returns at once,
+    /// so an outlier is the thread descheduled meanwhile.
     pub shed_max_ms: f64,
+    pub shed_p999_ms: f64,
     /// The most requests waiting for room in the balancer at once.
     pub balancer_queue_peak: u64,
     /// The most requests one server had waiting for a serving slot.
     pub server_queue_peak: u64,
-    /// The process's resident memory after the run, and its peak during it.
+    /// The process's resident memory after the run, its peak during it,
+    /// and that peak over the memory at the run's start: what the run
+    /// itself took (every strategy runs in this one process, so the
+    /// allocator keeps what earlier runs took).
     pub rss_mb: f64,
     pub peak_rss_mb: f64,
+    pub rss_growth_mb: f64,
     pub warm_hit_rate: f64,
 }
 
@@ -81,10 +89,13 @@ pub async fn run_all(args: &Args, config: &ServerConfig, times: &InferenceTimes)
         let rate = workload::arrival_rate(args.backends, config.concurrency(), times, load);
         let requests = ((args.requests as f64 * load) as usize).max(10);
         let plan = Arc::new(workload::plan(requests, rate, args.seed, CRITICAL_SHARE));
-        let warm_up = workload::plan(WARM_UP, rate, args.seed.wrapping_add(1_000), CRITICAL_SHARE);
+        let warm_up_requests = (rate * WARM_UP.as_secs_f64()) as usize;
+        let seed = args.seed.wrapping_add(1_000);
+        let warm_up = workload::plan(warm_up_requests, rate, seed, CRITICAL_SHARE);
         let warm_up = Some(Arc::new(warm_up));
         for &name in &args.strategies {
             reset_peak_rss();
+            let start_mb = memory_mb().0;
             let run = match crate::run(name, args, config, plan.clone(), warm_up.clone()).await {
                 Ok(run) => run,
                 Err(error) => {
@@ -92,7 +103,8 @@ pub async fn run_all(args: &Args, config: &ServerConfig, times: &InferenceTimes)
                     std::process::exit(1);
                 }
             };
-            let row = figures(name, load, args.seed, &run);
+            let mut row = figures(name, load, args.seed, &run);
+            row.rss_growth_mb = (row.peak_rss_mb - start_mb).max(0.0);
             if args.json {
                 emit!(
                     "{}",
@@ -121,8 +133,17 @@ fn figures(strategy: &str, load: f64, seed: u64, run: &Run) -> Figures {
     let count = |f: &dyn Fn(&Record) -> bool| records.iter().filter(|r| f(r)).count() as u64;
     let critical = count(&|r| r.critical);
     let critical_ok = count(&|r| r.critical && r.ok);
-    let at_once = records.iter().filter(|r| r.shed == Some(Duration::ZERO));
-    let shed_max = at_once.map(|r| r.latency).max().unwrap_or_default();
+    let mut at_once: Vec<Duration> = records
+        .iter()
+        .filter(|r| r.shed == Some(Duration::ZERO))
+        .map(|r| r.latency)
+        .collect();
+    at_once.sort_unstable();
+    let shed_max = at_once.last().copied().unwrap_or_default();
+    let shed_p999 = at_once
+        .get((at_once.len() * 999 / 1000).min(at_once.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default();
     let ms = |us: u64| us as f64 / 1000.0;
     let (rss_mb, peak_rss_mb) = memory_mb();
     Figures {
@@ -140,10 +161,12 @@ fn figures(strategy: &str, load: f64, seed: u64, run: &Run) -> Figures {
         shed_critical: count(&|r| r.shed.is_some() && r.critical),
         shed_after_wait: count(&|r| r.shed.is_some_and(|w| !w.is_zero())),
         shed_max_ms: shed_max.as_secs_f64() * 1000.0,
+        shed_p999_ms: shed_p999.as_secs_f64() * 1000.0,
         balancer_queue_peak: run.balancer_queue_peak,
         server_queue_peak: run.server_queue_peak,
         rss_mb,
         peak_rss_mb,
+        rss_growth_mb: 0.0,
         warm_hit_rate: run.figures.warm_hit_rate,
     }
 }
@@ -202,14 +225,14 @@ fn print_table(rows: &[Figures]) {
     emit!(
         "{:<22} {:>5} {:>8} {:>8} {:>11} {:>8} {:>8} {:>7} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8}",
         "strategy", "load", "requests", "ok", "goodput/s", "p50_ms", "p99_ms", "crit_ok",
-        "shed_norm", "shed_crit", "shed_max", "bal_queue", "srv_q", "rss_mb", "peak_mb", "warm_hit"
+        "shed_norm", "shed_crit", "shed_max", "bal_queue", "srv_q", "rss_mb", "grown_mb", "warm_hit"
     );
     for f in rows {
         emit!(
             "{:<22} {:>5.1} {:>8} {:>8} {:>11.0} {:>8.1} {:>8.1} {:>7.4} {:>9} {:>9} {:>8.3} {:>8} {:>7} {:>7.0} {:>7.0} {:>8.3}",
             f.strategy, f.load, f.requests, f.ok, f.goodput_rps, f.p50_ms, f.p99_ms,
             f.critical_ok_rate, f.shed_normal, f.shed_critical, f.shed_max_ms,
-            f.balancer_queue_peak, f.server_queue_peak, f.rss_mb, f.peak_rss_mb, f.warm_hit_rate
+            f.balancer_queue_peak, f.server_queue_peak, f.rss_mb, f.rss_growth_mb, f.warm_hit_rate
         );
     }
 }

@@ -144,6 +144,77 @@
 //! body (`http::Response<Bytes>`, a non-HTTP reply). The requirements are
 //! a table in [`ModelBalancer`]'s docs.
 //!
+//! # Overload
+//!
+//! Without admission (the default) the balancer never refuses for load:
+//! past the fleet's capacity every request waits in a server's queue
+//! behind every other, and latency grows until deadlines expire. With
+//! [`BalanceConfigBuilder::admission`] each backend takes at most its
+//! [`Limit`] of requests in flight — fixed, or adaptive (AIMD, after
+//! Netflix's `concurrency-limits`) — and the balancer sheds the rest:
+//!
+//! * a backend at its limit is passed over as one over the bounded-load
+//!   cap is, for an owner or a backend past the owners that **serves** the
+//!   model and has room; a backend under its limit counts as under the cap
+//!   (the cap follows the fleet's load, which shedding keeps low). A cold
+//!   copy of a model the fleet holds is made only on an idle owner (no
+//!   request in flight): in overload a model load holds a serving slot for
+//!   as long as many warm requests take and evicts a model in use;
+//! * with every candidate at its limit the request is **saturated**: it
+//!   waits in the balancer's bounded queue as long as its urgency allows
+//!   ([`AdmissionConfigBuilder::max_wait`]: `Normal` 0 — shed at once —,
+//!   `High` 100 ms, `Critical` 1 s), retrying its pick each time a request
+//!   ends, or fails at once with [`Overloaded`](crate::error::Overloaded)
+//!   carrying a retry-after. An arrival does not take room a request of
+//!   its urgency or higher waits for. A full queue sheds its youngest
+//!   least urgent waiter for a more urgent arrival. `Critical` requests
+//!   also have headroom above the limit
+//!   ([`AdmissionConfigBuilder::critical_headroom`], a quarter): `Normal`
+//!   is shed first, `Critical` last.
+//!
+//! The contract, as tower documents `LoadShed`: `poll_ready` is always
+//! ready, and `call` never queues unboundedly — its future resolves at
+//! once with `Overloaded` (within the `call`, nothing sent, counted in
+//! [`BalanceStats`]'s `shed_*`), or after the request waited at most its
+//! `max_wait`, or with the backend's answer. What is around the balancer:
+//!
+//! * tower's **`LoadShed` above** the balancer never sheds (the balancer is
+//!   always ready); its errors are the balancer's `Overloaded`;
+//! * a **`ConcurrencyLimit` above** caps the requests the balancer holds
+//!   over the whole fleet, making callers wait in `poll_ready` without
+//!   regard to model or urgency: prefer admission's per-backend limits;
+//! * a **`ConcurrencyLimit` below**, on an endpoint, makes that endpoint
+//!   not ready while full: a request picked there waits in the response
+//!   future for its permit, counted in the backend's in flight (so
+//!   admission, whose limit should not exceed it, sees it).
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{discover::ServiceList, service_fn, ServiceExt};
+//! use tower_model_balance::backend::BackendId;
+//! use tower_model_balance::balance::{AdmissionConfig, Backend, BalanceConfig, Limit, ModelBalancer};
+//! use tower_model_balance::error::Overloaded;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! let gpu = service_fn(|_req: http::Request<String>| async {
+//!     tokio::time::sleep(Duration::from_secs(1)).await;
+//!     Ok::<_, std::io::Error>(http::Response::new(String::from("ok")))
+//! });
+//! let backends = ServiceList::new([Backend::new(BackendId::new("gpu-0").unwrap(), gpu)]);
+//! let admission = AdmissionConfig::builder(Limit::fixed(1)).build().unwrap();
+//! let config = BalanceConfig::builder().admission(admission).build().unwrap();
+//! let balancer = ModelBalancer::new(backends, config).unwrap();
+//! let req = || http::Request::post("/infer").header("x-model-id", "llama").body(String::new()).unwrap();
+//!
+//! let running = tokio::spawn(balancer.clone().oneshot(req()));
+//! tokio::task::yield_now().await;
+//! let err = balancer.clone().oneshot(req()).await.unwrap_err();
+//! let shed = err.downcast_ref::<Overloaded>().unwrap();
+//! assert_eq!(shed.retry_after, Duration::from_secs(1));
+//! assert_eq!(balancer.handle().stats().shed_normal, 1);
+//! # running.await.unwrap().unwrap(); }
+//! ```
+//!
 //! Ring changes are **staged**: when backends join or change weight, every
 //! model they take is a cold load on its new owner, so their ring points
 //! enter a share at a time ([`StagingConfig`]: by default at most 1% of the

@@ -217,8 +217,9 @@ pub(crate) fn pick_inference(
     // sheds many more requests than the one it serves. In the fleet
     // example's `overload` scenario, cold copies on backends under half
     // their limit took goodput at 1.0 from 1 264 requests/s to 564, and
-    // any cold copy the bounded-load cap asked for to 156 (every backend
-    // busy loading, each load evicting a model the next request needed).
+    // any cold copy the bounded-load cap asked for to 154 (every backend
+    // busy loading, each load evicting a model the next request needed);
+    // see docs/overload.md.
     let nowhere = || !resident_elsewhere(ctx, ask, usize::MAX);
     let choice = match choice {
         Some((i, _)) if admission && !fits(ctx, i, key, eligible_owners.contains(&i), nowhere) => {
