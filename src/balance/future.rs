@@ -42,7 +42,8 @@ use crate::route::{ModelId, RequestKind, Routable};
 pin_project! {
     /// Response future of [`ModelBalancer`](crate::balance::ModelBalancer): the
     /// endpoint's call to the picked backend, or an immediate typed error
-    /// (`InvalidRoute`, `NoHealthyBackend`).
+    /// (`InvalidRoute`, `NoHealthyBackend`, `Overloaded`), or under admission
+    /// a request waiting for room (boxed, as saturation alone builds one).
     ///
     /// The endpoint is called at once when it is ready (the common case:
     /// hyper-util's pooled client always is); otherwise the endpoint and
