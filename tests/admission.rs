@@ -137,10 +137,11 @@ fn overloaded(result: &Result<(), BoxError>) -> Option<&Overloaded> {
     result.as_ref().err()?.downcast_ref::<Overloaded>()
 }
 
+/// A sent request's task: its result and when it resolved.
+type Sent = Result<(Result<(), BoxError>, Instant), tokio::task::JoinError>;
+
 /// How many of the tasks' results are `Overloaded`.
-fn count_shed(
-    results: &[Result<(Result<(), BoxError>, Instant), tokio::task::JoinError>],
-) -> usize {
+fn count_shed(results: &[Sent]) -> usize {
     results
         .iter()
         .filter(|r| overloaded(&r.as_ref().unwrap().0).is_some())
