@@ -5,157 +5,19 @@
 //! Endpoints answer after a fixed latency on Tokio's paused clock, and
 //! count how many requests they hold at once: every figure is exact.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+#[path = "support/admission.rs"]
+mod support;
+
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
-use tower::discover::ServiceList;
-use tower::{BoxError, Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
-    AdmissionConfig, Backend, BalanceConfig, BalancerHandle, Limit, ModelBalancer,
+    AdmissionConfig, BalanceConfig, BalancerHandle, Limit, ModelBalancer,
 };
-use tower_model_balance::error::Overloaded;
 use tower_model_balance::route::Urgency;
 
-/// How many requests one backend holds now, and the most it held.
-#[derive(Debug, Default)]
-struct Held {
-    now: AtomicUsize,
-    peak: AtomicUsize,
-}
-
-type Reply = http::Response<Full<Bytes>>;
-
-/// A backend that answers `status` after `latency`, counting what it holds.
-#[derive(Clone)]
-struct Gpu {
-    held: Arc<Held>,
-    status: Arc<AtomicUsize>,
-    latency: Duration,
-}
-
-impl Service<http::Request<String>> for Gpu {
-    type Response = Reply;
-    type Error = BoxError;
-    type Future =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Reply, BoxError>> + Send>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), BoxError>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _req: http::Request<String>) -> Self::Future {
-        let gpu = self.clone();
-        Box::pin(async move {
-            let now = gpu.held.now.fetch_add(1, Ordering::SeqCst) + 1;
-            gpu.held.peak.fetch_max(now, Ordering::SeqCst);
-            tokio::time::sleep(gpu.latency).await;
-            gpu.held.now.fetch_sub(1, Ordering::SeqCst);
-            let status = gpu.status.load(Ordering::SeqCst) as u16;
-            let mut reply = Reply::new(Full::from("ok"));
-            *reply.status_mut() = http::StatusCode::from_u16(status)?;
-            Ok(reply)
-        })
-    }
-}
-
-/// `n` backends that each answer `status` after `latency`.
-fn fleet(
-    n: usize,
-    latency: Duration,
-    status: Arc<AtomicUsize>,
-) -> (Vec<Arc<Held>>, ServiceList<Vec<Backend<Gpu>>>) {
-    let held: Vec<Arc<Held>> = (0..n).map(|_| Arc::default()).collect();
-    let backends = held
-        .iter()
-        .enumerate()
-        .map(|(i, held)| {
-            let gpu = Gpu {
-                held: held.clone(),
-                status: status.clone(),
-                latency,
-            };
-            Backend::new(BackendId::new(&format!("gpu-{i}")).unwrap(), gpu)
-        })
-        .collect();
-    (held, ServiceList::new(backends))
-}
-
-fn ok() -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(200))
-}
-
-fn request(model: &str, kind: &str, urgency: &str) -> http::Request<String> {
-    http::Request::post("/infer")
-        .header("x-model-id", model)
-        .header("x-request-kind", kind)
-        .header("x-urgency", urgency)
-        .body(String::new())
-        .unwrap()
-}
-
-/// Sends `req` through a clone of `balancer` in a task; its result and
-/// when it resolved.
-fn send<S, B>(
-    balancer: &S,
-    req: http::Request<String>,
-) -> tokio::task::JoinHandle<(Result<(), BoxError>, Instant)>
-where
-    S: Service<http::Request<String>, Response = http::Response<B>, Error = BoxError>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
-    let balancer = balancer.clone();
-    tokio::spawn(async move {
-        let result = match balancer.oneshot(req).await {
-            // Read to its end: the balancer records the outcome there.
-            Ok(response) => response
-                .into_body()
-                .collect()
-                .await
-                .map(drop)
-                .map_err(Into::into),
-            Err(e) => Err(e),
-        };
-        (result, Instant::now())
-    })
-}
-
-fn overloaded(result: &Result<(), BoxError>) -> Option<&Overloaded> {
-    result.as_ref().err()?.downcast_ref::<Overloaded>()
-}
-
-/// A sent request's task: its result and when it resolved.
-type Sent = Result<(Result<(), BoxError>, Instant), tokio::task::JoinError>;
-
-/// How many of the tasks' results are `Overloaded`.
-fn count_shed(results: &[Sent]) -> usize {
-    results
-        .iter()
-        .filter(|r| overloaded(&r.as_ref().unwrap().0).is_some())
-        .count()
-}
-
-fn config(admission: AdmissionConfig) -> BalanceConfig {
-    BalanceConfig::builder()
-        .admission(admission)
-        .build()
-        .unwrap()
-}
-
-const MS: Duration = Duration::from_millis(1);
+use support::{config, count_shed, fleet, ok, overloaded, request, send, MS};
 
 #[tokio::test(start_paused = true)]
 async fn no_backend_holds_more_than_its_limit_and_normal_requests_are_shed_at_once() {
@@ -394,6 +256,45 @@ async fn an_adaptive_limit_grows_while_the_backend_keeps_up_and_backs_off_when_i
             .unwrap();
     }
     assert_eq!(limit(&handle), 2, "backed off to its minimum");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_waiting_for_one_model_does_not_shed_another() {
+    use tower_model_balance::route::ModelId;
+    let (_held, backends) = fleet(2, 500 * MS, ok());
+    let admission = AdmissionConfig::builder(Limit::fixed(1))
+        .critical_headroom(0.0)
+        .build()
+        .unwrap();
+    let config = BalanceConfig::builder()
+        .owners(1)
+        .admission(admission)
+        .build()
+        .unwrap();
+    let balancer = ModelBalancer::new(backends, config).unwrap();
+    let handle = balancer.handle();
+    let owner = |m: &str| handle.owners(&ModelId::new(m).unwrap())[0].clone();
+    let a = "m0";
+    let b = (1..100)
+        .map(|i| format!("m{i}"))
+        .find(|m| owner(m) != owner(a))
+        .unwrap();
+    let first = send(&balancer, request(a, "inference", "normal"));
+    tokio::task::yield_now().await;
+    let waiting = send(&balancer, request(a, "inference", "critical"));
+    tokio::time::sleep(MS).await;
+    assert_eq!(
+        handle.queue_len(),
+        1,
+        "a Critical request waits for `{a}`'s owner"
+    );
+    // `b`'s owner is idle: a Normal request for it goes there.
+    let (result, _) = send(&balancer, request(&b, "inference", "normal"))
+        .await
+        .unwrap();
+    result.unwrap();
+    first.await.unwrap().0.unwrap();
+    waiting.await.unwrap().0.unwrap();
 }
 
 #[tokio::test(start_paused = true)]

@@ -48,7 +48,8 @@ impl<E, Req> Queued<E, Req> {
             return Err((req, shed));
         }
         let queue = &shared.snapshot.load().table.fleet.queue;
-        let Ok(waiter) = queue.enter(shed.urgency, std::task::Waker::noop()) else {
+        let Ok(waiter) = queue.enter(shed.urgency, shed.model.hash64(), std::task::Waker::noop())
+        else {
             return Err((req, shed));
         };
         let arrived = Instant::now();

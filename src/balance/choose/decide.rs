@@ -185,9 +185,10 @@ impl Local {
             }),
         };
         // Under admission an arrival does not take room a request of its
-        // urgency or higher waits for: it joins the queue behind it, or is
-        // shed (a retry of a waiting request is that request).
-        if !self.retries && table.fleet.queue.ahead(route.urgency) {
+        // urgency or higher waits for, for the same model: it joins the
+        // queue behind it, or is shed (a retry of a waiting request is
+        // that request).
+        if !self.retries && table.fleet.queue.ahead(route.urgency, route.hash) {
             return Err(saturated(config, route));
         }
         let placement = table.fleet.placement.get();
