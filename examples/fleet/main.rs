@@ -338,7 +338,6 @@ async fn drive(
                 inference,
                 critical,
                 shed,
-                done: sent.duration_since(start) + sent.elapsed(),
             });
         });
     }

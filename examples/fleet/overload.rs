@@ -2,9 +2,9 @@
 //! 1.5 and 3.0 of warm capacity, 10% of requests `Critical`, each strategy
 //! on fresh servers per load.
 //!
-//! Per strategy and load: goodput (successful requests per second, from
-//! the first arrival to the last success; a request past its deadline is
-//! not a success), p50 and p99 of the successful requests, the share of
+//! Per strategy and load: goodput (successful requests over the span of
+//! the arrivals, a second each; a request past its deadline is not a
+//! success), p50 and p99 of the successful requests, the share of
 //! `Critical` requests served, the requests shed by urgency and the
 //! slowest of them shed at once, the longest queue (the balancer's, and
 //! the longest any server had), and the process's memory.
@@ -46,7 +46,8 @@ pub struct Figures {
     pub seed: u64,
     pub requests: u64,
     pub ok: u64,
-    /// Successful requests per second, within the deadline.
+    /// Successful requests (within the deadline) over the span of the
+    /// arrivals, per second.
     pub goodput_rps: f64,
     /// Of the successful requests.
     pub p50_ms: f64,
@@ -103,7 +104,8 @@ pub async fn run_all(args: &Args, config: &ServerConfig, times: &InferenceTimes)
                     std::process::exit(1);
                 }
             };
-            let mut row = figures(name, load, args.seed, &run);
+            let span = plan.last().map_or(Duration::ZERO, |p| p.at);
+            let mut row = figures(name, load, args.seed, span, &run);
             row.rss_growth_mb = (row.peak_rss_mb - start_mb).max(0.0);
             if args.json {
                 emit!(
@@ -122,13 +124,11 @@ pub async fn run_all(args: &Args, config: &ServerConfig, times: &InferenceTimes)
     }
 }
 
-fn figures(strategy: &str, load: f64, seed: u64, run: &Run) -> Figures {
+fn figures(strategy: &str, load: f64, seed: u64, span: Duration, run: &Run) -> Figures {
     let records = &run.records;
     let mut ok = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("valid bounds");
-    let mut last_success = Duration::ZERO;
     for r in records.iter().filter(|r| r.ok) {
         ok.saturating_record((r.latency.as_micros() as u64).clamp(1, 600_000_000));
-        last_success = last_success.max(r.done);
     }
     let count = |f: &dyn Fn(&Record) -> bool| records.iter().filter(|r| f(r)).count() as u64;
     let critical = count(&|r| r.critical);
@@ -153,7 +153,7 @@ fn figures(strategy: &str, load: f64, seed: u64, run: &Run) -> Figures {
         seed,
         requests: records.len() as u64,
         ok: ok.len(),
-        goodput_rps: ok.len() as f64 / last_success.as_secs_f64().max(1e-9),
+        goodput_rps: ok.len() as f64 / span.as_secs_f64().max(1e-9),
         p50_ms: ms(ok.value_at_quantile(0.50)),
         p99_ms: ms(ok.value_at_quantile(0.99)),
         critical_ok_rate: critical_ok as f64 / critical.max(1) as f64,

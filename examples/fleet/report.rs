@@ -19,8 +19,6 @@ pub struct Record {
     /// Failed `Overloaded` (shed by the balancer's admission), after
     /// waiting this long for room (zero: shed at once).
     pub shed: Option<Duration>,
-    /// When it resolved, from the start of the run.
-    pub done: Duration,
 }
 
 #[derive(Debug, Clone, Serialize)]

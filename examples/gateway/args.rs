@@ -32,8 +32,9 @@ usage: cargo run --release --example gateway [-- FLAGS]
                        past it, 413
   --admission-limit N  at most N requests in flight on each backend (1..=1000000;
                        default: no limit): past it a request is shed at once
-                       with 429 and Retry-After (Critical ones, x-urgency:
-                       critical, wait up to 1 s, with a quarter of N above it)
+                       with 429 and Retry-After (the gateway ignores clients'
+                       x-urgency, as their other routing headers: every
+                       request is Normal urgency)
   -h, --help           this text";
 
 /// What the command line asks for.
@@ -156,6 +157,9 @@ impl Args {
                 }
                 "--no-placement" => parsed.placement = false,
                 "--admission-limit" => {
+                    if parsed.admission_limit.is_some() {
+                        return Err(Stop::Error("--admission-limit given twice".into()));
+                    }
                     let limit = value("--admission-limit")?;
                     parsed.admission_limit =
                         Some(number(&limit, "--admission-limit", 1, 1_000_000)?);

@@ -163,10 +163,12 @@
 //! * with every candidate at its limit the request is **saturated**: it
 //!   waits in the balancer's bounded queue as long as its urgency allows
 //!   ([`AdmissionConfigBuilder::max_wait`]: `Normal` 0 — shed at once —,
-//!   `High` 100 ms, `Critical` 1 s), retrying its pick each time a request
-//!   ends, or fails at once with [`Overloaded`](crate::error::Overloaded)
-//!   carrying a retry-after. An arrival does not take room a request of
-//!   its urgency or higher waits for. A full queue sheds its youngest
+//!   `High` 100 ms, `Critical` 1 s), retrying its pick when woken — each
+//!   request that ends wakes the next eight waiters in turn, the most
+//!   urgent first — or fails at once with
+//!   [`Overloaded`](crate::error::Overloaded) carrying a retry-after. An
+//!   arrival does not take room a request of its urgency or higher waits
+//!   for, for the same model. A full queue sheds its youngest
 //!   least urgent waiter for a more urgent arrival. `Critical` requests
 //!   also have headroom above the limit
 //!   ([`AdmissionConfigBuilder::critical_headroom`], a quarter): `Normal`

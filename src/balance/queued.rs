@@ -1,6 +1,6 @@
 //! A request waiting for room under admission: queued by urgency, it
-//! retries its pick each time a request ends, until it gets a backend, its
-//! wait runs out, or a more urgent request takes its place.
+//! retries its pick when a request that ends wakes it, until it gets a
+//! backend, its wait runs out, or a more urgent request takes its place.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -83,7 +83,7 @@ impl AdmissionFile {
                 return Err(ConfigError::Invalid {
                     key: "admission.limit".into(),
                     expected:
-                        "`limit` (fixed), or `limit_min` and `limit_max` (adaptive), not both",
+                        "set: either `limit` (fixed) or both `limit_min` and `limit_max` (adaptive)",
                 })
             }
         };
