@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::{Instant, Sleep};
 
+use crate::balance::choose::ctx::mix;
 use crate::balance::choose::decide::{Local, Picked, Refused};
 use crate::balance::state::clock::Now;
 use crate::balance::state::queue::Waiter;
@@ -107,11 +108,9 @@ impl<E: Clone, Req: Routable> Queued<E, Req> {
         };
         let seed = &mut self.seed;
         let mut random = || {
+            let z = *seed;
             *seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = *seed;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
+            mix(z)
         };
         let picked = self
             .local

@@ -12,6 +12,7 @@ use tower::util::rng::{HasherRng, Rng};
 use tower_service::Service;
 
 use crate::balance::backend::Backend;
+use crate::balance::choose::ctx::mix;
 use crate::balance::choose::decide::Picked;
 use crate::balance::choose::decide::{Local, Refused};
 use crate::balance::completion::finish::Finish;
@@ -315,14 +316,6 @@ impl<E, R, K> ModelBalancer<E, R, K> {
         stats.invalid_route.fetch_add(1, Ordering::Relaxed);
         error.into()
     }
-}
-
-/// SplitMix64's finalizer: decorrelates clones' streams and weak RNGs.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The always-ready endpoint the benchmark and the allocation test use.

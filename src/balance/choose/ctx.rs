@@ -295,6 +295,16 @@ impl Ctx<'_> {
     }
 }
 
+/// SplitMix64's step and finalizer (Steele, Lea and Flood, 2014):
+/// decorrelates clones' streams and weak RNGs, and makes a stream of a
+/// counter.
+pub(crate) fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Two distinct indices in `0..n` (`n >= 2`), uniformly (Floyd's
 /// combination algorithm for two).
 pub(crate) fn sample2(n: u64, random: &mut impl FnMut() -> u64) -> [usize; 2] {

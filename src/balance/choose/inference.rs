@@ -25,7 +25,8 @@ use crate::route::Urgency;
 /// the model idle longest. `High` urgency takes the cheapest resident owner
 /// instead of sampling; `Critical` takes the cheapest resident owner even
 /// over the cap, and goes to a resident backend past the owners before any
-/// cold one. Under admission a choice at its limit gives way to the
+/// cold one. Under admission a choice at its limit, or without the model
+/// while the fleet holds it (but on an idle owner), gives way to the
 /// cheapest owner serving the model with room, else a backend past the
 /// owners serving it with room, else to none (saturation).
 pub(crate) fn pick_inference(
