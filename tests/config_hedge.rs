@@ -18,6 +18,7 @@ const ALL_KEYS: &str = r#"
     max_models = 128
     budget_ratio = 0.02
     budget_window_ms = 30000
+    budget_min_per_sec = 3
     max_attempts = 1
     max_utilization = 0.9
 "#;
@@ -36,6 +37,7 @@ fn every_hedge_key_reaches_the_builder() {
         .max_models(128)
         .budget_ratio(0.02)
         .budget_window(ms(30_000))
+        .budget_min_per_sec(3)
         .max_attempts(1)
         .max_utilization(0.9)
         .build()

@@ -137,7 +137,13 @@ async fn returned_at_once(layer: &HedgeLayer, status: u16) {
 
 #[tokio::test(start_paused = true)]
 async fn a_fast_failure_with_no_budget_or_a_4xx_is_returned_at_once() {
-    let layer = HedgeLayer::new(policy().budget_ratio(0.0).build().unwrap());
+    let layer = HedgeLayer::new(
+        policy()
+            .budget_ratio(0.0)
+            .budget_min_per_sec(0)
+            .build()
+            .unwrap(),
+    );
     returned_at_once(&layer, 503).await;
     assert_eq!(stats(&layer).suppressed_by_budget, 1);
     // A 4xx is an answer, not a failure: another backend would say the same.
@@ -148,7 +154,13 @@ async fn a_fast_failure_with_no_budget_or_a_4xx_is_returned_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn an_empty_budget_suppresses_the_backup_not_the_first_attempt() {
-    let layer = HedgeLayer::new(policy().budget_ratio(0.0).build().unwrap());
+    let layer = HedgeLayer::new(
+        policy()
+            .budget_ratio(0.0)
+            .budget_min_per_sec(0)
+            .build()
+            .unwrap(),
+    );
     let (result, seen, took) = send(&layer, vec![ok_after(40), ok_after(1)], "inference").await;
     assert_eq!(body(&result), "0", "the first attempt ran to its end");
     assert_eq!(took, Duration::from_millis(40));
@@ -164,7 +176,13 @@ async fn an_empty_budget_suppresses_the_backup_not_the_first_attempt() {
 #[tokio::test(start_paused = true)]
 async fn the_budget_caps_hedges_at_its_share_of_requests() {
     // 10%: 20 slow requests sent one after another allow 2 hedges.
-    let layer = HedgeLayer::new(policy().budget_ratio(0.1).build().unwrap());
+    let layer = HedgeLayer::new(
+        policy()
+            .budget_ratio(0.1)
+            .budget_min_per_sec(0)
+            .build()
+            .unwrap(),
+    );
     for _ in 0..20 {
         let (result, _, _) = send(&layer, vec![ok_after(30), ok_after(30)], "inference").await;
         result.unwrap();

@@ -224,6 +224,7 @@ async fn hedges_and_retries_share_one_budget() {
         .floor(Duration::from_millis(10))
         .ceiling(Duration::from_millis(10))
         .budget_ratio(0.5)
+        .budget_min_per_sec(0)
         .build()
         .unwrap();
     let layer = HedgeLayer::new(hedge_policy);

@@ -182,6 +182,7 @@ async fn the_hedge_series_carry_the_hedge_layers_counters() {
 
     let policy = after_10ms()
         .budget_ratio(0.5)
+        .budget_min_per_sec(0)
         .max_utilization(0.8)
         .build()
         .unwrap();

@@ -181,7 +181,11 @@ async fn no_backend_is_an_event_naming_the_model() {
 async fn hedge_decisions_are_events() {
     let recorder = Arc::new(Recorder::default());
     let _default = tracing::subscriber::set_default(recorder.clone());
-    let policy = after_10ms().budget_ratio(0.5).build().unwrap();
+    let policy = after_10ms()
+        .budget_ratio(0.5)
+        .budget_min_per_sec(0)
+        .build()
+        .unwrap();
     let overloaded = Arc::new(AtomicBool::new(true));
     let gate = {
         let overloaded = overloaded.clone();

@@ -27,6 +27,8 @@ pub(super) struct HedgeFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) budget_window_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) budget_min_per_sec: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) max_attempts: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) max_utilization: Option<f64>,
@@ -49,6 +51,7 @@ impl HedgeFile {
             max_models: Some(h.max_models),
             budget_ratio: Some(h.budget_ratio),
             budget_window_ms: to_ms(h.budget_window),
+            budget_min_per_sec: Some(h.budget_min_per_sec),
             max_attempts: Some(h.max_attempts),
             max_utilization: Some(h.max_utilization),
         }
@@ -83,6 +86,9 @@ impl HedgeFile {
         }
         if let Some(d) = self.budget_window_ms {
             b = b.budget_window(ms(d));
+        }
+        if let Some(n) = self.budget_min_per_sec {
+            b = b.budget_min_per_sec(n);
         }
         if let Some(n) = self.max_attempts {
             b = b.max_attempts(n);

@@ -7,7 +7,11 @@
 //! doubles just when there is least room for it. A budget ties extra
 //! attempts to the traffic: with ratio 0.05 the hedges and retries
 //! together add at most 5% to the requests sent, whatever the latency
-//! (as in Finagle's and tower's retry budgets).
+//! (as in Finagle's and tower's retry budgets). Like theirs it has a
+//! floor, `min_per_sec` extra attempts a second over the window whatever
+//! the traffic: at a few requests a second a share of them is less than
+//! one retry, and a connection a server closed (uvicorn after a 500) would
+//! fail a request that a retry elsewhere answers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,6 +31,9 @@ const BUCKETS: usize = 10;
 pub struct Budget {
     /// Extra attempts per request, in billionths.
     ratio: u64,
+    /// Extra attempts the window allows whatever the traffic, in
+    /// billionths: the floor a second × the window's seconds.
+    reserve: u64,
     bucket_ms: u64,
     base: Instant,
     buckets: [Bucket; BUCKETS],
@@ -45,12 +52,16 @@ struct Bucket {
 const SCALE: f64 = 1e9;
 
 impl Budget {
-    /// A budget of `ratio` extra attempts per request (in [0, 1]) over the
-    /// last `window` (at least 10 ms), its clock starting at `now`.
-    pub(crate) fn new(ratio: f64, window: Duration, now: Instant) -> Self {
+    /// A budget of `ratio` extra attempts per request (in [0, 1]) plus
+    /// `min_per_sec` a second, over the last `window` (at least 10 ms), its
+    /// clock starting at `now`.
+    pub(crate) fn new(ratio: f64, min_per_sec: u32, window: Duration, now: Instant) -> Self {
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        // Billionths: 1e9 ÷ 1e3 per attempt-millisecond.
+        let reserve = u64::from(min_per_sec).saturating_mul(window_ms.saturating_mul(1_000_000));
         Self {
             ratio: (ratio.clamp(0.0, 1.0) * SCALE).round() as u64,
+            reserve,
             bucket_ms: (window_ms / BUCKETS as u64).max(1),
             base: now,
             buckets: Default::default(),
@@ -102,7 +113,8 @@ impl Budget {
     }
 
     /// Takes one extra attempt if the window has room: the extra attempts
-    /// in it, this one included, at most `ratio` × its requests. Counts
+    /// in it, this one included, at most `ratio` × its requests plus the
+    /// floor's `min_per_sec` × the window's seconds. Counts
     /// first and gives back on refusal, so concurrent takers never
     /// overdraw.
     pub(crate) fn try_withdraw(&self, now: Instant) -> bool {
@@ -110,7 +122,10 @@ impl Budget {
         let bucket = self.bucket(epoch);
         bucket.extra.fetch_add(1, Ordering::AcqRel);
         let (requests, extra) = self.sums(epoch);
-        if extra.saturating_mul(SCALE as u64) <= requests.saturating_mul(self.ratio) {
+        let allowed = requests
+            .saturating_mul(self.ratio)
+            .saturating_add(self.reserve);
+        if extra.saturating_mul(SCALE as u64) <= allowed {
             self.granted.fetch_add(1, Ordering::Relaxed);
             true
         } else {
@@ -152,7 +167,23 @@ mod tests {
 
     fn budget(ratio: f64) -> (Budget, Instant) {
         let now = Instant::now();
-        (Budget::new(ratio, Duration::from_secs(10), now), now)
+        (Budget::new(ratio, 0, Duration::from_secs(10), now), now)
+    }
+
+    #[test]
+    fn the_floor_allows_attempts_without_traffic_and_adds_to_the_share() {
+        let now = Instant::now();
+        // 1 a second over 10 s: 10 attempts with no request counted.
+        let b = Budget::new(0.05, 1, Duration::from_secs(10), now);
+        assert_eq!((0..20).filter(|_| b.try_withdraw(now)).count(), 10);
+        // 100 requests add their 5%.
+        for _ in 0..100 {
+            b.deposit(now);
+        }
+        assert_eq!((0..20).filter(|_| b.try_withdraw(now)).count(), 5);
+        // Past the window the floor is whole again.
+        let later = now + Duration::from_secs(11);
+        assert_eq!((0..20).filter(|_| b.try_withdraw(later)).count(), 10);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::error::InvalidConfig;
 /// | `max_models` (tracked apart) | 64 | 1 ..= 4 096 |
 /// | `budget_ratio` (extra attempts ÷ requests) | 0.05 | [0, 1] |
 /// | `budget_window` (in 10 buckets) | 10 s | 1 s ..= 1 h |
+/// | `budget_min_per_sec` (the floor, extra attempts a second) | 10 | 0 ..= 100 000 |
 /// | `max_attempts` | 2 | 1 ..= 2 |
 /// | `max_utilization` (load gate) | 0.8 | (0, 100] |
 ///
@@ -37,7 +38,9 @@ use crate::error::InvalidConfig;
 /// catalogue of up to about 5/8 of `max_models` is tracked whole (0 of 40
 /// models shared in 1,000 random catalogues for 64 windows; 2.5 of 64 on
 /// average). Hedges and retries drawn from the budget are at most
-/// `budget_ratio` of the requests counted in the last `budget_window`. No
+/// `budget_ratio` of the requests counted in the last `budget_window`, plus
+/// `budget_min_per_sec` × its seconds (the floor of Finagle's
+/// `RetryBudget`, tower's `TpsBudget` and Linkerd's, 10 a second in each). No
 /// hedge is sent while the [load gate](super::LoadGate) reports a
 /// utilization above `max_utilization`. `max_attempts` 1 never hedges (the
 /// layer then only measures).
@@ -53,6 +56,7 @@ pub struct HedgeConfig {
     pub(crate) max_models: usize,
     pub(crate) budget_ratio: f64,
     pub(crate) budget_window: Duration,
+    pub(crate) budget_min_per_sec: u32,
     pub(crate) max_attempts: usize,
     pub(crate) max_utilization: f64,
 }
@@ -69,6 +73,7 @@ impl Default for HedgeConfig {
             max_models: 64,
             budget_ratio: 0.05,
             budget_window: Duration::from_secs(10),
+            budget_min_per_sec: 10,
             max_attempts: 2,
             max_utilization: 0.8,
         }
@@ -165,7 +170,8 @@ impl HedgeConfigBuilder {
     }
 
     /// Extra attempts (hedges and retries) allowed per request counted, a
-    /// fraction in [0, 1] (default 0.05; 0 never hedges nor retries).
+    /// fraction in [0, 1] (default 0.05; see
+    /// [`budget_min_per_sec`](Self::budget_min_per_sec) for the floor).
     pub fn budget_ratio(mut self, ratio: f64) -> Self {
         self.policy.budget_ratio = ratio;
         self
@@ -174,6 +180,15 @@ impl HedgeConfigBuilder {
     /// The window the budget counts over, 1 s ..= 1 h (default 10 s).
     pub fn budget_window(mut self, window: Duration) -> Self {
         self.policy.budget_window = window;
+        self
+    }
+
+    /// Extra attempts allowed a second whatever the traffic, 0 ..= 100 000
+    /// (default 10, as in Finagle, tower and Linkerd): at low traffic a
+    /// share of the requests is less than one retry. 0 with a
+    /// `budget_ratio` of 0 never hedges nor retries.
+    pub fn budget_min_per_sec(mut self, per_sec: u32) -> Self {
+        self.policy.budget_min_per_sec = per_sec;
         self
     }
 
@@ -228,6 +243,9 @@ impl HedgeConfigBuilder {
         if !(Duration::from_secs(1)..=HOUR).contains(&p.budget_window) {
             return Err(InvalidConfig::new("budget_window", "1 s ..= 1 h"));
         }
+        if p.budget_min_per_sec > 100_000 {
+            return Err(InvalidConfig::new("budget_min_per_sec", "0 ..= 100000"));
+        }
         if !(1..=2).contains(&p.max_attempts) {
             return Err(InvalidConfig::new("max_attempts", "1 ..= 2"));
         }
@@ -266,6 +284,10 @@ mod tests {
             (
                 HedgeConfig::builder().budget_window(ms(999)),
                 "budget_window",
+            ),
+            (
+                HedgeConfig::builder().budget_min_per_sec(100_001),
+                "budget_min_per_sec",
             ),
             (HedgeConfig::builder().max_attempts(3), "max_attempts"),
             (HedgeConfig::builder().max_attempts(0), "max_attempts"),

@@ -62,10 +62,14 @@ pub struct RetryPolicy {
 impl RetryPolicy {
     /// A policy with its own budget: `ratio` retries per request (clamped
     /// to [0, 1]) over a sliding `window` (at least 10 ms), counting the
-    /// requests it sees.
+    /// requests it sees. Its budget has no floor: a
+    /// [`HedgeLayer`](super::HedgeLayer)'s
+    /// [`retry_policy`](super::HedgeLayer::retry_policy) shares the
+    /// layer's, with the floor of
+    /// [`budget_min_per_sec`](super::HedgeConfigBuilder::budget_min_per_sec).
     pub fn new(ratio: f64, window: Duration) -> Self {
         let window = window.max(Duration::from_millis(10));
-        let budget = Arc::new(Budget::new(ratio, window, Instant::now()));
+        let budget = Arc::new(Budget::new(ratio, 0, window, Instant::now()));
         Self {
             deposits: true,
             ..Self::counted_elsewhere(budget)

@@ -59,7 +59,12 @@ impl Shared {
         let now = Instant::now();
         Self {
             delays: Delays::new(&policy, now),
-            budget: Arc::new(Budget::new(policy.budget_ratio, policy.budget_window, now)),
+            budget: Arc::new(Budget::new(
+                policy.budget_ratio,
+                policy.budget_min_per_sec,
+                policy.budget_window,
+                now,
+            )),
             gate,
             counters: Counters::default(),
             retries: AtomicBool::new(false),
