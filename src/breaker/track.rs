@@ -6,6 +6,7 @@ use http_body::Body;
 
 use super::body::{Record, ResponseBody};
 use crate::classify::body::{at_end, Complete};
+use crate::classify::sse::is_event_stream;
 use crate::classify::{AtEndOfBody, AtResponse, Classified, ClassifyEos};
 
 pub(crate) use self::sealed::Track;
@@ -40,7 +41,8 @@ impl<B: Body, Eos: ClassifyEos> Track<http::Response<B>, Eos> for AtEndOfBody {
         record: Record,
         verdict: Classified<Eos>,
     ) -> Self::Output {
-        response.map(|body| ResponseBody::new(body, record, verdict))
+        let events = is_event_stream(response.headers());
+        response.map(|body| ResponseBody::new(body, record, verdict, events))
     }
 }
 

@@ -14,8 +14,13 @@
 //! | dropped (or unwrapped) before its end | the head's verdict; a deferred one is [`Outcome::Ignored`] (the caller hung up before the status came) |
 //! | dropped after its end | nothing more |
 //!
-//! No allocation; the receiver is told of the first frame (for a clock
-//! that stops there) before the outcome.
+//! A server-sent-event stream whose head succeeded (scanned, see
+//! [`sse`](super::sse)) fails instead if an error event came, or if it
+//! ended (last frame, `None` or trailers) before `data: [DONE]`; dropped
+//! before its end, it fails only if an error event came.
+//!
+//! No allocation; the receiver is told of each frame (for a clock that
+//! stops at the first, or gaps between frames) before the outcome.
 
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -24,6 +29,7 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::sse::SseScan;
 use super::{Classified, ClassifyEos, Outcome};
 
 pub(crate) use self::receiver::Complete;
@@ -35,10 +41,10 @@ mod receiver {
     /// the breaker's permit, the balancer's [`Guard`](crate::balance::Guard).
     /// Implemented inside the crate only (it is not nameable outside).
     pub trait Complete {
-        /// The body's first frame (data or trailers) arrived; called before
-        /// [`complete`](Self::complete), for the first frame only or for
-        /// every frame up to the end (the receiver keeps the first).
-        fn first_frame(&mut self) {}
+        /// A frame of the body (data or trailers) arrived; called for each
+        /// frame up to the end, before [`complete`](Self::complete) (a
+        /// receiver whose clock stops at the first keeps the first).
+        fn frame(&mut self) {}
 
         /// The call's outcome: called once, when the body ends, fails or is
         /// dropped.
@@ -58,32 +64,50 @@ pub(crate) fn at_end<Eos: ClassifyEos>(
 }
 
 /// The receiver and the head's verdict, until the body ends; records on
-/// drop if it has not.
+/// drop if it has not. `scan`: an event stream's scan, while the head
+/// called it a success.
 #[derive(Debug)]
-struct Pending<Eos, R: Complete>(Option<(R, Classified<Eos>)>);
+struct Pending<Eos, R: Complete> {
+    open: Option<(R, Classified<Eos>)>,
+    scan: Option<SseScan>,
+}
 
 impl<Eos, R: Complete> Pending<Eos, R> {
-    fn first_frame(&mut self) {
-        if let Some((receiver, _)) = &mut self.0 {
-            receiver.first_frame();
+    fn frame<D: bytes::Buf>(&mut self, data: Option<&D>) {
+        if let Some((receiver, _)) = &mut self.open {
+            receiver.frame();
+        }
+        if let (Some(scan), Some(data)) = (&mut self.scan, data) {
+            scan.frame(data);
         }
     }
 
-    /// Records the outcome `outcome_of` the verdict gives, once.
-    fn settle(&mut self, outcome_of: impl FnOnce(Classified<Eos>) -> Outcome) {
-        if let Some((receiver, verdict)) = self.0.take() {
-            receiver.complete(outcome_of(verdict));
+    /// Records the outcome `outcome_of` the verdict gives, once; at the
+    /// body's `end`, a scanned stream's failure overrides it.
+    fn settle(&mut self, end: bool, outcome_of: impl FnOnce(Classified<Eos>) -> Outcome) {
+        if let Some((receiver, verdict)) = self.open.take() {
+            let outcome = outcome_of(verdict);
+            let failed = match self.scan.as_mut() {
+                Some(scan) if end => scan.failed_at_end(),
+                Some(scan) => scan.errored(),
+                None => false,
+            };
+            let outcome = match outcome {
+                Outcome::Success if failed => Outcome::Failure,
+                outcome => outcome,
+            };
+            receiver.complete(outcome);
         }
     }
 
     fn is_settled(&self) -> bool {
-        self.0.is_none()
+        self.open.is_none()
     }
 }
 
 impl<Eos, R: Complete> Drop for Pending<Eos, R> {
     fn drop(&mut self) {
-        self.settle(|verdict| match verdict {
+        self.settle(false, |verdict| match verdict {
             Classified::Ready(outcome) => outcome,
             // Dropped before its status came: the caller hung up.
             Classified::AtEnd(_) => Outcome::Ignored,
@@ -107,7 +131,9 @@ pin_project! {
     /// | dropped (or unwrapped) before its end | the head's verdict; a deferred one is ignored (the caller hung up before the status came) |
     /// | dropped after its end | nothing more |
     ///
-    /// Until then the call is in flight. No allocation.
+    /// An event stream whose head succeeded fails if an error event came
+    /// or (at its end) no `data: [DONE]` did. Until then the call is in
+    /// flight. No allocation.
     #[derive(Debug)]
     pub struct CompletionBody<B, Eos, R: Complete> {
         #[pin]
@@ -117,22 +143,23 @@ pin_project! {
 }
 
 impl<B: Body, Eos: ClassifyEos, R: Complete> CompletionBody<B, Eos, R> {
-    /// `inner`, whose head gave `verdict`, completing to `receiver`. An
-    /// empty body completes now (the receiver is never moved into the
-    /// body first).
+    /// `inner`, whose head gave `verdict`, completing to `receiver`;
+    /// `events`: the head said `text/event-stream`, so a success is
+    /// checked against the events (see the [module docs](self)). An empty
+    /// body completes now (the receiver is never moved into the body
+    /// first).
     #[inline]
-    pub(crate) fn new(inner: B, receiver: R, verdict: Classified<Eos>) -> Self {
+    pub(crate) fn new(inner: B, receiver: R, verdict: Classified<Eos>, events: bool) -> Self {
+        let success = matches!(verdict, Classified::Ready(Outcome::Success));
+        let scan = (events && success).then(SseScan::new);
+        let mut pending = Pending {
+            open: Some((receiver, verdict)),
+            scan,
+        };
         if inner.is_end_stream() {
-            receiver.complete(at_end(verdict, None));
-            return Self {
-                inner,
-                pending: Pending(None),
-            };
+            pending.settle(true, |verdict| at_end(verdict, None));
         }
-        Self {
-            inner,
-            pending: Pending(Some((receiver, verdict))),
-        }
+        Self { inner, pending }
     }
 }
 
@@ -164,14 +191,15 @@ impl<B: Body, Eos: ClassifyEos, R: Complete> Body for CompletionBody<B, Eos, R> 
         }
         match &frame {
             Some(Ok(frame)) => {
-                this.pending.first_frame();
+                this.pending.frame(frame.data_ref());
                 let trailers = frame.trailers_ref();
                 if trailers.is_some() || this.inner.is_end_stream() {
-                    this.pending.settle(|verdict| at_end(verdict, trailers));
+                    this.pending
+                        .settle(true, |verdict| at_end(verdict, trailers));
                 }
             }
-            Some(Err(_)) => this.pending.settle(|_| Outcome::Failure),
-            None => this.pending.settle(|verdict| at_end(verdict, None)),
+            Some(Err(_)) => this.pending.settle(true, |_| Outcome::Failure),
+            None => this.pending.settle(true, |verdict| at_end(verdict, None)),
         }
         Poll::Ready(frame)
     }

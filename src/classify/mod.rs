@@ -64,6 +64,8 @@ mod status;
 
 #[cfg(feature = "breaker")]
 pub(crate) mod body;
+#[cfg(feature = "breaker")]
+pub(crate) mod sse;
 
 #[cfg(feature = "breaker")]
 pub use self::body::CompletionBody;

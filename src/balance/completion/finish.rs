@@ -8,6 +8,7 @@ use http_body::Body;
 use crate::balance::completion::body::{ResponseBody, Verdict};
 use crate::balance::completion::guard::Guard;
 use crate::classify::body::at_end;
+use crate::classify::sse::is_event_stream;
 use crate::classify::{AtEndOfBody, AtResponse, Classified, Classify, Outcome};
 use crate::placement::WaitedForLoad;
 
@@ -57,7 +58,8 @@ impl<B: Body, E> Finish<http::Response<B>, E> for AtEndOfBody {
             .classifier()
             .classify_head(response.status(), response.headers());
         let verdict = answered(&guard, response.status(), verdict);
-        response.map(|body| ResponseBody::new(body, guard, verdict))
+        let events = is_event_stream(response.headers());
+        response.map(|body| ResponseBody::new(body, guard, verdict, events))
     }
 
     fn error(&self, _: &E, guard: Guard) {

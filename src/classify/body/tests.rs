@@ -17,7 +17,7 @@ enum Seen {
 struct Receiver(Log);
 
 impl Complete for Receiver {
-    fn first_frame(&mut self) {
+    fn frame(&mut self) {
         let mut seen = self.0.borrow_mut();
         if !seen.contains(&Seen::FirstFrame) {
             seen.push(Seen::FirstFrame);
@@ -79,12 +79,21 @@ fn wrap(
     open: bool,
     verdict: Verdict,
 ) -> (Tested, Log) {
+    wrap_events(frames, open, verdict, false)
+}
+
+fn wrap_events(
+    frames: Vec<Result<Frame<&'static [u8]>, &'static str>>,
+    open: bool,
+    verdict: Verdict,
+    events: bool,
+) -> (Tested, Log) {
     let seen = Rc::new(RefCell::new(Vec::new()));
     let script = Script {
         frames: frames.into(),
         open,
     };
-    let body = CompletionBody::new(script, Receiver(seen.clone()), verdict);
+    let body = CompletionBody::new(script, Receiver(seen.clone()), verdict, events);
     (body, seen)
 }
 
@@ -226,4 +235,71 @@ fn unwrapping_the_body_completes_it_as_a_drop() {
     let inner = body.into_inner();
     assert_eq!(*seen.borrow(), [Seen::Complete(Outcome::Overload)]);
     assert_eq!(inner.frames.len(), 1, "the inner body is untouched");
+}
+
+fn event(text: &'static str) -> Result<Frame<&'static [u8]>, &'static str> {
+    Ok(Frame::data(text.as_bytes()))
+}
+
+/// The outcome of an event stream whose head succeeded: its frames read
+/// to the end, or (`drop_after`) dropped after that many.
+fn stream_outcome(
+    frames: Vec<Result<Frame<&'static [u8]>, &'static str>>,
+    drop_after: Option<usize>,
+) -> Outcome {
+    let n = frames.len();
+    let (mut body, seen) = wrap_events(frames, false, Classified::Ready(Outcome::Success), true);
+    for _ in 0..drop_after.unwrap_or(n + 1) {
+        if poll(&mut body).is_none() {
+            break;
+        }
+    }
+    drop(body);
+    let outcome = match seen.borrow().last() {
+        Some(Seen::Complete(outcome)) => *outcome,
+        other => panic!("not completed: {other:?}"),
+    };
+    outcome
+}
+
+#[test]
+fn an_event_stream_succeeds_only_through_its_done_and_without_an_error() {
+    const TOKEN: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n";
+    const DONE: &str = "data: [DONE]\n\n";
+    const ERROR: &str = "data: {\"error\": {\"message\": \"engine died\"}}\n\n";
+    let whole = vec![event(TOKEN), event(TOKEN), event(DONE)];
+    assert_eq!(stream_outcome(whole, None), Outcome::Success);
+    let cut = vec![event(TOKEN), event(TOKEN)];
+    assert_eq!(stream_outcome(cut, None), Outcome::Failure, "no [DONE]");
+    let errored = vec![event(TOKEN), event(ERROR), event(DONE)];
+    assert_eq!(stream_outcome(errored, None), Outcome::Failure);
+    // The caller left: not the backend's failure, unless it had sent an
+    // error already.
+    let left = vec![event(TOKEN), event(TOKEN), event(DONE)];
+    assert_eq!(stream_outcome(left, Some(1)), Outcome::Success);
+    let left_after_error = vec![event(ERROR), event(TOKEN), event(DONE)];
+    assert_eq!(stream_outcome(left_after_error, Some(1)), Outcome::Failure);
+    // Not an event stream: the same bytes say nothing.
+    let (mut body, seen) = wrap(
+        vec![event(ERROR)],
+        false,
+        Classified::Ready(Outcome::Success),
+    );
+    assert_eq!(poll(&mut body), Some(true));
+    assert_eq!(
+        seen.borrow().last(),
+        Some(&Seen::Complete(Outcome::Success))
+    );
+    // A head that failed stays failed; the scan never turns it around.
+    let (mut body, seen) = wrap_events(
+        vec![event(DONE)],
+        false,
+        Classified::Ready(Outcome::Failure),
+        true,
+    );
+    assert_eq!(poll(&mut body), Some(true));
+    assert_eq!(
+        seen.borrow().last(),
+        Some(&Seen::Complete(Outcome::Failure))
+    );
 }
