@@ -39,6 +39,8 @@
 //! | `model_balance_backend_health_score` | gauge | `backend` | its health score, a fraction in [0, 1] |
 //! | `model_balance_backend_ejected` | gauge | `backend` | 1 while health ejects it, else 0 |
 //! | `model_balance_backend_ejections_total` | counter | `backend` | times health ejected it |
+//! | `model_balance_backend_ttft_seconds` | histogram | `backend` | seconds to the first frame (the first token) of its event streams that succeeded, among the timed requests; each export records the samples since the last, each at its bucket's middle (within an eighth) |
+//! | `model_balance_backend_tpot_seconds` | histogram | `backend` | seconds per output token of those streams: the mean gap between a stream's frames after its first |
 //! | `model_balance_placement_total` | counter | `event` | with placement on: `load`, `load_failure`, `unload`, `unknown_model`, `reload` |
 //!
 //! With feature `hedge`, [`export_hedge`] sets a
@@ -58,7 +60,7 @@
 
 use std::time::Duration;
 
-use metrics::{counter, gauge, Unit};
+use metrics::{counter, gauge, histogram, Unit};
 use tokio::task::JoinHandle;
 
 use crate::balance::BalancerHandle;
@@ -120,15 +122,16 @@ fn every(interval: Duration, set: impl Fn() + Send + 'static) -> Result<ExportTa
     Ok(ExportTask { task })
 }
 
-/// Whether a series is a counter or a gauge.
+/// Whether a series is a counter, a gauge or a histogram (of seconds).
 #[derive(Clone, Copy)]
 enum Kind {
     Counter,
     Gauge,
+    Histogram,
 }
 
 /// Every series of the [module docs](self): name, kind, help text.
-const SERIES: [(&str, Kind, &str); 19] = [
+const SERIES: [(&str, Kind, &str); 21] = [
     (
         "model_balance_requests_total",
         Kind::Counter,
@@ -195,6 +198,16 @@ const SERIES: [(&str, Kind, &str); 19] = [
         "Times health ejected the backend.",
     ),
     (
+        "model_balance_backend_ttft_seconds",
+        Kind::Histogram,
+        "Time to first token of the backend's event streams that succeeded (timed requests), seconds.",
+    ),
+    (
+        "model_balance_backend_tpot_seconds",
+        Kind::Histogram,
+        "Time per output token (mean gap between frames) of the backend's event streams, seconds.",
+    ),
+    (
         "model_balance_placement_total",
         Kind::Counter,
         "Placement events: loads, load failures, unloads, unknown models, reloads.",
@@ -235,6 +248,7 @@ pub fn describe() {
         match kind {
             Kind::Counter => metrics::describe_counter!(name, Unit::Count, help),
             Kind::Gauge => metrics::describe_gauge!(name, help),
+            Kind::Histogram => metrics::describe_histogram!(name, Unit::Seconds, help),
         }
     }
 }
@@ -312,6 +326,23 @@ pub fn record(handle: &BalancerHandle) {
         gauge!("model_balance_backend_health_score", &label()).set(b.health);
         gauge!("model_balance_backend_ejected", &label()).set(f64::from(u8::from(b.ejected)));
         counter!("model_balance_backend_ejections_total", &label()).absolute(b.ejections);
+    }
+    // The samples since the last call, each at its bucket's middle (within
+    // an eighth of the sample).
+    for (id, ttft, tpot) in handle.stream_samples() {
+        for (name, counts) in [
+            ("model_balance_backend_ttft_seconds", ttft),
+            ("model_balance_backend_tpot_seconds", tpot),
+        ] {
+            if counts.iter().all(|&n| n == 0) {
+                continue;
+            }
+            let h = histogram!(name, "backend" => id.to_string());
+            for (i, &n) in counts.iter().enumerate().filter(|(_, &n)| n > 0) {
+                let seconds = crate::histogram::middle_micros(i) / 1e6;
+                h.record_many(seconds, usize::try_from(n).unwrap_or(usize::MAX));
+            }
+        }
     }
     if let Some(p) = handle.placement_stats() {
         for (event, value) in [

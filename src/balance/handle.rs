@@ -84,6 +84,23 @@ pub struct BackendStatus {
     /// Requests that failed on it since it joined (errors, 5xx, 429, failed
     /// model loads).
     pub failures: u64,
+    /// Event streams (`text/event-stream` answers, as OpenAI-compatible
+    /// servers stream tokens) that succeeded on it since it joined, among
+    /// the timed requests (all of a clone's while its traffic is light,
+    /// down to one in 16).
+    pub streams: u64,
+    /// Their mean time to first token (the body's first frame after the
+    /// pick), ms; `None` before the first.
+    pub ttft_mean_ms: Option<f64>,
+    /// Their median time to first token, ms (within an eighth: the
+    /// histogram's buckets are a quarter-octave wide).
+    pub ttft_p50_ms: Option<f64>,
+    /// Their 99th-percentile time to first token, ms (as `ttft_p50_ms`).
+    pub ttft_p99_ms: Option<f64>,
+    /// Their mean time per output token: the mean gap between a stream's
+    /// frames after its first (one event, one token, on vLLM and SGLang),
+    /// ms; `None` before a stream of two frames.
+    pub tpot_mean_ms: Option<f64>,
 }
 
 /// A cheap, cloneable handle on a balancer's counters and backends.
@@ -141,17 +158,46 @@ impl BalancerHandle {
         table
             .backends
             .iter()
-            .map(|b| BackendStatus {
-                id: b.id.clone(),
-                in_flight: b.load(),
-                breaker: b.breaker.state(),
-                breaker_trips: b.breaker.trips(),
-                breaker_transitions: b.breaker.transitions(),
-                picked: b.traffic.picked(),
-                health: b.health.status(&table.fleet.settings.health).score,
-                ejected: b.health.is_ejected(),
-                ejections: b.health.ejections.load(Ordering::Relaxed),
-                failures: b.health.failed.load(Ordering::Relaxed),
+            .map(|b| {
+                let stream = b.stream.figures();
+                BackendStatus {
+                    id: b.id.clone(),
+                    in_flight: b.load(),
+                    breaker: b.breaker.state(),
+                    breaker_trips: b.breaker.trips(),
+                    breaker_transitions: b.breaker.transitions(),
+                    picked: b.traffic.picked(),
+                    health: b.health.status(&table.fleet.settings.health).score,
+                    ejected: b.health.is_ejected(),
+                    ejections: b.health.ejections.load(Ordering::Relaxed),
+                    failures: b.health.failed.load(Ordering::Relaxed),
+                    streams: stream.streams,
+                    ttft_mean_ms: stream.ttft_mean_ms,
+                    ttft_p50_ms: stream.ttft_p50_ms,
+                    ttft_p99_ms: stream.ttft_p99_ms,
+                    tpot_mean_ms: stream.tpot_mean_ms,
+                }
+            })
+            .collect()
+    }
+
+    /// Each current backend's TTFT and TPOT samples since the last call,
+    /// per histogram bucket (for the metrics export).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn stream_samples(
+        &self,
+    ) -> Vec<(
+        BackendId,
+        crate::histogram::Counts,
+        crate::histogram::Counts,
+    )> {
+        let table = self.view.table();
+        table
+            .backends
+            .iter()
+            .map(|b| {
+                let (ttft, tpot) = b.stream.take_new();
+                (b.id.clone(), ttft, tpot)
             })
             .collect()
     }

@@ -64,7 +64,7 @@ mod status;
 
 #[cfg(feature = "breaker")]
 pub(crate) mod body;
-#[cfg(feature = "breaker")]
+#[cfg(any(feature = "breaker", feature = "hedge"))]
 pub(crate) mod sse;
 
 #[cfg(feature = "breaker")]

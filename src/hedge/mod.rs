@@ -107,6 +107,7 @@
 mod budget;
 mod config;
 mod delay;
+mod first_frame;
 mod future;
 mod gate;
 mod layer;
@@ -117,6 +118,7 @@ mod shared;
 
 pub use self::budget::Budget;
 pub use self::config::{HedgeConfig, HedgeConfigBuilder};
+pub use self::first_frame::{FirstFrame, FirstFrameFuture, FirstFrameLayer, Replay};
 pub use self::future::ResponseFuture;
 #[cfg(feature = "balance")]
 pub use self::gate::BalancerLoad;

@@ -8,7 +8,7 @@ use tokio::time::{Instant, Sleep};
 use super::budget::Budget;
 use super::CloneRequest;
 use crate::backend::{Exclude, PickedSlot};
-use crate::error::BoxError;
+use crate::error::{BoxError, StreamFailed};
 
 /// A `tower::retry::Policy` that retries only where a retry is safe and
 /// only while the shared [`Budget`] has room, so that hedges and retries
@@ -26,7 +26,14 @@ use crate::error::BoxError;
 ///   semantics: a hedge sends it twice anyway), and real servers do this:
 ///   uvicorn, under MLServer, KServe and vLLM, closes a connection after a
 ///   500 without saying so, and the next request sent on it fails. An
-///   update may have been applied: it is not retried.
+///   update may have been applied: it is not retried;
+/// * for requests that are not updates, an event stream that failed
+///   before its first token ([`StreamFailed`], from a
+///   [`FirstFrame`](super::FirstFrame) below this policy's `Retry`):
+///   nothing of it reached the caller. After the first token nothing is
+///   retried: the caller holds part of one backend's answer, and another
+///   backend's tokens would not continue it (a sampled generation differs
+///   from one run to the next).
 ///
 /// Never anything once a response has begun other than that 503: other
 /// statuses, and errors after the headers (a body's), are not retried;
@@ -124,7 +131,8 @@ impl RetryPolicy {
             }
             Ok(_) => None,
             Err(error) => {
-                let unanswered = !update && transport_failed(error.as_ref());
+                let unanswered =
+                    !update && (transport_failed(error.as_ref()) || error.is::<StreamFailed>());
                 (connect_refused(error.as_ref()) || unanswered).then_some(Duration::ZERO)
             }
         }

@@ -59,6 +59,9 @@ impl<B: Body, E> Finish<http::Response<B>, E> for AtEndOfBody {
             .classify_head(response.status(), response.headers());
         let verdict = answered(&guard, response.status(), verdict);
         let events = is_event_stream(response.headers());
+        if events {
+            guard.events();
+        }
         response.map(|body| ResponseBody::new(body, guard, verdict, events))
     }
 

@@ -9,13 +9,14 @@ use tokio::time::Instant;
 use http::HeaderMap;
 
 use crate::backend::{BackendId, PickedSlot};
+use crate::balance::completion::timing::Timing;
 use crate::balance::config::ResidencyHeader;
 #[cfg(test)]
 use crate::balance::state::backend::Start;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::placement::Placement;
 use crate::balance::state::residency::Warmth;
-use crate::breaker::BreakerState;
+use crate::breaker::{BreakerState, StopPoint};
 use crate::classify::Classifier;
 use crate::classify::Outcome;
 use crate::route::ModelId;
@@ -77,6 +78,10 @@ pub struct Guard {
     /// A hedging layer's slot of the request, until its response arrives:
     /// superseded, the time it ran feeds the latency estimate when dropped.
     slot: Option<PickedSlot>,
+    /// When its head and frames came (timed requests).
+    timing: Timing,
+    /// Its answer is an event stream: each frame is timed (TPOT).
+    events: bool,
 }
 
 impl Guard {
@@ -100,6 +105,8 @@ impl Guard {
             warmth,
             counted: false,
             slot: None,
+            timing: Timing::default(),
+            events: false,
         }
     }
 
@@ -114,6 +121,31 @@ impl Guard {
     /// (and the hedging layer may reuse its slot).
     pub(crate) fn answered(&mut self) {
         self.slot = None;
+        if let (Some(started), StopPoint::Headers) = (self.started, self.stop_point()) {
+            self.timing.head(started, Instant::now());
+        }
+    }
+
+    /// The answer is an event stream (its head says `text/event-stream`):
+    /// its TTFT and TPOT are recorded.
+    pub(crate) fn events(&mut self) {
+        self.events = true;
+    }
+
+    /// A frame of the answer's body came: timed (one clock read) if the
+    /// request is, and it is the first or the answer is an event stream.
+    pub(crate) fn frame(&mut self) {
+        let Some(started) = self.started else {
+            return;
+        };
+        let first = !self.timing.has_frame() && self.stop_point() == StopPoint::FirstFrame;
+        if first || self.events {
+            self.timing.frame(started, Instant::now());
+        }
+    }
+
+    fn stop_point(&self) -> StopPoint {
+        self.state.fleet.settings.stop_point
     }
 
     /// With placement on, counts the request in its model's requests in
@@ -229,14 +261,21 @@ impl Guard {
 
     /// [`finish_at`](Self::finish_at), for a guard finished or dropped.
     fn complete(&mut self, outcome: Outcome, now: Instant) {
-        let elapsed = self
+        let total = self
             .started
             .map(|started| now.saturating_duration_since(started));
+        // Up to the stop point (the first frame, by default): the latency
+        // the breaker, health, the estimate and the limit judge.
+        let elapsed = total.map(|total| self.timing.latency(self.stop_point(), total));
         let latency = elapsed.unwrap_or(Duration::ZERO);
         let penalty = self.state.fleet.settings.health.failure_penalty;
         match outcome {
             Outcome::Success if self.started.is_some() => {
                 self.state.latency.record(latency, false);
+                // What the caller saw, cold starts included.
+                if let (true, Some((ttft, tpot))) = (self.events, self.timing.stream()) {
+                    self.state.stream.record(ttft, tpot);
+                }
                 // A request that may have waited for its model to load
                 // says nothing of the backend's health: cold loads are
                 // expected, and the balancer chose them.
@@ -244,7 +283,7 @@ impl Guard {
                     self.state.health.record(elapsed, false, penalty);
                     // A warm inference request: its model's work.
                     if let Some(key) = self.model() {
-                        self.state.fleet.work.record(key, latency);
+                        self.state.fleet.work.record(key, total.unwrap_or_default());
                     }
                 }
             }

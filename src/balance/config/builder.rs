@@ -8,7 +8,7 @@ use super::fields::{
     BalanceConfig, BreakerHook, BreakerScope, ResidencyHeader, StagingConfig, MAX_PAIRS,
 };
 use crate::backend::BackendId;
-use crate::breaker::{BreakerConfig, Transition};
+use crate::breaker::{BreakerConfig, StopPoint, Transition};
 use crate::classify::Classifier;
 use crate::error::InvalidConfig;
 use crate::health::HealthConfig;
@@ -247,6 +247,33 @@ impl BalanceConfigBuilder {
     /// [the balancer's docs](crate::balance#overload) for the contract.
     pub fn admission(mut self, admission: AdmissionConfig) -> Self {
         self.config.admission = Some(admission);
+        self
+    }
+
+    /// Where a call's latency stops for its backend's breaker (slow
+    /// calls), health (its latency term), latency estimate (P2C's cost)
+    /// and adaptive admission limit; it starts at the pick. Default
+    /// [`StopPoint::FirstFrame`](crate::breaker::StopPoint::FirstFrame):
+    /// the first frame of the response body, which for a stream of tokens
+    /// is the time to first token (TTFT). A 40 s generation whose first
+    /// token came in 200 ms is not slow: how long a generation runs is the
+    /// caller's `max_tokens`, not the backend's speed, while a slow first
+    /// token is a backend queueing or prefilling slowly. For a response
+    /// whose body comes in one frame the two are the same.
+    /// [`StopPoint::EndOfBody`](crate::breaker::StopPoint::EndOfBody) times
+    /// whole calls; [`StopPoint::Headers`](crate::breaker::StopPoint::Headers)
+    /// stops at the head. The models' work (demand) always counts whole
+    /// calls.
+    ///
+    /// ```
+    /// use tower_model_balance::balance::BalanceConfig;
+    /// use tower_model_balance::breaker::StopPoint;
+    ///
+    /// let whole = BalanceConfig::builder().stop_point(StopPoint::EndOfBody).build().unwrap();
+    /// assert_ne!(whole, BalanceConfig::default());
+    /// ```
+    pub fn stop_point(mut self, stop: StopPoint) -> Self {
+        self.config.stop_point = stop;
         self
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::admission::AdmissionConfig;
 use crate::backend::BackendId;
-use crate::breaker::{BreakerConfig, Transition};
+use crate::breaker::{BreakerConfig, StopPoint, Transition};
 use crate::classify::Classifier;
 use crate::error::InvalidConfig;
 use crate::health::HealthConfig;
@@ -37,6 +37,7 @@ pub(crate) const DEFAULT_LATENCY_DECAY: Duration = Duration::from_secs(10);
 /// | `residency_header` | none | see [`ResidencyHeader`] |
 /// | `classifier` | [`Classifier::http`] | [`Classifier::grpc`] for gRPC backends, or your own |
 /// | `admission` (per-backend limits, shedding by urgency) | none: never refuses for load | see [`AdmissionConfig`] |
+/// | `stop_point` (where a call's latency stops for its breaker's slow calls, health and the latency estimate) | [`StopPoint::FirstFrame`]: a stream's time to first token | [`StopPoint::Headers`], [`StopPoint::EndOfBody`] |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BalanceConfig {
@@ -78,6 +79,9 @@ pub struct BalanceConfig {
     pub(crate) classifier: Classifier,
     /// Per-backend admission limits and shedding, if on.
     pub(crate) admission: Option<AdmissionConfig>,
+    /// Where a call's latency stops for its breaker, health, latency
+    /// estimate and adaptive limit.
+    pub(crate) stop_point: StopPoint,
 }
 
 /// The most pairs [`BreakerScope::BackendModel`] may track.
@@ -180,6 +184,7 @@ impl Default for BalanceConfig {
             residency_header: None,
             classifier: Classifier::http(),
             admission: None,
+            stop_point: StopPoint::FirstFrame,
         }
     }
 }

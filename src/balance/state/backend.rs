@@ -14,6 +14,7 @@ use crate::balance::state::fleet::Fleet;
 use crate::balance::state::health::{BackendHealth, WarmUp};
 use crate::balance::state::limit::BackendLimit;
 use crate::balance::state::residency::Residency;
+use crate::balance::state::stream::StreamTimes;
 use crate::balance::state::traffic::Traffic;
 use crate::breaker::{Breaker, BreakerConfig, OnTransition, Ticket, Transition};
 use crate::classify::Outcome;
@@ -65,6 +66,8 @@ pub(crate) struct BackendState {
     pub(crate) health: BackendHealth,
     /// Its admission limit (infinite without admission).
     pub(crate) limit: BackendLimit,
+    /// Its event streams' TTFT and TPOT.
+    pub(crate) stream: StreamTimes,
     /// Set when discovery removes the backend: not picked again.
     pub(crate) removed: AtomicBool,
 }
@@ -89,6 +92,7 @@ impl BackendState {
             health: BackendHealth::new(&fleet.settings.health, start.warm_up),
             removed: AtomicBool::new(false),
             limit: BackendLimit::new(fleet.settings.admission.as_ref()),
+            stream: StreamTimes::new(),
             fleet,
         }
     }

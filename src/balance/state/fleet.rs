@@ -16,6 +16,7 @@ use crate::balance::state::placement::Placement;
 use crate::balance::state::queue::WaitQueue;
 use crate::balance::state::scoped::Scoped;
 use crate::balance::state::traffic::FleetTraffic;
+use crate::breaker::StopPoint;
 use crate::classify::Classifier;
 use crate::health::HealthConfig;
 
@@ -56,6 +57,8 @@ pub(crate) struct Settings {
     pub(crate) classifier: Classifier,
     /// Per-backend admission, if on.
     pub(crate) admission: Option<AdmissionConfig>,
+    /// Where a call's latency stops for its breaker, health and estimate.
+    pub(crate) stop_point: StopPoint,
 }
 
 /// Counts over every backend of one balancer, kept up to date by the
@@ -90,6 +93,7 @@ impl Settings {
             residency_header: config.residency_header.clone(),
             classifier: config.classifier.clone(),
             admission: config.admission.clone(),
+            stop_point: config.stop_point,
         }
     }
 }

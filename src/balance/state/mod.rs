@@ -21,6 +21,7 @@
 //! | `clock.rs` | one pick's time, read only if a step needs it |
 //! | `limit.rs` | each backend's admission limit, fixed or adaptive (AIMD) |
 //! | `queue.rs` | the bounded queue of requests waiting for room, by urgency |
+//! | `stream.rs` | each backend's streamed answers: time to first token, time per output token |
 
 pub(crate) mod backend;
 pub(crate) mod clock;
@@ -35,5 +36,6 @@ pub(crate) mod queue;
 pub(crate) mod residency;
 pub(crate) mod scoped;
 pub(crate) mod shared;
+pub(crate) mod stream;
 pub(crate) mod table;
 pub(crate) mod traffic;

@@ -1,0 +1,131 @@
+//! One backend's streamed answers: time to first token and time per
+//! output token, in lock-free histograms.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::histogram::{quantile_micros, Counts, LatencyHistogram, BUCKETS};
+
+/// TTFT and TPOT of one backend's timed event streams that succeeded,
+/// since it joined (never cleared); what a metrics export last read of
+/// them, once one reads.
+#[derive(Debug)]
+pub(crate) struct StreamTimes {
+    ttft: LatencyHistogram,
+    tpot: LatencyHistogram,
+    tpot_sum_us: AtomicU64,
+    tpot_count: AtomicU64,
+    ttft_sum_us: AtomicU64,
+    /// The counts [`StreamTimes::take_new`] last returned up to; allocated
+    /// at the first export.
+    exported: Mutex<Option<Box<(Counts, Counts)>>>,
+}
+
+/// What a backend's streams took, as the handle reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct StreamFigures {
+    pub(crate) streams: u64,
+    pub(crate) ttft_mean_ms: Option<f64>,
+    pub(crate) ttft_p50_ms: Option<f64>,
+    pub(crate) ttft_p99_ms: Option<f64>,
+    pub(crate) tpot_mean_ms: Option<f64>,
+}
+
+impl StreamTimes {
+    pub(crate) fn new() -> Self {
+        Self {
+            ttft: LatencyHistogram::new(),
+            tpot: LatencyHistogram::new(),
+            tpot_sum_us: AtomicU64::new(0),
+            tpot_count: AtomicU64::new(0),
+            ttft_sum_us: AtomicU64::new(0),
+            exported: Mutex::new(None),
+        }
+    }
+
+    /// Records one stream: its first data frame `ttft` after the pick, and
+    /// the mean gap between its data frames after the first (`None`: one
+    /// frame).
+    pub(crate) fn record(&self, ttft: Duration, tpot: Option<Duration>) {
+        self.ttft.record(ttft);
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.ttft_sum_us.fetch_add(micros(ttft), Ordering::Relaxed);
+        if let Some(tpot) = tpot {
+            self.tpot.record(tpot);
+            self.tpot_sum_us.fetch_add(micros(tpot), Ordering::Relaxed);
+            self.tpot_count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Streams recorded, TTFT mean and quantiles, TPOT mean.
+    pub(crate) fn figures(&self) -> StreamFigures {
+        let mut counts = [0; BUCKETS];
+        self.ttft.add_to(&mut counts);
+        let streams: u64 = counts.iter().sum();
+        let ms = |us: f64| us / 1_000.0;
+        let mean = |sum: &AtomicU64, n: u64| {
+            (n > 0).then(|| ms(sum.load(Ordering::Relaxed) as f64 / n as f64))
+        };
+        StreamFigures {
+            streams,
+            ttft_mean_ms: mean(&self.ttft_sum_us, streams),
+            ttft_p50_ms: quantile_micros(&counts, streams, 5_000).map(ms),
+            ttft_p99_ms: quantile_micros(&counts, streams, 9_900).map(ms),
+            tpot_mean_ms: mean(&self.tpot_sum_us, self.tpot_count.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// The TTFT and TPOT samples recorded since the last call, per bucket
+    /// (for a metrics export, whose histograms take samples). The first
+    /// call allocates what later calls compare with; it takes a lock only
+    /// the export takes.
+    pub(crate) fn take_new(&self) -> (Counts, Counts) {
+        let mut now = ([0; BUCKETS], [0; BUCKETS]);
+        self.ttft.add_to(&mut now.0);
+        self.tpot.add_to(&mut now.1);
+        let mut exported = self
+            .exported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let last = exported.get_or_insert_with(|| Box::new(([0; BUCKETS], [0; BUCKETS])));
+        let mut new = now;
+        for (n, l) in new.0.iter_mut().zip(&last.0) {
+            *n = n.saturating_sub(*l);
+        }
+        for (n, l) in new.1.iter_mut().zip(&last.1) {
+            *n = n.saturating_sub(*l);
+        }
+        **last = now;
+        new
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_and_new_samples() {
+        let t = StreamTimes::new();
+        assert_eq!(t.figures(), StreamFigures::default());
+        let ms = Duration::from_millis;
+        for i in 1..=100 {
+            t.record(ms(i), (i % 2 == 0).then(|| ms(10)));
+        }
+        let f = t.figures();
+        assert_eq!(f.streams, 100);
+        assert!((f.ttft_mean_ms.unwrap() - 50.5).abs() < 1e-9);
+        let p50 = f.ttft_p50_ms.unwrap();
+        assert!((44.0..=57.0).contains(&p50), "{p50}");
+        assert!(f.ttft_p99_ms.unwrap() >= 88.0);
+        assert!((f.tpot_mean_ms.unwrap() - 10.0).abs() < 1e-9);
+        let (ttft, tpot) = t.take_new();
+        assert_eq!(ttft.iter().sum::<u64>(), 100);
+        assert_eq!(tpot.iter().sum::<u64>(), 50);
+        t.record(ms(5), None);
+        let (ttft, tpot) = t.take_new();
+        assert_eq!((ttft.iter().sum::<u64>(), tpot.iter().sum::<u64>()), (1, 0));
+        assert_eq!(t.figures().streams, 101, "the figures are never cleared");
+    }
+}
