@@ -3,10 +3,10 @@
 //! the crate's stack to the backends.
 //!
 //! ```text
-//! axum ─► ModelFromBody ─► Hedge ─────────► Retry ─────────► ModelBalancer ─► per backend: breaker ─► timeout ─► SetOrigin ─► hyper-util client
-//!         model ID from     backup after p95,  a 503 or refused  affinity, health,                       Elapsed Host
-//!         body or path      5% budget, gated   connection once,  probes, placement                               hop-by-hop
-//!                                              elsewhere, within
+//! axum ─► ModelFromBody ─► Hedge ─────────► Retry ─────────► FirstFrame ─────► ModelBalancer ─► per backend: breaker ─► timeout ─► SetOrigin ─► hyper-util client
+//!         model ID from     backup after p95,  a 503 or refused  an event stream   affinity, health,                       Elapsed Host
+//!         body or path      5% budget, gated   connection once,  answers at its    probes, placement                               hop-by-hop
+//!                           (TTFT for streams) elsewhere, within first token
 //!                                              the same budget
 //! ```
 //!
@@ -50,7 +50,8 @@ use tower_model_balance::health::probe::{
     KServeV2, MetricNames, OpenAiModels, ProbeConfig, PrometheusMetrics,
 };
 use tower_model_balance::hedge::{
-    BalancerLoad, Hedge, HedgeConfig, HedgeHandle, HedgeLayer, RetryPolicy,
+    BalancerLoad, FirstFrame, FirstFrameLayer, Hedge, HedgeConfig, HedgeHandle, HedgeLayer,
+    RetryPolicy,
 };
 use tower_model_balance::placement::{KServeV2Loader, PlacementConfig, WhenCold};
 use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
@@ -62,7 +63,7 @@ pub use server::serve;
 /// a timeout (inside the balancer's breaker, so a hung call is a failure).
 pub type Endpoint = Timeout<SetOrigin<Client<HttpConnector, Full<Bytes>>>>;
 /// The whole request path.
-pub type Stack = ModelFromBody<Hedge<Retry<RetryPolicy, ModelBalancer<Endpoint>>>>;
+pub type Stack = ModelFromBody<Hedge<Retry<RetryPolicy, FirstFrame<ModelBalancer<Endpoint>>>>>;
 
 /// The routes forwarded to the backends, as they are.
 pub const INFERENCE_ROUTES: [&str; 5] = [
@@ -299,7 +300,12 @@ fn stack(
         //    is sent once more, at once, to another backend, within the
         //    hedge's budget. Nothing of the answer had reached the client.
         .layer(RetryLayer::new(hedge.retry_policy()))
-        // 4. Balance: affinity to the model's owners, breakers, health,
+        // 4. First frame: an event stream (`stream: true`) is answered at
+        //    its first token, not its head, so that the hedge's delay is
+        //    the time to first token and never fires once a token came,
+        //    and a stream cut before its first token is retried elsewhere.
+        .layer(FirstFrameLayer::new())
+        // 5. Balance: affinity to the model's owners, breakers, health,
         //    placement.
         .service(balancer))
 }

@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use tower::timeout::error::Elapsed;
 use tower_model_balance::error::{
     BreakerOpen, InvalidRoute, ModelLoadFailed, NoHealthyBackend, Overloaded, PayloadTooLarge,
-    UnknownModel,
+    StreamFailed, UnknownModel,
 };
 
 /// `Retry-After` for [`NoHealthyBackend`], which carries no wait of its
@@ -149,6 +149,14 @@ fn known(err: &(dyn Error + 'static)) -> Option<ErrorReply> {
         r
     } else if err.is::<ModelLoadFailed>() {
         reply(unavailable, "service_unavailable", "model_load_failed", err)
+    } else if err.is::<StreamFailed>() {
+        // Nothing of the stream reached the client: a plain error answer.
+        reply(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "stream_failed",
+            err,
+        )
     } else if err.is::<Elapsed>() {
         reply(
             StatusCode::GATEWAY_TIMEOUT,

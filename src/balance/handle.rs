@@ -12,96 +12,14 @@ use crate::balance::state::placement::{Owners, Placement, PlacementStats};
 use crate::balance::state::shared::View;
 use crate::balance::state::traffic::Branch;
 use crate::balance::tasks::{self, placement, BackgroundTask};
-use crate::breaker::{Breaker, BreakerState, TransitionCounts};
+use crate::breaker::{Breaker, BreakerState};
 use crate::error::{BoxError, InvalidConfig};
 use crate::health::probe::{ProbeConfig, ProbeError, ProbeReport, Prober};
 use crate::health::HealthStatus;
 use crate::placement::{ModelLoader, PlacementConfig};
 use crate::route::ModelId;
 
-/// Requests counted by the branch the balancer took, since it was built.
-/// Every request lands in exactly one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct BalanceStats {
-    /// Inference requests sent to an owner of their model where the model
-    /// was resident (as far as the balancer knew).
-    pub resident_owner: u64,
-    /// Inference requests sent to an owner that had to load the model.
-    pub cold_owner: u64,
-    /// Inference requests spilled past every owner along the ring.
-    pub spill: u64,
-    /// Requests routed in panic mode (too few eligible backends), over
-    /// every backend.
-    pub panic: u64,
-    /// Update requests sent by P2C.
-    pub update: u64,
-    /// Requests failed fast with `NoHealthyBackend`.
-    pub no_backend: u64,
-    /// Requests failed fast with `InvalidRoute`.
-    pub invalid_route: u64,
-    /// `Normal` requests shed under admission with `Overloaded` (at once,
-    /// after waiting, or pushed out of a full queue).
-    pub shed_normal: u64,
-    /// `High` requests shed under admission.
-    pub shed_high: u64,
-    /// `Critical` requests shed under admission.
-    pub shed_critical: u64,
-    /// Requests that waited for room under admission (each then counted
-    /// where it went: a branch, or shed).
-    pub queued: u64,
-    /// The most requests that waited for room at once.
-    pub queue_peak: u64,
-}
-
-/// One backend as the balancer sees it now.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct BackendStatus {
-    /// The backend.
-    pub id: BackendId,
-    /// Requests sent and not yet finished (end of response body); counted
-    /// up to 2^24 − 1 (about 16.7 million) at once.
-    pub in_flight: usize,
-    /// Its backend-level breaker's state. In
-    /// [`BreakerScope::BackendModel`](crate::balance::BreakerScope::BackendModel)
-    /// that breaker takes no traffic and stays closed: read the pairs with
-    /// [`BalancerHandle::breaker_state`].
-    pub breaker: BreakerState,
-    /// Times its backend-level breaker opened.
-    pub breaker_trips: u64,
-    /// Times its backend-level breaker entered each state.
-    pub breaker_transitions: TransitionCounts,
-    /// Requests sent to it since it joined (a counter that wraps after
-    /// 2^40, about a trillion).
-    pub picked: u64,
-    /// Its health score as last evaluated, in [0, 1].
-    pub health: f64,
-    /// Whether health ejected it from the eligible set.
-    pub ejected: bool,
-    /// Times health ejected it since it joined.
-    pub ejections: u64,
-    /// Requests that failed on it since it joined (errors, 5xx, 429, failed
-    /// model loads).
-    pub failures: u64,
-    /// Event streams (`text/event-stream` answers, as OpenAI-compatible
-    /// servers stream tokens) that succeeded on it since it joined, among
-    /// the timed requests (all of a clone's while its traffic is light,
-    /// down to one in 16).
-    pub streams: u64,
-    /// Their mean time to first token (the body's first frame after the
-    /// pick), ms; `None` before the first.
-    pub ttft_mean_ms: Option<f64>,
-    /// Their median time to first token, ms (within an eighth: the
-    /// histogram's buckets are a quarter-octave wide).
-    pub ttft_p50_ms: Option<f64>,
-    /// Their 99th-percentile time to first token, ms (as `ttft_p50_ms`).
-    pub ttft_p99_ms: Option<f64>,
-    /// Their mean time per output token: the mean gap between a stream's
-    /// frames after its first (one event, one token, on vLLM and SGLang),
-    /// ms; `None` before a stream of two frames.
-    pub tpot_mean_ms: Option<f64>,
-}
+use crate::balance::stats::{BackendStatus, BalanceStats};
 
 /// A cheap, cloneable handle on a balancer's counters and backends.
 #[derive(Clone)]
@@ -158,26 +76,7 @@ impl BalancerHandle {
         table
             .backends
             .iter()
-            .map(|b| {
-                let stream = b.stream.figures();
-                BackendStatus {
-                    id: b.id.clone(),
-                    in_flight: b.load(),
-                    breaker: b.breaker.state(),
-                    breaker_trips: b.breaker.trips(),
-                    breaker_transitions: b.breaker.transitions(),
-                    picked: b.traffic.picked(),
-                    health: b.health.status(&table.fleet.settings.health).score,
-                    ejected: b.health.is_ejected(),
-                    ejections: b.health.ejections.load(Ordering::Relaxed),
-                    failures: b.health.failed.load(Ordering::Relaxed),
-                    streams: stream.streams,
-                    ttft_mean_ms: stream.ttft_mean_ms,
-                    ttft_p50_ms: stream.ttft_p50_ms,
-                    ttft_p99_ms: stream.ttft_p99_ms,
-                    tpot_mean_ms: stream.tpot_mean_ms,
-                }
-            })
+            .map(|b| BackendStatus::of(b, &table.fleet.settings.health))
             .collect()
     }
 

@@ -250,6 +250,7 @@ mod handle;
 mod queued;
 mod service;
 mod state;
+mod stats;
 mod tasks;
 
 pub use self::backend::{Backend, BackendMeta};
@@ -260,7 +261,8 @@ pub use self::config::{
     AdmissionConfig, AdmissionConfigBuilder, BalanceConfig, BalanceConfigBuilder, BreakerScope,
     Limit, ResidencyHeader, StagingConfig,
 };
-pub use self::handle::{BackendStatus, BalanceStats, BalancerHandle};
+pub use self::handle::BalancerHandle;
+pub use self::stats::{BackendStatus, BalanceStats};
 /// The admission config's parts the TOML loader reads and writes.
 #[cfg(feature = "config")]
 pub(crate) mod config_parts {
