@@ -17,6 +17,8 @@ use tower_model_balance::error::InvalidConfig;
 /// | `model_memory` (GPU memory of one resident model, bytes) | 16 GiB | 1 B ..= 1 TiB |
 /// | `explicit_load` (models load only through the repository API) | `false` | |
 /// | `repository` (the models the server can load) | any model | valid model IDs |
+/// | `decode_time` (per token of a streamed answer, after the first) | 5 ms | ≤ 10 min |
+/// | `stream_tokens` (tokens of a streamed answer whose body has no `max_tokens`) | 16 | 1 ..= 4 096 |
 ///
 /// The simulated GPU holds `resident_slots × model_memory` bytes: the
 /// server reports that as its total GPU memory, and `resident models ×
@@ -42,12 +44,19 @@ pub struct ServerConfig {
     /// The models the repository holds, sorted and deduplicated; `None`:
     /// any model.
     pub(crate) repository: Option<Vec<String>>,
+    /// Time to decode one token of a streamed answer, after the first.
+    pub(crate) decode_time: Duration,
+    /// Tokens of a streamed answer whose request names no `max_tokens`.
+    pub(crate) stream_tokens: u32,
 }
 
 /// Default GPU memory of one resident model: 16 GiB.
 const DEFAULT_MODEL_MEMORY: u64 = 16 << 30;
 /// Largest GPU memory of one resident model: 1 TiB.
 const MAX_MODEL_MEMORY: u64 = 1 << 40;
+/// Most tokens in a streamed answer, `stream_tokens` or a request's
+/// `max_tokens`.
+pub(crate) const MAX_STREAM_TOKENS: u32 = 4_096;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -60,6 +69,8 @@ impl Default for ServerConfig {
             model_memory: DEFAULT_MODEL_MEMORY,
             explicit_load: false,
             repository: None,
+            decode_time: Duration::from_millis(5),
+            stream_tokens: 16,
         }
     }
 }
@@ -73,6 +84,16 @@ impl ServerConfig {
     /// Requests served at once.
     pub fn concurrency(&self) -> usize {
         self.concurrency
+    }
+
+    /// Time to decode one token of a streamed answer, after the first.
+    pub fn decode_time(&self) -> Duration {
+        self.decode_time
+    }
+
+    /// Tokens of a streamed answer whose request names no `max_tokens`.
+    pub fn stream_tokens(&self) -> u32 {
+        self.stream_tokens
     }
 
     /// The models the server's repository holds, sorted; `None` when any
@@ -105,6 +126,7 @@ impl ServerConfig {
 /// let config = ServerConfig::builder().resident_slots(16).build().unwrap();
 /// assert_eq!(config.concurrency(), 4);
 /// assert_eq!(ServerConfig::builder().concurrency(0).build().unwrap_err().field, "concurrency");
+/// assert_eq!(ServerConfig::builder().stream_tokens(0).build().unwrap_err().field, "stream_tokens");
 ///
 /// let explicit = ServerConfig::builder()
 ///     .explicit_load(true)
@@ -189,6 +211,21 @@ impl ServerConfigBuilder {
         self
     }
 
+    /// Sets the time to decode one token of a streamed answer (at most
+    /// 10 min; default 5 ms): the wait between two token events. The first
+    /// token comes after the prefill, the service time of a whole answer.
+    pub fn decode_time(mut self, time: Duration) -> Self {
+        self.config.decode_time = time;
+        self
+    }
+
+    /// Sets the number of tokens of a streamed answer whose request body
+    /// has no `max_tokens` (1 ..= 4 096; default 16).
+    pub fn stream_tokens(mut self, tokens: u32) -> Self {
+        self.config.stream_tokens = tokens;
+        self
+    }
+
     /// Validates and returns the config.
     ///
     /// # Errors
@@ -208,6 +245,12 @@ impl ServerConfigBuilder {
         }
         if c.update_time > ten_minutes {
             return Err(InvalidConfig::new("update_time", "at most 10 min"));
+        }
+        if c.decode_time > ten_minutes {
+            return Err(InvalidConfig::new("decode_time", "at most 10 min"));
+        }
+        if !(1..=MAX_STREAM_TOKENS).contains(&c.stream_tokens) {
+            return Err(InvalidConfig::new("stream_tokens", "1 ..= 4096"));
         }
         if !(1..=MAX_MODEL_MEMORY).contains(&c.model_memory) {
             return Err(InvalidConfig::new("model_memory", "1 ..= 2^40 bytes"));

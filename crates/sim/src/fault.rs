@@ -69,5 +69,36 @@ pub enum Fault {
     /// connection is closed. The client reads a response and gets an error
     /// from its body (a message shorter than its length). Other requests
     /// (readiness, metrics, model control) are answered as usual.
+    /// A [streamed](super::protocol#streaming) answer is cut after half
+    /// its token events (rounded down), as under
+    /// [`StreamCut`](Self::StreamCut).
     Reset,
+    /// Streamed answers decode slowly: every token event after the first
+    /// comes `factor` × the [decode time](super::ServerConfigBuilder::decode_time)
+    /// after the one before it (0 counts as 1). The first token — the
+    /// prefill — is not slowed, nor is an answer sent whole. A stream
+    /// takes the fault in force when its request arrived.
+    SlowDecode {
+        /// Multiplier of the decode time.
+        factor: u32,
+    },
+    /// Streamed answers fail mid-way: after `after_tokens` token events
+    /// (all of them, if the answer has fewer), one error event in vLLM's
+    /// shape, `data: {"error":{"message":"…","type":"InternalServerError",
+    /// "param":null,"code":500}}`, comes where the next token would have;
+    /// then the body ends normally, without `data: [DONE]`. An answer sent
+    /// whole is served as usual.
+    StreamError {
+        /// Token events sent before the error event.
+        after_tokens: u32,
+    },
+    /// Streamed answers are cut off: after `after_tokens` token events
+    /// (all of them, if the answer has fewer), where the next event would
+    /// have come, the connection is closed; the client gets an error from
+    /// the body, as under [`Reset`](Self::Reset). An answer sent whole is
+    /// served as usual.
+    StreamCut {
+        /// Token events sent before the cut.
+        after_tokens: u32,
+    },
 }

@@ -1,7 +1,6 @@
 //! One request to a simulated server: the fault in force, the info routes,
-//! then inference through the queue and the residency.
-
-//! The simulated model server: a real HTTP/1 server on 127.0.0.1.
+//! then inference through the queue and the residency, answered whole or
+//! streamed.
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -22,16 +21,37 @@ use super::queue::{backlog_delay, Counted};
 use super::repository;
 use super::residency::Access;
 use super::server::{lock, State};
-use super::wire::CutMidBody;
+use super::stream::{Plan, Stream};
+use super::wire::{CutMidBody, Wire};
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};
 
 /// An answer as the handlers build it; [`Wire::of`] turns it into what is
 /// sent.
 pub(super) type SimResponse = Response<Bytes>;
 
+/// The answer to `req`, as it is sent.
 pub(super) async fn handle(
     state: Arc<State>,
     req: Request<Incoming>,
+) -> Result<Response<Wire>, Infallible> {
+    let mut stream = None;
+    let response = match serve(state, req, &mut stream).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    };
+    Ok(match stream {
+        Some(stream) => response.map(|_| Wire::Stream(stream)),
+        None => Wire::of(response),
+    })
+}
+
+/// The answer to `req`: its status, headers and whole body, or, for a
+/// streamed answer, its status and headers with the body's `stream` put
+/// in `stream`.
+async fn serve(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    stream: &mut Option<Stream>,
 ) -> Result<SimResponse, Infallible> {
     let seq = state.counters.requests.fetch_add(1, Ordering::Relaxed);
     let fault = *state.fault.borrow();
@@ -101,10 +121,10 @@ pub(super) async fn handle(
         Some(Fault::Backlog { waiting }) => (1, waiting),
         _ => (1, 0),
     };
-    let model = match path_model {
-        Some(model) => model,
-        None => match openai::model(&body.to_bytes()) {
-            Ok(model) => model,
+    let (model, asked) = match path_model {
+        Some(model) => (model, None),
+        None => match openai::read(&body.to_bytes()) {
+            Ok(asked) => (asked.model.clone(), Some(asked)),
             Err(bad) => return Ok(bad.response()),
         },
     };
@@ -118,6 +138,15 @@ pub(super) async fn handle(
         }
     }
     let config = &state.config;
+    // Chat and completions stream when asked to; updates never do.
+    let streamed = match (openai, &asked) {
+        (Some(route @ (openai::Route::ChatCompletions | openai::Route::Completions)), Some(a))
+            if a.stream && kind != RequestKind::Update =>
+        {
+            Some((route, a.max_tokens.unwrap_or(config.stream_tokens)))
+        }
+        _ => None,
+    };
     let service = match kind {
         RequestKind::Update => config.update_time,
         _ => config.inference.of(model.as_str()),
@@ -139,11 +168,11 @@ pub(super) async fn handle(
         // Only then: a zero sleep would still wait for the timer's next tick.
         tokio::time::sleep(backlog_delay(backlog, config.concurrency, service)).await;
     }
-    let Ok(_slot) = state.slots.acquire().await else {
+    let Ok(slot) = state.slots.clone().acquire_owned().await else {
         return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "closed"));
     };
     drop(waiting);
-    let _running = Counted::enter(&state.counters.running);
+    let running = Counted::enter(&state.counters.running);
     let cold = if kind == RequestKind::Update || config.explicit_load {
         // Explicit mode: the model was loaded when the request arrived, and
         // an admitted request keeps it (as Triton's requests hold theirs).
@@ -168,9 +197,17 @@ pub(super) async fn handle(
         cold || arrived_loading
     };
     let resident = repository::resident_list(&lock(&state.residency), Instant::now());
-    let mut response = match openai {
-        Some(route) => json(StatusCode::OK, &route.response(model.as_str())),
-        None => plain(StatusCode::OK, &protocol::infer_response(model.as_str())),
+    let mut response = match (streamed, openai) {
+        (Some(_), _) => {
+            let mut head = plain(StatusCode::OK, "");
+            head.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/event-stream"),
+            );
+            head
+        }
+        (None, Some(route)) => json(StatusCode::OK, &route.response(model.as_str())),
+        (None, None) => plain(StatusCode::OK, &protocol::infer_response(model.as_str())),
     };
     let headers = response.headers_mut();
     headers.insert(
@@ -184,7 +221,18 @@ pub(super) async fn handle(
     if let Ok(models) = http::HeaderValue::from_bytes(resident.as_bytes()) {
         headers.insert(RESIDENT_MODELS_HEADER, models);
     }
-    if fault == Some(Fault::Reset) {
+    if let Some((route, tokens)) = streamed {
+        let plan = Plan {
+            route,
+            model: model.as_str().to_owned(),
+            seq,
+            tokens,
+            decode: config.decode_time,
+            fault,
+        };
+        // The body holds the slot and the running count from here.
+        *stream = Some(Stream::start(state.clone(), slot, running, &plan));
+    } else if fault == Some(Fault::Reset) {
         response.extensions_mut().insert(CutMidBody);
     }
     Ok(response)

@@ -66,6 +66,7 @@ mod repository;
 mod residency;
 mod server;
 mod stats;
+mod stream;
 mod wire;
 
 pub use self::config::{InferenceTimes, ServerConfig, ServerConfigBuilder};

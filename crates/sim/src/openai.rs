@@ -5,6 +5,7 @@
 
 use http::StatusCode;
 
+use super::config::MAX_STREAM_TOKENS;
 use super::handle::{json, SimResponse};
 use super::protocol::{self, vllm_error};
 use tower_model_balance::route::ModelId;
@@ -67,13 +68,37 @@ impl BadModel {
     }
 }
 
-/// The model a request body names: its top-level `"model"` string.
-pub(super) fn model(body: &[u8]) -> Result<ModelId, BadModel> {
+/// What the simulation reads of an OpenAI-style request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Asked {
+    /// Its top-level `"model"` string.
+    pub(super) model: ModelId,
+    /// `"stream": true`.
+    pub(super) stream: bool,
+    /// Its `"max_tokens"`, when a number: rounded down, clamped to
+    /// 1 ..= 4 096.
+    pub(super) max_tokens: Option<u32>,
+}
+
+/// Reads a request body: the model it names (its top-level `"model"`
+/// string), whether it asks for a stream and its `max_tokens`.
+pub(super) fn read(body: &[u8]) -> Result<Asked, BadModel> {
     let value: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let Some(name) = value.as_ref().and_then(|v| v.get("model")?.as_str()) else {
         return Err(BadModel::NotNamed);
     };
-    ModelId::new(name).map_err(|_| BadModel::Invalid(name.to_owned()))
+    let model = ModelId::new(name).map_err(|_| BadModel::Invalid(name.to_owned()))?;
+    let field = |key: &str| value.as_ref().and_then(|v| v.get(key));
+    let max_tokens = field("max_tokens").and_then(|n| {
+        // `as` saturates: a huge float is clamped below, a negative one is 0.
+        let n = n.as_u64().or_else(|| n.as_f64().map(|f| f as u64))?;
+        Some(n.clamp(1, u64::from(MAX_STREAM_TOKENS)) as u32)
+    });
+    Ok(Asked {
+        model,
+        stream: field("stream").and_then(serde_json::Value::as_bool) == Some(true),
+        max_tokens,
+    })
 }
 
 /// vLLM's answer for a model it does not serve.
@@ -103,18 +128,44 @@ mod tests {
 
     #[test]
     fn the_model_comes_from_the_body() {
-        let model = model(br#"{"messages": [], "model": "llama-3-8b"}"#).unwrap();
-        assert_eq!(model.as_str(), "llama-3-8b");
+        let asked = read(br#"{"messages": [], "model": "llama-3-8b"}"#).unwrap();
+        assert_eq!(asked.model.as_str(), "llama-3-8b");
+        assert_eq!((asked.stream, asked.max_tokens), (false, None));
         for bad in [&b"not json"[..], b"[]", b"{}", br#"{"model": 7}"#] {
-            let err = super::model(bad).unwrap_err();
+            let err = read(bad).unwrap_err();
             assert_eq!(err, BadModel::NotNamed);
             assert_eq!(err.response().status(), 400);
         }
         for unknown in ["", "a b"] {
             let body = format!(r#"{{"model": "{unknown}"}}"#);
-            let err = super::model(body.as_bytes()).unwrap_err();
+            let err = read(body.as_bytes()).unwrap_err();
             assert_eq!(err, BadModel::Invalid(unknown.to_owned()));
             assert_eq!(err.response().status(), 404);
         }
+    }
+
+    #[test]
+    fn stream_and_max_tokens() {
+        let asked = |body: &str| {
+            let a = read(body.as_bytes()).unwrap();
+            (a.stream, a.max_tokens)
+        };
+        assert_eq!(
+            asked(r#"{"model": "m", "stream": true, "max_tokens": 8}"#),
+            (true, Some(8))
+        );
+        assert_eq!(asked(r#"{"model": "m", "stream": "yes"}"#), (false, None));
+        assert_eq!(asked(r#"{"model": "m", "stream": false}"#), (false, None));
+        for (tokens, clamped) in [
+            ("0", 1),
+            ("-3", 1),
+            ("2.5", 2),
+            ("99999", 4096),
+            ("1e30", 4096),
+        ] {
+            let body = format!(r#"{{"model": "m", "max_tokens": {tokens}}}"#);
+            assert_eq!(asked(&body), (false, Some(clamped)), "{tokens}");
+        }
+        assert_eq!(asked(r#"{"model": "m", "max_tokens": "8"}"#), (false, None));
     }
 }

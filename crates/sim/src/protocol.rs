@@ -21,7 +21,7 @@
 //! | --- | --- |
 //! | `GET /v2/health/ready` | 200 when serving, 503 while a fault makes the server unavailable |
 //! | `POST /v2/models/{name}/infer`, `POST /v2/models/{name}/versions/{version}/infer` (the name percent-decoded; any JSON body, read whole; every version is the one model) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a KServe error body when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
-//! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings` (OpenAI-compatible, as vLLM serves them; a JSON object body, read whole, naming the model in its top-level `"model"` string) | 200 with an OpenAI-shaped body (`"object": "chat.completion"`, `"text_completion"` or `"list"`), served as a KServe v2 inference of that model is; 503 while unavailable; 400 with a vLLM error body (`BadRequestError`) for a body that is not such an object; 404 with a vLLM error body (`NotFoundError`, ``The model `{name}` does not exist.``) for an invalid model ID and where the KServe v2 route answers 404 |
+//! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings` (OpenAI-compatible, as vLLM serves them; a JSON object body, read whole, naming the model in its top-level `"model"` string) | 200 with an OpenAI-shaped body (`"object": "chat.completion"`, `"text_completion"` or `"list"`) — with `"stream": true` (chat and completions) a stream of server-sent events, see [Streaming](#streaming) — served as a KServe v2 inference of that model is; 503 while unavailable; 400 with a vLLM error body (`BadRequestError`) for a body that is not such an object; 404 with a vLLM error body (`NotFoundError`, ``The model `{name}` does not exist.``) for an invalid model ID and where the KServe v2 route answers 404 |
 //! | `POST /v2/repository/index` (any body, read whole; `{"ready": true}` asks for ready models only) | 200 with a JSON array, see below; 503 while unavailable |
 //! | `POST /v2/repository/models/{name}/load` (explicit mode; body empty or JSON; `{name}` percent-decoded, as [`load_path`] encodes it) | 200 with an empty body once the model is loaded, see below |
 //! | `POST /v2/repository/models/{name}/unload` (explicit mode; body empty or JSON) | 200 with an empty body; the model, loaded or loading, is removed (a model not resident: 200 too, as Triton answers) |
@@ -79,6 +79,39 @@
 //! answered; under [`Fault::Reset`](super::Fault::Reset) each 200 answer
 //! to an inference or update stops half-way through its body and the
 //! connection is closed.
+//!
+//! # Streaming
+//!
+//! A chat or completion request whose body has `"stream": true` is
+//! answered as vLLM streams: once the request has had its serving slot, any
+//! cold load and its prefill (the service time of a whole answer), `200`
+//! with `content-type: text/event-stream` and the headers below, then one
+//! body frame per server-sent event, each written when produced:
+//!
+//! ```text
+//! data: {"id":"chatcmpl-sim-7","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}
+//!
+//! data: [DONE]
+//!
+//! ```
+//!
+//! (`"object":"text_completion"` with `"text":"tok "` in place of
+//! `"delta"` on `/v1/completions`.) The first token event comes at once,
+//! each next one a [decode time](super::ServerConfigBuilder::decode_time)
+//! later; the last of them has `"finish_reason":"length"` and is followed
+//! at once by `data: [DONE]`. The number of tokens is the body's
+//! `max_tokens` (an integer, clamped to 1 ..= 4 096), else
+//! [`stream_tokens`](super::ServerConfigBuilder::stream_tokens). The
+//! answer holds its serving slot (and counts as running) until its body
+//! ends or the client drops it; see [`ServerStats`](super::ServerStats)'s
+//! `streams…` and `tokens_sent`. Embeddings, the KServe v2 route and
+//! updates are never streamed. [`Fault::SlowDecode`](super::Fault::SlowDecode),
+//! [`Fault::StreamError`](super::Fault::StreamError) and
+//! [`Fault::StreamCut`](super::Fault::StreamCut) act on streams only;
+//! under [`Fault::Reset`](super::Fault::Reset) a stream is cut after half
+//! its token events.
+//!
+//! # Lists and headers
 //!
 //! Lists are sorted by model name, except the evicted models. An inference
 //! request (on any inference route) with header `x-request-kind: update`

@@ -15,6 +15,12 @@ impl<'a> Counted<'a> {
         gauge.fetch_add(1, Ordering::Relaxed);
         Self(gauge)
     }
+
+    /// Leaves the count up for good: whoever takes the request over (a
+    /// streamed answer's body) takes it down.
+    pub(crate) fn keep(self) {
+        std::mem::forget(self);
+    }
 }
 
 impl Drop for Counted<'_> {

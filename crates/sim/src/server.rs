@@ -16,21 +16,23 @@ use super::loads::Loads;
 use super::metrics::{self};
 use super::residency::Residency;
 use super::stats::{Counters, ServerStats};
-use super::wire::Wire;
 use super::ServerConfig;
 
 #[derive(Debug)]
 pub(super) struct State {
     pub(super) name: String,
     pub(super) config: ServerConfig,
-    pub(super) slots: Semaphore,
+    /// The serving slots; an `Arc` so that a streamed answer's body can own
+    /// its slot until it ends.
+    pub(super) slots: Arc<Semaphore>,
     pub(super) residency: Mutex<Residency>,
     pub(super) fault: watch::Sender<Option<Fault>>,
     pub(super) counters: Counters,
     pub(super) gpu_uuid: String,
     /// Loads through the repository API in progress, and load calls.
     pub(super) loads: Mutex<Loads>,
-    /// Woken when a request is answered, starts or stops hanging, and when
+    /// Woken when a request is answered, starts or stops hanging, when a
+    /// streamed answer starts, sends a token, ends or is dropped, and when
     /// a load call arrives, a load starts or a load ends.
     pub(super) changed: Notify,
     /// Turns `true` when the server stops.
@@ -95,7 +97,7 @@ impl ModelServer {
         let (shutdown, watch) = watch::channel(false);
         let state = Arc::new(State {
             name: name.to_owned(),
-            slots: Semaphore::new(config.concurrency),
+            slots: Arc::new(Semaphore::new(config.concurrency)),
             residency: Mutex::new(Residency::new(config.resident_slots)),
             fault: watch::Sender::new(None),
             counters: Counters::default(),
@@ -161,6 +163,10 @@ impl ModelServer {
             max_concurrent_loads_per_model: lock(&self.state.loads).max_calls(),
             unloads: read(&c.unloads),
             hung: read(&c.hung),
+            streams: read(&c.streams),
+            streams_completed: read(&c.streams_completed),
+            streams_cancelled: read(&c.streams_cancelled),
+            tokens_sent: read(&c.tokens_sent),
             evictions: lock(&self.state.residency).evictions(),
         }
     }
@@ -168,7 +174,8 @@ impl ModelServer {
     /// Waits until `done` holds for the server's [`stats`](Self::stats)
     /// and returns them: an event hook for tests (no sleeping). The stats
     /// are checked at once, then each time a request is answered, starts
-    /// or stops hanging ([`Fault::Hang`]), and each
+    /// or stops hanging ([`Fault::Hang`]), each time a streamed answer
+    /// starts, sends a token, ends or is dropped, and each
     /// time a load call arrives, a load starts or a load ends — so a
     /// condition on the gauges `waiting` and `running` alone may be seen
     /// late. Bound it with a timeout: it waits as long as `done` is false.
@@ -239,7 +246,7 @@ async fn accept(
                 async move {
                     let response = handle(state.clone(), req).await;
                     state.changed.notify_waiters();
-                    response.map(Wire::of)
+                    response
                 }
             });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);

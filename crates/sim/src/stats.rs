@@ -57,6 +57,19 @@ pub struct ServerStats {
     /// Requests held unanswered by a [`Fault::Hang`] now: each until its
     /// client closes the connection or the server stops.
     pub hung: u64,
+    /// Streamed answers started: `200` sent with `text/event-stream`
+    /// after the prefill (see [`protocol`](super::protocol#streaming)).
+    pub streams: u64,
+    /// Streamed answers sent to their end: through `data: [DONE]`, or
+    /// through the error event of a [`Fault::StreamError`] or the cut of a
+    /// [`Fault::StreamCut`] or [`Fault::Reset`].
+    pub streams_completed: u64,
+    /// Streamed answers dropped before their end: the client closed the
+    /// connection (or the server stopped) mid-stream. Each released its
+    /// serving slot then.
+    pub streams_cancelled: u64,
+    /// Token events sent, over all streamed answers.
+    pub tokens_sent: u64,
 }
 
 /// The counters behind [`ServerStats`], shared by the server's tasks.
@@ -75,4 +88,8 @@ pub(super) struct Counters {
     pub(super) loads_failed: AtomicU64,
     pub(super) unloads: AtomicU64,
     pub(super) hung: AtomicU64,
+    pub(super) streams: AtomicU64,
+    pub(super) streams_completed: AtomicU64,
+    pub(super) streams_cancelled: AtomicU64,
+    pub(super) tokens_sent: AtomicU64,
 }

@@ -1,5 +1,6 @@
 //! What a server writes back: each answer's body whole, or cut off half-way
-//! under a [`Fault::Reset`](super::Fault::Reset).
+//! under a [`Fault::Reset`](super::Fault::Reset), or a streamed answer's
+//! events one frame at a time ([`Stream`]).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -7,6 +8,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
+
+use super::stream::Stream;
 
 /// Marks an answer (in its extensions, which never reach the wire) to be
 /// cut off half-way: [`Wire::of`] sends half its body, then breaks the
@@ -16,7 +19,16 @@ pub(super) struct CutMidBody;
 
 /// A response body as the server sends it.
 #[derive(Debug)]
-pub(super) struct Wire {
+pub(super) enum Wire {
+    /// A body sent whole (or cut half-way).
+    Whole(Whole),
+    /// A streamed answer's events.
+    Stream(Stream),
+}
+
+/// A body sent whole, or cut off half-way.
+#[derive(Debug)]
+pub(super) struct Whole {
     /// The bytes not sent yet.
     rest: Option<Bytes>,
     /// The whole body's length, announced in `content-length`.
@@ -42,28 +54,62 @@ impl Wire {
     /// marked [`CutMidBody`].
     pub(super) fn of(response: Response<Bytes>) -> Response<Self> {
         let cut = response.extensions().get::<CutMidBody>().is_some();
-        response.map(|bytes| {
-            let len = bytes.len() as u64;
-            if cut {
-                // At least one byte is kept back, so the body cannot end.
-                let half = bytes.slice(..bytes.len() / 2);
-                Self {
-                    rest: (!half.is_empty()).then_some(half),
-                    len: len.max(1),
-                    cut: Cut::Pending,
-                }
-            } else {
-                Self {
-                    rest: (!bytes.is_empty()).then_some(bytes),
-                    len,
-                    cut: Cut::No,
-                }
-            }
-        })
+        response.map(|bytes| Self::Whole(Whole::of(bytes, cut)))
     }
 }
 
 impl Body for Wire {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            Self::Whole(whole) => Pin::new(whole).poll_frame(cx),
+            Self::Stream(stream) => Pin::new(stream).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Whole(whole) => whole.is_end_stream(),
+            Self::Stream(stream) => stream.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Whole(whole) => whole.size_hint(),
+            Self::Stream(stream) => stream.size_hint(),
+        }
+    }
+}
+
+impl Whole {
+    /// `bytes` to send whole, or half of them then a cut.
+    fn of(bytes: Bytes, cut: bool) -> Self {
+        let len = bytes.len() as u64;
+        if cut {
+            // At least one byte is kept back, so the body cannot end.
+            let half = bytes.slice(..bytes.len() / 2);
+            Self {
+                rest: (!half.is_empty()).then_some(half),
+                len: len.max(1),
+                cut: Cut::Pending,
+            }
+        } else {
+            Self {
+                rest: (!bytes.is_empty()).then_some(bytes),
+                len,
+                cut: Cut::No,
+            }
+        }
+    }
+}
+
+impl Body for Whole {
     type Data = Bytes;
     type Error = std::io::Error;
 
