@@ -31,6 +31,7 @@ const NON_DEFAULTS: &str = r#"
         staging_max_share = 0.05
         staging_cooldown_ms = 2500
         classification = "grpc_status"
+        stop_point = "end_of_body"
         [balance.model_owners]
         "llama-3-70b" = 3
         "org/model:v2" = 1
@@ -108,6 +109,7 @@ fn every_value_reaches_its_builder() {
         .breaker_scope(BreakerScope::BackendModel { max_pairs: 500 })
         .staging(StagingConfig::new(0.05, Duration::from_millis(2500)).unwrap())
         .classifier(Classifier::grpc())
+        .stop_point(tower_model_balance::breaker::StopPoint::EndOfBody)
         .model_owners(model("llama-3-70b"), 3)
         .model_owners(model("org/model:v2"), 1)
         .breaker(breaker)
@@ -168,6 +170,11 @@ fn a_value_out_of_range_names_its_key_and_range() {
             "",
         ),
         ("[balance]\nmax_pairs = 10", "balance.max_pairs", ""),
+        (
+            "[balance]\nstop_point = \"ttft\"",
+            "balance.stop_point",
+            "\"first_frame\"",
+        ),
         (
             "[balance]\nclassification = \"grpc\"",
             "balance.classification",

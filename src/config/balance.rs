@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{invalid, ms, ConfigError};
 use crate::balance::AdmissionConfig;
 use crate::balance::{BalanceConfig, BreakerScope, StagingConfig};
-use crate::breaker::BreakerConfig;
+use crate::breaker::{BreakerConfig, StopPoint};
 use crate::classify::Classifier;
 use crate::health::HealthConfig;
 use crate::ring::RingConfig;
@@ -48,6 +48,9 @@ pub(super) struct BalanceFile {
     pub(super) staging_cooldown_ms: Option<u64>,
     /// `"http_status"` or `"grpc_status"`.
     pub(super) classification: Option<String>,
+    /// `"headers"`, `"first_frame"` or `"end_of_body"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) stop_point: Option<String>,
 }
 
 /// `balance.ring_seed`: a TOML integer, or a string (decimal or `0x` hex)
@@ -192,6 +195,18 @@ impl BalanceFile {
                 return Err(ConfigError::Invalid {
                     key: "balance.classification".into(),
                     expected: "\"http_status\" or \"grpc_status\"",
+                })
+            }
+        }
+        match self.stop_point.as_deref() {
+            None => {}
+            Some("headers") => b = b.stop_point(StopPoint::Headers),
+            Some("first_frame") => b = b.stop_point(StopPoint::FirstFrame),
+            Some("end_of_body") => b = b.stop_point(StopPoint::EndOfBody),
+            Some(_) => {
+                return Err(ConfigError::Invalid {
+                    key: "balance.stop_point".into(),
+                    expected: "\"headers\", \"first_frame\" or \"end_of_body\"",
                 })
             }
         }

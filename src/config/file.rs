@@ -10,7 +10,7 @@ use super::hedge::HedgeFile;
 use super::placement::PlacementFile;
 use super::{to_ms, ConfigError, StackConfig};
 use crate::balance::BreakerScope;
-use crate::breaker::SlidingWindow;
+use crate::breaker::{SlidingWindow, StopPoint};
 use crate::classify::Classifier;
 use crate::placement::WhenCold;
 
@@ -68,6 +68,14 @@ impl File {
                 c if *c == Classifier::http() => Some("http_status".to_owned()),
                 _ => None,
             },
+            stop_point: Some(
+                match b.stop_point {
+                    StopPoint::Headers => "headers",
+                    StopPoint::EndOfBody => "end_of_body",
+                    _ => "first_frame",
+                }
+                .to_owned(),
+            ),
         };
         let p = b.breaker();
         let (window, time_window_ms, time_window_buckets) = match p.window() {
