@@ -217,6 +217,22 @@
 //! # running.await.unwrap().unwrap(); }
 //! ```
 //!
+//! # Streams
+//!
+//! An answer whose head says `text/event-stream` (an OpenAI-compatible
+//! `stream: true`) passes frame by frame; the request is in flight until
+//! its body ends or is dropped (a caller that leaves frees the backend).
+//! A call's latency stops at its body's first frame by default
+//! ([`BalanceConfigBuilder::stop_point`]): for a stream the time to first
+//! token is what the breaker's slow calls, health, the cost estimate and
+//! an adaptive limit judge, never its length. Each backend's streams give
+//! TTFT and TPOT ([`BackendStatus`]'s `ttft_*` and `tpot_mean_ms`, and
+//! histograms in [`metrics`](crate::metrics)). A `200` stream carrying an
+//! error event, or ending before `data: [DONE]`, is a failure. Hedging and
+//! retrying on the first token is
+//! [`hedge::FirstFrameLayer`](crate::hedge::FirstFrameLayer)'s; see
+//! `docs/streaming.md`.
+//!
 //! Ring changes are **staged**: when backends join or change weight, every
 //! model they take is a cold load on its new owner, so their ring points
 //! enter a share at a time ([`StagingConfig`]: by default at most 1% of the

@@ -55,7 +55,7 @@ pub struct BackendStatus {
     /// Its backend-level breaker's state. In
     /// [`BreakerScope::BackendModel`](crate::balance::BreakerScope::BackendModel)
     /// that breaker takes no traffic and stays closed: read the pairs with
-    /// [`BalancerHandle::breaker_state`].
+    /// [`BalancerHandle::breaker_state`](crate::balance::BalancerHandle::breaker_state).
     pub breaker: BreakerState,
     /// Times its backend-level breaker opened.
     pub breaker_trips: u64,

@@ -31,6 +31,20 @@ use crate::error::{BoxError, StreamFailed};
 /// [`HedgeLayer`](super::HedgeLayer) (or a `tower::retry::RetryLayer` with
 /// a [`RetryPolicy`](super::RetryPolicy)) and the balancer.
 ///
+/// OpenAI-compatible servers send `200` and `text/event-stream` as soon as
+/// a streamed request is accepted, then the tokens. To a layer above, the
+/// head says nothing yet: the hedge would take it as the answer (and never
+/// send its backup, however slow the first token), its latency window
+/// would hold the time to the head, and a retry could not fail over a
+/// stream cut before its first token. Below this layer an event stream's
+/// response future resolves at its body's first frame — the time to first
+/// token, for the hedge's delay — and a body that fails, ends, or begins
+/// with an error event before it is [`StreamFailed`], which a
+/// [`RetryPolicy`](super::RetryPolicy) retries on another backend. Once
+/// that frame is passed on nothing is retried or hedged: the caller has
+/// part of one backend's answer, which another backend's tokens would not
+/// continue.
+///
 /// ```
 /// use bytes::Bytes;
 /// use http_body_util::{BodyExt, StreamBody};
@@ -76,7 +90,7 @@ impl<S> Layer<S> for FirstFrameLayer {
 
 /// Resolves an event stream's response at its body's first frame, or
 /// fails it with [`StreamFailed`] if the body fails, ends or begins with
-/// an error event first; see the [module docs](self). Any other response
+/// an error event first (see [`FirstFrameLayer`]). Any other response
 /// (not `text/event-stream`) passes at once. The body comes back whole:
 /// the first frame, then the rest as the inner body yields it.
 ///
