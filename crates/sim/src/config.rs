@@ -212,8 +212,9 @@ impl ServerConfigBuilder {
     }
 
     /// Sets the time to decode one token of a streamed answer (at most
-    /// 10 min; default 5 ms): the wait between two token events. The first
-    /// token comes after the prefill, the service time of a whole answer.
+    /// 10 min; default 5 ms): the wait between two token events. The head
+    /// comes when the request has its serving slot; the first token after
+    /// any cold load and the prefill, the service time of a whole answer.
     pub fn decode_time(mut self, time: Duration) -> Self {
         self.config.decode_time = time;
         self

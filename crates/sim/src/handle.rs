@@ -173,30 +173,39 @@ async fn serve(
     };
     drop(waiting);
     let running = Counted::enter(&state.counters.running);
+    // A whole answer waits here for its model and its service time; a
+    // streamed one sends its head now, as vLLM does when it accepts a
+    // request, and waits for them before its first token (`first_at`).
+    let now = Instant::now();
+    let mut ready_at = now;
     let cold = if kind == RequestKind::Update || config.explicit_load {
         // Explicit mode: the model was loaded when the request arrived, and
         // an admitted request keeps it (as Triton's requests hold theirs).
-        tokio::time::sleep(service).await;
         false
     } else {
-        let access =
-            lock(&state.residency).access(model.as_str(), Instant::now(), config.cold_load);
+        let access = lock(&state.residency).access(model.as_str(), now, config.cold_load);
         let cold = match access {
             Access::Warm => false,
-            Access::Load { ready_at } => {
+            Access::Load { ready_at: at } => {
                 state.counters.cold_loads.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep_until(ready_at).await;
+                ready_at = at;
                 true
             }
-            Access::Loading { ready_at } => {
-                tokio::time::sleep_until(ready_at).await;
+            Access::Loading { ready_at: at } => {
+                ready_at = at;
                 true
             }
         };
-        tokio::time::sleep(service).await;
         cold || arrived_loading
     };
-    let resident = repository::resident_list(&lock(&state.residency), Instant::now());
+    let first_at = ready_at.max(now) + service;
+    if streamed.is_none() {
+        tokio::time::sleep_until(first_at).await;
+    }
+    // As of the answer's first token: a streamed head lists the model it
+    // is loading, which is resident by then.
+    let as_of = first_at.max(Instant::now());
+    let resident = repository::resident_list(&lock(&state.residency), as_of);
     let mut response = match (streamed, openai) {
         (Some(_), _) => {
             let mut head = plain(StatusCode::OK, "");
@@ -228,6 +237,7 @@ async fn serve(
             seq,
             tokens,
             decode: config.decode_time,
+            first_at,
             fault,
         };
         // The body holds the slot and the running count from here.

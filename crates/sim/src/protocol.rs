@@ -83,10 +83,11 @@
 //! # Streaming
 //!
 //! A chat or completion request whose body has `"stream": true` is
-//! answered as vLLM streams: once the request has had its serving slot, any
-//! cold load and its prefill (the service time of a whole answer), `200`
-//! with `content-type: text/event-stream` and the headers below, then one
-//! body frame per server-sent event, each written when produced:
+//! answered as vLLM streams: as soon as the request has its serving slot,
+//! `200` with `content-type: text/event-stream` and the headers below;
+//! then, after any cold load and its prefill (the service time of a whole
+//! answer), one body frame per server-sent event, each written when
+//! produced:
 //!
 //! ```text
 //! data: {"id":"chatcmpl-sim-7","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}
@@ -96,8 +97,9 @@
 //! ```
 //!
 //! (`"object":"text_completion"` with `"text":"tok "` in place of
-//! `"delta"` on `/v1/completions`.) The first token event comes at once,
-//! each next one a [decode time](super::ServerConfigBuilder::decode_time)
+//! `"delta"` on `/v1/completions`.) The first token event comes after the
+//! prefill (the head's cold-load header already says whether a load
+//! precedes it), each next one a [decode time](super::ServerConfigBuilder::decode_time)
 //! later; the last of them has `"finish_reason":"length"` and is followed
 //! at once by `data: [DONE]`. The number of tokens is the body's
 //! `max_tokens` (an integer, clamped to 1 ..= 4 096), else

@@ -58,7 +58,8 @@ pub struct ServerStats {
     /// client closes the connection or the server stops.
     pub hung: u64,
     /// Streamed answers started: `200` sent with `text/event-stream`
-    /// after the prefill (see [`protocol`](super::protocol#streaming)).
+    /// once the request had its serving slot, before its prefill (see
+    /// [`protocol`](super::protocol#streaming)).
     pub streams: u64,
     /// Streamed answers sent to their end: through `data: [DONE]`, or
     /// through the error event of a [`Fault::StreamError`] or the cut of a

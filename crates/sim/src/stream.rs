@@ -47,6 +47,8 @@ pub(super) struct Plan {
     pub(super) tokens: u32,
     /// Time between two token events (before any fault).
     pub(super) decode: Duration,
+    /// When the first token is due: after any cold load and the prefill.
+    pub(super) first_at: Instant,
     /// The fault in force when the request arrived.
     pub(super) fault: Option<Fault>,
 }
@@ -132,7 +134,7 @@ impl Stream {
         };
         state.counters.streams.fetch_add(1, Ordering::Relaxed);
         state.changed.notify_waiters();
-        let next = Instant::now();
+        let next = plan.first_at;
         Self {
             state,
             slot: Some(slot),
@@ -146,7 +148,7 @@ impl Stream {
             step: plan.decode.saturating_mul(factor),
             next,
             sleep: Box::pin(tokio::time::sleep_until(next)),
-            armed: false,
+            armed: next > Instant::now(),
             flushed: false,
             finished: false,
         }
@@ -201,7 +203,9 @@ impl Body for Stream {
             // event is a decode step later.
             let done_next = last && this.end == End::Done;
             if !done_next && !this.step.is_zero() {
-                this.next += this.step;
+                // A step after this token went out (never before it was
+                // due): a late reader does not get the next one sooner.
+                this.next = this.next.max(Instant::now()) + this.step;
                 this.sleep.as_mut().reset(this.next);
                 this.armed = true;
             }
