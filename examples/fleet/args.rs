@@ -41,13 +41,16 @@ pub struct Args {
     pub explicit_load: bool,
     /// Which strategies to run, in the order given (the table's order).
     pub strategies: Vec<&'static str>,
+    /// Inference requests as streamed OpenAI chat completions, timed to
+    /// their first token and per token.
+    pub stream: bool,
 }
 
 pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
 [--requests N (10..=1000000, default 10000)] [--backends N (2..=64, default 8)] \
 [--seed N (default 1)] [--scenario default|slow-tail|overload] [--load FRACTION (0.01..=4, default 0.3; overload runs 1.0, 1.5 and 3.0)] \
 [--strategies NAME,... (default: round_robin,p2c,consistent_hash,model_aware,model_aware_hedged; \
-in overload round_robin,p2c,consistent_hash,model_aware,model_aware_admission)] [--explicit-load] [--json]";
+in overload round_robin,p2c,consistent_hash,model_aware,model_aware_admission)] [--explicit-load] [--stream] [--json]";
 
 /// Why parsing stopped: a help request, or an error to report.
 #[derive(Debug)]
@@ -67,12 +70,15 @@ impl Args {
             load: DEFAULT_LOAD,
             explicit_load: false,
             strategies: DEFAULT.to_vec(),
+            stream: false,
         };
         let mut strategies_given = false;
         // `--flag value` and `--flag=value` alike; a switch takes no value.
         let args: Vec<String> = args.collect();
         for arg in &args {
-            if let Some((flag @ ("--json" | "--explicit-load"), _)) = arg.split_once('=') {
+            if let Some((flag @ ("--json" | "--explicit-load" | "--stream"), _)) =
+                arg.split_once('=')
+            {
                 return Err(Stop::Error(format!("`{flag}` takes no value, got `{arg}`")));
             }
         }
@@ -110,6 +116,7 @@ impl Args {
                 }
                 "--json" => parsed.json = true,
                 "--explicit-load" => parsed.explicit_load = true,
+                "--stream" => parsed.stream = true,
                 "--load" => {
                     let text = value("--load")?;
                     parsed.load = match text.parse::<f64>() {
@@ -132,6 +139,11 @@ impl Args {
             return Err(Stop::Error("--backends must be in 2..=64".into()));
         }
         if parsed.scenario == Scenario::Overload {
+            if parsed.stream {
+                return Err(Stop::Error(
+                    "--stream does not apply to overload (default and slow-tail only)".into(),
+                ));
+            }
             if seen.iter().any(|f| f == "--load") {
                 return Err(Stop::Error(
                     "--load does not apply to overload: it runs 1.0, 1.5 and 3.0 of warm capacity"

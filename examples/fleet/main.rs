@@ -31,6 +31,10 @@
 //! (`tower_model_balance::placement`); the baselines, which do not, fail on
 //! every model not loaded. The JSON's `max_concurrent_loads` is the most
 //! load calls for one model any server had in flight at once.
+//!
+//! With `--stream` each inference request is a streamed OpenAI chat
+//! completion and each strategy also reports its time to first token and
+//! per output token; see `stream.rs`.
 
 /// `println!` that ends the program quietly when stdout is closed (as when
 /// piped into `head`).
@@ -47,6 +51,7 @@ mod args;
 mod overload;
 mod report;
 mod strategies;
+mod stream;
 mod workload;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -102,7 +107,11 @@ async fn main() {
         overload::run_all(&args, &config, &times).await;
         return;
     }
-    let rate = workload::arrival_rate(args.backends, config.concurrency(), &times, args.load);
+    let rate = if args.stream {
+        stream::arrival_rate(args.backends, &config, &times, args.load)
+    } else {
+        workload::arrival_rate(args.backends, config.concurrency(), &times, args.load)
+    };
     let plan = Arc::new(workload::plan(args.requests, rate, args.seed, 0.0));
     let warm_up = (args.scenario == Scenario::SlowTail).then(|| {
         Arc::new(workload::plan(
@@ -118,6 +127,13 @@ async fn main() {
             args.scenario, args.backends, args.requests, rate, args.load * 100.0, args.seed,
             if args.explicit_load { " · explicit model loading" } else { "" }
         );
+        if args.stream {
+            emit!(
+                "streamed chat completions · {} tokens each · {} ms per token after the first",
+                stream::TOKENS,
+                config.decode_time().as_millis()
+            );
+        }
     }
     let mut rows = Vec::new();
     for &name in &args.strategies {
@@ -138,6 +154,9 @@ async fn main() {
     }
     if !args.json {
         report::print_table(&rows);
+        if args.stream {
+            stream::print_table(&rows);
+        }
         if let Some(line) = report::hedging_line(&rows, args.scenario, args.load) {
             emit!("{line}");
         }
@@ -194,7 +213,7 @@ async fn run(
     let _placement = built.placement;
     let handle = built.balancer.as_ref().map(|(handle, _probes)| handle);
     if let Some(warm_up) = &warm_up {
-        drive(&strategy, &servers, warm_up, args.scenario).await;
+        drive(&strategy, &servers, warm_up, args).await;
     }
     // What the warm-up counted, taken off the run's figures.
     let cold_before: u64 = servers.iter().map(|s| s.stats().cold_loads).sum();
@@ -215,7 +234,7 @@ async fn run(
             }
         })
     });
-    let records = drive(&strategy, &servers, &plan, args.scenario).await;
+    let records = drive(&strategy, &servers, &plan, args).await;
     if let Some(task) = sampling {
         task.abort();
     }
@@ -273,6 +292,9 @@ async fn run(
         );
     }
     let mut figures = report::figures(name, &records, cold_loads, trips, &loads, hedges);
+    if args.stream {
+        figures.stream = Some(stream::figures(&records));
+    }
     figures.max_concurrent_loads = servers
         .iter()
         .map(|s| s.stats().max_concurrent_loads_per_model)
@@ -298,8 +320,9 @@ async fn drive(
     strategy: &Strategy,
     servers: &[ModelServer],
     plan: &[Planned],
-    scenario: Scenario,
+    args: &Args,
 ) -> Vec<Record> {
+    let scenario = args.scenario;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let deadline = match scenario {
         Scenario::Overload => overload::DEADLINE,
@@ -315,21 +338,25 @@ async fn drive(
             servers[FAULTY].set_fault(None);
         }
         tokio::time::sleep_until(start + planned.at).await;
-        let request = build_request(planned);
+        let request = build_request(planned, args.stream);
         let strategy = strategy.clone();
         let tx = tx.clone();
         let (inference, critical) = (!planned.update, planned.critical);
         tokio::spawn(async move {
             let sent = Instant::now();
             let reply = tokio::time::timeout(deadline, strategy.oneshot(request)).await;
-            let (ok, cold, shed) = match reply {
-                Ok(Ok(reply)) => (reply.ok, reply.cold, None),
+            let (ok, cold, shed, times) = match reply {
+                Ok(Ok(reply)) => {
+                    let times = reply.stream.and_then(|s| s.times(sent));
+                    (reply.ok, reply.cold, None, times.filter(|_| reply.ok))
+                }
                 Ok(Err(e)) => (
                     false,
                     false,
                     e.downcast_ref::<Overloaded>().map(|e| e.waited),
+                    None,
                 ),
-                Err(_) => (false, false, None),
+                Err(_) => (false, false, None, None),
             };
             let _ = tx.send(Record {
                 latency: sent.elapsed(),
@@ -338,6 +365,8 @@ async fn drive(
                 inference,
                 critical,
                 shed,
+                ttft: times.map(|(ttft, _)| ttft),
+                tpot: times.and_then(|(_, tpot)| tpot),
             });
         });
     }
@@ -349,16 +378,21 @@ async fn drive(
     records
 }
 
-fn build_request(planned: &Planned) -> http::Request<Full<Bytes>> {
-    let kind = if planned.update {
-        "update"
-    } else {
-        "inference"
-    };
+/// The request for `planned`: a KServe v2 inference or update, or with
+/// `stream` (inference only) a streamed chat completion.
+fn build_request(planned: &Planned, stream: bool) -> http::Request<Full<Bytes>> {
     let urgency = if planned.critical {
         "critical"
     } else {
         "normal"
+    };
+    if stream && !planned.update {
+        return stream::request(planned, urgency);
+    }
+    let kind = if planned.update {
+        "update"
+    } else {
+        "inference"
     };
     http::Request::post(protocol::infer_path(&planned.model))
         .header("x-model-id", planned.model.as_str())

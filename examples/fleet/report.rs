@@ -6,6 +6,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::args::Scenario;
+use crate::stream::StreamFigures;
 
 /// What the driver saw of one request.
 #[derive(Debug, Clone, Copy)]
@@ -19,6 +20,10 @@ pub struct Record {
     /// Failed `Overloaded` (shed by the balancer's admission), after
     /// waiting this long for room (zero: shed at once).
     pub shed: Option<Duration>,
+    /// Time to the first token of a successful stream (`--stream`).
+    pub ttft: Option<Duration>,
+    /// Time per output token after the first of a successful stream.
+    pub tpot: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -45,6 +50,9 @@ pub struct Figures {
     /// The most load calls for one model any server had in flight at once
     /// (explicit mode: 1 when placement single-flights; 0 in auto mode).
     pub max_concurrent_loads: u64,
+    /// TTFT and TPOT (`--stream` only; flattened into the JSON object).
+    #[serde(flatten)]
+    pub stream: Option<StreamFigures>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -103,6 +111,7 @@ pub fn figures(
         hedges,
         hedges_won,
         max_concurrent_loads: 0,
+        stream: None,
     }
 }
 

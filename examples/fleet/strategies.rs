@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
@@ -33,6 +33,8 @@ use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::RouteInfo;
 use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
 
+use crate::stream::{self, Streamed};
+
 pub type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
 
 /// What the driver reads of a response: its status and whether the request
@@ -42,6 +44,8 @@ pub type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
 pub struct Reply {
     pub ok: bool,
     pub cold: bool,
+    /// What the client saw of an event stream (`--stream`).
+    pub stream: Option<Streamed>,
 }
 
 type BoxFuture<T> =
@@ -262,8 +266,15 @@ where
                 .is_some_and(|v| v == "true")
                 || rsp.extensions().get::<WaitedForLoad>().is_some();
             let ok = rsp.status().is_success();
-            rsp.into_body().collect().await.map_err(Into::into)?;
-            Ok::<_, BoxError>(Reply { ok, cold })
+            let events = rsp
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .is_some_and(|v| v == "text/event-stream");
+            // An event stream is read frame by frame, its tokens timed;
+            // it succeeds only through `[DONE]`.
+            let stream = stream::read(rsp.into_body(), events).await?;
+            let ok = ok && stream.is_none_or(|s| s.complete);
+            Ok::<_, BoxError>(Reply { ok, cold, stream })
         });
     BoxCloneSyncService::new(service)
 }
