@@ -27,7 +27,9 @@ use tower_model_balance::balance::{
 };
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
-use tower_model_balance::hedge::{BalancerLoad, HedgeConfig, HedgeHandle, HedgeLayer};
+use tower_model_balance::hedge::{
+    BalancerLoad, FirstFrameLayer, HedgeConfig, HedgeHandle, HedgeLayer,
+};
 use tower_model_balance::placement::{KServeV2Loader, PlacementConfig, WaitedForLoad, WhenCold};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::RouteInfo;
@@ -205,10 +207,13 @@ pub fn build(
             }
             // The same stack with the hedging layer outermost: the default
             // policy (p95 per model, 5% budget), gated on the balancer's
-            // in-flight requests against the servers' serving slots.
+            // in-flight requests against the servers' serving slots; with
+            // `FirstFrame` below it, a stream's attempt answers at its
+            // first token (a hedge on TTFT, none once a token came).
             let gate = BalancerLoad::new(handle.clone(), per_backend);
             let layer = HedgeLayer::with_load_gate(HedgeConfig::default(), gate);
             let hedge = layer.handle();
+            let balancer = FirstFrameLayer::new().layer(balancer);
             Built {
                 strategy: finish(layer.layer(balancer)),
                 balancer: Some((handle, probes)),
