@@ -146,8 +146,7 @@ impl<B: Body, Eos: ClassifyEos, R: Complete> CompletionBody<B, Eos, R> {
     /// `inner`, whose head gave `verdict`, completing to `receiver`;
     /// `events`: the head said `text/event-stream`, so a success is
     /// checked against the events (see the [module docs](self)). An empty
-    /// body completes now (the receiver is never moved into the body
-    /// first).
+    /// body completes now.
     #[inline]
     pub(crate) fn new(inner: B, receiver: R, verdict: Classified<Eos>, events: bool) -> Self {
         let success = matches!(verdict, Classified::Ready(Outcome::Success));

@@ -19,6 +19,7 @@ pub(crate) struct StreamTimes {
     ttft_sum_us: AtomicU64,
     /// The counts [`StreamTimes::take_new`] last returned up to; allocated
     /// at the first export.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     exported: Mutex<Option<Box<(Counts, Counts)>>>,
 }
 
@@ -80,6 +81,7 @@ impl StreamTimes {
     /// (for a metrics export, whose histograms take samples). The first
     /// call allocates what later calls compare with; it takes a lock only
     /// the export takes.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) fn take_new(&self) -> (Counts, Counts) {
         let mut now = ([0; BUCKETS], [0; BUCKETS]);
         self.ttft.add_to(&mut now.0);
