@@ -203,9 +203,13 @@ impl Body for Stream {
             // event is a decode step later.
             let done_next = last && this.end == End::Done;
             if !done_next && !this.step.is_zero() {
-                // A step after this token went out (never before it was
-                // due): a late reader does not get the next one sooner.
-                this.next = this.next.max(Instant::now()) + this.step;
+                // The decode steps count from when the first token went
+                // out (it may go later than due, behind its head), then
+                // keep their pace.
+                if this.sent == 1 {
+                    this.next = this.next.max(Instant::now());
+                }
+                this.next += this.step;
                 this.sleep.as_mut().reset(this.next);
                 this.armed = true;
             }
