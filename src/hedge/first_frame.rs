@@ -132,7 +132,6 @@ where
 
 pin_project! {
     #[project = StateProj]
-    #[project_replace = StateReplace]
     enum State<F, B> {
         Head { #[pin] future: F },
         // The head of an event stream, its body polled to its first frame.
@@ -186,19 +185,27 @@ where
                         return Poll::Ready(Err("first frame: polled after completion".into()));
                     };
                     let frame = ready!(Pin::new(inner).poll_frame(cx));
-                    let failed =
-                        |reason, source| Poll::Ready(Err(StreamFailed::new(reason, source).into()));
-                    let first = match frame {
-                        Some(Ok(frame)) => frame,
-                        Some(Err(error)) => return failed("body error", Some(error.into())),
-                        None => return failed("ended before its first frame", None),
+                    let failure = match &frame {
+                        Some(Ok(first)) => first.data_ref().and_then(|data| {
+                            scan.frame(data);
+                            scan.errored().then_some("error event")
+                        }),
+                        Some(Err(_)) => Some("body error"),
+                        None => Some("ended before its first frame"),
                     };
-                    if let Some(data) = first.data_ref() {
-                        scan.frame(data);
-                        if scan.errored() {
-                            return failed("error event", None);
-                        }
+                    if let Some(reason) = failure {
+                        let source = match frame {
+                            Some(Err(error)) => Some(error.into()),
+                            _ => None,
+                        };
+                        // The body goes now: the backend's outcome (a
+                        // failure) is recorded before a retry is sent.
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(StreamFailed::new(reason, source).into()));
                     }
+                    let Some(Ok(first)) = frame else {
+                        return Poll::Ready(Err("first frame: polled after completion".into()));
+                    };
                     let (Some(parts), Some(body)) = (parts.take(), body.take()) else {
                         return Poll::Ready(Err("first frame: polled after completion".into()));
                     };
