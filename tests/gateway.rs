@@ -266,6 +266,11 @@ async fn metrics_lists_the_documented_names() {
         .to_str()
         .unwrap()
         .to_owned();
+    // A streamed one, for the TTFT and TPOT histograms (a histogram is
+    // shown once it has a sample).
+    let streamed = CHAT.replacen('{', r#"{"stream": true, "#, 1);
+    let reply = gw.post("/v1/chat/completions", streamed).await;
+    assert!(reply.body.ends_with("data: [DONE]\n\n"), "{}", reply.body);
 
     let reply = gw.get("/metrics").await;
     assert_eq!(reply.status, 200);
@@ -281,7 +286,7 @@ async fn metrics_lists_the_documented_names() {
         .filter_map(|rest| rest.split('`').next())
         .filter(|name| !matches!(*name, "placement_total" | "backend_admission_limit"))
         .collect();
-    assert_eq!(documented.len(), 17, "{documented:?}");
+    assert_eq!(documented.len(), 19, "{documented:?}");
     for name in documented {
         let name = format!("model_balance_{name}");
         assert!(
@@ -293,11 +298,20 @@ async fn metrics_lists_the_documented_names() {
             reply.body
         );
     }
-    // The figures are this gateway's own, read at the scrape.
-    let line = format!("model_balance_backend_requests_total{{backend=\"{served_by}\"}} 1");
+    // The figures are this gateway's own, read at the scrape: its two
+    // requests, the first on `served_by` (the recorder is the process's:
+    // other tests' backends, named otherwise, are in it too).
+    let sent: f64 = reply
+        .body
+        .lines()
+        .filter(|l| l.starts_with("model_balance_backend_requests_total{backend=\"metrics-"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(sent, 2.0, "{}", reply.body);
+    let prefix = format!("model_balance_backend_requests_total{{backend=\"{served_by}\"}} ");
     assert!(
-        reply.body.lines().any(|l| l == line),
-        "{line} in\n{}",
+        reply.body.lines().any(|l| l.starts_with(&prefix)),
+        "{prefix} in\n{}",
         reply.body
     );
     let line = format!("model_balance_backend_in_flight{{backend=\"{served_by}\"}} 0");
