@@ -135,15 +135,15 @@ async fn returned_at_once(layer: &HedgeLayer, status: u16) {
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
 }
 
+/// A layer whose budget allows no extra attempt: no share, no floor.
+fn no_budget() -> HedgeLayer {
+    let policy = policy().budget_ratio(0.0).budget_min_per_sec(0);
+    HedgeLayer::new(policy.build().unwrap())
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_fast_failure_with_no_budget_or_a_4xx_is_returned_at_once() {
-    let layer = HedgeLayer::new(
-        policy()
-            .budget_ratio(0.0)
-            .budget_min_per_sec(0)
-            .build()
-            .unwrap(),
-    );
+    let layer = no_budget();
     returned_at_once(&layer, 503).await;
     assert_eq!(stats(&layer).suppressed_by_budget, 1);
     // A 4xx is an answer, not a failure: another backend would say the same.
@@ -154,13 +154,7 @@ async fn a_fast_failure_with_no_budget_or_a_4xx_is_returned_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn an_empty_budget_suppresses_the_backup_not_the_first_attempt() {
-    let layer = HedgeLayer::new(
-        policy()
-            .budget_ratio(0.0)
-            .budget_min_per_sec(0)
-            .build()
-            .unwrap(),
-    );
+    let layer = no_budget();
     let (result, seen, took) = send(&layer, vec![ok_after(40), ok_after(1)], "inference").await;
     assert_eq!(body(&result), "0", "the first attempt ran to its end");
     assert_eq!(took, Duration::from_millis(40));
