@@ -257,10 +257,11 @@ impl metrics::Recorder for Descriptions {
     }
     fn describe_histogram(
         &self,
-        _: metrics::KeyName,
+        key: metrics::KeyName,
         _: Option<metrics::Unit>,
-        _: metrics::SharedString,
+        help: metrics::SharedString,
     ) {
+        self.keep(key, help);
     }
     fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
         metrics::Counter::noop()
