@@ -23,7 +23,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 mod stream;
 
-pub use self::stream::StreamFailed;
+pub use self::stream::{StreamFailed, StreamFailure};
 
 /// A request's route info could not be read: a required value is missing or a
 /// value is invalid.

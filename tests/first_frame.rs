@@ -12,7 +12,7 @@ use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use tokio::sync::mpsc;
 use tower::{service_fn, Layer, ServiceBuilder, ServiceExt};
-use tower_model_balance::error::{BoxError, StreamFailed};
+use tower_model_balance::error::{BoxError, StreamFailed, StreamFailure};
 use tower_model_balance::hedge::{FirstFrameLayer, HedgeConfig, HedgeLayer};
 
 type Chunk = Result<Frame<Bytes>, std::io::Error>;
@@ -67,10 +67,10 @@ async fn an_event_stream_is_answered_at_its_first_frame_then_whole() {
     );
 }
 
-async fn failure(first: Option<Chunk>) -> String {
+async fn failure(frames: Vec<Chunk>) -> StreamFailure {
     let (tx, body) = channel();
-    if let Some(first) = first {
-        tx.send(first).unwrap();
+    for frame in frames {
+        tx.send(frame).unwrap();
     }
     drop(tx);
     let mut body = Some(body);
@@ -88,16 +88,31 @@ async fn failure(first: Option<Chunk>) -> String {
     err.downcast_ref::<StreamFailed>()
         .unwrap_or_else(|| panic!("{err}"))
         .reason
-        .to_owned()
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_fails_before_its_first_token_is_stream_failed() {
-    let reset = Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
-    assert_eq!(failure(Some(reset)).await, "body error");
-    assert_eq!(failure(None).await, "ended before its first frame");
-    let error = data("data: {\"error\": {\"message\": \"engine died\", \"code\": 500}}\n\n");
-    assert_eq!(failure(Some(error)).await, "error event");
+    let reset = || Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+    assert_eq!(failure(vec![reset()]).await, StreamFailure::Cut);
+    assert_eq!(failure(vec![]).await, StreamFailure::Ended);
+    let error = "data: {\"error\": {\"message\": \"engine died\", \"code\": 500}}\n\n";
+    assert_eq!(failure(vec![data(error)]).await, StreamFailure::ErrorEvent);
+    // Before the first chunk: keep-alives, an empty frame, an error split
+    // over frames — all read through.
+    let keep_alive = data(": keep-alive\n\n");
+    let split = vec![
+        keep_alive,
+        data(""),
+        data("data: {\"err"),
+        data("or\": {}}\n\n"),
+    ];
+    assert_eq!(failure(split).await, StreamFailure::ErrorEvent);
+    let comments_then_cut = vec![data(": ping\n\n"), reset()];
+    assert_eq!(failure(comments_then_cut).await, StreamFailure::Cut);
+    assert_eq!(
+        failure(vec![data(": ping\n\n")]).await,
+        StreamFailure::Ended
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -137,12 +152,12 @@ async fn hedged(first_token: Duration) -> (usize, &'static str) {
             async move {
                 let (tx, body) = channel();
                 let (wait, who) = match n {
-                    0 => (first_token, "first"),
-                    _ => (Duration::ZERO, "backup"),
+                    0 => (first_token, "data: first\n\n"),
+                    _ => (Duration::ZERO, "data: backup\n\n"),
                 };
                 tokio::spawn(async move {
                     tokio::time::sleep(wait).await;
-                    let _ = tx.send(Ok(Frame::data(Bytes::from_static(who.as_bytes()))));
+                    let _ = tx.send(data(who));
                     // The stream goes on for a long generation.
                     tokio::time::sleep(Duration::from_secs(40)).await;
                     let _ = tx.send(data("data: [DONE]\n\n"));
@@ -162,7 +177,11 @@ async fn hedged(first_token: Duration) -> (usize, &'static str) {
     let response = client.oneshot(request).await.unwrap();
     let mut body = response.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
-    let who = if first == "first" { "first" } else { "backup" };
+    let who = if first == "data: first\n\n" {
+        "first"
+    } else {
+        "backup"
+    };
     (calls.load(Ordering::SeqCst), who)
 }
 

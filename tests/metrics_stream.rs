@@ -20,7 +20,17 @@ type Chunk = Result<Frame<Bytes>, std::io::Error>;
 /// An event stream whose first token comes 200 ms after the request and
 /// each of 4 more 25 ms after the one before, then `[DONE]`.
 fn stream() -> http::Response<StreamBody<futures_util::stream::BoxStream<'static, Chunk>>> {
+    stream_after(None)
+}
+
+/// [`stream`], with `first` sent at once, before the 200 ms.
+fn stream_after(
+    first: Option<&'static str>,
+) -> http::Response<StreamBody<futures_util::stream::BoxStream<'static, Chunk>>> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();
+    if let Some(first) = first {
+        let _ = tx.send(Ok(Frame::data(Bytes::from_static(first.as_bytes()))));
+    }
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
         for i in 0..5 {
@@ -77,8 +87,8 @@ async fn a_streams_ttft_and_tpot_reach_the_handle_and_the_histograms() {
     let ttft = b.ttft_p50_ms.unwrap();
     assert!((175.0..=225.0).contains(&ttft), "{ttft}");
     assert!((b.ttft_mean_ms.unwrap() - 200.0).abs() < 1.0, "{b:?}");
-    // 5 token frames and [DONE]: 5 gaps over 100 ms.
-    assert!((b.tpot_mean_ms.unwrap() - 20.0).abs() < 1.0, "{b:?}");
+    // 5 chunks 25 ms apart, then [DONE] (no chunk): 4 gaps over 100 ms.
+    assert!((b.tpot_mean_ms.unwrap() - 25.0).abs() < 1.0, "{b:?}");
 
     let recorder = DebuggingRecorder::new();
     let handle = balancer.handle();
@@ -90,7 +100,7 @@ async fn a_streams_ttft_and_tpot_reach_the_handle_and_the_histograms() {
     assert_eq!(ttft.len(), 1, "{ttft:?}");
     assert!((0.175..=0.225).contains(&ttft[0]), "{ttft:?}");
     assert_eq!(tpot.len(), 1);
-    assert!((0.0175..=0.0225).contains(&tpot[0]), "{tpot:?}");
+    assert!((0.022..=0.028).contains(&tpot[0]), "{tpot:?}");
     // Another stream; the next export holds it alone.
     let response = balancer.clone().oneshot(request()).await.unwrap();
     response.into_body().collect().await.unwrap();
@@ -99,4 +109,31 @@ async fn a_streams_ttft_and_tpot_reach_the_handle_and_the_histograms() {
     metrics::with_local_recorder(&recorder, || tower_model_balance::metrics::record(&handle));
     let (ttft, tpot) = samples(&recorder);
     assert_eq!((ttft.len(), tpot.len()), (1, 1), "only the new stream's");
+    // A stream the caller drops after its first chunk is no stream that
+    // succeeded: not counted (nor a failure).
+    let response = balancer.clone().oneshot(request()).await.unwrap();
+    let mut body = response.into_body();
+    body.frame().await.unwrap().unwrap();
+    drop(body);
+    let b = &handle.backends()[0];
+    assert_eq!((b.streams, b.failures), (2, 0), "{b:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keep_alive_before_the_first_token_is_no_token() {
+    let endpoint = service_fn(|_req: http::Request<()>| async {
+        Ok::<_, std::io::Error>(stream_after(Some(": keep-alive\n\n")))
+    });
+    let backend = Backend::new(BackendId::new("gpu-0").unwrap(), endpoint);
+    let balancer =
+        ModelBalancer::new(ServiceList::new(vec![backend]), BalanceConfig::default()).unwrap();
+    let request = http::Request::post("/v1/chat/completions")
+        .header("x-model-id", "llama-3-8b")
+        .body(())
+        .unwrap();
+    let response = balancer.clone().oneshot(request).await.unwrap();
+    response.into_body().collect().await.unwrap();
+    let b = &balancer.handle().backends()[0];
+    assert!((b.ttft_mean_ms.unwrap() - 200.0).abs() < 1.0, "{b:?}");
+    assert!((b.tpot_mean_ms.unwrap() - 25.0).abs() < 1.0, "{b:?}");
 }

@@ -74,21 +74,26 @@ pub struct BackendStatus {
     /// model loads).
     pub failures: u64,
     /// Event streams (`text/event-stream` answers, as OpenAI-compatible
-    /// servers stream tokens) that succeeded on it since it joined, among
-    /// the timed requests (all of a clone's while its traffic is light,
-    /// down to one in 16).
+    /// servers stream tokens) that succeeded on it since it joined: read to
+    /// their end (a stream its caller dropped is not counted) with at least
+    /// one chunk. A sample: only timed requests are (all of a clone's while
+    /// its traffic is light, down to one in 16), so this is not a count of
+    /// every stream; [`picked`](Self::picked) counts every request.
     pub streams: u64,
-    /// Their mean time to first token (the body's first frame after the
-    /// pick), ms; `None` before the first.
+    /// Their mean time to first token since it joined: from the pick to
+    /// the first frame that ends a `data:` chunk (comments such as
+    /// `: keep-alive` are no chunk), ms; `None` before the first.
     pub ttft_mean_ms: Option<f64>,
-    /// Their median time to first token, ms (within an eighth: the
-    /// histogram's buckets are a quarter-octave wide).
+    /// Their median time to first token since it joined, ms (within an
+    /// eighth: the histogram's buckets are a quarter-octave wide).
     pub ttft_p50_ms: Option<f64>,
-    /// Their 99th-percentile time to first token, ms (as `ttft_p50_ms`).
+    /// Their 99th-percentile time to first token since it joined, ms (as
+    /// `ttft_p50_ms`).
     pub ttft_p99_ms: Option<f64>,
-    /// Their mean time per output token: the mean gap between a stream's
-    /// frames after its first (one event, one token, on vLLM and SGLang),
-    /// ms; `None` before a stream of two frames.
+    /// Their mean time per output token since it joined, ms: a stream's
+    /// span from its first chunk's frame to its last's, over its chunks
+    /// less one (`[DONE]` and error events are no chunks; one chunk is one
+    /// token on vLLM and SGLang); `None` before a stream of two chunks.
     pub tpot_mean_ms: Option<f64>,
 }
 

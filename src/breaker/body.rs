@@ -65,7 +65,7 @@ impl Record {
 }
 
 impl Complete for Record {
-    fn frame(&mut self) {
+    fn frame(&mut self, _: u32) {
         if let Clock::UntilFirstFrame = self.clock {
             let elapsed = Instant::now().saturating_duration_since(self.permit.admitted());
             self.clock = Clock::Stopped(Some(elapsed));

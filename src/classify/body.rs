@@ -41,10 +41,20 @@ mod receiver {
     /// the breaker's permit, the balancer's [`Guard`](crate::balance::Guard).
     /// Implemented inside the crate only (it is not nameable outside).
     pub trait Complete {
-        /// A frame of the body (data or trailers) arrived; called for each
-        /// frame up to the end, before [`complete`](Self::complete) (a
-        /// receiver whose clock stops at the first keeps the first).
-        fn frame(&mut self) {}
+        /// A frame of the body arrived that carries `chunks` of the answer
+        /// (at least one): any frame of a body that is not scanned, a frame
+        /// ending `chunks` `data:` events of a scanned event stream (its
+        /// comments, `[DONE]` and error events are no chunks). Called up to
+        /// the end, before [`complete`](Self::complete); a receiver whose
+        /// clock stops at the first keeps the first.
+        fn frame(&mut self, chunks: u32) {
+            let _ = chunks;
+        }
+
+        /// The body ended (its last frame, trailers, an error), rather than
+        /// being dropped; called once, just before
+        /// [`complete`](Self::complete).
+        fn ended(&mut self) {}
 
         /// The call's outcome: called once, when the body ends, fails or is
         /// dropped.
@@ -74,18 +84,28 @@ struct Pending<Eos, R: Complete> {
 
 impl<Eos, R: Complete> Pending<Eos, R> {
     fn frame<D: bytes::Buf>(&mut self, data: Option<&D>) {
-        if let Some((receiver, _)) = &mut self.open {
-            receiver.frame();
-        }
-        if let (Some(scan), Some(data)) = (&mut self.scan, data) {
-            scan.frame(data);
+        let chunks = match (&mut self.scan, data) {
+            (Some(scan), Some(data)) => {
+                let before = scan.events();
+                scan.frame(data);
+                scan.events() - before
+            }
+            // An event stream's trailers carry no chunk.
+            (Some(_), None) => 0,
+            (None, _) => 1,
+        };
+        if let (Some((receiver, _)), true) = (&mut self.open, chunks > 0) {
+            receiver.frame(chunks);
         }
     }
 
     /// Records the outcome `outcome_of` the verdict gives, once; at the
     /// body's `end`, a scanned stream's failure overrides it.
     fn settle(&mut self, end: bool, outcome_of: impl FnOnce(Classified<Eos>) -> Outcome) {
-        if let Some((receiver, verdict)) = self.open.take() {
+        if let Some((mut receiver, verdict)) = self.open.take() {
+            if end {
+                receiver.ended();
+            }
             let outcome = outcome_of(verdict);
             let failed = match self.scan.as_mut() {
                 Some(scan) if end => scan.failed_at_end(),

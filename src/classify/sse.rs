@@ -34,6 +34,9 @@ pub(crate) struct SseScan {
     len: usize,
     error: bool,
     done: bool,
+    /// `data:` lines read that are neither `[DONE]` nor an error: the
+    /// stream's chunks (on vLLM and SGLang one token each).
+    events: u32,
 }
 
 /// Whether a response's head says it is a server-sent-event stream
@@ -53,6 +56,7 @@ impl SseScan {
             len: 0,
             error: false,
             done: false,
+            events: 0,
         }
     }
 
@@ -93,6 +97,8 @@ impl SseScan {
                 || contains(payload, b"\"object\": \"error\"")
             {
                 self.error = true;
+            } else {
+                self.events = self.events.saturating_add(1);
             }
         } else if field(line, b"event:").is_some_and(|name| name == b"error") {
             self.error = true;
@@ -107,6 +113,17 @@ impl SseScan {
             self.end_of_line();
         }
         self.error || !self.done
+    }
+
+    /// `data:` chunks read so far (lines ended), `[DONE]` and errors not
+    /// counted; comments (`: keep-alive`) and other fields neither.
+    pub(crate) fn events(&self) -> u32 {
+        self.events
+    }
+
+    /// Whether `data: [DONE]` was read.
+    pub(crate) fn is_done(&self) -> bool {
+        self.done
     }
 
     /// Whether an error event was seen so far.
@@ -176,6 +193,15 @@ mod tests {
         assert!(s.errored());
         let mut s = scan(&[CHUNK, "data: [DO", "NE]\n"]);
         assert!(!s.failed_at_end());
+    }
+
+    #[test]
+    fn chunks_are_counted_apart_from_comments_done_and_errors() {
+        let s = scan(&[": keep-alive\n\n", CHUNK, "", CHUNK, "data: [DONE]\n\n"]);
+        assert_eq!(s.events(), 2);
+        assert!(s.is_done());
+        let s = scan(&[": ping\n\n", "data: {\"erro"]);
+        assert_eq!(s.events(), 0, "a line is counted at its end");
     }
 
     #[test]

@@ -1,30 +1,53 @@
-//! [`StreamFailed`]: an event stream that failed before its first token.
+//! [`StreamFailed`]: an event stream that failed before its first chunk.
 
 use std::fmt;
 
 use super::BoxError;
 
 /// An event stream (a `text/event-stream` answer) that failed before any
-/// of it reached the caller: its body failed (a connection cut), ended, or
-/// began with an error event, before its first token. Returned by
-/// [`FirstFrame`](crate::hedge::FirstFrame) in place of the response, so
+/// of it reached the caller: before its first `data:` chunk its body
+/// failed (a connection cut), ended, or carried an error event. Returned
+/// by [`FirstFrame`](crate::hedge::FirstFrame) in place of the response, so
 /// that a [`RetryPolicy`](crate::hedge::RetryPolicy) may retry it on
 /// another backend (nothing was passed on yet) and a hedge may still send
-/// its backup. The backend's breaker and health have counted it as a
-/// failure already, below.
+/// its backup. When a balancer or a breaker is below the `FirstFrame`, it
+/// has counted the failure already (the body is dropped first).
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct StreamFailed {
-    /// What happened: `"body error"`, `"ended before its first frame"` or
-    /// `"error event"`.
-    pub reason: &'static str,
+    /// What happened.
+    pub reason: StreamFailure,
     source: Option<BoxError>,
+}
+
+/// Why an event stream failed before its first chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StreamFailure {
+    /// Its body failed: the connection was cut, or the body's own error
+    /// (the error's [`source`](std::error::Error::source)).
+    Cut,
+    /// Its body ended without a chunk.
+    Ended,
+    /// It carried an error event (OpenAI's `data: {"error": …}` and the
+    /// other shapes of `docs/streaming.md`).
+    ErrorEvent,
 }
 
 impl StreamFailed {
     /// Creates the error, with the body's error if there was one.
-    pub(crate) fn new(reason: &'static str, source: Option<BoxError>) -> Self {
+    pub(crate) fn new(reason: StreamFailure, source: Option<BoxError>) -> Self {
         Self { reason, source }
+    }
+}
+
+impl fmt::Display for StreamFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Cut => "its body failed",
+            Self::Ended => "it ended without a chunk",
+            Self::ErrorEvent => "it carried an error event",
+        })
     }
 }
 
@@ -32,7 +55,7 @@ impl fmt::Display for StreamFailed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "the event stream failed before its first token: {}",
+            "the event stream failed before its first chunk: {}",
             self.reason
         )?;
         if let Some(source) = &self.source {

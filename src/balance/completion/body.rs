@@ -15,8 +15,12 @@ pub(crate) type Verdict = Classified<ClassifierEos>;
 /// whose head decided is an outcome even if the caller never reads its
 /// body (a 503 must count whether or not it is read).
 impl Complete for Guard {
-    fn frame(&mut self) {
-        self.frame();
+    fn frame(&mut self, chunks: u32) {
+        self.frame(chunks);
+    }
+
+    fn ended(&mut self) {
+        self.ended();
     }
 
     fn complete(self, outcome: Outcome) {

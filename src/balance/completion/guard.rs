@@ -132,16 +132,23 @@ impl Guard {
         self.events = true;
     }
 
-    /// A frame of the answer's body came: timed (one clock read) if the
-    /// request is, and it is the first or the answer is an event stream.
-    pub(crate) fn frame(&mut self) {
+    /// A frame of the answer's body came with `chunks` of it (an event
+    /// stream's `data:` events): timed (one clock read) if the request is,
+    /// and it is the first or the answer is an event stream.
+    pub(crate) fn frame(&mut self, chunks: u32) {
         let Some(started) = self.started else {
             return;
         };
         let first = !self.timing.has_frame() && self.stop_point() == StopPoint::FirstFrame;
         if first || self.events {
-            self.timing.frame(started, Instant::now());
+            self.timing.frame(started, Instant::now(), chunks);
         }
+    }
+
+    /// The answer's body ended (not dropped): a stream's TTFT and TPOT
+    /// count only then.
+    pub(crate) fn ended(&mut self) {
+        self.timing.ended();
     }
 
     fn stop_point(&self) -> StopPoint {
@@ -273,7 +280,7 @@ impl Guard {
             Outcome::Success if self.started.is_some() => {
                 self.state.latency.record(latency, false);
                 // What the caller saw, cold starts included.
-                if let (true, Some((ttft, tpot))) = (self.events, self.timing.stream()) {
+                if let (true, Some((ttft, tpot))) = (self.events, self.timing.ended_stream()) {
                     self.state.stream.record(ttft, tpot);
                 }
                 // A request that may have waited for its model to load

@@ -9,13 +9,15 @@ use tokio::time::Instant;
 use crate::breaker::StopPoint;
 
 /// Microseconds since the pick of the head, the first frame and the last
-/// frame (each + 1; 0: not yet), and the frames seen: 16 bytes.
+/// frame (each + 1; 0: not yet), the chunks they carried, and whether the
+/// body ended: 20 bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Timing {
     head: u32,
     first: u32,
     last: u32,
-    frames: u32,
+    chunks: u32,
+    ended: bool,
 }
 
 /// µs since `started`, + 1, saturating at about 71 minutes.
@@ -35,14 +37,19 @@ impl Timing {
         self.head = mark(started, now);
     }
 
-    /// A frame arrived at `now`.
-    pub(crate) fn frame(&mut self, started: Instant, now: Instant) {
+    /// A frame with `chunks` of the answer arrived at `now`.
+    pub(crate) fn frame(&mut self, started: Instant, now: Instant, chunks: u32) {
         let at = mark(started, now);
         if self.first == 0 {
             self.first = at;
         }
         self.last = at;
-        self.frames = self.frames.saturating_add(1);
+        self.chunks = self.chunks.saturating_add(chunks);
+    }
+
+    /// The body ended (not dropped).
+    pub(crate) fn ended(&mut self) {
+        self.ended = true;
     }
 
     /// Whether a frame arrived.
@@ -61,11 +68,16 @@ impl Timing {
         at.unwrap_or(total)
     }
 
-    /// Time to the first frame, and the mean gap between frames after it
-    /// (`None` with one frame); `None` without a frame.
-    pub(crate) fn stream(&self) -> Option<(Duration, Option<Duration>)> {
+    /// Of a body that ended: the time to its first chunk, and the mean gap
+    /// between its chunks after the first (from the first frame's to the
+    /// last's, over the chunks less one; `None` with one chunk); `None`
+    /// without a chunk, or for a body dropped before its end.
+    pub(crate) fn ended_stream(&self) -> Option<(Duration, Option<Duration>)> {
+        if !self.ended {
+            return None;
+        }
         let ttft = duration(self.first)?;
-        let gaps = self.frames.saturating_sub(1);
+        let gaps = self.chunks.saturating_sub(1);
         let tpot = (gaps > 0)
             .then(|| Duration::from_micros(u64::from(self.last - self.first) / u64::from(gaps)));
         Some((ttft, tpot))
@@ -82,26 +94,33 @@ mod tests {
         let ms = Duration::from_millis;
         let total = ms(1_000);
         let mut t = Timing::default();
-        assert_eq!(
-            t.latency(StopPoint::FirstFrame, total),
-            total,
-            "no frame yet"
-        );
-        assert_eq!(t.stream(), None);
+        let first = t.latency(StopPoint::FirstFrame, total);
+        assert_eq!(first, total, "no frame yet");
+        t.ended();
+        assert_eq!(t.ended_stream(), None, "no chunk");
+        let mut t = Timing::default();
         t.head(start, start + ms(5));
-        t.frame(start, start + ms(200));
+        t.frame(start, start + ms(200), 1);
         assert!(t.has_frame());
-        assert_eq!(t.stream(), Some((ms(200), None)));
+        assert_eq!(t.ended_stream(), None, "not ended: dropped so far");
         for i in 1..=10 {
-            t.frame(start, start + ms(200 + 50 * i));
+            t.frame(start, start + ms(200 + 50 * i), 1);
         }
         assert_eq!(t.latency(StopPoint::Headers, total), ms(5));
         assert_eq!(t.latency(StopPoint::FirstFrame, total), ms(200));
         assert_eq!(t.latency(StopPoint::EndOfBody, total), total);
-        assert_eq!(t.stream(), Some((ms(200), Some(ms(50)))));
+        t.ended();
+        assert_eq!(t.ended_stream(), Some((ms(200), Some(ms(50)))));
+        // Two chunks in one frame: two gaps over the span.
+        let mut two = Timing::default();
+        two.frame(start, start + ms(10), 2);
+        two.frame(start, start + ms(30), 1);
+        two.ended();
+        assert_eq!(two.ended_stream(), Some((ms(10), Some(ms(10)))));
         // A frame before the pick's clock (never): 0 µs, still a frame.
         let mut early = Timing::default();
-        early.frame(start + ms(1), start);
-        assert_eq!(early.stream(), Some((Duration::ZERO, None)));
+        early.frame(start + ms(1), start, 1);
+        early.ended();
+        assert_eq!(early.ended_stream(), Some((Duration::ZERO, None)));
     }
 }

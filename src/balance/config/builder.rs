@@ -259,11 +259,16 @@ impl BalanceConfigBuilder {
     /// token came in 200 ms is not slow: how long a generation runs is the
     /// caller's `max_tokens`, not the backend's speed, while a slow first
     /// token is a backend queueing or prefilling slowly. For a response
-    /// whose body comes in one frame the two are the same.
+    /// whose body comes in one frame the two are the same; a large answer
+    /// that is not a stream (a JSON or tensor body in several frames) is
+    /// judged at its first frame too. An event stream's first frame is its
+    /// first `data:` chunk (comments are skipped); a body without a frame
+    /// is timed whole.
     /// [`StopPoint::EndOfBody`](crate::breaker::StopPoint::EndOfBody) times
     /// whole calls; [`StopPoint::Headers`](crate::breaker::StopPoint::Headers)
     /// stops at the head. The models' work (demand) always counts whole
-    /// calls.
+    /// calls. Under [`ModelBalancer::at_response`](crate::balance::ModelBalancer::at_response)
+    /// there is no body to read: calls are timed to their response.
     ///
     /// ```
     /// use tower_model_balance::balance::BalanceConfig;

@@ -17,7 +17,7 @@ enum Seen {
 struct Receiver(Log);
 
 impl Complete for Receiver {
-    fn frame(&mut self) {
+    fn frame(&mut self, _: u32) {
         let mut seen = self.0.borrow_mut();
         if !seen.contains(&Seen::FirstFrame) {
             seen.push(Seen::FirstFrame);
