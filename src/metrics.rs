@@ -39,8 +39,8 @@
 //! | `model_balance_backend_health_score` | gauge | `backend` | its health score, a fraction in [0, 1] |
 //! | `model_balance_backend_ejected` | gauge | `backend` | 1 while health ejects it, else 0 |
 //! | `model_balance_backend_ejections_total` | counter | `backend` | times health ejected it |
-//! | `model_balance_backend_ttft_seconds` | histogram | `backend` | seconds to the first frame (the first token) of its event streams that succeeded, among the timed requests; each export records the samples since the last, each at its bucket's middle (within an eighth) |
-//! | `model_balance_backend_tpot_seconds` | histogram | `backend` | seconds per output token of those streams: the mean gap between a stream's frames after its first |
+//! | `model_balance_backend_ttft_seconds` | histogram | `backend` | seconds to the first `data:` chunk (the first token) of its event streams that succeeded (read to their end), among the timed requests; each export records the samples since the last, each at its bucket's middle (within an eighth) |
+//! | `model_balance_backend_tpot_seconds` | histogram | `backend` | seconds per output token of those streams: the span from a stream's first chunk to its last over its chunks less one (`[DONE]` is no chunk) |
 //! | `model_balance_placement_total` | counter | `event` | with placement on: `load`, `load_failure`, `unload`, `unknown_model`, `reload` |
 //!
 //! With feature `hedge`, [`export_hedge`] sets a
@@ -205,7 +205,7 @@ const SERIES: [(&str, Kind, &str); 21] = [
     (
         "model_balance_backend_tpot_seconds",
         Kind::Histogram,
-        "Time per output token (mean gap between frames) of the backend's event streams, seconds.",
+        "Time per output token (mean gap between chunks) of the backend's event streams, seconds.",
     ),
     (
         "model_balance_placement_total",

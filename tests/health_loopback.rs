@@ -9,38 +9,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
-use tower::discover::ServiceList;
 use tower::ServiceExt;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
-use tower_model_balance::endpoint::{Origin, SetOrigin};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
 use tower_model_balance_sim::{protocol, Fault, ModelServer, ServerConfig};
 
-type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
+#[path = "support/sim_balancer.rs"]
+mod sim_balancer;
+use sim_balancer::{balancer, Endpoint};
 
 const SLOW: usize = 1;
 const DEEP: usize = 4;
 const FAILING: usize = 6;
-
-fn balancer(servers: &[ModelServer]) -> ModelBalancer<Endpoint> {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let backends: Vec<_> = servers
-        .iter()
-        .map(|s| {
-            let origin = Origin::http(s.addr());
-            let meta =
-                BackendMeta::new(BackendId::new(s.name()).unwrap()).with_address(origin.clone());
-            Backend::with_meta(meta, SetOrigin::to(client.clone(), origin))
-        })
-        .collect();
-    ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default()).unwrap()
-}
 
 /// Sends updates one after another until `stop`.
 async fn updates(balancer: ModelBalancer<Endpoint>, stop: Arc<AtomicBool>) {
@@ -72,7 +54,7 @@ async fn slow_deep_queued_and_fast_failing_backends_lose_their_update_traffic() 
                 .unwrap(),
         );
     }
-    let balancer = balancer(&servers);
+    let balancer = balancer(&servers, BalanceConfig::default());
     let handle = balancer.handle();
     let probes = ProbeConfig::builder()
         .interval(Duration::from_secs(1))

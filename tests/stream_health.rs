@@ -12,21 +12,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
-use tower::discover::ServiceList;
 use tower::ServiceExt;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{
-    Backend, BackendMeta, BackendStatus, BalanceConfig, BalancerHandle, ModelBalancer,
-};
+use tower_model_balance::balance::{BackendStatus, BalanceConfig, BalancerHandle, ModelBalancer};
 use tower_model_balance::breaker::StopPoint;
-use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance_sim::{Fault, InferenceTimes, ModelServer, ServerConfig};
 
-type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
+#[path = "support/sim_balancer.rs"]
+mod sim_balancer;
+use sim_balancer::Endpoint;
 
 /// Every wait is bounded: a broken balancer fails instead of hanging.
 const BOUND: Duration = Duration::from_secs(60);
@@ -55,18 +49,8 @@ async fn servers() -> Vec<ModelServer> {
 }
 
 fn balancer(servers: &[ModelServer], stop: StopPoint) -> ModelBalancer<Endpoint> {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let backends: Vec<_> = servers
-        .iter()
-        .map(|s| {
-            let origin = Origin::http(s.addr());
-            let meta =
-                BackendMeta::new(BackendId::new(s.name()).unwrap()).with_address(origin.clone());
-            Backend::with_meta(meta, SetOrigin::to(client.clone(), origin))
-        })
-        .collect();
     let config = BalanceConfig::builder().stop_point(stop).build().unwrap();
-    ModelBalancer::new(ServiceList::new(backends), config).unwrap()
+    sim_balancer::balancer(servers, config)
 }
 
 /// Streams chat completions one after another, model after model, until
