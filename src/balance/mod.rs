@@ -264,6 +264,7 @@ mod config;
 pub mod future;
 mod handle;
 mod queued;
+mod receipt;
 mod service;
 mod state;
 mod stats;
@@ -278,6 +279,7 @@ pub use self::config::{
     Limit, ResidencyHeader, StagingConfig,
 };
 pub use self::handle::BalancerHandle;
+pub use self::receipt::{PrefixHit, RouteReason, RoutingReceipt};
 pub use self::stats::{BackendStatus, BalanceStats};
 /// The admission config's parts the TOML loader reads and writes.
 #[cfg(feature = "config")]

@@ -51,6 +51,9 @@ pub(super) struct BalanceFile {
     /// `"headers"`, `"first_frame"` or `"end_of_body"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) stop_point: Option<String>,
+    /// A routing receipt per request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) receipts: Option<bool>,
 }
 
 /// `balance.ring_seed`: a TOML integer, or a string (decimal or `0x` hex)
@@ -209,6 +212,9 @@ impl BalanceFile {
                     expected: "\"headers\", \"first_frame\" or \"end_of_body\"",
                 })
             }
+        }
+        if let Some(on) = self.receipts {
+            b = b.receipts(on);
         }
         if self.staging_max_share.is_some() || self.staging_cooldown_ms.is_some() {
             let defaults = StagingConfig::default();

@@ -7,10 +7,11 @@
 
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::clock::Now;
+use crate::balance::state::prefix::PrefixHit;
 use crate::balance::state::residency::{Presence, Warmth};
 use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
-use crate::route::{RequestKind, Urgency};
+use crate::route::{PrefixKey, RequestKind, Urgency};
 
 /// The most owners a model can have.
 pub(crate) const MAX_OWNERS: usize = crate::balance::config::BalanceConfigBuilder::MAX_OWNERS;
@@ -32,8 +33,15 @@ pub(crate) const LOADS_AT_ONCE: usize = 1;
 pub(crate) struct Ask {
     pub(crate) kind: RequestKind,
     pub(crate) urgency: Urgency,
-    /// The model ID's carried xxh3 hash.
+    /// The model ID's carried xxh3 hash: residency and breakers are
+    /// keyed by it.
     pub(crate) key: u64,
+    /// What the ring walk and the owner count are keyed by: the prefix
+    /// key's group, else [`Ask::key`].
+    pub(crate) affinity: u64,
+    /// The request's prefix key, if it has one: owners that served its
+    /// session, else its group, come first.
+    pub(crate) prefix: Option<PrefixKey>,
     /// How many owners the model has now (inference only).
     pub(crate) owners: usize,
     /// Whether the request is in the sample that renews its model's
@@ -80,6 +88,8 @@ pub(crate) struct Pick {
     /// With `prefer_warm`, the owner passed over for a warm backend: the
     /// model should be loaded there.
     pub(crate) prefetch: Option<usize>,
+    /// What the chosen backend's prefix record said of the request's key.
+    pub(crate) hit: PrefixHit,
 }
 
 /// Room for a pick's three owner lists, kept by each balancer clone and
@@ -243,6 +253,7 @@ impl Ctx<'_> {
             branch,
             warmth: Warmth::Warm,
             prefetch: None,
+            hit: PrefixHit::None,
         })
     }
 

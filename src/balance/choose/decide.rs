@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::backend::BackendId;
 use crate::balance::choose::ctx::{Ask, Miss, Rules, Scratch};
 use crate::balance::choose::pick::pick;
+use crate::balance::choose::receipt::receipt;
 use crate::balance::choose::sampler::Sampler;
 use crate::balance::completion::guard::Guard;
 use crate::balance::config::BalanceConfig;
@@ -155,8 +156,10 @@ impl Local {
         let draw = self.sampler.draw();
         let table = &snapshot.table;
         let config = &shared.config;
+        // The ring and demand are keyed by the prefix group, if any.
+        let affinity = route.affinity();
         // Read before this request counts in it.
-        let unseen = route.kind != RequestKind::Update && shared.demand.unseen(route.hash);
+        let unseen = route.kind != RequestKind::Update && shared.demand.unseen(affinity);
         let owners = match route.kind {
             RequestKind::Update => 0,
             _ => {
@@ -168,13 +171,15 @@ impl Local {
                     },
                     false => Tally::Peek,
                 };
-                shared.owners_of(route.hash, tally, table.in_ring)
+                shared.owners_of(route.hash, affinity, tally, table.in_ring)
             }
         };
         let ask = Ask {
             kind: route.kind,
             urgency: route.urgency,
             key: route.hash,
+            affinity,
+            prefix: route.prefix.filter(|_| route.kind != RequestKind::Update),
             owners,
             sampled: draw.timed,
             unseen,
@@ -249,15 +254,20 @@ impl Local {
             // The same instant: `now` reads the clock once per pick.
             self.sampler.started(now.get());
         }
+        let receipt = config.receipts.then(|| receipt(table, &ask, &picked, now));
+        let guard = Guard::new(
+            state.clone(),
+            picked.admission,
+            started,
+            (route.kind != RequestKind::Update).then_some(route.hash),
+            picked.warmth,
+        );
         Ok(Picked {
             endpoint: snapshot.endpoints[picked.index].clone(),
-            guard: Guard::new(
-                state.clone(),
-                picked.admission,
-                started,
-                (route.kind != RequestKind::Update).then_some(route.hash),
-                picked.warmth,
-            ),
+            guard: match receipt {
+                Some(receipt) => guard.with_receipt(receipt),
+                None => guard,
+            },
         })
     }
 }

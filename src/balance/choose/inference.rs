@@ -6,9 +6,10 @@ use crate::balance::choose::ctx::{
     load_cap, Ask, Ctx, Pick, Rules, Scratch, LOADING_GRACE_MS, LOADS_AT_ONCE, MAX_OWNERS,
     SPILL_SCAN,
 };
+use crate::balance::state::prefix::PrefixHit;
 use crate::balance::state::residency::Presence;
 use crate::balance::state::traffic::Branch;
-use crate::route::Urgency;
+use crate::route::{PrefixKey, Urgency};
 
 /// Inference: among the model's eligible owners, the resident ones under
 /// the bounded-load cap by P2C on cost — those where the model was served
@@ -60,7 +61,12 @@ pub(crate) fn pick_inference(
     let (all, rest) = scratch.room(3 * k).split_at_mut(k);
     let (served, loading) = rest.split_at_mut(k);
     let (mut all_len, mut served_len, mut loading_len) = (0, 0, 0);
-    for i in table.ring.walk(key).take(k).filter(|&i| ctx.eligible(i)) {
+    for i in table
+        .ring
+        .walk(ask.affinity)
+        .take(k)
+        .filter(|&i| ctx.eligible(i))
+    {
         all[all_len] = i;
         all_len += 1;
         if !under(i) {
@@ -93,18 +99,24 @@ pub(crate) fn pick_inference(
             .filter(|&i| ctx.presence(i, key) == Presence::Served)
     };
 
+    // With a prefix key: among owners serving the model under the cap,
+    // one that served its session, else its group, first.
+    let by_record = |set: &[usize]| ask.prefix.and_then(|key| by_record(ctx, &key, set));
     let choice = match ask.urgency {
         Urgency::Critical => ctx
             .cheapest(served_owners())
             .or_else(|| ctx.cheapest(resident_owners()))
             .map(|i| (i, Branch::ResidentOwner))
             .or_else(|| spill_resident(ctx, ask, k, |_| true).map(|i| (i, Branch::Spill))),
-        Urgency::High => ctx
-            .cheapest(served_under.iter().copied())
+        Urgency::High => by_record(served_under)
+            .or_else(|| ctx.cheapest(served_under.iter().copied()))
             .or_else(|| ctx.cheapest(loading_under.iter().copied()))
             .map(|i| (i, Branch::ResidentOwner)),
-        _ if rules.prefer_warm => ctx
-            .p2c(served_under, random)
+        // A prefix group's owners come from its own walk, not its model's:
+        // a backend past them serving the model comes before an owner that
+        // must load it (the model's residency first, then the prefix's).
+        _ if rules.prefer_warm || ask.prefix.is_some() => by_record(served_under)
+            .or_else(|| ctx.p2c(served_under, random))
             .map(|i| (i, Branch::ResidentOwner))
             .or_else(|| {
                 let served = |i| under(i) && ctx.presence(i, key) == Presence::Served;
@@ -243,7 +255,7 @@ pub(crate) fn pick_inference(
     // first admitting backend along the walk.
     table
         .ring
-        .walk(key)
+        .walk(ask.affinity)
         .enumerate()
         .filter(|&(pos, i)| ctx.eligible(i) && (!admission || fits(ctx, i, key, pos < k, nowhere)))
         .find_map(|(pos, i)| {
@@ -254,6 +266,25 @@ pub(crate) fn pick_inference(
             };
             ctx.admit(i, branch)
         })
+}
+
+/// Among `set`, the backend whose prefix record predicts the longest hit
+/// for `key` (its session before its group), the cheapest on ties; `None`
+/// when none in `set` served either recently.
+fn by_record(ctx: &Ctx<'_>, key: &PrefixKey, set: &[usize]) -> Option<usize> {
+    let mut best: Option<(usize, PrefixHit)> = None;
+    for &i in set {
+        let hit = ctx.state(i).prefixes.hit(key);
+        let better = match best {
+            _ if hit == PrefixHit::None => false,
+            None => true,
+            Some((b, h)) => hit > h || (hit == h && ctx.state(i).cost() < ctx.state(b).cost()),
+        };
+        if better {
+            best = Some((i, hit));
+        }
+    }
+    best.map(|(i, _)| i)
 }
 
 /// Under admission, whether backend `i` may take an inference request for
@@ -279,7 +310,7 @@ pub(crate) fn resident_elsewhere(ctx: &Ctx<'_>, ask: &Ask, x: usize) -> bool {
     let k = ask.owners.clamp(1, MAX_OWNERS);
     ctx.table
         .ring
-        .walk(ask.key)
+        .walk(ask.affinity)
         .take(k + SPILL_SCAN)
         .any(|i| i != x && ctx.eligible(i) && ctx.resident(i, ask.key))
 }
@@ -289,7 +320,7 @@ pub(crate) fn resident_elsewhere(ctx: &Ctx<'_>, ask: &Ask, x: usize) -> bool {
 fn spill_resident(ctx: &Ctx<'_>, ask: &Ask, k: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
     ctx.table
         .ring
-        .walk(ask.key)
+        .walk(ask.affinity)
         .skip(k)
         .take(SPILL_SCAN)
         .find(|&i| ctx.eligible(i) && ok(i) && ctx.resident(i, ask.key))
@@ -325,7 +356,7 @@ fn spill_cold(
     for i in ctx
         .table
         .ring
-        .walk(ask.key)
+        .walk(ask.affinity)
         .skip(k)
         .filter(|&i| ctx.eligible(i) && ok(i))
         .take(SPILL_SCAN)

@@ -8,11 +8,13 @@
 //! | `inference.rs` | inference: owners by residency and cost, then spill along the ring |
 //! | `update.rs` | updates: the cheaper of two random backends (P2C) |
 //! | `sampler.rs` | which requests feed the estimates |
+//! | `receipt.rs` | a pick's routing receipt: reason, owners, predicted prefix hit, runner-up (receipts on) |
 
 pub(crate) mod ctx;
 pub(crate) mod decide;
 pub(crate) mod inference;
 pub(crate) mod pick;
+pub(crate) mod receipt;
 pub(crate) mod sampler;
 pub(crate) mod update;
 

@@ -71,6 +71,11 @@ pub(crate) fn pick(
             true => Warmth::Warm,
             false => Warmth::Cold,
         };
+        if let Some(key) = &ask.prefix {
+            // Its prefill caches the prefix there.
+            picked.hit = state.prefixes.hit(key);
+            state.prefixes.note(key);
+        }
     }
     Ok(picked)
 }

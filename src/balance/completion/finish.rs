@@ -50,6 +50,9 @@ impl<B: Body, E> Finish<http::Response<B>, E> for AtEndOfBody {
         if waited {
             response.extensions_mut().insert(WaitedForLoad);
         }
+        if let Some(receipt) = guard.take_receipt() {
+            response.extensions_mut().insert(receipt);
+        }
         if response.status() == StatusCode::NOT_FOUND {
             not_found(&guard);
         }

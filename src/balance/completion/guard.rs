@@ -11,6 +11,7 @@ use http::HeaderMap;
 use crate::backend::{BackendId, PickedSlot};
 use crate::balance::completion::timing::Timing;
 use crate::balance::config::ResidencyHeader;
+use crate::balance::receipt::RoutingReceipt;
 #[cfg(test)]
 use crate::balance::state::backend::Start;
 use crate::balance::state::backend::{Admission, BackendState};
@@ -82,6 +83,8 @@ pub struct Guard {
     timing: Timing,
     /// Its answer is an event stream: each frame is timed (TPOT).
     events: bool,
+    /// Why it went there, with receipts on.
+    receipt: Option<Box<RoutingReceipt>>,
 }
 
 impl Guard {
@@ -107,7 +110,26 @@ impl Guard {
             slot: None,
             timing: Timing::default(),
             events: false,
+            receipt: None,
         }
+    }
+
+    /// The guard, carrying `receipt`.
+    pub(crate) fn with_receipt(mut self, receipt: RoutingReceipt) -> Self {
+        self.receipt = Some(Box::new(receipt));
+        self
+    }
+
+    /// Why and where the request was routed, with
+    /// [`BalanceConfigBuilder::receipts`](crate::balance::BalanceConfigBuilder::receipts)
+    /// on; else `None`.
+    pub fn receipt(&self) -> Option<&RoutingReceipt> {
+        self.receipt.as_deref()
+    }
+
+    /// The receipt, taken (into a response's extensions).
+    pub(crate) fn take_receipt(&mut self) -> Option<RoutingReceipt> {
+        self.receipt.take().map(|r| *r)
     }
 
     /// Watches `slot`: if a hedge marks it superseded while the request

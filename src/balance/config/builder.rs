@@ -282,6 +282,16 @@ impl BalanceConfigBuilder {
         self
     }
 
+    /// Whether each request gets a [`RoutingReceipt`](crate::balance::RoutingReceipt)
+    /// — the reason for its backend, the owner count, the predicted prefix
+    /// hit, the runner-up — in its response's extensions (and on its
+    /// [`Guard`](crate::balance::Guard)). Default `false`: a receipt costs
+    /// one allocation and a walk over the owners per request.
+    pub fn receipts(mut self, on: bool) -> Self {
+        self.config.receipts = on;
+        self
+    }
+
     /// Validates and returns the config.
     ///
     /// # Errors

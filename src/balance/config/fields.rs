@@ -38,6 +38,7 @@ pub(crate) const DEFAULT_LATENCY_DECAY: Duration = Duration::from_secs(10);
 /// | `classifier` | [`Classifier::http`] | [`Classifier::grpc`] for gRPC backends, or your own |
 /// | `admission` (per-backend limits, shedding by urgency) | none: never refuses for load | see [`AdmissionConfig`] |
 /// | `stop_point` (where a call's latency stops for its breaker's slow calls, health and the latency estimate) | [`StopPoint::FirstFrame`]: a stream's time to first token | [`StopPoint::Headers`], [`StopPoint::EndOfBody`] |
+/// | `receipts` (a [`RoutingReceipt`](crate::balance::RoutingReceipt) per request) | off | on |
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BalanceConfig {
@@ -82,6 +83,8 @@ pub struct BalanceConfig {
     /// Where a call's latency stops for its breaker, health, latency
     /// estimate and adaptive limit.
     pub(crate) stop_point: StopPoint,
+    /// Whether each request gets a routing receipt.
+    pub(crate) receipts: bool,
 }
 
 /// The most pairs [`BreakerScope::BackendModel`] may track.
@@ -185,6 +188,7 @@ impl Default for BalanceConfig {
             classifier: Classifier::http(),
             admission: None,
             stop_point: StopPoint::FirstFrame,
+            receipts: false,
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::balance::state::cost::{cost, LatencyEwma};
 use crate::balance::state::fleet::Fleet;
 use crate::balance::state::health::{BackendHealth, WarmUp};
 use crate::balance::state::limit::BackendLimit;
+use crate::balance::state::prefix::PrefixRecord;
 use crate::balance::state::residency::Residency;
 use crate::balance::state::stream::StreamTimes;
 use crate::balance::state::traffic::Traffic;
@@ -68,6 +69,8 @@ pub(crate) struct BackendState {
     pub(crate) limit: BackendLimit,
     /// Its event streams' TTFT and TPOT.
     pub(crate) stream: StreamTimes,
+    /// The prefix groups and sessions it served recently.
+    pub(crate) prefixes: PrefixRecord,
     /// Set when discovery removes the backend: not picked again.
     pub(crate) removed: AtomicBool,
 }
@@ -93,6 +96,7 @@ impl BackendState {
             removed: AtomicBool::new(false),
             limit: BackendLimit::new(fleet.settings.admission.as_ref()),
             stream: StreamTimes::new(),
+            prefixes: PrefixRecord::default(),
             fleet,
         }
     }

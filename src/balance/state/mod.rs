@@ -22,6 +22,7 @@
 //! | `limit.rs` | each backend's admission limit, fixed or adaptive (AIMD) |
 //! | `queue.rs` | the bounded queue of requests waiting for room, by urgency |
 //! | `stream.rs` | each backend's streamed answers: time to first token, time per output token |
+//! | `prefix.rs` | which prefix groups and sessions a backend served recently (approximate, bounded) |
 
 pub(crate) mod backend;
 pub(crate) mod clock;
@@ -32,6 +33,7 @@ pub(crate) mod health;
 pub(crate) mod limit;
 pub(crate) mod lru;
 pub(crate) mod placement;
+pub(crate) mod prefix;
 pub(crate) mod queue;
 pub(crate) mod residency;
 pub(crate) mod scoped;

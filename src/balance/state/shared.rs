@@ -72,7 +72,7 @@ impl<E: Send + Sync> View for Shared<E> {
 
     fn owners_of(&self, key: u64) -> usize {
         let n = self.snapshot.load().table.in_ring;
-        Shared::owners_of(self, key, Tally::Peek, n)
+        Shared::owners_of(self, key, key, Tally::Peek, n)
     }
 }
 
@@ -119,13 +119,17 @@ impl<E: Send + Sync> Owners for Shared<E> {
 }
 
 impl<E> Shared<E> {
-    /// How many owners the model with hash `key` has over `n` backends (the
-    /// ring's, [`Table::in_ring`](crate::balance::state::table::Table::in_ring)),
-    /// counting this request in its demand under [`Tally::Count`].
-    pub(crate) fn owners_of(&self, key: u64, tally: Tally, n: f64) -> usize {
+    /// How many owners the model with hash `key` — or its prefix group
+    /// `group` (`key` itself without a prefix key) — has over `n` backends
+    /// (the ring's, [`Table::in_ring`](crate::balance::state::table::Table::in_ring)),
+    /// counting this request in the group's demand under [`Tally::Count`].
+    /// A model's fixed owner count is each of its groups'.
+    pub(crate) fn owners_of(&self, key: u64, group: u64, tally: Tally, n: f64) -> usize {
         match self.fixed_owners(key) {
             Some(k) => k,
-            None => self.demand.owners(key, tally, Bounds::of(&self.config, n)),
+            None => self
+                .demand
+                .owners(group, tally, Bounds::of(&self.config, n)),
         }
     }
 

@@ -1,0 +1,58 @@
+//! A pick's [`RoutingReceipt`]: the reason, the owners, the predicted
+//! prefix hit, and the runner-up.
+
+use crate::balance::choose::ctx::{Ask, Pick, MAX_OWNERS};
+use crate::balance::receipt::{RouteReason, RoutingReceipt};
+use crate::balance::state::clock::Now;
+use crate::balance::state::prefix::PrefixHit;
+use crate::balance::state::residency::Presence;
+use crate::balance::state::table::Table;
+use crate::route::RequestKind;
+
+/// The receipt of `picked`, made for `ask` over `table` (allocates: only
+/// with receipts on).
+pub(crate) fn receipt(table: &Table, ask: &Ask, picked: &Pick, now: &Now) -> RoutingReceipt {
+    let update = ask.kind == RequestKind::Update;
+    RoutingReceipt {
+        backend: table.backends[picked.index].id.clone(),
+        reason: RouteReason::of(picked.branch),
+        owners: if update { 0 } else { ask.owners },
+        prefix_hit: picked.hit,
+        runner_up: if update {
+            None
+        } else {
+            runner_up(table, ask, picked.index, now).map(|i| table.backends[i].id.clone())
+        },
+    }
+}
+
+/// The backend ranked after `chosen`: among the other eligible owners —
+/// with one owner, or for a spill, the next eligible backends along the
+/// walk too — one with the model served first, then the longest predicted
+/// prefix hit, then the lowest cost.
+fn runner_up(table: &Table, ask: &Ask, chosen: usize, now: &Now) -> Option<usize> {
+    let k = ask.owners.clamp(1, MAX_OWNERS);
+    let now_ms = || table.fleet.millis(now.get());
+    let rank = |i: usize| {
+        let state = &table.backends[i];
+        let served = state.residency.presence(ask.key, now_ms) == Presence::Served;
+        let hit = ask
+            .prefix
+            .map_or(PrefixHit::None, |key| state.prefixes.hit(&key));
+        (served, hit)
+    };
+    let mut best: Option<(usize, (bool, PrefixHit), f64)> = None;
+    for (pos, i) in table.ring.walk(ask.affinity).enumerate() {
+        if pos >= k && (best.is_some() || pos >= k + MAX_OWNERS) {
+            break;
+        }
+        if i == chosen || !table.backends[i].eligible_for(ask.key, now) {
+            continue;
+        }
+        let (r, cost) = (rank(i), table.backends[i].cost());
+        if best.is_none_or(|(_, br, bc)| r > br || (r == br && cost < bc)) {
+            best = Some((i, r, cost));
+        }
+    }
+    best.map(|(i, _, _)| i)
+}
