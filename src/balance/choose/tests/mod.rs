@@ -142,4 +142,5 @@ fn pick_now(t: &Table, ask: &Ask) -> Option<(usize, Branch)> {
 
 mod inference;
 mod panic;
+mod prefix;
 mod update;
