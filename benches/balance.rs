@@ -15,6 +15,14 @@
 //!   target: default config and default model slots (4) under the wide
 //!   workload of 1000 models, so most picks at small N find the model
 //!   absent and stamp its residency (about 58% at N = 8);
+//! * `model_balancer_prefix/N`: the same balancer routing by a prefix key
+//!   ([`PrefixKey`]): the requests of one LLM (`llama-3-8b`), each with a
+//!   [`RouteInfo`] extension whose key's group is drawn Zipf(1.1) from 128
+//!   prompt prefixes, and whose session is one of 4096 conversations — the
+//!   ring walk and demand keyed by the group, each owner's prefix record
+//!   read and the chosen one's written. The key is hashed when the request
+//!   is built (as `ModelFromBodyLayer` does, reading the body), untimed;
+//!   the target is `model_balancer_prefix/N ÷ model_balancer/N` ≤ 1.2;
 //! * `tower_p2c_buffer/N`: tower's `balance::p2c::Balance` over `PeakEwma`
 //!   endpoints behind `buffer::Buffer`. `Balance` is not `Clone`, so this is
 //!   what users do to share it (as `examples/fleet` does, with the same
@@ -41,8 +49,9 @@
 //! over the row's whole run (warm-up included; a spill counts as not warm);
 //! and, for the warm rows, the ratios the project's done-when names:
 //! `model_balancer/N ÷ tower_p2c_buffer/N` (target ≤ 0.25),
-//! `model_balancer/N ÷ tower_p2c/N` (≤ 0.5) and `model_balancer/1024 ÷
-//! model_balancer/8` (≤ 1.5). The ratios hold on a warm fleet: after the
+//! `model_balancer/N ÷ tower_p2c/N` (≤ 0.5), `model_balancer/1024 ÷
+//! model_balancer/8` (≤ 1.5) and `model_balancer_prefix/N ÷
+//! model_balancer/N` (≤ 1.2). The ratios hold on a warm fleet: after the
 //! table the bench panics if a `model_balancer` row it measured had a warm
 //! share under 90%, as its figure would then time the cold path. Each figure
 //! is the median, over the samples criterion took of the row in this run
@@ -78,6 +87,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalanceStats, BalancerHandle, ModelBalancer,
 };
+use tower_model_balance::route::{ModelId, PrefixKey, RouteInfo};
 
 use ready::{request, Ready};
 
@@ -86,6 +96,10 @@ const SIZES: [usize; 4] = [8, 64, 512, 1024];
 /// Distinct model IDs in the fleet workload: the most that N = 8 backends
 /// of [`BackendMeta::MAX_MODEL_SLOTS`] slots hold at once.
 const FLEET_MODELS: usize = 128;
+/// Conversations in the prefix workload.
+const SESSIONS: usize = 4096;
+/// The one model of the prefix workload.
+const LLM: &str = "llama-3-8b";
 /// Distinct model IDs in the wide workload of `model_balancer_cold`.
 const WIDE_MODELS: usize = 1000;
 /// Least warm share of a `model_balancer` row for its figure to count.
@@ -108,6 +122,8 @@ type P2cBuffer = Buffer<Req, <P2c as Service<Req>>::Future>;
 struct Workload {
     models: Vec<String>,
     sequence: Vec<u16>,
+    /// For the prefix workload: one key per prompt prefix, all of [`LLM`].
+    prefixes: Option<Vec<PrefixKey>>,
 }
 
 impl Workload {
@@ -126,7 +142,27 @@ impl Workload {
                 cdf.partition_point(|&c| c < u).min(count - 1) as u16
             })
             .collect();
-        Self { models, sequence }
+        Self {
+            models,
+            sequence,
+            prefixes: None,
+        }
+    }
+
+    /// Requests of [`LLM`] with `count` prompt prefixes in the same Zipf
+    /// sequence, each a turn of one of [`SESSIONS`] conversations.
+    fn prefixed(count: usize) -> Self {
+        let model = ModelId::new(LLM).expect("a valid ID");
+        let prefixes = (0..count)
+            .map(|i| {
+                let prompt = format!("system\nYou are assistant {i:04} of ACME.\n");
+                PrefixKey::from_prompt(&model, prompt.as_bytes())
+            })
+            .collect();
+        Self {
+            prefixes: Some(prefixes),
+            ..Self::new(count)
+        }
     }
 
     /// Replaces `out` with the `len` requests starting at position `from`.
@@ -134,7 +170,18 @@ impl Workload {
         out.clear();
         out.extend((0..len).map(|i| {
             let at = (from as usize + i) % self.sequence.len();
-            request(&self.models[usize::from(self.sequence[at])], "inference")
+            let index = usize::from(self.sequence[at]);
+            match &self.prefixes {
+                None => request(&self.models[index], "inference"),
+                Some(keys) => {
+                    let session = (at % SESSIONS).to_le_bytes();
+                    let key = keys[index].with_session(&session);
+                    let route = RouteInfo::new(ModelId::new(LLM).expect("a valid ID"));
+                    let mut req = request(LLM, "inference");
+                    req.extensions_mut().insert(route.with_prefix(key));
+                    req
+                }
+            }
         }));
     }
 }
@@ -230,6 +277,8 @@ struct Env {
     fleet: Arc<Workload>,
     /// The wide workload of `model_balancer_cold`.
     wide: Arc<Workload>,
+    /// The prefix workload of `model_balancer_prefix`.
+    prefix: Arc<Workload>,
     /// Each row's samples of at least one chunk, in ns per request.
     samples: RefCell<BTreeMap<String, Vec<f64>>>,
     /// Each balancer row's warm share over its run, if it was measured.
@@ -325,6 +374,8 @@ fn bench(c: &mut Criterion, env: &Env) {
     for n in SIZES {
         let warm = (BackendMeta::MAX_MODEL_SLOTS, &env.fleet);
         bench_balancer(&mut group, env, "model_balancer", n, warm);
+        let prefix = (BackendMeta::MAX_MODEL_SLOTS, &env.prefix);
+        bench_balancer(&mut group, env, "model_balancer_prefix", n, prefix);
         let cold = (BackendMeta::DEFAULT_MODEL_SLOTS, &env.wide);
         bench_balancer(&mut group, env, "model_balancer_cold", n, cold);
         {
@@ -381,6 +432,7 @@ fn report(env: &Env) {
     line("N", &|n| n.to_string());
     for kind in [
         "model_balancer",
+        "model_balancer_prefix",
         "model_balancer_cold",
         "tower_p2c_buffer",
         "tower_p2c",
@@ -389,7 +441,11 @@ fn report(env: &Env) {
             get(kind, n).map_or_else(dash, |ns| format!("{ns:.1}"))
         });
     }
-    for kind in ["model_balancer", "model_balancer_cold"] {
+    for kind in [
+        "model_balancer",
+        "model_balancer_prefix",
+        "model_balancer_cold",
+    ] {
         let label = format!("{kind} warm share");
         line(&label, &|n| {
             warm(kind, n).map_or_else(dash, |share| format!("{:.1}%", 100.0 * share))
@@ -401,6 +457,13 @@ fn report(env: &Env) {
             ratio(get("model_balancer", n), get(baseline, n), target)
         });
     }
+    line("model_balancer_prefix ÷ model_balancer (≤ 1.2)", &|n| {
+        ratio(
+            get("model_balancer_prefix", n),
+            get("model_balancer", n),
+            1.2,
+        )
+    });
     let (small, large) = (SIZES[0], SIZES[SIZES.len() - 1]);
     println!(
         "  {:<44}{:>12}",
@@ -411,11 +474,12 @@ fn report(env: &Env) {
             1.5
         )
     );
-    let cold: Vec<String> = SIZES
+    let cold: Vec<String> = ["model_balancer", "model_balancer_prefix"]
         .iter()
-        .filter_map(|&n| {
-            let share = warm("model_balancer", n)?;
-            (share < MIN_WARM).then(|| format!("model_balancer/{n} ({:.1}%)", 100.0 * share))
+        .flat_map(|kind| SIZES.iter().map(move |&n| (kind, n)))
+        .filter_map(|(kind, n)| {
+            let share = warm(kind, n)?;
+            (share < MIN_WARM).then(|| format!("{kind}/{n} ({:.1}%)", 100.0 * share))
         })
         .collect();
     assert!(
@@ -431,11 +495,12 @@ fn main() {
     let env = Env {
         fleet: Arc::new(Workload::new(FLEET_MODELS)),
         wide: Arc::new(Workload::new(WIDE_MODELS)),
+        prefix: Arc::new(Workload::prefixed(FLEET_MODELS)),
         samples: RefCell::default(),
         warm: RefCell::default(),
     };
     // Building requests is untimed but takes wall time: shorter phases than
-    // criterion's defaults (3 s and 5 s) keep a full run of 17 rows short.
+    // criterion's defaults (3 s and 5 s) keep a full run of 21 rows short.
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))

@@ -112,10 +112,7 @@ pub(crate) fn pick_inference(
             .or_else(|| ctx.cheapest(served_under.iter().copied()))
             .or_else(|| ctx.cheapest(loading_under.iter().copied()))
             .map(|i| (i, Branch::ResidentOwner)),
-        // A prefix group's owners come from its own walk, not its model's:
-        // a backend past them serving the model comes before an owner that
-        // must load it (the model's residency first, then the prefix's).
-        _ if rules.prefer_warm || ask.prefix.is_some() => by_record(served_under)
+        _ if rules.prefer_warm => by_record(served_under)
             .or_else(|| ctx.p2c(served_under, random))
             .map(|i| (i, Branch::ResidentOwner))
             .or_else(|| {
@@ -126,8 +123,8 @@ pub(crate) fn pick_inference(
                 ctx.p2c(loading_under, random)
                     .map(|i| (i, Branch::ResidentOwner))
             }),
-        _ => ctx
-            .p2c(served_under, random)
+        _ => by_record(served_under)
+            .or_else(|| ctx.p2c(served_under, random))
             .or_else(|| ctx.p2c(loading_under, random))
             .map(|i| (i, Branch::ResidentOwner)),
     };
@@ -272,6 +269,10 @@ pub(crate) fn pick_inference(
 /// for `key` (its session before its group), the cheapest on ties; `None`
 /// when none in `set` served either recently.
 fn by_record(ctx: &Ctx<'_>, key: &PrefixKey, set: &[usize]) -> Option<usize> {
+    if set.len() < 2 {
+        // No choice to make (P2C takes the one).
+        return None;
+    }
     let mut best: Option<(usize, PrefixHit)> = None;
     for &i in set {
         let hit = ctx.state(i).prefixes.hit(key);

@@ -73,8 +73,7 @@ pub(crate) fn pick(
         };
         if let Some(key) = &ask.prefix {
             // Its prefill caches the prefix there.
-            picked.hit = state.prefixes.hit(key);
-            state.prefixes.note(key);
+            picked.hit = state.prefixes.note(key);
         }
     }
     Ok(picked)

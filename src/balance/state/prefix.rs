@@ -63,19 +63,28 @@ impl PrefixRecord {
         }
     }
 
-    /// Records that the backend serves `key` (its group, and its session).
-    /// A slot that holds the tag already is not written: a hot key's slot
-    /// stays shared in every core's cache.
+    /// Records that the backend serves `key` (its group, and its session),
+    /// and returns what the record said of it before. A slot that holds the
+    /// tag already is not written: a hot key's slot stays shared in every
+    /// core's cache.
     #[inline]
-    pub(crate) fn note(&self, key: &PrefixKey) {
+    pub(crate) fn note(&self, key: &PrefixKey) -> PrefixHit {
         let slots = self
             .slots
             .get_or_init(|| (0..SLOTS).map(|_| AtomicU32::new(0)).collect());
-        for hash in std::iter::once(key.group()).chain(key.session()) {
+        let mut kept = |hash: u64| {
             let slot = &slots[slot(hash)];
-            if slot.load(Relaxed) != tag(hash) {
+            let kept = slot.load(Relaxed) == tag(hash);
+            if !kept {
                 slot.store(tag(hash), Relaxed);
             }
+            kept
+        };
+        let group = kept(key.group());
+        match key.session().map(&mut kept) {
+            Some(true) => PrefixHit::Session,
+            _ if group => PrefixHit::Group,
+            _ => PrefixHit::None,
         }
     }
 }
@@ -104,8 +113,9 @@ mod tests {
         let group = key("system prompt");
         let turn = group.with_session(b"conv-1");
         assert_eq!(record.hit(&turn), PrefixHit::None);
-        record.note(&turn);
+        assert_eq!(record.note(&turn), PrefixHit::None, "what it said before");
         assert_eq!(record.hit(&turn), PrefixHit::Session);
+        assert_eq!(record.note(&turn), PrefixHit::Session);
         // Another conversation of the group: the group is a hit.
         assert_eq!(record.hit(&group.with_session(b"conv-2")), PrefixHit::Group);
         assert_eq!(record.hit(&group), PrefixHit::Group);

@@ -101,18 +101,24 @@ async fn the_cap_spreads_a_hot_prefix_over_its_owners() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_models_residency_comes_before_the_groups_owners() {
+async fn the_models_residency_comes_before_the_prefix_record() {
     let t = table(8);
     let r = prefixed("system: you are a tax assistant");
     let order = group_walk(&t, &r);
-    // The model is served only past the group's two owners.
-    make_resident(&t, order[3], &r);
+    // The first owner served the group but no longer holds the model; the
+    // second serves the model.
+    t.backends[order[0]].prefixes.note(&r.prefix.unwrap());
+    make_resident(&t, order[1], &r);
     let picked = pick_with(&t, &ask(&r, 2), &mut || 0).unwrap();
-    assert_eq!((picked.index, picked.branch), (order[3], Branch::Spill));
-    // Without a prefix key the model's own owners are cold: one loads it.
-    let plain = route("llama");
-    let picked = pick_with(&t, &ask(&plain, 2), &mut || 0).unwrap();
-    assert_eq!(picked.branch, Branch::ColdOwner);
+    assert_eq!(
+        (picked.index, picked.branch),
+        (order[1], Branch::ResidentOwner)
+    );
+    assert_eq!(picked.hit, PrefixHit::None);
+    // With the model on neither, the group's first owner loads it.
+    let t = table(8);
+    let picked = pick_with(&t, &ask(&r, 2), &mut || 0).unwrap();
+    assert_eq!((picked.index, picked.branch), (order[0], Branch::ColdOwner));
 }
 
 #[tokio::test(start_paused = true)]
