@@ -122,6 +122,13 @@ pub struct Config {
     /// limit): past it the balancer sheds with `Overloaded`, which the
     /// gateway answers 429 with `Retry-After`.
     pub admission_limit: Option<usize>,
+    /// Prefix affinity: the first this many bytes of an OpenAI prompt
+    /// make its group (none: route by the model alone).
+    pub prefix_bytes: Option<usize>,
+    /// The header naming a request's conversation, for prefix affinity.
+    pub session_header: Option<HeaderName>,
+    /// Each answer carries its routing receipt in `x-route-receipt`.
+    pub receipt_header: bool,
 }
 
 /// The default body limit: 64 MiB. A KServe v2 request carries its
@@ -148,6 +155,9 @@ impl Config {
             metrics_origins: Vec::new(),
             placement: true,
             admission_limit: None,
+            prefix_bytes: None,
+            session_header: None,
+            receipt_header: false,
         }
     }
 }
@@ -226,6 +236,7 @@ impl Gateway {
         if let Some(limit) = config.admission_limit {
             balance = balance.admission(AdmissionConfig::builder(Limit::fixed(limit)).build()?);
         }
+        balance = balance.receipts(config.receipt_header);
         let balancer = ModelBalancer::new(ServiceList::new(backends), balance.build()?)?;
         let handle = balancer.handle();
         let probes = ProbeConfig::builder()
@@ -256,12 +267,13 @@ impl Gateway {
         let gate = BalancerLoad::new(handle.clone(), config.backend_slots);
         let hedge = HedgeLayer::with_load_gate(HedgeConfig::default(), gate);
         let app = App {
-            stack: stack(balancer, &hedge, config.body_limit)?,
+            stack: stack(balancer, &hedge, &config)?,
             handle: handle.clone(),
             hedge: hedge.handle(),
             prometheus: prometheus()?,
             body_limit: config.body_limit,
             body_timeout: config.body_timeout,
+            receipt_header: config.receipt_header,
         };
         Ok(Self {
             router: router(app),
@@ -277,16 +289,25 @@ impl Gateway {
 fn stack(
     balancer: ModelBalancer<Endpoint>,
     hedge: &HedgeLayer,
-    body_limit: usize,
+    config: &Config,
 ) -> Result<Stack, BoxError> {
     // The model from the body or the path, never from the client's
     // routing headers (they are removed): a client could otherwise send any
     // model to any backend, force cold loads there, skip the load cap with
     // a critical urgency, and have another model's traffic counted.
-    let route = ModelFromBodyLayer::builder()
-        .limit(body_limit)
-        .strip_routing_headers(true)
-        .build()?;
+    let mut route = ModelFromBodyLayer::builder()
+        .limit(config.body_limit)
+        .strip_routing_headers(true);
+    // Prefix affinity, for LLM fleets: an OpenAI prompt's first bytes
+    // (and the conversation's header) pick the owners, so that requests
+    // sharing a system prompt or a conversation find its KV cache.
+    if let Some(bytes) = config.prefix_bytes {
+        route = route.prefix_bytes(bytes);
+    }
+    if let Some(name) = config.session_header.clone() {
+        route = route.session_header(name);
+    }
+    let route = route.build()?;
     Ok(ServiceBuilder::new()
         // 1. Route: the model ID from the JSON body or the KServe v2 path,
         //    into the request's `RouteInfo`; 400 / 413 from here.

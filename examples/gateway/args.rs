@@ -35,6 +35,15 @@ usage: cargo run --release --example gateway [-- FLAGS]
                        with 429 and Retry-After (the gateway ignores clients'
                        x-urgency, as their other routing headers: every
                        request is Normal urgency)
+  --prefix-bytes N     prefix affinity for LLM fleets: the first N bytes of an
+                       OpenAI prompt (1..=65536) pick its owners, as the model
+                       does without it (default: by the model alone)
+  --session-header H   the header naming a request's conversation (as
+                       x-session-id): its turns go back to the backend that
+                       served the last one
+  --receipt-header     each answer says why it went where it went, in
+                       x-route-receipt (backend, reason, owners, predicted
+                       prefix hit, runner-up)
   -h, --help           this text";
 
 /// What the command line asks for.
@@ -52,6 +61,12 @@ pub struct Args {
     pub placement: bool,
     /// `--admission-limit`: requests in flight per backend.
     pub admission_limit: Option<usize>,
+    /// `--prefix-bytes`.
+    pub prefix_bytes: Option<usize>,
+    /// `--session-header`.
+    pub session_header: Option<http::HeaderName>,
+    /// `--receipt-header`.
+    pub receipt_header: bool,
 }
 
 /// Why parsing stopped.
@@ -74,6 +89,9 @@ impl Args {
             metrics: Vec::new(),
             placement: true,
             admission_limit: None,
+            prefix_bytes: None,
+            session_header: None,
+            receipt_header: false,
         };
         let mut sims_given = false;
         let mut args = args.into_iter();
@@ -156,6 +174,18 @@ impl Args {
                     parsed.metrics_port = u16::try_from(port).ok();
                 }
                 "--no-placement" => parsed.placement = false,
+                "--prefix-bytes" => {
+                    let n = number(&value("--prefix-bytes")?, "--prefix-bytes", 1, 65_536)?;
+                    parsed.prefix_bytes = Some(n);
+                }
+                "--session-header" => {
+                    let text = value("--session-header")?;
+                    let name = http::HeaderName::try_from(text.as_str()).map_err(|_| {
+                        Stop::Error(format!("--session-header: `{text}` is not a header name"))
+                    })?;
+                    parsed.session_header = Some(name);
+                }
+                "--receipt-header" => parsed.receipt_header = true,
                 "--admission-limit" => {
                     if parsed.admission_limit.is_some() {
                         return Err(Stop::Error("--admission-limit given twice".into()));

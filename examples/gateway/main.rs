@@ -116,6 +116,9 @@ async fn run(args: Args) -> Result<(), String> {
     };
     config.body_limit = args.body_limit;
     config.admission_limit = args.admission_limit;
+    config.prefix_bytes = args.prefix_bytes;
+    config.session_header = args.session_header.clone();
+    config.receipt_header = args.receipt_header;
     // Simulated backends load a model when a request names it.
     config.placement = args.placement && !args.backends.is_empty();
     if args.probe_openai {

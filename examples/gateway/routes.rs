@@ -18,7 +18,7 @@ use axum::Router;
 use http_body_util::Full;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tower::ServiceExt;
-use tower_model_balance::balance::BalancerHandle;
+use tower_model_balance::balance::{BalancerHandle, RoutingReceipt};
 use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::endpoint::strip_hop_by_hop;
 use tower_model_balance::error::BoxError;
@@ -40,7 +40,13 @@ pub struct App {
     pub body_limit: usize,
     /// The most a request's body may take to arrive.
     pub body_timeout: Duration,
+    /// Whether each answer carries its routing receipt in
+    /// `x-route-receipt`.
+    pub receipt_header: bool,
 }
+
+/// The response header with the routing receipt (`--receipt-header`).
+pub const RECEIPT_HEADER: http::HeaderName = http::HeaderName::from_static("x-route-receipt");
 
 /// KServe v2 model metadata and readiness, forwarded to an owner of the
 /// model.
@@ -97,6 +103,11 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
+            if app.receipt_header {
+                if let Some(receipt) = parts.extensions.get::<RoutingReceipt>() {
+                    parts.headers.insert(RECEIPT_HEADER, receipt.header_value());
+                }
+            }
             // The body streams on; the balancer counts the request done
             // when it ends.
             Response::from_parts(parts, Body::new(body))
