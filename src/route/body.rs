@@ -61,29 +61,62 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use self::parse::{decode_segment, kserve_v2_model, model_from_json};
-use super::{ModelId, RouteInfo, Traits, MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER};
+use http::header::{HeaderName, HeaderValue};
+
+use self::parse::{decode_segment, kserve_v2_model, read_json};
+use self::prompt::Prompt;
+use super::{
+    ModelId, PrefixKey, RouteInfo, Traits, MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER,
+};
 use crate::error::{BoxError, InvalidConfig, InvalidReason, InvalidRoute, PayloadTooLarge};
 
 /// Default body limit: 1 MiB.
 const DEFAULT_LIMIT: usize = 1024 * 1024;
 /// Largest accepted body limit: 64 MiB.
 const MAX_LIMIT: usize = 64 * 1024 * 1024;
+/// Largest accepted `prefix_bytes`: 64 KiB.
+const MAX_PREFIX_BYTES: usize = 64 * 1024;
+/// Longest accepted session ID, in bytes.
+const MAX_SESSION_BYTES: usize = 256;
 
 /// Wraps a service in [`ModelFromBody`]. Build one with
 /// [`ModelFromBodyLayer::builder`], or take the default (1 MiB limit,
-/// client routing headers trusted).
-#[derive(Debug, Clone, Copy)]
+/// client routing headers trusted, no prefix key).
+#[derive(Debug, Clone)]
 pub struct ModelFromBodyLayer {
     limit: usize,
     strip_routing_headers: bool,
+    prefix: PrefixSource,
+}
+
+/// Where the prefix key comes from (see
+/// [`ModelFromBodyBuilder::prefix_bytes`]).
+#[derive(Debug, Clone, Default)]
+struct PrefixSource {
+    /// The prompt's first bytes that make the group; 0: none.
+    bytes: usize,
+    /// The header naming the conversation.
+    session: Option<HeaderName>,
+}
+
+impl PrefixSource {
+    fn is_on(&self) -> bool {
+        self.bytes > 0 || self.session.is_some()
+    }
 }
 
 impl ModelFromBodyLayer {
     /// A layer with the default body limit of 1 MiB, reading the client's
     /// routing headers.
     pub const fn new() -> Self {
-        Self::builder().checked()
+        Self {
+            limit: DEFAULT_LIMIT,
+            strip_routing_headers: false,
+            prefix: PrefixSource {
+                bytes: 0,
+                session: None,
+            },
+        }
     }
 
     /// A builder for a layer with another body limit, or one that ignores
@@ -92,6 +125,10 @@ impl ModelFromBodyLayer {
         ModelFromBodyBuilder {
             limit: DEFAULT_LIMIT,
             strip_routing_headers: false,
+            prefix: PrefixSource {
+                bytes: 0,
+                session: None,
+            },
         }
     }
 
@@ -115,15 +152,17 @@ impl<S> Layer<S> for ModelFromBodyLayer {
             inner,
             limit: self.limit,
             strip_routing_headers: self.strip_routing_headers,
+            prefix: self.prefix.clone(),
         }
     }
 }
 
 /// Builds a [`ModelFromBodyLayer`], checking its values.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ModelFromBodyBuilder {
     limit: usize,
     strip_routing_headers: bool,
+    prefix: PrefixSource,
 }
 
 impl ModelFromBodyBuilder {
@@ -156,23 +195,65 @@ impl ModelFromBodyBuilder {
         self
     }
 
+    /// Reads a [`PrefixKey`] for each request: its group from the first
+    /// `bytes` bytes of the prompt — an OpenAI chat body's `messages` in
+    /// order (each message's `role`, a newline, its text, a newline; text
+    /// parts of a list `content` concatenated) or a completion body's
+    /// `prompt` (a string; of a list, the first) — under the model ID
+    /// (which names the LoRA adapter too, in vLLM's and SGLang's APIs).
+    /// Bytes, 0 to 64 KiB; default 0 (no prefix key from the prompt).
+    ///
+    /// Choose it as KubeAI's `prefixCharLength` or SGLang's
+    /// `--cache-threshold` are chosen: long enough to tell the system
+    /// prompts and shared documents apart (a few hundred bytes), short
+    /// enough that the later turns of a conversation, which resend its
+    /// first, keep its group. A body whose prompt is empty, or in a shape
+    /// not listed, gets no prompt key (the server judges the body; the
+    /// key is a routing hint, never an error).
+    pub fn prefix_bytes(mut self, bytes: usize) -> Self {
+        self.prefix.bytes = bytes;
+        self
+    }
+
+    /// A header naming the conversation a request continues (as
+    /// `x-session-id`): its value becomes the key's
+    /// [session](PrefixKey::with_session), so that a conversation's turns
+    /// go back to the backend that served the last one; without
+    /// [`prefix_bytes`](Self::prefix_bytes), each conversation is its own
+    /// group ([`PrefixKey::from_session`]). Default none.
+    ///
+    /// The value is the client's: at most 256 bytes, once; an empty,
+    /// repeated or longer value is an [`InvalidRoute`] from `session`. It
+    /// reaches the backend unchanged. A client can steer its own
+    /// conversation only among its group's owners, under the
+    /// bounded-load cap.
+    pub fn session_header(mut self, name: HeaderName) -> Self {
+        self.prefix.session = Some(name);
+        self
+    }
+
     /// The layer.
     ///
     /// # Errors
     ///
-    /// [`InvalidConfig`] naming `limit` when it is 0 or over 64 MiB.
+    /// [`InvalidConfig`] naming `limit` when it is 0 or over 64 MiB, or
+    /// `prefix_bytes` when it is over 64 KiB.
     pub fn build(self) -> Result<ModelFromBodyLayer, InvalidConfig> {
         if self.limit == 0 || self.limit > MAX_LIMIT {
             return Err(InvalidConfig::new("limit", "1 to 67108864 bytes (64 MiB)"));
+        }
+        if self.prefix.bytes > MAX_PREFIX_BYTES {
+            return Err(InvalidConfig::new("prefix_bytes", "0 to 65536 bytes"));
         }
         Ok(self.checked())
     }
 
     /// The layer, once the values are known to be valid.
-    const fn checked(self) -> ModelFromBodyLayer {
+    fn checked(self) -> ModelFromBodyLayer {
         ModelFromBodyLayer {
             limit: self.limit,
             strip_routing_headers: self.strip_routing_headers,
+            prefix: self.prefix,
         }
     }
 }
@@ -252,6 +333,7 @@ pub struct ModelFromBody<S> {
     inner: S,
     limit: usize,
     strip_routing_headers: bool,
+    prefix: PrefixSource,
 }
 
 impl<S> ModelFromBody<S> {
@@ -261,6 +343,10 @@ impl<S> ModelFromBody<S> {
             inner,
             limit: DEFAULT_LIMIT,
             strip_routing_headers: false,
+            prefix: PrefixSource {
+                bytes: 0,
+                session: None,
+            },
         }
     }
 
@@ -301,8 +387,11 @@ impl<T> Future for ResponseFuture<T> {
 
 /// Where a request's route comes from, known before its body is read.
 enum Found {
-    /// It has one already (an extension, a trusted `x-model-id`).
+    /// It has one already (an extension, or a trusted `x-model-id` with
+    /// no prefix key to read).
     Given,
+    /// A trusted `x-model-id` names the model; the prefix key is read.
+    Header(RouteInfo),
     /// The KServe v2 path named the model.
     Path(RouteInfo),
     /// The JSON body names the model; kind, urgency and size as read.
@@ -333,10 +422,15 @@ where
                 parts.headers.remove(name);
             }
         }
-        let found = match find(&parts) {
+        let found = match find(&parts, self.prefix.is_on()) {
             Ok(found) => found,
             Err(err) => return failed(err.into()),
         };
+        let session = match session_id(&parts.headers, self.prefix.session.as_ref()) {
+            Ok(session) => session,
+            Err(err) => return failed(err.into()),
+        };
+        let prefix_bytes = self.prefix.bytes;
         // Take the service that is ready; its clone waits for the next
         // `poll_ready`.
         let clone = self.inner.clone();
@@ -354,11 +448,23 @@ where
                         return Err(InvalidRoute::new("body", InvalidReason::Unreadable).into());
                     }
                 };
+                let mut prompt = (prefix_bytes > 0).then(|| Prompt::new(prefix_bytes));
                 let route = match found {
                     Found::Given => None,
                     Found::Path(route) => Some(route),
-                    Found::Body(traits) => Some(traits.route(model_from_json(&bytes)?)),
+                    Found::Header(route) => {
+                        // The model is known: the body is read for its
+                        // prompt only, and one not JSON gives none.
+                        if read_json(&bytes, prompt.as_mut())
+                            .is_err_and(|e| e.reason == InvalidReason::NotJson)
+                        {
+                            prompt = None;
+                        }
+                        Some(route)
+                    }
+                    Found::Body(traits) => Some(traits.route(read_json(&bytes, prompt.as_mut())?)),
                 };
+                let route = route.map(|route| with_prefix(route, prompt, session.as_ref()));
                 if let Some(mut route) = route {
                     if route.payload_bytes.is_none() {
                         route.payload_bytes = u64::try_from(bytes.remaining()).ok();
@@ -372,12 +478,17 @@ where
     }
 }
 
-/// Where the route of a request with these parts comes from.
-fn find(parts: &http::request::Parts) -> Result<Found, InvalidRoute> {
-    let given = parts.extensions.get::<RouteInfo>().is_some()
-        || parts.headers.contains_key(MODEL_ID_HEADER);
-    if given {
+/// Where the route of a request with these parts comes from; `prefix`:
+/// a prefix key is to be read.
+fn find(parts: &http::request::Parts, prefix: bool) -> Result<Found, InvalidRoute> {
+    if parts.extensions.get::<RouteInfo>().is_some() {
         return Ok(Found::Given);
+    }
+    if parts.headers.contains_key(MODEL_ID_HEADER) {
+        return match prefix {
+            true => RouteInfo::from_headers(&parts.headers).map(Found::Header),
+            false => Ok(Found::Given),
+        };
     }
     let traits = Traits::from_headers(&parts.headers)?;
     match kserve_v2_model(parts.uri.path()) {
@@ -390,6 +501,51 @@ fn find(parts: &http::request::Parts) -> Result<Found, InvalidRoute> {
     }
 }
 
+/// The session header's value, if the layer reads one and the request
+/// has it.
+fn session_id(
+    headers: &http::HeaderMap,
+    name: Option<&HeaderName>,
+) -> Result<Option<HeaderValue>, InvalidRoute> {
+    let Some(name) = name else { return Ok(None) };
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let reason = if values.next().is_some() {
+        InvalidReason::Duplicate
+    } else if value.is_empty() {
+        InvalidReason::Empty
+    } else if value.len() > MAX_SESSION_BYTES {
+        InvalidReason::TooLong(MAX_SESSION_BYTES)
+    } else {
+        return Ok(Some(value.clone()));
+    };
+    Err(InvalidRoute::new("session", reason))
+}
+
+/// `route` with the prefix key of its prompt's first bytes and its
+/// session, if either is known.
+fn with_prefix(
+    route: RouteInfo,
+    prompt: Option<Prompt>,
+    session: Option<&HeaderValue>,
+) -> RouteInfo {
+    let prompt = prompt.filter(|p| !p.bytes.is_empty());
+    let key = match (prompt, session) {
+        (Some(prompt), session) => {
+            let key = PrefixKey::from_prompt(&route.model, &prompt.bytes);
+            match session {
+                Some(s) => key.with_session(s.as_bytes()),
+                None => key,
+            }
+        }
+        (None, Some(session)) => PrefixKey::from_session(&route.model, session.as_bytes()),
+        (None, None) => return route,
+    };
+    route.with_prefix(key)
+}
+
 fn failed<T>(err: BoxError) -> ResponseFuture<T> {
     ResponseFuture {
         inner: Box::pin(async move { Err(err) }),
@@ -397,5 +553,6 @@ fn failed<T>(err: BoxError) -> ResponseFuture<T> {
 }
 
 mod parse;
+mod prompt;
 #[cfg(test)]
 mod tests;

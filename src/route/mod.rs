@@ -57,11 +57,13 @@ pub mod body;
 #[cfg(feature = "body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "body")))]
 pub use body::{ModelFromBody, ModelFromBodyBuilder, ModelFromBodyLayer};
+mod prefix;
 mod routable;
 #[cfg(test)]
 mod tests;
 mod view;
 
+pub use self::prefix::PrefixKey;
 pub use self::routable::Routable;
 use self::view::is_graphic;
 pub use self::view::Route;
@@ -229,6 +231,12 @@ pub struct RouteInfo {
     pub urgency: Urgency,
     /// Payload size in bytes, if known (from `content-length`).
     pub payload_bytes: Option<u64>,
+    /// What the request shares with earlier ones beyond its model (a
+    /// prompt's prefix, a conversation), if known: a balancer routes by it
+    /// in place of the model ID (see [`PrefixKey`]). Default `None`; set by
+    /// [`ModelFromBodyBuilder::prefix_bytes`] or
+    /// [`RouteInfo::with_prefix`], never read from a header.
+    pub prefix: Option<PrefixKey>,
 }
 
 impl RouteInfo {
@@ -240,6 +248,7 @@ impl RouteInfo {
             kind: RequestKind::default(),
             urgency: Urgency::default(),
             payload_bytes: None,
+            prefix: None,
         }
     }
 
@@ -252,6 +261,13 @@ impl RouteInfo {
     /// Sets the urgency.
     pub fn with_urgency(mut self, urgency: Urgency) -> Self {
         self.urgency = urgency;
+        self
+    }
+
+    /// Sets the prefix key: the balancer routes the request by its group
+    /// (and session) in place of the model ID.
+    pub fn with_prefix(mut self, key: PrefixKey) -> Self {
+        self.prefix = Some(key);
         self
     }
 

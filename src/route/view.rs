@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::header::{HeaderMap, HeaderValue};
 use http::Extensions;
 
-use super::{ModelId, RequestKind, RouteInfo, Urgency};
+use super::{ModelId, PrefixKey, RequestKind, RouteInfo, Urgency};
 use crate::backend::Exclude;
 use crate::error::{InvalidReason, InvalidRoute};
 
@@ -23,6 +23,8 @@ pub struct Route<'a> {
     pub(crate) kind: RequestKind,
     pub(crate) urgency: Urgency,
     pub(crate) payload_bytes: Option<u64>,
+    /// The prefix key, from a [`RouteInfo`] (never from a header).
+    pub(crate) prefix: Option<PrefixKey>,
     /// A backend not to pick, from an [`Exclude`] extension (a hedge's
     /// backup).
     pub(crate) exclude: Option<&'a Exclude>,
@@ -71,6 +73,7 @@ impl<'a> Route<'a> {
             kind: traits.kind,
             urgency: traits.urgency,
             payload_bytes: traits.payload_bytes,
+            prefix: None,
             exclude: None,
         })
     }
@@ -90,6 +93,17 @@ impl<'a> Route<'a> {
             kind: self.kind,
             urgency: self.urgency,
             payload_bytes: self.payload_bytes,
+            prefix: self.prefix,
+        }
+    }
+
+    /// What the balancer's ring and demand are keyed by: the prefix key's
+    /// group if the route has one, else the model ID's hash.
+    #[inline]
+    pub(crate) fn affinity(&self) -> u64 {
+        match self.prefix {
+            Some(key) => key.group(),
+            None => self.hash,
         }
     }
 }
@@ -156,6 +170,7 @@ impl Traits {
             kind: self.kind,
             urgency: self.urgency,
             payload_bytes: self.payload_bytes,
+            prefix: None,
         }
     }
 }
@@ -168,6 +183,7 @@ impl<'a> From<&'a RouteInfo> for Route<'a> {
             kind: route.kind,
             urgency: route.urgency,
             payload_bytes: route.payload_bytes,
+            prefix: route.prefix,
             exclude: None,
         }
     }

@@ -6,6 +6,7 @@ use std::fmt;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
+use super::prompt::{Capture, Field as PromptField, Prompt};
 use crate::error::{InvalidReason, InvalidRoute};
 use crate::route::ModelId;
 
@@ -49,11 +50,21 @@ pub(super) fn decode_segment(segment: &str) -> Result<std::borrow::Cow<'_, str>,
 
 /// The model ID in the top-level `"model"` string of the JSON object
 /// `bytes`; other fields are skipped, not stored.
+#[cfg(test)]
 pub(super) fn model_from_json(bytes: &[u8]) -> Result<ModelId, InvalidRoute> {
+    read_json(bytes, None)
+}
+
+/// As [`model_from_json`], capturing the prompt's first bytes into
+/// `prompt` when given (see [`super::prompt`]).
+pub(super) fn read_json(
+    bytes: &[u8],
+    prompt: Option<&mut Prompt>,
+) -> Result<ModelId, InvalidRoute> {
     let invalid = |reason| InvalidRoute::new("body", reason);
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let field = de
-        .deserialize_map(TopLevel)
+        .deserialize_map(TopLevel(prompt))
         .and_then(|field| de.end().map(|()| field))
         .map_err(|_| invalid(InvalidReason::NotJson))?;
     match field {
@@ -73,21 +84,38 @@ enum Field<'de> {
     Str(Cow<'de, str>),
 }
 
-/// Visits the top-level object: keeps `"model"`, skips the rest.
-struct TopLevel;
+/// Visits the top-level object: keeps `"model"` and, with a [`Prompt`],
+/// the prompt's first bytes; skips the rest.
+struct TopLevel<'a>(Option<&'a mut Prompt>);
 
-impl<'de> Visitor<'de> for TopLevel {
+impl<'de> Visitor<'de> for TopLevel<'_> {
     type Value = Field<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut field = Field::Absent;
+        let mut captured = false;
         while let Some(key) = map.next_key::<Key>()? {
-            if !key.0 {
-                map.next_value::<IgnoredAny>()?;
+            let prompt = match key {
+                Key::Model => None,
+                Key::Messages => Some(PromptField::Messages),
+                Key::Prompt => Some(PromptField::Prompt),
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            if let Some(which) = prompt {
+                match self.0.as_deref_mut() {
+                    Some(p) if !captured => map.next_value_seed(Capture(p, which))?,
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                captured = true;
                 continue;
             }
             let value = map.next_value::<Value<'de>>()?.0;
@@ -100,8 +128,13 @@ impl<'de> Visitor<'de> for TopLevel {
     }
 }
 
-/// An object key: whether it is `"model"`.
-struct Key(bool);
+/// A top-level key: `"model"`, one that may hold the prompt, or another.
+enum Key {
+    Model,
+    Messages,
+    Prompt,
+    Other,
+}
 
 impl<'de> de::Deserialize<'de> for Key {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -112,7 +145,12 @@ impl<'de> de::Deserialize<'de> for Key {
                 f.write_str("a key")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
-                Ok(Key(v == "model"))
+                Ok(match v {
+                    "model" => Key::Model,
+                    "messages" => Key::Messages,
+                    "prompt" => Key::Prompt,
+                    _ => Key::Other,
+                })
             }
         }
         d.deserialize_str(KeyVisitor)

@@ -1,3 +1,4 @@
+use super::parse::model_from_json;
 use super::*;
 
 fn reason(json: &str) -> InvalidReason {
@@ -134,4 +135,72 @@ fn builder_bounds() {
             .limit(),
         MAX_LIMIT
     );
+    let err = ModelFromBodyLayer::builder()
+        .prefix_bytes(MAX_PREFIX_BYTES + 1)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field, "prefix_bytes");
+    assert!(ModelFromBodyLayer::builder()
+        .prefix_bytes(MAX_PREFIX_BYTES)
+        .build()
+        .is_ok());
+}
+
+/// The prompt bytes `json` gives under `limit`, and its model.
+fn prompt(json: &str, limit: usize) -> (String, Vec<u8>) {
+    let mut p = super::prompt::Prompt::new(limit);
+    let model = super::parse::read_json(json.as_bytes(), Some(&mut p)).unwrap();
+    (model.to_string(), p.bytes)
+}
+
+#[test]
+fn the_prompt_of_a_chat_is_its_messages_in_order() {
+    let json = r#"{"messages":[{"content":"Be brief.","role":"system"},{"role":"user","content":"Hi"}],"model":"m"}"#;
+    let (model, bytes) = prompt(json, 1024);
+    assert_eq!(model, "m");
+    assert_eq!(bytes, b"system\nBe brief.\nuser\nHi\n");
+    // Cut at the limit, mid-message.
+    assert_eq!(prompt(json, 10).1, b"system\nBe ");
+    // Text parts are the content; other parts add nothing.
+    let parts = r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"b"}]}]}"#;
+    assert_eq!(prompt(parts, 1024).1, b"user\nab\n");
+}
+
+#[test]
+fn the_prompt_of_a_completion_is_its_first_prompt() {
+    assert_eq!(
+        prompt(r#"{"model":"m","prompt":"once upon"}"#, 64).1,
+        b"once upon"
+    );
+    assert_eq!(prompt(r#"{"prompt":["a","b"],"model":"m"}"#, 64).1, b"a");
+    // Token IDs, four bytes each.
+    assert_eq!(
+        prompt(r#"{"model":"m","prompt":[1,258]}"#, 64).1,
+        [1, 0, 0, 0, 2, 1, 0, 0]
+    );
+}
+
+#[test]
+fn prompts_of_unknown_shapes_give_nothing_and_fail_nothing() {
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let nested = format!(r#"{{"text":{{"text":{{"text":{deep}}}}}}}"#);
+    for json in [
+        r#"{"model":"m","messages":"hi"}"#.to_owned(),
+        r#"{"model":"m","messages":[1,null,{"role":7,"content":{"x":1}}]}"#.to_owned(),
+        r#"{"model":"m","prompt":{"a":1}}"#.to_owned(),
+        r#"{"model":"m","input":"embed me"}"#.to_owned(),
+        format!(r#"{{"model":"m","prompt":{deep}}}"#),
+        format!(r#"{{"model":"m","messages":[{{"role":"user","content":{deep}}}]}}"#),
+        format!(r#"{{"model":"m","messages":[{{"role":"user","content":[{nested}]}}]}}"#),
+    ] {
+        let (model, bytes) = prompt(&json, 64);
+        assert_eq!(model, "m", "{json}");
+        assert!(
+            bytes.iter().all(|&b| b == b'\n' || b.is_ascii_alphabetic()),
+            "{json}: {bytes:?}"
+        );
+    }
+    // A second `messages` is skipped, not appended.
+    let twice = r#"{"model":"m","messages":[{"role":"a","content":"x"}],"messages":[{"role":"b","content":"y"}]}"#;
+    assert_eq!(prompt(twice, 64).1, b"a\nx\n");
 }
