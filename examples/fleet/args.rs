@@ -15,6 +15,8 @@ pub enum Scenario {
     /// The default fleet without its fault, at 1.0, 1.5 and 3.0 of warm
     /// capacity, 10% of requests `Critical`.
     Overload,
+    /// One model, a prefix cache per server, shared-prefix chat traffic.
+    Prefix,
 }
 
 impl fmt::Display for Scenario {
@@ -23,6 +25,7 @@ impl fmt::Display for Scenario {
             Scenario::Default => "default",
             Scenario::SlowTail => "slow-tail",
             Scenario::Overload => "overload",
+            Scenario::Prefix => "prefix",
         })
     }
 }
@@ -30,6 +33,8 @@ impl fmt::Display for Scenario {
 #[derive(Debug, Clone)]
 pub struct Args {
     pub requests: usize,
+    /// `--requests` was given (`prefix` has its own default).
+    pub requests_given: bool,
     pub backends: usize,
     pub seed: u64,
     pub scenario: Scenario,
@@ -47,10 +52,11 @@ pub struct Args {
 }
 
 pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
-[--requests N (10..=1000000, default 10000)] [--backends N (2..=64, default 8)] \
-[--seed N (default 1)] [--scenario default|slow-tail|overload] [--load FRACTION (0.01..=4, default 0.3; overload runs 1.0, 1.5 and 3.0)] \
+[--requests N (10..=1000000, default 10000; prefix 1500)] [--backends N (2..=64, default 8)] \
+[--seed N (default 1)] [--scenario default|slow-tail|overload|prefix] [--load FRACTION (0.01..=4, default 0.3; overload runs 1.0, 1.5 and 3.0; not prefix)] \
 [--strategies NAME,... (default: round_robin,p2c,consistent_hash,model_aware,model_aware_hedged; \
-in overload round_robin,p2c,consistent_hash,model_aware,model_aware_admission)] [--explicit-load] [--stream] [--json]";
+in overload round_robin,p2c,consistent_hash,model_aware,model_aware_admission; \
+in prefix round_robin,p2c,consistent_hash,chwbl,model_aware)] [--explicit-load] [--stream] [--json]";
 
 /// Why parsing stopped: a help request, or an error to report.
 #[derive(Debug)]
@@ -63,6 +69,7 @@ impl Args {
     pub fn parse(args: impl Iterator<Item = String>) -> Result<Self, Stop> {
         let mut parsed = Args {
             requests: 10_000,
+            requests_given: false,
             backends: 8,
             seed: 1,
             scenario: Scenario::Default,
@@ -99,7 +106,10 @@ impl Args {
                     .ok_or_else(|| Stop::Error(format!("{name} needs a value")))
             };
             match flag.as_str() {
-                "--requests" => parsed.requests = number(&value("--requests")?, "--requests")?,
+                "--requests" => {
+                    parsed.requests = number(&value("--requests")?, "--requests")?;
+                    parsed.requests_given = true;
+                }
                 "--backends" => parsed.backends = number(&value("--backends")?, "--backends")?,
                 "--seed" => parsed.seed = number(&value("--seed")?, "--seed")?,
                 "--scenario" => {
@@ -107,6 +117,7 @@ impl Args {
                         "default" => Scenario::Default,
                         "slow-tail" => Scenario::SlowTail,
                         "overload" => Scenario::Overload,
+                        "prefix" => Scenario::Prefix,
                         other => return Err(Stop::Error(format!("unknown scenario `{other}`"))),
                     }
                 }
@@ -152,6 +163,18 @@ impl Args {
             }
             if !strategies_given {
                 parsed.strategies = OVERLOAD.to_vec();
+            }
+        }
+        if parsed.scenario == Scenario::Prefix {
+            for flag in ["--load", "--stream", "--explicit-load"] {
+                if seen.iter().any(|f| f == flag) {
+                    return Err(Stop::Error(format!(
+                        "{flag} does not apply to prefix (its requests are streamed, its rate set by its prefill capacity)"
+                    )));
+                }
+            }
+            if !strategies_given {
+                parsed.strategies = crate::prefix::STRATEGIES.to_vec();
             }
         }
         Ok(parsed)

@@ -35,6 +35,13 @@
 //! With `--stream` each inference request is a streamed OpenAI chat
 //! completion and each strategy also reports its time to first token and
 //! per output token; see `stream.rs`.
+//!
+//! `prefix` serves one model on every backend with a prefix (KV) cache and
+//! one prefill engine per server, under a chat workload whose prompts share
+//! long prefixes (Zipf-popular system prompts and documents, one-shot
+//! questions and multi-turn sessions), and compares the strategies, KubeAI's
+//! `PrefixHash` (`chwbl`) among them, on prefix hit rate and time to first
+//! token against an oracle's bound; see `prefix.rs`.
 
 /// `println!` that ends the program quietly when stdout is closed (as when
 /// piped into `head`).
@@ -48,7 +55,10 @@ macro_rules! emit {
 }
 
 mod args;
+mod chwbl;
 mod overload;
+mod prefix;
+mod prefix_workload;
 mod report;
 mod strategies;
 mod stream;
@@ -91,9 +101,13 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    if args.scenario == Scenario::Prefix {
+        prefix::run_all(&args).await;
+        return;
+    }
     let times = InferenceTimes::new(args.seed, 5, 30).expect("5..=30 ms is valid");
     let slots = match args.scenario {
-        Scenario::Default | Scenario::Overload => 5,
+        Scenario::Default | Scenario::Overload | Scenario::Prefix => 5,
         Scenario::SlowTail => 16,
     };
     let config = ServerConfig::builder()
@@ -198,7 +212,7 @@ async fn run(
     // nowhere warm to go.
     let min_owners = match args.scenario {
         Scenario::SlowTail => 2,
-        Scenario::Default | Scenario::Overload => 1,
+        Scenario::Default | Scenario::Overload | Scenario::Prefix => 1,
     };
     let built = strategies::build(
         name,
@@ -207,6 +221,7 @@ async fn run(
         args.seed,
         args.explicit_load,
         min_owners,
+        None,
     );
     let (strategy, hedge) = (built.strategy, built.hedge);
     // Kept to the end of the run: placement's repository refresh.

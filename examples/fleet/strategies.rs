@@ -32,9 +32,10 @@ use tower_model_balance::hedge::{
 };
 use tower_model_balance::placement::{KServeV2Loader, PlacementConfig, WaitedForLoad, WhenCold};
 use tower_model_balance::ring::{Ring, RingConfig};
-use tower_model_balance::route::RouteInfo;
+use tower_model_balance::route::{ModelFromBodyLayer, RouteInfo};
 use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
 
+use crate::chwbl::Chwbl;
 use crate::stream::{self, Streamed};
 
 pub type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
@@ -48,6 +49,8 @@ pub struct Reply {
     pub cold: bool,
     /// What the client saw of an event stream (`--stream`).
     pub stream: Option<Streamed>,
+    /// The backend that answered: `i` of the sim's `sim-{i}`.
+    pub backend: Option<u16>,
 }
 
 type BoxFuture<T> =
@@ -55,10 +58,11 @@ type BoxFuture<T> =
 
 pub type Strategy = BoxCloneSyncService<Request<Full<Bytes>>, Reply, BoxError>;
 
-pub const NAMES: [&str; 6] = [
+pub const NAMES: [&str; 7] = [
     "round_robin",
     "p2c",
     "consistent_hash",
+    "chwbl",
     "model_aware",
     "model_aware_hedged",
     "model_aware_admission",
@@ -119,7 +123,9 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
 /// Builds strategy `name` over `servers`, which run `config` (its resident
 /// slots and serving slots), the balancer's models getting at least
 /// `min_owners` owners; the balancer's handle and its probe task, and the
-/// hedging layer's handle, when it has them.
+/// hedging layer's handle, when it has them. With `route`, the
+/// `model_aware*` balancers read each request's route from its body
+/// through that layer.
 pub fn build(
     name: &str,
     servers: &[ModelServer],
@@ -127,6 +133,7 @@ pub fn build(
     seed: u64,
     explicit_load: bool,
     min_owners: usize,
+    route: Option<ModelFromBodyLayer>,
 ) -> Built {
     let endpoints = endpoints(servers);
     let plain = |strategy| Built {
@@ -148,6 +155,7 @@ pub fn build(
             plain(finish(Buffer::new(Balance::new(discover), 4096)))
         }
         "consistent_hash" => plain(finish(Select::consistent_hash(endpoints))),
+        "chwbl" => plain(finish(Chwbl::new(endpoints))),
         "model_aware" | "model_aware_hedged" | "model_aware_admission" => {
             let (model_slots, per_backend) = (config.resident_slots(), config.concurrency());
             let backends = endpoints.into_iter().zip(servers).map(|((id, e), server)| {
@@ -198,8 +206,12 @@ pub fn build(
                     .expect("enabled once, inside the runtime")
             });
             if name != "model_aware_hedged" {
+                let strategy = match route {
+                    Some(route) => finish(route.layer(balancer)),
+                    None => finish(balancer),
+                };
                 return Built {
-                    strategy: finish(balancer),
+                    strategy,
                     balancer: Some((handle, probes)),
                     hedge: None,
                     placement,
@@ -271,6 +283,10 @@ where
                 .is_some_and(|v| v == "true")
                 || rsp.extensions().get::<WaitedForLoad>().is_some();
             let ok = rsp.status().is_success();
+            let backend = rsp
+                .headers()
+                .get(protocol::BACKEND_HEADER)
+                .and_then(|v| v.to_str().ok()?.strip_prefix("sim-")?.parse().ok());
             let events = rsp
                 .headers()
                 .get(http::header::CONTENT_TYPE)
@@ -279,7 +295,12 @@ where
             // it succeeds only through `[DONE]`.
             let stream = stream::read(rsp.into_body(), events).await?;
             let ok = ok && stream.is_none_or(|s| s.complete);
-            Ok::<_, BoxError>(Reply { ok, cold, stream })
+            Ok::<_, BoxError>(Reply {
+                ok,
+                cold,
+                stream,
+                backend,
+            })
         });
     BoxCloneSyncService::new(service)
 }

@@ -127,7 +127,8 @@ where
                 seen.complete = !errored;
             } else if event.starts_with(br#"{"error""#) {
                 errored = true;
-            } else if contains(event, br#""choices""#) {
+            } else if contains(event, br#""choices":[{"#) {
+                // A token chunk; a usage chunk (`"choices":[]`) is none.
                 tokens += 1;
             }
         }

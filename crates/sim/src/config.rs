@@ -19,6 +19,8 @@ use tower_model_balance::error::InvalidConfig;
 /// | `repository` (the models the server can load) | any model | valid model IDs |
 /// | `decode_time` (per token of a streamed answer, after the first) | 5 ms | ≤ 10 min |
 /// | `stream_tokens` (tokens of a streamed answer whose body has no `max_tokens`) | 16 | 1 ..= 4 096 |
+/// | `prefix_cache` (KV cache of prompt prefix blocks, tokens; 0 = off) | 0 | ≤ 2^40 |
+/// | `prefill_rate` (prompt tokens prefilled per second, with the prefix cache on) | 20 000 | 1 ..= 10^9 |
 ///
 /// The simulated GPU holds `resident_slots × model_memory` bytes: the
 /// server reports that as its total GPU memory, and `resident models ×
@@ -48,6 +50,10 @@ pub struct ServerConfig {
     pub(crate) decode_time: Duration,
     /// Tokens of a streamed answer whose request names no `max_tokens`.
     pub(crate) stream_tokens: u32,
+    /// Capacity of the prefix cache, in tokens; 0: off.
+    pub(crate) prefix_cache: u64,
+    /// Prompt tokens prefilled per second (prefix cache on).
+    pub(crate) prefill_rate: u64,
 }
 
 /// Default GPU memory of one resident model: 16 GiB.
@@ -57,6 +63,10 @@ const MAX_MODEL_MEMORY: u64 = 1 << 40;
 /// Most tokens in a streamed answer, `stream_tokens` or a request's
 /// `max_tokens`.
 pub(crate) const MAX_STREAM_TOKENS: u32 = 4_096;
+/// Largest prefix cache, in tokens: 2^40.
+const MAX_PREFIX_CACHE: u64 = 1 << 40;
+/// Fastest prefill, in tokens per second.
+const MAX_PREFILL_RATE: u64 = 1_000_000_000;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -71,6 +81,8 @@ impl Default for ServerConfig {
             repository: None,
             decode_time: Duration::from_millis(5),
             stream_tokens: 16,
+            prefix_cache: 0,
+            prefill_rate: 20_000,
         }
     }
 }
@@ -94,6 +106,16 @@ impl ServerConfig {
     /// Tokens of a streamed answer whose request names no `max_tokens`.
     pub fn stream_tokens(&self) -> u32 {
         self.stream_tokens
+    }
+
+    /// Capacity of the prefix cache, in tokens (0: off).
+    pub fn prefix_cache(&self) -> u64 {
+        self.prefix_cache
+    }
+
+    /// Prompt tokens prefilled per second, with the prefix cache on.
+    pub fn prefill_rate(&self) -> u64 {
+        self.prefill_rate
     }
 
     /// The models the server's repository holds, sorted; `None` when any
@@ -127,6 +149,9 @@ impl ServerConfig {
 /// assert_eq!(config.concurrency(), 4);
 /// assert_eq!(ServerConfig::builder().concurrency(0).build().unwrap_err().field, "concurrency");
 /// assert_eq!(ServerConfig::builder().stream_tokens(0).build().unwrap_err().field, "stream_tokens");
+/// assert_eq!(ServerConfig::builder().prefill_rate(0).build().unwrap_err().field, "prefill_rate");
+/// assert_eq!(ServerConfig::builder().prefix_cache(1 << 41).build().unwrap_err().field, "prefix_cache");
+/// assert_eq!(ServerConfig::builder().prefix_cache(65_536).build().unwrap().prefix_cache(), 65_536);
 ///
 /// let explicit = ServerConfig::builder()
 ///     .explicit_load(true)
@@ -227,6 +252,40 @@ impl ServerConfigBuilder {
         self
     }
 
+    /// Turns on a KV cache of prompt prefix blocks holding up to `tokens`
+    /// tokens (at most 2^40; default 0, off), as vLLM's automatic prefix
+    /// caching: blocks of 16 tokens, a token 4 bytes of prompt text (see
+    /// [`protocol::prompt_blocks`](super::protocol::prompt_blocks)), LRU
+    /// by block with a prompt's tail evicted before its head. A capacity
+    /// below 16 tokens holds no block.
+    ///
+    /// With the cache on, an OpenAI chat or completion inference is
+    /// served as vLLM serves it: its prefill takes its uncached prompt
+    /// tokens ÷ [`prefill_rate`](Self::prefill_rate), one prefill at a
+    /// time per server in the order the requests took their serving
+    /// slots (after any cold load), and its tokens follow at
+    /// [`decode_time`](Self::decode_time) each, many requests at once
+    /// (continuous batching: [`concurrency`](Self::concurrency) is the
+    /// batch size, vLLM's `--max-num-seqs`). A whole (not streamed)
+    /// answer comes after the prefill and its `max_tokens` (else
+    /// `stream_tokens`) decode steps. The model's inference time is not
+    /// used for these routes then; the KServe v2 route, embeddings and
+    /// updates are served as without the cache. Answers report their
+    /// `usage` with `prompt_tokens_details.cached_tokens`, and
+    /// [`ServerStats`](super::ServerStats) counts `prompt_tokens` and
+    /// `cached_tokens`.
+    pub fn prefix_cache(mut self, tokens: u64) -> Self {
+        self.config.prefix_cache = tokens;
+        self
+    }
+
+    /// Sets the prompt tokens prefilled per second with the prefix cache
+    /// on (1 ..= 10^9; default 20 000).
+    pub fn prefill_rate(mut self, tokens_per_sec: u64) -> Self {
+        self.config.prefill_rate = tokens_per_sec;
+        self
+    }
+
     /// Validates and returns the config.
     ///
     /// # Errors
@@ -252,6 +311,12 @@ impl ServerConfigBuilder {
         }
         if !(1..=MAX_STREAM_TOKENS).contains(&c.stream_tokens) {
             return Err(InvalidConfig::new("stream_tokens", "1 ..= 4096"));
+        }
+        if c.prefix_cache > MAX_PREFIX_CACHE {
+            return Err(InvalidConfig::new("prefix_cache", "at most 2^40 tokens"));
+        }
+        if !(1..=MAX_PREFILL_RATE).contains(&c.prefill_rate) {
+            return Err(InvalidConfig::new("prefill_rate", "1 ..= 10^9 tokens/s"));
         }
         if !(1..=MAX_MODEL_MEMORY).contains(&c.model_memory) {
             return Err(InvalidConfig::new("model_memory", "1 ..= 2^40 bytes"));

@@ -16,6 +16,7 @@ use super::control;
 use super::fault::Fault;
 use super::metrics::{self, Snapshot};
 use super::openai;
+use super::prefill::{usage_json, Job};
 use super::protocol::{self, BACKEND_HEADER, COLD_LOAD_HEADER, RESIDENT_MODELS_HEADER};
 use super::queue::{backlog_delay, Counted};
 use super::repository;
@@ -112,6 +113,7 @@ async fn serve(
     let Ok(body) = req.into_body().collect().await else {
         return Ok(plain(StatusCode::BAD_REQUEST, "unreadable body"));
     };
+    let body = body.to_bytes();
     let (slow, backlog) = match fault {
         Some(Fault::Unavailable) => return Ok(unavailable(&state)),
         Some(Fault::Slow { factor, share }) => {
@@ -123,7 +125,7 @@ async fn serve(
     };
     let (model, asked) = match path_model {
         Some(model) => (model, None),
-        None => match openai::read(&body.to_bytes()) {
+        None => match openai::read(&body) {
             Ok(asked) => (asked.model.clone(), Some(asked)),
             Err(bad) => return Ok(bad.response()),
         },
@@ -147,6 +149,11 @@ async fn serve(
         }
         _ => None,
     };
+    // A chat or completion inference: what its prompt is, for the prefix
+    // cache and the usage it reports.
+    let generates = kind != RequestKind::Update && openai.is_some_and(openai::Route::generates);
+    let prompt = generates.then(|| protocol::prompt_text(&body).unwrap_or_default());
+    let cached_path = generates && state.prefill.is_some();
     let service = match kind {
         RequestKind::Update => config.update_time,
         _ => config.inference.of(model.as_str()),
@@ -198,8 +205,35 @@ async fn serve(
         };
         cold || arrived_loading
     };
-    let first_at = ready_at.max(now) + service;
+    let mut first_at = ready_at.max(now) + service;
+    // With the prefix cache, the prefill engine times the first token.
+    let mut prefill = None;
+    if let (true, Some(text), Some(jobs)) = (cached_path, &prompt, &state.prefill) {
+        let (done, prefilled) = tokio::sync::oneshot::channel();
+        let job = Job {
+            blocks: protocol::prompt_blocks(text).collect(),
+            tokens: protocol::prompt_tokens(text),
+            ready_at: ready_at.max(now),
+            slow,
+            done,
+            state: state.clone(),
+        };
+        if jobs.send(job).is_err() {
+            return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "closed"));
+        }
+        prefill = Some(prefilled);
+    }
+    let mut usage = None;
     if streamed.is_none() {
+        if let Some(prefilled) = prefill.take() {
+            let Ok(prefilled) = prefilled.await else {
+                return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "closed"));
+            };
+            let tokens = asked.as_ref().and_then(|a| a.max_tokens);
+            let tokens = tokens.unwrap_or(config.stream_tokens);
+            usage = Some(usage_json(prefilled, tokens));
+            first_at = Instant::now() + config.decode_time.saturating_mul(tokens);
+        }
         tokio::time::sleep_until(first_at).await;
     }
     // As of the answer's first token: a streamed head lists the model it
@@ -215,7 +249,13 @@ async fn serve(
             );
             head
         }
-        (None, Some(route)) => json(StatusCode::OK, &route.response(model.as_str())),
+        (None, Some(route)) => json(
+            StatusCode::OK,
+            &match &usage {
+                Some(usage) => route.response_with_usage(model.as_str(), usage),
+                None => route.response(model.as_str()),
+            },
+        ),
         (None, None) => plain(StatusCode::OK, &protocol::infer_response(model.as_str())),
     };
     let headers = response.headers_mut();
@@ -239,9 +279,12 @@ async fn serve(
             decode: config.decode_time,
             first_at,
             fault,
+            include_usage: asked.as_ref().is_some_and(|a| a.include_usage),
+            prompt_tokens: prompt.as_deref().map_or(0, protocol::prompt_tokens),
+            prefill,
         };
         // The body holds the slot and the running count from here.
-        *stream = Some(Stream::start(state.clone(), slot, running, &plan));
+        *stream = Some(Stream::start(state.clone(), slot, running, plan));
     } else if fault == Some(Fault::Reset) {
         response.extensions_mut().insert(CutMidBody);
     }
@@ -321,6 +364,8 @@ fn snapshot(state: &State, fault: Option<Fault>) -> Snapshot {
         resident: lock(&state.residency).models().count() as u64,
         slots: state.config.resident_slots as u64,
         model_memory: state.config.model_memory,
+        prefix_queries: c.prompt_tokens.load(Ordering::Relaxed),
+        prefix_hits: c.cached_tokens.load(Ordering::Relaxed),
     }
 }
 

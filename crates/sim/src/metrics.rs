@@ -18,6 +18,10 @@ pub(crate) struct Snapshot {
     pub(crate) slots: u64,
     /// GPU memory of one model, in bytes.
     pub(crate) model_memory: u64,
+    /// Prompt tokens prefilled (prefix cache on).
+    pub(crate) prefix_queries: u64,
+    /// Of those, found in the prefix cache.
+    pub(crate) prefix_hits: u64,
 }
 
 /// A GPU UUID in NVIDIA's form, derived from the server's name.
@@ -39,6 +43,13 @@ fn gauge(out: &mut String, name: &str, help: &str, labels: &str, value: impl std
     let _ = write!(
         out,
         "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {value}\n"
+    );
+}
+
+fn counter(out: &mut String, name: &str, help: &str, labels: &str, value: u64) {
+    let _ = write!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {value}\n"
     );
 }
 
@@ -67,6 +78,20 @@ pub(crate) fn render(s: &Snapshot, uuid: &str) -> String {
         "KV-cache usage (requests running / max concurrent). 1 means 100 percent usage.",
         engine,
         usage,
+    );
+    counter(
+        &mut out,
+        "vllm:prefix_cache_queries_total",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        engine,
+        s.prefix_queries,
+    );
+    counter(
+        &mut out,
+        "vllm:prefix_cache_hits_total",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        engine,
+        s.prefix_hits,
     );
     let gpu = format!(r#"gpu_uuid="{uuid}""#);
     gauge(
@@ -99,6 +124,8 @@ mod tests {
             resident: 2,
             slots: 5,
             model_memory: 10,
+            prefix_queries: 300,
+            prefix_hits: 128,
         };
         let uuid = gpu_uuid("node-0");
         assert_eq!(uuid.len(), "GPU-2e1a5bd4-2f2a-9d5e-8a6c-1c1f0b3f6a01".len());
@@ -109,6 +136,9 @@ mod tests {
             "vllm:num_requests_running{engine=\"0\"} 1",
             "vllm:num_requests_waiting{engine=\"0\"} 7",
             "vllm:kv_cache_usage_perc{engine=\"0\"} 0.25",
+            "# TYPE vllm:prefix_cache_hits_total counter",
+            "vllm:prefix_cache_queries_total{engine=\"0\"} 300",
+            "vllm:prefix_cache_hits_total{engine=\"0\"} 128",
             &format!("nv_gpu_memory_used_bytes{{gpu_uuid=\"{uuid}\"}} 20"),
             &format!("nv_gpu_memory_total_bytes{{gpu_uuid=\"{uuid}\"}} 50"),
         ] {

@@ -40,6 +40,21 @@ impl Route {
             Self::Embeddings => protocol::embedding_response(model),
         }
     }
+
+    /// The body of a successful chat or completion answer for `model`
+    /// reporting `usage` (a JSON object); embeddings as [`response`](Self::response).
+    pub(super) fn response_with_usage(self, model: &str, usage: &str) -> String {
+        match self {
+            Self::ChatCompletions => protocol::chat_completion_with_usage(model, usage),
+            Self::Completions => protocol::completion_with_usage(model, usage),
+            Self::Embeddings => protocol::embedding_response(model),
+        }
+    }
+
+    /// Chat completions or completions: a route that generates tokens.
+    pub(super) fn generates(self) -> bool {
+        self != Self::Embeddings
+    }
 }
 
 /// Why a request body names no model the server could serve.
@@ -78,6 +93,8 @@ pub(super) struct Asked {
     /// Its `"max_tokens"`, when a number: rounded down, clamped to
     /// 1 ..= 4 096.
     pub(super) max_tokens: Option<u32>,
+    /// `"stream_options": {"include_usage": true}`.
+    pub(super) include_usage: bool,
 }
 
 /// Reads a request body: the model it names (its top-level `"model"`
@@ -94,10 +111,13 @@ pub(super) fn read(body: &[u8]) -> Result<Asked, BadModel> {
         let n = n.as_u64().or_else(|| n.as_f64().map(|f| f as u64))?;
         Some(n.clamp(1, u64::from(MAX_STREAM_TOKENS)) as u32)
     });
+    let include_usage =
+        field("stream_options").and_then(|o| o.get("include_usage")?.as_bool()) == Some(true);
     Ok(Asked {
         model,
         stream: field("stream").and_then(serde_json::Value::as_bool) == Some(true),
         max_tokens,
+        include_usage,
     })
 }
 
@@ -167,5 +187,13 @@ mod tests {
             assert_eq!(asked(&body), (false, Some(clamped)), "{tokens}");
         }
         assert_eq!(asked(r#"{"model": "m", "max_tokens": "8"}"#), (false, None));
+        let usage = |body: &str| read(body.as_bytes()).unwrap().include_usage;
+        assert!(usage(
+            r#"{"model": "m", "stream_options": {"include_usage": true}}"#
+        ));
+        assert!(!usage(
+            r#"{"model": "m", "stream_options": {"include_usage": 1}}"#
+        ));
+        assert!(!usage(r#"{"model": "m"}"#));
     }
 }

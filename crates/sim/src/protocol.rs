@@ -131,9 +131,35 @@
 //! | `nv_gpu_memory_used_bytes{gpu_uuid="GPU-…"}` | resident models (loaded or loading) × `model_memory` |
 //! | `nv_gpu_memory_total_bytes{gpu_uuid="GPU-…"}` | `resident_slots` × `model_memory` |
 //!
-//! One simulated GPU, its UUID derived from the server's name.
+//! One simulated GPU, its UUID derived from the server's name. The
+//! counters `vllm:prefix_cache_queries_total{engine="0"}` and
+//! `vllm:prefix_cache_hits_total{engine="0"}` (`# TYPE … counter`) are
+//! the prompt tokens prefilled and, of those, found in the prefix cache
+//! (0 with the cache off).
+//!
+//! # Prefix caching
+//!
+//! With [`prefix_cache`](super::ServerConfigBuilder::prefix_cache) on, a
+//! chat or completion inference's prompt ([`prompt_text`]) is cut into
+//! blocks ([`prompt_blocks`]); its leading blocks found in the server's
+//! cache are not prefilled again, the rest are, one request at a time per
+//! server at [`prefill_rate`](super::ServerConfigBuilder::prefill_rate).
+//! A whole answer's `usage` is then `{"prompt_tokens", "completion_tokens",
+//! "total_tokens", "prompt_tokens_details": {"cached_tokens"}}`, with
+//! `completion_tokens` its `max_tokens` (else `stream_tokens`); without
+//! the cache it is a fixed `{"prompt_tokens":4,"completion_tokens":3,"total_tokens":7}`.
+//! A stream whose request has `"stream_options": {"include_usage": true}`
+//! sends, after its last token event and in the frame of `data: [DONE]`,
+//! a chunk `{"id", "object", "created", "model", "choices": [], "usage"}`
+//! (as OpenAI and vLLM do), its `cached_tokens` 0 without the cache. A
+//! body with no prompt (no `messages` or `prompt`, a content that is not
+//! text) is served as today, as a prompt of 0 tokens.
 
 use http::HeaderName;
+
+pub use super::prompt::{
+    prompt_blocks, prompt_text, prompt_tokens, BLOCK_BYTES, BLOCK_TOKENS, TOKEN_BYTES,
+};
 
 /// Response header: `true` when the request waited for its model to load
 /// (a cold load), `false` when the model was resident.
@@ -278,8 +304,13 @@ pub const COMPLETION_TEXT: &str = "Simulated reply.";
 /// "chat.completion"`): one assistant message, [`COMPLETION_TEXT`], and a
 /// fixed token usage; valid JSON whatever the name holds.
 pub(crate) fn chat_completion_response(model: &str) -> String {
+    chat_completion_with_usage(model, USAGE)
+}
+
+/// [`chat_completion_response`] with `usage` (a JSON object) as its usage.
+pub(crate) fn chat_completion_with_usage(model: &str, usage: &str) -> String {
     format!(
-        r#"{{"id":"chatcmpl-sim","object":"chat.completion","created":0,"model":"{}","choices":[{{"index":0,"message":{{"role":"assistant","content":"{COMPLETION_TEXT}"}},"finish_reason":"stop"}}],"usage":{USAGE}}}"#,
+        r#"{{"id":"chatcmpl-sim","object":"chat.completion","created":0,"model":"{}","choices":[{{"index":0,"message":{{"role":"assistant","content":"{COMPLETION_TEXT}"}},"finish_reason":"stop"}}],"usage":{usage}}}"#,
         json_escape(model)
     )
 }
@@ -287,8 +318,13 @@ pub(crate) fn chat_completion_response(model: &str) -> String {
 /// An OpenAI completion body for `model` (`"object": "text_completion"`):
 /// one choice, [`COMPLETION_TEXT`], and a fixed token usage.
 pub(crate) fn completion_response(model: &str) -> String {
+    completion_with_usage(model, USAGE)
+}
+
+/// [`completion_response`] with `usage` (a JSON object) as its usage.
+pub(crate) fn completion_with_usage(model: &str, usage: &str) -> String {
     format!(
-        r#"{{"id":"cmpl-sim","object":"text_completion","created":0,"model":"{}","choices":[{{"index":0,"text":"{COMPLETION_TEXT}","logprobs":null,"finish_reason":"stop"}}],"usage":{USAGE}}}"#,
+        r#"{{"id":"cmpl-sim","object":"text_completion","created":0,"model":"{}","choices":[{{"index":0,"text":"{COMPLETION_TEXT}","logprobs":null,"finish_reason":"stop"}}],"usage":{usage}}}"#,
         json_escape(model)
     )
 }

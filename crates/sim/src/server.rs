@@ -14,6 +14,7 @@ use super::fault::Fault;
 use super::handle::handle;
 use super::loads::Loads;
 use super::metrics::{self};
+use super::prefill::{self, Job};
 use super::residency::Residency;
 use super::stats::{Counters, ServerStats};
 use super::ServerConfig;
@@ -37,6 +38,8 @@ pub(super) struct State {
     pub(super) changed: Notify,
     /// Turns `true` when the server stops.
     pub(super) shutdown: watch::Receiver<bool>,
+    /// The prefill engine, with the prefix cache on.
+    pub(super) prefill: Option<mpsc::UnboundedSender<Job>>,
 }
 
 /// A running simulated model server; stops when dropped (or, waiting until
@@ -95,6 +98,8 @@ impl ModelServer {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (shutdown, watch) = watch::channel(false);
+        let prefill = (config.prefix_cache > 0)
+            .then(|| prefill::spawn(config.prefix_cache, config.prefill_rate, watch.clone()));
         let state = Arc::new(State {
             name: name.to_owned(),
             slots: Arc::new(Semaphore::new(config.concurrency)),
@@ -106,6 +111,7 @@ impl ModelServer {
             loads: Mutex::new(Loads::default()),
             changed: Notify::new(),
             shutdown: watch.clone(),
+            prefill,
         });
         let (alive, tasks) = mpsc::channel(1);
         tokio::spawn(accept(listener, state.clone(), watch, alive));
@@ -167,6 +173,8 @@ impl ModelServer {
             streams_completed: read(&c.streams_completed),
             streams_cancelled: read(&c.streams_cancelled),
             tokens_sent: read(&c.tokens_sent),
+            prompt_tokens: read(&c.prompt_tokens),
+            cached_tokens: read(&c.cached_tokens),
             evictions: lock(&self.state.residency).evictions(),
         }
     }

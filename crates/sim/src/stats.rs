@@ -71,6 +71,13 @@ pub struct ServerStats {
     pub streams_cancelled: u64,
     /// Token events sent, over all streamed answers.
     pub tokens_sent: u64,
+    /// Prompt tokens of the prefills run (with the
+    /// [prefix cache](super::ServerConfigBuilder::prefix_cache) on; 0
+    /// without): vLLM's `prefix_cache_queries`.
+    pub prompt_tokens: u64,
+    /// Of those, the tokens found in the prefix cache: vLLM's
+    /// `prefix_cache_hits`.
+    pub cached_tokens: u64,
 }
 
 /// The counters behind [`ServerStats`], shared by the server's tasks.
@@ -93,4 +100,6 @@ pub(super) struct Counters {
     pub(super) streams_completed: AtomicU64,
     pub(super) streams_cancelled: AtomicU64,
     pub(super) tokens_sent: AtomicU64,
+    pub(super) prompt_tokens: AtomicU64,
+    pub(super) cached_tokens: AtomicU64,
 }

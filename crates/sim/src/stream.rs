@@ -19,11 +19,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use tokio::time::{Instant, Sleep};
 
 use super::fault::Fault;
 use super::openai::Route;
+use super::prefill::{usage_json, Prefilled};
 use super::protocol::{json_escape, vllm_error};
 use super::queue::Counted;
 use super::server::State;
@@ -35,7 +36,7 @@ pub(super) const TOKEN_TEXT: &str = "tok ";
 const ERROR_MESSAGE: &str = "simulated error mid-stream (Fault::StreamError)";
 
 /// What a streamed answer will send, fixed when its request is admitted.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) struct Plan {
     /// Chat completions or completions.
     pub(super) route: Route,
@@ -51,6 +52,13 @@ pub(super) struct Plan {
     pub(super) first_at: Instant,
     /// The fault in force when the request arrived.
     pub(super) fault: Option<Fault>,
+    /// `stream_options.include_usage`: a usage chunk before `[DONE]`.
+    pub(super) include_usage: bool,
+    /// Prompt tokens (for the usage chunk without the prefix cache).
+    pub(super) prompt_tokens: u64,
+    /// With the prefix cache: told when the prefill is done, which is
+    /// when the first token is due (`first_at` is not used then).
+    pub(super) prefill: Option<oneshot::Receiver<Prefilled>>,
 }
 
 /// How a stream ends, once its token events are sent.
@@ -89,6 +97,11 @@ pub(super) struct Stream {
     step: Duration,
     /// When the next event is due.
     next: Instant,
+    /// The prefill to wait for before the first token (prefix cache on).
+    prefill: Option<oneshot::Receiver<Prefilled>>,
+    /// The start of the usage chunk (`stream_options.include_usage`):
+    /// `data: {"id", "object", "created", "model", "choices": [], "usage":`.
+    usage_head: Option<String>,
     /// Sleeps until `next` while `armed`.
     sleep: Pin<Box<Sleep>>,
     armed: bool,
@@ -106,7 +119,7 @@ impl Stream {
         state: Arc<State>,
         slot: OwnedSemaphorePermit,
         running: Counted<'_>,
-        plan: &Plan,
+        plan: Plan,
     ) -> Self {
         // From here the stream takes the count down (`finish`).
         running.keep();
@@ -123,14 +136,25 @@ impl Stream {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let head = head(plan.route, &plan.model, plan.seq, created);
-        let end_event = match end {
-            End::Done => Bytes::from_static(b"data: [DONE]\n\n"),
-            End::Error => {
+        let envelope = envelope(plan.route, &plan.model, plan.seq, created);
+        let head = format!(r#"data: {envelope},"choices":[{{"index":0,"#);
+        let usage_head = plan
+            .include_usage
+            .then(|| format!(r#"data: {envelope},"choices":[],"usage":"#));
+        let end_event = match (end, &usage_head) {
+            (End::Done, Some(usage_head)) if plan.prefill.is_none() => {
+                let prompt = Prefilled {
+                    prompt: plan.prompt_tokens,
+                    cached: 0,
+                };
+                done_with_usage(usage_head, prompt, plan.tokens)
+            }
+            (End::Done, _) => Bytes::from_static(b"data: [DONE]\n\n"),
+            (End::Error, _) => {
                 let error = vllm_error(ERROR_MESSAGE, "InternalServerError", 500);
                 Bytes::from(format!("data: {error}\n\n"))
             }
-            End::Cut => Bytes::new(),
+            (End::Cut, _) => Bytes::new(),
         };
         state.counters.streams.fetch_add(1, Ordering::Relaxed);
         state.changed.notify_waiters();
@@ -147,8 +171,10 @@ impl Stream {
             sent: 0,
             step: plan.decode.saturating_mul(factor),
             next,
+            armed: plan.prefill.is_none() && next > Instant::now(),
+            prefill: plan.prefill,
+            usage_head,
             sleep: Box::pin(tokio::time::sleep_until(next)),
-            armed: next > Instant::now(),
             flushed: false,
             finished: false,
         }
@@ -185,6 +211,18 @@ impl Body for Stream {
         let this = self.get_mut();
         if this.finished {
             return Poll::Ready(None);
+        }
+        if let Some(prefill) = &mut this.prefill {
+            let Ok(prefilled) = ready!(Pin::new(prefill).poll(cx)) else {
+                // The engine stopped with the server.
+                this.finish(false);
+                return Poll::Ready(Some(Err(std::io::Error::other("server stopped"))));
+            };
+            this.prefill = None;
+            this.next = Instant::now();
+            if let (End::Done, Some(usage_head)) = (this.end, &this.usage_head) {
+                this.end_event = done_with_usage(usage_head, prefilled, this.tokens);
+            }
         }
         if this.armed {
             ready!(this.sleep.as_mut().poll(cx));
@@ -249,17 +287,32 @@ impl Drop for Stream {
     }
 }
 
-/// The start of every event of a stream: `data: {"id", "object",
-/// "created", "model", "choices":[{"index":0,`.
-fn head(route: Route, model: &str, seq: u64, created: u64) -> String {
+/// What every chunk of a stream starts with: `{"id", "object",
+/// "created", "model"` (no closing brace).
+fn envelope(route: Route, model: &str, seq: u64, created: u64) -> String {
     let (id, object) = match route {
         Route::Completions => ("cmpl", "text_completion"),
         _ => ("chatcmpl", "chat.completion.chunk"),
     };
     format!(
-        r#"data: {{"id":"{id}-sim-{seq}","object":"{object}","created":{created},"model":"{}","choices":[{{"index":0,"#,
+        r#"{{"id":"{id}-sim-{seq}","object":"{object}","created":{created},"model":"{}""#,
         json_escape(model)
     )
+}
+
+/// The start of every token event of a stream: `data: {"id", "object",
+/// "created", "model", "choices":[{"index":0,`.
+#[cfg(test)]
+fn head(route: Route, model: &str, seq: u64, created: u64) -> String {
+    let envelope = envelope(route, model, seq, created);
+    format!(r#"data: {envelope},"choices":[{{"index":0,"#)
+}
+
+/// The usage chunk of `prefilled` and `completion` tokens, then
+/// `data: [DONE]`, in one frame.
+fn done_with_usage(usage_head: &str, prefilled: Prefilled, completion: u32) -> Bytes {
+    let usage = usage_json(prefilled, completion);
+    Bytes::from(format!("{usage_head}{usage}}}\n\ndata: [DONE]\n\n"))
 }
 
 /// One token event, `finish_reason` its JSON value.
@@ -302,5 +355,23 @@ mod tests {
         assert_eq!(chunk["object"], "text_completion");
         assert_eq!(chunk["choices"][0]["text"], TOKEN_TEXT);
         assert_eq!(chunk["choices"][0]["finish_reason"], "length");
+
+        let usage_head = format!(
+            r#"data: {},"choices":[],"usage":"#,
+            envelope(Route::Completions, "m", 8, 0)
+        );
+        let prefilled = Prefilled {
+            prompt: 40,
+            cached: 32,
+        };
+        let frame = done_with_usage(&usage_head, prefilled, 3);
+        let text = std::str::from_utf8(&frame).unwrap();
+        let (usage, done) = text.split_at(text.find("data: [DONE]").unwrap());
+        assert_eq!(done, "data: [DONE]\n\n");
+        let usage = json(usage);
+        assert_eq!(usage["id"], "cmpl-sim-8");
+        assert_eq!(usage["choices"], serde_json::json!([]));
+        assert_eq!(usage["usage"]["total_tokens"], 43);
+        assert_eq!(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
     }
 }
