@@ -52,7 +52,7 @@ pub struct Args {
 }
 
 pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
-[--requests N (10..=1000000, default 10000; prefix 1500)] [--backends N (2..=64, default 8)] \
+[--requests N (10..=1000000, default 10000; prefix 4000)] [--backends N (2..=64, default 8)] \
 [--seed N (default 1)] [--scenario default|slow-tail|overload|prefix] [--load FRACTION (0.01..=4, default 0.3; overload runs 1.0, 1.5 and 3.0; not prefix)] \
 [--strategies NAME,... (default: round_robin,p2c,consistent_hash,model_aware,model_aware_hedged; \
 in overload round_robin,p2c,consistent_hash,model_aware,model_aware_admission; \

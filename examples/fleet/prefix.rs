@@ -40,8 +40,13 @@ pub const STRATEGIES: [&str; 5] = [
     "chwbl",
     "model_aware",
 ];
-/// Requests unless `--requests` says otherwise.
-pub const REQUESTS: usize = 1_500;
+/// Requests unless `--requests` says otherwise: 4 000, about 16 sends of
+/// each of the 256 prefixes, so that the run measures a fleet's caches in
+/// use and not only filling. (At 1 500, six sends a prefix, every copy of a
+/// prefix past its first costs a sixth of its sends: any spreading of load
+/// reads as a miss, and model-aware's hit rate was 0.06 under the oracle's
+/// against 0.036 at 4 000; max/mean load 1.35 against 1.26.)
+pub const REQUESTS: usize = 4_000;
 /// Each request's deadline (to its `[DONE]`).
 const DEADLINE: Duration = Duration::from_secs(8);
 /// Requests decoding at once per server.

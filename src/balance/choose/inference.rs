@@ -317,14 +317,32 @@ pub(crate) fn resident_elsewhere(ctx: &Ctx<'_>, ask: &Ask, x: usize) -> bool {
 }
 
 /// The first eligible backend past the `k` owners, within [`SPILL_SCAN`],
-/// that has the model resident and passes `ok`.
+/// that has the model resident and passes `ok` — with a prefix key, the
+/// first of those whose record says it served the session, else the
+/// group, else the first: a spilled conversation goes back where it
+/// spilled to before.
 fn spill_resident(ctx: &Ctx<'_>, ask: &Ask, k: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
-    ctx.table
+    let mut found = ctx
+        .table
         .ring
         .walk(ask.affinity)
         .skip(k)
         .take(SPILL_SCAN)
-        .find(|&i| ctx.eligible(i) && ok(i) && ctx.resident(i, ask.key))
+        .filter(|&i| ctx.eligible(i) && ok(i) && ctx.resident(i, ask.key));
+    let first = found.next()?;
+    let Some(key) = ask.prefix else {
+        return Some(first);
+    };
+    let hit = |i: usize| ctx.state(i).prefixes.hit(&key);
+    let mut best = (first, hit(first));
+    while best.1 != PrefixHit::Session {
+        let Some(i) = found.next() else { break };
+        let h = hit(i);
+        if h > best.1 {
+            best = (i, h);
+        }
+    }
+    Some(best.0)
 }
 
 /// What a cold spill may do to make room for the model.
