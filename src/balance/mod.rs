@@ -233,6 +233,45 @@
 //! [`hedge::FirstFrameLayer`](crate::hedge::FirstFrameLayer)'s; see
 //! `docs/streaming.md`.
 //!
+//! # Prefix affinity
+//!
+//! For a fleet of LLM servers that all hold one model, the model ID says
+//! nothing about where a request is cheap: its prompt's cached prefix
+//! (KV cache) does. A request whose route carries a
+//! [`PrefixKey`](crate::route::PrefixKey) — set by
+//! [`ModelFromBodyBuilder::prefix_bytes`](crate::route::ModelFromBodyBuilder::prefix_bytes)
+//! and [`session_header`](crate::route::ModelFromBodyBuilder::session_header),
+//! or by any layer with [`RouteInfo::with_prefix`](crate::route::RouteInfo::with_prefix)
+//! — is routed by the key's group where it would be by its model: the
+//! group's owners are its ring walk, their number its demand (a hot system
+//! prompt gets more owners, a cooling one gives them back), all under the
+//! bounded-load cap. Among the owners that serve the model under the cap,
+//! one whose record says it served the request's session comes first, then
+//! one that served its group, then P2C on cost; a spilled request goes
+//! where its session or group spilled before. The record is a guess, 4096
+//! direct-mapped tags per backend (16 KiB, allocated at its first key),
+//! written by the pick. Residency, breakers and the queue stay the model's.
+//! With [`BalanceConfigBuilder::receipts`] on, each response carries a
+//! [`RoutingReceipt`]: the branch, the owners, the predicted
+//! [`PrefixHit`], the runner-up. See `docs/prefix.md`.
+//!
+//! ```
+//! use tower_model_balance::route::{ModelFromBodyLayer, ModelId, PrefixKey, RouteInfo};
+//!
+//! // From an OpenAI body's prompt (its first 256 bytes) and a session header.
+//! let layer = ModelFromBodyLayer::builder()
+//!     .prefix_bytes(256)
+//!     .session_header(http::HeaderName::from_static("x-session-id"))
+//!     .build()
+//!     .unwrap();
+//! # drop(layer);
+//! // Or from a layer of one's own.
+//! let model = ModelId::new("llama-3-8b").unwrap();
+//! let key = PrefixKey::from_prompt(&model, b"system\nYou are ACME's assistant.\n");
+//! let route = RouteInfo::new(model).with_prefix(key.with_session(b"conv-42"));
+//! assert!(route.prefix.is_some());
+//! ```
+//!
 //! Ring changes are **staged**: when backends join or change weight, every
 //! model they take is a cold load on its new owner, so their ring points
 //! enter a share at a time ([`StagingConfig`]: by default at most 1% of the
