@@ -65,6 +65,8 @@
 
 #[path = "../tests/support/ready.rs"]
 mod ready;
+#[path = "balance/workload.rs"]
+mod workload;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -74,8 +76,6 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{black_box, BenchmarkGroup, BenchmarkId, Criterion};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 use tower::balance::p2c::Balance;
@@ -87,104 +87,25 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
     Backend, BackendMeta, BalanceConfig, BalanceStats, BalancerHandle, ModelBalancer,
 };
-use tower_model_balance::route::{ModelId, PrefixKey, RouteInfo};
 
-use ready::{request, Ready};
+use ready::Ready;
+use workload::Workload;
 
 const GROUP: &str = "balance";
 const SIZES: [usize; 4] = [8, 64, 512, 1024];
 /// Distinct model IDs in the fleet workload: the most that N = 8 backends
 /// of [`BackendMeta::MAX_MODEL_SLOTS`] slots hold at once.
 const FLEET_MODELS: usize = 128;
-/// Conversations in the prefix workload.
-const SESSIONS: usize = 4096;
-/// The one model of the prefix workload.
-const LLM: &str = "llama-3-8b";
 /// Distinct model IDs in the wide workload of `model_balancer_cold`.
 const WIDE_MODELS: usize = 1000;
 /// Least warm share of a `model_balancer` row for its figure to count.
 const MIN_WARM: f64 = 0.9;
-/// Skew of model popularity (the fleet workload in DESIGN.md).
-const ZIPF: f64 = 1.1;
-/// Length of the precomputed model sequence each sample replays.
-const SEQUENCE: usize = 1 << 16;
 /// Requests built (untimed), then sent (timed), per step.
 const CHUNK: usize = 1024;
 
 type Req = http::Request<()>;
 type P2c = Balance<PeakEwmaDiscover<ServiceList<Vec<Ready>>>, Req>;
 type P2cBuffer = Buffer<Req, <P2c as Service<Req>>::Future>;
-
-// === workload ===
-
-/// The request stream every row replays.
-#[derive(Debug)]
-struct Workload {
-    models: Vec<String>,
-    sequence: Vec<u16>,
-    /// For the prefix workload: one key per prompt prefix, all of [`LLM`].
-    prefixes: Option<Vec<PrefixKey>>,
-}
-
-impl Workload {
-    /// `count` model IDs and a fixed Zipf-distributed sequence over them.
-    fn new(count: usize) -> Self {
-        let models = (0..count).map(|i| format!("model-{i:04}")).collect();
-        let mut cdf: Vec<f64> = (1..=count).map(|k| (k as f64).powf(-ZIPF)).collect();
-        for i in 1..cdf.len() {
-            cdf[i] += cdf[i - 1];
-        }
-        let total = cdf[count - 1];
-        let mut rng = SmallRng::seed_from_u64(1);
-        let sequence = (0..SEQUENCE)
-            .map(|_| {
-                let u = rng.gen::<f64>() * total;
-                cdf.partition_point(|&c| c < u).min(count - 1) as u16
-            })
-            .collect();
-        Self {
-            models,
-            sequence,
-            prefixes: None,
-        }
-    }
-
-    /// Requests of [`LLM`] with `count` prompt prefixes in the same Zipf
-    /// sequence, each a turn of one of [`SESSIONS`] conversations.
-    fn prefixed(count: usize) -> Self {
-        let model = ModelId::new(LLM).expect("a valid ID");
-        let prefixes = (0..count)
-            .map(|i| {
-                let prompt = format!("system\nYou are assistant {i:04} of ACME.\n");
-                PrefixKey::from_prompt(&model, prompt.as_bytes())
-            })
-            .collect();
-        Self {
-            prefixes: Some(prefixes),
-            ..Self::new(count)
-        }
-    }
-
-    /// Replaces `out` with the `len` requests starting at position `from`.
-    fn fill(&self, out: &mut Vec<Req>, from: u64, len: usize) {
-        out.clear();
-        out.extend((0..len).map(|i| {
-            let at = (from as usize + i) % self.sequence.len();
-            let index = usize::from(self.sequence[at]);
-            match &self.prefixes {
-                None => request(&self.models[index], "inference"),
-                Some(keys) => {
-                    let session = (at % SESSIONS).to_le_bytes();
-                    let key = keys[index].with_session(&session);
-                    let route = RouteInfo::new(ModelId::new(LLM).expect("a valid ID"));
-                    let mut req = request(LLM, "inference");
-                    req.extensions_mut().insert(route.with_prefix(key));
-                    req
-                }
-            }
-        }));
-    }
-}
 
 // === rows ===
 

@@ -82,7 +82,10 @@ async fn send(gw: &Running, turn: usize, session: &[&str]) -> Reply {
 }
 
 fn receipt(reply: &Reply) -> String {
-    reply.headers["x-route-receipt"].to_str().unwrap().to_owned()
+    reply.headers["x-route-receipt"]
+        .to_str()
+        .unwrap()
+        .to_owned()
 }
 
 #[tokio::test]

@@ -105,7 +105,9 @@ async fn send(stack: &mut Stack, body: String, session: &str) -> Answer {
         .body(Full::new(Bytes::from(body)))
         .unwrap();
     let exchange = async {
-        let ready = ServiceExt::<http::Request<Full<Bytes>>>::ready(stack).await.unwrap();
+        let ready = ServiceExt::<http::Request<Full<Bytes>>>::ready(stack)
+            .await
+            .unwrap();
         let rsp = ready.call(req).await.unwrap();
         assert_eq!(rsp.status(), 200);
         let backend = rsp.headers()[protocol::BACKEND_HEADER]
@@ -124,7 +126,9 @@ async fn send(stack: &mut Stack, body: String, session: &str) -> Answer {
             receipt,
         }
     };
-    tokio::time::timeout(BOUND, exchange).await.expect("answered")
+    tokio::time::timeout(BOUND, exchange)
+        .await
+        .expect("answered")
 }
 
 /// Full blocks of the prompt text of `body`, in tokens.

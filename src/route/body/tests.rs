@@ -1,3 +1,5 @@
+use super::builder::MAX_LIMIT;
+use super::key::MAX_PREFIX_BYTES;
 use super::parse::model_from_json;
 use super::*;
 

@@ -1,0 +1,181 @@
+//! [`ModelFromBodyLayer`] and its builder: the body limit, the routing
+//! headers at a trust boundary, and where the prefix key comes from.
+
+use tower_layer::Layer;
+
+use super::key::{PrefixSource, MAX_PREFIX_BYTES};
+use super::ModelFromBody;
+use crate::error::InvalidConfig;
+#[cfg(doc)]
+use crate::error::{InvalidRoute, PayloadTooLarge};
+#[cfg(doc)]
+use crate::route::{PrefixKey, RouteInfo};
+use http::header::HeaderName;
+
+/// Default body limit: 1 MiB.
+pub(super) const DEFAULT_LIMIT: usize = 1024 * 1024;
+/// Largest accepted body limit: 64 MiB.
+pub(super) const MAX_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Wraps a service in [`ModelFromBody`]. Build one with
+/// [`ModelFromBodyLayer::builder`], or take the default (1 MiB limit,
+/// client routing headers trusted, no prefix key).
+#[derive(Debug, Clone)]
+pub struct ModelFromBodyLayer {
+    limit: usize,
+    strip_routing_headers: bool,
+    prefix: PrefixSource,
+}
+
+impl ModelFromBodyLayer {
+    /// A layer with the default body limit of 1 MiB, reading the client's
+    /// routing headers.
+    pub const fn new() -> Self {
+        Self {
+            limit: DEFAULT_LIMIT,
+            strip_routing_headers: false,
+            prefix: PrefixSource {
+                bytes: 0,
+                session: None,
+            },
+        }
+    }
+
+    /// A builder for a layer with another body limit, or one that ignores
+    /// and strips the client's routing headers.
+    pub const fn builder() -> ModelFromBodyBuilder {
+        ModelFromBodyBuilder {
+            limit: DEFAULT_LIMIT,
+            strip_routing_headers: false,
+            prefix: PrefixSource {
+                bytes: 0,
+                session: None,
+            },
+        }
+    }
+
+    /// The body limit, in bytes.
+    #[cfg(test)]
+    pub(crate) const fn limit(&self) -> usize {
+        self.limit
+    }
+}
+
+impl Default for ModelFromBodyLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> Layer<S> for ModelFromBodyLayer {
+    type Service = ModelFromBody<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        ModelFromBody {
+            inner,
+            limit: self.limit,
+            strip_routing_headers: self.strip_routing_headers,
+            prefix: self.prefix.clone(),
+        }
+    }
+}
+
+/// Builds a [`ModelFromBodyLayer`], checking its values.
+#[derive(Debug, Clone)]
+pub struct ModelFromBodyBuilder {
+    limit: usize,
+    strip_routing_headers: bool,
+    prefix: PrefixSource,
+}
+
+impl ModelFromBodyBuilder {
+    /// The most body bytes buffered; a longer body is a [`PayloadTooLarge`]
+    /// error. Bytes, 1 to 64 MiB; default 1 MiB.
+    pub const fn limit(mut self, bytes: usize) -> Self {
+        self.limit = bytes;
+        self
+    }
+
+    /// Whether the client's routing headers are ignored and removed: on a
+    /// trust boundary (a gateway in front of clients), `true`. Default
+    /// `false`.
+    ///
+    /// With `true`, `x-model-id`, `x-request-kind` and `x-urgency` are
+    /// removed from every request before anything is read: the model comes
+    /// from the body or the KServe v2 path only, the kind is `inference`
+    /// and the urgency `normal`, and the headers do not reach the backend.
+    /// Otherwise a client could send any model to any backend (forcing
+    /// cold loads there), skip the load cap with `critical`, and have its
+    /// traffic counted against another model. A [`RouteInfo`] extension
+    /// is still honoured: extensions are put there by the server's own
+    /// code, never by a client.
+    ///
+    /// With `false`, a request with an `x-model-id` is routed by it (its
+    /// body not parsed), and kind and urgency are read from the headers:
+    /// for clients inside the trust boundary.
+    pub const fn strip_routing_headers(mut self, strip: bool) -> Self {
+        self.strip_routing_headers = strip;
+        self
+    }
+
+    /// Reads a [`PrefixKey`] for each request: its group from the first
+    /// `bytes` bytes of the prompt — an OpenAI chat body's `messages` in
+    /// order (each message's `role`, a newline, its text, a newline; text
+    /// parts of a list `content` concatenated) or a completion body's
+    /// `prompt` (a string; of a list, the first) — under the model ID
+    /// (which names the LoRA adapter too, in vLLM's and SGLang's APIs).
+    /// Bytes, 0 to 64 KiB; default 0 (no prefix key from the prompt).
+    ///
+    /// Choose it as KubeAI's `prefixCharLength` or SGLang's
+    /// `--cache-threshold` are chosen: long enough to tell the system
+    /// prompts and shared documents apart (a few hundred bytes), short
+    /// enough that the later turns of a conversation, which resend its
+    /// first, keep its group. A body whose prompt is empty, or in a shape
+    /// not listed, gets no prompt key (the server judges the body; the
+    /// key is a routing hint, never an error).
+    pub fn prefix_bytes(mut self, bytes: usize) -> Self {
+        self.prefix.bytes = bytes;
+        self
+    }
+
+    /// A header naming the conversation a request continues (as
+    /// `x-session-id`): its value becomes the key's
+    /// [session](PrefixKey::with_session), so that a conversation's turns
+    /// go back to the backend that served the last one; without
+    /// [`prefix_bytes`](Self::prefix_bytes), each conversation is its own
+    /// group ([`PrefixKey::from_session`]). Default none.
+    ///
+    /// The value is the client's: at most 256 bytes, once; an empty,
+    /// repeated or longer value is an [`InvalidRoute`] from `session`. It
+    /// reaches the backend unchanged. A client can steer its own
+    /// conversation only among its group's owners, under the
+    /// bounded-load cap.
+    pub fn session_header(mut self, name: HeaderName) -> Self {
+        self.prefix.session = Some(name);
+        self
+    }
+
+    /// The layer.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `limit` when it is 0 or over 64 MiB, or
+    /// `prefix_bytes` when it is over 64 KiB.
+    pub fn build(self) -> Result<ModelFromBodyLayer, InvalidConfig> {
+        if self.limit == 0 || self.limit > MAX_LIMIT {
+            return Err(InvalidConfig::new("limit", "1 to 67108864 bytes (64 MiB)"));
+        }
+        if self.prefix.bytes > MAX_PREFIX_BYTES {
+            return Err(InvalidConfig::new("prefix_bytes", "0 to 65536 bytes"));
+        }
+        Ok(self.checked())
+    }
+
+    /// The layer, once the values are known to be valid.
+    fn checked(self) -> ModelFromBodyLayer {
+        ModelFromBodyLayer {
+            limit: self.limit,
+            strip_routing_headers: self.strip_routing_headers,
+            prefix: self.prefix,
+        }
+    }
+}
