@@ -15,6 +15,10 @@
 //!   target: default config and default model slots (4) under the wide
 //!   workload of 1000 models, so most picks at small N find the model
 //!   absent and stamp its residency (about 58% at N = 8);
+//! * `model_balancer_route/N`: the same balancer and fleet workload, each
+//!   request's route in a [`RouteInfo`] extension (model only), as
+//!   `ModelFromBodyLayer` leaves it in front of the balancer: the baseline
+//!   of the prefix key's cost;
 //! * `model_balancer_prefix/N`: the same balancer routing by a prefix key
 //!   ([`PrefixKey`]): the requests of one LLM (`llama-3-8b`), each with a
 //!   [`RouteInfo`] extension whose key's group is drawn Zipf(1.1) from 128
@@ -22,7 +26,8 @@
 //!   ring walk and demand keyed by the group, each owner's prefix record
 //!   read and the chosen one's written. The key is hashed when the request
 //!   is built (as `ModelFromBodyLayer` does, reading the body), untimed;
-//!   the target is `model_balancer_prefix/N ÷ model_balancer/N` ≤ 1.2;
+//!   the target is `model_balancer_prefix/N ÷ model_balancer_route/N` ≤
+//!   1.2 (the key's cost; `÷ model_balancer/N` is shown too);
 //! * `tower_p2c_buffer/N`: tower's `balance::p2c::Balance` over `PeakEwma`
 //!   endpoints behind `buffer::Buffer`. `Balance` is not `Clone`, so this is
 //!   what users do to share it (as `examples/fleet` does, with the same
@@ -51,7 +56,7 @@
 //! `model_balancer/N ÷ tower_p2c_buffer/N` (target ≤ 0.25),
 //! `model_balancer/N ÷ tower_p2c/N` (≤ 0.5), `model_balancer/1024 ÷
 //! model_balancer/8` (≤ 1.5) and `model_balancer_prefix/N ÷
-//! model_balancer/N` (≤ 1.2). The ratios hold on a warm fleet: after the
+//! model_balancer_route/N` (≤ 1.2). The ratios hold on a warm fleet: after the
 //! table the bench panics if a `model_balancer` row it measured had a warm
 //! share under 90%, as its figure would then time the cold path. Each figure
 //! is the median, over the samples criterion took of the row in this run
@@ -200,6 +205,9 @@ struct Env {
     wide: Arc<Workload>,
     /// The prefix workload of `model_balancer_prefix`.
     prefix: Arc<Workload>,
+    /// The fleet workload with routes in extensions, of
+    /// `model_balancer_route`.
+    routes: Arc<Workload>,
     /// Each row's samples of at least one chunk, in ns per request.
     samples: RefCell<BTreeMap<String, Vec<f64>>>,
     /// Each balancer row's warm share over its run, if it was measured.
@@ -295,6 +303,8 @@ fn bench(c: &mut Criterion, env: &Env) {
     for n in SIZES {
         let warm = (BackendMeta::MAX_MODEL_SLOTS, &env.fleet);
         bench_balancer(&mut group, env, "model_balancer", n, warm);
+        let routes = (BackendMeta::MAX_MODEL_SLOTS, &env.routes);
+        bench_balancer(&mut group, env, "model_balancer_route", n, routes);
         let prefix = (BackendMeta::MAX_MODEL_SLOTS, &env.prefix);
         bench_balancer(&mut group, env, "model_balancer_prefix", n, prefix);
         let cold = (BackendMeta::DEFAULT_MODEL_SLOTS, &env.wide);
@@ -341,18 +351,19 @@ fn report(env: &Env) {
         _ => "-".to_owned(),
     };
     let line = |label: &str, cell: &dyn Fn(usize) -> String| {
-        print!("  {label:<44}");
+        print!("  {label:<54}");
         SIZES.iter().for_each(|&n| print!("{:>12}", cell(n)));
         println!();
     };
     let dash = || "-".to_owned();
     println!("\n{GROUP}: ns per request, median of this run's samples");
     if let Some(ns) = env.median("direct") {
-        println!("  {:<44}{ns:>12.1}", "direct");
+        println!("  {:<54}{ns:>12.1}", "direct");
     }
     line("N", &|n| n.to_string());
     for kind in [
         "model_balancer",
+        "model_balancer_route",
         "model_balancer_prefix",
         "model_balancer_cold",
         "tower_p2c_buffer",
@@ -364,6 +375,7 @@ fn report(env: &Env) {
     }
     for kind in [
         "model_balancer",
+        "model_balancer_route",
         "model_balancer_prefix",
         "model_balancer_cold",
     ] {
@@ -378,16 +390,24 @@ fn report(env: &Env) {
             ratio(get("model_balancer", n), get(baseline, n), target)
         });
     }
-    line("model_balancer_prefix ÷ model_balancer (≤ 1.2)", &|n| {
-        ratio(
-            get("model_balancer_prefix", n),
-            get("model_balancer", n),
-            1.2,
-        )
+    line(
+        "model_balancer_prefix ÷ model_balancer_route (≤ 1.2)",
+        &|n| {
+            ratio(
+                get("model_balancer_prefix", n),
+                get("model_balancer_route", n),
+                1.2,
+            )
+        },
+    );
+    line("model_balancer_prefix ÷ model_balancer", &|n| {
+        get("model_balancer_prefix", n)
+            .zip(get("model_balancer", n))
+            .map_or_else(dash, |(a, b)| format!("{:.3}", a / b))
     });
     let (small, large) = (SIZES[0], SIZES[SIZES.len() - 1]);
     println!(
-        "  {:<44}{:>12}",
+        "  {:<54}{:>12}",
         format!("model_balancer/{large} ÷ model_balancer/{small} (≤ 1.5)"),
         ratio(
             get("model_balancer", large),
@@ -395,14 +415,18 @@ fn report(env: &Env) {
             1.5
         )
     );
-    let cold: Vec<String> = ["model_balancer", "model_balancer_prefix"]
-        .iter()
-        .flat_map(|kind| SIZES.iter().map(move |&n| (kind, n)))
-        .filter_map(|(kind, n)| {
-            let share = warm(kind, n)?;
-            (share < MIN_WARM).then(|| format!("{kind}/{n} ({:.1}%)", 100.0 * share))
-        })
-        .collect();
+    let cold: Vec<String> = [
+        "model_balancer",
+        "model_balancer_route",
+        "model_balancer_prefix",
+    ]
+    .iter()
+    .flat_map(|kind| SIZES.iter().map(move |&n| (kind, n)))
+    .filter_map(|(kind, n)| {
+        let share = warm(kind, n)?;
+        (share < MIN_WARM).then(|| format!("{kind}/{n} ({:.1}%)", 100.0 * share))
+    })
+    .collect();
     assert!(
         cold.is_empty(),
         "warm share under {:.0}% in {}: those figures time the cold path, not a fleet \
@@ -417,11 +441,12 @@ fn main() {
         fleet: Arc::new(Workload::new(FLEET_MODELS)),
         wide: Arc::new(Workload::new(WIDE_MODELS)),
         prefix: Arc::new(Workload::prefixed(FLEET_MODELS)),
+        routes: Arc::new(Workload::with_routes(FLEET_MODELS)),
         samples: RefCell::default(),
         warm: RefCell::default(),
     };
     // Building requests is untimed but takes wall time: shorter phases than
-    // criterion's defaults (3 s and 5 s) keep a full run of 21 rows short.
+    // criterion's defaults (3 s and 5 s) keep a full run of 25 rows short.
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))

@@ -22,8 +22,20 @@ const SEQUENCE: usize = 1 << 16;
 pub struct Workload {
     models: Vec<String>,
     sequence: Vec<u16>,
-    /// For the prefix workload: one key per prompt prefix, all of [`LLM`].
-    prefixes: Option<Vec<PrefixKey>>,
+    source: Source,
+}
+
+/// Where a request's route is.
+#[derive(Debug)]
+enum Source {
+    /// Its `x-model-id` header.
+    Headers,
+    /// A `RouteInfo` extension with the model only, as
+    /// `ModelFromBodyLayer` leaves one.
+    Extension,
+    /// A `RouteInfo` extension with a prefix key: one key per prompt
+    /// prefix, all of [`LLM`].
+    Prefixed(Vec<PrefixKey>),
 }
 
 impl Workload {
@@ -45,7 +57,15 @@ impl Workload {
         Self {
             models,
             sequence,
-            prefixes: None,
+            source: Source::Headers,
+        }
+    }
+
+    /// The same requests, each with its route in a `RouteInfo` extension.
+    pub fn with_routes(count: usize) -> Self {
+        Self {
+            source: Source::Extension,
+            ..Self::new(count)
         }
     }
 
@@ -60,7 +80,7 @@ impl Workload {
             })
             .collect();
         Self {
-            prefixes: Some(prefixes),
+            source: Source::Prefixed(prefixes),
             ..Self::new(count)
         }
     }
@@ -71,9 +91,16 @@ impl Workload {
         out.extend((0..len).map(|i| {
             let at = (from as usize + i) % self.sequence.len();
             let index = usize::from(self.sequence[at]);
-            match &self.prefixes {
-                None => request(&self.models[index], "inference"),
-                Some(keys) => {
+            match &self.source {
+                Source::Headers => request(&self.models[index], "inference"),
+                Source::Extension => {
+                    let model = &self.models[index];
+                    let route = RouteInfo::new(ModelId::new(model).expect("a valid ID"));
+                    let mut req = request(model, "inference");
+                    req.extensions_mut().insert(route);
+                    req
+                }
+                Source::Prefixed(keys) => {
                     let session = (at % SESSIONS).to_le_bytes();
                     let key = keys[index].with_session(&session);
                     let route = RouteInfo::new(ModelId::new(LLM).expect("a valid ID"));
