@@ -73,6 +73,7 @@ use http_body_util::Full;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tower::ServiceExt;
+use tower_model_balance::balance::BalanceConfig;
 use tower_model_balance::error::Overloaded;
 use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
@@ -220,7 +221,7 @@ async fn run(
         config,
         args.seed,
         args.explicit_load,
-        min_owners,
+        BalanceConfig::builder().min_owners(min_owners),
         None,
     );
     let (strategy, hedge) = (built.strategy, built.hedge);

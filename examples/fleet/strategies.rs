@@ -22,8 +22,8 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Layer, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{
-    AdmissionConfig, Backend, BackendMeta, BackgroundTask, BalanceConfig, BalancerHandle, Limit,
-    ModelBalancer, ResidencyHeader,
+    AdmissionConfig, Backend, BackendMeta, BackgroundTask, BalanceConfigBuilder, BalancerHandle,
+    Limit, ModelBalancer, ResidencyHeader,
 };
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
@@ -121,8 +121,8 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
 }
 
 /// Builds strategy `name` over `servers`, which run `config` (its resident
-/// slots and serving slots), the balancer's models getting at least
-/// `min_owners` owners; the balancer's handle and its probe task, and the
+/// slots and serving slots), the balancer's settings starting from
+/// `balance` (the scenario's owners and load factor); the balancer's handle and its probe task, and the
 /// hedging layer's handle, when it has them. With `route`, the
 /// `model_aware*` balancers read each request's route from its body
 /// through that layer.
@@ -132,7 +132,7 @@ pub fn build(
     config: &ServerConfig,
     seed: u64,
     explicit_load: bool,
-    min_owners: usize,
+    balance: BalanceConfigBuilder,
     route: Option<ModelFromBodyLayer>,
 ) -> Built {
     let endpoints = endpoints(servers);
@@ -165,11 +165,9 @@ pub fn build(
                     .with_address(Origin::http(server.addr()));
                 Backend::with_meta(meta, e)
             });
-            let mut config = BalanceConfig::builder()
-                .min_owners(min_owners)
-                .residency_header(ResidencyHeader::ResidentModels(
-                    protocol::RESIDENT_MODELS_HEADER,
-                ));
+            let mut config = balance.residency_header(ResidencyHeader::ResidentModels(
+                protocol::RESIDENT_MODELS_HEADER,
+            ));
             if name == "model_aware_admission" {
                 // As many in flight per backend as it serves at once (its
                 // serving slots, vLLM's `--max-num-seqs`): what is past
