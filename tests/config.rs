@@ -32,6 +32,7 @@ const NON_DEFAULTS: &str = r#"
         staging_cooldown_ms = 2500
         classification = "grpc_status"
         stop_point = "end_of_body"
+        receipts = true
         [balance.model_owners]
         "llama-3-70b" = 3
         "org/model:v2" = 1

@@ -76,7 +76,7 @@ impl File {
                 }
                 .to_owned(),
             ),
-            receipts: b.receipts.then_some(true),
+            receipts: Some(b.receipts),
         };
         let p = b.breaker();
         let (window, time_window_ms, time_window_buckets) = match p.window() {
