@@ -70,6 +70,8 @@
 
 #[path = "../tests/support/ready.rs"]
 mod ready;
+#[path = "balance/rows.rs"]
+mod rows;
 #[path = "balance/workload.rs"]
 mod workload;
 
@@ -86,14 +88,12 @@ use tokio::time::Instant;
 use tower::balance::p2c::Balance;
 use tower::buffer::Buffer;
 use tower::discover::ServiceList;
-use tower::load::{CompleteOnResponse, PeakEwmaDiscover};
+use tower::load::PeakEwmaDiscover;
 use tower::{Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalanceStats, BalancerHandle, ModelBalancer,
-};
+use tower_model_balance::balance::{BackendMeta, BalancerHandle};
 
 use ready::Ready;
+use rows::{model_balancer, tower_p2c, tower_p2c_buffer, warm_share};
 use workload::Workload;
 
 const GROUP: &str = "balance";
@@ -111,52 +111,6 @@ const CHUNK: usize = 1024;
 type Req = http::Request<()>;
 type P2c = Balance<PeakEwmaDiscover<ServiceList<Vec<Ready>>>, Req>;
 type P2cBuffer = Buffer<Req, <P2c as Service<Req>>::Future>;
-
-// === rows ===
-
-fn ids(n: usize) -> impl Iterator<Item = BackendId> {
-    (0..n).map(|i| BackendId::new(&format!("backend-{i}")).expect("a valid ID"))
-}
-
-/// The balancer over `n` ready backends of `slots` model slots each:
-/// [`BackendMeta::MAX_MODEL_SLOTS`] for `model_balancer/N` (they hold the
-/// fleet workload), the default for `model_balancer_cold/N`.
-fn model_balancer(n: usize, slots: usize) -> ModelBalancer<Ready> {
-    let backends: Vec<_> = ids(n)
-        .map(|id| {
-            let meta = BackendMeta::new(id)
-                .with_model_slots(slots)
-                .expect("slots within 1 ..= 16");
-            Backend::with_meta(meta, Ready)
-        })
-        .collect();
-    let _runtime = ready::idle_runtime().enter();
-    ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default())
-        .expect("inside a runtime")
-}
-
-/// The share of a balancer's inference picks that went to an owner with
-/// the model resident; `None` before any pick.
-fn warm_share(stats: BalanceStats) -> Option<f64> {
-    let picks = stats.resident_owner + stats.cold_owner + stats.spill + stats.panic;
-    (picks > 0).then(|| stats.resident_owner as f64 / picks as f64)
-}
-
-/// `tower_p2c/N`: tower's P2C over PeakEwma, as `examples/fleet` builds it.
-fn tower_p2c(n: usize) -> P2c {
-    Balance::new(PeakEwmaDiscover::new(
-        ServiceList::new(vec![Ready; n]),
-        Duration::from_millis(30),
-        Duration::from_secs(10),
-        CompleteOnResponse::default(),
-    ))
-}
-
-/// `tower_p2c_buffer/N`: the same behind a `Buffer`, whose worker runs on `rt`.
-fn tower_p2c_buffer(rt: &Runtime, n: usize) -> P2cBuffer {
-    let _runtime = rt.enter();
-    Buffer::new(tower_p2c(n), 4096)
-}
 
 // === timing ===
 
