@@ -15,12 +15,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::endpoint::Origin;
-use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
+use tower_model_balance_sim::{protocol, ServerConfig};
 
-use app::Config;
-use gateway::{serve, Reply, Running};
+use gateway::{start_with, Reply, Running};
 
 const SESSION: &str = "x-session-id";
 
@@ -32,25 +29,12 @@ async fn fleet(n: usize, receipts: bool) -> Running {
         .prefill_rate(1_000_000)
         .build()
         .unwrap();
-    let mut sims = Vec::new();
-    let mut backends = Vec::new();
-    for i in 0..n {
-        let sim = ModelServer::start(&format!("gwp-{i}"), config.clone())
-            .await
-            .unwrap();
-        backends.push((
-            BackendId::new(sim.name()).unwrap(),
-            Origin::http(sim.addr()),
-        ));
-        sims.push(sim);
-    }
-    let mut config = Config::new(backends);
-    config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
-    config.placement = false;
-    config.prefix_bytes = Some(256);
-    config.session_header = Some(http::HeaderName::from_static(SESSION));
-    config.receipt_header = receipts;
-    serve(config, sims).await
+    start_with("gwp", n, config, |config| {
+        config.prefix_bytes = Some(256);
+        config.session_header = Some(http::HeaderName::from_static(SESSION));
+        config.receipt_header = receipts;
+    })
+    .await
 }
 
 /// Turn `turn` of a conversation under one long system prompt.

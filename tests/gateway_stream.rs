@@ -21,12 +21,9 @@ use http::header;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::endpoint::Origin;
-use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
+use tower_model_balance_sim::{Fault, InferenceTimes, ServerConfig};
 
-use app::Config;
-use gateway::{serve, Running};
+use gateway::{start_with, Running};
 
 /// A bound so that a broken stack fails the test instead of hanging it.
 const BOUND: Duration = Duration::from_secs(10);
@@ -40,22 +37,7 @@ async fn fleet(name: &str, n: usize, decode: Duration) -> Running {
         .decode_time(decode)
         .build()
         .unwrap();
-    let mut sims = Vec::new();
-    let mut backends = Vec::new();
-    for i in 0..n {
-        let sim = ModelServer::start(&format!("{name}-{i}"), config.clone())
-            .await
-            .unwrap();
-        backends.push((
-            BackendId::new(sim.name()).unwrap(),
-            Origin::http(sim.addr()),
-        ));
-        sims.push(sim);
-    }
-    let mut config = Config::new(backends);
-    config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
-    config.placement = false;
-    serve(config, sims).await
+    start_with(name, n, config, |_| {}).await
 }
 
 fn chat(model: &str, tokens: u32) -> String {

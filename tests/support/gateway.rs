@@ -52,10 +52,20 @@ impl Reply {
 /// Starts `sims` simulated backends named `{name}-{i}` and the gateway in
 /// front of them; `edit` changes the config first.
 pub async fn start(name: &str, sims: usize, edit: impl FnOnce(&mut Config)) -> Running {
+    start_with(name, sims, ServerConfig::default(), edit).await
+}
+
+/// As [`start`], the backends running `server`.
+pub async fn start_with(
+    name: &str,
+    sims: usize,
+    server: ServerConfig,
+    edit: impl FnOnce(&mut Config),
+) -> Running {
     let mut servers = Vec::new();
     let mut backends = Vec::new();
     for i in 0..sims {
-        let server = ModelServer::start(&format!("{name}-{i}"), ServerConfig::default())
+        let server = ModelServer::start(&format!("{name}-{i}"), server.clone())
             .await
             .unwrap();
         backends.push((
