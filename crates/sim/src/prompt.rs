@@ -80,8 +80,10 @@ pub fn prompt_tokens(text: &str) -> u64 {
 }
 
 /// The keys of the full blocks of a prompt text, in order: `len / 64`
-/// of them (a partial last block has none), each the chained xxh3 hash
-/// described in the [module docs](self).
+/// of them (a partial last block has none), each the xxh3 hash of the
+/// previous block's key (8 bytes, little-endian; 0 before the first
+/// block) followed by this block's bytes, so that a block matches only
+/// together with everything before it.
 ///
 /// ```
 /// use tower_model_balance_sim::protocol::prompt_blocks;
