@@ -367,4 +367,10 @@ fn the_checks_see_both_outcomes() {
     assert!(StackConfig::from_toml("[balance]\nowners = 0").is_err());
     check_config("[balance]\nowners = 0");
     check_config("[balance]\nowners = 2");
+    // Found by `toml_files` in CI: an integer over i64::MAX, which a typed
+    // field reads and a `toml::Table` cannot hold, beside a value out of
+    // range.
+    check_config(
+        "[hedge]\npercentile = 1.0\nmin_samples = 9223372036854775808\n[balance]\nstaging_max_share = 4.981676321891242\n",
+    );
 }

@@ -85,7 +85,15 @@ pub fn edge_values(section: &str, key: &str) -> Vec<String> {
     ];
     let all = |pool: &[&str]| pool.iter().map(|v| v.to_string()).collect();
     match (section, key) {
-        ("breaker", "jitter") | ("placement", "evict") => all(&["true", "false"]),
+        ("breaker", "jitter") | ("placement", "evict") | ("balance", "receipts") => {
+            all(&["true", "false"])
+        }
+        ("balance", "stop_point") => all(&[
+            "\"headers\"",
+            "\"first_frame\"",
+            "\"end_of_body\"",
+            "\"body\"",
+        ]),
         ("balance", "breaker_scope") => all(&["\"backend\"", "\"backend_model\"", "\"pair\""]),
         ("placement", "when_cold") => all(&["\"wait\"", "\"prefer_warm\"", "\"load\""]),
         ("balance", "classification") => all(&["\"http_status\"", "\"grpc_status\"", "\"grpc\""]),
