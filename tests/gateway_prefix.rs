@@ -121,3 +121,98 @@ async fn without_the_flag_no_receipt_and_a_bad_session_is_refused() {
     assert_eq!(reply.status, 400, "{}", reply.body);
     assert_eq!(gw.backend_work(), before, "sent nowhere");
 }
+
+/// A chat that opens with "hi": every turn's first bytes differ until it
+/// outgrows `prefix_bytes`, and its session keeps it together meanwhile.
+fn short_chat(turn: usize) -> String {
+    let mut messages = Vec::new();
+    for t in 0..=turn {
+        if t > 0 {
+            messages.push(serde_json::json!({"role": "assistant", "content": "hello!"}));
+        }
+        messages.push(serde_json::json!({"role": "user", "content": format!("hi {t}")}));
+    }
+    serde_json::json!({"model": "llama-3-8b", "messages": messages, "max_tokens": 2}).to_string()
+}
+
+#[tokio::test]
+async fn a_short_conversation_stays_on_its_backend() {
+    let gw = fleet(4, true).await;
+    for conversation in 0..4 {
+        let session = format!("short-{conversation}");
+        let mut backends = Vec::new();
+        for turn in 0..5 {
+            let req = http::Request::post(format!(
+                "http://{}{}",
+                gw.addr,
+                protocol::CHAT_COMPLETIONS_PATH
+            ))
+            .header(SESSION, session.as_str())
+            .body(Full::new(Bytes::from(short_chat(turn))))
+            .unwrap();
+            let reply = gw.send(req).await;
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            if turn > 0 {
+                assert!(
+                    receipt(&reply).contains("prefix_hit=session"),
+                    "{}",
+                    receipt(&reply)
+                );
+            }
+            backends.push(reply.headers[protocol::BACKEND_HEADER].clone());
+        }
+        assert!(
+            backends.windows(2).all(|w| w[0] == w[1]),
+            "{session}: {backends:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_session_header_without_a_prompt_is_no_key() {
+    // KServe v2 inferences of one model with many session IDs stay on the
+    // model's owner: a client cannot spread a model with session IDs.
+    let gw = fleet(4, true).await;
+    let mut backends = std::collections::BTreeSet::new();
+    for i in 0..8 {
+        let req = http::Request::post(format!(
+            "http://{}{}",
+            gw.addr,
+            protocol::infer_path("resnet-50")
+        ))
+        .header(SESSION, format!("kk{i}"))
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+        let reply = gw.send(req).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert!(
+            receipt(&reply).contains("prefix_hit=none"),
+            "{}",
+            receipt(&reply)
+        );
+        backends.insert(reply.headers[protocol::BACKEND_HEADER].clone());
+    }
+    assert_eq!(backends.len(), 1, "{backends:?}");
+}
+
+#[tokio::test]
+async fn a_prompt_the_capture_cannot_read_goes_to_the_server_to_judge() {
+    let gw = fleet(2, true).await;
+    for body in [
+        &b"{\"model\":\"llama-3-8b\",\"prompt\":\"\xff\xfe\"}"[..],
+        br#"{"model":"llama-3-8b","prompt":"\ud800"}"#,
+    ] {
+        let reply = gw
+            .post(protocol::COMPLETIONS_PATH, Bytes::copy_from_slice(body))
+            .await;
+        // Routed by its model alone (a receipt: the balancer picked), and
+        // answered by the server (the simulator refuses such a body), not
+        // refused by the gateway.
+        assert!(
+            receipt(&reply).contains("prefix_hit=none"),
+            "{}",
+            receipt(&reply)
+        );
+        assert!(!reply.body.contains("invalid route"), "{}", reply.body);
+    }
+}

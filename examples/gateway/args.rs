@@ -26,7 +26,7 @@ usage: cargo run --release --example gateway [-- FLAGS]
                        (default with kserve: the gateway loads a model on the
                        owner it routes to, through the KServe v2 repository
                        API, as servers in explicit model-control mode need)
-  --body-limit BYTES   most body bytes a request may send (1..=1073741824,
+  --body-limit BYTES   most body bytes a request may send (1..=67108864,
                        default 67108864, 64 MiB: tensors travel in the body;
                        each request's body is held whole while it is routed):
                        past it, 413
@@ -166,7 +166,8 @@ impl Args {
                         &value("--body-limit")?,
                         "--body-limit",
                         1,
-                        1024 * 1024 * 1024,
+                        // The route layer's largest limit: 64 MiB.
+                        64 * 1024 * 1024,
                     )?;
                 }
                 "--metrics-port" => {
@@ -176,14 +177,25 @@ impl Args {
                 "--no-placement" => parsed.placement = false,
                 "--prefix-bytes" => {
                     let n = number(&value("--prefix-bytes")?, "--prefix-bytes", 1, 65_536)?;
-                    parsed.prefix_bytes = Some(n);
+                    if parsed.prefix_bytes.replace(n).is_some() {
+                        return Err(Stop::Error("--prefix-bytes given twice".into()));
+                    }
                 }
                 "--session-header" => {
                     let text = value("--session-header")?;
                     let name = http::HeaderName::try_from(text.as_str()).map_err(|_| {
                         Stop::Error(format!("--session-header: `{text}` is not a header name"))
                     })?;
-                    parsed.session_header = Some(name);
+                    // The gateway strips the routing headers: a session
+                    // there would never be read.
+                    if ["x-model-id", "x-request-kind", "x-urgency"].contains(&name.as_str()) {
+                        return Err(Stop::Error(format!(
+                            "--session-header: `{name}` is a routing header, which the gateway strips"
+                        )));
+                    }
+                    if parsed.session_header.replace(name).is_some() {
+                        return Err(Stop::Error("--session-header given twice".into()));
+                    }
                 }
                 "--receipt-header" => parsed.receipt_header = true,
                 "--admission-limit" => {
@@ -309,7 +321,13 @@ mod tests {
             &["--sims", "-1"],
             &["--probe", "grpc"],
             &["--body-limit", "0"],
-            &["--body-limit", "1073741825"],
+            &["--body-limit", "67108865"],
+            &["--prefix-bytes", "0"],
+            &["--prefix-bytes", "65537"],
+            &["--prefix-bytes", "1", "--prefix-bytes", "2"],
+            &["--session-header", "bad header"],
+            &["--session-header", "x-model-id"],
+            &["--session-header", "a", "--session-header", "b"],
             &["--metrics-port", "0"],
             &["--metrics-port", "65536"],
             &["--metrics-port"],

@@ -240,6 +240,7 @@ where
             Err(err) => return failed(err.into()),
         };
         let prefix_bytes = self.prefix.bytes;
+        let has_session = self.prefix.session.is_some();
         // Take the service that is ready; its clone waits for the next
         // `poll_ready`.
         let clone = self.inner.clone();
@@ -257,10 +258,22 @@ where
                         return Err(InvalidRoute::new("body", InvalidReason::Unreadable).into());
                     }
                 };
-                let mut prompt = (prefix_bytes > 0).then(|| Prompt::new(prefix_bytes));
+                // With a session header alone, one byte says whether the
+                // body has a prompt at all.
+                let capture = match (prefix_bytes, has_session) {
+                    (0, false) => 0,
+                    (0, true) => 1,
+                    (n, _) => n,
+                };
+                let mut prompt = (capture > 0).then(|| Prompt::new(capture));
                 let route = match found {
                     Found::Given => None,
-                    Found::Path(route) => Some(route),
+                    Found::Path(route) => {
+                        // No prompt: no key (a session alone would let a
+                        // client choose a model's backends).
+                        prompt = None;
+                        Some(route)
+                    }
                     Found::Header(route) => {
                         // The model is known: the body is read for its
                         // prompt only, and one not JSON gives none.
@@ -271,9 +284,23 @@ where
                         }
                         Some(route)
                     }
-                    Found::Body(traits) => Some(traits.route(read_json(&bytes, prompt.as_mut())?)),
+                    Found::Body(traits) => {
+                        let model = match read_json(&bytes, prompt.as_mut()) {
+                            // The prompt is a hint: a body the capture
+                            // cannot read (a string that is not UTF-8, a
+                            // lone surrogate escape) is read for its model
+                            // alone, and goes on to the server to judge.
+                            Err(e) if prompt.is_some() && e.reason == InvalidReason::NotJson => {
+                                prompt = None;
+                                read_json(&bytes, None)?
+                            }
+                            read => read?,
+                        };
+                        Some(traits.route(model))
+                    }
                 };
-                let route = route.map(|route| with_prefix(route, prompt, session.as_ref()));
+                let route = route
+                    .map(|route| with_prefix(route, prompt, prefix_bytes > 0, session.as_ref()));
                 if let Some(mut route) = route {
                     if route.payload_bytes.is_none() {
                         route.payload_bytes = u64::try_from(bytes.remaining()).ok();

@@ -53,7 +53,7 @@ const SESSION_SALT: u64 = 0x5e55_1011_c0ff_ee00;
 ///   model ID — which names a LoRA adapter too, in vLLM's and SGLang's
 ///   APIs — is always part of it.
 /// * **session** — optional, the xxh3 hash of a conversation's ID (a
-///   session header), seeded from the model's hash: the turns of one
+///   session header), seeded from the group's hash: the turns of one
 ///   conversation go back to the backend that served the last one, within
 ///   their group's owners.
 ///

@@ -129,26 +129,37 @@ impl ModelFromBodyBuilder {
     /// `--cache-threshold` are chosen: long enough to tell the system
     /// prompts and shared documents apart (a few hundred bytes), short
     /// enough that the later turns of a conversation, which resend its
-    /// first, keep its group. A body whose prompt is empty, or in a shape
-    /// not listed, gets no prompt key (the server judges the body; the
-    /// key is a routing hint, never an error).
+    /// first, keep its group. A body whose prompt is empty, in a shape not
+    /// listed, or one the capture cannot read (a string that is not UTF-8)
+    /// gets no key and is routed by its model (the server judges the body;
+    /// the key is a routing hint, never an error). A prompt shorter than
+    /// `bytes` is a group of its own — with a session, the session's (see
+    /// [`session_header`](Self::session_header)). A KServe v2 path has no
+    /// prompt, and no key.
     pub fn prefix_bytes(mut self, bytes: usize) -> Self {
         self.prefix.bytes = bytes;
         self
     }
 
     /// A header naming the conversation a request continues (as
-    /// `x-session-id`): its value becomes the key's
-    /// [session](PrefixKey::with_session), so that a conversation's turns
-    /// go back to the backend that served the last one; without
-    /// [`prefix_bytes`](Self::prefix_bytes), each conversation is its own
-    /// group ([`PrefixKey::from_session`]). Default none.
+    /// `x-session-id`), read for a request with a prompt (an OpenAI chat
+    /// or completion body; never a KServe v2 path). With a prompt that
+    /// fills [`prefix_bytes`](Self::prefix_bytes), its value becomes the
+    /// key's [session](PrefixKey::with_session) within the prompt's
+    /// group, so that the conversation's turns go back to the backend
+    /// that served the last one. With a shorter prompt (a conversation
+    /// that opened with "hi"), or without `prefix_bytes`, the session is
+    /// the group ([`PrefixKey::from_session`]): the turns stay together,
+    /// and move at most once, to the prompt's group, when the
+    /// conversation grows past `prefix_bytes`. Default none.
     ///
     /// The value is the client's: at most 256 bytes, once; an empty,
     /// repeated or longer value is an [`InvalidRoute`] from `session`. It
-    /// reaches the backend unchanged. A client can steer its own
-    /// conversation only among its group's owners, under the
-    /// bounded-load cap.
+    /// reaches the backend unchanged. A client chooses its prompt and its
+    /// session, and so its group's owners: use prefix keys for models that
+    /// every backend serves (an LLM fleet), where a group's owners change
+    /// what is cached, not what is loaded; the bounded-load cap holds
+    /// whatever the client sends.
     pub fn session_header(mut self, name: HeaderName) -> Self {
         self.prefix.session = Some(name);
         self

@@ -51,24 +51,37 @@ pub(super) fn session_id(
     Err(InvalidRoute::new("session", reason))
 }
 
-/// `route` with the prefix key of its prompt's first bytes and its
-/// session, if either is known.
+/// `route` with its prefix key, from the prompt's first bytes (`prompt`,
+/// captured under `prefix_bytes` when `by_prompt`, else one byte that says
+/// a prompt is there) and its session:
+///
+/// * no prompt (a KServe v2 path, an embeddings body, a shape the capture
+///   does not know): no key — a session alone would let a client choose
+///   its model's backends;
+/// * a prompt that fills `prefix_bytes`: its group, and the session in it;
+/// * a prompt shorter than `prefix_bytes` (a conversation that opened
+///   with "hi"), or a session header without `prefix_bytes`: with a
+///   session, the session is the group, so that the turns stay together
+///   while the conversation is short (it moves at most once, to its
+///   prompt's group, when it grows past `prefix_bytes`); without one, the
+///   short prompt's group.
 pub(super) fn with_prefix(
     route: RouteInfo,
     prompt: Option<Prompt>,
+    by_prompt: bool,
     session: Option<&HeaderValue>,
 ) -> RouteInfo {
-    let prompt = prompt.filter(|p| !p.bytes.is_empty());
-    let key = match (prompt, session) {
-        (Some(prompt), session) => {
-            let key = PrefixKey::from_prompt(&route.model, &prompt.bytes);
-            match session {
-                Some(s) => key.with_session(s.as_bytes()),
-                None => key,
-            }
+    let Some(prompt) = prompt.filter(|p| !p.bytes.is_empty()) else {
+        return route;
+    };
+    let key = match (by_prompt && prompt.full(), session) {
+        (true, Some(s)) => {
+            PrefixKey::from_prompt(&route.model, &prompt.bytes).with_session(s.as_bytes())
         }
-        (None, Some(session)) => PrefixKey::from_session(&route.model, session.as_bytes()),
-        (None, None) => return route,
+        (true, None) => PrefixKey::from_prompt(&route.model, &prompt.bytes),
+        (false, Some(s)) => PrefixKey::from_session(&route.model, s.as_bytes()),
+        (false, None) if by_prompt => PrefixKey::from_prompt(&route.model, &prompt.bytes),
+        (false, None) => return route,
     };
     route.with_prefix(key)
 }

@@ -23,7 +23,8 @@ impl Prompt {
         }
     }
 
-    fn full(&self) -> bool {
+    /// Whether it holds `limit` bytes: the prompt was at least as long.
+    pub(super) fn full(&self) -> bool {
         self.bytes.len() >= self.limit
     }
 
