@@ -152,10 +152,7 @@ impl<S> ModelFromBody<S> {
             inner,
             limit: DEFAULT_LIMIT,
             strip_routing_headers: false,
-            prefix: PrefixSource {
-                bytes: 0,
-                session: None,
-            },
+            prefix: PrefixSource::OFF,
         }
     }
 

@@ -36,9 +36,6 @@ pub(crate) struct Ask {
     /// The model ID's carried xxh3 hash: residency and breakers are
     /// keyed by it.
     pub(crate) key: u64,
-    /// What the ring walk and the owner count are keyed by: the prefix
-    /// key's group, else [`Ask::key`].
-    pub(crate) affinity: u64,
     /// The request's prefix key, if it has one: owners that served its
     /// session, else its group, come first.
     pub(crate) prefix: Option<PrefixKey>,
@@ -58,6 +55,15 @@ pub(crate) struct Ask {
     /// model resident; when strict (a retry), honoured while any other
     /// backend is eligible. Inference only.
     pub(crate) exclude: Option<(usize, bool)>,
+}
+
+impl Ask {
+    /// What the ring walk is keyed by: the prefix key's group, else
+    /// [`Ask::key`].
+    #[inline]
+    pub(crate) fn affinity(&self) -> u64 {
+        self.prefix.map_or(self.key, |p| p.group())
+    }
 }
 
 /// The knobs of a pick.

@@ -178,7 +178,6 @@ impl Local {
             kind: route.kind,
             urgency: route.urgency,
             key: route.hash,
-            affinity,
             prefix: route.prefix.filter(|_| route.kind != RequestKind::Update),
             owners,
             sampled: draw.timed,

@@ -63,7 +63,7 @@ pub(crate) fn pick_inference(
     let (mut all_len, mut served_len, mut loading_len) = (0, 0, 0);
     for i in table
         .ring
-        .walk(ask.affinity)
+        .walk(ask.affinity())
         .take(k)
         .filter(|&i| ctx.eligible(i))
     {
@@ -252,7 +252,7 @@ pub(crate) fn pick_inference(
     // first admitting backend along the walk.
     table
         .ring
-        .walk(ask.affinity)
+        .walk(ask.affinity())
         .enumerate()
         .filter(|&(pos, i)| ctx.eligible(i) && (!admission || fits(ctx, i, key, pos < k, nowhere)))
         .find_map(|(pos, i)| {
@@ -311,7 +311,7 @@ pub(crate) fn resident_elsewhere(ctx: &Ctx<'_>, ask: &Ask, x: usize) -> bool {
     let k = ask.owners.clamp(1, MAX_OWNERS);
     ctx.table
         .ring
-        .walk(ask.affinity)
+        .walk(ask.affinity())
         .take(k + SPILL_SCAN)
         .any(|i| i != x && ctx.eligible(i) && ctx.resident(i, ask.key))
 }
@@ -325,7 +325,7 @@ fn spill_resident(ctx: &Ctx<'_>, ask: &Ask, k: usize, ok: impl Fn(usize) -> bool
     let mut found = ctx
         .table
         .ring
-        .walk(ask.affinity)
+        .walk(ask.affinity())
         .skip(k)
         .take(SPILL_SCAN)
         .filter(|&i| ctx.eligible(i) && ok(i) && ctx.resident(i, ask.key));
@@ -375,7 +375,7 @@ fn spill_cold(
     for i in ctx
         .table
         .ring
-        .walk(ask.affinity)
+        .walk(ask.affinity())
         .skip(k)
         .filter(|&i| ctx.eligible(i) && ok(i))
         .take(SPILL_SCAN)

@@ -1,7 +1,7 @@
 //! A pick's [`RoutingReceipt`]: the reason, the owners, the predicted
 //! prefix hit, and the runner-up.
 
-use crate::balance::choose::ctx::{Ask, Pick, MAX_OWNERS};
+use crate::balance::choose::ctx::{Ask, Pick, MAX_OWNERS, SPILL_SCAN};
 use crate::balance::receipt::{RouteReason, RoutingReceipt};
 use crate::balance::state::clock::Now;
 use crate::balance::state::prefix::PrefixHit;
@@ -28,7 +28,7 @@ pub(crate) fn receipt(table: &Table, ask: &Ask, picked: &Pick, now: &Now) -> Rou
 
 /// The backend ranked after `chosen`: among the other eligible owners —
 /// with one owner, or for a spill, the next eligible backends along the
-/// walk too — one with the model served first, then the longest predicted
+/// walk too, within [`SPILL_SCAN`] — one with the model served first, then the longest predicted
 /// prefix hit, then the lowest cost.
 fn runner_up(table: &Table, ask: &Ask, chosen: usize, now: &Now) -> Option<usize> {
     let k = ask.owners.clamp(1, MAX_OWNERS);
@@ -42,8 +42,8 @@ fn runner_up(table: &Table, ask: &Ask, chosen: usize, now: &Now) -> Option<usize
         (served, hit)
     };
     let mut best: Option<(usize, (bool, PrefixHit), f64)> = None;
-    for (pos, i) in table.ring.walk(ask.affinity).enumerate() {
-        if pos >= k && (best.is_some() || pos >= k + MAX_OWNERS) {
+    for (pos, i) in table.ring.walk(ask.affinity()).enumerate() {
+        if pos >= k && (best.is_some() || pos >= k + SPILL_SCAN) {
             break;
         }
         if i == chosen || !table.backends[i].eligible_for(ask.key, now) {

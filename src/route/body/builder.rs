@@ -34,10 +34,7 @@ impl ModelFromBodyLayer {
         Self {
             limit: DEFAULT_LIMIT,
             strip_routing_headers: false,
-            prefix: PrefixSource {
-                bytes: 0,
-                session: None,
-            },
+            prefix: PrefixSource::OFF,
         }
     }
 
@@ -47,10 +44,7 @@ impl ModelFromBodyLayer {
         ModelFromBodyBuilder {
             limit: DEFAULT_LIMIT,
             strip_routing_headers: false,
-            prefix: PrefixSource {
-                bytes: 0,
-                session: None,
-            },
+            prefix: PrefixSource::OFF,
         }
     }
 

@@ -14,7 +14,7 @@ const MAX_SESSION_BYTES: usize = 256;
 
 /// Where the prefix key comes from (see
 /// [`ModelFromBodyBuilder::prefix_bytes`](super::ModelFromBodyBuilder::prefix_bytes)).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(super) struct PrefixSource {
     /// The prompt's first bytes that make the group; 0: none.
     pub(super) bytes: usize,
@@ -23,6 +23,12 @@ pub(super) struct PrefixSource {
 }
 
 impl PrefixSource {
+    /// No prefix key (the default).
+    pub(super) const OFF: Self = Self {
+        bytes: 0,
+        session: None,
+    };
+
     pub(super) fn is_on(&self) -> bool {
         self.bytes > 0 || self.session.is_some()
     }

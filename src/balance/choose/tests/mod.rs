@@ -103,7 +103,6 @@ fn ask(route: &RouteInfo, owners: usize) -> Ask {
         kind: route.kind,
         urgency: route.urgency,
         key: route.model.hash64(),
-        affinity: route.prefix.map_or(route.model.hash64(), |p| p.group()),
         prefix: route.prefix,
         owners,
         sampled: true,

@@ -143,3 +143,27 @@ async fn a_receipt_names_the_reason_the_owners_the_hit_and_the_runner_up() {
     )));
     assert!(receipt.header_value().to_str().is_ok());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_spilled_conversation_goes_where_it_spilled_before() {
+    let t = table(8);
+    let r = prefixed("system: you are a tax assistant");
+    for i in 0..8 {
+        make_resident(&t, i, &r);
+    }
+    let order = group_walk(&t, &r);
+    // Both owners at the cap (ceil(1.25 × 17 / 8) = 3), the rest idle.
+    set_load(&t, order[0], 8);
+    set_load(&t, order[1], 8);
+    let turn = route("llama").with_prefix(r.prefix.unwrap().with_session(b"conv-9"));
+    // Its last turn spilled to the third backend past the owners.
+    t.backends[order[4]].prefixes.note(&turn.prefix.unwrap());
+    let picked = pick_with(&t, &ask(&turn, 2), &mut || 0).unwrap();
+    assert_eq!((picked.index, picked.branch), (order[4], Branch::Spill));
+    assert_eq!(picked.hit, PrefixHit::Session);
+    // Another conversation of the group: where the group spilled, not the
+    // first backend past the owners (`order[2]`).
+    let other = route("llama").with_prefix(r.prefix.unwrap().with_session(b"conv-10"));
+    let picked = pick_with(&t, &ask(&other, 2), &mut || 0).unwrap();
+    assert_eq!((picked.index, picked.hit), (order[4], PrefixHit::Group));
+}
