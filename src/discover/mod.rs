@@ -56,6 +56,10 @@
 //!   `Remove`s and `Insert`s (new backends and changed metadata);
 //! * `Dns` (feature `dns`) — a hostname re-resolved on an interval, each
 //!   address a backend `ip:port`; a failed resolution keeps the fleet.
+//! * `etcd::Etcd` (feature `etcd`) — a key prefix in etcd watched from a
+//!   consistent snapshot, each key a backend and its value the backend's
+//!   record; with `etcd::Registration`, the backends' side (a record under
+//!   a lease kept alive).
 //!
 //! How the balancer applies a change: an `Insert` for a new ID adds the
 //! backend (its ring points staged in, see
@@ -77,6 +81,9 @@ mod watch;
 
 #[cfg(feature = "dns")]
 mod dns;
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub mod etcd;
 
 #[cfg(feature = "dns")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dns")))]

@@ -1,0 +1,62 @@
+//! Building an `Etcd` source.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::connect::Settings;
+use super::Etcd;
+use crate::balance::BackendMeta;
+use crate::error::InvalidConfig;
+
+/// Builds an [`Etcd`] source; see [`Etcd::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct EtcdBuilder {
+    settings: Settings,
+}
+
+impl EtcdBuilder {
+    pub(super) fn new(endpoints: Vec<String>, prefix: String) -> Self {
+        Self {
+            settings: Settings::new(endpoints, prefix),
+        }
+    }
+
+    /// The wait between a broken watch and the next attempt: exponential
+    /// from `min`, doubling per failed attempt up to `max`, with full
+    /// jitter (uniform between `min` and the current step), back at `min`
+    /// once a watch is created. Default 100 ms to 5 s; `0 < min <= max <=
+    /// 300 s`, checked by [`build`](Self::build).
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.settings.backoff_min = min;
+        self.settings.backoff_max = max;
+        self
+    }
+
+    /// How long connecting, and each snapshot page, may take before the
+    /// attempt counts as failed (default 5 s, up to 300 s). A watch's
+    /// stream has no timeout: HTTP/2 keep-alive pings (every 10 s, 5 s to
+    /// answer) find a dead connection.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.settings.timeout = timeout;
+        self
+    }
+
+    /// The source, making each backend's endpoint with `make_endpoint`
+    /// from its metadata (its [`address`](BackendMeta::address) is always
+    /// set: a record without one is invalid). Called once per `Insert`: a
+    /// new backend, or a changed record.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConfig`] naming `endpoints` (none, or one with whitespace),
+    /// `prefix` (empty, over 1 024 bytes, or with a control character),
+    /// `backoff` or `timeout`.
+    pub fn build<E, F>(self, make_endpoint: F) -> Result<Etcd<E>, InvalidConfig>
+    where
+        F: Fn(&BackendMeta) -> E + Send + Sync + 'static,
+    {
+        self.settings.validate()?;
+        Ok(Etcd::new(self.settings, Arc::new(make_endpoint)))
+    }
+}

@@ -1,0 +1,325 @@
+//! The writer's side: a backend's record under a lease that is kept alive.
+
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::Duration;
+
+use etcd_client::{Client, PutOptions};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use super::connect::{within, Settings};
+use super::error::EtcdError;
+use super::record::encode_record;
+use crate::balance::BackendMeta;
+use crate::error::InvalidConfig;
+use crate::route::ModelId;
+
+/// Builds a [`Registration`]; see [`Registration::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RegistrationBuilder {
+    settings: Settings,
+    meta: BackendMeta,
+    ttl: Duration,
+}
+
+impl RegistrationBuilder {
+    /// Default [`ttl`](Self::ttl).
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+    /// The lease's time to live, in whole seconds (a fraction rounds up),
+    /// 1 s ..= 1 h; default 10 s. A backend that stops renewing (it died,
+    /// or lost etcd) leaves every watcher's fleet at most this long after
+    /// its last renewal; renewals are sent every third of it. etcd may
+    /// raise a TTL below its own minimum (about 1.5 × its election
+    /// timeout: 2 s by default).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long connecting, and each request, may take (default 5 s, up
+    /// to 300 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.settings.timeout = timeout;
+        self
+    }
+
+    /// Connects, grants the lease, puts the record `<prefix><id>` under it
+    /// and starts the task that keeps it alive (on the current runtime).
+    ///
+    /// # Errors
+    ///
+    /// [`EtcdError::Config`] for a setting out of range (`endpoints`,
+    /// `prefix`, `timeout`, `ttl`), [`EtcdError::Record`] for metadata
+    /// without an address, [`EtcdError::Client`] when etcd cannot be
+    /// reached or refuses.
+    pub async fn register(self) -> Result<Registration, EtcdError> {
+        self.settings.validate()?;
+        if self.ttl.is_zero() || self.ttl > Duration::from_secs(3600) {
+            return Err(InvalidConfig::new("ttl", "1 s ..= 1 h").into());
+        }
+        encode_record(&self.meta)?;
+        let ttl_secs = i64::try_from(self.ttl.as_millis().div_ceil(1000)).unwrap_or(3600);
+        let client = self.settings.connect().await?;
+        let mut key = self.settings.prefix.clone();
+        key.extend_from_slice(self.meta.id().as_str().as_bytes());
+        let inner = Arc::new(Inner {
+            timeout: self.settings.timeout,
+            key,
+            ttl_secs,
+            client,
+            registered: self.meta.clone(),
+            state: Mutex::new(State {
+                meta: self.meta,
+                lease: 0,
+            }),
+            keeper: StdMutex::new(None),
+        });
+        {
+            let mut state = inner.state.lock().await;
+            inner.grant_and_put(&mut state).await?;
+        }
+        let every = Duration::from_millis(u64::try_from(ttl_secs).unwrap_or(3600) * 1000 / 3);
+        let keeper = tokio::spawn(keep_alive(Arc::downgrade(&inner), every));
+        *inner.keeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(keeper);
+        Ok(Registration { inner })
+    }
+}
+
+/// A backend's record in etcd, under a lease this process keeps alive:
+/// while it lives, every [`Etcd`](super::Etcd) source watching the prefix
+/// announces the backend.
+///
+/// * Dropping it stops the renewals: the record goes when the lease
+///   expires (within its TTL), as it does when the process dies.
+/// * [`deregister`](Self::deregister) revokes the lease: the record goes
+///   at once.
+/// * A lease that expired anyway (etcd unreachable for longer than the
+///   TTL) is granted again and the record put again at the next renewal.
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// use tower_model_balance::backend::BackendId;
+/// use tower_model_balance::balance::BackendMeta;
+/// use tower_model_balance::discover::etcd::Registration;
+/// use tower_model_balance::endpoint::Origin;
+/// use tower_model_balance::route::ModelId;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
+/// let meta = BackendMeta::new(BackendId::new("gpu-0")?)
+///     .with_address(Origin::parse("http://10.0.0.7:8000")?);
+/// let registration = Registration::builder(["http://etcd-0:2379"], "/inference/backends/", meta)
+///     .ttl(Duration::from_secs(10))
+///     .register()
+///     .await?;
+/// registration.set_models(vec![ModelId::new("llama-3-8b")?]).await?;
+/// registration.deregister().await?;
+/// # Ok(()) }
+/// ```
+pub struct Registration {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("key", &String::from_utf8_lossy(&self.inner.key))
+            .field("ttl_secs", &self.inner.ttl_secs)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    timeout: Duration,
+    key: Vec<u8>,
+    ttl_secs: i64,
+    client: Client,
+    /// The metadata as registered (its ID and addresses never change).
+    registered: BackendMeta,
+    state: Mutex<State>,
+    keeper: StdMutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct State {
+    meta: BackendMeta,
+    lease: i64,
+}
+
+impl Registration {
+    /// A builder registering `meta` (which must have an
+    /// [`address`](BackendMeta::with_address)) under `prefix` on etcd's
+    /// client `endpoints`.
+    pub fn builder(
+        endpoints: impl IntoIterator<Item = impl Into<String>>,
+        prefix: impl Into<String>,
+        meta: BackendMeta,
+    ) -> RegistrationBuilder {
+        let endpoints = endpoints.into_iter().map(Into::into).collect();
+        RegistrationBuilder {
+            settings: Settings::new(endpoints, prefix.into()),
+            meta,
+            ttl: RegistrationBuilder::DEFAULT_TTL,
+        }
+    }
+
+    /// The lease the record is under now (a new one after an expiry).
+    pub async fn lease_id(&self) -> i64 {
+        self.inner.state.lock().await.lease
+    }
+
+    /// The record as last written.
+    pub async fn meta(&self) -> BackendMeta {
+        self.inner.state.lock().await.meta.clone()
+    }
+
+    /// Sets the resident models (the record's `models`), writing the
+    /// record again when they changed. Returns whether it wrote.
+    ///
+    /// # Errors
+    ///
+    /// [`EtcdError::Client`] when the write failed; the record stays as it
+    /// was, and a later call writes it.
+    pub async fn set_models(&self, models: Vec<ModelId>) -> Result<bool, EtcdError> {
+        self.inner.set_models(models).await
+    }
+
+    /// Follows the backend's own list of resident models: every
+    /// `interval`, asks `prober` (such as
+    /// [`KServeV2`](crate::health::probe::KServeV2), which reads the
+    /// repository index, or [`OpenAiModels`](crate::health::probe::OpenAiModels))
+    /// at the record's address, and [sets](Self::set_models) the models it
+    /// reports. A failed probe changes nothing (logged). The task ends when
+    /// the registration is dropped.
+    #[cfg(feature = "probe")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
+    pub fn track_residency<P: crate::health::probe::Prober>(
+        &self,
+        prober: P,
+        interval: Duration,
+    ) -> JoinHandle<()> {
+        let meta = self.inner.registered.clone();
+        let weak = Arc::downgrade(&self.inner);
+        let timeout = self.inner.timeout;
+        tokio::spawn(async move {
+            let Some(address) = meta.address().cloned() else {
+                return;
+            };
+            let mut target = crate::health::probe::ProbeTarget::new(meta.id().clone(), address);
+            if let Some(metrics) = meta.metrics_address() {
+                target = target.with_metrics_address(metrics.clone());
+            }
+            loop {
+                let report = tokio::time::timeout(timeout, prober.probe(&target)).await;
+                let Some(inner) = weak.upgrade() else { return };
+                match report {
+                    Ok(Ok(report)) => {
+                        if let Some(models) = report.resident_models {
+                            if let Err(error) = inner.set_models(models).await {
+                                tracing::warn!(%error, "etcd: could not write the resident models");
+                            }
+                        }
+                    }
+                    Ok(Err(error)) => tracing::warn!(%error, "etcd: residency probe failed"),
+                    Err(_) => tracing::warn!("etcd: residency probe timed out"),
+                }
+                drop(inner);
+                tokio::time::sleep(interval).await;
+            }
+        })
+    }
+
+    /// Revokes the lease, which deletes the record at once, and stops the
+    /// renewals.
+    ///
+    /// # Errors
+    ///
+    /// [`EtcdError::Client`] when the revoke failed: the record then goes
+    /// when the lease expires, the renewals being stopped all the same.
+    pub async fn deregister(self) -> Result<(), EtcdError> {
+        self.inner.stop();
+        let lease = self.inner.state.lock().await.lease;
+        let mut client = self.inner.client.clone();
+        within(self.inner.timeout, client.lease_revoke(lease)).await?;
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Grants a lease and puts the record under it.
+    async fn grant_and_put(&self, state: &mut State) -> Result<(), EtcdError> {
+        let mut client = self.client.clone();
+        let grant = within(self.timeout, client.lease_grant(self.ttl_secs, None)).await?;
+        self.put(&state.meta, grant.id()).await?;
+        state.lease = grant.id();
+        Ok(())
+    }
+
+    async fn put(&self, meta: &BackendMeta, lease: i64) -> Result<(), EtcdError> {
+        let value = encode_record(meta)?;
+        let mut client = self.client.clone();
+        let options = PutOptions::new().with_lease(lease);
+        within(
+            self.timeout,
+            client.put(self.key.clone(), value, Some(options)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn set_models(&self, models: Vec<ModelId>) -> Result<bool, EtcdError> {
+        let mut state = self.state.lock().await;
+        let next = state.meta.clone().with_resident_models(models);
+        if next == state.meta {
+            return Ok(false);
+        }
+        self.put(&next, state.lease).await?;
+        state.meta = next;
+        Ok(true)
+    }
+
+    /// One renewal; a lease etcd no longer has is granted again, and the
+    /// record put again under it.
+    async fn renew(&self) -> Result<(), EtcdError> {
+        let mut state = self.state.lock().await;
+        let mut client = self.client.clone();
+        let (mut keeper, mut responses) =
+            within(self.timeout, client.lease_keep_alive(state.lease)).await?;
+        within(self.timeout, keeper.keep_alive()).await?;
+        let Some(response) = within(self.timeout, responses.message()).await? else {
+            let ended = etcd_client::Error::LeaseKeepAliveError("the renewal stream ended".into());
+            return Err(ended.into());
+        };
+        let ttl = response.ttl();
+        if ttl <= 0 {
+            tracing::warn!(key = %String::from_utf8_lossy(&self.key), "etcd: the lease expired; registering again");
+            self.grant_and_put(&mut state).await?;
+        }
+        Ok(())
+    }
+
+    fn stop(&self) {
+        if let Some(keeper) = self.keeper.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            keeper.abort();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Renews the lease every `every` until the registration is gone.
+async fn keep_alive(inner: Weak<Inner>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(inner) = inner.upgrade() else { return };
+        if let Err(error) = inner.renew().await {
+            tracing::warn!(%error, "etcd: lease renewal failed; retrying");
+        }
+    }
+}
