@@ -1,6 +1,7 @@
 //! The etcd tests' own tools, checked against the real thing: the etcd of
 //! `support/etcd.rs` keeps its keys and revision across a crash and a
-//! restart on the same ports.
+//! restart on the same ports, and `support/tcp_cut.rs` cuts live
+//! connections and turns new ones away while paused.
 //!
 //! Keys go through etcd's JSON gateway (`POST /v3/kv/...`, keys and values
 //! in base64) over plain sockets, so these checks lean on neither the
@@ -8,12 +9,15 @@
 
 #[path = "support/etcd.rs"]
 mod etcd;
+#[path = "support/tcp_cut.rs"]
+mod tcp_cut;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use etcd::EtcdServer;
+use tcp_cut::CutProxy;
 
 /// Standard base64 of `bytes`, with padding.
 fn base64(bytes: &[u8]) -> String {
@@ -63,6 +67,15 @@ fn post_on(stream: &mut TcpStream, path: &str, body: &str) -> std::io::Result<St
         if answer.len() >= end + 4 + length {
             return Ok(text[end + 4..end + 4 + length].to_owned());
         }
+    }
+}
+
+/// Whether `result` says the peer closed or reset the connection — not
+/// that the read timed out waiting.
+fn closed<T>(result: &std::io::Result<T>) -> bool {
+    match result {
+        Ok(_) => false,
+        Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
     }
 }
 
@@ -116,4 +129,54 @@ fn etcd_keeps_its_keys_and_revision_across_a_crash() {
         got.contains(r#""revision":"3""#),
         "the revision is kept: {got}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_cuts_live_connections_and_turns_new_ones_away_while_paused() {
+    let Some(etcd) = tokio::task::spawn_blocking(EtcdServer::start)
+        .await
+        .unwrap()
+    else {
+        return;
+    };
+    let proxy = CutProxy::start(etcd.client_addr());
+    // The sockets below block: off the runtime's threads, which forward.
+    tokio::task::spawn_blocking(move || {
+        let through: SocketAddr = proxy.url().trim_start_matches("http://").parse().unwrap();
+        let mut live = TcpStream::connect(through).unwrap();
+        live.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let answer = post_on(&mut live, "/v3/kv/put", r#"{"key":"YQ==","value":"Yg=="}"#);
+        assert!(answer.unwrap().contains("revision"), "the proxy forwards");
+        assert_eq!((proxy.accepted(), proxy.open()), (1, 1));
+
+        proxy.cut();
+        let mut buf = [0u8; 1];
+        let after = live.read(&mut buf);
+        assert!(
+            matches!(after, Ok(0)) || closed(&after),
+            "a cut connection is closed: {after:?}"
+        );
+        assert_eq!(proxy.cuts(), 1);
+        // A new connection goes through again.
+        assert!(range(through, "a").contains(&base64(b"b")));
+        assert_eq!(proxy.accepted(), 2);
+
+        proxy.pause();
+        let mut turned = TcpStream::connect(through).unwrap();
+        turned
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let refused = post_on(&mut turned, "/v3/kv/range", r#"{"key":"YQ=="}"#);
+        assert!(
+            closed(&refused),
+            "a connection while paused is turned away: {refused:?}"
+        );
+        assert_eq!((proxy.accepted(), proxy.refused()), (2, 1));
+        proxy.resume();
+        assert!(range(through, "a").contains(&base64(b"b")));
+        assert_eq!(proxy.accepted(), 3);
+        drop(etcd);
+    })
+    .await
+    .unwrap();
 }
