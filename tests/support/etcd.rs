@@ -1,6 +1,6 @@
 //! A real etcd on 127.0.0.1 for the etcd discovery tests: Debian's
 //! `etcd-server` (`/usr/bin/etcd`, or `etcd` on `PATH`) as a child process
-//! with a data directory of its own under the system's temporary folder.
+//! with a temporary data directory of its own (see [`scratch`]).
 //!
 //! `.ci/run` installs it. Where it is missing, [`EtcdServer::start`] returns
 //! `None` with a message and the test is skipped — except under `CI`, where
@@ -82,17 +82,27 @@ fn free_ports() -> [u16; 2] {
     ports.try_into().expect("two free ports in 10000..20000")
 }
 
-/// A folder of its own under the system's temporary folder.
+/// A folder of its own in memory (`/dev/shm`) where there is such a
+/// tmpfs, else under the system's temporary folder. etcd syncs its log to
+/// disk on every write: on a disk busy with builds one sync was seen to
+/// outlast etcd's request timeout (a put failed with "request timed
+/// out"); on a tmpfs a sync costs nothing, and the data still outlives a
+/// kill, which is all a restart needs.
 fn scratch() -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
+    let name = format!(
         "tmb-etcd-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create etcd's scratch folder");
-    dir
+    );
+    let shm = Path::new("/dev/shm").join(&name);
+    for dir in [shm, std::env::temp_dir().join(&name)] {
+        let _ = std::fs::remove_dir_all(&dir);
+        if std::fs::create_dir_all(&dir).is_ok() {
+            return dir;
+        }
+    }
+    panic!("no scratch folder for etcd in /dev/shm or the temporary folder");
 }
 
 /// Whether etcd's `GET /health` on `port` says it is healthy (it answers so
@@ -244,6 +254,9 @@ impl EtcdServer {
 impl Drop for EtcdServer {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            eprintln!("etcd's log, to the end:\n{}", self.log_tail());
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
