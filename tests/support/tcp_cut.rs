@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 /// What the connections obey: each was let through under one
@@ -28,6 +28,15 @@ struct Counts {
     refused: AtomicU64,
     cut: AtomicU64,
     open: AtomicU64,
+    /// Woken on every count's change.
+    changed: Notify,
+}
+
+impl Counts {
+    fn add(&self, count: &AtomicU64) {
+        count.fetch_add(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
 }
 
 /// A proxy on `127.0.0.1:0` that forwards every connection to its target.
@@ -104,6 +113,19 @@ impl CutProxy {
     pub fn open(&self) -> u64 {
         self.counts.open.load(Ordering::SeqCst)
     }
+
+    /// Waits until `done` holds of the counts, checking it again on every
+    /// connection accepted, refused, cut or closed.
+    pub async fn until(&self, done: impl Fn(&Self) -> bool) {
+        loop {
+            // Registered before the check: no change in between is missed.
+            let changed = self.counts.changed.notified();
+            if done(self) {
+                return;
+            }
+            changed.await;
+        }
+    }
 }
 
 impl Drop for CutProxy {
@@ -129,13 +151,13 @@ async fn accept(
         // under a generation that a later pause or cut moves past.
         let gate = *gates.borrow_and_update();
         if gate.paused {
-            counts.refused.fetch_add(1, Ordering::SeqCst);
+            counts.add(&counts.refused);
             let _ = inbound.set_zero_linger();
             drop(inbound);
             continue;
         }
-        counts.accepted.fetch_add(1, Ordering::SeqCst);
         counts.open.fetch_add(1, Ordering::SeqCst);
+        counts.add(&counts.accepted);
         tokio::spawn(forward(
             inbound,
             target,
@@ -163,11 +185,12 @@ async fn forward(
             // Checks the value now first: a cut between the accept and
             // here still closes this connection.
             _ = gates.wait_for(|g| g.generation != generation) => {
-                counts.cut.fetch_add(1, Ordering::SeqCst);
+                counts.add(&counts.cut);
             }
         }
         let _ = outbound.set_zero_linger();
     }
     let _ = inbound.set_zero_linger();
     counts.open.fetch_sub(1, Ordering::SeqCst);
+    counts.changed.notify_waiters();
 }
