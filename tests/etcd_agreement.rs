@@ -1,0 +1,427 @@
+//! Gateway replicas in separate processes, each watching one real etcd
+//! through the `Etcd` source, agree on every model's owners after every
+//! membership change — joins, leaves, weight changes, lease expiries, an
+//! etcd restart, a watch cut in the middle of a burst of writes and a
+//! compaction while a watch was down — within a second, with no change
+//! lost or replayed.
+//!
+//! The test runs this binary again as three replicas (`support/etcd_replica.rs`):
+//! two reach etcd through proxies of their own that the test can cut
+//! (`support/tcp_cut.rs`), one directly. Each digests the owner lists of
+//! 10,000 models every 20 ms and prints the digest with its source's
+//! counters when either changes. The parent writes every change with its
+//! own client, computes the digest of the membership it wrote with a
+//! balancer of its own (`support/etcd_truth.rs`), and measures from each
+//! write (for an expiry: from when its own watch saw the delete) until the
+//! last replica printed that digest. The replicas stage ring changes (5% of
+//! the points a step, 50 ms apart), so a join reaches its digest in steps.
+
+#[path = "support/etcd.rs"]
+mod etcd;
+#[path = "support/etcd_fleet.rs"]
+mod etcd_fleet;
+#[path = "support/etcd_replica.rs"]
+mod etcd_replica;
+#[path = "support/etcd_truth.rs"]
+mod etcd_truth;
+#[path = "support/ready.rs"]
+#[allow(dead_code)] // Its endpoint only: no request is sent.
+mod ready;
+#[path = "support/tcp_cut.rs"]
+mod tcp_cut;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower_model_balance::discover::etcd::Registration;
+use tower_model_balance::route::ModelId;
+
+use etcd::EtcdServer;
+use etcd_fleet::Replicas;
+use etcd_truth::{expected, meta, Truth};
+use tcp_cut::CutProxy;
+
+const TEST: &str = "replicas_watching_one_etcd_agree_on_every_owner_list";
+const PREFIX: &str = "/tmb/agreement/backends/";
+
+/// How long replicas may disagree after a change.
+const BOUND: Duration = Duration::from_secs(1);
+
+/// The replicas behind a proxy (the others: directly on etcd).
+const PROXIED: [usize; 2] = [0, 1];
+
+/// Backends before the replicas start; the fleet never has fewer.
+const START: usize = 8;
+const ALL: [usize; 3] = [0, 1, 2];
+
+#[test]
+fn replicas_watching_one_etcd_agree_on_every_owner_list() {
+    if std::env::var_os(etcd_replica::REPLICA).is_some() {
+        return etcd_replica::run();
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(parent());
+}
+
+/// The run so far: the writer, the replicas, and what was measured.
+struct Run {
+    truth: Truth,
+    replicas: Replicas,
+    models: Vec<ModelId>,
+    /// Each wait for agreement: what changed, and how long it took.
+    samples: Vec<(&'static str, Duration)>,
+    /// Membership changes written, by kind.
+    changes: BTreeMap<&'static str, usize>,
+    /// Single joins and weight changes, and those a replica was seen to
+    /// reach in more than one step.
+    staged: (usize, usize),
+    next_id: usize,
+}
+
+impl Run {
+    /// Waits until the replicas of `which` print the digest of the
+    /// membership now, measured from `from`; counts `kind`.
+    async fn agree(&mut self, kind: &'static str, from: Instant, which: &[usize]) {
+        *self.changes.entry(kind).or_default() += 1;
+        self.wait(kind, from, which).await;
+    }
+
+    /// As `agree`, without counting a change.
+    async fn wait(&mut self, kind: &'static str, from: Instant, which: &[usize]) {
+        let digest = expected(&self.truth.members, &self.models).await;
+        let settled = self.replicas.settle(digest, from, which).await;
+        if kind == "join" || kind == "weight" {
+            self.staged.0 += 1;
+            self.staged.1 += usize::from(settled.steps > 0);
+        }
+        self.samples.push((kind, settled.took));
+    }
+
+    fn fresh_id(&mut self) -> String {
+        self.next_id += 1;
+        format!("gpu-{:02}", self.next_id)
+    }
+
+    /// A member, chosen by `k`.
+    fn member(&self, k: usize) -> (String, u32) {
+        let members: Vec<_> = self.truth.members.iter().collect();
+        let (id, &weight) = members[k * 7 % members.len()];
+        (id.clone(), weight)
+    }
+
+    async fn join(&mut self, kind: &'static str, weight: u32) {
+        let id = self.fresh_id();
+        let (at, _) = self.truth.put(&id, weight, None).await;
+        self.agree(kind, at, &ALL).await;
+    }
+
+    async fn reweigh(&mut self, k: usize) {
+        let (id, weight) = self.member(k);
+        let (at, _) = self.truth.put(&id, weight % 3 + 1, None).await;
+        self.agree("weight", at, &ALL).await;
+    }
+
+    async fn leave(&mut self, k: usize) {
+        let (id, _) = self.member(k);
+        let at = self.truth.delete(&id).await;
+        self.agree("leave", at, &ALL).await;
+    }
+}
+
+async fn parent() {
+    let Some(mut etcd) = tokio::task::block_in_place(EtcdServer::start) else {
+        return;
+    };
+    let started = Instant::now();
+    let proxies = [
+        CutProxy::start(etcd.client_addr()),
+        CutProxy::start(etcd.client_addr()),
+    ];
+    let mut truth = Truth::connect(etcd.client_url(), PREFIX).await;
+    for i in 1..=START {
+        truth.put(&format!("gpu-{i:02}"), 1 + i as u32 % 3, None).await;
+    }
+    let first = truth.revision().await;
+    let urls = [proxies[0].url(), proxies[1].url(), etcd.client_url()];
+    let replicas = Replicas::spawn(TEST, &urls, PREFIX);
+    let mut run = Run {
+        truth,
+        replicas,
+        models: etcd_replica::models(),
+        samples: Vec::new(),
+        changes: BTreeMap::new(),
+        staged: (0, 0),
+        next_id: START,
+    };
+    let (start_puts, start_members) = (run.truth.puts, run.truth.members.len() as u64);
+    run.wait("start", Instant::now(), &ALL).await;
+    run.samples.clear();
+    run.replicas
+        .until("the first snapshot", |l| {
+            l.iter().all(|l| l.snapshots == 1 && l.revision == first)
+        })
+        .await;
+
+    // Joins, weight changes and leaves, one at a time.
+    for k in 0..10 {
+        run.join("join", 1 + k as u32 % 3).await;
+        run.reweigh(k).await;
+        run.leave(k + 3).await;
+    }
+    run.join("join", 2).await;
+    run.join("join", 1).await;
+
+    leases(&mut run).await;
+    restart(&mut run, &mut etcd).await;
+    burst_with_cut(&mut run, &proxies).await;
+    let paused = compaction(&mut run, &proxies[0]).await;
+    run.reweigh(5).await;
+    run.leave(2).await;
+
+    // Nothing lost, nothing replayed: every replica is at etcd's revision,
+    // applied one event per revision since its snapshot (the replica
+    // whose watch was down over the compaction: but those it took from
+    // the fresh snapshot), and yielded one change per real difference.
+    let last = run.truth.revision().await;
+    let made = run.truth.puts + run.truth.deletes - start_puts;
+    assert_eq!(
+        made,
+        (last - first) as u64,
+        "one revision per event written"
+    );
+    run.replicas
+        .until("etcd's last revision", |l| {
+            l.iter().all(|l| l.revision == last)
+        })
+        .await;
+    let puts = run.truth.puts - start_puts;
+    for (i, line) in run.replicas.last.clone().iter().enumerate() {
+        let none = Skipped::default();
+        let skipped = if i == 0 { &paused } else { &none };
+        let at = format!("replica-{i}: {line}");
+        assert_eq!((line.stale, line.invalid), (0, 0), "{at}");
+        assert_eq!(line.events, made - skipped.events, "events applied: {at}");
+        let inserts = start_members + puts - skipped.puts + skipped.inserts;
+        assert_eq!(line.inserts, inserts, "inserts yielded: {at}");
+        let removes = run.truth.deletes - skipped.deletes + skipped.removes;
+        assert_eq!(line.removes, removes, "removes yielded: {at}");
+        let compacted = u64::from(i == 0);
+        assert_eq!(
+            (line.snapshots, line.compactions),
+            (1 + compacted, compacted),
+            "{at}"
+        );
+        // The restart; the cut for those behind a proxy; the pause.
+        let breaks = [3, 2, 1][i];
+        assert!(line.resumes >= breaks, "a resume per break: {at}");
+        // The fleet never has fewer than its first 8: a replica that held
+        // fewer once it had them all flapped.
+        let mut held = run.replicas.history[i].iter().map(|l| l.backends);
+        assert!(
+            held.by_ref().any(|n| n >= START) && held.all(|n| n >= START),
+            "replica-{i} flapped"
+        );
+    }
+    run.replicas.close();
+    report(&run, started);
+}
+
+/// Backends under leases nothing keeps alive (and one `Registration`,
+/// dropped) expire; one `Registration` deregisters.
+async fn leases(run: &mut Run) {
+    for k in 0..4 {
+        let id = run.fresh_id();
+        let lease = run.truth.lease(2).await;
+        let (at, revision) = run.truth.put(&id, 1 + k % 3, Some(lease)).await;
+        run.agree("join (lease)", at, &ALL).await;
+        let at = run.truth.expiry(&id, revision).await;
+        run.agree("lease expiry", at, &ALL).await;
+    }
+    for drop_it in [true, false] {
+        let id = run.fresh_id();
+        let url = [run.truth.url()];
+        let at = Instant::now();
+        let registration = Registration::builder(url, PREFIX, meta(&id, 2))
+            .ttl(Duration::from_secs(2))
+            .register()
+            .await
+            .expect("registered");
+        let revision = run.truth.adopt(&id, 2).await;
+        run.agree("join (registration)", at, &ALL).await;
+        if drop_it {
+            drop(registration);
+            let at = run.truth.expiry(&id, revision).await;
+            run.agree("lease expiry (registration dropped)", at, &ALL)
+                .await;
+        } else {
+            let at = Instant::now();
+            registration.deregister().await.expect("deregistered");
+            run.truth.disown(&id);
+            run.agree("leave (deregister)", at, &ALL).await;
+        }
+    }
+}
+
+/// etcd is killed and started again on its data: every watch resumes.
+async fn restart(run: &mut Run, etcd: &mut EtcdServer) {
+    let before: Vec<u64> = run.replicas.last.iter().map(|l| l.resumes).collect();
+    tokio::task::block_in_place(|| {
+        etcd.kill();
+        etcd.restart();
+    });
+    run.truth.reconnect().await;
+    run.join("join (after restart)", 3).await;
+    run.reweigh(4).await;
+    run.replicas
+        .until("a resume after the restart", |l| {
+            l.iter().zip(&before).all(|(l, &b)| l.resumes > b)
+        })
+        .await;
+}
+
+/// Ten writes back to back, the proxied replicas' watches cut after the
+/// fifth: they resume from the revision after the last they applied.
+async fn burst_with_cut(run: &mut Run, proxies: &[CutProxy; 2]) {
+    let before: Vec<u64> = run.replicas.last.iter().map(|l| l.resumes).collect();
+    let mut at = Instant::now();
+    for k in 0..10 {
+        if k == 5 {
+            proxies.iter().for_each(CutProxy::cut);
+        }
+        at = match k % 3 {
+            0 => {
+                let id = run.fresh_id();
+                run.truth.put(&id, 1 + k as u32 % 3, None).await.0
+            }
+            1 => {
+                let (id, weight) = run.member(k);
+                run.truth.put(&id, weight % 3 + 1, None).await.0
+            }
+            _ => {
+                let (id, _) = run.member(k + 1);
+                run.truth.delete(&id).await
+            }
+        };
+        *run.changes.entry("burst").or_default() += 1;
+    }
+    run.wait("burst (watch cut)", at, &ALL).await;
+    run.replicas
+        .until("a resume after the cut", |l| {
+            PROXIED.iter().all(|&i| l[i].resumes > before[i])
+        })
+        .await;
+    assert!(
+        proxies.iter().all(|p| p.cuts() >= 1),
+        "the cut closed the watches"
+    );
+}
+
+/// What a replica whose watch was down over a compaction did not see as
+/// events, and the difference its fresh snapshot yielded instead.
+#[derive(Debug, Default)]
+struct Skipped {
+    /// Events (revisions) while it was down, and the puts and deletes
+    /// among them.
+    events: u64,
+    puts: u64,
+    deletes: u64,
+    /// Backends new or changed, and gone, over that time.
+    inserts: u64,
+    removes: u64,
+}
+
+/// Replica 0's watch is down (its proxy paused) while four writes land
+/// and the history is compacted past them; once back, its resume is
+/// refused as compacted and it reads a fresh snapshot, which it yields as
+/// the difference from what it had.
+async fn compaction(run: &mut Run, proxy: &CutProxy) -> Skipped {
+    let before = run.truth.members.clone();
+    let (puts, deletes) = (run.truth.puts, run.truth.deletes);
+    let paused_at = run.truth.revision().await;
+    let refused = proxy.refused();
+    proxy.pause();
+    let others = [1, 2];
+    let id = run.fresh_id();
+    let (at, _) = run.truth.put(&id, 1, None).await;
+    run.agree("join (watch down)", at, &others).await;
+    let (moved, weight) = run.member(3);
+    let (at, _) = run.truth.put(&moved, weight % 3 + 1, None).await;
+    run.agree("weight (watch down)", at, &others).await;
+    let (gone, _) = run.member(6);
+    let at = run.truth.delete(&gone).await;
+    run.agree("leave (watch down)", at, &others).await;
+    let (at, _) = run.truth.put(&id, 3, None).await;
+    run.agree("weight (watch down)", at, &others).await;
+    let compacted_at = run.truth.revision().await;
+    run.truth.compact(compacted_at).await;
+    // Its watch was down indeed: it tried, and was turned away.
+    let tried = proxy.until(|p| p.refused() > refused);
+    tokio::time::timeout(Duration::from_secs(5), tried)
+        .await
+        .expect("replica 0 tried to reconnect while paused");
+    let at = Instant::now();
+    proxy.resume();
+    run.wait("compaction catch-up", at, &[0]).await;
+    let after = &run.truth.members;
+    let inserts = after.iter().filter(|(k, v)| before.get(*k) != Some(v));
+    let removes = before.keys().filter(|k| !after.contains_key(*k));
+    Skipped {
+        events: (compacted_at - paused_at) as u64,
+        puts: run.truth.puts - puts,
+        deletes: run.truth.deletes - deletes,
+        inserts: inserts.count() as u64,
+        removes: removes.count() as u64,
+    }
+}
+
+/// Prints the figures, then checks the bound on each.
+fn report(run: &Run, started: Instant) {
+    let mut took: Vec<Duration> = run.samples.iter().map(|s| s.1).collect();
+    took.sort();
+    let rank = |p: usize| took[(took.len() * p).div_ceil(100).max(1) - 1];
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let total: usize = run.changes.values().sum();
+    println!(
+        "etcd agreement: {total} changes {:?}; {} waits; disagreement p50 {:.0} ms, \
+         p99 {:.0} ms, max {:.0} ms; {} of {} single joins and weight changes seen staged; \
+         {:.1} s",
+        run.changes,
+        took.len(),
+        ms(rank(50)),
+        ms(rank(99)),
+        ms(rank(100)),
+        run.staged.1,
+        run.staged.0,
+        started.elapsed().as_secs_f64()
+    );
+    let mut slowest: BTreeMap<&str, Duration> = BTreeMap::new();
+    for &(kind, took) in &run.samples {
+        let max = slowest.entry(kind).or_default();
+        *max = (*max).max(took);
+    }
+    let slowest: Vec<String> = slowest
+        .iter()
+        .map(|(kind, took)| format!("{kind} {:.0}", ms(*took)))
+        .collect();
+    println!(
+        "etcd agreement, slowest by kind (ms): {}",
+        slowest.join(", ")
+    );
+    assert!(total >= 50, "at least 50 membership changes");
+    for (kind, took) in &run.samples {
+        assert!(
+            *took <= BOUND,
+            "{kind}: the replicas disagreed for {took:?}"
+        );
+    }
+    assert!(
+        run.staged.1 * 2 > run.staged.0,
+        "the replicas stage their ring changes: {:?}",
+        run.staged
+    );
+}
