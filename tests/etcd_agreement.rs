@@ -94,7 +94,7 @@ impl Run {
     /// As `agree`, without counting a change.
     async fn wait(&mut self, kind: &'static str, from: Instant, which: &[usize]) {
         let digest = expected(&self.truth.members, &self.models).await;
-        let settled = self.replicas.settle(digest, from, which).await;
+        let settled = self.replicas.settle(kind, digest, from, which).await;
         if kind == "join" || kind == "weight" {
             self.staged.0 += 1;
             self.staged.1 += usize::from(settled.steps > 0);
@@ -144,7 +144,9 @@ async fn parent() {
     ];
     let mut truth = Truth::connect(etcd.client_url(), PREFIX).await;
     for i in 1..=START {
-        truth.put(&format!("gpu-{i:02}"), 1 + i as u32 % 3, None).await;
+        truth
+            .put(&format!("gpu-{i:02}"), 1 + i as u32 % 3, None)
+            .await;
     }
     let first = truth.revision().await;
     let urls = [proxies[0].url(), proxies[1].url(), etcd.client_url()];
@@ -419,8 +421,9 @@ fn report(run: &Run, started: Instant) {
             "{kind}: the replicas disagreed for {took:?}"
         );
     }
+    // Without staging none is; a replica may miss a step now and then.
     assert!(
-        run.staged.1 * 2 > run.staged.0,
+        run.staged.1 * 4 >= run.staged.0 * 3,
         "the replicas stage their ring changes: {:?}",
         run.staged
     );

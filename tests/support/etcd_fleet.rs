@@ -127,14 +127,22 @@ impl Replicas {
         }
     }
 
-    /// Waits until every replica of `which` has printed `expected`, and
-    /// measures how long after `from` the last of them did.
-    pub async fn settle(&mut self, expected: u64, from: Instant, which: &[usize]) -> Settled {
+    /// Waits until every replica of `which` has printed `expected` after
+    /// `change`, and measures how long after `from` the last of them did.
+    pub async fn settle(
+        &mut self,
+        change: &str,
+        expected: u64,
+        from: Instant,
+        which: &[usize],
+    ) -> Settled {
         let deadline = from + AGREE_WITHIN;
         let mut steps = vec![0; self.len()];
         let mut digests: Vec<u64> = self.last.iter().map(|l| l.digest).collect();
         while !which.iter().all(|&i| self.last[i].digest == expected) {
-            let i = self.next(deadline, "agreement").await;
+            let i = self
+                .next(deadline, &format!("agreement after {change}"))
+                .await;
             if self.last[i].digest != digests[i] && self.last[i].digest != expected {
                 steps[i] += 1;
             }
