@@ -22,6 +22,8 @@ mod etcd;
 mod etcd_fleet;
 #[path = "support/etcd_replica.rs"]
 mod etcd_replica;
+#[path = "support/etcd_run.rs"]
+mod etcd_run;
 #[path = "support/etcd_truth.rs"]
 mod etcd_truth;
 #[path = "support/ready.rs"]
@@ -30,16 +32,15 @@ mod ready;
 #[path = "support/tcp_cut.rs"]
 mod tcp_cut;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tower_model_balance::discover::etcd::Registration;
-use tower_model_balance::route::ModelId;
 
 use etcd::EtcdServer;
 use etcd_fleet::Replicas;
-use etcd_truth::{expected, meta, Truth};
+use etcd_run::{report, Run};
+use etcd_truth::{meta, Truth};
 use tcp_cut::CutProxy;
 
 const TEST: &str = "replicas_watching_one_etcd_agree_on_every_owner_list";
@@ -47,6 +48,9 @@ const PREFIX: &str = "/tmb/agreement/backends/";
 
 /// How long replicas may disagree after a change.
 const BOUND: Duration = Duration::from_secs(1);
+
+/// The leases' time to live.
+const TTL: Duration = Duration::from_secs(2);
 
 /// The replicas behind a proxy (the others: directly on etcd).
 const PROXIED: [usize; 2] = [0, 1];
@@ -68,71 +72,6 @@ fn replicas_watching_one_etcd_agree_on_every_owner_list() {
     runtime.block_on(parent());
 }
 
-/// The run so far: the writer, the replicas, and what was measured.
-struct Run {
-    truth: Truth,
-    replicas: Replicas,
-    models: Vec<ModelId>,
-    /// Each wait for agreement: what changed, and how long it took.
-    samples: Vec<(&'static str, Duration)>,
-    /// Membership changes written, by kind.
-    changes: BTreeMap<&'static str, usize>,
-    /// Single joins and weight changes, and those a replica was seen to
-    /// reach in more than one step.
-    staged: (usize, usize),
-    next_id: usize,
-}
-
-impl Run {
-    /// Waits until the replicas of `which` print the digest of the
-    /// membership now, measured from `from`; counts `kind`.
-    async fn agree(&mut self, kind: &'static str, from: Instant, which: &[usize]) {
-        *self.changes.entry(kind).or_default() += 1;
-        self.wait(kind, from, which).await;
-    }
-
-    /// As `agree`, without counting a change.
-    async fn wait(&mut self, kind: &'static str, from: Instant, which: &[usize]) {
-        let digest = expected(&self.truth.members, &self.models).await;
-        let settled = self.replicas.settle(kind, digest, from, which).await;
-        if kind == "join" || kind == "weight" {
-            self.staged.0 += 1;
-            self.staged.1 += usize::from(settled.steps > 0);
-        }
-        self.samples.push((kind, settled.took));
-    }
-
-    fn fresh_id(&mut self) -> String {
-        self.next_id += 1;
-        format!("gpu-{:02}", self.next_id)
-    }
-
-    /// A member, chosen by `k`.
-    fn member(&self, k: usize) -> (String, u32) {
-        let members: Vec<_> = self.truth.members.iter().collect();
-        let (id, &weight) = members[k * 7 % members.len()];
-        (id.clone(), weight)
-    }
-
-    async fn join(&mut self, kind: &'static str, weight: u32) {
-        let id = self.fresh_id();
-        let (at, _) = self.truth.put(&id, weight, None).await;
-        self.agree(kind, at, &ALL).await;
-    }
-
-    async fn reweigh(&mut self, k: usize) {
-        let (id, weight) = self.member(k);
-        let (at, _) = self.truth.put(&id, weight % 3 + 1, None).await;
-        self.agree("weight", at, &ALL).await;
-    }
-
-    async fn leave(&mut self, k: usize) {
-        let (id, _) = self.member(k);
-        let at = self.truth.delete(&id).await;
-        self.agree("leave", at, &ALL).await;
-    }
-}
-
 async fn parent() {
     let Some(mut etcd) = tokio::task::block_in_place(EtcdServer::start) else {
         return;
@@ -151,15 +90,7 @@ async fn parent() {
     let first = truth.revision().await;
     let urls = [proxies[0].url(), proxies[1].url(), etcd.client_url()];
     let replicas = Replicas::spawn(TEST, &urls, PREFIX);
-    let mut run = Run {
-        truth,
-        replicas,
-        models: etcd_replica::models(),
-        samples: Vec::new(),
-        changes: BTreeMap::new(),
-        staged: (0, 0),
-        next_id: START,
-    };
+    let mut run = Run::new(truth, replicas, START);
     let (start_puts, start_members) = (run.truth.puts, run.truth.members.len() as u64);
     run.wait("start", Instant::now(), &ALL).await;
     run.samples.clear();
@@ -230,7 +161,7 @@ async fn parent() {
         );
     }
     run.replicas.close();
-    report(&run, started);
+    report(&run, started, BOUND, TTL);
 }
 
 /// Backends under leases nothing keeps alive (and one `Registration`,
@@ -238,7 +169,7 @@ async fn parent() {
 async fn leases(run: &mut Run) {
     for k in 0..4 {
         let id = run.fresh_id();
-        let lease = run.truth.lease(2).await;
+        let lease = run.truth.lease(TTL.as_secs() as i64).await;
         let (at, revision) = run.truth.put(&id, 1 + k % 3, Some(lease)).await;
         run.agree("join (lease)", at, &ALL).await;
         let at = run.truth.expiry(&id, revision).await;
@@ -249,17 +180,26 @@ async fn leases(run: &mut Run) {
         let url = [run.truth.url()];
         let at = Instant::now();
         let registration = Registration::builder(url, PREFIX, meta(&id, 2))
-            .ttl(Duration::from_secs(2))
+            .ttl(TTL)
             .register()
             .await
             .expect("registered");
         let revision = run.truth.adopt(&id, 2).await;
         run.agree("join (registration)", at, &ALL).await;
         if drop_it {
+            let dropped = Instant::now();
             drop(registration);
             let at = run.truth.expiry(&id, revision).await;
             run.agree("lease expiry (registration dropped)", at, &ALL)
                 .await;
+            // A backend that dies leaves every ring within its lease's TTL
+            // (etcd checks for expired leases every 500 ms).
+            let gone = at - dropped + run.samples.last().unwrap().1;
+            assert!(
+                gone <= TTL + BOUND,
+                "gone from every ring {gone:?} after the drop"
+            );
+            run.dropped_gone = gone;
         } else {
             let at = Instant::now();
             registration.deregister().await.expect("deregistered");
@@ -379,52 +319,4 @@ async fn compaction(run: &mut Run, proxy: &CutProxy) -> Skipped {
         inserts: inserts.count() as u64,
         removes: removes.count() as u64,
     }
-}
-
-/// Prints the figures, then checks the bound on each.
-fn report(run: &Run, started: Instant) {
-    let mut took: Vec<Duration> = run.samples.iter().map(|s| s.1).collect();
-    took.sort();
-    let rank = |p: usize| took[(took.len() * p).div_ceil(100).max(1) - 1];
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let total: usize = run.changes.values().sum();
-    println!(
-        "etcd agreement: {total} changes {:?}; {} waits; disagreement p50 {:.0} ms, \
-         p99 {:.0} ms, max {:.0} ms; {} of {} single joins and weight changes seen staged; \
-         {:.1} s",
-        run.changes,
-        took.len(),
-        ms(rank(50)),
-        ms(rank(99)),
-        ms(rank(100)),
-        run.staged.1,
-        run.staged.0,
-        started.elapsed().as_secs_f64()
-    );
-    let mut slowest: BTreeMap<&str, Duration> = BTreeMap::new();
-    for &(kind, took) in &run.samples {
-        let max = slowest.entry(kind).or_default();
-        *max = (*max).max(took);
-    }
-    let slowest: Vec<String> = slowest
-        .iter()
-        .map(|(kind, took)| format!("{kind} {:.0}", ms(*took)))
-        .collect();
-    println!(
-        "etcd agreement, slowest by kind (ms): {}",
-        slowest.join(", ")
-    );
-    assert!(total >= 50, "at least 50 membership changes");
-    for (kind, took) in &run.samples {
-        assert!(
-            *took <= BOUND,
-            "{kind}: the replicas disagreed for {took:?}"
-        );
-    }
-    // Without staging none is; a replica may miss a step now and then.
-    assert!(
-        run.staged.1 * 4 >= run.staged.0 * 3,
-        "the replicas stage their ring changes: {:?}",
-        run.staged
-    );
 }
