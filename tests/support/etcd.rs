@@ -1,0 +1,249 @@
+//! A real etcd on 127.0.0.1 for the etcd discovery tests: Debian's
+//! `etcd-server` (`/usr/bin/etcd`, or `etcd` on `PATH`) as a child process
+//! with a data directory of its own under the system's temporary folder.
+//!
+//! `.ci/run` installs it. Where it is missing, [`EtcdServer::start`] returns
+//! `None` with a message and the test is skipped — except under `CI`, where
+//! a missing etcd is a failure (as for the real model servers in
+//! `mlserver.rs`): CI must not pass by skipping the store.
+//!
+//! The calls block (they start, kill and wait for a process); from async
+//! code, call them on a multi-thread runtime or in `spawn_blocking`.
+
+#![allow(dead_code)] // Each test file uses part of it.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long etcd may take to answer its first health check.
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
+/// How many times a start that lost a port to another process is retried
+/// on new ports.
+const PORT_TRIES: usize = 5;
+
+/// One etcd member, alone in its cluster, on two ports of 127.0.0.1.
+#[derive(Debug)]
+pub struct EtcdServer {
+    program: PathBuf,
+    /// Removed on drop: the data directory and the log are inside.
+    dir: PathBuf,
+    client: u16,
+    peer: u16,
+    child: Option<Child>,
+}
+
+/// The etcd executable, or `None` (with a message) when it is not installed
+/// outside CI. Under `CI` a missing etcd panics.
+pub fn installed() -> Option<PathBuf> {
+    let debian = PathBuf::from("/usr/bin/etcd");
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join("etcd"));
+    if let Some(program) = std::iter::once(debian).chain(on_path).find(|p| p.is_file()) {
+        return Some(program);
+    }
+    let message = "etcd is not installed (`bash .ci/run` installs Debian's etcd-server)";
+    if std::env::var_os("CI").is_some() {
+        panic!("{message}: under CI the etcd tests must run");
+    }
+    eprintln!("skipped: {message}");
+    None
+}
+
+/// Two distinct ports free on 127.0.0.1 a moment ago, in 10000..20000:
+/// below Linux's ephemeral range (so no outgoing connection takes one
+/// before etcd binds it) and apart from the model servers' (20000..32000).
+fn free_ports() -> [u16; 2] {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let start =
+        (u64::from(std::process::id()) * 7919 + NEXT.fetch_add(101, Ordering::Relaxed)) % 10_000;
+    let mut held = Vec::new();
+    for offset in 0..10_000 {
+        let port = 10_000 + ((start + offset) % 10_000) as u16;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(listener);
+            if held.len() == 2 {
+                break;
+            }
+        }
+    }
+    let ports: Vec<u16> = held
+        .iter()
+        .map(|l| l.local_addr().expect("local addr").port())
+        .collect();
+    ports.try_into().expect("two free ports in 10000..20000")
+}
+
+/// A folder of its own under the system's temporary folder.
+fn scratch() -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "tmb-etcd-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create etcd's scratch folder");
+    dir
+}
+
+/// Whether etcd's `GET /health` on `port` says it is healthy (it answers so
+/// once it has a leader and serves a read). One try, a refused connection
+/// fails at once; a hung one within a second.
+fn healthy(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let request = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.starts_with("HTTP/1.1 200") && answer.contains(r#""health":"true""#)
+}
+
+impl EtcdServer {
+    /// Starts etcd on two free ports with an empty data directory and waits
+    /// until it is healthy; `None` when etcd is not installed (outside CI).
+    /// A start that lost a port between its choice and etcd's bind is
+    /// retried on new ports.
+    pub fn start() -> Option<Self> {
+        let program = installed()?;
+        let mut server = Self {
+            program,
+            dir: scratch(),
+            client: 0,
+            peer: 0,
+            child: None,
+        };
+        for attempt in 1..=PORT_TRIES {
+            [server.client, server.peer] = free_ports();
+            server.spawn();
+            match server.wait_ready() {
+                Ok(()) => return Some(server),
+                Err(log) if log.contains("address already in use") && attempt < PORT_TRIES => {
+                    // A fresh member on the new ports: start from empty.
+                    let _ = std::fs::remove_dir_all(server.data_dir());
+                }
+                Err(log) => panic!("etcd exited before it was ready:\n{log}"),
+            }
+        }
+        unreachable!("the last try panics")
+    }
+
+    /// `http://127.0.0.1:PORT`, where clients reach it.
+    pub fn client_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client)
+    }
+
+    /// The client port's address.
+    pub fn client_addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.client))
+    }
+
+    /// Kills the process (SIGKILL) and reaps it: as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills it if it runs, starts it again on the same ports with the same
+    /// data directory (so with every key and revision it had), and waits
+    /// until it is healthy.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+        if let Err(log) = self.wait_ready() {
+            panic!("etcd exited before it was ready again:\n{log}");
+        }
+    }
+
+    /// The last lines of its log.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("etcd.log")
+    }
+
+    fn spawn(&mut self) {
+        let client = format!("http://127.0.0.1:{}", self.client);
+        let peer = format!("http://127.0.0.1:{}", self.peer);
+        let name = "tmb";
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("etcd's log file");
+        let err = log.try_clone().expect("etcd's log file");
+        let data: &Path = &self.data_dir();
+        let child = Command::new(&self.program)
+            .args(["--name", name])
+            .arg("--data-dir")
+            .arg(data)
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("{name}={peer}")])
+            .args(["--initial-cluster-state", "new"])
+            // Warnings and errors only ("address already in use" is one).
+            .args(["--logger", "zap", "--log-outputs", "stderr"])
+            .args(["--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", self.program.display()));
+        self.child = Some(child);
+    }
+
+    /// Waits until `/health` answers healthy: tries 20 ms apart, within
+    /// [`READY_WITHIN`]; a process that exited first is an `Err` with its
+    /// log's tail.
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + READY_WITHIN;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("{status}: {}", self.log_tail()));
+                }
+            }
+            if healthy(self.client) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "etcd not healthy within {READY_WITHIN:?}:\n{}",
+            self.log_tail()
+        );
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
