@@ -13,7 +13,9 @@ mod sim_explicit;
 #[path = "support/sim_http.rs"]
 mod sim_http;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use etcd::EtcdServer;
 use etcd_client::Client;
