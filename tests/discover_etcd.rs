@@ -133,3 +133,59 @@ async fn a_compacted_revision_is_a_fresh_snapshot_that_yields_only_the_differenc
     assert_eq!(next_changes(&mut source, 1).await, ["+gpu-0:9"]);
     assert_eq!(counters.stale_events(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_in_pages_and_the_writes_during_it_end_in_the_stores_state() {
+    let Some(server) = tokio::task::spawn_blocking(EtcdServer::start).await.unwrap() else {
+        return;
+    };
+    let mut client = Client::connect([server.client_url()], None).await.unwrap();
+    // 2 500 backends: three pages of the snapshot.
+    for chunk in (0..2500).collect::<Vec<u32>>().chunks(100) {
+        let ops: Vec<_> = chunk
+            .iter()
+            .map(|i| etcd_client::TxnOp::put(format!("/fleet/gpu-{i:04}"), record(1), None))
+            .collect();
+        client.txn(etcd_client::Txn::new().and_then(ops)).await.unwrap();
+    }
+    let (mut source, counters) = source(&server.client_url(), "/fleet/");
+    // Writes race the snapshot: deletes, new weights and joins.
+    let mut writer = client.clone();
+    let writes = tokio::spawn(async move {
+        for i in 0..200u32 {
+            match i % 3 {
+                0 => drop(writer.delete(format!("/fleet/gpu-{i:04}"), None).await.unwrap()),
+                1 => put(&mut writer, &format!("/fleet/gpu-{i:04}"), &record(7)).await,
+                _ => put(&mut writer, &format!("/fleet/new-{i:04}"), &record(1)).await,
+            }
+        }
+    });
+    let mut fleet = std::collections::BTreeMap::new();
+    writes.await.unwrap();
+    let end = revision(&mut client).await;
+    while counters.revision() < end {
+        for change in next_changes(&mut source, 1).await {
+            match change.split_once(':') {
+                Some((id, weight)) => fleet.insert(id[1..].to_owned(), weight.to_owned()),
+                None => fleet.remove(&change[1..]),
+            };
+        }
+    }
+    let store = client
+        .get("/fleet/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let expected: std::collections::BTreeMap<String, String> = store
+        .kvs()
+        .iter()
+        .map(|kv| {
+            let id = kv.key_str().unwrap().trim_start_matches("/fleet/").to_owned();
+            let meta: serde_json::Value = serde_json::from_slice(kv.value()).unwrap();
+            (id, meta["weight"].to_string())
+        })
+        .collect();
+    assert_eq!(fleet.len(), 2500 - 67 + 66);
+    assert_eq!(fleet, expected);
+    assert_eq!(counters.snapshots(), 1);
+    assert_eq!(counters.stale_events(), 0);
+}
