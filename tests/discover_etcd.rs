@@ -136,7 +136,10 @@ async fn a_compacted_revision_is_a_fresh_snapshot_that_yields_only_the_differenc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_in_pages_and_the_writes_during_it_end_in_the_stores_state() {
-    let Some(server) = tokio::task::spawn_blocking(EtcdServer::start).await.unwrap() else {
+    let Some(server) = tokio::task::spawn_blocking(EtcdServer::start)
+        .await
+        .unwrap()
+    else {
         return;
     };
     let mut client = Client::connect([server.client_url()], None).await.unwrap();
@@ -146,7 +149,10 @@ async fn a_snapshot_in_pages_and_the_writes_during_it_end_in_the_stores_state() 
             .iter()
             .map(|i| etcd_client::TxnOp::put(format!("/fleet/gpu-{i:04}"), record(1), None))
             .collect();
-        client.txn(etcd_client::Txn::new().and_then(ops)).await.unwrap();
+        client
+            .txn(etcd_client::Txn::new().and_then(ops))
+            .await
+            .unwrap();
     }
     let (mut source, counters) = source(&server.client_url(), "/fleet/");
     // Writes race the snapshot: deletes, new weights and joins.
@@ -154,7 +160,12 @@ async fn a_snapshot_in_pages_and_the_writes_during_it_end_in_the_stores_state() 
     let writes = tokio::spawn(async move {
         for i in 0..200u32 {
             match i % 3 {
-                0 => drop(writer.delete(format!("/fleet/gpu-{i:04}"), None).await.unwrap()),
+                0 => drop(
+                    writer
+                        .delete(format!("/fleet/gpu-{i:04}"), None)
+                        .await
+                        .unwrap(),
+                ),
                 1 => put(&mut writer, &format!("/fleet/gpu-{i:04}"), &record(7)).await,
                 _ => put(&mut writer, &format!("/fleet/new-{i:04}"), &record(1)).await,
             }
@@ -172,14 +183,21 @@ async fn a_snapshot_in_pages_and_the_writes_during_it_end_in_the_stores_state() 
         }
     }
     let store = client
-        .get("/fleet/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .get(
+            "/fleet/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
         .await
         .unwrap();
     let expected: std::collections::BTreeMap<String, String> = store
         .kvs()
         .iter()
         .map(|kv| {
-            let id = kv.key_str().unwrap().trim_start_matches("/fleet/").to_owned();
+            let id = kv
+                .key_str()
+                .unwrap()
+                .trim_start_matches("/fleet/")
+                .to_owned();
             let meta: serde_json::Value = serde_json::from_slice(kv.value()).unwrap();
             (id, meta["weight"].to_string())
         })

@@ -73,7 +73,8 @@ async fn a_record_lives_with_its_lease() {
     assert_eq!(next_changes(&mut source, 1).await, ["-gpu-1"]);
     let gone_after = since.elapsed();
     assert!(
-        gone_after <= ttl + Duration::from_millis(500),
+        // etcd checks expiries every 500 ms; the rest is scheduling slack.
+        gone_after <= ttl + Duration::from_secs(1),
         "{gone_after:?}"
     );
     // Deregistered: gone at once, far inside its TTL.
