@@ -49,6 +49,11 @@ pub struct Args {
     /// Inference requests as streamed OpenAI chat completions, timed to
     /// their first token and per token.
     pub stream: bool,
+    /// `--etcd`: the `model_aware*` balancers learn the servers from the
+    /// etcd at this client URL.
+    pub etcd: Option<String>,
+    /// `--prefix`: the key prefix of the servers' records there.
+    pub prefix: Option<String>,
 }
 
 pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
@@ -56,7 +61,8 @@ pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
 [--seed N (default 1)] [--scenario default|slow-tail|overload|prefix] [--load FRACTION (0.01..=4, default 0.3; overload runs 1.0, 1.5 and 3.0; not prefix)] \
 [--strategies NAME,... (default: round_robin,p2c,consistent_hash,model_aware,model_aware_hedged; \
 in overload round_robin,p2c,consistent_hash,model_aware,model_aware_admission; \
-in prefix round_robin,p2c,consistent_hash,chwbl,model_aware)] [--explicit-load] [--stream] [--json]";
+in prefix round_robin,p2c,consistent_hash,chwbl,model_aware)] [--explicit-load] [--stream] [--json] \
+[--etcd URL (the model_aware* balancers learn the servers from etcd, e.g. http://127.0.0.1:2379) [--prefix P (default /tower-model-balance/fleet-PID/)]]";
 
 /// Why parsing stopped: a help request, or an error to report.
 #[derive(Debug)]
@@ -78,6 +84,8 @@ impl Args {
             explicit_load: false,
             strategies: DEFAULT.to_vec(),
             stream: false,
+            etcd: None,
+            prefix: None,
         };
         let mut strategies_given = false;
         // `--flag value` and `--flag=value` alike; a switch takes no value.
@@ -139,9 +147,40 @@ impl Args {
                         }
                     };
                 }
+                "--etcd" => {
+                    let text = value("--etcd")?;
+                    match tower_model_balance::endpoint::Origin::parse(&text) {
+                        Ok(url)
+                            if url.scheme() == &http::uri::Scheme::HTTP
+                                && url.authority().port_u16().is_some() =>
+                        {
+                            parsed.etcd = Some(url.to_string());
+                        }
+                        _ => {
+                            return Err(Stop::Error(format!(
+                                "--etcd takes an etcd client URL, http://host:port, got `{text}`"
+                            )))
+                        }
+                    }
+                }
+                "--prefix" => {
+                    let text = value("--prefix")?;
+                    if text.is_empty() || text.chars().any(char::is_control) {
+                        return Err(Stop::Error(format!(
+                            "--prefix takes a key prefix (1 byte or more, no control characters), got `{}`",
+                            text.escape_debug()
+                        )));
+                    }
+                    parsed.prefix = Some(text);
+                }
                 "-h" | "--help" => return Err(Stop::Help),
                 other => return Err(Stop::Error(format!("unknown argument `{other}`"))),
             }
+        }
+        if parsed.prefix.is_some() && parsed.etcd.is_none() {
+            return Err(Stop::Error(
+                "--prefix goes with --etcd (the key prefix of the servers' records)".into(),
+            ));
         }
         if !(10..=1_000_000).contains(&parsed.requests) {
             return Err(Stop::Error("--requests must be in 10..=1000000".into()));
@@ -211,4 +250,45 @@ fn number<T: std::str::FromStr>(text: &str, flag: &str) -> Result<T, Stop> {
             "{flag} takes a non-negative integer below 2^{bits}, got `{text}`"
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, Stop> {
+        Args::parse(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn etcd_and_its_prefix() {
+        let args = parse(&[]).unwrap();
+        assert_eq!((args.etcd, args.prefix), (None, None));
+        let args = parse(&["--etcd", "http://127.0.0.1:2379"]).unwrap();
+        assert_eq!(args.etcd.as_deref(), Some("http://127.0.0.1:2379"));
+        let args = parse(&["--etcd=http://127.0.0.1:2379", "--prefix", "/fleet/"]).unwrap();
+        assert_eq!(args.prefix.as_deref(), Some("/fleet/"));
+        for (bad, says) in [
+            (&["--prefix", "/fleet/"][..], "--prefix goes with --etcd"),
+            (&["--etcd", "127.0.0.1:2379"], "http://host:port"),
+            (&["--etcd", "http://127.0.0.1"], "http://host:port"),
+            (&["--etcd", "https://127.0.0.1:2379"], "http://host:port"),
+            (&["--etcd"], "--etcd needs a value"),
+            (
+                &["--etcd", "http://a:1", "--etcd", "http://b:1"],
+                "given twice",
+            ),
+            (&["--etcd", "http://a:1", "--prefix", ""], "key prefix"),
+        ] {
+            match parse(bad) {
+                Err(Stop::Error(message)) => {
+                    assert!(
+                        message.contains(says),
+                        "{bad:?}: `{message}` lacks `{says}`"
+                    )
+                }
+                other => panic!("{bad:?} should fail, got {other:?}"),
+            }
+        }
+    }
 }

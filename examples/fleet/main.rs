@@ -36,6 +36,10 @@
 //! completion and each strategy also reports its time to first token and
 //! per output token; see `stream.rs`.
 //!
+//! With `--etcd URL [--prefix P]` the `model_aware*` balancers take their
+//! servers from etcd (see `etcd.rs`) instead of a list; the figures are
+//! those of the list.
+//!
 //! `prefix` serves one model on every backend with a prefix (KV) cache and
 //! one prefill engine per server, under a chat workload whose prompts share
 //! long prefixes (Zipf-popular system prompts and documents, one-shot
@@ -56,6 +60,7 @@ macro_rules! emit {
 
 mod args;
 mod chwbl;
+mod etcd;
 mod overload;
 mod prefix;
 mod prefix_workload;
@@ -79,7 +84,7 @@ use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, Serv
 
 pub use args::{Args, Scenario, Stop};
 use report::{Figures, Record};
-use strategies::Strategy;
+use strategies::{Fleet, Strategy};
 use workload::Planned;
 
 const DEADLINE: Duration = Duration::from_secs(5);
@@ -215,9 +220,11 @@ async fn run(
         Scenario::SlowTail => 2,
         Scenario::Default | Scenario::Overload | Scenario::Prefix => 1,
     };
+    let etcd = etcd::register(args, name, &servers, config.resident_slots()).await?;
+    let fleet = Fleet::new(&servers, etcd.as_ref());
     let built = strategies::build(
         name,
-        &servers,
+        fleet,
         config,
         args.seed,
         args.explicit_load,
@@ -228,6 +235,9 @@ async fn run(
     // Kept to the end of the run: placement's repository refresh.
     let _placement = built.placement;
     let handle = built.balancer.as_ref().map(|(handle, _probes)| handle);
+    if let (Some(etcd), Some(handle)) = (&etcd, handle) {
+        etcd.settled(handle, name, args.json).await?;
+    }
     if let Some(warm_up) = &warm_up {
         drive(&strategy, &servers, warm_up, args).await;
     }
@@ -316,6 +326,9 @@ async fn run(
         .map(|s| s.stats().max_concurrent_loads_per_model)
         .max()
         .unwrap_or(0);
+    if let Some(etcd) = etcd {
+        etcd.deregister().await;
+    }
     let balancer_queue_peak = queue_peak.load(Ordering::Relaxed);
     let server_queue_peak = servers
         .iter()

@@ -30,7 +30,7 @@ use tower_model_balance::route::ModelFromBodyLayer;
 use tower_model_balance_sim::{protocol, ModelServer, ServerConfig, ServerStats};
 
 use crate::prefix_workload::{self as workload, Job, Turn, Workload};
-use crate::strategies::{self, Strategy};
+use crate::strategies::{self, Fleet, Strategy};
 use crate::Args;
 
 /// The strategies this scenario runs unless `--strategies` says otherwise.
@@ -179,10 +179,18 @@ async fn run(
     // same time (with 1.25, max/mean requests served ran 1.21-1.32 over
     // seeds 1-3; with 1.2, 1.25-1.28).
     let balance = BalanceConfig::builder().load_factor(LOAD_FACTOR);
-    let built = strategies::build(name, &servers, config, args.seed, false, balance, route);
+    let etcd = crate::etcd::register(args, name, &servers, config.resident_slots()).await?;
+    let fleet = Fleet::new(&servers, etcd.as_ref());
+    let built = strategies::build(name, fleet, config, args.seed, false, balance, route);
+    if let (Some(etcd), Some((handle, _))) = (&etcd, &built.balancer) {
+        etcd.settled(handle, name, args.json).await?;
+    }
     let before: Vec<ServerStats> = servers.iter().map(ModelServer::stats).collect();
     let seen = drive(&built.strategy, &work).await;
     let after: Vec<ServerStats> = servers.iter().map(ModelServer::stats).collect();
+    if let Some(etcd) = etcd {
+        etcd.deregister().await;
+    }
     Ok(figures(name, &seen, &before, &after))
 }
 

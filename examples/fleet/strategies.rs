@@ -36,6 +36,7 @@ use tower_model_balance::route::{ModelFromBodyLayer, RouteInfo};
 use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
 
 use crate::chwbl::Chwbl;
+use crate::etcd::Registered;
 use crate::stream::{self, Streamed};
 
 pub type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
@@ -98,14 +99,33 @@ pub struct Built {
     pub hedge: Option<HedgeHandle>,
 }
 
-pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
+/// The servers a strategy routes over, and, with `--etcd`, their records
+/// there, from which the `model_aware*` balancers learn them.
+#[derive(Clone, Copy)]
+pub struct Fleet<'a> {
+    pub servers: &'a [ModelServer],
+    pub etcd: Option<&'a Registered>,
+}
+
+impl<'a> Fleet<'a> {
+    pub fn new(servers: &'a [ModelServer], etcd: Option<&'a Registered>) -> Self {
+        Self { servers, etcd }
+    }
+}
+
+/// The HTTP client every endpoint of a strategy shares.
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new())
+    Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         // Without a timer the idle timeout is never checked.
         .pool_timer(TokioTimer::new())
-        .build(connector);
+        .build(connector)
+}
+
+pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
+    let client = client();
     servers
         .iter()
         .map(|s| {
@@ -120,21 +140,23 @@ pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
         .collect()
 }
 
-/// Builds strategy `name` over `servers`, which run `config` (its resident
-/// slots and serving slots), the balancer's settings starting from
-/// `balance` (the scenario's owners and load factor); the balancer's handle and its probe task, and the
-/// hedging layer's handle, when it has them. With `route`, the
-/// `model_aware*` balancers read each request's route from its body
-/// through that layer.
+/// Builds strategy `name` over `fleet`, whose servers run `config` (its
+/// resident slots and serving slots), the balancer's settings starting
+/// from `balance` (the scenario's owners and load factor); the balancer's
+/// handle and its probe task, and the hedging layer's handle, when it has
+/// them. With `route`, the `model_aware*` balancers read each request's
+/// route from its body through that layer; with `fleet.etcd`, they learn
+/// the servers from etcd.
 pub fn build(
     name: &str,
-    servers: &[ModelServer],
+    fleet: Fleet<'_>,
     config: &ServerConfig,
     seed: u64,
     explicit_load: bool,
     balance: BalanceConfigBuilder,
     route: Option<ModelFromBodyLayer>,
 ) -> Built {
+    let servers = fleet.servers;
     let endpoints = endpoints(servers);
     let plain = |strategy| Built {
         strategy,
@@ -179,11 +201,15 @@ pub fn build(
                 config = config.admission(admission);
             }
             let config = config.build().expect("a valid config");
-            let balancer = ModelBalancer::from_rng(
-                ServiceList::new(backends.collect::<Vec<_>>()),
-                config,
-                SplitMix(seed),
-            )
+            let balancer = match fleet.etcd {
+                None => ModelBalancer::from_rng(
+                    ServiceList::new(backends.collect::<Vec<_>>()),
+                    config,
+                    SplitMix(seed),
+                ),
+                // The same servers with the same metadata, from their records.
+                Some(etcd) => ModelBalancer::from_rng(etcd.source(), config, SplitMix(seed)),
+            }
             .expect("built inside the runtime");
             let handle = balancer.handle();
             // Readiness and resident models from KServe v2, queue depth and

@@ -44,6 +44,7 @@ use tower_model_balance::balance::{
     ModelBalancer, ResidencyHeader,
 };
 use tower_model_balance::breaker::BreakerConfig;
+use tower_model_balance::discover::etcd::{Etcd, EtcdCounters};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::BoxError;
 use tower_model_balance::health::probe::{
@@ -84,11 +85,25 @@ pub enum Probe {
     OpenAi,
 }
 
+/// Where the backends come from when etcd has them: every gateway replica
+/// watching the same prefix sees the same fleet, in the same order.
+#[derive(Debug, Clone)]
+pub struct EtcdMembers {
+    /// etcd's client URLs (`http://127.0.0.1:2379`).
+    pub endpoints: Vec<String>,
+    /// The key prefix of the backends' records: `<prefix><backend id>`.
+    pub prefix: String,
+}
+
 /// How the gateway is set up.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The backends: an ID and the origin to send to.
     pub backends: Vec<(BackendId, Origin)>,
+    /// The backends from etcd instead (`backends` is then empty): each
+    /// record's address is where its backend is sent to, its
+    /// `metrics_address` where it is scraped, its `models` what it holds.
+    pub etcd: Option<EtcdMembers>,
     /// The most body bytes read to find the model (413 past it).
     pub body_limit: usize,
     /// The most a backend may take to answer (its response headers).
@@ -145,6 +160,7 @@ impl Config {
     pub fn new(backends: Vec<(BackendId, Origin)>) -> Self {
         Self {
             backends,
+            etcd: None,
             body_limit: DEFAULT_BODY_LIMIT,
             timeout: Duration::from_secs(60),
             probe: Probe::KServe,
@@ -171,6 +187,9 @@ pub struct Gateway {
     pub handle: BalancerHandle,
     /// The hedge's handle (hedges sent, won, suppressed).
     pub hedge: HedgeHandle,
+    /// The etcd source's counters (revision, events, snapshots, resumes),
+    /// with [`Config::etcd`].
+    pub etcd: Option<EtcdCounters>,
     _probes: BackgroundTask,
     _placement: Option<BackgroundTask>,
 }
@@ -199,16 +218,19 @@ impl Gateway {
             // Without a timer the idle timeout is never checked.
             .pool_timer(TokioTimer::new())
             .build::<_, Full<Bytes>>(connector);
+        let timeout = config.timeout;
+        let endpoint = move |origin: &Origin| {
+            Timeout::new(SetOrigin::to(client.clone(), origin.clone()), timeout)
+        };
         let backends: Vec<_> = config
             .backends
             .iter()
             .map(|(id, origin)| {
-                let endpoint = SetOrigin::to(client.clone(), origin.clone());
                 let mut meta = BackendMeta::new(id.clone()).with_address(origin.clone());
                 if let Some((_, metrics)) = config.metrics_origins.iter().find(|(m, _)| m == id) {
                     meta = meta.with_metrics_address(metrics.clone());
                 }
-                Backend::with_meta(meta, Timeout::new(endpoint, config.timeout))
+                Backend::with_meta(meta, endpoint(origin))
             })
             .collect();
         let mut balance = BalanceConfig::builder()
@@ -237,7 +259,25 @@ impl Gateway {
             balance = balance.admission(AdmissionConfig::builder(Limit::fixed(limit)).build()?);
         }
         balance = balance.receipts(config.receipt_header);
-        let balancer = ModelBalancer::new(ServiceList::new(backends), balance.build()?)?;
+        let (balancer, etcd) = match &config.etcd {
+            None => (
+                ModelBalancer::new(ServiceList::new(backends), balance.build()?)?,
+                None,
+            ),
+            // Each record's address, as `--backend`'s origin: its endpoint.
+            Some(etcd) => {
+                let source = Etcd::builder(etcd.endpoints.clone(), etcd.prefix.clone()).build(
+                    move |meta: &BackendMeta| {
+                        endpoint(meta.address().expect("a record always has an address"))
+                    },
+                )?;
+                let counters = source.counters();
+                (
+                    ModelBalancer::new(source, balance.build()?)?,
+                    Some(counters),
+                )
+            }
+        };
         let handle = balancer.handle();
         let probes = ProbeConfig::builder()
             .interval(config.probe_interval)
@@ -279,6 +319,7 @@ impl Gateway {
             router: router(app),
             handle,
             hedge: hedge.handle(),
+            etcd,
             _probes: probes,
             _placement: placement,
         })

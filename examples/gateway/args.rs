@@ -9,7 +9,14 @@ usage: cargo run --release --example gateway [-- FLAGS]
 
   --listen ADDR        address to serve on (default 127.0.0.1:8080)
   --backend URL        a backend's origin, e.g. http://10.0.0.1:8000 (repeatable);
-                       without it, simulated backends start on 127.0.0.1
+                       without it (or --etcd), simulated backends start on
+                       127.0.0.1
+  --etcd URL           take the backends from etcd instead: a client URL such
+                       as http://127.0.0.1:2379 (repeatable, one per member);
+                       each record under --prefix is a backend, sent to at
+                       its address
+  --prefix P           the key prefix of the backends' records, e.g.
+                       /models/backends/ (with --etcd, and only with it)
   --sims N             how many simulated backends (1..=16, default 3)
   --down               the simulated backends answer 503 (every owner down):
                        after a few requests the gateway answers 503 itself,
@@ -51,6 +58,10 @@ usage: cargo run --release --example gateway [-- FLAGS]
 pub struct Args {
     pub listen: SocketAddr,
     pub backends: Vec<Origin>,
+    /// `--etcd`: etcd's client URLs (the backends from there).
+    pub etcd: Vec<Origin>,
+    /// `--prefix`: the key prefix of the backends' records.
+    pub prefix: Option<String>,
     pub sims: usize,
     pub down: bool,
     pub probe_openai: bool,
@@ -81,6 +92,8 @@ impl Args {
         let mut parsed = Args {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             backends: Vec::new(),
+            etcd: Vec::new(),
+            prefix: None,
             sims: 3,
             down: false,
             probe_openai: false,
@@ -126,6 +139,28 @@ impl Args {
                     }
                     parsed.backends.push(origin);
                     parsed.metrics.push(None);
+                }
+                "--etcd" => {
+                    let text = value("--etcd")?;
+                    let url = etcd_url(&text)?;
+                    if parsed.etcd.iter().any(|e| same_backend(e, &url)) {
+                        return Err(Stop::Error(format!(
+                            "--etcd `{text}` given twice: each endpoint once"
+                        )));
+                    }
+                    parsed.etcd.push(url);
+                }
+                "--prefix" => {
+                    let text = value("--prefix")?;
+                    if text.is_empty() || text.chars().any(char::is_control) {
+                        return Err(Stop::Error(format!(
+                            "--prefix: `{}` is not a key prefix (1 byte or more, no control characters)",
+                            text.escape_debug()
+                        )));
+                    }
+                    if parsed.prefix.replace(text).is_some() {
+                        return Err(Stop::Error("--prefix given twice".into()));
+                    }
                 }
                 "--metrics" => {
                     let text = value("--metrics")?;
@@ -214,10 +249,37 @@ impl Args {
                 "--metrics-port and --metrics: one or the other".into(),
             ));
         }
-        if !parsed.backends.is_empty() && (parsed.down || sims_given) {
+        let given = !parsed.backends.is_empty() || !parsed.etcd.is_empty();
+        if given && (parsed.down || sims_given) {
             return Err(Stop::Error(
-                "--down and --sims apply to simulated backends, not with --backend".into(),
+                "--down and --sims apply to simulated backends, not with --backend or --etcd"
+                    .into(),
             ));
+        }
+        match (parsed.etcd.is_empty(), parsed.prefix.is_some()) {
+            (true, true) => {
+                return Err(Stop::Error(
+                    "--prefix goes with --etcd (the key prefix of the backends' records)".into(),
+                ))
+            }
+            (false, false) => {
+                return Err(Stop::Error(
+                    "--etcd needs --prefix: the key prefix of the backends' records, e.g. /models/backends/".into(),
+                ))
+            }
+            _ => {}
+        }
+        if !parsed.etcd.is_empty() {
+            if !parsed.backends.is_empty() {
+                return Err(Stop::Error(
+                    "--backend and --etcd: one or the other (the backends from the command line, or from etcd)".into(),
+                ));
+            }
+            if parsed.metrics_port.is_some() {
+                return Err(Stop::Error(
+                    "--metrics-port does not apply with --etcd: each record names its backend's metrics_address".into(),
+                ));
+            }
         }
         Ok(parsed)
     }
@@ -232,7 +294,24 @@ fn number(text: &str, flag: &str, min: usize, max: usize) -> Result<usize, Stop>
     }
 }
 
-/// Whether two origins name the same backend: the same scheme, host (any
+/// An etcd client URL: `http://host:port` (the example's client has no
+/// TLS; etcd's port, 2379 by default, written out), as the client takes it.
+fn etcd_url(text: &str) -> Result<Origin, Stop> {
+    let origin = Origin::parse(text).map_err(|e| Stop::Error(format!("--etcd `{text}`: {e}")))?;
+    if origin.scheme() != &http::uri::Scheme::HTTP {
+        return Err(Stop::Error(format!(
+            "--etcd `{text}`: only http:// (the example's etcd client has no TLS)"
+        )));
+    }
+    if origin.authority().port_u16().is_none() {
+        return Err(Stop::Error(format!(
+            "--etcd `{text}`: give the port (etcd's client port is 2379 by default)"
+        )));
+    }
+    Ok(origin)
+}
+
+/// Whether two origins name the same backend (or etcd member): the same scheme, host (any
 /// case) and port, the scheme's default port when none is written
 /// (`http://a` is `http://a:80`; `http://a:01` is `http://a:1`).
 fn same_backend(a: &Origin, b: &Origin) -> bool {
@@ -253,126 +332,5 @@ fn same_backend(a: &Origin, b: &Origin) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(args: &[&str]) -> Result<Args, Stop> {
-        Args::parse(args.iter().map(|s| s.to_string()))
-    }
-
-    #[test]
-    fn defaults_and_flags() {
-        let args = parse(&[]).unwrap();
-        assert_eq!(args.listen.to_string(), "127.0.0.1:8080");
-        assert_eq!(args.body_limit, 64 << 20);
-        assert!(args.placement && args.metrics_port.is_none());
-        assert_eq!((args.sims, args.down, args.backends.len()), (3, false, 0));
-        let args = parse(&[
-            "--listen",
-            "127.0.0.1:0",
-            "--backend",
-            "http://10.0.0.1:8000",
-            "--backend",
-            "http://10.0.0.2:8000",
-            "--probe",
-            "openai",
-            "--body-limit",
-            "2048",
-            "--metrics-port",
-            "8082",
-            "--no-placement",
-        ])
-        .unwrap();
-        assert_eq!(args.metrics_port, Some(8082));
-        assert!(!args.placement);
-        assert_eq!(args.listen.port(), 0);
-        assert_eq!(args.backends.len(), 2);
-        assert!(args.probe_openai);
-        assert_eq!(args.body_limit, 2048);
-        let args = parse(&[
-            "--backend",
-            "http://127.0.0.1:21001",
-            "--metrics",
-            "http://127.0.0.1:21201",
-            "--backend",
-            "http://127.0.0.1:21002",
-        ])
-        .unwrap();
-        assert_eq!(args.metrics.len(), 2);
-        assert_eq!(
-            args.metrics[0].as_ref().unwrap().to_string(),
-            "http://127.0.0.1:21201"
-        );
-        assert!(args.metrics[1].is_none());
-        let args = parse(&["--sims", "5", "--down"]).unwrap();
-        assert_eq!((args.sims, args.down), (5, true));
-        assert_eq!(parse(&["--help"]), Err(Stop::Help));
-    }
-
-    #[test]
-    fn bad_flags_are_errors_not_panics() {
-        for bad in [
-            &["--listen"][..],
-            &["--listen", "localhost"],
-            &["--backend", "not a url"],
-            &["--backend", "https://10.0.0.1:8443"],
-            &["--sims", "0"],
-            &["--sims", "17"],
-            &["--sims", "-1"],
-            &["--probe", "grpc"],
-            &["--body-limit", "0"],
-            &["--body-limit", "67108865"],
-            &["--prefix-bytes", "0"],
-            &["--prefix-bytes", "65537"],
-            &["--prefix-bytes", "1", "--prefix-bytes", "2"],
-            &["--session-header", "bad header"],
-            &["--session-header", "x-model-id"],
-            &["--session-header", "a", "--session-header", "b"],
-            &["--metrics-port", "0"],
-            &["--metrics-port", "65536"],
-            &["--metrics-port"],
-            &["--metrics", "http://127.0.0.1:1"],
-            &[
-                "--backend",
-                "http://a:1",
-                "--metrics",
-                "http://a:2",
-                "--metrics",
-                "http://a:3",
-            ],
-            &["--backend", "http://a:1", "--metrics", "not a url"],
-            &[
-                "--backend",
-                "http://a:1",
-                "--metrics",
-                "http://a:2",
-                "--metrics-port",
-                "9",
-            ],
-            &["--body-limit", "99999999999999999999999"],
-            &["--bogus"],
-            &["--backend", "http://10.0.0.1:8000", "--down"],
-            &["--backend", "http://10.0.0.1:8000", "--sims", "2"],
-            &[
-                "--backend",
-                "http://10.0.0.1:8000",
-                "--backend",
-                "http://10.0.0.1:8000",
-            ],
-            // The same backend written another way.
-            &["--backend", "http://a:1", "--backend", "http://a:01"],
-            &["--backend", "http://a", "--backend", "http://a:80"],
-            &[
-                "--backend",
-                "http://Node-1:8000",
-                "--backend",
-                "http://node-1:8000",
-            ],
-        ] {
-            assert!(
-                matches!(parse(bad), Err(Stop::Error(_))),
-                "{bad:?} should fail"
-            );
-        }
-    }
-}
+#[path = "args_tests.rs"]
+mod tests;

@@ -11,7 +11,13 @@
 //! cargo run --release --example gateway                 # 3 simulated backends on 127.0.0.1
 //! cargo run --release --example gateway -- --down       # … answering 503: watch the gateway's own 503
 //! cargo run --release --example gateway -- --backend http://10.0.0.1:8000 --backend http://10.0.0.2:8000
+//! cargo run --release --example gateway -- --etcd http://127.0.0.1:2379 --prefix /models/backends/
 //! ```
+//!
+//! With `--etcd` the backends are the records under the prefix (written by
+//! `examples/etcd_register`, or any writer of the schema in
+//! `tower_model_balance::discover::etcd`): every gateway replica watching
+//! it has the same fleet, so the same owners for every model.
 //!
 //! It also answers KServe v2's `GET /v2/health/live`, `/v2/health/ready`,
 //! `/v2` and model metadata and readiness (`GET /v2/models/{name}`,
@@ -50,7 +56,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance_sim::{protocol, Fault, ModelServer, ServerConfig};
 
-use app::{Config, Gateway, Probe};
+use app::{Config, EtcdMembers, Gateway, Probe};
 use args::{Args, Stop};
 
 #[tokio::main]
@@ -86,7 +92,14 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), String> {
     // Kept alive while the gateway serves: the servers stop when dropped.
     let mut sims = Vec::new();
-    let mut config = if args.backends.is_empty() {
+    let mut config = if let Some(prefix) = &args.prefix {
+        let mut config = Config::new(Vec::new());
+        config.etcd = Some(EtcdMembers {
+            endpoints: args.etcd.iter().map(ToString::to_string).collect(),
+            prefix: prefix.clone(),
+        });
+        config
+    } else if args.backends.is_empty() {
         let mut backends = Vec::new();
         for i in 0..args.sims {
             let name = format!("sim-{i}");
@@ -120,7 +133,7 @@ async fn run(args: Args) -> Result<(), String> {
     config.session_header = args.session_header.clone();
     config.receipt_header = args.receipt_header;
     // Simulated backends load a model when a request names it.
-    config.placement = args.placement && !args.backends.is_empty();
+    config.placement = args.placement && sims.is_empty();
     if args.probe_openai {
         config.probe = Probe::OpenAi;
     }
@@ -145,13 +158,23 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let backends: Vec<String> = config
-        .backends
-        .iter()
-        .map(|(id, origin)| format!("{id} {origin}"))
-        .collect();
+    let backends = match &config.etcd {
+        Some(etcd) => format!(
+            "the backends under {} in etcd at {}",
+            etcd.prefix,
+            etcd.endpoints.join(", ")
+        ),
+        None => {
+            let list: Vec<String> = config
+                .backends
+                .iter()
+                .map(|(id, origin)| format!("{id} {origin}"))
+                .collect();
+            list.join(", ")
+        }
+    };
     let gateway = Gateway::new(config).map_err(|e| e.to_string())?;
-    say!("gateway on http://{addr} → {}", backends.join(", "));
+    say!("gateway on http://{addr} → {backends}");
     if args.down {
         say!("every simulated backend answers 503 (--down)");
     }
@@ -172,6 +195,16 @@ async fn run(args: Args) -> Result<(), String> {
         s.invalid_route,
         gateway.handle.breaker_trips()
     );
+    if let Some(etcd) = &gateway.etcd {
+        say!(
+            "etcd: at revision {}, {} changes applied, {} snapshots, {} watches resumed, {} invalid records",
+            etcd.revision(),
+            etcd.events(),
+            etcd.snapshots(),
+            etcd.resumes(),
+            etcd.invalid_records()
+        );
+    }
     let h = gateway.hedge.stats();
     say!(
         "hedged: {} of {} requests ({} after a fast failure), {} won; suppressed by budget {}, by load {}, by no alternative {}",

@@ -67,7 +67,9 @@ pub use self::prefix::PrefixKey;
 pub use self::routable::Routable;
 use self::view::is_graphic;
 pub use self::view::Route;
-pub(crate) use self::view::{RouteView, Traits};
+pub(crate) use self::view::RouteView;
+#[cfg(feature = "body")]
+use self::view::Traits;
 
 /// Header carrying the model ID.
 pub const MODEL_ID_HEADER: HeaderName = HeaderName::from_static("x-model-id");

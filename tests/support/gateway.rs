@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::BalancerHandle;
+use tower_model_balance::discover::etcd::EtcdCounters;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::hedge::HedgeHandle;
 use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
@@ -26,6 +27,9 @@ pub struct Running {
     pub sims: Vec<ModelServer>,
     pub handle: BalancerHandle,
     pub hedge: HedgeHandle,
+    /// The etcd source's counters, when its backends come from etcd.
+    #[allow(dead_code)] // Read by `tests/gateway_etcd.rs` alone.
+    pub etcd: Option<EtcdCounters>,
     pub client: Client<HttpConnector, Full<Bytes>>,
     pub server: JoinHandle<()>,
 }
@@ -88,6 +92,7 @@ pub async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
     let addr = listener.local_addr().unwrap();
     let handle = gateway.handle.clone();
     let hedge = gateway.hedge.clone();
+    let etcd = gateway.etcd.clone();
     let server = tokio::spawn(async move {
         // The gateway's probes live as long as the server.
         let Gateway { router, .. } = &gateway;
@@ -100,6 +105,7 @@ pub async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
         sims,
         handle,
         hedge,
+        etcd,
         client: Client::builder(TokioExecutor::new()).build_http(),
         server,
     }

@@ -24,9 +24,9 @@ struct Inner {
 }
 
 impl EtcdCounters {
-    /// The etcd revision the source's announced backends are at: the last
-    /// event or snapshot handed to the balancer (0 before the first
-    /// snapshot).
+    /// The etcd revision the source's announced backends are at: every
+    /// change up to it has been yielded to the balancer (0 before the
+    /// first snapshot).
     pub fn revision(&self) -> i64 {
         self.inner.revision.load(Ordering::Acquire)
     }

@@ -89,6 +89,12 @@ type MakeEndpoint<E> = Arc<dyn Fn(&BackendMeta) -> E + Send + Sync>;
 /// Batches of changes in flight from the watch task to the source.
 const BATCHES: usize = 16;
 
+/// The changes that bring the announced set to `revision`.
+struct Batch {
+    revision: i64,
+    changes: Vec<MetaChange>,
+}
+
 /// A discovery source that watches a key prefix in etcd: each key
 /// `<prefix><backend id>` is a backend, its value the backend's record
 /// (see [`encode_record`] for the schema).
@@ -124,9 +130,11 @@ pub struct Etcd<E> {
     /// Until first polled: what the watch task needs.
     settings: Option<Settings>,
     make_endpoint: MakeEndpoint<E>,
-    batches: Option<mpsc::Receiver<Vec<MetaChange>>>,
+    batches: Option<mpsc::Receiver<Batch>>,
     task: Option<JoinHandle<()>>,
     pending: VecDeque<MetaChange>,
+    /// The revision the pending changes bring the set to.
+    pending_revision: i64,
     counters: EtcdCounters,
 }
 
@@ -154,6 +162,7 @@ impl<E> Etcd<E> {
             batches: None,
             task: None,
             pending: VecDeque::new(),
+            pending_revision: 0,
             counters: EtcdCounters::default(),
         }
     }
@@ -205,6 +214,9 @@ impl<E> Stream for Etcd<E> {
         }
         loop {
             if let Some(change) = this.pending.pop_front() {
+                if this.pending.is_empty() {
+                    this.counters.set_revision(this.pending_revision);
+                }
                 let change = match change {
                     Change::Insert(id, meta) => {
                         let endpoint = (this.make_endpoint)(&meta);
@@ -218,7 +230,13 @@ impl<E> Stream for Etcd<E> {
                 return Poll::Pending;
             };
             match batches.poll_recv(cx) {
-                Poll::Ready(Some(batch)) => this.pending.extend(batch),
+                Poll::Ready(Some(Batch { revision, changes })) => {
+                    if changes.is_empty() {
+                        this.counters.set_revision(revision);
+                    }
+                    this.pending.extend(changes);
+                    this.pending_revision = revision;
+                }
                 // The task ended (it only does when aborted, or panicked):
                 // keep the fleet as announced.
                 Poll::Ready(None) => {

@@ -280,24 +280,25 @@ impl Inner {
         Ok(true)
     }
 
-    /// One renewal; a lease etcd no longer has is granted again, and the
-    /// record put again under it.
+    /// One renewal. When it fails, etcd is asked whether it still has
+    /// the lease: one it lost (expired, or revoked behind this process's
+    /// back) is granted again, and the record put again under it.
     async fn renew(&self) -> Result<(), EtcdError> {
         let mut state = self.state.lock().await;
         let mut client = self.client.clone();
-        let (mut keeper, mut responses) =
-            within(self.timeout, client.lease_keep_alive(state.lease)).await?;
-        within(self.timeout, keeper.keep_alive()).await?;
-        let Some(response) = within(self.timeout, responses.message()).await? else {
-            let ended = etcd_client::Error::LeaseKeepAliveError("the renewal stream ended".into());
-            return Err(ended.into());
+        // Opening the stream sends a renewal and reads its answer; a lease
+        // etcd does not have is an error.
+        let renewal = within(self.timeout, client.lease_keep_alive(state.lease)).await;
+        let Err(error) = renewal else {
+            return Ok(());
         };
-        let ttl = response.ttl();
-        if ttl <= 0 {
-            tracing::warn!(key = %String::from_utf8_lossy(&self.key), "etcd: the lease expired; registering again");
-            self.grant_and_put(&mut state).await?;
+        let asked = client.lease_time_to_live(state.lease, None);
+        let ttl = within(self.timeout, asked).await?.ttl();
+        if ttl > 0 {
+            return Err(error.into());
         }
-        Ok(())
+        tracing::warn!(key = %String::from_utf8_lossy(&self.key), "etcd: the lease is gone; registering again");
+        self.grant_and_put(&mut state).await
     }
 
     fn stop(&self) {

@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use super::connect::{within, Backoff, Settings};
 use super::counters::EtcdCounters;
 use super::members::{Event, Members, MetaChange, Outcome};
+use super::Batch;
 
 /// Keys read per page of a snapshot (all pages at one revision).
 const PAGE: i64 = 1000;
@@ -27,7 +28,7 @@ pub(super) struct Task {
     settings: Settings,
     members: Members,
     counters: EtcdCounters,
-    out: mpsc::Sender<Vec<MetaChange>>,
+    out: mpsc::Sender<Batch>,
     /// Whether the next session starts with a snapshot.
     snapshot: bool,
 }
@@ -36,7 +37,7 @@ impl Task {
     pub(super) fn new(
         settings: Settings,
         counters: EtcdCounters,
-        out: mpsc::Sender<Vec<MetaChange>>,
+        out: mpsc::Sender<Batch>,
     ) -> Self {
         let members = Members::new(settings.prefix.clone());
         Self {
@@ -93,12 +94,11 @@ impl Task {
         };
         if self.snapshot {
             match self.read_snapshot(&mut client).await {
-                Ok(Some(changes)) => {
+                Ok(changes) => {
                     if self.hand_over(changes).await.is_err() {
                         return End::Closed;
                     }
                 }
-                Ok(None) => {}
                 Err(error) => return End::Broken(error.to_string()),
             }
             self.snapshot = false;
@@ -140,11 +140,11 @@ impl Task {
     }
 
     /// A consistent snapshot of the prefix: every page read at the first
-    /// page's revision. `None` when it changes nothing.
+    /// page's revision; the changes it makes.
     async fn read_snapshot(
         &mut self,
         client: &mut Client,
-    ) -> Result<Option<Vec<MetaChange>>, etcd_client::Error> {
+    ) -> Result<Vec<MetaChange>, etcd_client::Error> {
         let end = self.settings.range_end();
         let mut kvs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let mut from = self.settings.prefix.clone();
@@ -183,11 +183,7 @@ impl Task {
             changes = outcome.changes.len(),
             "etcd: snapshot read"
         );
-        if outcome.changes.is_empty() {
-            self.counters.set_revision(self.members.revision());
-            return Ok(None);
-        }
-        Ok(Some(outcome.changes))
+        Ok(outcome.changes)
     }
 
     /// Applies a watch response and hands its changes over.
@@ -199,7 +195,7 @@ impl Task {
             if !response.created() {
                 if let Some(header) = response.header() {
                     self.members.advance(header.revision());
-                    self.counters.set_revision(self.members.revision());
+                    return self.hand_over(Vec::new()).await;
                 }
             }
             return Ok(());
@@ -227,18 +223,16 @@ impl Task {
                 "etcd: dropped events at or below the applied revision"
             );
         }
-        if changes.is_empty() {
-            self.counters.set_revision(self.members.revision());
-            return Ok(());
-        }
         self.hand_over(changes).await
     }
 
-    /// Sends a batch to the source, then records its revision as applied.
+    /// Sends the changes up to the revision applied to the source (none:
+    /// the revision moved without a change), which records the revision
+    /// once it has yielded them.
     async fn hand_over(&mut self, changes: Vec<MetaChange>) -> Result<(), Closed> {
-        self.out.send(changes).await.map_err(|_| Closed)?;
-        self.counters.set_revision(self.members.revision());
-        Ok(())
+        let revision = self.members.revision();
+        let batch = Batch { revision, changes };
+        self.out.send(batch).await.map_err(|_| Closed)
     }
 }
 

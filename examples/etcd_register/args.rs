@@ -1,0 +1,223 @@
+//! The sidecar's flags.
+
+use std::time::Duration;
+
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::balance::BackendMeta;
+use tower_model_balance::endpoint::Origin;
+
+pub const USAGE: &str = "\
+usage: cargo run --release --example etcd_register -- FLAGS
+
+Registers one backend in etcd under a lease, keeps the lease alive, keeps
+the record's resident models as the server lists them, and deregisters
+(revokes the lease) on Ctrl-C or SIGTERM.
+
+  --etcd URL             an etcd client URL, e.g. http://127.0.0.1:2379
+                         (repeatable, one per member; required)
+  --prefix P             the key prefix of the records, e.g. /models/backends/
+                         (required): the record is <P><ID>
+  --id ID                the backend's ID (required), e.g. gpu-0
+  --address URL          where the backend serves, e.g. http://10.0.0.1:8000:
+                         what gateways send to
+  --sim                  in place of --address: start a simulated model server
+                         on 127.0.0.1 and register it (KServe v2 and OpenAI
+                         routes; bge-small, llama-3-8b and resnet-50 load
+                         through its repository API, as on Triton in
+                         explicit mode: gateways with placement load them)
+  --ttl SECS             the lease's time to live (1..=3600, default 10): a
+                         backend whose sidecar dies leaves every gateway
+                         within it
+  --weight N             its share of the ring (1..=10000, default 1)
+  --model-slots N        models it holds at once (1..=16, default 4)
+  --metrics-address URL  where it serves /metrics, when not at --address
+  --probe API            how its resident models are read: kserve (the KServe
+                         v2 repository index, default) or openai (/v1/models)
+  --interval MS          how often (10..=3600000, default 1000)
+  -h, --help             this text";
+
+/// Which list of resident models the sidecar follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// `POST /v2/repository/index` (Triton, KServe, MLServer, the simulator).
+    KServe,
+    /// `GET /v1/models` (vLLM, SGLang, TGI).
+    OpenAi,
+}
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Args {
+    /// etcd's client URLs.
+    pub etcd: Vec<String>,
+    pub prefix: String,
+    /// The record: ID, address (none with `--sim`: the simulated
+    /// server's), weight, model slots, metrics address.
+    pub meta: BackendMeta,
+    /// `--sim`: register a simulated server started here.
+    pub sim: bool,
+    pub ttl: Duration,
+    pub probe: Probe,
+    pub interval: Duration,
+}
+
+/// Why parsing stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    Help,
+    Error(String),
+}
+
+impl Args {
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
+        let mut etcd: Vec<Origin> = Vec::new();
+        let (mut prefix, mut id, mut address, mut metrics) = (None, None, None, None);
+        let (mut ttl, mut weight, mut slots, mut probe, mut interval) =
+            (None, None, None, None, None);
+        let mut sim = false;
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            match flag.as_str() {
+                "-h" | "--help" => return Err(Stop::Help),
+                "--sim" => {
+                    sim = true;
+                    continue;
+                }
+                _ => {}
+            }
+            let Some(text) = args.next() else {
+                return Err(match flag.as_str() {
+                    "--etcd" | "--prefix" | "--id" | "--address" | "--ttl" | "--weight"
+                    | "--model-slots" | "--metrics-address" | "--probe" | "--interval" => {
+                        error(format!("{flag} needs a value"))
+                    }
+                    _ => error(format!("unknown flag `{flag}`")),
+                });
+            };
+            // Every flag but --etcd once.
+            let once = |slot: &mut Option<String>| match slot.replace(text.clone()) {
+                Some(_) => Err(error(format!("{flag} given twice"))),
+                None => Ok(()),
+            };
+            match flag.as_str() {
+                "--etcd" => {
+                    let url = http_origin("--etcd", &text)?;
+                    if url.authority().port_u16().is_none() {
+                        return Err(error(format!(
+                            "--etcd `{text}`: give the port (etcd's client port is 2379 by default)"
+                        )));
+                    }
+                    if etcd.contains(&url) {
+                        return Err(error(format!("--etcd `{text}` given twice")));
+                    }
+                    etcd.push(url);
+                }
+                "--prefix" => once(&mut prefix)?,
+                "--id" => once(&mut id)?,
+                "--address" => once(&mut address)?,
+                "--metrics-address" => once(&mut metrics)?,
+                "--ttl" => once(&mut ttl)?,
+                "--weight" => once(&mut weight)?,
+                "--model-slots" => once(&mut slots)?,
+                "--probe" => once(&mut probe)?,
+                "--interval" => once(&mut interval)?,
+                other => return Err(error(format!("unknown flag `{other}`"))),
+            }
+        }
+        if etcd.is_empty() {
+            return Err(error("--etcd is required: where etcd is".into()));
+        }
+        let required = |value: Option<String>, flag: &str| {
+            value.ok_or_else(|| error(format!("{flag} is required")))
+        };
+        let prefix = required(prefix, "--prefix")?;
+        if prefix.chars().any(char::is_control) || prefix.is_empty() {
+            return Err(error(format!(
+                "--prefix: `{}` is not a key prefix (1 byte or more, no control characters)",
+                prefix.escape_debug()
+            )));
+        }
+        let id = required(id, "--id")?;
+        let id = BackendId::new(&id).map_err(|e| error(format!("--id `{id}`: {e}")))?;
+        let mut meta = BackendMeta::new(id);
+        match (address, sim) {
+            (Some(text), false) => meta = meta.with_address(http_origin("--address", &text)?),
+            (None, true) => {}
+            (Some(_), true) => {
+                return Err(error("--address and --sim: one or the other".into()));
+            }
+            (None, false) => {
+                return Err(error(
+                    "--address is required (or --sim, to register a simulated server)".into(),
+                ));
+            }
+        }
+        if let Some(text) = weight {
+            let n = number(&text, "--weight", 1, 10_000)?;
+            meta = meta
+                .with_weight(u32::try_from(n).unwrap_or(u32::MAX))
+                .map_err(|e| error(format!("--weight: {e}")))?;
+        }
+        if let Some(text) = slots {
+            let n = number(&text, "--model-slots", 1, 16)?;
+            meta = meta
+                .with_model_slots(n)
+                .map_err(|e| error(format!("--model-slots: {e}")))?;
+        }
+        if let Some(text) = metrics {
+            meta = meta.with_metrics_address(http_origin("--metrics-address", &text)?);
+        }
+        let probe = match probe.as_deref() {
+            None | Some("kserve") => Probe::KServe,
+            Some("openai") => Probe::OpenAi,
+            Some(other) => {
+                return Err(error(format!(
+                    "--probe: `{other}` is neither kserve nor openai"
+                )))
+            }
+        };
+        let secs = |text: Option<String>, flag, min, max, default| match text {
+            Some(text) => number(&text, flag, min, max),
+            None => Ok(default),
+        };
+        let ttl = secs(ttl, "--ttl", 1, 3600, 10)?;
+        let interval = secs(interval, "--interval", 10, 3_600_000, 1000)?;
+        Ok(Args {
+            etcd: etcd.iter().map(ToString::to_string).collect(),
+            prefix,
+            meta,
+            sim,
+            ttl: Duration::from_secs(ttl as u64),
+            probe,
+            interval: Duration::from_millis(interval as u64),
+        })
+    }
+}
+
+fn error(message: String) -> Stop {
+    Stop::Error(message)
+}
+
+/// A plain `http://host[:port]` origin (the example's clients have no TLS).
+fn http_origin(flag: &str, text: &str) -> Result<Origin, Stop> {
+    let origin = Origin::parse(text).map_err(|e| error(format!("{flag} `{text}`: {e}")))?;
+    if origin.scheme() != &http::uri::Scheme::HTTP {
+        return Err(error(format!(
+            "{flag} `{text}`: only http:// (the example's clients have no TLS)"
+        )));
+    }
+    Ok(origin)
+}
+
+fn number(text: &str, flag: &str, min: usize, max: usize) -> Result<usize, Stop> {
+    match text.parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(error(format!(
+            "{flag}: `{text}` is not a whole number in {min}..={max}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+#[path = "args_tests.rs"]
+mod tests;

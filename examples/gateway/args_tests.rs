@@ -1,0 +1,200 @@
+//! The gateway's flags, checked: what parses, and what is refused with a
+//! message rather than a panic.
+
+use super::*;
+
+fn parse(args: &[&str]) -> Result<Args, Stop> {
+    Args::parse(args.iter().map(|s| s.to_string()))
+}
+
+#[test]
+fn defaults_and_flags() {
+    let args = parse(&[]).unwrap();
+    assert_eq!(args.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(args.body_limit, 64 << 20);
+    assert!(args.placement && args.metrics_port.is_none());
+    assert_eq!((args.sims, args.down, args.backends.len()), (3, false, 0));
+    let args = parse(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--backend",
+        "http://10.0.0.1:8000",
+        "--backend",
+        "http://10.0.0.2:8000",
+        "--probe",
+        "openai",
+        "--body-limit",
+        "2048",
+        "--metrics-port",
+        "8082",
+        "--no-placement",
+    ])
+    .unwrap();
+    assert_eq!(args.metrics_port, Some(8082));
+    assert!(!args.placement);
+    assert_eq!(args.listen.port(), 0);
+    assert_eq!(args.backends.len(), 2);
+    assert!(args.probe_openai);
+    assert_eq!(args.body_limit, 2048);
+    let args = parse(&[
+        "--backend",
+        "http://127.0.0.1:21001",
+        "--metrics",
+        "http://127.0.0.1:21201",
+        "--backend",
+        "http://127.0.0.1:21002",
+    ])
+    .unwrap();
+    assert_eq!(args.metrics.len(), 2);
+    assert_eq!(
+        args.metrics[0].as_ref().unwrap().to_string(),
+        "http://127.0.0.1:21201"
+    );
+    assert!(args.metrics[1].is_none());
+    let args = parse(&["--sims", "5", "--down"]).unwrap();
+    assert_eq!((args.sims, args.down), (5, true));
+    assert_eq!(parse(&["--help"]), Err(Stop::Help));
+}
+
+#[test]
+fn bad_flags_are_errors_not_panics() {
+    for bad in [
+        &["--listen"][..],
+        &["--listen", "localhost"],
+        &["--backend", "not a url"],
+        &["--backend", "https://10.0.0.1:8443"],
+        &["--sims", "0"],
+        &["--sims", "17"],
+        &["--sims", "-1"],
+        &["--probe", "grpc"],
+        &["--body-limit", "0"],
+        &["--body-limit", "67108865"],
+        &["--prefix-bytes", "0"],
+        &["--prefix-bytes", "65537"],
+        &["--prefix-bytes", "1", "--prefix-bytes", "2"],
+        &["--session-header", "bad header"],
+        &["--session-header", "x-model-id"],
+        &["--session-header", "a", "--session-header", "b"],
+        &["--metrics-port", "0"],
+        &["--metrics-port", "65536"],
+        &["--metrics-port"],
+        &["--metrics", "http://127.0.0.1:1"],
+        &[
+            "--backend",
+            "http://a:1",
+            "--metrics",
+            "http://a:2",
+            "--metrics",
+            "http://a:3",
+        ],
+        &["--backend", "http://a:1", "--metrics", "not a url"],
+        &[
+            "--backend",
+            "http://a:1",
+            "--metrics",
+            "http://a:2",
+            "--metrics-port",
+            "9",
+        ],
+        &["--body-limit", "99999999999999999999999"],
+        &["--bogus"],
+        &["--backend", "http://10.0.0.1:8000", "--down"],
+        &["--backend", "http://10.0.0.1:8000", "--sims", "2"],
+        &[
+            "--backend",
+            "http://10.0.0.1:8000",
+            "--backend",
+            "http://10.0.0.1:8000",
+        ],
+        // The same backend written another way.
+        &["--backend", "http://a:1", "--backend", "http://a:01"],
+        &["--backend", "http://a", "--backend", "http://a:80"],
+        &[
+            "--backend",
+            "http://Node-1:8000",
+            "--backend",
+            "http://node-1:8000",
+        ],
+    ] {
+        assert!(
+            matches!(parse(bad), Err(Stop::Error(_))),
+            "{bad:?} should fail"
+        );
+    }
+}
+
+#[test]
+fn etcd_is_the_alternative_to_backend() {
+    let args = parse(&[
+        "--etcd",
+        "http://127.0.0.1:2379",
+        "--etcd",
+        "http://127.0.0.1:22379",
+        "--prefix",
+        "/models/backends/",
+        "--no-placement",
+    ])
+    .unwrap();
+    let etcd: Vec<String> = args.etcd.iter().map(ToString::to_string).collect();
+    assert_eq!(etcd, ["http://127.0.0.1:2379", "http://127.0.0.1:22379"]);
+    assert_eq!(args.prefix.as_deref(), Some("/models/backends/"));
+    assert!(args.backends.is_empty() && !args.placement);
+    let etcd = ["--etcd", "http://127.0.0.1:2379"];
+    let prefix = ["--prefix", "/p/"];
+    // Each bad combination, and what its message must name.
+    for (bad, says) in [
+        (vec![&etcd[..]], "--etcd needs --prefix"),
+        (vec![&prefix[..]], "--prefix goes with --etcd"),
+        (
+            vec![&prefix[..], &["--backend", "http://10.0.0.1:8000"]],
+            "--prefix goes with --etcd",
+        ),
+        (
+            vec![&etcd[..], &prefix, &["--backend", "http://10.0.0.1:8000"]],
+            "one or the other",
+        ),
+        (vec![&etcd[..], &prefix, &["--down"]], "--down and --sims"),
+        (
+            vec![&etcd[..], &prefix, &["--sims", "2"]],
+            "--down and --sims",
+        ),
+        (
+            vec![&etcd[..], &prefix, &["--metrics-port", "8082"]],
+            "metrics_address",
+        ),
+        (
+            vec![&etcd[..], &prefix, &["--metrics", "http://a:2"]],
+            "after the --backend",
+        ),
+        (vec![&etcd[..], &prefix, &prefix], "--prefix given twice"),
+        (vec![&etcd[..], &etcd, &prefix], "given twice"),
+        (
+            vec![&etcd[..], &prefix, &["--etcd", "http://127.0.0.1:02379"]],
+            "given twice",
+        ),
+        (
+            vec![&["--etcd", "127.0.0.1:2379"][..], &prefix],
+            "--etcd `127.0.0.1:2379`",
+        ),
+        (
+            vec![&["--etcd", "https://h:2379"][..], &prefix],
+            "only http://",
+        ),
+        (vec![&["--etcd", "http://h"][..], &prefix], "give the port"),
+        (vec![&etcd[..], &["--prefix", ""]], "not a key prefix"),
+        (vec![&etcd[..], &["--prefix", "/a\n"]], "not a key prefix"),
+        (vec![&["--etcd"][..]], "--etcd needs a value"),
+        (vec![&etcd[..], &["--prefix"]], "--prefix needs a value"),
+    ] {
+        let bad: Vec<&str> = bad.concat();
+        match parse(&bad) {
+            Err(Stop::Error(message)) => {
+                assert!(
+                    message.contains(says),
+                    "{bad:?}: `{message}` lacks `{says}`"
+                )
+            }
+            other => panic!("{bad:?} should fail, got {other:?}"),
+        }
+    }
+}
