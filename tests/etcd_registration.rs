@@ -72,9 +72,11 @@ async fn a_record_lives_with_its_lease() {
     drop(dropped);
     assert_eq!(next_changes(&mut source, 1).await, ["-gpu-1"]);
     let gone_after = since.elapsed();
+    eprintln!("a dropped registration left after {gone_after:?} (TTL {ttl:?})");
     assert!(
-        // etcd checks expiries every 500 ms; the rest is scheduling slack.
-        gone_after <= ttl + Duration::from_secs(1),
+        // etcd checks expiries every 500 ms, and its revoke goes through
+        // its log: the rest is slack for a busy machine.
+        gone_after <= ttl + Duration::from_secs(2),
         "{gone_after:?}"
     );
     // Deregistered: gone at once, far inside its TTL.

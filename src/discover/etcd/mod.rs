@@ -49,7 +49,8 @@
 //! A value that does not decode ([`RecordError`]) is skipped, logged and
 //! counted; the backend keeps its last good record. [`Registration`] is the
 //! writer's side: a record under a lease that is kept alive, so a backend
-//! that dies leaves every replica's ring within the lease's TTL.
+//! that dies leaves every replica's ring at most a TTL after its last
+//! renewal (plus etcd's expiry check, every 500 ms).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

@@ -92,7 +92,8 @@ impl RegistrationBuilder {
 /// announces the backend.
 ///
 /// * Dropping it stops the renewals: the record goes when the lease
-///   expires (within its TTL), as it does when the process dies.
+///   expires (a TTL after the last renewal at most, plus etcd's expiry
+///   check, every 500 ms), as it does when the process dies.
 /// * [`deregister`](Self::deregister) revokes the lease: the record goes
 ///   at once.
 /// * A lease that expired anyway (etcd unreachable for longer than the
