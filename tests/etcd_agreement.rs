@@ -192,11 +192,13 @@ async fn leases(run: &mut Run) {
             let at = run.truth.expiry(&id, revision).await;
             run.agree("lease expiry (registration dropped)", at, &ALL)
                 .await;
-            // A backend that dies leaves every ring within its lease's TTL
-            // (etcd checks for expired leases every 500 ms).
+            // A backend that dies leaves every ring a TTL after its last
+            // renewal at most, plus etcd's 500 ms expiry check and the
+            // replicas' agreement; allowed 2 s over the TTL, as the lease
+            // tests do (one run in about 90 took over 3 s there).
             let gone = at - dropped + run.samples.last().unwrap().1;
             assert!(
-                gone <= TTL + BOUND,
+                gone <= TTL + Duration::from_secs(2),
                 "gone from every ring {gone:?} after the drop"
             );
             run.dropped_gone = gone;
