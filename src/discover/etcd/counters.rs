@@ -43,7 +43,8 @@ impl EtcdCounters {
     }
 
     /// Watches re-created after a break (connection lost, etcd restarted,
-    /// watch cancelled), each from the revision after the last applied.
+    /// watch cancelled), each from the revision after the last applied:
+    /// counted once etcd has created the watch, not per failed attempt.
     pub fn resumes(&self) -> u64 {
         self.inner.resumes.load(Ordering::Relaxed)
     }

@@ -53,12 +53,7 @@ impl Task {
     pub(super) async fn run(mut self) {
         let (min, max) = (self.settings.backoff_min, self.settings.backoff_max);
         let mut backoff = Backoff::new(min, max);
-        let mut first = true;
         loop {
-            if !first && !self.snapshot {
-                self.counters.add_resume();
-            }
-            first = false;
             match self.session(&mut backoff).await {
                 End::Closed => return,
                 End::Compacted => {
@@ -92,6 +87,9 @@ impl Task {
             Ok(client) => client,
             Err(error) => return End::Broken(error.to_string()),
         };
+        // A watch that starts without a snapshot takes up where a broken
+        // one left off: a resume, counted once etcd has created it.
+        let resuming = !self.snapshot;
         if self.snapshot {
             match self.read_snapshot(&mut client).await {
                 Ok(changes) => {
@@ -132,6 +130,9 @@ impl Task {
             }
             if response.created() {
                 backoff.reset();
+                if resuming {
+                    self.counters.add_resume();
+                }
             }
             if self.apply(&response).await.is_err() {
                 return End::Closed;
