@@ -7,6 +7,8 @@
 mod etcd;
 #[path = "support/etcd_source.rs"]
 mod etcd_source;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/tcp_cut.rs"]
 mod tcp_cut;
 
@@ -14,6 +16,16 @@ use etcd::EtcdServer;
 use etcd_client::Client;
 use etcd_source::{next_changes, put, record, source};
 use tcp_cut::CutProxy;
+
+/// A real etcd and a client of it; `None` where etcd is not installed
+/// (outside CI).
+async fn start() -> Option<(EtcdServer, Client)> {
+    let server = tokio::task::spawn_blocking(EtcdServer::start)
+        .await
+        .unwrap()?;
+    let client = Client::connect([server.client_url()], None).await.unwrap();
+    Some((server, client))
+}
 
 /// etcd's current revision.
 async fn revision(client: &mut Client) -> i64 {
@@ -23,13 +35,9 @@ async fn revision(client: &mut Client) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_starts_from_a_snapshot_then_follows_the_watch() {
-    let Some(server) = tokio::task::spawn_blocking(EtcdServer::start)
-        .await
-        .unwrap()
-    else {
+    let Some((server, mut client)) = start().await else {
         return;
     };
-    let mut client = Client::connect([server.client_url()], None).await.unwrap();
     put(&mut client, "/fleet/gpu-1", &record(1)).await;
     put(&mut client, "/fleet/gpu-0", &record(2)).await;
     put(&mut client, "/fleet/broken", "{not json").await;
@@ -60,14 +68,10 @@ async fn a_source_starts_from_a_snapshot_then_follows_the_watch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_cut_mid_stream_resumes_without_a_loss_or_a_replay() {
-    let Some(server) = tokio::task::spawn_blocking(EtcdServer::start)
-        .await
-        .unwrap()
-    else {
+    let Some((server, mut client)) = start().await else {
         return;
     };
     let proxy = CutProxy::start(server.client_addr());
-    let mut client = Client::connect([server.client_url()], None).await.unwrap();
     let (mut source, counters) = source(&proxy.url(), "/fleet/");
     put(&mut client, "/fleet/gpu-0", &record(1)).await;
     assert_eq!(next_changes(&mut source, 1).await, ["+gpu-0:1"]);
@@ -96,14 +100,10 @@ async fn a_watch_cut_mid_stream_resumes_without_a_loss_or_a_replay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compacted_revision_is_a_fresh_snapshot_that_yields_only_the_differences() {
-    let Some(server) = tokio::task::spawn_blocking(EtcdServer::start)
-        .await
-        .unwrap()
-    else {
+    let Some((server, mut client)) = start().await else {
         return;
     };
     let proxy = CutProxy::start(server.client_addr());
-    let mut client = Client::connect([server.client_url()], None).await.unwrap();
     for i in 0..4 {
         put(&mut client, &format!("/fleet/gpu-{i}"), &record(1)).await;
     }
@@ -136,13 +136,9 @@ async fn a_compacted_revision_is_a_fresh_snapshot_that_yields_only_the_differenc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_in_pages_and_the_writes_during_it_end_in_the_stores_state() {
-    let Some(server) = tokio::task::spawn_blocking(EtcdServer::start)
-        .await
-        .unwrap()
-    else {
+    let Some((server, mut client)) = start().await else {
         return;
     };
-    let mut client = Client::connect([server.client_url()], None).await.unwrap();
     // 2 500 backends: three pages of the snapshot.
     for chunk in (0..2500).collect::<Vec<u32>>().chunks(100) {
         let ops: Vec<_> = chunk

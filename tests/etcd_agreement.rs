@@ -26,6 +26,8 @@ mod etcd_replica;
 mod etcd_run;
 #[path = "support/etcd_truth.rs"]
 mod etcd_truth;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/ready.rs"]
 #[allow(dead_code)] // Its endpoint only: no request is sent.
 mod ready;

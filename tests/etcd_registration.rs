@@ -7,6 +7,8 @@
 mod etcd;
 #[path = "support/etcd_source.rs"]
 mod etcd_source;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/sim_explicit.rs"]
 #[allow(dead_code)] // Its other helpers are for the sim tests.
 mod sim_explicit;

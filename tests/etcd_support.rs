@@ -9,6 +9,8 @@
 
 #[path = "support/etcd.rs"]
 mod etcd;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/tcp_cut.rs"]
 mod tcp_cut;
 

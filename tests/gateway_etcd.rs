@@ -20,6 +20,8 @@ mod etcd;
 #[path = "support/gateway.rs"]
 #[allow(dead_code)]
 mod gateway;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "../examples/etcd_register/sidecar.rs"]
 #[allow(dead_code)] // `--sim`'s server, which these tests do not start.
 mod sidecar;

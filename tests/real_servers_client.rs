@@ -15,6 +15,8 @@ mod lcg;
 mod mlserver;
 #[path = "support/mlserver_http.rs"]
 mod mlserver_http;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/real_load.rs"]
 mod real_load;
 

@@ -13,13 +13,15 @@
 #![allow(dead_code)] // Each test file uses part of it.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::ports::free_ports;
 
 /// How long etcd may take to answer its first health check.
 const READY_WITHIN: Duration = Duration::from_secs(30);
@@ -56,30 +58,6 @@ pub fn installed() -> Option<PathBuf> {
     }
     eprintln!("skipped: {message}");
     None
-}
-
-/// Two distinct ports free on 127.0.0.1 a moment ago, in 10000..20000:
-/// below Linux's ephemeral range (so no outgoing connection takes one
-/// before etcd binds it) and apart from the model servers' (20000..32000).
-fn free_ports() -> [u16; 2] {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let start =
-        (u64::from(std::process::id()) * 7919 + NEXT.fetch_add(101, Ordering::Relaxed)) % 10_000;
-    let mut held = Vec::new();
-    for offset in 0..10_000 {
-        let port = 10_000 + ((start + offset) % 10_000) as u16;
-        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
-            held.push(listener);
-            if held.len() == 2 {
-                break;
-            }
-        }
-    }
-    let ports: Vec<u16> = held
-        .iter()
-        .map(|l| l.local_addr().expect("local addr").port())
-        .collect();
-    ports.try_into().expect("two free ports in 10000..20000")
 }
 
 /// A folder of its own in memory (`/dev/shm`) where there is such a
@@ -138,7 +116,8 @@ impl EtcdServer {
             child: None,
         };
         for attempt in 1..=PORT_TRIES {
-            [server.client, server.peer] = free_ports();
+            // 10000..20000: apart from the model servers' 20000..32000.
+            [server.client, server.peer] = free_ports(10_000, 10_000);
             server.spawn();
             match server.wait_ready() {
                 Ok(()) => return Some(server),

@@ -15,7 +15,7 @@
 
 #![allow(dead_code)] // Each test file uses part of it.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +24,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use crate::mlserver_http::{client, get, infer_body, post};
+
+use crate::ports::free_ports;
 
 /// Which real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,31 +124,6 @@ pub fn installed(kind: Kind) -> Option<PathBuf> {
     }
     eprintln!("skipped: {message}");
     None
-}
-
-/// Three distinct ports free on 127.0.0.1 a moment ago, below Linux's
-/// ephemeral range (32768 and up), so that no outgoing connection of this
-/// machine takes one before the server binds it: tried from a place drawn
-/// from the process and a counter, each bound until all three are found.
-fn free_ports() -> [u16; 3] {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let start =
-        (u64::from(std::process::id()) * 7919 + NEXT.fetch_add(97, Ordering::Relaxed)) % 12_000;
-    let mut held = Vec::new();
-    for offset in 0..12_000 {
-        let port = 20_000 + ((start + offset) % 12_000) as u16;
-        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
-            held.push(listener);
-            if held.len() == 3 {
-                break;
-            }
-        }
-    }
-    let ports: Vec<u16> = held
-        .iter()
-        .map(|l| l.local_addr().expect("local addr").port())
-        .collect();
-    ports.try_into().expect("three free ports in 20000..32000")
 }
 
 /// A folder of its own under the system's temporary folder, removed when
@@ -401,7 +378,8 @@ impl Fleet {
         let mut pending: Vec<usize> = (0..n).collect();
         for attempt in 0.. {
             for &i in &pending {
-                let ports = free_ports();
+                // 20000..32000: apart from etcd's 10000..20000.
+                let ports: [u16; 3] = free_ports(20_000, 12_000);
                 let (args, env, metrics) = launch(kind, ports, &repository, &models);
                 let server = &mut servers[i];
                 (server.args, server.env) = (args, env);
