@@ -75,10 +75,7 @@ impl Registered {
     pub fn source(&self) -> Etcd<Endpoint> {
         let client = client();
         Etcd::builder(self.endpoints.clone(), self.prefix.clone())
-            .build(move |meta: &BackendMeta| {
-                let origin = meta.address().expect("a record always has an address");
-                SetOrigin::to(client.clone(), origin.clone())
-            })
+            .build(move |origin: &Origin| SetOrigin::to(client.clone(), origin.clone()))
             .expect("the endpoint and prefix were checked when registering")
     }
 

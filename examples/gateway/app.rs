@@ -266,11 +266,8 @@ impl Gateway {
             ),
             // Each record's address, as `--backend`'s origin: its endpoint.
             Some(etcd) => {
-                let source = Etcd::builder(etcd.endpoints.clone(), etcd.prefix.clone()).build(
-                    move |meta: &BackendMeta| {
-                        endpoint(meta.address().expect("a record always has an address"))
-                    },
-                )?;
+                let source =
+                    Etcd::builder(etcd.endpoints.clone(), etcd.prefix.clone()).build(endpoint)?;
                 let counters = source.counters();
                 (
                     ModelBalancer::new(source, balance.build()?)?,

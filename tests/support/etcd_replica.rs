@@ -177,7 +177,7 @@ const EVERY: Duration = Duration::from_secs(1);
 async fn replica(url: String, prefix: String) {
     let source = Etcd::builder([url], prefix)
         .backoff(Duration::from_millis(50), Duration::from_millis(500))
-        .build(|_meta| Ready)
+        .build(|_origin| Ready)
         .unwrap();
     let counters = source.counters();
     // What the source hands the balancer, counted on the way.

@@ -8,8 +8,8 @@ use std::time::Duration;
 use etcd_client::Client;
 use futures_util::StreamExt;
 use tower::discover::Change;
-use tower_model_balance::balance::BackendMeta;
 use tower_model_balance::discover::etcd::{Etcd, EtcdCounters};
+use tower_model_balance::endpoint::Origin;
 
 /// How long one change may take to arrive (a resume after a cut included).
 pub const CHANGE_WITHIN: Duration = Duration::from_secs(10);
@@ -28,7 +28,7 @@ pub async fn put(client: &mut Client, key: &str, value: &str) {
 pub fn source(url: &str, prefix: &str) -> (Etcd<()>, EtcdCounters) {
     let source = Etcd::builder([url], prefix)
         .backoff(Duration::from_millis(20), Duration::from_millis(200))
-        .build(|_: &BackendMeta| ())
+        .build(|_: &Origin| ())
         .unwrap();
     let counters = source.counters();
     (source, counters)

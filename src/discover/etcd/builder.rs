@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::connect::Settings;
 use super::Etcd;
-use crate::balance::BackendMeta;
+use crate::endpoint::Origin;
 use crate::error::InvalidConfig;
 
 /// Builds an [`Etcd`] source; see [`Etcd::builder`].
@@ -43,9 +43,9 @@ impl EtcdBuilder {
     }
 
     /// The source, making each backend's endpoint with `make_endpoint`
-    /// from its metadata (its [`address`](BackendMeta::address) is always
-    /// set: a record without one is invalid). Called once per `Insert`: a
-    /// new backend, or a changed record.
+    /// from the record's address (as [`Dns`](crate::discover::Dns) makes
+    /// one from a socket address). Called once per `Insert`: a new
+    /// backend, or a changed record.
     ///
     /// # Errors
     ///
@@ -54,7 +54,7 @@ impl EtcdBuilder {
     /// `backoff` or `timeout`.
     pub fn build<E, F>(self, make_endpoint: F) -> Result<Etcd<E>, InvalidConfig>
     where
-        F: Fn(&BackendMeta) -> E + Send + Sync + 'static,
+        F: Fn(&Origin) -> E + Send + Sync + 'static,
     {
         self.settings.validate()?;
         Ok(Etcd::new(self.settings, Arc::new(make_endpoint)))

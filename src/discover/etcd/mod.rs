@@ -22,7 +22,7 @@
 //! assert_eq!(decode_record(BackendId::new("gpu-0")?, value.as_bytes())?, gpu0);
 //!
 //! // A source is checked when built; it connects when first polled.
-//! let bad = Etcd::builder(["http://127.0.0.1:2379"], "").build(|_meta: &BackendMeta| ());
+//! let bad = Etcd::builder(["http://127.0.0.1:2379"], "").build(|_: &Origin| ());
 //! assert_eq!(bad.unwrap_err().field, "prefix");
 //! # Ok(()) }
 //! ```
@@ -65,7 +65,8 @@ use tokio::task::JoinHandle;
 use tower::discover::Change;
 
 use crate::backend::BackendId;
-use crate::balance::{Backend, BackendMeta};
+use crate::balance::Backend;
+use crate::endpoint::Origin;
 
 mod builder;
 mod connect;
@@ -85,7 +86,7 @@ pub use self::register::{Registration, RegistrationBuilder};
 use self::connect::Settings;
 use self::members::MetaChange;
 
-type MakeEndpoint<E> = Arc<dyn Fn(&BackendMeta) -> E + Send + Sync>;
+type MakeEndpoint<E> = Arc<dyn Fn(&Origin) -> E + Send + Sync>;
 
 /// Batches of changes in flight from the watch task to the source.
 const BATCHES: usize = 16;
@@ -108,9 +109,9 @@ struct Batch {
 /// ```no_run
 /// use std::time::Duration;
 ///
-/// use tower_model_balance::balance::{BackendMeta, BalanceConfig, ModelBalancer};
+/// use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 /// use tower_model_balance::discover::etcd::Etcd;
-/// use tower_model_balance::endpoint::SetOrigin;
+/// use tower_model_balance::endpoint::{Origin, SetOrigin};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
 /// # let client = tower::service_fn(|_req: http::Request<String>| async {
@@ -119,10 +120,7 @@ struct Batch {
 /// // `client` is one HTTP client for every backend (hyper-util's, say).
 /// let source = Etcd::builder(["http://etcd-0:2379", "http://etcd-1:2379"], "/inference/backends/")
 ///     .backoff(Duration::from_millis(100), Duration::from_secs(5))
-///     .build(move |meta: &BackendMeta| {
-///         let origin = meta.address().expect("a record always has an address").clone();
-///         SetOrigin::to(client.clone(), origin)
-///     })?;
+///     .build(move |origin: &Origin| SetOrigin::to(client.clone(), origin.clone()))?;
 /// let counters = source.counters();
 /// let balancer = ModelBalancer::new(source, BalanceConfig::default())?;
 /// # drop((balancer, counters)); Ok(()) }
@@ -220,7 +218,11 @@ impl<E> Stream for Etcd<E> {
                 }
                 let change = match change {
                     Change::Insert(id, meta) => {
-                        let endpoint = (this.make_endpoint)(&meta);
+                        // A decoded record always has an address.
+                        let Some(origin) = meta.address() else {
+                            continue;
+                        };
+                        let endpoint = (this.make_endpoint)(origin);
                         Change::Insert(id, Backend::with_meta(meta, endpoint))
                     }
                     Change::Remove(id) => Change::Remove(id),
