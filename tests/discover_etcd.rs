@@ -1,7 +1,7 @@
 //! The etcd source against a real etcd (`support/etcd.rs`): a snapshot,
 //! then the watch; a watch cut mid-stream resumes with nothing lost or
 //! replayed; a compacted revision is a fresh snapshot that yields only the
-//! differences; invalid records are skipped, keeping the last good one.
+//! differences; an invalid record is no backend, as a fresh replica sees it.
 
 #[path = "support/etcd.rs"]
 mod etcd;
@@ -59,11 +59,13 @@ async fn a_source_starts_from_a_snapshot_then_follows_the_watch() {
     assert_eq!(counters.revision(), revision(&mut client).await);
     assert_eq!(counters.events(), 4);
     assert_eq!(counters.stale_events(), 0);
-    // A bad write to a live backend keeps its last good record.
+    // A bad write takes its backend out, as a replica starting now would
+    // see it; a valid one puts it back.
     put(&mut client, "/fleet/gpu-2", r#"{"version":7}"#).await;
-    client.delete("/fleet/gpu-1", None).await.unwrap();
-    assert_eq!(next_changes(&mut source, 1).await, ["-gpu-1"]);
+    assert_eq!(next_changes(&mut source, 1).await, ["-gpu-2"]);
     assert_eq!(counters.invalid_records(), 2);
+    put(&mut client, "/fleet/gpu-2", &record(4)).await;
+    assert_eq!(next_changes(&mut source, 1).await, ["+gpu-2:4"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

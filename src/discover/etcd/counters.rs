@@ -56,7 +56,8 @@ impl EtcdCounters {
     }
 
     /// Values that did not decode as a backend record (or keys that name
-    /// no backend): skipped, the backend's last good record kept.
+    /// no backend): each such backend is out of the fleet until its record
+    /// is valid again.
     pub fn invalid_records(&self) -> u64 {
         self.inner.invalid.load(Ordering::Relaxed)
     }

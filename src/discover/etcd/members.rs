@@ -1,5 +1,5 @@
-//! What an etcd source has announced (pure logic): each backend's last good
-//! record, the revision applied, and the changes that an event or a fresh
+//! What an etcd source has announced (pure logic): each backend's record,
+//! the revision applied, and the changes that an event or a fresh
 //! snapshot makes.
 
 use std::collections::BTreeMap;
@@ -31,7 +31,7 @@ pub(super) struct Outcome {
     pub(super) applied: u64,
     /// Events at or below the revision applied before: a replay, dropped.
     pub(super) stale: u64,
-    /// Values that did not decode: skipped, the last good record kept.
+    /// Values that did not decode: no backend.
     pub(super) invalid: u64,
 }
 
@@ -97,7 +97,7 @@ impl Members {
     /// `Remove` for every backend gone, `Insert` for every backend new or
     /// changed (each in ID order); an unchanged backend yields nothing, so
     /// a fresh snapshot after a compaction is a diff, not a flap. A value
-    /// that does not decode keeps that backend's last good record.
+    /// that does not decode is no backend, as in [`apply`](Self::apply).
     pub(super) fn replace<'a>(
         &mut self,
         revision: i64,
@@ -110,13 +110,7 @@ impl Members {
                 Ok(meta) => {
                     next.insert(meta.id().clone(), meta);
                 }
-                Err((Some(id), _)) => {
-                    out.invalid += 1;
-                    if let Some(last) = self.metas.get(&id) {
-                        next.insert(id, last.clone());
-                    }
-                }
-                Err((None, _)) => out.invalid += 1,
+                Err(_) => out.invalid += 1,
             }
         }
         for id in self.metas.keys().filter(|id| !next.contains_key(*id)) {
@@ -131,11 +125,18 @@ impl Members {
         self.revision = self.revision.max(revision);
     }
 
+    /// A put. A value that does not decode is no backend: one announced
+    /// under that key is removed. The fleet is then a function of the
+    /// store's records alone, so a replica that has watched for a day and
+    /// one started a second ago hold the same.
     fn put(&mut self, key: &[u8], value: &[u8], out: &mut Outcome) {
         let meta = match self.decode(key, value) {
             Ok(meta) => meta,
-            Err(_) => {
+            Err((id, _)) => {
                 out.invalid += 1;
+                if let Some(id) = id.filter(|id| self.metas.remove(id).is_some()) {
+                    out.changes.push(Change::Remove(id));
+                }
                 return;
             }
         };
@@ -162,16 +163,32 @@ impl Members {
         key: &[u8],
         value: &[u8],
     ) -> Result<BackendMeta, (Option<BackendId>, RecordError)> {
-        let key_text = String::from_utf8_lossy(key);
         let id = key_id(&self.prefix, key).map_err(|error| {
-            tracing::warn!(key = %key_text, %error, "etcd: skipping a key that names no backend");
+            let key = shown(key);
+            tracing::warn!(%key, %error, "etcd: skipping a key that names no backend");
             (None, error)
         })?;
         decode_record(id.clone(), value).map_err(|error| {
-            tracing::warn!(key = %key_text, %error, "etcd: skipping an invalid backend record; keeping its last good one");
+            let key = shown(key);
+            tracing::warn!(%key, %error, "etcd: an invalid backend record; that backend is out of the fleet until it is valid");
             (Some(id), error)
         })
     }
+}
+
+/// A key as logged: escaped (no line break or escape sequence of its own
+/// reaches the log) and cut at 128 characters.
+pub(super) fn shown(key: &[u8]) -> String {
+    let text = String::from_utf8_lossy(key);
+    let mut shown: String = text
+        .chars()
+        .take(128)
+        .flat_map(char::escape_debug)
+        .collect();
+    if text.chars().count() > 128 {
+        shown.push('…');
+    }
+    shown
 }
 
 #[cfg(test)]

@@ -47,7 +47,9 @@
 //!   yielded, so the fleet does not flap.
 //!
 //! A value that does not decode ([`RecordError`]) is skipped, logged and
-//! counted; the backend keeps its last good record. [`Registration`] is the
+//! counted, and that backend is out of the fleet until its record is valid:
+//! the fleet is a function of the store's records alone, so a replica that
+//! has watched for a day and one started a second ago agree. [`Registration`] is the
 //! writer's side: a record under a lease that is kept alive, so a backend
 //! that dies leaves every replica's ring at most a TTL after its last
 //! renewal (plus etcd's expiry check, every 500 ms).

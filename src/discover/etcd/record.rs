@@ -18,7 +18,8 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Why a record could not be decoded (or encoded). A source that meets one
 /// skips the record, logs it and counts it in
 /// [`EtcdCounters::invalid_records`](super::EtcdCounters::invalid_records),
-/// keeping the backend's last good record.
+/// and the backend is out of the fleet until its record is valid again (as
+/// a replica that starts then would see it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RecordError {

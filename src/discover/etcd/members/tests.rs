@@ -80,22 +80,43 @@ fn a_replayed_event_is_dropped_and_counted() {
 }
 
 #[test]
-fn an_invalid_value_keeps_the_last_good_record() {
+fn an_invalid_value_is_no_backend_as_a_fresh_replica_sees_it() {
     let mut members = Members::new(PREFIX.to_vec());
     let mut out = Outcome::default();
-    let (k0, v1) = (key(0), value(1));
-    members.apply([(2, Event::Put(&k0, &v1))], &mut out);
-    members.apply([(3, Event::Put(&k0, b"{not json"))], &mut out);
-    assert_eq!((out.invalid, out.changes.len(), members.len()), (1, 1, 1));
-    // The same in a snapshot: the bad value keeps gpu-0, a bad key is skipped.
-    let mut out = Outcome::default();
-    let bad_key = [PREFIX, b"a b"].concat();
-    members.replace(
-        4,
-        [(&k0[..], &b"{}"[..]), (&bad_key[..], &v1[..])],
+    let (k0, k1, v1) = (key(0), key(1), value(1));
+    members.apply(
+        [(2, Event::Put(&k0, &v1)), (2, Event::Put(&k1, &v1))],
         &mut out,
     );
+    members.apply([(3, Event::Put(&k0, b"{not json"))], &mut out);
+    assert_eq!((out.invalid, out.changes.len(), members.len()), (1, 3, 1));
+    assert!(matches!(&out.changes[2], Change::Remove(gone) if *gone == id(0)));
+    // A replica that starts now reads the same store: the same fleet, and
+    // a snapshot of it changes nothing. A bad key is skipped.
+    let bad_key = [PREFIX, b"a b"].concat();
+    let store = [
+        (&k0[..], &b"{not json"[..]),
+        (&k1[..], &v1[..]),
+        (&bad_key[..], &v1[..]),
+    ];
+    let mut fresh = Members::new(PREFIX.to_vec());
+    fresh.replace(3, store, &mut Outcome::default());
+    assert_eq!(fresh.metas, members.metas);
+    let mut out = Outcome::default();
+    members.replace(4, store, &mut out);
     assert_eq!((out.invalid, out.changes.len(), members.len()), (2, 0, 1));
+    // Valid again: back in.
+    let mut out = Outcome::default();
+    members.apply([(5, Event::Put(&k0, &v1))], &mut out);
+    assert_eq!((out.changes.len(), members.len()), (1, 2));
+}
+
+#[test]
+fn a_key_is_logged_escaped_and_cut() {
+    assert_eq!(super::shown(b"/fleet/gpu\nFAKE"), r"/fleet/gpu\nFAKE");
+    assert_eq!(super::shown(b"/a\x1b[31m"), r"/a\u{1b}[31m");
+    let long = super::shown(&[b'k'; 2000]);
+    assert_eq!(long.chars().count(), 129);
 }
 
 #[test]
