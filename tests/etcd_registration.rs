@@ -113,7 +113,37 @@ async fn a_renewed_record_outlives_its_ttl_and_a_lost_lease_is_granted_again() {
     client.lease_revoke(lease).await.unwrap();
     assert_eq!(next_changes(&mut source, 2).await, ["-gpu-0", "+gpu-0:1"]);
     assert_ne!(registration.lease_id().await, lease);
+    // The record deleted under its live lease: put again at the next
+    // renewal.
+    client.delete("/fleet/gpu-0", None).await.unwrap();
+    assert_eq!(next_changes(&mut source, 2).await, ["-gpu-0", "+gpu-0:1"]);
     assert_eq!(counters.stale_events(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dead_endpoint_of_two_neither_fails_nor_flaps_a_registration() {
+    let Some(server) = start().await else { return };
+    let url = server.client_url();
+    let (mut source, _) = source(&url, "/fleet/");
+    // Nothing listens on port 9: half the calls go there.
+    let endpoints = ["http://127.0.0.1:9".to_owned(), url.clone()];
+    let mut registrations = Vec::new();
+    for name in ["gpu-0", "gpu-1", "gpu-2"] {
+        let registration = Registration::builder(
+            endpoints.clone(),
+            "/fleet/",
+            meta(name, "http://127.0.0.1:9"),
+        )
+        .ttl(Duration::from_secs(2))
+        .register()
+        .await
+        .unwrap();
+        registrations.push(registration);
+    }
+    assert_eq!(next_changes(&mut source, 3).await.len(), 3);
+    // Three TTLs of renewals, each a call that may reach the dead one.
+    let quiet = tokio::time::timeout(Duration::from_secs(6), source.next()).await;
+    assert!(quiet.is_err(), "a registration flapped: {quiet:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,12 +3,13 @@
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client, PutOptions};
+use etcd_client::{Client, GetOptions, PutOptions};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use super::connect::{within, Settings};
 use super::error::EtcdError;
+use super::members::shown;
 use super::record::encode_record;
 use crate::balance::BackendMeta;
 use crate::error::InvalidConfig;
@@ -77,8 +78,17 @@ impl RegistrationBuilder {
             keeper: StdMutex::new(None),
         });
         {
+            // A call goes to one of the endpoints, and one may be down:
+            // a few attempts before giving up.
             let mut state = inner.state.lock().await;
-            inner.grant_and_put(&mut state).await?;
+            let mut attempts = 1 + 2 * self.settings.endpoints.len().min(4);
+            while let Err(error) = inner.grant_and_put(&mut state).await {
+                attempts -= 1;
+                if attempts == 0 || !matches!(error, EtcdError::Client(_)) {
+                    return Err(error);
+                }
+                tokio::time::sleep(RETRY).await;
+            }
         }
         let every = Duration::from_millis(u64::try_from(ttl_secs).unwrap_or(3600) * 1000 / 3);
         let keeper = tokio::spawn(keep_alive(Arc::downgrade(&inner), every));
@@ -249,11 +259,16 @@ impl Registration {
 }
 
 impl Inner {
-    /// Grants a lease and puts the record under it.
+    /// Grants a lease and puts the record under it; a lease whose put
+    /// failed is revoked (at best effort: else it expires, holding
+    /// nothing).
     async fn grant_and_put(&self, state: &mut State) -> Result<(), EtcdError> {
         let mut client = self.client.clone();
         let grant = within(self.timeout, client.lease_grant(self.ttl_secs, None)).await?;
-        self.put(&state.meta, grant.id()).await?;
+        if let Err(error) = self.put(&state.meta, grant.id()).await {
+            let _ = within(self.timeout, client.lease_revoke(grant.id())).await;
+            return Err(error);
+        }
         state.lease = grant.id();
         Ok(())
     }
@@ -281,25 +296,36 @@ impl Inner {
         Ok(true)
     }
 
-    /// One renewal. When it fails, etcd is asked whether it still has
-    /// the lease: one it lost (expired, or revoked behind this process's
-    /// back) is granted again, and the record put again under it.
+    /// One renewal, then a check that the record is still there. When the
+    /// renewal fails, etcd is asked whether it still has the lease: one it
+    /// lost (expired, or revoked behind this process's back: a TTL of -1)
+    /// is granted again and the record put under it. A record deleted
+    /// under a live lease (by hand, or by another writer of the same ID)
+    /// is put again.
     async fn renew(&self) -> Result<(), EtcdError> {
         let mut state = self.state.lock().await;
         let mut client = self.client.clone();
         // Opening the stream sends a renewal and reads its answer; a lease
         // etcd does not have is an error.
         let renewal = within(self.timeout, client.lease_keep_alive(state.lease)).await;
-        let Err(error) = renewal else {
-            return Ok(());
-        };
-        let asked = client.lease_time_to_live(state.lease, None);
-        let ttl = within(self.timeout, asked).await?.ttl();
-        if ttl > 0 {
-            return Err(error.into());
+        if let Err(error) = renewal {
+            let asked = client.lease_time_to_live(state.lease, None);
+            let ttl = within(self.timeout, asked).await?.ttl();
+            if ttl >= 0 {
+                return Err(error.into());
+            }
+            let key = shown(&self.key);
+            tracing::warn!(%key, "etcd: the lease is gone; registering again");
+            return self.grant_and_put(&mut state).await;
         }
-        tracing::warn!(key = %String::from_utf8_lossy(&self.key), "etcd: the lease is gone; registering again");
-        self.grant_and_put(&mut state).await
+        let options = GetOptions::new().with_count_only();
+        let there = within(self.timeout, client.get(self.key.clone(), Some(options))).await?;
+        if there.count() == 0 {
+            let key = shown(&self.key);
+            tracing::warn!(%key, "etcd: the record was deleted under a live lease; putting it again");
+            self.put(&state.meta, state.lease).await?;
+        }
+        Ok(())
     }
 
     fn stop(&self) {
@@ -317,11 +343,21 @@ impl Drop for Inner {
 
 /// Renews the lease every `every` until the registration is gone.
 async fn keep_alive(inner: Weak<Inner>, every: Duration) {
+    let mut wait = every;
     loop {
-        tokio::time::sleep(every).await;
+        tokio::time::sleep(wait).await;
         let Some(inner) = inner.upgrade() else { return };
-        if let Err(error) = inner.renew().await {
-            tracing::warn!(%error, "etcd: lease renewal failed; retrying");
-        }
+        wait = match inner.renew().await {
+            Ok(()) => every,
+            // Soon, not a third of the TTL later: the next call may reach
+            // another endpoint, or etcd back.
+            Err(error) => {
+                tracing::warn!(%error, "etcd: lease renewal failed; retrying");
+                RETRY.min(every)
+            }
+        };
     }
 }
+
+/// The wait before another attempt at a call that failed.
+const RETRY: Duration = Duration::from_millis(100);
