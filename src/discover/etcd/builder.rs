@@ -51,12 +51,17 @@ impl EtcdBuilder {
     ///
     /// [`InvalidConfig`] naming `endpoints` (none, or one with whitespace),
     /// `prefix` (empty, over 1 024 bytes, or with a control character),
-    /// `backoff` or `timeout`.
+    /// `backoff` or `timeout`. A prefix without a trailing `/` is accepted
+    /// with a warning: it matches the keys of every longer prefix too.
     pub fn build<E, F>(self, make_endpoint: F) -> Result<Etcd<E>, InvalidConfig>
     where
         F: Fn(&Origin) -> E + Send + Sync + 'static,
     {
         self.settings.validate()?;
+        if !self.settings.prefix.ends_with(b"/") {
+            let prefix = super::members::shown(&self.settings.prefix);
+            tracing::warn!(%prefix, "etcd: a prefix without a trailing `/` also matches the keys of longer ones (`/a` matches `/ab/…`)");
+        }
         Ok(Etcd::new(self.settings, Arc::new(make_endpoint)))
     }
 }

@@ -105,8 +105,9 @@ struct Batch {
 ///
 /// Built with [`Etcd::builder`]; the watch task starts when the source is
 /// first polled (inside a tokio runtime, as the balancer's discovery task
-/// polls it) and ends when the source is dropped. Never yields an error and
-/// never ends: while etcd is away the fleet stays as last announced.
+/// polls it) and ends when the source is dropped. Never yields an error,
+/// and never ends but when polled outside a tokio runtime (logged as an
+/// error): while etcd is away the fleet stays as last announced.
 ///
 /// ```no_run
 /// use std::time::Duration;
