@@ -205,3 +205,28 @@ async fn a_snapshot_in_pages_and_the_writes_during_it_end_in_the_stores_state() 
     assert_eq!(counters.snapshots(), 1);
     assert_eq!(counters.stale_events(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_moves_past_a_dead_endpoint() {
+    let Some((server, mut client)) = start().await else {
+        return;
+    };
+    put(&mut client, "/fleet/gpu-0", &record(1)).await;
+    // Nothing listens on port 9, the first endpoint.
+    let source = tower_model_balance::discover::etcd::Etcd::builder(
+        ["http://127.0.0.1:9".to_owned(), server.client_url()],
+        "/fleet/",
+    )
+    .backoff(
+        std::time::Duration::from_millis(20),
+        std::time::Duration::from_millis(200),
+    )
+    .build(|_: &tower_model_balance::endpoint::Origin| ())
+    .unwrap();
+    let counters = source.counters();
+    let mut source = source;
+    assert_eq!(next_changes(&mut source, 1).await, ["+gpu-0:1"]);
+    put(&mut client, "/fleet/gpu-1", &record(2)).await;
+    assert_eq!(next_changes(&mut source, 1).await, ["+gpu-1:2"]);
+    assert_eq!(counters.stale_events(), 0);
+}

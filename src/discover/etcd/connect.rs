@@ -65,20 +65,21 @@ impl Settings {
         Ok(())
     }
 
-    /// A client on the endpoints. HTTP/2 keep-alive pings (every 10 s, 5 s
-    /// to answer, idle or not) find a connection that died without a
-    /// reset, and a watch needs the member it is on to have a leader.
-    pub(super) async fn connect(&self) -> Result<Client, etcd_client::Error> {
+    /// A client of endpoint `i` alone (modulo their number): the client
+    /// crate's own balancing over several sends a call to a dead member as
+    /// readily as to a live one, so callers move to the next endpoint when
+    /// one fails. The connection is made at the first call. HTTP/2
+    /// keep-alive pings (every 10 s, 5 s to answer, idle or not) find a
+    /// connection that died without a reset, and a watch needs the member
+    /// it is on to have a leader.
+    pub(super) async fn connect(&self, i: usize) -> Result<Client, etcd_client::Error> {
         let options = ConnectOptions::new()
             .with_connect_timeout(self.timeout)
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
             .with_keep_alive_while_idle(true)
             .with_require_leader(true);
-        within(
-            self.timeout,
-            Client::connect(&self.endpoints, Some(options)),
-        )
-        .await
+        let endpoint = [&self.endpoints[i % self.endpoints.len()]];
+        within(self.timeout, Client::connect(endpoint, Some(options))).await
     }
 
     /// The end of the prefix's key range: the prefix with its last byte

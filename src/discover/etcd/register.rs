@@ -62,33 +62,28 @@ impl RegistrationBuilder {
         }
         encode_record(&self.meta)?;
         let ttl_secs = i64::try_from(self.ttl.as_millis().div_ceil(1000)).unwrap_or(3600);
-        let client = self.settings.connect().await?;
+        let mut clients = Vec::with_capacity(self.settings.endpoints.len());
+        for i in 0..self.settings.endpoints.len() {
+            clients.push(self.settings.connect(i).await?);
+        }
         let mut key = self.settings.prefix.clone();
         key.extend_from_slice(self.meta.id().as_str().as_bytes());
         let inner = Arc::new(Inner {
             timeout: self.settings.timeout,
             key,
             ttl_secs,
-            client,
+            clients,
             registered: self.meta.clone(),
             state: Mutex::new(State {
                 meta: self.meta,
                 lease: 0,
+                at: 0,
             }),
             keeper: StdMutex::new(None),
         });
         {
-            // A call goes to one of the endpoints, and one may be down:
-            // a few attempts before giving up.
             let mut state = inner.state.lock().await;
-            let mut attempts = 1 + 2 * self.settings.endpoints.len().min(4);
-            while let Err(error) = inner.grant_and_put(&mut state).await {
-                attempts -= 1;
-                if attempts == 0 || !matches!(error, EtcdError::Client(_)) {
-                    return Err(error);
-                }
-                tokio::time::sleep(RETRY).await;
-            }
+            inner.grant_and_put(&mut state).await?;
         }
         let every = Duration::from_millis(u64::try_from(ttl_secs).unwrap_or(3600) * 1000 / 3);
         let keeper = tokio::spawn(keep_alive(Arc::downgrade(&inner), every));
@@ -146,7 +141,8 @@ struct Inner {
     timeout: Duration,
     key: Vec<u8>,
     ttl_secs: i64,
-    client: Client,
+    /// One client per endpoint, tried in turn (see [`Inner::call`]).
+    clients: Vec<Client>,
     /// The metadata as registered (its ID and addresses never change).
     registered: BackendMeta,
     state: Mutex<State>,
@@ -157,6 +153,8 @@ struct Inner {
 struct State {
     meta: BackendMeta,
     lease: i64,
+    /// The endpoint calls go to first: the last that answered.
+    at: usize,
 }
 
 impl Registration {
@@ -251,37 +249,68 @@ impl Registration {
     /// when the lease expires, the renewals being stopped all the same.
     pub async fn deregister(self) -> Result<(), EtcdError> {
         self.inner.stop();
-        let lease = self.inner.state.lock().await.lease;
-        let mut client = self.inner.client.clone();
-        within(self.inner.timeout, client.lease_revoke(lease)).await?;
+        let mut state = self.inner.state.lock().await;
+        let lease = state.lease;
+        let revoke = |mut c: Client| async move { c.lease_revoke(lease).await };
+        self.inner.call(&mut state, revoke).await?;
         Ok(())
     }
 }
 
 impl Inner {
+    /// `op` on the client of the endpoint that last answered; when it
+    /// fails, on the next endpoint's, and so on once round. The client
+    /// crate's own balancing sends a call to a dead member as readily as to
+    /// a live one: one dead member of two failed 11 of 12 registrations.
+    async fn call<T, F, Fut>(&self, state: &mut State, op: F) -> Result<T, etcd_client::Error>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut failed = None;
+        for _ in 0..self.clients.len() {
+            let client = self.clients[state.at % self.clients.len()].clone();
+            match within(self.timeout, op(client)).await {
+                Ok(value) => return Ok(value),
+                Err(error) => failed = Some(error),
+            }
+            state.at = state.at.wrapping_add(1);
+        }
+        Err(failed.unwrap_or_else(|| etcd_client::Error::InvalidArgs("no etcd endpoint".into())))
+    }
+
     /// Grants a lease and puts the record under it; a lease whose put
     /// failed is revoked (at best effort: else it expires, holding
     /// nothing).
     async fn grant_and_put(&self, state: &mut State) -> Result<(), EtcdError> {
-        let mut client = self.client.clone();
-        let grant = within(self.timeout, client.lease_grant(self.ttl_secs, None)).await?;
-        if let Err(error) = self.put(&state.meta, grant.id()).await {
-            let _ = within(self.timeout, client.lease_revoke(grant.id())).await;
+        let ttl = self.ttl_secs;
+        let grant = |mut c: Client| async move { c.lease_grant(ttl, None).await };
+        let lease = self.call(state, grant).await?.id();
+        let meta = state.meta.clone();
+        if let Err(error) = self.put(state, &meta, lease).await {
+            let revoke = |mut c: Client| async move { c.lease_revoke(lease).await };
+            let _ = self.call(state, revoke).await;
             return Err(error);
         }
-        state.lease = grant.id();
+        state.lease = lease;
         Ok(())
     }
 
-    async fn put(&self, meta: &BackendMeta, lease: i64) -> Result<(), EtcdError> {
+    async fn put(
+        &self,
+        state: &mut State,
+        meta: &BackendMeta,
+        lease: i64,
+    ) -> Result<(), EtcdError> {
         let value = encode_record(meta)?;
-        let mut client = self.client.clone();
-        let options = PutOptions::new().with_lease(lease);
-        within(
-            self.timeout,
-            client.put(self.key.clone(), value, Some(options)),
-        )
-        .await?;
+        let put = |mut c: Client| {
+            let (key, value) = (self.key.clone(), value.clone());
+            async move {
+                c.put(key, value, Some(PutOptions::new().with_lease(lease)))
+                    .await
+            }
+        };
+        self.call(state, put).await?;
         Ok(())
     }
 
@@ -291,7 +320,8 @@ impl Inner {
         if next == state.meta {
             return Ok(false);
         }
-        self.put(&next, state.lease).await?;
+        let lease = state.lease;
+        self.put(&mut state, &next, lease).await?;
         state.meta = next;
         Ok(true)
     }
@@ -304,13 +334,13 @@ impl Inner {
     /// is put again.
     async fn renew(&self) -> Result<(), EtcdError> {
         let mut state = self.state.lock().await;
-        let mut client = self.client.clone();
+        let lease = state.lease;
         // Opening the stream sends a renewal and reads its answer; a lease
         // etcd does not have is an error.
-        let renewal = within(self.timeout, client.lease_keep_alive(state.lease)).await;
-        if let Err(error) = renewal {
-            let asked = client.lease_time_to_live(state.lease, None);
-            let ttl = within(self.timeout, asked).await?.ttl();
+        let keep_alive = |mut c: Client| async move { c.lease_keep_alive(lease).await.map(drop) };
+        if let Err(error) = self.call(&mut state, keep_alive).await {
+            let asked = |mut c: Client| async move { c.lease_time_to_live(lease, None).await };
+            let ttl = self.call(&mut state, asked).await?.ttl();
             if ttl >= 0 {
                 return Err(error.into());
             }
@@ -318,12 +348,15 @@ impl Inner {
             tracing::warn!(%key, "etcd: the lease is gone; registering again");
             return self.grant_and_put(&mut state).await;
         }
-        let options = GetOptions::new().with_count_only();
-        let there = within(self.timeout, client.get(self.key.clone(), Some(options))).await?;
-        if there.count() == 0 {
+        let count = |mut c: Client| {
+            let key = self.key.clone();
+            async move { c.get(key, Some(GetOptions::new().with_count_only())).await }
+        };
+        if self.call(&mut state, count).await?.count() == 0 {
             let key = shown(&self.key);
             tracing::warn!(%key, "etcd: the record was deleted under a live lease; putting it again");
-            self.put(&state.meta, state.lease).await?;
+            let meta = state.meta.clone();
+            self.put(&mut state, &meta, lease).await?;
         }
         Ok(())
     }

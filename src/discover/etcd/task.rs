@@ -31,6 +31,9 @@ pub(super) struct Task {
     out: mpsc::Sender<Batch>,
     /// Whether the next session starts with a snapshot.
     snapshot: bool,
+    /// The endpoint the next session connects to: the next one after a
+    /// break.
+    at: usize,
 }
 
 impl Task {
@@ -46,6 +49,7 @@ impl Task {
             counters,
             out,
             snapshot: true,
+            at: 0,
         }
     }
 
@@ -65,6 +69,7 @@ impl Task {
                     );
                 }
                 End::Broken(error) => {
+                    self.at = self.at.wrapping_add(1);
                     let wait = backoff.next_wait();
                     tracing::warn!(
                         %error,
@@ -83,7 +88,7 @@ impl Task {
 
     /// One connection: a snapshot if due, then the watch until it ends.
     async fn session(&mut self, backoff: &mut Backoff) -> End {
-        let mut client = match self.settings.connect().await {
+        let mut client = match self.settings.connect(self.at).await {
             Ok(client) => client,
             Err(error) => return End::Broken(error.to_string()),
         };
