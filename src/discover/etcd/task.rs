@@ -75,7 +75,12 @@ impl Task {
                         %error,
                         revision = self.members.revision(),
                         retry_ms = wait.as_millis() as u64,
-                        "etcd: watch broken; resuming after the last applied revision"
+                        "{}",
+                        if self.snapshot {
+                            "etcd: no snapshot read yet; trying again"
+                        } else {
+                            "etcd: watch broken; resuming after the last applied revision"
+                        }
                     );
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
