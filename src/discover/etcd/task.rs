@@ -77,7 +77,7 @@ impl Task {
                         retry_ms = wait.as_millis() as u64,
                         "{}",
                         if self.snapshot {
-                            "etcd: no snapshot read yet; trying again"
+                            "etcd: could not read a snapshot; trying again"
                         } else {
                             "etcd: watch broken; resuming after the last applied revision"
                         }
