@@ -1,5 +1,6 @@
 //! Per-request cost of routing through `ModelBalancer` against what a user
-//! would run instead, over N = 8, 64, 512 and 1024 always-ready backends.
+//! would run instead, over N = 8, 64, 512, 1024 and 10 000 always-ready
+//! backends.
 //!
 //! Group `balance`, one row per router and N:
 //!
@@ -54,8 +55,9 @@
 //! over the row's whole run (warm-up included; a spill counts as not warm);
 //! and, for the warm rows, the ratios the project's done-when names:
 //! `model_balancer/N ÷ tower_p2c_buffer/N` (target ≤ 0.25),
-//! `model_balancer/N ÷ tower_p2c/N` (≤ 0.5), `model_balancer/1024 ÷
-//! model_balancer/8` (≤ 1.5) and `model_balancer_prefix/N ÷
+//! `model_balancer/N ÷ tower_p2c/N` (≤ 0.5), `model_balancer/10000 ÷
+//! model_balancer/8` (≤ 1.5: the pick flat in the fleet's size; `/1024 ÷
+//! /8` is shown too) and `model_balancer_prefix/N ÷
 //! model_balancer_route/N` (≤ 1.2). The ratios hold on a warm fleet: after the
 //! table the bench panics if a `model_balancer` row it measured had a warm
 //! share under 90%, as its figure would then time the cold path. Each figure
@@ -66,10 +68,18 @@
 //! earlier run. A median is less swayed than criterion's estimates by the
 //! samples that other processes on a shared CPU preempted. Rows a filter
 //! skipped show `-`; with no row measured (`--list`, `--test`) there is no
-//! table.
+//! table. Last, the heap a `model_balancer/N` holds per backend once it has
+//! routed a chunk of the fleet workload (its ring, its per-backend state,
+//! its demand table), by a counting global allocator: the live heap before
+//! it was built and after.
 
+#[path = "../tests/support/live_heap.rs"]
+#[allow(dead_code)] // Its live-heap count only.
+mod live_heap;
 #[path = "../tests/support/ready.rs"]
 mod ready;
+#[path = "balance/report.rs"]
+mod report;
 #[path = "balance/rows.rs"]
 mod rows;
 #[path = "balance/workload.rs"]
@@ -96,8 +106,11 @@ use ready::Ready;
 use rows::{model_balancer, tower_p2c, tower_p2c_buffer, warm_share};
 use workload::Workload;
 
+#[global_allocator]
+static GLOBAL: live_heap::Counting = live_heap::Counting;
+
 const GROUP: &str = "balance";
-const SIZES: [usize; 4] = [8, 64, 512, 1024];
+const SIZES: [usize; 5] = [8, 64, 512, 1024, 10_000];
 /// Distinct model IDs in the fleet workload: the most that N = 8 backends
 /// of [`BackendMeta::MAX_MODEL_SLOTS`] slots hold at once.
 const FLEET_MODELS: usize = 128;
@@ -285,109 +298,32 @@ fn bench(c: &mut Criterion, env: &Env) {
     group.finish();
 }
 
-// === report ===
+/// Heap bytes per backend that `model_balancer/n` holds once it has
+/// routed one chunk of the fleet workload.
+fn heap_per_backend(env: &Env, n: usize) -> f64 {
+    let rt = runtime();
+    ready::idle_runtime();
+    let before = live_heap::live();
+    let balancer = model_balancer(n, BackendMeta::MAX_MODEL_SLOTS);
+    let (balancer, _) = sample(&env.fleet, &rt, balancer, CHUNK as u64);
+    let held = live_heap::live() - before;
+    drop(balancer);
+    held as f64 / n as f64
+}
 
-/// Prints ns per request, the balancer rows' warm shares and the
-/// done-when ratios of the warm rows (target in parentheses, then `ok` or
-/// `MISS`) for the rows measured; then panics if a `model_balancer` row
-/// was under [`MIN_WARM`].
-fn report(env: &Env) {
-    if env.samples.borrow().is_empty() {
+/// Prints [`heap_per_backend`] at each N, when the rows were measured.
+fn report_memory(env: &Env) {
+    if !SIZES.iter().any(|n| {
+        env.samples
+            .borrow()
+            .contains_key(&format!("model_balancer/{n}"))
+    }) {
         return;
     }
-    let get = |kind: &str, n: usize| env.median(&format!("{kind}/{n}"));
-    let warm = |kind: &str, n: usize| env.warm.borrow().get(&format!("{kind}/{n}")).copied();
-    let ratio = |a: Option<f64>, b: Option<f64>, target: f64| match (a, b) {
-        (Some(a), Some(b)) => {
-            let verdict = if a / b <= target { "ok" } else { "MISS" };
-            format!("{:.3} {verdict}", a / b)
-        }
-        _ => "-".to_owned(),
-    };
-    let line = |label: &str, cell: &dyn Fn(usize) -> String| {
-        print!("  {label:<54}");
-        SIZES.iter().for_each(|&n| print!("{:>12}", cell(n)));
-        println!();
-    };
-    let dash = || "-".to_owned();
-    println!("\n{GROUP}: ns per request, median of this run's samples");
-    if let Some(ns) = env.median("direct") {
-        println!("  {:<54}{ns:>12.1}", "direct");
+    println!("\nheap per backend of model_balancer/N, after routing {CHUNK} requests:");
+    for n in SIZES {
+        println!("  N = {n:<6} {:>8.0} B", heap_per_backend(env, n));
     }
-    line("N", &|n| n.to_string());
-    for kind in [
-        "model_balancer",
-        "model_balancer_route",
-        "model_balancer_prefix",
-        "model_balancer_cold",
-        "tower_p2c_buffer",
-        "tower_p2c",
-    ] {
-        line(kind, &|n| {
-            get(kind, n).map_or_else(dash, |ns| format!("{ns:.1}"))
-        });
-    }
-    for kind in [
-        "model_balancer",
-        "model_balancer_route",
-        "model_balancer_prefix",
-        "model_balancer_cold",
-    ] {
-        let label = format!("{kind} warm share");
-        line(&label, &|n| {
-            warm(kind, n).map_or_else(dash, |share| format!("{:.1}%", 100.0 * share))
-        });
-    }
-    for (baseline, target) in [("tower_p2c_buffer", 0.25), ("tower_p2c", 0.5)] {
-        let label = format!("model_balancer ÷ {baseline} (≤ {target})");
-        line(&label, &|n| {
-            ratio(get("model_balancer", n), get(baseline, n), target)
-        });
-    }
-    line(
-        "model_balancer_prefix ÷ model_balancer_route (≤ 1.2)",
-        &|n| {
-            ratio(
-                get("model_balancer_prefix", n),
-                get("model_balancer_route", n),
-                1.2,
-            )
-        },
-    );
-    line("model_balancer_prefix ÷ model_balancer", &|n| {
-        get("model_balancer_prefix", n)
-            .zip(get("model_balancer", n))
-            .map_or_else(dash, |(a, b)| format!("{:.3}", a / b))
-    });
-    let (small, large) = (SIZES[0], SIZES[SIZES.len() - 1]);
-    println!(
-        "  {:<54}{:>12}",
-        format!("model_balancer/{large} ÷ model_balancer/{small} (≤ 1.5)"),
-        ratio(
-            get("model_balancer", large),
-            get("model_balancer", small),
-            1.5
-        )
-    );
-    let cold: Vec<String> = [
-        "model_balancer",
-        "model_balancer_route",
-        "model_balancer_prefix",
-    ]
-    .iter()
-    .flat_map(|kind| SIZES.iter().map(move |&n| (kind, n)))
-    .filter_map(|(kind, n)| {
-        let share = warm(kind, n)?;
-        (share < MIN_WARM).then(|| format!("{kind}/{n} ({:.1}%)", 100.0 * share))
-    })
-    .collect();
-    assert!(
-        cold.is_empty(),
-        "warm share under {:.0}% in {}: those figures time the cold path, not a fleet \
-         that holds its working set; the ratios above do not stand",
-        100.0 * MIN_WARM,
-        cold.join(", ")
-    );
 }
 
 fn main() {
@@ -407,5 +343,6 @@ fn main() {
         .configure_from_args();
     bench(&mut criterion, &env);
     criterion.final_summary();
-    report(&env);
+    report_memory(&env);
+    report::report(&env);
 }

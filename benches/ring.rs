@@ -1,24 +1,34 @@
 //! Cost of finding a model's owners on the ring against Google's Maglev
-//! lookup table (the `maglev` crate), over the same backends and the same
-//! precomputed model hashes, side by side in one run.
+//! lookup table, over the same backends and the same precomputed model
+//! hashes, side by side in one run.
 //!
-//! Group `ring`, one row per lookup and N = 8, 64, 512 and 1024 backends
-//! (150 vnodes, weight 1):
+//! Group `ring`, one row per lookup and N = 8, 64, 512, 1024 and 10 000
+//! backends (150 vnodes, weight 1):
 //!
 //! * `candidates/N`: the primary owner (k = 1), `Ring::primary`;
 //! * `owners/N`: the same through a walk, `ring.owners(hash, 1).next()`, as
 //!   the balancer reads owners;
-//! * `maglev/N`: `Maglev::get` through an identity hasher, so both sides
-//!   start from the same 64-bit hash.
+//! * `maglev/N`: a Maglev table's lookup of the same 64-bit hash
+//!   (`ring/maglev.rs`: the `maglev` crate's table, built without the
+//!   crate's N × M permutations, which take 80 GB at N = 10 000; at N ≤ 64
+//!   the bench checks the two tables agree on every entry).
 //!
 //! Each row cycles through 4096 xxh3 model hashes, so lookups spread over
 //! the tables rather than hitting one cache line. Maglev is the fastest
 //! stable mapping we know of (one table read) but yields one owner, not an
-//! order to spill along; the target is `candidates/1024` within 1.5× of
-//! `maglev/1024`. After the group, a table gives each row's median ns per
-//! lookup over the samples criterion took in this run (of at least 1000
+//! order to spill along; the target is `candidates/N ≤ maglev/N` at
+//! N = 1024 and 10 000. After the group, a table gives each row's median ns
+//! per lookup over the samples criterion took in this run (of at least 1000
 //! lookups; not criterion's `estimates.json`, which a filtered run would
-//! leave from an earlier one) and its ratio to Maglev at the same N.
+//! leave from an earlier one), its ratio to Maglev at the same N, and each
+//! structure's heap bytes per backend (the live heap before and after it
+//! was built, by a counting global allocator).
+
+#[path = "../tests/support/live_heap.rs"]
+#[allow(dead_code)] // Its live-heap count only.
+mod live_heap;
+#[path = "ring/maglev.rs"]
+mod maglev_table;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -28,16 +38,24 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use criterion::{black_box, BenchmarkId, Criterion};
-use maglev::{ConsistentHasher, Maglev};
+use maglev::{ConsistentHasher, Maglev as MaglevCrate};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::ModelId;
 
-const GROUP: &str = "ring";
-const SIZES: [usize; 4] = [8, 64, 512, 1024];
-const MODELS: usize = 4096;
+use maglev_table::Maglev;
 
-/// Hands Maglev the precomputed hash as it is. Maglev writes a seed, then
+#[global_allocator]
+static GLOBAL: live_heap::Counting = live_heap::Counting;
+
+const GROUP: &str = "ring";
+const SIZES: [usize; 5] = [8, 64, 512, 1024, 10_000];
+const MODELS: usize = 4096;
+/// Largest N at which the bench checks its Maglev table against the crate's
+/// (whose build takes N × M words).
+const CHECKED_UP_TO: usize = 64;
+
+/// Hands the `maglev` crate the precomputed hash as it is. Maglev writes a seed, then
 /// the key; the hash is the last integer written.
 #[derive(Debug, Clone, Copy, Default)]
 struct Identity;
@@ -75,6 +93,28 @@ fn backend(i: usize) -> BackendId {
 /// Each row's samples of at least [`MIN_ITERS`] lookups, in ns per lookup.
 type Samples = RefCell<BTreeMap<String, Vec<f64>>>;
 
+/// Heap bytes per backend of each structure, by `ring/N` or `maglev/N`.
+type Memory = BTreeMap<String, f64>;
+
+/// `build()`'s result and the live heap it added, per backend of `n`.
+fn measured<T>(n: usize, build: impl FnOnce() -> T) -> (T, f64) {
+    let before = live_heap::live();
+    let built = build();
+    let bytes = (live_heap::live() - before) as f64;
+    (built, bytes / n as f64)
+}
+
+/// Panics unless `table` agrees with the `maglev` crate's over the same
+/// node hashes on every entry.
+fn check_against_crate(table: &Maglev, nodes: &[u64]) {
+    let theirs = MaglevCrate::with_hasher(nodes.iter().copied(), Identity);
+    assert_eq!(theirs.capacity(), table.entries().len(), "table size");
+    for (key, &ours) in table.entries().iter().enumerate() {
+        let expected = theirs.get(&(key as u64)).copied();
+        assert_eq!(expected, Some(nodes[ours as usize]), "entry {key}");
+    }
+}
+
 /// Samples shorter than this are left out of the table (timer resolution).
 const MIN_ITERS: u64 = 1_000;
 
@@ -96,7 +136,7 @@ fn timed(samples: &Samples, row: &str, iters: u64, mut op: impl FnMut()) -> Dura
     elapsed
 }
 
-fn bench(c: &mut Criterion, samples: &Samples) {
+fn bench(c: &mut Criterion, samples: &Samples, memory: &mut Memory) {
     let hashes: Vec<u64> = (0..MODELS)
         .map(|i| ModelId::new(&format!("model-{i}")).unwrap().hash64())
         .collect();
@@ -109,11 +149,18 @@ fn bench(c: &mut Criterion, samples: &Samples) {
     };
     let mut group = c.benchmark_group(GROUP);
     for n in SIZES {
-        let ring = Ring::build(&RingConfig::default(), (0..n).map(|i| (backend(i), 1))).unwrap();
-        // Maglev's nodes are the xxh3 hashes of the same backend IDs, so the
-        // identity hasher still spreads its permutations.
-        let nodes = (0..n).map(|i| xxhash_rust::xxh3::xxh3_64(backend(i).as_bytes()));
-        let maglev = Maglev::with_hasher(nodes, Identity);
+        let members: Vec<_> = (0..n).map(|i| (backend(i), 1)).collect();
+        let (ring, bytes) = measured(n, || Ring::build(&RingConfig::default(), members).unwrap());
+        memory.insert(format!("ring/{n}"), bytes);
+        // Maglev's nodes are the xxh3 hashes of the same backend IDs.
+        let nodes: Vec<u64> = (0..n)
+            .map(|i| xxhash_rust::xxh3::xxh3_64(backend(i).as_bytes()))
+            .collect();
+        let (maglev, bytes) = measured(n, || Maglev::new(&nodes));
+        memory.insert(format!("maglev/{n}"), bytes);
+        if n <= CHECKED_UP_TO {
+            check_against_crate(&maglev, &nodes);
+        }
 
         let row = |name: &str| format!("{name}/{n}");
         group.bench_function(BenchmarkId::new("candidates", n), |b| {
@@ -133,7 +180,7 @@ fn bench(c: &mut Criterion, samples: &Samples) {
         group.bench_function(BenchmarkId::new("maglev", n), |b| {
             b.iter_custom(|iters| {
                 timed(samples, &row("maglev"), iters, || {
-                    black_box(maglev.get(&black_box(next())).copied());
+                    black_box(maglev.get(black_box(next())));
                 })
             })
         });
@@ -148,10 +195,14 @@ fn median(samples: &Samples, row: &str) -> Option<f64> {
     Some(ns[ns.len() / 2])
 }
 
+/// N at which `candidates/N ≤ maglev/N` is the target.
+const TARGET_SIZES: [usize; 2] = [1024, 10_000];
+
 fn main() {
     let samples = Samples::default();
+    let mut memory = Memory::new();
     let mut criterion = Criterion::default().configure_from_args();
-    bench(&mut criterion, &samples);
+    bench(&mut criterion, &samples, &mut memory);
     criterion.final_summary();
     if samples.borrow().is_empty() {
         return;
@@ -161,11 +212,25 @@ fn main() {
         let Some(maglev) = median(&samples, &format!("maglev/{n}")) else {
             continue;
         };
+        println!("  {:<16} {maglev:>6.2} ns", format!("maglev/{n}"));
         for name in ["candidates", "owners"] {
             let row = format!("{name}/{n}");
             if let Some(ns) = median(&samples, &row) {
-                println!("  {row:<16} {ns:>6.2} ns  {:>5.2}x", ns / maglev);
+                let ratio = ns / maglev;
+                let verdict = match name == "candidates" && TARGET_SIZES.contains(&n) {
+                    true if ratio <= 1.0 => "  (≤ 1: ok)",
+                    true => "  (≤ 1: MISS)",
+                    false => "",
+                };
+                println!("  {row:<16} {ns:>6.2} ns  {ratio:>5.2}x{verdict}");
             }
+        }
+    }
+    println!("\nheap bytes per backend (150 vnodes a backend):");
+    for n in SIZES {
+        let get = |kind: &str| memory.get(&format!("{kind}/{n}")).copied();
+        if let (Some(ring), Some(maglev)) = (get("ring"), get("maglev")) {
+            println!("  N = {n:<6} ring {ring:>8.0} B   maglev {maglev:>8.0} B");
         }
     }
 }

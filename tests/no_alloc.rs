@@ -1,5 +1,6 @@
 //! The balancer's request path allocates nothing: ready, call, response and
-//! completion, counted by a global allocator — with a breaker per backend,
+//! completion, counted by a global allocator, over 16 and 10 000 backends —
+//! with a breaker per backend,
 //! and with one per (backend, model) pair once the pairs are tracked. The
 //! standalone breaker layer, its response body included, allocates nothing
 //! either.
@@ -64,9 +65,10 @@ fn allocations<R: Rng>(
     ALLOCATIONS.load(Ordering::Relaxed) - before
 }
 
-/// A breaker per backend; inference and updates.
-fn per_backend() {
-    let mut balancer = balancer(16, BalanceConfig::default());
+/// A breaker per backend; inference and updates, over `backends`
+/// backends (over 256, a walk lists the members it met inline).
+fn per_backend(backends: usize) {
+    let mut balancer = balancer(backends, BalanceConfig::default());
     let models: Vec<String> = (0..64).map(|i| format!("model-{i}")).collect();
     let kinds = ["inference", "inference", "inference", "update"];
     // Requests are built before counting: their header maps allocate.
@@ -76,7 +78,7 @@ fn per_backend() {
     let allocations = allocations(&mut balancer, requests, 1_000);
     assert_eq!(
         allocations, 0,
-        "{allocations} allocations over 1000 requests"
+        "{allocations} allocations over 1000 requests to {backends} backends"
     );
     let stats = balancer.handle().stats();
     assert_eq!(
@@ -144,7 +146,8 @@ fn breaker_layer() {
 
 #[test]
 fn the_request_path_allocates_nothing() {
-    per_backend();
+    per_backend(16);
+    per_backend(10_000);
     per_pair();
     breaker_layer();
 }

@@ -29,11 +29,14 @@ impl Ring {
     }
 
     /// [`Ring::start`] when the key's first point is not among the
-    /// [`WINDOW`] from `lo`: a crowded bucket, or the end of the ring.
+    /// [`WINDOW`] from `lo`: a crowded bucket, or the end of the ring. A
+    /// binary search over the bucket's points only: the key's first point
+    /// is at most the next bucket's first.
     #[cold]
     fn start_beyond(&self, lo: usize, key: u64) -> usize {
-        let rest = self.points.get(lo..).unwrap_or_default();
-        lo + rest.partition_point(|p| p.hash < key)
+        let hi = self.index.end(key).min(self.points.len());
+        let bucket = self.points.get(lo..hi).unwrap_or_default();
+        lo + bucket.partition_point(|p| p.hash < key)
     }
 }
 
@@ -115,5 +118,12 @@ impl Index {
     pub(super) fn bucket(&self, key: u64) -> Bucket {
         let j = (key >> self.shift) as usize;
         self.buckets.get(j).copied().unwrap_or_default()
+    }
+
+    /// The position of the first point past `key`'s bucket: the next
+    /// bucket's first, or `u32::MAX` for the last bucket (past every point).
+    fn end(&self, key: u64) -> usize {
+        let next = (key >> self.shift) as usize + 1;
+        self.buckets.get(next).map_or(u32::MAX, |b| b.first) as usize
     }
 }

@@ -42,7 +42,7 @@
 //! primary owner, read with no further lookup. Otherwise a lookup compares
 //! the key with the next 4 points from the bucket's, without branching;
 //! only when the key lies beyond them (a crowded bucket, the end of the
-//! ring) does it binary search the rest. It finds exactly the point a binary
+//! ring) does it binary search the rest of the bucket. It finds exactly the point a binary
 //! search over the whole ring would.
 
 mod index;

@@ -284,10 +284,16 @@ fn the_index_holds_each_buckets_first_point_and_owner() {
 
 #[test]
 fn start_in_a_crowded_bucket_matches_binary_search() {
-    // 64 points, 64 buckets: all in bucket 0, then all in the last one.
+    // 64 points, 64 buckets: all in bucket 0, then all in the last one,
+    // then 32 in one bucket of the middle with a point in every fourth
+    // bucket after it (a search must stop at its bucket's end).
     let low: Vec<u64> = (0..64).map(|i| i * 3).collect();
     let high: Vec<u64> = low.iter().map(|h| u64::MAX - h).collect();
-    for hashes in [low, high] {
+    let middle: Vec<u64> = (0..32)
+        .map(|i| (20 << 58) + i * 5)
+        .chain((0..32).map(|i| (21 + 4 * i % 43) << 58))
+        .collect();
+    for hashes in [low, high, middle] {
         let ring = ring_of_points(&hashes, 5);
         for key in probe_keys(&ring) {
             assert_start_matches(&ring, key);
