@@ -59,7 +59,10 @@ async fn serve(
     if fault == Some(Fault::Hang) {
         return hang(&state, req).await;
     }
-    if req.method() == Method::GET && req.uri().path() == protocol::READY_PATH {
+    let path = req.uri().path();
+    if req.method() == Method::GET
+        && (path == protocol::READY_PATH || path == protocol::HEALTH_PATH)
+    {
         let status = if fault == Some(Fault::Unavailable) {
             StatusCode::SERVICE_UNAVAILABLE
         } else {

@@ -1,0 +1,62 @@
+//! vLLM's `GET /health` over a real socket on 127.0.0.1: 200 with an
+//! empty body while the server serves, 503 while a fault makes it
+//! unavailable, as `GET /v2/health/ready` answers.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tower_model_balance_sim::{protocol, Fault, ModelServer, ServerConfig};
+
+/// A bound so that a broken server fails the test instead of hanging it.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// The status and body of `GET path` on `server`.
+async fn get(server: &ModelServer, path: &str) -> (u16, Bytes) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let req = http::Request::get(format!("http://{}{path}", server.addr()))
+        .body(Empty::new())
+        .unwrap();
+    let rsp = tokio::time::timeout(BOUND, client.request(req))
+        .await
+        .expect("answered in time")
+        .expect("a response");
+    let status = rsp.status().as_u16();
+    let body = rsp.into_body().collect().await.expect("a whole body");
+    (status, body.to_bytes())
+}
+
+#[tokio::test]
+async fn health_answers_as_vllm_does_and_follows_the_fault() {
+    let server = ModelServer::start("node-0", ServerConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(protocol::HEALTH_PATH, "/health");
+    assert_eq!(
+        get(&server, protocol::HEALTH_PATH).await,
+        (200, Bytes::new())
+    );
+
+    server.set_fault(Some(Fault::Unavailable));
+    for path in [protocol::HEALTH_PATH, protocol::READY_PATH] {
+        assert_eq!(get(&server, path).await.0, 503, "{path} while unavailable");
+    }
+
+    server.set_fault(None);
+    assert_eq!(
+        get(&server, protocol::HEALTH_PATH).await,
+        (200, Bytes::new())
+    );
+    // Only GET: a POST to the path is no route.
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let post = http::Request::post(format!("http://{}/health", server.addr()))
+        .body(Empty::new())
+        .unwrap();
+    let rsp = tokio::time::timeout(BOUND, client.request(post))
+        .await
+        .expect("answered in time")
+        .expect("a response");
+    assert_eq!(rsp.status(), 404);
+}
