@@ -35,11 +35,16 @@ pub(super) async fn handle(
     state: Arc<State>,
     req: Request<Incoming>,
 ) -> Result<Response<Wire>, Infallible> {
+    let arrived = Instant::now();
     let mut stream = None;
-    let response = match serve(state, req, &mut stream).await {
+    let mut response = match serve(state, req, &mut stream).await {
         Ok(response) => response,
         Err(never) => match never {},
     };
+    let served = u64::try_from(arrived.elapsed().as_micros()).unwrap_or(u64::MAX);
+    response
+        .headers_mut()
+        .insert(protocol::SERVED_IN_HEADER, http::HeaderValue::from(served));
     Ok(match stream {
         Some(stream) => response.map(|_| Wire::Stream(stream)),
         None => Wire::of(response),

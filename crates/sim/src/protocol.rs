@@ -120,7 +120,7 @@
 //! request (on any inference route) with header `x-request-kind: update`
 //! is served as an update: a fixed time, no resident model needed. Every
 //! 200 response to an inference or update carries [`COLD_LOAD_HEADER`], [`BACKEND_HEADER`] and
-//! [`RESIDENT_MODELS_HEADER`].
+//! [`RESIDENT_MODELS_HEADER`]; every answer, [`SERVED_IN_HEADER`].
 //!
 //! The metrics, each a gauge with `# HELP` and `# TYPE` lines:
 //!
@@ -172,6 +172,10 @@ pub const BACKEND_HEADER: HeaderName = HeaderName::from_static("x-sim-backend");
 /// loading) once the request was served, sorted and comma-separated (a
 /// name holding a comma reads as two).
 pub const RESIDENT_MODELS_HEADER: HeaderName = HeaderName::from_static("x-sim-resident-models");
+/// Response header: the microseconds from the request's arrival (its
+/// head read) to its answer's head, on the server's clock: what a client's
+/// latency less this took outside the server (the network, a proxy).
+pub const SERVED_IN_HEADER: HeaderName = HeaderName::from_static("x-sim-served-us");
 /// Readiness path.
 pub const READY_PATH: &str = "/v2/health/ready";
 /// vLLM's health path (GET): answered as [`READY_PATH`] is.

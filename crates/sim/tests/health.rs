@@ -1,14 +1,16 @@
 //! vLLM's `GET /health` over a real socket on 127.0.0.1: 200 with an
 //! empty body while the server serves, 503 while a fault makes it
-//! unavailable, as `GET /v2/health/ready` answers.
+//! unavailable, as `GET /v2/health/ready` answers; and the time the
+//! server took, which every answer reports.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tower_model_balance_sim::{protocol, Fault, ModelServer, ServerConfig};
+use tokio::time::Instant;
+use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
 /// A bound so that a broken server fails the test instead of hanging it.
 const BOUND: Duration = Duration::from_secs(10);
@@ -59,4 +61,48 @@ async fn health_answers_as_vllm_does_and_follows_the_fault() {
         .expect("answered in time")
         .expect("a response");
     assert_eq!(rsp.status(), 404);
+}
+
+#[tokio::test]
+async fn every_answer_says_how_long_the_server_took() {
+    let config = ServerConfig::builder()
+        .inference(InferenceTimes::new(0, 20, 20).unwrap())
+        .cold_load(Duration::from_millis(30))
+        .build()
+        .unwrap();
+    let server = ModelServer::start("node-0", config).await.unwrap();
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let served = |rsp: &http::Response<_>| -> u64 {
+        rsp.headers()[protocol::SERVED_IN_HEADER]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    for (cold, at_least) in [(true, 50_000), (false, 20_000)] {
+        let req = http::Request::post(format!(
+            "http://{}{}",
+            server.addr(),
+            protocol::CHAT_COMPLETIONS_PATH
+        ))
+        .body(Full::from(r#"{"model": "m", "messages": []}"#))
+        .unwrap();
+        let sent = Instant::now();
+        let rsp = tokio::time::timeout(BOUND, client.request(req))
+            .await
+            .expect("answered in time")
+            .expect("a response");
+        let took = sent.elapsed().as_micros() as u64;
+        assert_eq!(
+            rsp.headers()[protocol::COLD_LOAD_HEADER],
+            if cold { "true" } else { "false" }
+        );
+        let served = served(&rsp);
+        assert!(
+            (at_least..=took).contains(&served),
+            "served in {served} µs, at least {at_least}, the client saw {took}"
+        );
+    }
+    let (status, _) = get(&server, protocol::HEALTH_PATH).await;
+    assert_eq!(status, 200);
 }
