@@ -15,16 +15,26 @@ use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, Serv
 /// A bound so that a broken server fails the test instead of hanging it.
 const BOUND: Duration = Duration::from_secs(10);
 
-/// The status and body of `GET path` on `server`.
-async fn get(server: &ModelServer, path: &str) -> (u16, Bytes) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let req = http::Request::get(format!("http://{}{path}", server.addr()))
-        .body(Empty::new())
-        .unwrap();
-    let rsp = tokio::time::timeout(BOUND, client.request(req))
+/// The answer to `req`, its body unread.
+async fn send<B>(req: http::Request<B>) -> http::Response<hyper::body::Incoming>
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let client = Client::builder(TokioExecutor::new()).build_http::<B>();
+    tokio::time::timeout(BOUND, client.request(req))
         .await
         .expect("answered in time")
-        .expect("a response");
+        .expect("a response")
+}
+
+/// The status and body of `GET path` on `server`.
+async fn get(server: &ModelServer, path: &str) -> (u16, Bytes) {
+    let req = http::Request::get(format!("http://{}{path}", server.addr()))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let rsp = send(req).await;
     let status = rsp.status().as_u16();
     let body = rsp.into_body().collect().await.expect("a whole body");
     (status, body.to_bytes())
@@ -52,15 +62,10 @@ async fn health_answers_as_vllm_does_and_follows_the_fault() {
         (200, Bytes::new())
     );
     // Only GET: a POST to the path is no route.
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let post = http::Request::post(format!("http://{}/health", server.addr()))
-        .body(Empty::new())
+        .body(Empty::<Bytes>::new())
         .unwrap();
-    let rsp = tokio::time::timeout(BOUND, client.request(post))
-        .await
-        .expect("answered in time")
-        .expect("a response");
-    assert_eq!(rsp.status(), 404);
+    assert_eq!(send(post).await.status(), 404);
 }
 
 #[tokio::test]
@@ -71,7 +76,6 @@ async fn every_answer_says_how_long_the_server_took() {
         .build()
         .unwrap();
     let server = ModelServer::start("node-0", config).await.unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let served = |rsp: &http::Response<_>| -> u64 {
         rsp.headers()[protocol::SERVED_IN_HEADER]
             .to_str()
@@ -85,13 +89,10 @@ async fn every_answer_says_how_long_the_server_took() {
             server.addr(),
             protocol::CHAT_COMPLETIONS_PATH
         ))
-        .body(Full::from(r#"{"model": "m", "messages": []}"#))
+        .body(Full::<Bytes>::from(r#"{"model": "m", "messages": []}"#))
         .unwrap();
         let sent = Instant::now();
-        let rsp = tokio::time::timeout(BOUND, client.request(req))
-            .await
-            .expect("answered in time")
-            .expect("a response");
+        let rsp = send(req).await;
         let took = sent.elapsed().as_micros() as u64;
         assert_eq!(
             rsp.headers()[protocol::COLD_LOAD_HEADER],
