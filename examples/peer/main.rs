@@ -16,9 +16,10 @@
 //! arrivals, Zipf(1.1) over 32 models) as chat completions naming the
 //! model in the body, and reads the answers' `x-sim-cold-load`, the
 //! servers' request counts and the router's CPU time from `/proc`. A
-//! `direct` row sends each request straight to its model's own server:
-//! the baseline of the added latency. See `docs/peer-comparison.md` for
-//! what each column means.
+//! `direct` row sends each request straight to a server of an oracle's
+//! placement of its model: the baseline of the added latency, and the
+//! load generator's own ceiling. See `docs/peer-comparison.md` for what
+//! each column means.
 
 /// `println!` that ends the program quietly when stdout is closed (as when
 /// piped into `head`).
@@ -142,11 +143,20 @@ async fn compare(args: &Args) -> Result<(), String> {
         }
     }
     report::print_table(&rows, &max_rates);
-    if let Some(failed) = rows.iter().find(|f| f.ok == 0.0) {
-        return Err(format!(
-            "{} answered no request at {:.0} req/s",
-            failed.router, failed.rate
-        ));
+    sane(&rows)
+}
+
+/// Every row sent its plan and had answers; every router's CPU time was
+/// read.
+fn sane(rows: &[report::Figures]) -> Result<(), String> {
+    for f in rows {
+        let at = format!("{} at {:.0} req/s", f.router, f.rate);
+        if f.requests == 0 || f.ok == 0.0 {
+            return Err(format!("{at}: no request succeeded"));
+        }
+        if f.router != "direct" && f.cpu_per_1k.is_none() {
+            return Err(format!("{at}: the router's CPU time could not be read"));
+        }
     }
     Ok(())
 }

@@ -33,8 +33,8 @@ pub const VLLM_POLICIES: [&str; 5] = [
 /// Who sends the requests to the servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
-    /// No router: each request straight to the server its model is
-    /// assigned to (the baseline of the added latency).
+    /// No router: each request straight to a server its model is placed
+    /// on (the baseline of the added latency).
     Direct,
     /// `examples/gateway`, this crate's stack.
     Gateway,
