@@ -72,6 +72,9 @@ async fn main() -> ExitCode {
     }
 }
 
+/// The row of the load generator's check.
+const GENERATOR_CHECK: &str = "direct, generator check";
+
 /// The gateway's binary: `--gateway`, else the one beside this program.
 fn gateway_binary(args: &Args) -> Result<std::path::PathBuf, String> {
     if let Some(path) = &args.gateway {
@@ -142,6 +145,18 @@ async fn compare(args: &Args) -> Result<(), String> {
             max_rates.push(run::max_rate(&setup, kind, args.search_duration).await?);
         }
     }
+    if args.max_rate {
+        // The load generator's own check: the direct row at twice the
+        // highest rate any router sustained, its lag column the answer.
+        let top = max_rates.iter().filter_map(|m| m.rate).fold(0.0, f64::max);
+        let rate = (2.0 * top).max(args.rates.iter().copied().fold(0.0, f64::max));
+        eprintln!("the load generator at {rate:.0} req/s, direct");
+        let mut figures = run::run(&setup, &Kind::Direct, rate, args.duration, "generator")
+            .await
+            .map_err(|e| format!("the load generator's check: {e}"))?;
+        figures.router = GENERATOR_CHECK.to_owned();
+        rows.push(figures);
+    }
     report::print_table(&rows, &max_rates);
     sane(&rows)
 }
@@ -154,7 +169,8 @@ fn sane(rows: &[report::Figures]) -> Result<(), String> {
         if f.requests == 0 || f.ok == 0.0 {
             return Err(format!("{at}: no request succeeded"));
         }
-        if f.router != "direct" && f.cpu_per_1k.is_none() {
+        let routed = f.router != "direct" && f.router != GENERATOR_CHECK;
+        if routed && f.cpu_per_1k.is_none() {
             return Err(format!("{at}: the router's CPU time could not be read"));
         }
     }

@@ -97,10 +97,11 @@ const BISECTIONS: usize = 3;
 pub async fn max_rate(setup: &Setup, kind: &Kind, duration: Duration) -> Result<MaxRate, String> {
     let held = |f: &Figures| {
         eprintln!(
-            "  {kind} at {:.0} req/s: ok {:.2}%, p99 {:.1} ms: {}",
+            "  {kind} at {:.0} req/s: ok {:.2}%, p99 {:.1} ms, send lag p99 {:.2} ms: {}",
             f.rate,
             f.ok * 100.0,
             f.p99_ms,
+            f.lag_p99_ms,
             if f.sustained() { "held" } else { "failed" }
         );
         f.sustained()
