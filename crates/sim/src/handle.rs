@@ -35,11 +35,16 @@ pub(super) async fn handle(
     state: Arc<State>,
     req: Request<Incoming>,
 ) -> Result<Response<Wire>, Infallible> {
+    let arrived = Instant::now();
     let mut stream = None;
-    let response = match serve(state, req, &mut stream).await {
+    let mut response = match serve(state, req, &mut stream).await {
         Ok(response) => response,
         Err(never) => match never {},
     };
+    let served = u64::try_from(arrived.elapsed().as_micros()).unwrap_or(u64::MAX);
+    response
+        .headers_mut()
+        .insert(protocol::SERVED_IN_HEADER, http::HeaderValue::from(served));
     Ok(match stream {
         Some(stream) => response.map(|_| Wire::Stream(stream)),
         None => Wire::of(response),
@@ -59,7 +64,10 @@ async fn serve(
     if fault == Some(Fault::Hang) {
         return hang(&state, req).await;
     }
-    if req.method() == Method::GET && req.uri().path() == protocol::READY_PATH {
+    let path = req.uri().path();
+    if req.method() == Method::GET
+        && (path == protocol::READY_PATH || path == protocol::HEALTH_PATH)
+    {
         let status = if fault == Some(Fault::Unavailable) {
             StatusCode::SERVICE_UNAVAILABLE
         } else {

@@ -20,6 +20,7 @@
 //! | request | response |
 //! | --- | --- |
 //! | `GET /v2/health/ready` | 200 when serving, 503 while a fault makes the server unavailable |
+//! | `GET /health` (vLLM's health route) | 200 with an empty body when serving, 503 while unavailable, as `/v2/health/ready` |
 //! | `POST /v2/models/{name}/infer`, `POST /v2/models/{name}/versions/{version}/infer` (the name percent-decoded; any JSON body, read whole; every version is the one model) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a KServe error body when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
 //! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings` (OpenAI-compatible, as vLLM serves them; a JSON object body, read whole, naming the model in its top-level `"model"` string) | 200 with an OpenAI-shaped body (`"object": "chat.completion"`, `"text_completion"` or `"list"`) — with `"stream": true` (chat and completions) a stream of server-sent events, see [Streaming](#streaming) — served as a KServe v2 inference of that model is; 503 while unavailable; 400 with a vLLM error body (`BadRequestError`) for a body that is not such an object; 404 with a vLLM error body (`NotFoundError`, ``The model `{name}` does not exist.``) for an invalid model ID and where the KServe v2 route answers 404 |
 //! | `POST /v2/repository/index` (any body, read whole; `{"ready": true}` asks for ready models only) | 200 with a JSON array, see below; 503 while unavailable |
@@ -119,7 +120,7 @@
 //! request (on any inference route) with header `x-request-kind: update`
 //! is served as an update: a fixed time, no resident model needed. Every
 //! 200 response to an inference or update carries [`COLD_LOAD_HEADER`], [`BACKEND_HEADER`] and
-//! [`RESIDENT_MODELS_HEADER`].
+//! [`RESIDENT_MODELS_HEADER`]; every answer, [`SERVED_IN_HEADER`].
 //!
 //! The metrics, each a gauge with `# HELP` and `# TYPE` lines:
 //!
@@ -171,8 +172,14 @@ pub const BACKEND_HEADER: HeaderName = HeaderName::from_static("x-sim-backend");
 /// loading) once the request was served, sorted and comma-separated (a
 /// name holding a comma reads as two).
 pub const RESIDENT_MODELS_HEADER: HeaderName = HeaderName::from_static("x-sim-resident-models");
+/// Response header: the microseconds from the request's arrival (its
+/// head read) to its answer's head, on the server's clock: what a client's
+/// latency less this took outside the server (the network, a proxy).
+pub const SERVED_IN_HEADER: HeaderName = HeaderName::from_static("x-sim-served-us");
 /// Readiness path.
 pub const READY_PATH: &str = "/v2/health/ready";
+/// vLLM's health path (GET): answered as [`READY_PATH`] is.
+pub const HEALTH_PATH: &str = "/health";
 /// Triton's model repository index path (POST).
 pub const REPOSITORY_INDEX_PATH: &str = "/v2/repository/index";
 /// The OpenAI model list path.

@@ -1,0 +1,109 @@
+//! vLLM's `GET /health` over a real socket on 127.0.0.1: 200 with an
+//! empty body while the server serves, 503 while a fault makes it
+//! unavailable, as `GET /v2/health/ready` answers; and the time the
+//! server took, which every answer reports.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::time::Instant;
+use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
+
+/// A bound so that a broken server fails the test instead of hanging it.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// The answer to `req`, its body unread.
+async fn send<B>(req: http::Request<B>) -> http::Response<hyper::body::Incoming>
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let client = Client::builder(TokioExecutor::new()).build_http::<B>();
+    tokio::time::timeout(BOUND, client.request(req))
+        .await
+        .expect("answered in time")
+        .expect("a response")
+}
+
+/// The status and body of `GET path` on `server`.
+async fn get(server: &ModelServer, path: &str) -> (u16, Bytes) {
+    let req = http::Request::get(format!("http://{}{path}", server.addr()))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let rsp = send(req).await;
+    let status = rsp.status().as_u16();
+    let body = rsp.into_body().collect().await.expect("a whole body");
+    (status, body.to_bytes())
+}
+
+#[tokio::test]
+async fn health_answers_as_vllm_does_and_follows_the_fault() {
+    let server = ModelServer::start("node-0", ServerConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(protocol::HEALTH_PATH, "/health");
+    assert_eq!(
+        get(&server, protocol::HEALTH_PATH).await,
+        (200, Bytes::new())
+    );
+
+    server.set_fault(Some(Fault::Unavailable));
+    for path in [protocol::HEALTH_PATH, protocol::READY_PATH] {
+        assert_eq!(get(&server, path).await.0, 503, "{path} while unavailable");
+    }
+
+    server.set_fault(None);
+    assert_eq!(
+        get(&server, protocol::HEALTH_PATH).await,
+        (200, Bytes::new())
+    );
+    // Only GET: a POST to the path is no route.
+    let post = http::Request::post(format!("http://{}/health", server.addr()))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    assert_eq!(send(post).await.status(), 404);
+}
+
+#[tokio::test]
+async fn every_answer_says_how_long_the_server_took() {
+    let config = ServerConfig::builder()
+        .inference(InferenceTimes::new(0, 20, 20).unwrap())
+        .cold_load(Duration::from_millis(30))
+        .build()
+        .unwrap();
+    let server = ModelServer::start("node-0", config).await.unwrap();
+    let served = |rsp: &http::Response<_>| -> u64 {
+        rsp.headers()[protocol::SERVED_IN_HEADER]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    for (cold, at_least) in [(true, 50_000), (false, 20_000)] {
+        let req = http::Request::post(format!(
+            "http://{}{}",
+            server.addr(),
+            protocol::CHAT_COMPLETIONS_PATH
+        ))
+        .body(Full::<Bytes>::from(r#"{"model": "m", "messages": []}"#))
+        .unwrap();
+        let sent = Instant::now();
+        let rsp = send(req).await;
+        let took = sent.elapsed().as_micros() as u64;
+        assert_eq!(
+            rsp.headers()[protocol::COLD_LOAD_HEADER],
+            if cold { "true" } else { "false" }
+        );
+        let served = served(&rsp);
+        assert!(
+            (at_least..=took).contains(&served),
+            "served in {served} µs, at least {at_least}, the client saw {took}"
+        );
+    }
+    let (status, _) = get(&server, protocol::HEALTH_PATH).await;
+    assert_eq!(status, 200);
+}

@@ -1,0 +1,183 @@
+//! The load: the fleet example's seeded open-loop plan (Poisson arrivals,
+//! Zipf(1.1) over 32 models), every request an OpenAI chat completion
+//! naming its model in the JSON body, sent on schedule whatever the
+//! answers before it, each within a deadline.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tower_model_balance_sim::protocol;
+
+use crate::workload::Planned;
+
+/// The most a request may take, answer and body, before it counts as
+/// failed (the fleet example's deadline).
+pub const DEADLINE: Duration = Duration::from_secs(5);
+
+/// What the driver saw of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Record {
+    /// Planned send time to the end of the answer's body (or the failure).
+    pub latency: Duration,
+    /// 200, body read whole, within the deadline.
+    pub ok: bool,
+    /// The answer said its server loaded the model for it
+    /// (`x-sim-cold-load: true`).
+    pub cold: bool,
+    /// For an answer that reports its server's time
+    /// (`x-sim-served-us`): from the send to the answer's head, less that
+    /// time: what the request spent outside the server (the client, the
+    /// network, a router), whatever queue or cold load it met there.
+    pub outside: Option<Duration>,
+    /// How late it was sent against its plan (the load generator's own
+    /// lag).
+    pub lag: Duration,
+}
+
+/// Where each request goes: one address for every request (a router), or
+/// one of its model's own servers (direct).
+#[derive(Debug, Clone)]
+pub enum Target {
+    Router(SocketAddr),
+    Direct(HashMap<String, Vec<SocketAddr>>),
+}
+
+impl Target {
+    /// An oracle's placement of `plan`'s models on `servers` of `slots`
+    /// models each: a model drawing a share `s` of the requests on
+    /// `ceil(s × servers)` of them (at least one; a server holds a model
+    /// once), each copy on the server with the least traffic so far that
+    /// has a slot free; the most requested models placed first. The
+    /// requests for a model take its copies in turn.
+    pub fn direct(servers: &[SocketAddr], slots: usize, plan: &[Planned]) -> Self {
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for planned in plan {
+            *counts.entry(planned.model.as_str()).or_default() += 1;
+        }
+        let mut models: Vec<(&str, usize)> = counts.into_iter().collect();
+        models.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let n = servers.len();
+        let (mut traffic, mut held) = (vec![0.0f64; n], vec![0usize; n]);
+        let mut map = HashMap::new();
+        for (model, count) in models {
+            let share = count as f64 / plan.len() as f64;
+            let copies = ((share * n as f64).ceil() as usize).clamp(1, n);
+            let mut placed: Vec<usize> = Vec::with_capacity(copies);
+            for _ in 0..copies {
+                let free = (0..n).filter(|i| held[*i] < slots && !placed.contains(i));
+                // Full everywhere: the model shares the least busy server.
+                let pick = free
+                    .min_by(|a, b| traffic[*a].total_cmp(&traffic[*b]))
+                    .or_else(|| (0..n).min_by(|a, b| traffic[*a].total_cmp(&traffic[*b])));
+                let Some(pick) = pick else { break };
+                placed.push(pick);
+                held[pick] += 1;
+            }
+            for &i in &placed {
+                traffic[i] += share / placed.len() as f64;
+            }
+            map.insert(
+                model.to_owned(),
+                placed.iter().map(|&i| servers[i]).collect(),
+            );
+        }
+        Target::Direct(map)
+    }
+
+    fn addr(&self, model: &str, i: usize) -> SocketAddr {
+        match self {
+            Target::Router(addr) => *addr,
+            Target::Direct(map) => {
+                let copies = &map[model];
+                copies[i % copies.len()]
+            }
+        }
+    }
+}
+
+/// The plan of `duration` at `rate` requests per second, from `seed`:
+/// the fleet example's arrivals and models (its update and urgency marks
+/// unused: every request is an inference of normal urgency).
+pub fn plan(rate: f64, duration: Duration, seed: u64) -> Vec<Planned> {
+    let requests = (rate * duration.as_secs_f64()).round().max(1.0) as usize;
+    crate::workload::plan(requests, rate, seed, 0.0)
+}
+
+/// The chat completion for `planned`, the `i`th request: its prompt
+/// differs from every other request's.
+fn request(addr: SocketAddr, planned: &Planned, i: usize) -> http::Request<Full<Bytes>> {
+    let body = format!(
+        r#"{{"model":"{}","messages":[{{"role":"user","content":"question {i}"}}],"max_tokens":8}}"#,
+        planned.model
+    );
+    http::Request::post(format!("http://{addr}{}", protocol::CHAT_COMPLETIONS_PATH))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::from(body))
+        .expect("a valid request")
+}
+
+/// One client for a run: pooled connections, `TCP_NODELAY`.
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// Sends `plan` to `target` open-loop and returns a record per request,
+/// once every one has resolved or reached its deadline.
+pub async fn drive(target: &Target, plan: &[Planned]) -> Vec<Record> {
+    let client = client();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let start = Instant::now();
+    for (i, planned) in plan.iter().enumerate() {
+        let due = start + planned.at;
+        tokio::time::sleep_until(due).await;
+        let req = request(target.addr(&planned.model, i), planned, i);
+        let (client, tx) = (client.clone(), tx.clone());
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let lag = sent - due;
+            let answer = async {
+                let rsp = client.request(req).await.ok()?;
+                let head = sent.elapsed();
+                let headers = rsp.headers();
+                let ok = rsp.status() == http::StatusCode::OK;
+                let cold = headers
+                    .get(protocol::COLD_LOAD_HEADER)
+                    .is_some_and(|v| v == "true");
+                let served = headers
+                    .get(protocol::SERVED_IN_HEADER)
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .map(Duration::from_micros);
+                let outside = served.map(|served| head.saturating_sub(served));
+                let whole = rsp.into_body().collect().await.is_ok();
+                Some((ok && whole, cold, outside))
+            };
+            let (ok, cold, outside) = tokio::time::timeout(DEADLINE, answer)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or((false, false, None));
+            let _ = tx.send(Record {
+                latency: due.elapsed(),
+                ok,
+                cold,
+                outside: outside.filter(|_| ok),
+                lag,
+            });
+        });
+    }
+    drop(tx);
+    let mut records = Vec::with_capacity(plan.len());
+    while let Some(record) = rx.recv().await {
+        records.push(record);
+    }
+    records
+}

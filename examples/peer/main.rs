@@ -1,0 +1,178 @@
+//! The peer comparison: this crate's gateway example and vLLM Router,
+//! each policy of it that applies to a plain fleet, in front of the same
+//! simulated OpenAI-compatible servers, under the same open-loop
+//! workload, side by side; and, with the search on, the highest rate
+//! each sustains (p99 under 1 s, 99.9% ok) on this machine.
+//!
+//! ```text
+//! bash scripts/peer-compare                      # installs vLLM Router, builds, runs
+//! bash scripts/peer-compare --smoke              # the short check CI runs
+//! cargo run --release --example peer -- --rates 100,200 --no-max-rate
+//! ```
+//!
+//! Each run starts a fresh fleet (8 servers, nothing resident), starts
+//! the router as a subprocess on a free port pointed at them, waits for
+//! its health route, sends the fleet example's seeded plan (Poisson
+//! arrivals, Zipf(1.1) over 32 models) as chat completions naming the
+//! model in the body, and reads the answers' `x-sim-cold-load`, the
+//! servers' request counts and the router's CPU time from `/proc`. A
+//! `direct` row sends each request straight to a server of an oracle's
+//! placement of its model: the baseline of the added latency, and the
+//! load generator's own ceiling. See `docs/peer-comparison.md` for what
+//! each column means.
+
+/// `println!` that ends the program quietly when stdout is closed (as when
+/// piped into `head`).
+macro_rules! emit {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
+mod args;
+mod cpu;
+mod drive;
+mod report;
+mod router;
+mod run;
+// The fleet example's seeded plan: its arrival rate helper and urgency
+// marks are not used here.
+#[allow(dead_code)]
+#[path = "../fleet/workload.rs"]
+mod workload;
+
+use std::process::ExitCode;
+
+use args::{Args, Stop};
+use router::{Kind, Programs};
+use run::Setup;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(Stop::Help) => {
+            emit!("{}", args::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(Stop::Error(message)) => {
+            eprintln!("error: {message}\n\n{}", args::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    match compare(&args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The row of the load generator's check.
+const GENERATOR_CHECK: &str = "direct, generator check";
+
+/// The gateway's binary: `--gateway`, else the one beside this program.
+fn gateway_binary(args: &Args) -> Result<std::path::PathBuf, String> {
+    if let Some(path) = &args.gateway {
+        return Ok(path.clone());
+    }
+    let me = std::env::current_exe().map_err(|e| format!("where am I: {e}"))?;
+    let beside = me.with_file_name(format!("gateway{}", std::env::consts::EXE_SUFFIX));
+    match beside.is_file() {
+        true => Ok(beside),
+        false => Err(format!(
+            "no gateway binary at {} (cargo build --release --example gateway, or --gateway PATH)",
+            beside.display()
+        )),
+    }
+}
+
+async fn compare(args: &Args) -> Result<(), String> {
+    let programs = Programs {
+        gateway: gateway_binary(args)?,
+        vllm_router: args.vllm_router.clone(),
+        logs: args.logs.clone(),
+    };
+    if !programs.vllm_router.is_file() {
+        return Err(format!(
+            "no vLLM Router at {} (bash scripts/peer-compare installs it; or --vllm-router PATH)",
+            programs.vllm_router.display()
+        ));
+    }
+    let setup = Setup {
+        backends: args.backends,
+        seed: args.seed,
+        programs,
+        ticks: cpu::ticks_per_second(),
+    };
+    let mut kinds = vec![Kind::Direct, Kind::Gateway];
+    kinds.extend(args.policies.iter().cloned().map(Kind::Vllm));
+    emit!(
+        "{} simulated servers per run (fresh) · chat completions, Zipf(1.1) over {} models, seed {} · {:.1} s per rate{}",
+        args.backends,
+        workload::MODELS,
+        args.seed,
+        args.duration.as_secs_f64(),
+        if args.max_rate {
+            format!(" · max rate: {:.1} s per step", args.search_duration.as_secs_f64())
+        } else {
+            String::new()
+        }
+    );
+    let mut rows = Vec::new();
+    for kind in &kinds {
+        for &rate in &args.rates {
+            let label = format!("{}-{rate:.0}", kind.to_string().replace(' ', "-"));
+            let figures = run::run(&setup, kind, rate, args.duration, &label)
+                .await
+                .map_err(|e| format!("{kind} at {rate:.0} req/s: {e}"))?;
+            eprintln!(
+                "{kind} at {rate:.0} req/s: ok {:.2}%, warm {:.2}%",
+                figures.ok * 100.0,
+                figures.warm_hit * 100.0
+            );
+            rows.push(figures);
+        }
+    }
+    let mut max_rates = Vec::new();
+    if args.max_rate {
+        for kind in &kinds {
+            eprintln!("searching {kind}'s max rate");
+            max_rates.push(run::max_rate(&setup, kind, args.search_duration).await?);
+        }
+    }
+    if args.max_rate {
+        // The load generator's own check: the direct row at twice the
+        // highest rate any router sustained, its lag column the answer.
+        let top = max_rates.iter().filter_map(|m| m.rate).fold(0.0, f64::max);
+        let rate = (2.0 * top).max(args.rates.iter().copied().fold(0.0, f64::max));
+        eprintln!("the load generator at {rate:.0} req/s, direct");
+        let mut figures = run::run(&setup, &Kind::Direct, rate, args.duration, "generator")
+            .await
+            .map_err(|e| format!("the load generator's check: {e}"))?;
+        figures.router = GENERATOR_CHECK.to_owned();
+        rows.push(figures);
+    }
+    report::print_table(&rows, &max_rates);
+    sane(&rows)
+}
+
+/// Every row sent its plan and had answers; every router's CPU time was
+/// read.
+fn sane(rows: &[report::Figures]) -> Result<(), String> {
+    for f in rows {
+        let at = format!("{} at {:.0} req/s", f.router, f.rate);
+        if f.requests == 0 || f.ok == 0.0 {
+            return Err(format!("{at}: no request succeeded"));
+        }
+        let routed = f.router != "direct" && f.router != GENERATOR_CHECK;
+        if routed && f.cpu_per_1k.is_none() {
+            return Err(format!("{at}: the router's CPU time could not be read"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! One run's figures, and the table of every run.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+use crate::drive::Record;
+
+/// The figures of one (router, rate) run.
+#[derive(Debug, Clone)]
+pub struct Figures {
+    pub router: String,
+    pub rate: f64,
+    pub requests: usize,
+    /// Share of requests answered 200 whole within the deadline.
+    pub ok: f64,
+    /// Share of requests answered 200 by a server that held the model.
+    pub warm_hit: f64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// The most requests a server received over the mean per server.
+    pub max_mean: f64,
+    /// p50 over the requests answered 200 of the time they spent outside
+    /// the server (see `Record::outside`), ms (`None`: no such answer).
+    pub outside_p50_ms: Option<f64>,
+    /// The router's CPU time per 1,000 requests, seconds (`None`: direct).
+    pub cpu_per_1k: Option<f64>,
+    /// p99 of how late the load generator sent a request, ms.
+    pub lag_p99_ms: f64,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds")
+}
+
+fn us(d: Duration) -> u64 {
+    (d.as_micros() as u64).clamp(1, 600_000_000)
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// The figures of `records`, `loads` the requests each server received,
+/// `cpu` the router's CPU time over the run.
+pub fn figures(
+    router: &str,
+    rate: f64,
+    records: &[Record],
+    loads: &[u64],
+    cpu: Option<Duration>,
+) -> Figures {
+    let (mut all, mut outside, mut lag) = (histogram(), histogram(), histogram());
+    let (mut ok, mut warm) = (0usize, 0usize);
+    for r in records {
+        all.saturating_record(us(r.latency));
+        lag.saturating_record(us(r.lag));
+        if let Some(time) = r.outside {
+            outside.saturating_record(us(time));
+        }
+        if r.ok {
+            ok += 1;
+            warm += usize::from(!r.cold);
+        }
+    }
+    let n = records.len().max(1);
+    let mean_load = loads.iter().sum::<u64>() as f64 / loads.len().max(1) as f64;
+    let max_load = loads.iter().copied().max().unwrap_or(0) as f64;
+    Figures {
+        router: router.to_owned(),
+        rate,
+        requests: records.len(),
+        ok: ok as f64 / n as f64,
+        warm_hit: warm as f64 / n as f64,
+        mean_ms: all.mean() / 1000.0,
+        p50_ms: ms(all.value_at_quantile(0.50)),
+        p99_ms: ms(all.value_at_quantile(0.99)),
+        max_mean: if mean_load > 0.0 {
+            max_load / mean_load
+        } else {
+            0.0
+        },
+        outside_p50_ms: (!outside.is_empty()).then(|| ms(outside.value_at_quantile(0.50))),
+        cpu_per_1k: cpu.map(|cpu| cpu.as_secs_f64() * 1000.0 / n as f64),
+        lag_p99_ms: ms(lag.value_at_quantile(0.99)),
+    }
+}
+
+impl Figures {
+    /// Whether the run meets the throughput bar: p99 under 1 s and at
+    /// least 99.9% ok.
+    pub fn sustained(&self) -> bool {
+        self.p99_ms < 1000.0 && self.ok >= 0.999
+    }
+}
+
+/// A router's highest sustained rate, as the search found it.
+#[derive(Debug, Clone)]
+pub struct MaxRate {
+    pub router: String,
+    /// `None`: not even the lowest rate tried was sustained.
+    pub rate: Option<f64>,
+    /// The lowest rate tried and failed, if any.
+    pub failed_at: Option<f64>,
+}
+
+fn opt(value: Option<f64>, digits: usize) -> String {
+    value.map_or("-".to_owned(), |v| format!("{v:.digits$}"))
+}
+
+/// The table: one row per run, in the order run, the added latency
+/// against the direct row at the same rate, and each router's max rate
+/// when the search ran.
+pub fn print_table(rows: &[Figures], max_rates: &[MaxRate]) {
+    emit!(
+        "{:<28} {:>6} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9}",
+        "router",
+        "rate",
+        "sent",
+        "ok%",
+        "warm%",
+        "mean_ms",
+        "p50_ms",
+        "p99_ms",
+        "max/mean",
+        "added_ms",
+        "cpu_s/1k",
+        "lag_p99",
+        "max_rate"
+    );
+    for f in rows {
+        let direct = rows
+            .iter()
+            .find(|d| d.router == "direct" && d.rate == f.rate)
+            .and_then(|d| d.outside_p50_ms);
+        let added = match (f.router.as_str(), f.outside_p50_ms, direct) {
+            ("direct", _, _) => None,
+            (_, Some(ours), Some(direct)) => Some(ours - direct),
+            _ => None,
+        };
+        let max_rate =
+            max_rates
+                .iter()
+                .find(|m| m.router == f.router)
+                .map_or("-".to_owned(), |m| match (m.rate, m.failed_at) {
+                    (Some(rate), _) => format!("{rate:.0}"),
+                    (None, Some(failed)) => format!("<{failed:.0}"),
+                    (None, None) => "-".to_owned(),
+                });
+        emit!(
+            "{:<28} {:>6.0} {:>7} {:>7.2} {:>7.2} {:>8.1} {:>8.2} {:>8.1} {:>8.2} {:>9} {:>9} {:>8.2} {:>9}",
+            f.router,
+            f.rate,
+            f.requests,
+            f.ok * 100.0,
+            f.warm_hit * 100.0,
+            f.mean_ms,
+            f.p50_ms,
+            f.p99_ms,
+            f.max_mean,
+            opt(added, 2),
+            opt(f.cpu_per_1k, 3),
+            f.lag_p99_ms,
+            max_rate
+        );
+    }
+}
