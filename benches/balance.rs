@@ -68,14 +68,10 @@
 //! earlier run. A median is less swayed than criterion's estimates by the
 //! samples that other processes on a shared CPU preempted. Rows a filter
 //! skipped show `-`; with no row measured (`--list`, `--test`) there is no
-//! table. Last, the heap a `model_balancer/N` holds per backend once it has
-//! routed a chunk of the fleet workload (its ring, its per-backend state,
-//! its demand table), by a counting global allocator: the live heap before
-//! it was built and after.
+//! table. (The heap a balancer holds per backend, 1024 to 10 000 backends,
+//! is `tests/memory_per_backend.rs`'s: a counting allocator here would tax
+//! the baselines that allocate per request.)
 
-#[path = "../tests/support/live_heap.rs"]
-#[allow(dead_code)] // Its live-heap count only.
-mod live_heap;
 #[path = "../tests/support/ready.rs"]
 mod ready;
 #[path = "balance/report.rs"]
@@ -105,9 +101,6 @@ use tower_model_balance::balance::{BackendMeta, BalancerHandle};
 use ready::Ready;
 use rows::{model_balancer, tower_p2c, tower_p2c_buffer, warm_share};
 use workload::Workload;
-
-#[global_allocator]
-static GLOBAL: live_heap::Counting = live_heap::Counting;
 
 const GROUP: &str = "balance";
 const SIZES: [usize; 5] = [8, 64, 512, 1024, 10_000];
@@ -298,34 +291,6 @@ fn bench(c: &mut Criterion, env: &Env) {
     group.finish();
 }
 
-/// Heap bytes per backend that `model_balancer/n` holds once it has
-/// routed one chunk of the fleet workload.
-fn heap_per_backend(env: &Env, n: usize) -> f64 {
-    let rt = runtime();
-    ready::idle_runtime();
-    let before = live_heap::live();
-    let balancer = model_balancer(n, BackendMeta::MAX_MODEL_SLOTS);
-    let (balancer, _) = sample(&env.fleet, &rt, balancer, CHUNK as u64);
-    let held = live_heap::live() - before;
-    drop(balancer);
-    held as f64 / n as f64
-}
-
-/// Prints [`heap_per_backend`] at each N, when the rows were measured.
-fn report_memory(env: &Env) {
-    if !SIZES.iter().any(|n| {
-        env.samples
-            .borrow()
-            .contains_key(&format!("model_balancer/{n}"))
-    }) {
-        return;
-    }
-    println!("\nheap per backend of model_balancer/N, after routing {CHUNK} requests:");
-    for n in SIZES {
-        println!("  N = {n:<6} {:>8.0} B", heap_per_backend(env, n));
-    }
-}
-
 fn main() {
     let env = Env {
         fleet: Arc::new(Workload::new(FLEET_MODELS)),
@@ -343,6 +308,5 @@ fn main() {
         .configure_from_args();
     bench(&mut criterion, &env);
     criterion.final_summary();
-    report_memory(&env);
     report::report(&env);
 }

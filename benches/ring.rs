@@ -149,7 +149,7 @@ fn bench(c: &mut Criterion, samples: &Samples, memory: &mut Memory) {
     };
     let mut group = c.benchmark_group(GROUP);
     for n in SIZES {
-        let members: Vec<_> = (0..n).map(|i| (backend(i), 1)).collect();
+        let members = (0..n).map(|i| (backend(i), 1));
         let (ring, bytes) = measured(n, || Ring::build(&RingConfig::default(), members).unwrap());
         memory.insert(format!("ring/{n}"), bytes);
         // Maglev's nodes are the xxh3 hashes of the same backend IDs.
