@@ -41,7 +41,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use criterion::{black_box, BenchmarkId, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{black_box, BenchmarkGroup, BenchmarkId, Criterion};
 use maglev::{ConsistentHasher, Maglev as MaglevCrate};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::ring::{Ring, RingConfig};
@@ -142,6 +143,22 @@ fn timed(samples: &Samples, row: &str, iters: u64, mut op: impl FnMut()) -> Dura
     elapsed
 }
 
+/// Benchmarks row `name/n`: `op`, one lookup, timed by [`timed`]. (A
+/// generic, not a `dyn FnMut`: an indirect call would cost about as much
+/// as the lookup.)
+fn lookup_row(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    samples: &Samples,
+    name: &str,
+    n: usize,
+    mut op: impl FnMut(),
+) {
+    let row = format!("{name}/{n}");
+    group.bench_function(BenchmarkId::new(name, n), |b| {
+        b.iter_custom(|iters| timed(samples, &row, iters, &mut op))
+    });
+}
+
 fn bench(c: &mut Criterion, samples: &Samples, memory: &mut Memory) {
     let hashes: Vec<u64> = (0..MODELS)
         .map(|i| ModelId::new(&format!("model-{i}")).unwrap().hash64())
@@ -173,41 +190,20 @@ fn bench(c: &mut Criterion, samples: &Samples, memory: &mut Memory) {
             check_against_crate(&maglev, &nodes);
         }
 
-        let row = |name: &str| format!("{name}/{n}");
-        group.bench_function(BenchmarkId::new("candidates", n), |b| {
-            b.iter_custom(|iters| {
-                timed(samples, &row("candidates"), iters, || {
-                    black_box(ring.primary(black_box(next())));
-                })
-            })
+        lookup_row(&mut group, samples, "candidates", n, || {
+            black_box(ring.primary(black_box(next())));
         });
-        group.bench_function(BenchmarkId::new("owners", n), |b| {
-            b.iter_custom(|iters| {
-                timed(samples, &row("owners"), iters, || {
-                    black_box(ring.owners(black_box(next()), 1).next());
-                })
-            })
+        lookup_row(&mut group, samples, "owners", n, || {
+            black_box(ring.owners(black_box(next()), 1).next());
         });
-        group.bench_function(BenchmarkId::new("maglev", n), |b| {
-            b.iter_custom(|iters| {
-                timed(samples, &row("maglev"), iters, || {
-                    black_box(maglev.get(black_box(next())));
-                })
-            })
+        lookup_row(&mut group, samples, "maglev", n, || {
+            black_box(maglev.get(black_box(next())));
         });
-        group.bench_function(BenchmarkId::new("candidates_hot", n), |b| {
-            b.iter_custom(|iters| {
-                timed(samples, &row("candidates_hot"), iters, || {
-                    black_box(ring.primary(black_box(next_hot())));
-                })
-            })
+        lookup_row(&mut group, samples, "candidates_hot", n, || {
+            black_box(ring.primary(black_box(next_hot())));
         });
-        group.bench_function(BenchmarkId::new("maglev_hot", n), |b| {
-            b.iter_custom(|iters| {
-                timed(samples, &row("maglev_hot"), iters, || {
-                    black_box(maglev.get(black_box(next_hot())));
-                })
-            })
+        lookup_row(&mut group, samples, "maglev_hot", n, || {
+            black_box(maglev.get(black_box(next_hot())));
         });
     }
     group.finish();
