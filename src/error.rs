@@ -62,15 +62,39 @@ pub enum InvalidReason {
     Duplicate,
     /// The value is not one of the allowed words or not a number.
     Unrecognized,
-    /// The request body is not a JSON object (a syntax error, truncated
-    /// JSON, or a top-level array, string, number, `true`/`false`/`null`).
+    /// The request body is JSON but not an object (a top-level array,
+    /// string, number, `true`/`false`/`null`), or a value in it cannot be
+    /// read (a string that is not UTF-8).
     NotJson,
+    /// The request body is not valid JSON: a syntax error at `line` and
+    /// `column` (both from 1, as `serde_json` counts them).
+    MalformedJson {
+        /// The line of the error, from 1.
+        line: usize,
+        /// The column of the error, from 1.
+        column: usize,
+    },
+    /// The request body ends in the middle of a JSON value: it was cut
+    /// short (or is empty).
+    TruncatedJson,
     /// The request body could not be read whole (the client broke it
     /// off, or its framing is wrong): the client's error, not a backend's.
     Unreadable,
     /// A percent-encoded path segment holds a `%` not followed by two hex
     /// digits.
     BadEscape,
+}
+
+impl InvalidReason {
+    /// Whether the body could not be read as a JSON object:
+    /// [`NotJson`](Self::NotJson), [`MalformedJson`](Self::MalformedJson)
+    /// or [`TruncatedJson`](Self::TruncatedJson).
+    pub const fn is_json(&self) -> bool {
+        matches!(
+            self,
+            Self::NotJson | Self::MalformedJson { .. } | Self::TruncatedJson
+        )
+    }
 }
 
 impl InvalidRoute {
@@ -90,6 +114,10 @@ impl fmt::Display for InvalidReason {
             Self::Duplicate => f.write_str("given more than once"),
             Self::Unrecognized => f.write_str("not a recognized value"),
             Self::NotJson => f.write_str("not a JSON object"),
+            Self::MalformedJson { line, column } => {
+                write!(f, "malformed JSON at line {line}, column {column}")
+            }
+            Self::TruncatedJson => f.write_str("truncated JSON: it ends in the middle of a value"),
             Self::Unreadable => f.write_str("could not be read"),
             Self::BadEscape => f.write_str("holds a `%` not followed by two hex digits"),
         }

@@ -89,23 +89,58 @@ async fn kserve_v2_infer_is_forwarded() {
 #[tokio::test]
 async fn an_invalid_model_id_is_a_400_with_an_openai_error() {
     let gw = start("invalid", 2, |_| {}).await;
-    for body in [
-        r#"{"model": "llama 3", "prompt": "hi"}"#,
-        r#"{"model": "", "prompt": "hi"}"#,
-        r#"{"prompt": "no model"}"#,
-        r#"{"model": 7}"#,
-        "not json",
+    // Each with the OpenAI error's `code`, its `param`, and what its
+    // message says.
+    let null = serde_json::Value::Null;
+    let model = serde_json::Value::from("model");
+    for (body, code, param, says) in [
+        (
+            r#"{"model": "llama 3", "prompt": "hi"}"#,
+            "invalid_route",
+            &model,
+            "`model` is",
+        ),
+        (
+            r#"{"model": "", "prompt": "hi"}"#,
+            "invalid_route",
+            &model,
+            "empty",
+        ),
+        // Nothing served yet: no only model to route it to.
+        (
+            r#"{"prompt": "no model"}"#,
+            "model_missing",
+            &model,
+            "`model`",
+        ),
+        (
+            r#"{"model": 7}"#,
+            "invalid_route",
+            &model,
+            "not a recognized",
+        ),
+        (
+            "not json",
+            "invalid_json",
+            &null,
+            "malformed JSON at line 1, column 2",
+        ),
+        (
+            r#"{"model": "m", "prompt": "cut"#,
+            "invalid_json",
+            &null,
+            "truncated JSON",
+        ),
+        ("[1, 2]", "invalid_json", &null, "not a JSON object"),
     ] {
         let reply = gw.post("/v1/completions", body).await;
         assert_eq!(reply.status, 400, "{body}: {}", reply.body);
         assert_eq!(reply.headers[header::CONTENT_TYPE], "application/json");
         let error = &reply.json()["error"];
         assert_eq!(error["type"], "invalid_request_error", "{body}");
-        assert_eq!(error["code"], "invalid_route", "{body}");
-        assert!(
-            error["message"].as_str().unwrap().contains("`body`"),
-            "{error}"
-        );
+        assert_eq!(error["code"], code, "{body}");
+        assert_eq!(&error["param"], param, "{body}");
+        assert!(error["message"].as_str().unwrap().contains(says), "{error}");
     }
     // A KServe v2 path with a bad escape or of the wrong shape: the
     // path's error, before any backend, in KServe v2's shape
@@ -174,7 +209,7 @@ async fn refusals_before_the_balancer_are_counted() {
     assert_eq!(gw.post("/v1/completions", "not json").await.status, 400);
     let after = gw.get("/metrics").await.body;
     assert!(after.contains("# HELP gateway_errors_total"), "{after}");
-    for code in ["payload_too_large", "invalid_route"] {
+    for code in ["payload_too_large", "invalid_json"] {
         let (was, now) = (errors_counted(&before, code), errors_counted(&after, code));
         assert!(now > was, "{code}: {was} -> {now}\n{after}");
     }

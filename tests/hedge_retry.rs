@@ -1,5 +1,6 @@
 //! Retries that draw from the hedge's budget: only where a retry is safe
-//! (a connection refused, a 503 with a short `Retry-After`), at most once
+//! (a connection refused, a 503 with a short `Retry-After`, a 404 from a
+//! backend to another), at most once
 //! by default, and never past the budget hedges share.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower::retry::Retry;
 use tower::{service_fn, Layer, ServiceExt};
+use tower_model_balance::backend::{BackendId, PickedSlot};
 use tower_model_balance::error::BoxError;
 use tower_model_balance::hedge::{HedgeConfig, HedgeLayer, RetryPolicy};
 
@@ -192,11 +194,53 @@ async fn other_answers_are_returned_as_they_are() {
         Answer::Status(503, Some("Wed, 21 Oct 2015 07:28:00 GMT")),
         Answer::Status(500, Some("0")),
         Answer::Status(429, Some("0")),
+        // Not known to have gone to a backend: nowhere else to send it.
+        Answer::Status(404, None),
     ] {
         let (result, calls) = send(generous(), vec![first.clone(), ok.clone()]).await;
         assert_ne!(result.unwrap().status(), 200, "{first:?}");
         assert_eq!(calls, 1, "{first:?}");
     }
+}
+
+/// A request whose attempt the balancer recorded as sent to `gpu-0`,
+/// as a hedge's slot carries it; `kind`: its `x-request-kind`.
+fn picked(kind: &str) -> http::Request<()> {
+    let slot = PickedSlot::new();
+    slot.set(&BackendId::new("gpu-0").unwrap());
+    let mut req = http::Request::builder()
+        .header("x-model-id", "m")
+        .header("x-request-kind", kind)
+        .body(())
+        .unwrap();
+    req.extensions_mut().insert(slot);
+    req
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_404_from_a_known_backend_is_retried_elsewhere_unless_an_update() {
+    // A server restarted empty answers 404 for a model the balancer still
+    // believed there: the retry goes at once to another backend.
+    let (service, calls) = scripted(vec![Answer::Status(404, None), Answer::Status(200, None)]);
+    let result = Retry::new(generous(), service)
+        .oneshot(picked("inference"))
+        .await;
+    assert_eq!(result.unwrap().status(), 200, "inference: retried");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // Once: a model nobody serves gets the second backend's 404.
+    let (service, calls) = scripted(vec![Answer::Status(404, None)]);
+    let result = Retry::new(generous(), service)
+        .oneshot(picked("inference"))
+        .await;
+    assert_eq!(result.unwrap().status(), 404);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // An update is never sent twice.
+    let (service, calls) = scripted(vec![Answer::Status(404, None), Answer::Status(200, None)]);
+    let result = Retry::new(generous(), service)
+        .oneshot(picked("update"))
+        .await;
+    assert_eq!(result.unwrap().status(), 404, "update: returned as it is");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test(start_paused = true)]

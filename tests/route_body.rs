@@ -109,8 +109,16 @@ async fn bad_bodies_are_typed_errors() {
         (r#"{"prompt":"hi"}"#, InvalidReason::Missing),
         (r#"{"model":"llama 3"}"#, InvalidReason::ForbiddenCharacter),
         (r#"{"model":" m"}"#, InvalidReason::ForbiddenCharacter),
-        ("model=llama", InvalidReason::NotJson),
-        ("", InvalidReason::NotJson),
+        (
+            "model=llama",
+            InvalidReason::MalformedJson { line: 1, column: 1 },
+        ),
+        ("", InvalidReason::TruncatedJson),
+        (
+            r#"{"model":"m","messages":[{"role":"user""#,
+            InvalidReason::TruncatedJson,
+        ),
+        ("[1,2]", InvalidReason::NotJson),
     ];
     for (body, reason) in cases {
         let err = run(ModelFromBodyLayer::default(), post("/v1/completions", body))

@@ -18,6 +18,8 @@
 //! and `GET /v2/models/{name}` (`/versions/{v}`, `/ready`) forwarded to an
 //! owner of the model, which loads it first with placement on.
 
+#[path = "catalog.rs"]
+pub mod catalog;
 #[path = "errors.rs"]
 pub mod errors;
 #[path = "routes.rs"]
@@ -57,6 +59,7 @@ use tower_model_balance::hedge::{
 use tower_model_balance::placement::{KServeV2Loader, PlacementConfig, WhenCold};
 use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 
+use catalog::{Catalog, Catalogued};
 use routes::{prometheus, router, App};
 pub use server::serve;
 
@@ -66,11 +69,30 @@ pub type Endpoint = Timeout<SetOrigin<Client<HttpConnector, Full<Bytes>>>>;
 /// The whole request path.
 pub type Stack = ModelFromBody<Hedge<Retry<RetryPolicy, FirstFrame<ModelBalancer<Endpoint>>>>>;
 
-/// The routes forwarded to the backends, as they are.
-pub const INFERENCE_ROUTES: [&str; 5] = [
+/// The routes forwarded to the backends, as they are, to an owner of the
+/// model the body (or the KServe v2 path) names: OpenAI's, and those
+/// vLLM, SGLang and TGI add (tokenizing, scoring, pooling, Anthropic's
+/// messages, TGI's and SGLang's `/generate`, SageMaker's `/invocations`).
+/// A body that names no model goes to the fleet's only model, if it
+/// serves one (`catalog`).
+pub const INFERENCE_ROUTES: [&str; 19] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/score",
+    "/v1/rerank",
+    "/v2/rerank",
+    "/score",
+    "/rerank",
+    "/pooling",
+    "/classify",
+    "/tokenize",
+    "/detokenize",
+    "/generate",
+    "/generate_stream",
+    "/invocations",
     "/v2/models/{name}/infer",
     "/v2/models/{name}/versions/{version}/infer",
 ];
@@ -281,9 +303,18 @@ impl Gateway {
             .timeout(config.probe_interval.min(Duration::from_millis(500)))
             .build()?;
         let metrics = PrometheusMetrics::new(MetricNames::vllm());
+        // What the probes find is noted in the catalog too: the models
+        // `GET /v1/models` lists, and the only one, if there is one.
+        let catalog = Catalog::new();
         let probes = match config.probe {
-            Probe::KServe => handle.spawn_probes((KServeV2::new(), metrics), probes)?,
-            Probe::OpenAi => handle.spawn_probes((OpenAiModels::new(), metrics), probes)?,
+            Probe::KServe => handle.spawn_probes(
+                Catalogued::new((KServeV2::new(), metrics), catalog.clone()),
+                probes,
+            )?,
+            Probe::OpenAi => handle.spawn_probes(
+                Catalogued::new((OpenAiModels::new(), metrics), catalog.clone()),
+                probes,
+            )?,
         };
         // Servers that load a model only when told: the balancer loads it
         // on the owner affinity picks (one load per backend and model),
@@ -304,7 +335,8 @@ impl Gateway {
         let gate = BalancerLoad::new(handle.clone(), config.backend_slots);
         let hedge = HedgeLayer::with_load_gate(HedgeConfig::default(), gate);
         let app = App {
-            stack: stack(balancer, &hedge, &config)?,
+            stack: stack(balancer, &hedge, &config, &catalog)?,
+            catalog,
             handle: handle.clone(),
             hedge: hedge.handle(),
             prometheus: prometheus()?,
@@ -328,14 +360,19 @@ fn stack(
     balancer: ModelBalancer<Endpoint>,
     hedge: &HedgeLayer,
     config: &Config,
+    catalog: &Catalog,
 ) -> Result<Stack, BoxError> {
     // The model from the body or the path, never from the client's
     // routing headers (they are removed): a client could otherwise send any
     // model to any backend, force cold loads there, skip the load cap with
     // a critical urgency, and have another model's traffic counted.
+    // A body that names no model is the fleet's only model's, as a vLLM
+    // server alone answers it; with several, a 400 that names `model`.
+    let catalog = catalog.clone();
     let mut route = ModelFromBodyLayer::builder()
         .limit(config.body_limit)
-        .strip_routing_headers(true);
+        .strip_routing_headers(true)
+        .default_model(move || catalog.only_model());
     // Prefix affinity, for LLM fleets: an OpenAI prompt's first bytes
     // (and the conversation's header) pick the owners, so that requests
     // sharing a system prompt or a conversation find its KV cache.

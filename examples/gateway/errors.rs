@@ -1,12 +1,12 @@
 //! What the gateway answers for an error of its stack: a status, a
 //! `Retry-After` where waiting helps, and an OpenAI-shaped JSON body
-//! `{"error": {"message", "type", "code"}}` — or, on the KServe v2 routes
+//! `{"error": {"message", "type", "param", "code"}}` — or, on the KServe v2 routes
 //! (`/v2/…`), the protocol's own `{"error": "message"}`, which KServe v2
 //! clients (tritonclient) read.
 //!
 //! | error (anywhere in the `source()` chain) | status | `Retry-After` |
 //! | --- | --- | --- |
-//! | `InvalidRoute` (no, or an invalid, model ID; a body that is not JSON) | 400 | |
+//! | `InvalidRoute` (no, or an invalid, model ID: `param` is `model`; a body that is malformed, truncated or not a JSON object: code `invalid_json`) | 400 | |
 //! | `UnknownModel` (not in the backend's repository) | 404 | |
 //! | `PayloadTooLarge` (body over the limit) | 413 | |
 //! | `Overloaded { retry_after }` (every candidate at its admission limit: shed) | 429 | `retry_after` rounded up, at least 1 s |
@@ -23,8 +23,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tower::timeout::error::Elapsed;
 use tower_model_balance::error::{
-    BreakerOpen, InvalidRoute, ModelLoadFailed, NoHealthyBackend, Overloaded, PayloadTooLarge,
-    StreamFailed, UnknownModel,
+    BreakerOpen, InvalidReason, InvalidRoute, ModelLoadFailed, NoHealthyBackend, Overloaded,
+    PayloadTooLarge, StreamFailed, UnknownModel,
 };
 
 /// `Retry-After` for [`NoHealthyBackend`], which carries no wait of its
@@ -42,6 +42,8 @@ pub struct ErrorReply {
     pub kind: &'static str,
     /// The OpenAI error `code`.
     pub code: &'static str,
+    /// The OpenAI error `param`: the request field at fault, if one is.
+    pub param: Option<&'static str>,
     /// The error `message`: the error's own text.
     pub message: String,
     /// The body in KServe v2's shape, `{"error": "message"}`.
@@ -112,8 +114,8 @@ pub fn classify(error: &(dyn Error + 'static)) -> ErrorReply {
 fn known(err: &(dyn Error + 'static)) -> Option<ErrorReply> {
     let unavailable = StatusCode::SERVICE_UNAVAILABLE;
     let invalid = "invalid_request_error";
-    let answer = if err.is::<InvalidRoute>() {
-        reply(StatusCode::BAD_REQUEST, invalid, "invalid_route", err)
+    let answer = if let Some(route) = err.downcast_ref::<InvalidRoute>() {
+        invalid_route(route)
     } else if err.is::<UnknownModel>() {
         reply(StatusCode::NOT_FOUND, invalid, "model_not_found", err)
     } else if err.is::<PayloadTooLarge>() {
@@ -170,6 +172,32 @@ fn known(err: &(dyn Error + 'static)) -> Option<ErrorReply> {
     Some(answer)
 }
 
+/// A 400 for a route that could not be read: from the body, the reply
+/// says what was wrong with the JSON, or names the `model` field.
+fn invalid_route(route: &InvalidRoute) -> ErrorReply {
+    let invalid = "invalid_request_error";
+    let mut reply = reply(StatusCode::BAD_REQUEST, invalid, "invalid_route", route);
+    if route.source != "body" {
+        return reply;
+    }
+    if route.reason.is_json() {
+        reply.code = "invalid_json";
+        reply.message = format!("the request body is not a JSON object: {}", route.reason);
+        return reply;
+    }
+    reply.param = Some("model");
+    reply.message = match route.reason {
+        InvalidReason::Missing => {
+            reply.code = "model_missing";
+            "the request names no `model`, and the fleet serves more than one model (or none \
+             yet): name one of `GET /v1/models`"
+                .to_owned()
+        }
+        reason => format!("the request's `model` is {reason}"),
+    };
+    reply
+}
+
 fn reply(
     status: StatusCode,
     kind: &'static str,
@@ -181,6 +209,7 @@ fn reply(
         retry_after: None,
         kind,
         code,
+        param: None,
         message: err.to_string(),
         kserve: false,
     }
@@ -208,6 +237,7 @@ impl ErrorReply {
             retry_after: None,
             kind,
             code,
+            param: None,
             message,
             kserve: false,
         }
@@ -220,14 +250,20 @@ impl ErrorReply {
         self
     }
 
-    /// The JSON body: `{"error": {"message", "type", "code"}}`, or KServe
-    /// v2's `{"error": "message"}`.
+    /// The JSON body: `{"error": {"message", "type", "param", "code"}}`
+    /// (`param` null unless a field is at fault), or KServe v2's
+    /// `{"error": "message"}`.
     pub fn body(&self) -> String {
         if self.kserve {
             return serde_json::json!({ "error": self.message }).to_string();
         }
         serde_json::json!({
-            "error": { "message": self.message, "type": self.kind, "code": self.code }
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
         })
         .to_string()
     }

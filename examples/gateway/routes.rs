@@ -1,6 +1,7 @@
 //! The gateway's routes: the inference routes forwarded through the
-//! stack, KServe v2 health and metadata, `GET /metrics`, JSON errors for
-//! the rest. The stack strips what a proxy must from requests (the route
+//! stack, KServe v2 health and metadata, OpenAI's model list from the
+//! fleet, the health and information routes of vLLM, SGLang and TGI,
+//! `GET /metrics`, JSON errors for the rest. The stack strips what a proxy must from requests (the route
 //! layer the client's routing headers, `SetOrigin` the hop-by-hop headers,
 //! and it sets the backend's `Host`); the hop-by-hop headers of responses
 //! are stripped here.
@@ -26,6 +27,7 @@ use tower_model_balance::error::PayloadTooLarge;
 use tower_model_balance::hedge::HedgeHandle;
 use tower_model_balance::route::{ModelId, RouteInfo};
 
+use super::catalog::Catalog;
 use super::errors::{self, ErrorReply};
 use super::{Stack, INFERENCE_ROUTES};
 
@@ -43,10 +45,17 @@ pub struct App {
     /// Whether each answer carries its routing receipt in
     /// `x-route-receipt`.
     pub receipt_header: bool,
+    /// The fleet's models, as the probes last saw them.
+    pub catalog: Catalog,
 }
 
 /// The response header with the routing receipt (`--receipt-header`).
 pub const RECEIPT_HEADER: http::HeaderName = http::HeaderName::from_static("x-route-receipt");
+
+/// Information about the server, of vLLM (`/version`), TGI (`/info`) and
+/// SGLang (`/get_model_info`, `/get_server_info`): forwarded to a backend
+/// that serves one of the fleet's models (an owner of it).
+pub const SERVER_ROUTES: [&str; 4] = ["/version", "/info", "/get_model_info", "/get_server_info"];
 
 /// KServe v2 model metadata and readiness, forwarded to an owner of the
 /// model.
@@ -62,7 +71,15 @@ pub fn router(app: App) -> Router {
         .route("/metrics", get(metrics))
         .route("/v2/health/live", get(live))
         .route("/v2/health/ready", get(ready))
-        .route("/v2", get(server_metadata));
+        // vLLM's, SGLang's and TGI's health; SageMaker's `/ping`.
+        .route("/health", get(ready))
+        .route("/ping", get(ready).post(ready))
+        .route("/v2", get(server_metadata))
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{model}", get(retrieve_model));
+    for path in SERVER_ROUTES {
+        router = router.route(path, get(server_info));
+    }
     for path in INFERENCE_ROUTES {
         router = router.route(path, post(forward));
     }
@@ -137,11 +154,15 @@ async fn ready(State(app): State<App>) -> StatusCode {
 
 /// `GET /v2`: the KServe v2 server metadata of the gateway itself.
 async fn server_metadata() -> Response {
-    let body = serde_json::json!({
+    json(&serde_json::json!({
         "name": "tower-model-balance-gateway",
         "version": env!("CARGO_PKG_VERSION"),
         "extensions": [],
-    });
+    }))
+}
+
+/// A 200 with `body` as JSON.
+fn json(body: &serde_json::Value) -> Response {
     let json = HeaderValue::from_static("application/json");
     ([(header::CONTENT_TYPE, json)], body.to_string()).into_response()
 }
@@ -166,6 +187,48 @@ async fn model_metadata(
         Some(Ok(model)) => model,
         Some(Err(error)) => return errors::classify(&error).for_path(&path).into_response(),
         None => return no_route(req).await,
+    };
+    req.extensions_mut().insert(RouteInfo::new(model));
+    forward(State(app), req).await
+}
+
+/// `GET /v1/models`: the models the fleet serves (the union of what each
+/// backend's last probe listed), in OpenAI's list shape.
+async fn list_models(State(app): State<App>) -> Response {
+    json(&app.catalog.openai_list())
+}
+
+/// `GET /v1/models/{model}`: one of the fleet's models, or a 404 in
+/// OpenAI's shape.
+async fn retrieve_model(State(app): State<App>, Path(model): Path<String>) -> Response {
+    match app.catalog.openai_model(&model) {
+        Some(entry) => json(&entry),
+        None => {
+            let mut reply = ErrorReply::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+                format!("the model `{model}` does not exist"),
+            );
+            reply.param = Some("model");
+            reply.into_response()
+        }
+    }
+}
+
+/// `GET /version`, `/info`, …: a server's own information, from a backend
+/// that serves the fleet's first model (in name order); 503 while the
+/// fleet serves none.
+async fn server_info(State(app): State<App>, mut req: Request) -> Response {
+    let Some((model, _)) = app.catalog.models().into_iter().next() else {
+        let mut reply = ErrorReply::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "no_healthy_backend",
+            "no backend serves a model yet".to_owned(),
+        );
+        reply.retry_after = Some(errors::retry_after_secs(errors::NO_BACKEND_RETRY_AFTER));
+        return reply.into_response();
     };
     req.extensions_mut().insert(RouteInfo::new(model));
     forward(State(app), req).await

@@ -19,6 +19,13 @@ use crate::error::{BoxError, StreamFailed};
 /// * a connection refused (the connection never opened: nothing was
 ///   processed), for any request;
 /// * a `503` answer (the server refused it), for any request;
+/// * a `404` answer to a request that is not an update, when the retry
+///   goes to another backend (below): KServe v2 and OpenAI-compatible
+///   servers answer 404 for a model they do not hold *now* — a server
+///   restarted empty, a model unloaded since the balancer learned it was
+///   there — and the balancer, told of the 404, sends the retry to another
+///   backend that serves the model (or, with placement, has it loaded).
+///   A model no backend serves gets the second backend's 404;
 /// * for requests that are not updates, any other transport failure before
 ///   the response's head — an I/O error in the source chain (a reset), or
 ///   hyper's `IncompleteMessage` (a kept-alive connection closed before any
@@ -35,8 +42,8 @@ use crate::error::{BoxError, StreamFailed};
 ///   backend's tokens would not continue it (a sampled generation differs
 ///   from one run to the next).
 ///
-/// Never anything once a response has begun other than that 503: other
-/// statuses, and errors after the headers (a body's), are not retried;
+/// Never anything once a response has begun other than that 503 and 404:
+/// other statuses, and errors after the headers (a body's), are not retried;
 /// nor a timeout (no transport error). At most `max_retries` (default 1)
 /// per request.
 ///
@@ -128,6 +135,9 @@ impl RetryPolicy {
                 let seconds: u64 = after.to_str().ok()?.trim().parse().ok()?;
                 let wait = Duration::from_secs(seconds);
                 (wait <= self.max_wait).then_some(wait)
+            }
+            Ok(response) if response.status() == http::StatusCode::NOT_FOUND => {
+                (elsewhere && !update).then_some(Duration::ZERO)
             }
             Ok(_) => None,
             Err(error) => {

@@ -60,7 +60,7 @@ use http_body::Body;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use tower_service::Service;
 
-use self::builder::DEFAULT_LIMIT;
+use self::builder::{DefaultModel, DEFAULT_LIMIT};
 use self::key::{session_id, with_prefix, PrefixSource};
 use self::parse::{decode_segment, kserve_v2_model, read_json};
 use self::prompt::Prompt;
@@ -112,8 +112,11 @@ use crate::error::{BoxError, InvalidReason, InvalidRoute, PayloadTooLarge};
 ///
 /// * [`PayloadTooLarge`] when the body is over the limit;
 /// * [`InvalidRoute`] with source `body` when the body is not a JSON object
-///   ([`InvalidReason::NotJson`]), has no `model` or a `null` one
-///   (`Missing`), a `model` that is not a string (`Unrecognized`) or more
+///   ([`InvalidReason::NotJson`]; [`MalformedJson`](InvalidReason::MalformedJson)
+///   with the line and column of a syntax error,
+///   [`TruncatedJson`](InvalidReason::TruncatedJson) for a body cut short),
+///   has no `model` or a `null` one (`Missing`, unless a
+///   [`default_model`](ModelFromBodyBuilder::default_model) names one), a `model` that is not a string (`Unrecognized`) or more
 ///   than once (`Duplicate`), or an invalid model ID; with source `path` for
 ///   an invalid name in the KServe v2 path; with the header's name for an
 ///   invalid `x-request-kind`, `x-urgency` or `content-length` (checked
@@ -143,6 +146,7 @@ pub struct ModelFromBody<S> {
     limit: usize,
     strip_routing_headers: bool,
     prefix: PrefixSource,
+    default_model: DefaultModel,
 }
 
 impl<S> ModelFromBody<S> {
@@ -153,6 +157,7 @@ impl<S> ModelFromBody<S> {
             limit: DEFAULT_LIMIT,
             strip_routing_headers: false,
             prefix: PrefixSource::OFF,
+            default_model: DefaultModel::NONE,
         }
     }
 
@@ -243,6 +248,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limit = self.limit;
+        let default_model = self.default_model.clone();
         ResponseFuture {
             inner: Box::pin(async move {
                 let bytes = match Limited::new(body, limit).collect().await {
@@ -274,22 +280,28 @@ where
                     Found::Header(route) => {
                         // The model is known: the body is read for its
                         // prompt only, and one not JSON gives none.
-                        if read_json(&bytes, prompt.as_mut())
-                            .is_err_and(|e| e.reason == InvalidReason::NotJson)
-                        {
+                        if read_json(&bytes, prompt.as_mut()).is_err_and(|e| e.reason.is_json()) {
                             prompt = None;
                         }
                         Some(route)
                     }
                     Found::Body(traits) => {
-                        let model = match read_json(&bytes, prompt.as_mut()) {
+                        let read = match read_json(&bytes, prompt.as_mut()) {
                             // The prompt is a hint: a body the capture
                             // cannot read (a string that is not UTF-8, a
                             // lone surrogate escape) is read for its model
                             // alone, and goes on to the server to judge.
                             Err(e) if prompt.is_some() && e.reason == InvalidReason::NotJson => {
                                 prompt = None;
-                                read_json(&bytes, None)?
+                                read_json(&bytes, None)
+                            }
+                            read => read,
+                        };
+                        let model = match read {
+                            // No model named: the fleet's only one, if
+                            // the layer was given a way to know it.
+                            Err(e) if e.reason == InvalidReason::Missing => {
+                                default_model.get().ok_or(e)?
                             }
                             read => read?,
                         };

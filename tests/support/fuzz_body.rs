@@ -244,6 +244,10 @@ pub fn check_body(case: &BodyCase) {
         // What serde_json reads as JSON is JSON to the layer too.
         (InvalidReason::NotJson, Ok(value)) => assert!(!value.is_object(), "{value}"),
         (InvalidReason::NotJson, Err(_)) => {}
+        // A syntax error or a cut body is what serde_json cannot read.
+        (InvalidReason::MalformedJson { .. } | InvalidReason::TruncatedJson, parsed) => {
+            assert!(parsed.is_err(), "{parsed:?}")
+        }
         (reason, Ok(serde_json::Value::Object(object))) => {
             let model = object.get("model");
             match reason {

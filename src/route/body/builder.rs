@@ -1,6 +1,9 @@
 //! [`ModelFromBodyLayer`] and its builder: the body limit, the routing
 //! headers at a trust boundary, and where the prefix key comes from.
 
+use std::fmt;
+use std::sync::Arc;
+
 use tower_layer::Layer;
 
 use super::key::{PrefixSource, MAX_PREFIX_BYTES};
@@ -8,6 +11,7 @@ use super::ModelFromBody;
 use crate::error::InvalidConfig;
 #[cfg(doc)]
 use crate::error::{InvalidRoute, PayloadTooLarge};
+use crate::route::ModelId;
 #[cfg(doc)]
 use crate::route::{PrefixKey, RouteInfo};
 use http::header::HeaderName;
@@ -17,6 +21,29 @@ pub(super) const DEFAULT_LIMIT: usize = 1024 * 1024;
 /// Largest accepted body limit: 64 MiB.
 pub(super) const MAX_LIMIT: usize = 64 * 1024 * 1024;
 
+/// Where the model of a JSON body without one comes from (see
+/// [`ModelFromBodyBuilder::default_model`]): nowhere by default.
+#[derive(Clone)]
+pub(super) struct DefaultModel(Option<Arc<dyn Fn() -> Option<ModelId> + Send + Sync>>);
+
+impl DefaultModel {
+    pub(super) const NONE: Self = Self(None);
+
+    /// The model to route a body without one to, if any now.
+    pub(super) fn get(&self) -> Option<ModelId> {
+        self.0.as_ref().and_then(|f| f())
+    }
+}
+
+impl fmt::Debug for DefaultModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            Some(_) => "DefaultModel(Some(..))",
+            None => "DefaultModel(None)",
+        })
+    }
+}
+
 /// Wraps a service in [`ModelFromBody`]. Build one with
 /// [`ModelFromBodyLayer::builder`], or take the default (1 MiB limit,
 /// client routing headers trusted, no prefix key).
@@ -25,6 +52,7 @@ pub struct ModelFromBodyLayer {
     limit: usize,
     strip_routing_headers: bool,
     prefix: PrefixSource,
+    default_model: DefaultModel,
 }
 
 impl ModelFromBodyLayer {
@@ -35,6 +63,7 @@ impl ModelFromBodyLayer {
             limit: DEFAULT_LIMIT,
             strip_routing_headers: false,
             prefix: PrefixSource::OFF,
+            default_model: DefaultModel::NONE,
         }
     }
 
@@ -45,6 +74,7 @@ impl ModelFromBodyLayer {
             limit: DEFAULT_LIMIT,
             strip_routing_headers: false,
             prefix: PrefixSource::OFF,
+            default_model: DefaultModel::NONE,
         }
     }
 
@@ -69,6 +99,7 @@ impl<S> Layer<S> for ModelFromBodyLayer {
             limit: self.limit,
             strip_routing_headers: self.strip_routing_headers,
             prefix: self.prefix.clone(),
+            default_model: self.default_model.clone(),
         }
     }
 }
@@ -79,6 +110,7 @@ pub struct ModelFromBodyBuilder {
     limit: usize,
     strip_routing_headers: bool,
     prefix: PrefixSource,
+    default_model: DefaultModel,
 }
 
 impl ModelFromBodyBuilder {
@@ -159,6 +191,27 @@ impl ModelFromBodyBuilder {
         self
     }
 
+    /// The model of a JSON body with no `model` field (or a `null` one),
+    /// as vLLM and SGLang serve their only model to such a request: `model`
+    /// is called once for each such body, and what it returns routes it;
+    /// `None` keeps the [`InvalidRoute`] (`body`, `Missing`). The body goes
+    /// on unchanged (the server picks its model as it does alone), and its
+    /// prompt still makes its prefix key. Default: none, every body must
+    /// name its model.
+    ///
+    /// A gateway in front of a fleet that serves one model passes a
+    /// function reading the fleet's models, returning that model while it
+    /// is the only one. A function that blocks or takes a lock held long
+    /// delays every such request: read a snapshot (an atomic, an
+    /// `ArcSwap`).
+    pub fn default_model(
+        mut self,
+        model: impl Fn() -> Option<ModelId> + Send + Sync + 'static,
+    ) -> Self {
+        self.default_model = DefaultModel(Some(Arc::new(model)));
+        self
+    }
+
     /// The layer.
     ///
     /// # Errors
@@ -181,6 +234,7 @@ impl ModelFromBodyBuilder {
             limit: self.limit,
             strip_routing_headers: self.strip_routing_headers,
             prefix: self.prefix,
+            default_model: self.default_model,
         }
     }
 }

@@ -66,12 +66,25 @@ pub(super) fn read_json(
     let field = de
         .deserialize_map(TopLevel(prompt))
         .and_then(|field| de.end().map(|()| field))
-        .map_err(|_| invalid(InvalidReason::NotJson))?;
+        .map_err(|e| invalid(json_reason(&e)))?;
     match field {
         Field::Absent | Field::Null => Err(invalid(InvalidReason::Missing)),
         Field::NotString => Err(invalid(InvalidReason::Unrecognized)),
         Field::Duplicate => Err(invalid(InvalidReason::Duplicate)),
         Field::Str(name) => ModelId::from_source("body", &name),
+    }
+}
+
+/// Why a body is not a JSON object, from `serde_json`'s category of the
+/// error: cut short, a syntax error (where), or JSON of another shape.
+fn json_reason(error: &serde_json::Error) -> InvalidReason {
+    match error.classify() {
+        serde_json::error::Category::Eof => InvalidReason::TruncatedJson,
+        serde_json::error::Category::Syntax => InvalidReason::MalformedJson {
+            line: error.line(),
+            column: error.column(),
+        },
+        _ => InvalidReason::NotJson,
     }
 }
 

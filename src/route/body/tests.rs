@@ -28,10 +28,19 @@ fn reads_top_level_model_only() {
 #[test]
 fn classifies_bad_bodies() {
     let cases: &[(&str, InvalidReason)] = &[
-        ("", InvalidReason::NotJson),
-        ("not json", InvalidReason::NotJson),
-        (r#"{"model":"m""#, InvalidReason::NotJson),
-        (r#"{"model":"m"} trailing"#, InvalidReason::NotJson),
+        ("", InvalidReason::TruncatedJson),
+        (
+            "not json",
+            InvalidReason::MalformedJson { line: 1, column: 2 },
+        ),
+        (r#"{"model":"m""#, InvalidReason::TruncatedJson),
+        (
+            "{\n\"model\":\"m\"} trailing",
+            InvalidReason::MalformedJson {
+                line: 2,
+                column: 14,
+            },
+        ),
         (r#"["model","m"]"#, InvalidReason::NotJson),
         (r#""m""#, InvalidReason::NotJson),
         ("null", InvalidReason::NotJson),
@@ -63,7 +72,7 @@ fn deep_nesting_is_skipped_without_overflow() {
     let json = format!(r#"{{"x":{deep},"model":{deep}}}"#);
     assert_eq!(reason(&json), InvalidReason::Unrecognized);
     let unclosed = format!(r#"{{"model":"m","x":{}}}"#, "[".repeat(100_000));
-    assert_eq!(reason(&unclosed), InvalidReason::NotJson);
+    assert_eq!(reason(&unclosed), InvalidReason::TruncatedJson);
 }
 
 #[test]
