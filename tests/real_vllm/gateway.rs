@@ -1,0 +1,219 @@
+//! The gateway example's app in front of the vLLM servers, and the HTTP
+//! calls the checks make to it and to the servers directly.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderName;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::balance::{BackendStatus, BalancerHandle};
+use tower_model_balance::endpoint::Origin;
+
+use crate::app::{self, Config, Gateway, Probe};
+use crate::fixture::Vllm;
+
+/// The header naming a conversation, for prefix affinity.
+pub const SESSION_HEADER: &str = "x-session-id";
+
+/// The gateway serving on loopback in front of the servers.
+pub struct Running {
+    pub url: String,
+    pub handle: BalancerHandle,
+    _gateway: Arc<Gateway>,
+    server: JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl Running {
+    /// The backend the balancer knows as `name`.
+    pub fn backend(&self, name: &str) -> BackendStatus {
+        self.handle
+            .backends()
+            .into_iter()
+            .find(|b| b.id.as_str() == name)
+            .expect("a current backend")
+    }
+
+    /// Waits (bounded: 30 s) until every backend's probe has listed its
+    /// models, so that `GET /v1/models` and a body without `model` see
+    /// the fleet.
+    pub async fn wait_models(&self) {
+        let started = Instant::now();
+        loop {
+            let (status, body) = get(&format!("{}/v1/models", self.url)).await;
+            if status == 200 && body.contains(crate::fixture::MODEL) {
+                return;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "no models listed: {body}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The gateway as a vLLM user runs it (`--probe openai`, no placement),
+/// with each answer's routing receipt; `prefix`: prefix affinity on
+/// (`--prefix-bytes 256 --session-header x-session-id`).
+pub async fn start(servers: &[Vllm], prefix: bool) -> Running {
+    let backends = servers
+        .iter()
+        .map(|s| {
+            let addr = SocketAddr::from(([127, 0, 0, 1], s.port));
+            (BackendId::new(&s.name).unwrap(), Origin::http(addr))
+        })
+        .collect();
+    let mut config = Config::new(backends);
+    config.probe = Probe::OpenAi;
+    config.placement = false;
+    config.receipt_header = true;
+    // vLLM's scheduler serves up to `--max-num-seqs` (16) at once.
+    config.backend_slots = 16;
+    config.timeout = Duration::from_secs(120);
+    if prefix {
+        config.prefix_bytes = Some(256);
+        config.session_header = Some(HeaderName::from_static(SESSION_HEADER));
+    }
+    let gateway = Arc::new(Gateway::new(config).expect("gateway"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = gateway.router.clone();
+    let server = tokio::spawn(async move {
+        app::serve(listener, router, std::future::pending())
+            .await
+            .unwrap();
+    });
+    let running = Running {
+        url: format!("http://{addr}"),
+        handle: gateway.handle.clone(),
+        _gateway: gateway,
+        server,
+    };
+    running.wait_models().await;
+    running
+}
+
+/// One client for every call: kept-alive connections, as users have.
+pub fn client() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(reqwest::Client::new)
+}
+
+/// `GET url`: the status and the body.
+pub async fn get(url: &str) -> (u16, String) {
+    let response = client().get(url).send().await.expect("GET");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
+/// An answer: status, the backend the gateway's receipt names (none from
+/// a server directly), the body.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub backend: Option<String>,
+    pub body: String,
+}
+
+/// The backend a receipt header names.
+fn backend_of(response: &reqwest::Response) -> Option<String> {
+    let receipt = response.headers().get("x-route-receipt")?.to_str().ok()?;
+    let field = receipt.split("; ").find_map(|f| f.strip_prefix("backend="))?;
+    Some(field.to_owned())
+}
+
+/// `POST url` with the JSON `body` (and a session, if given).
+pub async fn post(url: &str, body: &str, session: Option<&str>) -> Answer {
+    let mut request = client()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(session) = session {
+        request = request.header(SESSION_HEADER, session);
+    }
+    let response = request.send().await.expect("POST");
+    let status = response.status().as_u16();
+    let backend = backend_of(&response);
+    Answer {
+        status,
+        backend,
+        body: response.text().await.expect("body"),
+    }
+}
+
+/// A streamed answer in progress.
+pub struct Stream {
+    pub response: reqwest::Response,
+    pub backend: Option<String>,
+    /// From the request's start to its first `data:` chunk.
+    pub ttft: Duration,
+    /// What was read so far.
+    pub text: String,
+}
+
+/// `POST url` with `body` (which asks for a stream), read up to its first
+/// `data:` chunk.
+pub async fn open_stream(url: &str, body: &str) -> Stream {
+    let started = Instant::now();
+    let mut response = client()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status(), 200, "stream refused");
+    let backend = backend_of(&response);
+    let mut text = String::new();
+    while !text.contains("data: ") {
+        let chunk = response.chunk().await.expect("a chunk").expect("not ended");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    Stream {
+        ttft: started.elapsed(),
+        response,
+        backend,
+        text,
+    }
+}
+
+impl Stream {
+    /// Reads the stream to its end: the whole text, or the error that cut
+    /// it.
+    pub async fn finish(mut self) -> Result<String, String> {
+        loop {
+            match self.response.chunk().await {
+                Ok(Some(chunk)) => self.text.push_str(&String::from_utf8_lossy(&chunk)),
+                Ok(None) => return Ok(self.text),
+                Err(error) => return Err(format!("{error}")),
+            }
+        }
+    }
+}
+
+/// A chat request's body: `content` as the user's message, `max_tokens`
+/// generated (`ignore_eos`: exactly that many), streamed or not.
+pub fn chat(content: &str, max_tokens: u32, stream: bool) -> String {
+    serde_json::json!({
+        "model": crate::fixture::MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": true,
+        "stream": stream,
+    })
+    .to_string()
+}
+
+/// The median of `values`.
+pub fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
