@@ -41,6 +41,7 @@ use std::time::Duration;
 #[cfg(test)]
 use self::outlier::FAILING;
 use self::outlier::{Peers, OUTLIER_INTERVALS};
+use super::signals::capacity;
 use super::{HealthConfig, LoadSignals};
 
 mod outlier;
@@ -367,27 +368,6 @@ enum Verdict {
     Stay,
     Eject(Ejection),
     Readmit,
-}
-
-/// The capacity term from load signals, if they say anything.
-fn capacity(p: &HealthConfig, load: &LoadSignals, gpu_memory: Option<u64>) -> Option<f64> {
-    let finite = |x: Option<f64>| x.filter(|v| v.is_finite() && *v >= 0.0);
-    // A usage over 1 is a percentage by mistake, not a full cache: unread.
-    let kv = finite(load.kv_cache_usage)
-        .filter(|u| *u <= 1.0)
-        .map(|u| 1.0 - u);
-    let queue = finite(load.requests_waiting).map(|w| 1.0 / (1.0 + w / p.queue_scale));
-    let llm = match (kv, queue) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    llm.or_else(|| {
-        let used = finite(load.gpu_memory_used_bytes)?;
-        let total = finite(load.gpu_memory_total_bytes)
-            .or(gpu_memory.map(|b| b as f64))
-            .filter(|t| *t > 0.0)?;
-        Some((1.0 - used / total).clamp(0.0, 1.0))
-    })
 }
 
 /// Evaluates every backend of a fleet over one interval of `dt`: updates

@@ -147,3 +147,6 @@ impl HealthState {
         obs.p99_ms.map(|p99| p99 / self.concurrency)
     }
 }
+
+#[cfg(test)]
+mod tests;
