@@ -25,7 +25,7 @@ pub use self::builder::HealthConfigBuilder;
 /// | `eject_below` / `readmit_above` (hysteresis) | 0.2 / 0.35 | 0 ≤ eject < readmit < 1 |
 /// | `queue_scale` (queue depth that halves the queue term, requests) | 8 | 0.1 ..= 1 000 000 |
 /// | `connections` (full below, zero at; requests in flight) | 100, 600 | 1 ≤ full < zero ≤ 1 000 000 |
-/// | `outlier_factor` (p99 over baseline that ejects) | 5.0 | 1.5 ..= 1 000, or off |
+/// | `outlier_factor` (latency per request in flight over peers' and own baseline that ejects) | 3.0 | 1.5 ..= 1 000, or off |
 /// | `outlier_ejection` (base ejection time, × consecutive ejections up to 10) | 30 s | 100 ms ..= 1 h |
 /// | `max_ejected_share` (of backends, at least one) | 0.3 | 0 ..= 1 (0: never eject) |
 /// | `warm_up` (slow start of a backend that joins later) | 10 s | 0 ..= 1 h (0: off) |
@@ -64,7 +64,7 @@ impl Default for HealthConfig {
             readmit_above: 0.35,
             queue_scale: 8.0,
             connections: (100, 600),
-            outlier_factor: Some(5.0),
+            outlier_factor: Some(3.0),
             outlier_ejection: Duration::from_secs(30),
             max_ejected_share: 0.3,
             warm_up: Duration::from_secs(10),
@@ -133,8 +133,9 @@ impl HealthConfig {
         self.connections
     }
 
-    /// p99 latency over the backend's baseline at which it is ejected as a
-    /// latency outlier, if on.
+    /// Latency per request in flight over the peers' median (and the
+    /// backend's own baseline) at which it is ejected as a latency
+    /// outlier, if on.
     pub(crate) fn outlier_factor(&self) -> Option<f64> {
         self.outlier_factor
     }

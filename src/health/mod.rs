@@ -65,10 +65,13 @@
 //! load and its models' cold loads onto the others). A backend whose
 //! ejection score falls below 0.2 is **ejected** and comes back only above
 //! 0.35 (hysteresis: a score hovering around one threshold does not
-//! toggle); one whose p99 runs over 5× its own baseline and 3× the fleet's
-//! median for 5 intervals in a row, while not failing, is ejected as a
-//! **latency outlier** for 30 s × its consecutive ejections (a fleet
-//! slowed as a whole, or a queue behind a cold load, is not one).
+//! toggle); one whose latency *per request in flight* runs over 3× its
+//! peers' median (4× with one or two peers), 50 ms over it and 3× its own
+//! baseline for 5 intervals in a row, while not failing — or that answers
+//! nothing with requests in flight for over 1 s while a peer answers — is
+//! ejected as a **latency outlier** for 30 s × its consecutive ejections
+//! (a fleet slowed as a whole, a server busier under affinity or serving
+//! longer prompts, or a queue behind a cold load, is not one).
 //! At most 30% of the backends (at least one) are ejected at once, the
 //! worst first. A backend joining a running fleet **warms up**: the weight
 //! its cost is divided by rises from 0.1 to its score over 10 s, and its

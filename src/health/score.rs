@@ -17,14 +17,13 @@
 //! * `connection`: 1 below the policy's `full_below` requests in flight,
 //!   falling linearly to 0 at `zero_at`.
 //!
-//! A **latency outlier** is slow against its own baseline (`outlier_factor`,
-//! 5×) and against its peers (3× the fleet's median recent p99, with 3
-//! backends or more measured) for 5 intervals with data in a row, while
-//! not failing: a backend slowed with the rest of the fleet is not one.
-//! Each of those intervals must be slow on its own too (its p99 over 5×
-//! the baseline, none of its calls failed): a backend that failed and
-//! healed keeps the failure penalty in its smoothed p99 for a while, and
-//! must not be ejected for it once it serves fast again.
+//! A **latency outlier** is judged on its latency *per request in flight*
+//! against its peers' at the same time, and a backend silent with
+//! requests in flight as one whose latency is at least its silence: see
+//! [`outlier`]. Each interval must be slow on its own too (none of its
+//! calls failed): a backend that failed and healed keeps the failure
+//! penalty in its smoothed p99 for a while, and must not be ejected for
+//! it once it serves fast again.
 //!
 //! With no data, every term relaxes toward neutral (error rate 0, latency
 //! at baseline, full capacity) with the policy's half-life.
@@ -39,20 +38,13 @@
 
 use std::time::Duration;
 
+#[cfg(test)]
+use self::outlier::FAILING;
+use self::outlier::{Peers, OUTLIER_INTERVALS};
+use super::signals::capacity;
 use super::{HealthConfig, LoadSignals};
 
-/// Consecutive intervals with data a backend must be slow in before it is
-/// ejected as a latency outlier: a passing queue (behind a cold load, say)
-/// is not an outlier.
-const OUTLIER_INTERVALS: u32 = 5;
-/// How far over the fleet's median recent p99 a latency outlier must be
-/// too.
-const PEER_FACTOR: f64 = 3.0;
-/// Backends with a recent p99 needed for the comparison with peers.
-const MIN_PEERS: usize = 3;
-/// Error rate at or above which a backend counts as failing, not slow:
-/// an outlier is a backend slow while not failing.
-const FAILING: f64 = 0.5;
+mod outlier;
 /// Weight of the recent p99 in the baseline when above it, each interval
 /// with data (the baseline follows it up slowly, down at once).
 const BASELINE_UP: f64 = 0.01;
@@ -69,6 +61,10 @@ pub(crate) struct Observation {
     pub(crate) failures: u64,
     /// Timed requests (failures included, at the penalty).
     pub(crate) timed: u64,
+    /// Signs of life from requests: response heads and outcomes (probes
+    /// not counted). None with requests in flight at both ends of the
+    /// interval: silent.
+    pub(crate) answered: u64,
     /// Their 99th percentile latency, ms.
     pub(crate) p99_ms: Option<f64>,
     /// Requests in flight at the end of the interval.
@@ -87,8 +83,10 @@ pub enum Ejection {
     /// error rate and the latency against its baseline) fell below the
     /// policy's `eject_below`; it comes back above `readmit_above`.
     Score,
-    /// Its p99 latency ran over the policy's `outlier_factor` × its
-    /// baseline while it was not failing; it comes back after the ejection
+    /// Its latency per request in flight ran over the policy's
+    /// `outlier_factor` × its own baseline and several times its peers'
+    /// while it was not failing, or it answered nothing with requests in
+    /// flight while its peers answered; it comes back after the ejection
     /// time.
     Outlier,
 }
@@ -146,6 +144,18 @@ pub(crate) struct HealthState {
     healthy_for: Duration,
     /// Consecutive intervals with data it was slow in.
     slow_intervals: u32,
+    /// Smoothed p99 per request in flight, ms.
+    norm_ms: Option<f64>,
+    /// Learned baseline of `norm_ms`, ms.
+    norm_base_ms: Option<f64>,
+    /// Mean requests in flight over the last interval, at least 1.
+    concurrency: f64,
+    /// Requests in flight at the end of the last interval.
+    in_flight: usize,
+    /// How long it has had requests in flight and answered none.
+    silent_for: Duration,
+    /// Time since its last interval with timed answers.
+    since_answers: Option<Duration>,
     /// Time evaluated since it joined.
     age: Duration,
     /// Whether it warms up (it joined a running fleet).
@@ -170,6 +180,12 @@ impl HealthState {
             streak: 0,
             healthy_for: Duration::ZERO,
             slow_intervals: 0,
+            norm_ms: None,
+            norm_base_ms: None,
+            concurrency: 1.0,
+            in_flight: 0,
+            silent_for: Duration::ZERO,
+            since_answers: None,
             age: Duration::ZERO,
             warming,
         }
@@ -230,26 +246,34 @@ impl HealthState {
         } else {
             self.error_rate *= decay;
         }
-        // Latency: recent p99 and the baseline it is judged against.
-        match (obs.p99_ms, self.p99_ms) {
-            (Some(sample), None) => self.p99_ms = Some(sample),
-            (Some(sample), Some(recent)) => {
-                self.p99_ms = Some(recent + p.latency_alpha * (sample - recent));
-            }
-            (None, Some(recent)) => {
-                let base = self.baseline_ms.unwrap_or(recent);
-                self.p99_ms = Some(base + (recent - base) * decay);
-            }
-            (None, None) => {}
-        }
-        // Learned from clean intervals only: a backend failing from the
-        // start must not take the failure penalty for its baseline.
-        if let (Some(_), Some(recent), 0) = (obs.p99_ms, self.p99_ms, obs.failures) {
-            self.baseline_ms = Some(match self.baseline_ms {
-                Some(base) if recent > base => base + BASELINE_UP * (recent - base),
-                _ => recent,
-            });
-        }
+        // The work in flight over the interval, and silence under it.
+        let busy = self.in_flight > 0 && obs.in_flight > 0;
+        self.concurrency = ((self.in_flight + obs.in_flight) as f64 / 2.0).max(1.0);
+        self.in_flight = obs.in_flight;
+        self.silent_for = match busy && obs.answered == 0 && obs.timed == 0 {
+            true => self.silent_for.saturating_add(dt),
+            false => Duration::ZERO,
+        };
+        self.since_answers = match obs.timed {
+            0 => self.since_answers.map(|t| t.saturating_add(dt)),
+            _ => Some(Duration::ZERO),
+        };
+        // Latency: recent p99 and the baseline it is judged against, raw
+        // (the score's term) and per request in flight (the outlier rule).
+        let clean = obs.failures == 0;
+        let norm = self.norm_sample(obs);
+        smooth(p, &mut self.p99_ms, self.baseline_ms, obs.p99_ms, decay);
+        smooth(p, &mut self.norm_ms, self.norm_base_ms, norm, decay);
+        learn(
+            &mut self.baseline_ms,
+            self.p99_ms,
+            obs.p99_ms.is_some() && clean,
+        );
+        learn(
+            &mut self.norm_base_ms,
+            self.norm_ms,
+            norm.is_some() && clean,
+        );
         self.capacity = match obs.load.and_then(|l| capacity(p, &l, obs.gpu_memory_bytes)) {
             Some(term) => term,
             None => 1.0 - (1.0 - self.capacity) * decay,
@@ -268,16 +292,17 @@ impl HealthState {
     }
 
     /// Counts the interval of `dt` toward (or clears) a latency-outlier
-    /// verdict, `peers_ms` the median recent p99 of the fleet.
+    /// verdict, `peers` the median normalised latency of its peers and how
+    /// many they are.
     fn judge_slowness(
         &mut self,
         p: &HealthConfig,
         obs: &Observation,
-        peers_ms: Option<f64>,
+        peers: Option<(f64, usize)>,
         dt: Duration,
     ) {
-        let slow = self.is_outlier(p, obs, peers_ms);
-        if obs.timed > 0 {
+        let slow = self.is_outlier(p, obs, peers);
+        if self.counts(obs) {
             self.slow_intervals = if slow {
                 self.slow_intervals.saturating_add(1)
             } else {
@@ -304,25 +329,6 @@ impl HealthState {
         }
     }
 
-    /// Slow against its own baseline, and against its peers (`peers_ms`,
-    /// the fleet's median recent p99), while not failing: a fleet slowed
-    /// by its load as a whole has no outlier. The interval's own p99 must
-    /// be slow too, with no failure in it: the smoothed p99 of a backend
-    /// that failed a while ago still carries the failure penalty, and a
-    /// backend healed since, serving fast, is no outlier.
-    fn is_outlier(&self, p: &HealthConfig, obs: &Observation, peers_ms: Option<f64>) -> bool {
-        match (p.outlier_factor, self.baseline_ms, self.p99_ms) {
-            (Some(factor), Some(base), Some(recent)) => {
-                self.error_rate < FAILING
-                    && obs.failures == 0
-                    && obs.p99_ms.is_some_and(|sample| sample > factor * base)
-                    && recent > factor * base
-                    && peers_ms.is_none_or(|m| recent > PEER_FACTOR * m)
-            }
-            _ => false,
-        }
-    }
-
     /// What this backend asks for after [`HealthState::update`].
     fn verdict(&self, p: &HealthConfig, obs: &Observation) -> Verdict {
         match self.ejected {
@@ -330,7 +336,7 @@ impl HealthState {
             Some(Ejection::Outlier) if self.remaining.is_zero() => Verdict::Readmit,
             Some(_) => Verdict::Stay,
             None if self.ejection_score < p.eject_below => Verdict::Eject(Ejection::Score),
-            None if obs.timed > 0 && self.slow_intervals >= OUTLIER_INTERVALS => {
+            None if self.counts(obs) && self.slow_intervals >= OUTLIER_INTERVALS => {
                 Verdict::Eject(Ejection::Outlier)
             }
             None => Verdict::Stay,
@@ -349,7 +355,9 @@ impl HealthState {
         if self.ejected == Some(Ejection::Outlier) {
             // Judged afresh on what it serves from now on.
             self.p99_ms = self.baseline_ms;
+            self.norm_ms = self.norm_base_ms;
             self.slow_intervals = 0;
+            self.silent_for = Duration::ZERO;
         }
         self.ejected = None;
     }
@@ -360,27 +368,6 @@ enum Verdict {
     Stay,
     Eject(Ejection),
     Readmit,
-}
-
-/// The capacity term from load signals, if they say anything.
-fn capacity(p: &HealthConfig, load: &LoadSignals, gpu_memory: Option<u64>) -> Option<f64> {
-    let finite = |x: Option<f64>| x.filter(|v| v.is_finite() && *v >= 0.0);
-    // A usage over 1 is a percentage by mistake, not a full cache: unread.
-    let kv = finite(load.kv_cache_usage)
-        .filter(|u| *u <= 1.0)
-        .map(|u| 1.0 - u);
-    let queue = finite(load.requests_waiting).map(|w| 1.0 / (1.0 + w / p.queue_scale));
-    let llm = match (kv, queue) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    llm.or_else(|| {
-        let used = finite(load.gpu_memory_used_bytes)?;
-        let total = finite(load.gpu_memory_total_bytes)
-            .or(gpu_memory.map(|b| b as f64))
-            .filter(|t| *t > 0.0)?;
-        Some((1.0 - used / total).clamp(0.0, 1.0))
-    })
 }
 
 /// Evaluates every backend of a fleet over one interval of `dt`: updates
@@ -397,10 +384,10 @@ pub(crate) fn evaluate(
     for (state, obs) in fleet.iter_mut() {
         state.update(p, obs, dt);
     }
-    let peers = median_p99(fleet);
+    let peers = Peers::new(p, fleet);
     for (i, (state, obs)) in fleet.iter_mut().enumerate() {
         state.held = false;
-        state.judge_slowness(p, obs, peers, dt);
+        state.judge_slowness(p, obs, peers.of(i), dt);
         match state.verdict(p, obs) {
             Verdict::Readmit => state.readmit(),
             Verdict::Eject(why) => asking.push((state.ejection_score, i, why)),
@@ -418,19 +405,37 @@ pub(crate) fn evaluate(
     }
 }
 
-/// The median recent p99 of the backends that have one and are not
-/// ejected, ms; `None` with fewer than [`MIN_PEERS`] of them.
-fn median_p99(fleet: &[(&mut HealthState, Observation)]) -> Option<f64> {
-    let mut all: Vec<f64> = fleet
-        .iter()
-        .filter(|(s, _)| s.ejected.is_none())
-        .filter_map(|(s, _)| s.p99_ms)
-        .collect();
-    if all.len() < MIN_PEERS {
-        return None;
+/// Folds an interval's `sample` into the smoothed `recent`; with none,
+/// relaxes it toward `base` by `decay`.
+fn smooth(
+    p: &HealthConfig,
+    recent: &mut Option<f64>,
+    base: Option<f64>,
+    sample: Option<f64>,
+    decay: f64,
+) {
+    *recent = match (sample, *recent) {
+        (Some(sample), None) => Some(sample),
+        (Some(sample), Some(r)) => Some(r + p.latency_alpha * (sample - r)),
+        (None, Some(r)) => {
+            let base = base.unwrap_or(r);
+            Some(base + (r - base) * decay)
+        }
+        (None, None) => None,
+    };
+}
+
+/// Learns `base` from `recent` after a clean interval with data: down at
+/// once, up slowly (a backend that turns slow does not become its own
+/// baseline). A backend failing from the start must not take the failure
+/// penalty for its baseline.
+fn learn(base: &mut Option<f64>, recent: Option<f64>, clean: bool) {
+    if let (Some(recent), true) = (recent, clean) {
+        *base = Some(match *base {
+            Some(b) if recent > b => b + BASELINE_UP * (recent - b),
+            _ => recent,
+        });
     }
-    all.sort_by(f64::total_cmp);
-    Some(all[all.len() / 2])
 }
 
 #[cfg(test)]

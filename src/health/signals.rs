@@ -1,6 +1,8 @@
 //! What a model server reports of its load: the inputs of the health
 //! score's capacity term.
 
+use super::HealthConfig;
+
 /// Load signals one probe read from a model server (every field optional:
 /// servers expose different ones). A value out of its range (NaN, negative,
 /// a KV-cache usage over 1) is not read: the signal counts as absent. The health score's capacity term uses
@@ -68,4 +70,29 @@ impl LoadSignals {
             gpu_memory_total_bytes: self.gpu_memory_total_bytes.or(other.gpu_memory_total_bytes),
         }
     }
+}
+
+/// The capacity term from load signals, if they say anything.
+pub(super) fn capacity(
+    p: &HealthConfig,
+    load: &LoadSignals,
+    gpu_memory: Option<u64>,
+) -> Option<f64> {
+    let finite = |x: Option<f64>| x.filter(|v| v.is_finite() && *v >= 0.0);
+    // A usage over 1 is a percentage by mistake, not a full cache: unread.
+    let kv = finite(load.kv_cache_usage)
+        .filter(|u| *u <= 1.0)
+        .map(|u| 1.0 - u);
+    let queue = finite(load.requests_waiting).map(|w| 1.0 / (1.0 + w / p.queue_scale));
+    let llm = match (kv, queue) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    llm.or_else(|| {
+        let used = finite(load.gpu_memory_used_bytes)?;
+        let total = finite(load.gpu_memory_total_bytes)
+            .or(gpu_memory.map(|b| b as f64))
+            .filter(|t| *t > 0.0)?;
+        Some((1.0 - used / total).clamp(0.0, 1.0))
+    })
 }

@@ -143,6 +143,7 @@ impl Guard {
     /// (and the hedging layer may reuse its slot).
     pub(crate) fn answered(&mut self) {
         self.slot = None;
+        self.state.health.answered();
         if let (Some(started), StopPoint::Headers) = (self.started, self.stop_point()) {
             self.timing.head(started, Instant::now());
         }
@@ -290,6 +291,7 @@ impl Guard {
 
     /// [`finish_at`](Self::finish_at), for a guard finished or dropped.
     fn complete(&mut self, outcome: Outcome, now: Instant) {
+        self.state.health.answered();
         let total = self
             .started
             .map(|started| now.saturating_duration_since(started));
@@ -343,6 +345,7 @@ impl Guard {
     /// counts in the error rate; the breaker reads the clock only if its
     /// state can change.
     fn untimed(&mut self, outcome: Outcome) {
+        self.state.health.answered();
         if matches!(outcome, Outcome::Failure | Outcome::Overload) {
             let penalty = self.state.fleet.settings.health.failure_penalty;
             self.state.health.record(None, true, penalty);

@@ -43,6 +43,9 @@ pub(crate) struct BackendHealth {
     pub(crate) failures: AtomicU64,
     /// Failed requests since it joined.
     pub(crate) failed: AtomicU64,
+    /// Answers since the last evaluation: response heads and outcomes of
+    /// any kind (a backend with requests in flight and none is silent).
+    pub(crate) answers: AtomicU64,
     /// Timed requests' latencies since the last evaluation (failures at
     /// the penalty).
     pub(crate) latencies: LatencyHistogram,
@@ -78,6 +81,7 @@ impl BackendHealth {
             ejections: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            answers: AtomicU64::new(0),
             latencies: LatencyHistogram::new(),
             inner: Mutex::new(Inner {
                 state,
@@ -105,6 +109,11 @@ impl BackendHealth {
     /// [`HealthStatus::held_by_cap`]).
     pub(crate) fn is_held(&self) -> bool {
         self.held.load(Ordering::Relaxed)
+    }
+
+    /// Records a sign of life: a response head, or an outcome.
+    pub(crate) fn answered(&self) {
+        self.answers.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a finished request: `failed` when it failed (always

@@ -100,10 +100,18 @@ impl HealthConfigBuilder {
         self
     }
 
-    /// The p99 latency over the backend's own baseline at which it is
-    /// ejected as a latency outlier, once its smoothed p99 stayed over it
-    /// — and over 3× the fleet's median p99 — for 5 consecutive
-    /// intervals with data (1.5 ..= 1 000; default 5.0; `None`: off).
+    /// How many times its peers' latency a backend's must be to be
+    /// ejected as a latency outlier (1.5 ..= 1 000; default 3.0; `None`:
+    /// off). Latency is compared per request in flight (its p99 over its
+    /// mean requests in flight), against the median of the other eligible
+    /// backends with recent answers: over this factor with 3 peers or
+    /// more, over this factor + 1 with one or two, and 50 ms per request
+    /// over it; over this factor × its own baseline too; for 5 consecutive
+    /// intervals with answers, none failing. With no peer answering, no
+    /// backend is a latency outlier. A backend with requests in flight and
+    /// no answer for longer than the failure penalty and this factor × its
+    /// recent p99, while a peer answers, is one for each interval of
+    /// that silence.
     pub fn outlier_factor(mut self, factor: Option<f64>) -> Self {
         self.policy.outlier_factor = factor;
         self

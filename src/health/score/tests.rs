@@ -15,6 +15,7 @@ fn obs(calls: u64, failures: u64, p99_ms: f64) -> Observation {
         calls,
         failures,
         timed: calls,
+        answered: calls,
         p99_ms: Some(p99_ms),
         ..Observation::default()
     }
@@ -22,6 +23,24 @@ fn obs(calls: u64, failures: u64, p99_ms: f64) -> Observation {
 
 fn run(p: &HealthConfig, state: &mut HealthState, o: Observation) {
     evaluate(p, &mut [(state, o)], SEC);
+}
+
+/// Three peers answering 20 requests an interval at a p99 of 10 ms.
+fn peers() -> [HealthState; 3] {
+    std::array::from_fn(|_| HealthState::new(false))
+}
+
+/// One interval of `state` beside `peers` serving at 10 ms.
+fn run_with_peers(
+    p: &HealthConfig,
+    state: &mut HealthState,
+    peers: &mut [HealthState],
+    o: Observation,
+) {
+    let mut fleet: Vec<_> = std::iter::once((state, o))
+        .chain(peers.iter_mut().map(|s| (s, obs(20, 0, 10.0))))
+        .collect();
+    evaluate(p, &mut fleet, SEC);
 }
 
 #[test]
@@ -82,14 +101,17 @@ fn without_data_the_score_relaxes_toward_neutral() {
 
 #[test]
 fn a_backend_turning_slow_is_ejected_as_an_outlier_then_readmitted() {
+    // Beside three peers: alone, no backend is an outlier (it was before,
+    // judged against its own baseline only: issue 39).
     let p = policy();
     let mut s = HealthState::new(false);
+    let mut others = peers();
     for _ in 0..30 {
-        run(&p, &mut s, obs(20, 0, 10.0));
+        run_with_peers(&p, &mut s, &mut others, obs(20, 0, 10.0));
     }
     let mut ejected_after = None;
     for second in 1..=20 {
-        run(&p, &mut s, obs(20, 0, 100.0));
+        run_with_peers(&p, &mut s, &mut others, obs(20, 0, 200.0));
         if s.ejected().is_some() {
             ejected_after = Some(second);
             break;
@@ -98,24 +120,24 @@ fn a_backend_turning_slow_is_ejected_as_an_outlier_then_readmitted() {
     assert_eq!(s.ejected(), Some(Ejection::Outlier));
     assert_eq!(
         ejected_after,
-        Some(6),
-        "5 intervals over 5x (smoothed) in a row"
+        Some(5),
+        "5 intervals over 3x its peers and 50 ms (smoothed) in a row"
     );
     let baseline = s.status(&p).baseline_ms.unwrap();
     assert!(
-        baseline < 15.0,
+        baseline < 20.0,
         "the baseline does not learn the slowness: {baseline}"
     );
     // Out for the base ejection time, with no traffic.
     for _ in 0..29 {
-        run(&p, &mut s, Observation::default());
+        run_with_peers(&p, &mut s, &mut others, Observation::default());
         assert_eq!(s.ejected(), Some(Ejection::Outlier));
     }
-    run(&p, &mut s, Observation::default());
+    run_with_peers(&p, &mut s, &mut others, Observation::default());
     assert_eq!(s.ejected(), None);
     // Still slow: out again, twice as long.
     for _ in 0..10 {
-        run(&p, &mut s, obs(20, 0, 100.0));
+        run_with_peers(&p, &mut s, &mut others, obs(20, 0, 200.0));
         if s.ejected().is_some() {
             break;
         }
@@ -164,7 +186,8 @@ fn a_passing_queue_is_not_an_outlier() {
 fn an_outlier_must_be_slow_5_intervals_with_data_in_a_row_and_not_failing() {
     let p = policy();
     let mut s = HealthState::new(false);
-    run(&p, &mut s, obs(1, 0, 10.0));
+    let mut others = peers();
+    run_with_peers(&p, &mut s, &mut others, obs(1, 0, 10.0));
     // Slow in every interval with data; those without neither count nor
     // break the run.
     for timed in [1, 1, 0, 1, 0, 1] {
@@ -172,21 +195,22 @@ fn an_outlier_must_be_slow_5_intervals_with_data_in_a_row_and_not_failing() {
             p99_ms: (timed > 0).then_some(1_000.0),
             ..obs(timed, 0, 1_000.0)
         };
-        run(&p, &mut s, slow);
+        run_with_peers(&p, &mut s, &mut others, slow);
     }
     assert!(s.status(&p).p99_ms.unwrap() > 50.0);
     assert_eq!(s.ejected(), None, "4 slow intervals are too few");
-    run(&p, &mut s, obs(1, 0, 1_000.0));
+    run_with_peers(&p, &mut s, &mut others, obs(1, 0, 1_000.0));
     assert_eq!(s.ejected(), Some(Ejection::Outlier), "5 are enough");
 
     let mut failing = HealthState::new(false);
-    run(&p, &mut failing, obs(20, 0, 10.0));
+    let mut others = peers();
+    run_with_peers(&p, &mut failing, &mut others, obs(20, 0, 10.0));
     let slow_and_failing = Observation {
         failures: 12,
         ..obs(20, 0, 1_000.0)
     };
-    run(&p, &mut failing, slow_and_failing);
-    run(&p, &mut failing, slow_and_failing);
+    run_with_peers(&p, &mut failing, &mut others, slow_and_failing);
+    run_with_peers(&p, &mut failing, &mut others, slow_and_failing);
     assert!(failing.status(&p).error_rate >= FAILING);
     assert_ne!(
         failing.ejected(),
@@ -342,6 +366,7 @@ proptest! {
                         calls,
                         failures,
                         timed: calls,
+                        answered: calls,
                         p99_ms,
                         in_flight,
                         load: waiting.map(|w| LoadSignals { requests_waiting: Some(w), ..LoadSignals::default() }),

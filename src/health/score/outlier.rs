@@ -1,0 +1,152 @@
+//! The latency-outlier rule: like compared with like.
+//!
+//! A latency outlier is a backend that serves *the same work* several
+//! times slower than its peers do, for long enough. The time to a first
+//! token grows with the prompt and with the requests a server already
+//! has in flight (they queue, or share its batches), and affinity puts
+//! more of them on one server than on another; neither is sickness. So:
+//!
+//! * latency is **normalised by the work in flight**: each interval's p99
+//!   over the backend's mean requests in flight then (at least 1), the
+//!   latency *per concurrent request* — a server with 3× the load and 3×
+//!   the time to first token is as fast as its peer;
+//! * it is compared with its **peers'** at the same time (the median of
+//!   the other eligible backends with answers in the last 3 intervals), so
+//!   that prompts growing fleet-wide (a chat's history) move the bar with
+//!   them; with no such peer there is no comparison and no outlier
+//!   (a lone backend's slowness only lowers its score);
+//! * the bar is relative **and** absolute: over `outlier_factor` (3) ×
+//!   its peers' median with 3 peers or more — one more (4×) with one or
+//!   two, where the median is just them — and 50 ms per request over it;
+//!   and over `outlier_factor` × its own normalised baseline (it *turned*
+//!   slow: a slower GPU class is steered by cost, not ejected);
+//! * for 5 intervals with answers in a row (5 answers at least), none of
+//!   them failing.
+//!
+//! A backend that **answers nothing** (stopped, SIGSTOPped, a dead
+//! connection the caller times out on) has no latency to compare, but its
+//! latency is at least the time it has been silent: requests in flight at
+//! both ends of an interval and no answer (head or outcome) in it. Once
+//! it has been silent longer than `outlier_factor` × its own recent p99
+//! and the failure penalty, each such interval counts as slow, while a
+//! peer answers (a fleet silent as a whole is not one sick backend):
+//! ejected within the failure penalty (or that factor of its p99) plus 5
+//! intervals. A backend that answers with failures is the error rate's.
+
+use std::time::Duration;
+
+use super::{HealthConfig, HealthState, Observation};
+
+/// Consecutive intervals with answers (or silent) a backend must be slow
+/// in before it is ejected as a latency outlier: a passing queue (behind
+/// a cold load, say) is not an outlier.
+pub(super) const OUTLIER_INTERVALS: u32 = 5;
+/// Added to `outlier_factor` against fewer than [`MIN_PEERS`] peers,
+/// whose median is just them (with two backends, the other one).
+const THIN_PEERS_EXTRA: f64 = 1.0;
+/// Peers for the bar of `outlier_factor` alone.
+const MIN_PEERS: usize = 3;
+/// How far over its peers' median a latency outlier must be in absolute
+/// terms, ms per request in flight: no outlier of 2 ms against 0.5 ms.
+const MIN_GAP_MS: f64 = 50.0;
+/// A peer is compared with while it had answers this many intervals ago
+/// at most.
+const FRESH_INTERVALS: u32 = 3;
+/// Error rate at or above which a backend counts as failing, not slow:
+/// an outlier is a backend slow while not failing.
+pub(super) const FAILING: f64 = 0.5;
+
+/// The peers of each backend: the normalised latencies of the fleet's
+/// eligible backends with fresh answers, sorted, so that the median of
+/// the others is found for each backend in constant time.
+pub(super) struct Peers {
+    sorted: Vec<f64>,
+    /// Where each backend's own value is in `sorted`, if it is there.
+    at: Vec<Option<usize>>,
+}
+
+impl Peers {
+    pub(super) fn new(p: &HealthConfig, fleet: &[(&mut HealthState, Observation)]) -> Self {
+        let fresh = p.interval.saturating_mul(FRESH_INTERVALS);
+        let mut values: Vec<(f64, usize)> = fleet
+            .iter()
+            .enumerate()
+            .filter(|(_, (s, _))| s.ejected.is_none())
+            .filter(|(_, (s, _))| s.since_answers.is_some_and(|t| t <= fresh))
+            .filter_map(|(i, (s, _))| Some((s.norm_ms?, i)))
+            .collect();
+        values.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut at = vec![None; fleet.len()];
+        for (j, (_, i)) in values.iter().enumerate() {
+            at[*i] = Some(j);
+        }
+        Self {
+            sorted: values.into_iter().map(|(v, _)| v).collect(),
+            at,
+        }
+    }
+
+    /// The median normalised latency of the peers of backend `i` (the
+    /// upper one of an even count) and how many they are; `None` without
+    /// any.
+    pub(super) fn of(&self, i: usize) -> Option<(f64, usize)> {
+        let own = self.at.get(i).copied().flatten();
+        let n = self.sorted.len() - usize::from(own.is_some());
+        let m = n / 2;
+        let index = match own {
+            Some(j) if j <= m => m + 1,
+            _ => m,
+        };
+        (n > 0).then(|| (self.sorted[index], n))
+    }
+}
+
+impl HealthState {
+    /// Whether the interval just folded in counts toward the outlier
+    /// verdict: it had answers, or it was silent with requests in flight.
+    pub(super) fn counts(&self, obs: &Observation) -> bool {
+        obs.timed > 0 || self.silent_for > Duration::ZERO
+    }
+
+    /// Whether the interval just folded in was slow: see the module docs.
+    pub(super) fn is_outlier(
+        &self,
+        p: &HealthConfig,
+        obs: &Observation,
+        peers: Option<(f64, usize)>,
+    ) -> bool {
+        let (Some(factor), Some((median, n))) = (p.outlier_factor, peers) else {
+            return false;
+        };
+        if self.silent_for > Duration::ZERO {
+            let own = self.p99_ms.unwrap_or(0.0) * factor;
+            let bar = own.max(p.failure_penalty.as_secs_f64() * 1_000.0);
+            return self.silent_for.as_secs_f64() * 1_000.0 > bar;
+        }
+        let (Some(base), Some(recent), Some(sample)) =
+            (self.norm_base_ms, self.norm_ms, self.norm_sample(obs))
+        else {
+            return false;
+        };
+        let peer_factor = if n >= MIN_PEERS {
+            factor
+        } else {
+            factor + THIN_PEERS_EXTRA
+        };
+        self.error_rate < FAILING
+            && obs.failures == 0
+            && sample > factor * base
+            && recent > factor * base
+            && recent > peer_factor * median
+            && recent - median >= MIN_GAP_MS
+    }
+
+    /// The interval's p99 over its mean requests in flight (at least 1):
+    /// ms per concurrent request.
+    pub(super) fn norm_sample(&self, obs: &Observation) -> Option<f64> {
+        obs.p99_ms.map(|p99| p99 / self.concurrency)
+    }
+}
+
+#[cfg(test)]
+mod tests;
