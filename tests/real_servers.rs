@@ -180,18 +180,17 @@ async fn mlserver_fleet_in_explicit_mode_through_the_gateway() {
         last_error,
         gw.handle.breaker_trips(),
     );
-    assert!(
-        after_ok >= 0.99,
-        "{:.2}% ok after restart: {}",
-        after_ok * 100.0,
+    // Once it is back, no client sees an error: a 404 from it for a model
+    // the balancer still believed there is retried on another backend
+    // that serves the model (or loads it) before the client is answered.
+    // A count, not a time bound: how long the breaker's open window keeps
+    // it out depends on the machine's load, and it is asserted nowhere.
+    assert_eq!(
+        after.iter().filter(|s| s.status != 200).count(),
+        0,
+        "errors after the restart (the last {last_error:?} after it was back): {}",
         failures(&after)
     );
-    if let Some(last) = last_error {
-        assert!(
-            last <= Duration::from_secs(2),
-            "errors until {last:?} after it was back"
-        );
-    }
     for &i in &owned {
         assert!(
             after.iter().any(|s| s.model == i && s.status == 200),

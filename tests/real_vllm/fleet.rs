@@ -19,7 +19,9 @@ const QUERIES: &str = "vllm:prefix_cache_queries_total";
 /// A line of code-like text from `seed` and `i`: what the tokenizer was
 /// trained on, so about four bytes a token.
 fn line(seed: u64, i: u64) -> String {
-    let x = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i * 1_442_695_040_888_963_407);
+    let x = seed
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(i.wrapping_mul(1_442_695_040_888_963_407));
     format!(
         "value_{} = compute(items[{}], key=\"k{}\")\n",
         x % 997,

@@ -122,7 +122,14 @@ pub fn installed(kind: Kind) -> Option<PathBuf> {
     if std::env::var_os("CI").is_some() {
         panic!("{message}: under CI the real-server tests must run");
     }
-    eprintln!("skipped: {message}");
+    // Written past libtest's capture (which takes `eprintln!`'s output
+    // only), so that the skip shows in the test output under the test's
+    // name (libtest names each test's thread after it).
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!("SKIPPED {test}: {message}\n").as_bytes(),
+    );
     None
 }
 
