@@ -29,21 +29,6 @@ fn update() -> RouteInfo {
     RouteInfo::new(ModelId::new("m").unwrap()).with_kind(RequestKind::Update)
 }
 
-/// A discovery source that has `names` ready and ends.
-fn backends(
-    names: &[&str],
-) -> impl Discover<Key = usize, Service = Backend<String>, Error = Infallible> + Send + 'static {
-    let changes: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let backend = Backend::new(BackendId::new(n).unwrap(), n.to_string());
-            Ok(Change::Insert(i, backend))
-        })
-        .collect();
-    stream::iter(changes)
-}
-
 /// Finishes every pick `latency` after now.
 fn finish_all(picks: Vec<Picked<String>>, latency: Duration) {
     let at = Instant::now() + latency;
