@@ -44,9 +44,11 @@
 //!   chosen by P2C on the cost `(in-flight + 1) × latency EWMA /
 //!   max(health, 0.05)` (health: the backend's [score](crate::health)
 //!   times its warm-up ramp; the latency EWMA of a backend with no answer
-//!   in a health interval relaxes toward the fleet's median,
+//!   in a health interval relaxes toward the median of the others',
 //!   [`BalanceConfigBuilder::latency_decay`], so that one slow answer does
-//!   not keep an idle backend out for good); else the first cold owner under the cap with no
+//!   not keep an idle backend out for good; between two with as many in
+//!   flight — both idle, at light load — the choice is random, weighted by
+//!   inverse cost, so that neither takes every request); else the first cold owner under the cap with no
 //!   load in progress loads it (loads hold memory bandwidth and often a
 //!   serving slot, and piled onto one backend they stall its warm traffic,
 //!   so a backend busy loading is passed over for a new load while another
@@ -89,7 +91,9 @@
 //!   Envoy), requests are routed over all of them, breakers
 //!   bypassed, rather than piled onto the few left (Envoy's panic
 //!   threshold) — with every backend unhealthy, the traffic spreads over
-//!   the fleet. With panic mode off (`panic_threshold` 0), the backends
+//!   the fleet; P2C's choices then go by in-flight alone, ties at random
+//!   (every health score at the floor, every estimate full of failure
+//!   penalties: the cost is no guide). With panic mode off (`panic_threshold` 0), the backends
 //!   the cap holds in take the traffic;
 //! * with no backend admitting the request, the response future fails at
 //!   once with [`NoHealthyBackend`] naming the model; an unreadable route

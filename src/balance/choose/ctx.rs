@@ -298,18 +298,78 @@ impl Ctx<'_> {
             && !self.state(i).breaker.admits_freely()
     }
 
-    /// Power of two choices on cost over `set`.
+    /// Power of two choices on cost over `set`: two distinct members
+    /// sampled uniformly, then [`Ctx::choose2`].
     pub(crate) fn p2c(&self, set: &[usize], random: &mut impl FnMut() -> u64) -> Option<usize> {
         match set.len() {
             0 => None,
             1 => Some(set[0]),
-            2 => self.cheapest(set.iter().copied()),
+            2 => Some(self.choose2(set[0], set[1], random)),
             n => {
                 let [a, b] = sample2(n as u64, random);
-                self.cheapest([set[a], set[b]].into_iter())
+                Some(self.choose2(set[a], set[b], random))
             }
         }
     }
+
+    /// P2C's choice between eligible `a` and `b`: a backend waiting for
+    /// its half-open probes first ([`Ctx::probing`]); else, with more in
+    /// flight on one of them, the cheaper; else (as many in flight on
+    /// each: both idle, at light load) one at random, with a chance in
+    /// inverse proportion to its cost.
+    ///
+    /// Why not the cheaper always: with as many in flight on each, the
+    /// costs differ only by latency estimate and weight, and the cheaper
+    /// would take every request — the other's estimate, never refreshed,
+    /// would never show that it caught up (issue 39: two equal backends,
+    /// one request at a time, 100% on one; a backend back from a restart
+    /// or in its warm-up ramp taking nothing). With no queue to balance,
+    /// the costs weigh the draw instead: equal backends split evenly, one
+    /// twice as costly (a warm-up ramp's first weight, a health score of
+    /// one half) takes a third, one 30× as costly (a stale estimate full
+    /// of failure penalties) one in 31, which refreshes it. Envoy's least
+    /// request breaks such ties at random as well.
+    ///
+    /// In panic mode the cost is no guide (every health score is at the
+    /// floor, every estimate full of failure penalties): fewer in flight,
+    /// else uniformly at random.
+    pub(crate) fn choose2(&self, a: usize, b: usize, random: &mut impl FnMut() -> u64) -> usize {
+        let (probe_a, probe_b) = (self.probing(a), self.probing(b));
+        if probe_a != probe_b {
+            return if probe_a { a } else { b };
+        }
+        let (sa, sb) = (self.state(a), self.state(b));
+        let (load_a, load_b) = (sa.load(), sb.load());
+        if load_a != load_b {
+            let a_wins = match self.mode {
+                Mode::Panic => load_a < load_b,
+                Mode::Normal => sa.cost() <= sb.cost(),
+            };
+            return if a_wins { a } else { b };
+        }
+        let chance_a = match self.mode {
+            Mode::Panic => 0.5,
+            Mode::Normal => {
+                let (ca, cb) = (sa.cost(), sb.cost());
+                let share = cb / (ca + cb);
+                if share.is_finite() {
+                    share
+                } else {
+                    0.5
+                }
+            }
+        };
+        if unit(mix(random())) < chance_a {
+            a
+        } else {
+            b
+        }
+    }
+}
+
+/// A draw in `[0, 1)` from a well-mixed `u64` (its top 53 bits).
+fn unit(x: u64) -> f64 {
+    (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
 /// SplitMix64's step and finalizer (Steele, Lea and Flood, 2014):

@@ -8,7 +8,9 @@ use crate::balance::state::traffic::Branch;
 const REDRAWS: usize = 4;
 
 /// Power of two choices on cost (Mitzenmacher, 2001): two distinct
-/// eligible backends sampled uniformly, the cheaper taken. A sampled
+/// eligible backends sampled uniformly, the cheaper taken — with as many
+/// in flight on each, one at random weighted by inverse cost
+/// ([`Ctx::choose2`](crate::balance::choose::ctx::Ctx::choose2)). A sampled
 /// backend that is not eligible is replaced by another draw (up to
 /// [`REDRAWS`] each), so that an eligible backend paired with an ejected
 /// one is not taken for want of a rival; with no eligible pair found, the
@@ -32,7 +34,7 @@ pub(crate) fn pick_update(ctx: &Ctx<'_>, random: &mut impl FnMut() -> u64) -> Op
             let a = if ok(a) { Some(a) } else { redraw(b) };
             let b = a.and_then(|a| if b != a && ok(b) { Some(b) } else { redraw(a) });
             match (a, b) {
-                (Some(a), Some(b)) => ctx.cheapest([a, b].into_iter()),
+                (Some(a), Some(b)) => Some(ctx.choose2(a, b, random)),
                 _ => scan(),
             }
         }

@@ -116,14 +116,19 @@ impl BalanceConfigBuilder {
     /// gives, so one slow answer (a long generation, a cold load) would
     /// price it out of every pick, and with no pick nothing would correct
     /// it. Each health interval with no timed answer from a backend moves
-    /// its estimate `e` toward the fleet's median estimate `m` as
+    /// its estimate `e` toward the median estimate `m` of the other
+    /// backends in use (its own left out: with two backends the median
+    /// would otherwise be the higher estimate, the idle one's own) as
     /// `m + (e − m) × exp(−dt / τ)`, in the spirit of tower's `PeakEwma`
     /// (whose RTT estimate decays with the time since its last sample). An
     /// idle backend is therefore within `f ×` the median after
     /// `τ × ln((e − m) / ((f − 1) × m))` plus one health interval, and
     /// P2C prefers it to a rival with `f − 1` requests in flight from then
     /// on: with the default τ, an estimate 100× the median is within 2×
-    /// after 46 s and within 5× after 32 s.
+    /// after 46 s and within 5× after 32 s. Before that it still takes a
+    /// share of the requests that find it and its rival with as many in
+    /// flight (at light load, both idle), in inverse proportion to its
+    /// cost. A backend readmitted by health starts again at `m`.
     pub fn latency_decay(mut self, tau: Duration) -> Self {
         self.config.latency_decay = tau;
         self

@@ -31,6 +31,28 @@ pub(crate) fn median_latency(estimates: impl Iterator<Item = f64>) -> f64 {
     all[all.len() / 2]
 }
 
+/// The median of `sorted` (ascending; the upper one of an even count)
+/// with one estimate equal to `own` left out, or [`DEFAULT_LATENCY_MS`]
+/// with no other: the reference an idle backend's estimate relaxes
+/// toward. Its own estimate left in, the median of two backends is the
+/// higher estimate — an idle backend with the higher one would relax
+/// toward itself and never move (issue 39).
+pub(crate) fn median_without(sorted: &[f64], own: f64) -> f64 {
+    let n = sorted.len();
+    if n <= 1 {
+        return DEFAULT_LATENCY_MS;
+    }
+    // The upper median of the n − 1 others is their element `m`: the
+    // same as `sorted`'s below `own`'s place, one further past it.
+    let m = (n - 1) / 2;
+    let at = sorted.partition_point(|x| x.total_cmp(&own).is_lt());
+    if m < at {
+        sorted[m]
+    } else {
+        sorted[m + 1]
+    }
+}
+
 /// An exponentially weighted moving average of a backend's latency (ms),
 /// updated without a lock (a racing update may be lost).
 #[derive(Debug)]
@@ -63,6 +85,14 @@ impl LatencyEwma {
         let old = self.get();
         let new = old + ALPHA * (sample - old);
         self.bits.store(new.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Starts the estimate again at `ms` (a backend readmitted by health:
+    /// its estimate is from before it went out).
+    pub(crate) fn reset(&self, ms: f64) {
+        if ms.is_finite() && ms >= 0.0 {
+            self.bits.store(ms.to_bits(), Ordering::Relaxed);
+        }
     }
 
     /// Moves the estimate toward `toward` (ms), keeping the share `keep`
@@ -151,6 +181,28 @@ mod tests {
         let fast = LatencyEwma::starting_at(1.0);
         fast.relax(30.0, 0.0);
         assert_eq!(fast.get(), 30.0, "an idle fast backend rises to the median");
+    }
+
+    #[test]
+    fn the_reference_leaves_out_the_backends_own_estimate() {
+        // Two backends: each relaxes toward the other, never itself.
+        assert_eq!(median_without(&[30.0, 1_000.0], 1_000.0), 30.0);
+        assert_eq!(median_without(&[30.0, 1_000.0], 30.0), 1_000.0);
+        // One: nothing else to go by.
+        assert_eq!(median_without(&[1_000.0], 1_000.0), DEFAULT_LATENCY_MS);
+        assert_eq!(median_without(&[], 5.0), DEFAULT_LATENCY_MS);
+        // Equal estimates: one of them left out.
+        assert_eq!(median_without(&[20.0, 30.0, 30.0], 30.0), 30.0);
+        // Against the naive computation, every backend of a fleet.
+        let sorted = [1.0, 2.0, 2.0, 5.0, 8.0, 13.0];
+        for (i, &own) in sorted.iter().enumerate() {
+            let mut others = sorted.to_vec();
+            others.remove(i);
+            assert_eq!(
+                median_without(&sorted, own),
+                median_latency(others.into_iter())
+            );
+        }
     }
 
     #[test]

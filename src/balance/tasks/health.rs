@@ -2,7 +2,7 @@
 //! recorded outcomes, probe answers and load signals into its score
 //! ([`crate::health::evaluate`]), publishes the verdicts (ejected, held in
 //! by the cap, weight) as the atomics the picks read, and relaxes idle
-//! backends' latency estimates toward the fleet's median.
+//! backends' latency estimates toward the median of the others.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::balance::state::backend::BackendState;
-use crate::balance::state::cost::median_latency;
+use crate::balance::state::cost::{median_latency, median_without};
 use crate::balance::state::fleet::Fleet;
 use crate::balance::state::shared::View;
 use crate::balance::tasks::sleep_or_gone;
@@ -60,7 +60,14 @@ pub(crate) fn evaluate_fleet(
             obs
         })
         .collect();
-    relax_idle(backends, &observations, fleet.settings.latency_decay, dt);
+    let reference = references(backends);
+    relax_idle(
+        backends,
+        &observations,
+        &reference,
+        fleet.settings.latency_decay,
+        dt,
+    );
     let mut pairs: Vec<(&mut HealthState, Observation)> = guards
         .iter_mut()
         .map(|g| &mut g.state)
@@ -68,12 +75,20 @@ pub(crate) fn evaluate_fleet(
         .collect();
     evaluate(policy, &mut pairs, dt);
     let (mut ejected, mut held) = (0, 0);
-    for (b, (state, _)) in backends.iter().zip(&pairs) {
+    for ((b, (state, _)), &reference) in backends.iter().zip(&pairs).zip(&reference) {
         let out = state.ejected();
         ejected += usize::from(out.is_some());
         held += usize::from(state.held());
-        b.health.held.store(state.held(), Ordering::Relaxed);
-        if b.health.ejected.swap(out.is_some(), Ordering::Relaxed) != out.is_some() {
+        let was_held = b.health.held.swap(state.held(), Ordering::Relaxed);
+        let was_out = b.health.ejected.swap(out.is_some(), Ordering::Relaxed);
+        if (was_held || was_out) && !state.held() && out.is_none() {
+            // Back from unhealthy (ejected, or kept in only by the cap, as
+            // either backend of two is): its estimate is from before
+            // (failure penalties, a restart). It starts again where a
+            // joining backend does, at the median of the others in use.
+            b.latency.reset(reference);
+        }
+        if was_out != out.is_some() {
             match out {
                 Some(why) => {
                     b.health.ejections.fetch_add(1, Ordering::Relaxed);
@@ -90,24 +105,44 @@ pub(crate) fn evaluate_fleet(
     fleet.gauges.held.store(held, Ordering::Relaxed);
 }
 
+/// Each backend's reference latency: the median estimate of the other
+/// backends in use (not removed, not ejected). Its own estimate left in,
+/// the median of two backends is the higher estimate, and the idle one of
+/// them with it would relax toward itself and never move (issue 39).
+fn references(backends: &[Arc<BackendState>]) -> Vec<f64> {
+    let in_use = |b: &BackendState| !b.is_removed() && !b.health.is_ejected();
+    let mut sorted: Vec<f64> = backends
+        .iter()
+        .filter(|b| in_use(b))
+        .map(|b| b.latency.get())
+        .collect();
+    sorted.sort_by(f64::total_cmp);
+    let all = median_latency(sorted.iter().copied());
+    backends
+        .iter()
+        .map(|b| match in_use(b) {
+            true => median_without(&sorted, b.latency.get()),
+            // Not among them: every one in use is another.
+            false => all,
+        })
+        .collect()
+}
+
 /// Relaxes the latency estimate of every backend that had no timed answer
-/// over the last `dt` toward the median estimate of those in use, with
+/// over the last `dt` toward its reference (from [`references`]), with
 /// time constant `tau` (see
 /// [`BalanceConfigBuilder::latency_decay`](crate::balance::BalanceConfigBuilder::latency_decay)).
 fn relax_idle(
     backends: &[Arc<BackendState>],
     observations: &[Observation],
+    reference: &[f64],
     tau: Duration,
     dt: Duration,
 ) {
-    let in_use = backends
-        .iter()
-        .filter(|b| !b.is_removed() && !b.health.is_ejected());
-    let median = median_latency(in_use.map(|b| b.latency.get()));
     let keep = (-dt.as_secs_f64() / tau.as_secs_f64()).exp();
-    for (b, obs) in backends.iter().zip(observations) {
+    for ((b, obs), &toward) in backends.iter().zip(observations).zip(reference) {
         if obs.timed == 0 {
-            b.latency.relax(median, keep);
+            b.latency.relax(toward, keep);
         }
     }
 }

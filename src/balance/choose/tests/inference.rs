@@ -51,14 +51,42 @@ async fn between_two_resident_owners_the_cheaper_one_wins() {
         Some((order[1], Branch::ResidentOwner)),
         "fewer in flight"
     );
-    set_load(&t, order[0], 0);
+}
+
+/// Two resident owners with as many in flight (one request at a time):
+/// a draw weighted by inverse cost, not the cheaper (or the first) every
+/// time — equal ones split evenly, a slower one takes its share, and
+/// nothing goes off the owners.
+#[tokio::test(start_paused = true)]
+async fn between_two_idle_resident_owners_the_draw_is_weighted_by_cost() {
+    let t = table(6);
+    let r = route("llama");
+    let order = walk(&t, &r);
+    make_resident(&t, order[0], &r);
+    make_resident(&t, order[1], &r);
+    let mut random = lcg(5);
+    let mut share_of_first = || {
+        let mut first = 0;
+        for _ in 0..1_000 {
+            let p = pick_with(&t, &ask(&r, 2), &mut random).unwrap();
+            assert!(p.index == order[0] || p.index == order[1], "off the owners");
+            first += usize::from(p.index == order[0]);
+        }
+        first
+    };
+    let equal = share_of_first();
+    assert!(
+        (450..=550).contains(&equal),
+        "equal owners: {equal} of 1,000"
+    );
+    // 30 → 124 ms: the first owner's chance is 124 / (30 + 124), 0.81.
     t.backends[order[1]]
         .latency
         .record(Duration::from_millis(500), false);
-    assert_eq!(
-        pick_now(&t, &ask(&r, 2)),
-        Some((order[0], Branch::ResidentOwner)),
-        "the other is slower"
+    let slower = share_of_first();
+    assert!(
+        (760..=860).contains(&slower),
+        "the other slower: {slower} of 1,000"
     );
 }
 

@@ -131,6 +131,17 @@ fn pick_with(t: &Table, ask: &Ask, random: &mut impl FnMut() -> u64) -> Option<P
     .ok()
 }
 
+/// A deterministic random stream (an LCG, well mixed).
+fn lcg(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        crate::balance::choose::ctx::mix(state)
+    }
+}
+
 /// Picks with no randomness available (inference over at most two
 /// resident owners never samples).
 fn pick_now(t: &Table, ask: &Ask) -> Option<(usize, Branch)> {

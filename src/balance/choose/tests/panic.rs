@@ -120,3 +120,39 @@ async fn a_backup_with_no_other_resident_backend_is_refused() {
     let backup = pick_with(&t, &excluding(false), &mut no_random).unwrap();
     assert_eq!(backup.index, order[1]);
 }
+
+/// In panic mode the cost is no guide (health at the floor, estimates
+/// full of failure penalties): between two backends with as many in
+/// flight, updates and a model's two owners alike split evenly, however
+/// their estimates differ; with more in flight on one, the other.
+#[tokio::test(start_paused = true)]
+async fn panic_mode_splits_evenly_whatever_the_estimates() {
+    let t = table(2);
+    trip(&t, 0);
+    trip(&t, 1);
+    assert!(in_panic(&t, 0.5, &Now::lazy()));
+    t.backends[0]
+        .latency
+        .record(Duration::from_millis(30), false);
+    t.backends[1].latency.record(Duration::from_millis(5), true);
+    assert!(t.backends[0].cost() < t.backends[1].cost() / 5.0);
+    let update = route("m").with_kind(RequestKind::Update);
+    let model = route("llama");
+    make_resident(&t, 0, &model);
+    make_resident(&t, 1, &model);
+    let mut random = lcg(9);
+    for route in [&update, &model] {
+        let mut on_0 = 0;
+        for _ in 0..1_000 {
+            let p = pick_with(&t, &ask(route, 2), &mut random).unwrap();
+            assert_eq!(p.branch, Branch::Panic);
+            on_0 += usize::from(p.index == 0);
+        }
+        assert!((450..=550).contains(&on_0), "{on_0} of 1,000 on one");
+    }
+    set_load(&t, 0, 1);
+    for _ in 0..20 {
+        let p = pick_with(&t, &ask(&update, 0), &mut random).unwrap();
+        assert_eq!(p.index, 1, "fewer in flight");
+    }
+}
