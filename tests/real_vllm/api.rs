@@ -207,3 +207,58 @@ pub async fn ttft_and_tpot_are_histograms(gw: &Running) {
         "median bucket ({lower}, {upper}] against {m} s"
     );
 }
+
+/// The crate's client stack with no gateway: a `ModelBalancer` over a
+/// hyper-util client, one `SetOrigin` endpoint per server, the model in
+/// `x-model-id`. Streamed chats are read to `[DONE]`, and the balancer's
+/// own stream figures (TTFT, TPOT) are those of real token streams.
+pub async fn client_stack_streams_from_vllm(servers: &[Vllm]) {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use tower::discover::ServiceList;
+    use tower::ServiceExt;
+    use tower_model_balance::backend::BackendId;
+    use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+    use tower_model_balance::endpoint::{Origin, SetOrigin};
+
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let backends: Vec<_> = servers
+        .iter()
+        .map(|s| {
+            let origin = Origin::http(std::net::SocketAddr::from(([127, 0, 0, 1], s.port)));
+            Backend::new(BackendId::new(&s.name).unwrap(), SetOrigin::to(client.clone(), origin))
+        })
+        .collect();
+    let config = BalanceConfig::builder().owners(2).build().unwrap();
+    let balancer = ModelBalancer::new(ServiceList::new(backends), config).unwrap();
+    for i in 0..6 {
+        let request = http::Request::post("/v1/chat/completions")
+            .header("x-model-id", MODEL)
+            .header("content-type", "application/json")
+            .body(Full::from(chat(&format!("fn_{i}(args)"), 8, true)))
+            .unwrap();
+        let response = balancer.clone().oneshot(request).await.expect("an answer");
+        assert_eq!(response.status(), 200);
+        let body = response.into_body().collect().await.expect("the stream").to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(text.matches("data: ").count(), 10, "a role chunk, 8 tokens, [DONE]: {text}");
+        assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    }
+    let streams: Vec<_> = balancer
+        .handle()
+        .backends()
+        .into_iter()
+        .filter(|b| b.streams > 0)
+        .collect();
+    for b in &streams {
+        println!(
+            "  {}: {} streams, TTFT p50 {:?} ms, TPOT mean {:?} ms",
+            b.id, b.streams, b.ttft_p50_ms, b.tpot_mean_ms
+        );
+        assert!(b.ttft_p50_ms.is_some_and(|ms| ms > 0.0), "{b:?}");
+        assert!(b.tpot_mean_ms.is_some_and(|ms| ms > 0.0), "{b:?}");
+    }
+    assert_eq!(streams.iter().map(|b| b.streams).sum::<u64>(), 6);
+}

@@ -44,8 +44,9 @@ struct Fleet {
 
 /// The checks, in the order they run: those that stop or kill a server
 /// come last.
-const CHECKS: [&str; 10] = [
+const CHECKS: [&str; 11] = [
     "openai_client_sees_no_difference",
+    "client_stack_streams_from_vllm",
     "routes_pass_through",
     "error_bodies_are_vllm_s",
     "ttft_within_5_ms_of_direct",
@@ -118,6 +119,7 @@ async fn run(python: std::path::PathBuf, selected: Vec<&'static str>) -> ExitCod
             let (s, m, p) = (&fleet.servers[..], &fleet.model_only, &fleet.prefix);
             match name {
                 "openai_client_sees_no_difference" => api::openai_client_sees_no_difference(s, m).await,
+                "client_stack_streams_from_vllm" => api::client_stack_streams_from_vllm(s).await,
                 "routes_pass_through" => api::routes_pass_through(s, m).await,
                 "error_bodies_are_vllm_s" => api::error_bodies_are_vllm_s(s, m).await,
                 "ttft_within_5_ms_of_direct" => api::ttft_within_5_ms_of_direct(s, m).await,
