@@ -112,6 +112,12 @@ impl Vllm {
                 "2048",
                 "--max-num-seqs",
                 "16",
+                // A KV cache of 40 blocks of 128 tokens (5,120 tokens):
+                // the pressure of a real server's cache, under which the
+                // workload of the affinity check does not fit on one
+                // server and fits on two when each serves its own share.
+                "--num-gpu-blocks-override",
+                "40",
             ])
             .env("VLLM_CPU_KVCACHE_SPACE", "1")
             .env("VLLM_CPU_OMP_THREADS_BIND", self.core.to_string())
@@ -143,20 +149,28 @@ impl Vllm {
         let Some(pid) = self.lock().as_ref().map(Child::id) else {
             return;
         };
-        let _ = Command::new("kill")
-            .arg(format!("-{signal}"))
+        // `--` before the group's negative ID, which would otherwise read
+        // as an option.
+        let status = Command::new("kill")
+            .args(["-s", signal, "--"])
             .arg(format!("-{pid}"))
-            .stderr(Stdio::null())
-            .status();
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -s {signal} -- -{pid}: {status}");
     }
 
     /// Kills the whole group (SIGKILL), as a crash would, and reaps it.
     pub fn kill(&self) {
-        self.signal("CONT");
-        self.signal("KILL");
-        if let Some(mut child) = self.lock().take() {
-            let _ = child.wait();
-        }
+        let Some(mut child) = self.lock().take() else {
+            return;
+        };
+        // The whole group: the API server and its engine core.
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--"])
+            .arg(format!("-{}", child.id()))
+            .status();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     /// Waits until `GET /health` answers 200; panics with the log's tail
