@@ -290,7 +290,11 @@ async fn metrics_lists_the_documented_names() {
     for name in documented {
         let name = format!("model_balance_{name}");
         // A histogram's series are its `_bucket`s, `_sum` and `_count`.
-        let series = [format!("{name}{{"), format!("{name} "), format!("{name}_bucket{{")];
+        let series = [
+            format!("{name}{{"),
+            format!("{name} "),
+            format!("{name}_bucket{{"),
+        ];
         assert!(
             reply
                 .body

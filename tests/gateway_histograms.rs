@@ -44,7 +44,13 @@ fn histogram(scrape: &str, name: &str, backends: &str) -> Scraped {
     for line in scrape.lines().filter(|l| l.contains(&ours)) {
         let value = || line.rsplit(' ').next().unwrap().parse::<u64>().unwrap();
         if line.starts_with(&format!("{name}_bucket{{")) {
-            let le = line.split("le=\"").nth(1).unwrap().split('"').next().unwrap();
+            let le = line
+                .split("le=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
             let le = if le == "+Inf" {
                 f64::INFINITY
             } else {
@@ -118,7 +124,10 @@ async fn ttft_and_tpot_are_histograms_with_the_streams_p50() {
     let les: Vec<f64> = ttft.buckets.iter().map(|b| b.0).collect();
     assert_eq!(les[..les.len() - 1], TTFT_BUCKETS[..], "{ttft:?}");
     let ((lower, upper), median) = p50(&ttft);
-    assert!(lower < 0.050 && 0.050 <= upper, "{lower}..{upper}: {ttft:?}");
+    assert!(
+        lower < 0.050 && 0.050 <= upper,
+        "{lower}..{upper}: {ttft:?}"
+    );
     assert!((0.025..=0.1).contains(&median), "p50 {median}: {ttft:?}");
 
     // 4 tokens 20 ms apart: 3 gaps of 20 ms.
@@ -128,6 +137,9 @@ async fn ttft_and_tpot_are_histograms_with_the_streams_p50() {
     let les: Vec<f64> = tpot.buckets.iter().map(|b| b.0).collect();
     assert_eq!(les[..les.len() - 1], TPOT_BUCKETS[..], "{tpot:?}");
     let ((lower, upper), median) = p50(&tpot);
-    assert!(lower < 0.020 && 0.020 <= upper, "{lower}..{upper}: {tpot:?}");
+    assert!(
+        lower < 0.020 && 0.020 <= upper,
+        "{lower}..{upper}: {tpot:?}"
+    );
     assert!((0.01..=0.04).contains(&median), "p50 {median}: {tpot:?}");
 }

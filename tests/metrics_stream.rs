@@ -117,7 +117,11 @@ async fn a_streams_ttft_and_tpot_reach_the_handle_and_the_histograms() {
     drop(body);
     let b = &handle.backends()[0];
     assert_eq!((b.streams, b.failures), (2, 0), "{b:?}");
-    assert_eq!(samples(&recorder), (vec![], vec![]), "nor in the histograms");
+    assert_eq!(
+        samples(&recorder),
+        (vec![], vec![]),
+        "nor in the histograms"
+    );
 }
 
 #[tokio::test(start_paused = true)]
