@@ -135,7 +135,7 @@ fn upper_micros(i: usize) -> f64 {
 }
 
 /// The middle of bucket `i`, in µs.
-pub(crate) fn middle_micros(i: usize) -> f64 {
+fn middle_micros(i: usize) -> f64 {
     let (octave, sub) = (i / SUBS, i % SUBS);
     let low = 2f64.powi(octave as i32) * (1.0 + sub as f64 / SUBS as f64);
     let width = 2f64.powi(octave as i32) / SUBS as f64;

@@ -20,9 +20,13 @@
 //! ```
 //!
 //! [`export`] starts a task that reads a [`BalancerHandle`] on an interval
-//! and sets these series. The request path itself records nothing through
-//! the facade: its counters are the balancer's own atomics, read here, so
-//! exporting costs the hot path nothing.
+//! and sets these series. The request path records nothing through the
+//! facade but the two stream histograms: its counters are the balancer's
+//! own atomics, read here, so exporting costs the hot path nothing. Each
+//! timed event stream that succeeded records its TTFT and TPOT once, as
+//! measured, when its body ends (one registry lookup per stream, whose
+//! length is seconds); they are never read back from the balancer's own
+//! histograms, which keep only a bucket per sample.
 //!
 //! | name | kind | labels | unit, meaning |
 //! | --- | --- | --- | --- |
@@ -39,8 +43,8 @@
 //! | `model_balance_backend_health_score` | gauge | `backend` | its health score, a fraction in [0, 1] |
 //! | `model_balance_backend_ejected` | gauge | `backend` | 1 while health ejects it, else 0 |
 //! | `model_balance_backend_ejections_total` | counter | `backend` | times health ejected it |
-//! | `model_balance_backend_ttft_seconds` | histogram | `backend` | seconds to the first `data:` chunk (the first token) of its event streams that succeeded (read to their end), among the timed requests; each export records the samples since the last, each at its bucket's middle (within an eighth) |
-//! | `model_balance_backend_tpot_seconds` | histogram | `backend` | seconds per output token of those streams: the span from a stream's first chunk to its last over its chunks less one (`[DONE]` is no chunk) |
+//! | `model_balance_backend_ttft_seconds` | histogram | `backend` | seconds to the first `data:` chunk (the first token) of its event streams that succeeded (read to their end), among the timed requests; recorded once per stream, as measured, when the stream ends (boundaries: [`TTFT_BUCKETS`]) |
+//! | `model_balance_backend_tpot_seconds` | histogram | `backend` | seconds per output token of those streams: the span from a stream's first chunk to its last over its chunks less one (`[DONE]` is no chunk); recorded with its TTFT (boundaries: [`TPOT_BUCKETS`]) |
 //! | `model_balance_placement_total` | counter | `event` | with placement on: `load`, `load_failure`, `unload`, `unknown_model`, `reload` |
 //!
 //! With feature `hedge`, [`export_hedge`] sets a
@@ -54,6 +58,37 @@
 //! | `model_balance_hedges_after_failure_total` | counter | | backups sent at once because the first attempt failed fast (counted in `hedges_sent` too) |
 //! | `model_balance_hedges_suppressed_total` | counter | `reason` | backups not sent: `budget` (the budget was spent), `load` (the load gate reported the fleet over its threshold), `no_alternative` (no other eligible backend had the model resident) |
 //!
+//! ## Histograms, not summaries
+//!
+//! The facade says only that TTFT and TPOT are distributions; how they are
+//! exported is the recorder's choice. `metrics-exporter-prometheus` renders
+//! a distribution without buckets as a `summary`, whose quantiles are
+//! computed in each process and cannot be aggregated across gateway
+//! replicas. Give it [`TTFT_BUCKETS`] and [`TPOT_BUCKETS`] and the two come
+//! out as `histogram`s (`_bucket{le=…}`, `_sum`, `_count`), which
+//! `histogram_quantile(0.5, sum by (le) (rate(…_bucket[5m])))` adds up
+//! over every replica and backend:
+//!
+//! ```
+//! use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+//! use tower_model_balance::metrics::{TPOT_BUCKETS, TTFT_BUCKETS};
+//!
+//! # fn main() -> Result<(), metrics_exporter_prometheus::BuildError> {
+//! let builder = PrometheusBuilder::new()
+//!     .set_buckets_for_metric(
+//!         Matcher::Full("model_balance_backend_ttft_seconds".into()),
+//!         &TTFT_BUCKETS,
+//!     )?
+//!     .set_buckets_for_metric(
+//!         Matcher::Full("model_balance_backend_tpot_seconds".into()),
+//!         &TPOT_BUCKETS,
+//!     )?;
+//! // builder.install_recorder()?  (the gateway example does)
+//! # drop(builder);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Labels are backend IDs and fixed words only — never model IDs, whose
 //! number a client does not bound. A backend that leaves keeps its last
 //! values in the recorder until the recorder drops idle series.
@@ -63,11 +98,51 @@ use std::time::Duration;
 use metrics::{counter, gauge, histogram, Unit};
 use tokio::task::JoinHandle;
 
+use crate::backend::BackendId;
 use crate::balance::BalancerHandle;
 use crate::breaker::BreakerState;
 use crate::error::NoRuntime;
 #[cfg(feature = "hedge")]
 use crate::hedge::HedgeHandle;
+
+/// Bucket boundaries (upper bounds, in seconds) for
+/// `model_balance_backend_ttft_seconds`: 1 ms to 2 560 s, fine from 20 ms
+/// to 1 s where most first tokens come, coarse out to a cold load that
+/// takes minutes.
+///
+/// Source: vLLM's own `vllm:time_to_first_token_seconds` histogram
+/// (`vllm/v1/metrics/loggers.py`), so that the gateway's series and its
+/// backends' can be compared bucket by bucket (same `le`). See the
+/// [module docs](self) for handing them to a Prometheus recorder.
+pub const TTFT_BUCKETS: [f64; 22] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+
+/// Bucket boundaries (upper bounds, in seconds) for
+/// `model_balance_backend_tpot_seconds`: 0.5 ms to 2.5 s.
+///
+/// Source: vLLM's `vllm:time_per_output_token_seconds` (since renamed
+/// `vllm:inter_token_latency_seconds`) from 10 ms to 2.5 s, with five
+/// boundaries below its first (0.5, 1, 2.5, 5 and 7.5 ms): small models,
+/// speculative decoding and servers that send several tokens a chunk
+/// give sub-10 ms gaps, which vLLM's first bucket would lump together;
+/// past 2.5 s a gap is a stall, not a pace worth resolving.
+pub const TPOT_BUCKETS: [f64; 18] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+    0.75, 1.0, 2.5,
+];
+
+/// Records one stream that succeeded on `backend`: its TTFT and, with
+/// more than one chunk, its TPOT (called by the balancer's guard as the
+/// stream's body ends).
+pub(crate) fn stream(backend: &BackendId, ttft: Duration, tpot: Option<Duration>) {
+    let label = || [("backend", backend.to_string())];
+    histogram!("model_balance_backend_ttft_seconds", &label()).record(ttft.as_secs_f64());
+    if let Some(tpot) = tpot {
+        histogram!("model_balance_backend_tpot_seconds", &label()).record(tpot.as_secs_f64());
+    }
+}
 
 /// The exporting task: stops when dropped.
 #[derive(Debug)]
@@ -326,23 +401,6 @@ pub fn record(handle: &BalancerHandle) {
         gauge!("model_balance_backend_health_score", &label()).set(b.health);
         gauge!("model_balance_backend_ejected", &label()).set(f64::from(u8::from(b.ejected)));
         counter!("model_balance_backend_ejections_total", &label()).absolute(b.ejections);
-    }
-    // The samples since the last call, each at its bucket's middle (within
-    // an eighth of the sample).
-    for (id, ttft, tpot) in handle.stream_samples() {
-        for (name, counts) in [
-            ("model_balance_backend_ttft_seconds", ttft),
-            ("model_balance_backend_tpot_seconds", tpot),
-        ] {
-            if counts.iter().all(|&n| n == 0) {
-                continue;
-            }
-            let h = histogram!(name, "backend" => id.to_string());
-            for (i, &n) in counts.iter().enumerate().filter(|(_, &n)| n > 0) {
-                let seconds = crate::histogram::middle_micros(i) / 1e6;
-                h.record_many(seconds, usize::try_from(n).unwrap_or(usize::MAX));
-            }
-        }
     }
     if let Some(p) = handle.placement_stats() {
         for (event, value) in [

@@ -324,11 +324,17 @@ async fn metrics_lists_the_documented_names() {
     assert_eq!(documented.len(), 19, "{documented:?}");
     for name in documented {
         let name = format!("model_balance_{name}");
+        // A histogram's series are its `_bucket`s, `_sum` and `_count`.
+        let series = [
+            format!("{name}{{"),
+            format!("{name} "),
+            format!("{name}_bucket{{"),
+        ];
         assert!(
             reply
                 .body
                 .lines()
-                .any(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} "))),
+                .any(|l| series.iter().any(|s| l.starts_with(s.as_str()))),
             "{name} missing from\n{}",
             reply.body
         );

@@ -1,7 +1,7 @@
 //! A stream's time to first token and time per output token, measured by
 //! the balancer from its body's frames, in the handle and in the metrics
-//! export's histograms (each export the samples since the last), on paused
-//! time.
+//! facade's histograms (each stream once, as measured, when it ends), on
+//! paused time.
 
 use std::time::Duration;
 
@@ -78,6 +78,10 @@ async fn a_streams_ttft_and_tpot_reach_the_handle_and_the_histograms() {
             .body(())
             .unwrap()
     };
+    // The recorder of this thread (the runtime's: current-thread), where
+    // the balancer records each stream as its body ends.
+    let recorder = DebuggingRecorder::new();
+    let _local = metrics::set_default_local_recorder(&recorder);
     let response = balancer.clone().oneshot(request()).await.unwrap();
     response.into_body().collect().await.unwrap();
 
@@ -90,23 +94,19 @@ async fn a_streams_ttft_and_tpot_reach_the_handle_and_the_histograms() {
     // 5 chunks 25 ms apart, then [DONE] (no chunk): 4 gaps over 100 ms.
     assert!((b.tpot_mean_ms.unwrap() - 25.0).abs() < 1.0, "{b:?}");
 
-    let recorder = DebuggingRecorder::new();
-    let handle = balancer.handle();
-    let export = || {
-        metrics::with_local_recorder(&recorder, || tower_model_balance::metrics::record(&handle))
-    };
-    export();
+    // The facade got the stream's figures as measured (paused time: exact),
+    // not a bucket's middle.
     let (ttft, tpot) = samples(&recorder);
-    assert_eq!(ttft.len(), 1, "{ttft:?}");
-    assert!((0.175..=0.225).contains(&ttft[0]), "{ttft:?}");
-    assert_eq!(tpot.len(), 1);
-    assert!((0.022..=0.028).contains(&tpot[0]), "{tpot:?}");
-    // Another stream; the next export holds it alone.
+    assert_eq!(ttft, [0.2], "{ttft:?}");
+    assert_eq!(tpot, [0.025], "{tpot:?}");
+    // An export reads the balancer's counters: it records no stream again.
+    let handle = balancer.handle();
+    tower_model_balance::metrics::record(&handle);
+    assert_eq!(samples(&recorder), (vec![], vec![]), "none twice");
+    // Another stream; recorded alone.
     let response = balancer.clone().oneshot(request()).await.unwrap();
     response.into_body().collect().await.unwrap();
     assert_eq!(handle.backends()[0].streams, 2, "{:?}", handle.backends());
-    let recorder = DebuggingRecorder::new();
-    metrics::with_local_recorder(&recorder, || tower_model_balance::metrics::record(&handle));
     let (ttft, tpot) = samples(&recorder);
     assert_eq!((ttft.len(), tpot.len()), (1, 1), "only the new stream's");
     // A stream the caller drops after its first chunk is no stream that
@@ -117,6 +117,11 @@ async fn a_streams_ttft_and_tpot_reach_the_handle_and_the_histograms() {
     drop(body);
     let b = &handle.backends()[0];
     assert_eq!((b.streams, b.failures), (2, 0), "{b:?}");
+    assert_eq!(
+        samples(&recorder),
+        (vec![], vec![]),
+        "nor in the histograms"
+    );
 }
 
 #[tokio::test(start_paused = true)]

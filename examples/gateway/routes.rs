@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use http_body_util::Full;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tower::ServiceExt;
 use tower_model_balance::balance::{BalancerHandle, RoutingReceipt};
 use tower_model_balance::breaker::BreakerState;
@@ -279,7 +279,18 @@ pub fn prometheus() -> Result<PrometheusHandle, BoxError> {
     if let Some(handle) = slot.as_ref() {
         return Ok(handle.clone());
     }
-    let handle = PrometheusBuilder::new().install_recorder()?;
+    // TTFT and TPOT as histograms (`_bucket{le=…}`), which Prometheus
+    // adds up across replicas, not summaries (quantiles per process).
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("model_balance_backend_ttft_seconds".into()),
+            &tower_model_balance::metrics::TTFT_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full("model_balance_backend_tpot_seconds".into()),
+            &tower_model_balance::metrics::TPOT_BUCKETS,
+        )?
+        .install_recorder()?;
     // The `# HELP` lines of every series.
     tower_model_balance::metrics::describe();
     metrics::describe_counter!(

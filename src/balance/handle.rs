@@ -80,27 +80,6 @@ impl BalancerHandle {
             .collect()
     }
 
-    /// Each current backend's TTFT and TPOT samples since the last call,
-    /// per histogram bucket (for the metrics export).
-    #[cfg(feature = "metrics")]
-    pub(crate) fn stream_samples(
-        &self,
-    ) -> Vec<(
-        BackendId,
-        crate::histogram::Counts,
-        crate::histogram::Counts,
-    )> {
-        let table = self.view.table();
-        table
-            .backends
-            .iter()
-            .map(|b| {
-                let (ttft, tpot) = b.stream.take_new();
-                (b.id.clone(), ttft, tpot)
-            })
-            .collect()
-    }
-
     /// Requests in flight over all current backends.
     pub fn in_flight(&self) -> usize {
         self.view.table().backends.iter().map(|b| b.load()).sum()

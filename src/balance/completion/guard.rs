@@ -306,6 +306,8 @@ impl Guard {
                 // What the caller saw, cold starts included.
                 if let (true, Some((ttft, tpot))) = (self.events, self.timing.ended_stream()) {
                     self.state.stream.record(ttft, tpot);
+                    #[cfg(feature = "metrics")]
+                    crate::metrics::stream(&self.state.id, ttft, tpot);
                 }
                 // A request that may have waited for its model to load
                 // says nothing of the backend's health: cold loads are

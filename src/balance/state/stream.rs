@@ -2,14 +2,14 @@
 //! output token, in lock-free histograms.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::histogram::{quantile_micros, Counts, LatencyHistogram, BUCKETS};
+use crate::histogram::{quantile_micros, LatencyHistogram, BUCKETS};
 
 /// TTFT and TPOT of one backend's timed event streams that succeeded,
-/// since it joined (never cleared); what a metrics export last read of
-/// them, once one reads.
+/// since it joined (never cleared). (With feature `metrics` each stream is
+/// also recorded through the facade as it ends, by the guard: see
+/// `crate::metrics`.)
 #[derive(Debug)]
 pub(crate) struct StreamTimes {
     ttft: LatencyHistogram,
@@ -17,10 +17,6 @@ pub(crate) struct StreamTimes {
     tpot_sum_us: AtomicU64,
     tpot_count: AtomicU64,
     ttft_sum_us: AtomicU64,
-    /// The counts [`StreamTimes::take_new`] last returned up to; allocated
-    /// at the first export.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    exported: Mutex<Option<Box<(Counts, Counts)>>>,
 }
 
 /// What a backend's streams took, as the handle reports it.
@@ -41,7 +37,6 @@ impl StreamTimes {
             tpot_sum_us: AtomicU64::new(0),
             tpot_count: AtomicU64::new(0),
             ttft_sum_us: AtomicU64::new(0),
-            exported: Mutex::new(None),
         }
     }
 
@@ -76,31 +71,6 @@ impl StreamTimes {
             tpot_mean_ms: mean(&self.tpot_sum_us, self.tpot_count.load(Ordering::Relaxed)),
         }
     }
-
-    /// The TTFT and TPOT samples recorded since the last call, per bucket
-    /// (for a metrics export, whose histograms take samples). The first
-    /// call allocates what later calls compare with; it takes a lock only
-    /// the export takes.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn take_new(&self) -> (Counts, Counts) {
-        let mut now = ([0; BUCKETS], [0; BUCKETS]);
-        self.ttft.add_to(&mut now.0);
-        self.tpot.add_to(&mut now.1);
-        let mut exported = self
-            .exported
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let last = exported.get_or_insert_with(|| Box::new(([0; BUCKETS], [0; BUCKETS])));
-        let mut new = now;
-        for (n, l) in new.0.iter_mut().zip(&last.0) {
-            *n = n.saturating_sub(*l);
-        }
-        for (n, l) in new.1.iter_mut().zip(&last.1) {
-            *n = n.saturating_sub(*l);
-        }
-        **last = now;
-        new
-    }
 }
 
 #[cfg(test)]
@@ -108,7 +78,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn figures_and_new_samples() {
+    fn figures() {
         let t = StreamTimes::new();
         assert_eq!(t.figures(), StreamFigures::default());
         let ms = Duration::from_millis;
@@ -122,12 +92,7 @@ mod tests {
         assert!((44.0..=57.0).contains(&p50), "{p50}");
         assert!(f.ttft_p99_ms.unwrap() >= 88.0);
         assert!((f.tpot_mean_ms.unwrap() - 10.0).abs() < 1e-9);
-        let (ttft, tpot) = t.take_new();
-        assert_eq!(ttft.iter().sum::<u64>(), 100);
-        assert_eq!(tpot.iter().sum::<u64>(), 50);
         t.record(ms(5), None);
-        let (ttft, tpot) = t.take_new();
-        assert_eq!((ttft.iter().sum::<u64>(), tpot.iter().sum::<u64>()), (1, 0));
         assert_eq!(t.figures().streams, 101, "the figures are never cleared");
     }
 }
