@@ -63,8 +63,12 @@ pub(crate) struct Observation {
     pub(crate) timed: u64,
     /// Signs of life from requests: response heads and outcomes (probes
     /// not counted). None with requests in flight at both ends of the
-    /// interval: silent.
+    /// interval, or sent in it: silent.
     pub(crate) answered: u64,
+    /// Requests sent to the backend in the interval: with none answered,
+    /// it is silent even when none is in flight at the interval's end (a
+    /// hedge's backup answered each, and the attempt there was dropped).
+    pub(crate) sent: u64,
     /// Their 99th percentile latency, ms.
     pub(crate) p99_ms: Option<f64>,
     /// Requests in flight at the end of the interval.
@@ -246,8 +250,9 @@ impl HealthState {
         } else {
             self.error_rate *= decay;
         }
-        // The work in flight over the interval, and silence under it.
-        let busy = self.in_flight > 0 && obs.in_flight > 0;
+        // The work in flight over the interval, and silence under it: in
+        // flight at both ends, or sent in it, and nothing answered.
+        let busy = (self.in_flight > 0 && obs.in_flight > 0) || obs.sent > 0;
         self.concurrency = ((self.in_flight + obs.in_flight) as f64 / 2.0).max(1.0);
         self.in_flight = obs.in_flight;
         self.silent_for = match busy && obs.answered == 0 && obs.timed == 0 {

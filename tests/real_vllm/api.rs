@@ -53,23 +53,47 @@ pub async fn openai_client_sees_no_difference(servers: &[Vllm], gw: &Running) {
 pub async fn routes_pass_through(servers: &[Vllm], gw: &Running) {
     let direct = servers[0].url();
     for path in ["/health", "/ping", "/version"] {
-        let (d, g) = (get(&format!("{direct}{path}")).await, get(&format!("{}{path}", gw.url)).await);
-        println!("  GET {path}: direct {} {:?}, gateway {} {:?}", d.0, d.1, g.0, g.1);
+        let (d, g) = (
+            get(&format!("{direct}{path}")).await,
+            get(&format!("{}{path}", gw.url)).await,
+        );
+        println!(
+            "  GET {path}: direct {} {:?}, gateway {} {:?}",
+            d.0, d.1, g.0, g.1
+        );
         assert_eq!(g, d, "GET {path}");
     }
     let posts = [
-        ("/tokenize", serde_json::json!({"model": MODEL, "prompt": "import os"})),
-        ("/detokenize", serde_json::json!({"model": MODEL, "tokens": [40, 41, 42]})),
-        ("/v1/responses", serde_json::json!({"model": MODEL, "input": "def f(x):", "max_output_tokens": 4, "temperature": 0})),
+        (
+            "/tokenize",
+            serde_json::json!({"model": MODEL, "prompt": "import os"}),
+        ),
+        (
+            "/detokenize",
+            serde_json::json!({"model": MODEL, "tokens": [40, 41, 42]}),
+        ),
+        (
+            "/v1/responses",
+            serde_json::json!({"model": MODEL, "input": "def f(x):", "max_output_tokens": 4, "temperature": 0}),
+        ),
         // No `model`: vLLM serves its only model, and so does the gateway.
-        ("/v1/chat/completions", serde_json::json!({"messages": [{"role": "user", "content": "x = 1"}], "max_tokens": 4, "temperature": 0})),
-        ("/v1/completions", serde_json::json!({"prompt": "x = 1", "max_tokens": 4, "temperature": 0})),
+        (
+            "/v1/chat/completions",
+            serde_json::json!({"messages": [{"role": "user", "content": "x = 1"}], "max_tokens": 4, "temperature": 0}),
+        ),
+        (
+            "/v1/completions",
+            serde_json::json!({"prompt": "x = 1", "max_tokens": 4, "temperature": 0}),
+        ),
     ];
     for (path, body) in posts {
         let body = body.to_string();
         let d = post(&format!("{direct}{path}"), &body, None).await;
         let g = post(&format!("{}{path}", gw.url), &body, None).await;
-        println!("  POST {path}: direct {}, gateway {} via {:?}", d.status, g.status, g.backend);
+        println!(
+            "  POST {path}: direct {}, gateway {} via {:?}",
+            d.status, g.status, g.backend
+        );
         assert_eq!(d.status, 200, "POST {path} direct: {}", d.body);
         assert_eq!(g.status, 200, "POST {path} through the gateway: {}", g.body);
         if path.contains("tokenize") {
@@ -143,7 +167,10 @@ pub async fn closed_stream_is_aborted_on_the_server(servers: &[Vllm], gw: &Runni
     let server = servers.iter().find(|s| s.name == name).expect("its server");
     let waited = Instant::now();
     while server.metric(RUNNING).await < 1.0 {
-        assert!(waited.elapsed() < Duration::from_secs(5), "the stream never ran");
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "the stream never ran"
+        );
     }
     drop(stream);
     let closed = Instant::now();
@@ -181,7 +208,10 @@ pub async fn ttft_and_tpot_are_histograms(gw: &Running) {
     }
     // Each bound's count, summed over the backends.
     let mut buckets: Vec<(f64, f64)> = Vec::new();
-    for line in scrape.lines().filter(|l| l.starts_with(&format!("{TTFT}_bucket{{"))) {
+    for line in scrape
+        .lines()
+        .filter(|l| l.starts_with(&format!("{TTFT}_bucket{{")))
+    {
         let le = line.split("le=\"").nth(1).and_then(|r| r.split('"').next());
         let le: f64 = match le {
             Some("+Inf") => f64::INFINITY,
@@ -197,7 +227,10 @@ pub async fn ttft_and_tpot_are_histograms(gw: &Running) {
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
     let total = buckets.last().expect("buckets").1;
     let at = buckets.iter().position(|(_, c)| *c >= total / 2.0).unwrap();
-    let (lower, upper) = (at.checked_sub(1).map_or(0.0, |i| buckets[i].0), buckets[at].0);
+    let (lower, upper) = (
+        at.checked_sub(1).map_or(0.0, |i| buckets[i].0),
+        buckets[at].0,
+    );
     println!(
         "  client-measured TTFT p50 {measured:?}; the histogram's median bucket ({lower} s, {upper} s] of {total} streams"
     );
@@ -228,7 +261,10 @@ pub async fn client_stack_streams_from_vllm(servers: &[Vllm]) {
         .iter()
         .map(|s| {
             let origin = Origin::http(std::net::SocketAddr::from(([127, 0, 0, 1], s.port)));
-            Backend::new(BackendId::new(&s.name).unwrap(), SetOrigin::to(client.clone(), origin))
+            Backend::new(
+                BackendId::new(&s.name).unwrap(),
+                SetOrigin::to(client.clone(), origin),
+            )
         })
         .collect();
     let config = BalanceConfig::builder().owners(2).build().unwrap();
@@ -241,9 +277,18 @@ pub async fn client_stack_streams_from_vllm(servers: &[Vllm]) {
             .unwrap();
         let response = balancer.clone().oneshot(request).await.expect("an answer");
         assert_eq!(response.status(), 200);
-        let body = response.into_body().collect().await.expect("the stream").to_bytes();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("the stream")
+            .to_bytes();
         let text = String::from_utf8_lossy(&body);
-        assert_eq!(text.matches("data: ").count(), 10, "a role chunk, 8 tokens, [DONE]: {text}");
+        assert_eq!(
+            text.matches("data: ").count(),
+            10,
+            "a role chunk, 8 tokens, [DONE]: {text}"
+        );
         assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
     }
     let streams: Vec<_> = balancer

@@ -47,7 +47,10 @@ pub fn model(python: &Path) -> PathBuf {
     if dir.join("config.json").exists() {
         return dir;
     }
-    let script = root().join("tests").join("real_vllm").join("build_model.py");
+    let script = root()
+        .join("tests")
+        .join("real_vllm")
+        .join("build_model.py");
     let status = Command::new(python)
         .arg(&script)
         .arg(&dir)
@@ -102,7 +105,13 @@ impl Vllm {
         let child = Command::new(&self.python)
             .args(["-m", "vllm.entrypoints.openai.api_server", "--model"])
             .arg(&self.model)
-            .args(["--served-model-name", MODEL, "--host", "127.0.0.1", "--port"])
+            .args([
+                "--served-model-name",
+                MODEL,
+                "--host",
+                "127.0.0.1",
+                "--port",
+            ])
             .arg(self.port.to_string())
             .args([
                 "--enable-prefix-caching",
@@ -112,12 +121,13 @@ impl Vllm {
                 "2048",
                 "--max-num-seqs",
                 "16",
-                // A KV cache of 40 blocks of 128 tokens (5,120 tokens):
+                // A KV cache of 64 blocks of 128 tokens (8,192 tokens):
                 // the pressure of a real server's cache, under which the
-                // workload of the affinity check does not fit on one
-                // server and fits on two when each serves its own share.
+                // workload of the affinity check (about 11,000 tokens of
+                // distinct prefixes) does not fit on one server and fits
+                // on two when each serves its own share.
                 "--num-gpu-blocks-override",
-                "40",
+                "64",
             ])
             .env("VLLM_CPU_KVCACHE_SPACE", "1")
             .env("VLLM_CPU_OMP_THREADS_BIND", self.core.to_string())

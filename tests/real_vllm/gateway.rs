@@ -53,7 +53,10 @@ impl Running {
             if status == 200 && body.contains(crate::fixture::MODEL) {
                 return;
             }
-            assert!(started.elapsed() < Duration::from_secs(30), "no models listed: {body}");
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no models listed: {body}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -125,7 +128,9 @@ pub struct Answer {
 /// The backend a receipt header names.
 fn backend_of(response: &reqwest::Response) -> Option<String> {
     let receipt = response.headers().get("x-route-receipt")?.to_str().ok()?;
-    let field = receipt.split("; ").find_map(|f| f.strip_prefix("backend="))?;
+    let field = receipt
+        .split("; ")
+        .find_map(|f| f.strip_prefix("backend="))?;
     Some(field.to_owned())
 }
 

@@ -15,12 +15,12 @@
 //! No sleeps but bounded polls of a count or a state: a server's
 //! `/health`, a metric, the balancer's view.
 
+mod api;
 #[path = "../../examples/gateway/app.rs"]
 // The example uses all of it; the tests, part. Without libtest's
 // harness its `#[test]`s are left out, and their imports unused.
 #[allow(dead_code, unused_imports)]
 mod app;
-mod api;
 mod fixture;
 mod fleet;
 mod gateway;
@@ -83,10 +83,7 @@ fn main() -> ExitCode {
             for check in &selected {
                 println!("test real_vllm::{check} ... SKIPPED ({reason})");
             }
-            println!(
-                "\nreal_vllm: {} checks SKIPPED: {reason}\n",
-                selected.len()
-            );
+            println!("\nreal_vllm: {} checks SKIPPED: {reason}\n", selected.len());
             return ExitCode::SUCCESS;
         }
     };
@@ -99,7 +96,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(python: std::path::PathBuf, selected: Vec<&'static str>) -> ExitCode {
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let servers = fixture::fleet(&python).await;
     let model_only = gateway::start(&servers, false).await;
     let prefix = gateway::start(&servers, true).await;
@@ -118,7 +115,9 @@ async fn run(python: std::path::PathBuf, selected: Vec<&'static str>) -> ExitCod
         let check = async move {
             let (s, m, p) = (&fleet.servers[..], &fleet.model_only, &fleet.prefix);
             match name {
-                "openai_client_sees_no_difference" => api::openai_client_sees_no_difference(s, m).await,
+                "openai_client_sees_no_difference" => {
+                    api::openai_client_sees_no_difference(s, m).await
+                }
                 "client_stack_streams_from_vllm" => api::client_stack_streams_from_vllm(s).await,
                 "routes_pass_through" => api::routes_pass_through(s, m).await,
                 "error_bodies_are_vllm_s" => api::error_bodies_are_vllm_s(s, m).await,

@@ -35,10 +35,10 @@ pub(crate) fn evaluate_fleet(
         .zip(guards.iter_mut())
         .map(|(b, inner)| {
             let (picked, in_flight) = (b.traffic.picked(), b.load());
+            let sent = picked.wrapping_sub(inner.picked);
             // Picked since, less the growth of those in flight: finished.
-            let finished = (picked.wrapping_sub(inner.picked) as i64
-                - (in_flight as i64 - inner.in_flight as i64))
-                .max(0) as u64;
+            let finished =
+                (sent as i64 - (in_flight as i64 - inner.in_flight as i64)).max(0) as u64;
             (inner.picked, inner.in_flight) = (picked, in_flight);
             let taken = b.health.latencies.take();
             let failures = b.health.failures.swap(0, Ordering::Relaxed);
@@ -48,6 +48,7 @@ pub(crate) fn evaluate_fleet(
                 failures: failures + inner.probe_failures,
                 timed: taken.count,
                 answered: answers + failures,
+                sent,
                 p99_ms: taken.p99_ms,
                 in_flight,
                 load: inner

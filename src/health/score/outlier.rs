@@ -26,7 +26,8 @@
 //! A backend that **answers nothing** (stopped, SIGSTOPped, a dead
 //! connection the caller times out on) has no latency to compare, but its
 //! latency is at least the time it has been silent: requests in flight at
-//! both ends of an interval and no answer (head or outcome) in it. Once
+//! both ends of an interval, or sent in it (each dropped when a hedge's
+//! backup answered first), and no answer (head or outcome) in it. Once
 //! it has been silent longer than `outlier_factor` × its own recent p99
 //! and the failure penalty, each such interval counts as slow, while a
 //! peer answers (a fleet silent as a whole is not one sick backend):

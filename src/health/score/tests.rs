@@ -367,6 +367,7 @@ proptest! {
                         failures,
                         timed: calls,
                         answered: calls,
+                        sent: calls,
                         p99_ms,
                         in_flight,
                         load: waiting.map(|w| LoadSignals { requests_waiting: Some(w), ..LoadSignals::default() }),

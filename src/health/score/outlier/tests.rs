@@ -139,3 +139,37 @@ fn a_backend_that_answers_nothing_is_ejected_within_the_bound() {
         "no peer answers: not one sick backend"
     );
 }
+
+/// A silent backend whose every attempt a hedge's backup outran: requests
+/// sent to it each interval, none answered, none left in flight at the
+/// interval's end (each dropped once the backup won). Silent all the
+/// same, and ejected within the bound (found against a SIGSTOPped vLLM
+/// behind the gateway: its error rate came from the probes alone).
+#[test]
+fn a_silent_backend_whose_attempts_hedges_cancel_is_ejected() {
+    let p = policy();
+    let outrun = Observation {
+        calls: 3, // dropped when the backup won: finished, unanswered
+        sent: 3,
+        ..Observation::default()
+    };
+    let mut states = [HealthState::new(false), HealthState::new(false)];
+    let mut ejected_after = None;
+    for round in 0..40 {
+        let b = match round {
+            0..30 => serving(4, 200.0, 1),
+            _ => outrun,
+        };
+        run_fleet(&p, &mut states, &[serving(4, 200.0, 1), b]);
+        if states[1].ejected().is_some() {
+            ejected_after = Some(round + 1 - 30);
+            break;
+        }
+    }
+    let after = ejected_after.expect("ejected");
+    assert!(
+        after <= 1 + 1 + OUTLIER_INTERVALS as usize,
+        "{after} intervals"
+    );
+    assert_eq!(states[0].ejected(), None);
+}
