@@ -148,8 +148,20 @@ async fn a_latency_outlier_is_ejected_and_its_models_move() {
     assert_eq!(served(&nodes)[owner], 500, "one owner serves the model");
     let slow = nodes.iter().find(|n| n.name == owner).unwrap();
     slow.set(Behavior::Serve(FAST * 10));
+    // Its peers serve models of their own meanwhile: an outlier is slow
+    // against its peers at the same time (with none answering, a lone
+    // slow backend is only steered away from by its score).
+    let others: Vec<String> = (0..32)
+        .map(|m| format!("m{m}"))
+        .filter(|m| {
+            !handle
+                .owners(&ModelId::new(m).unwrap())
+                .contains(&id(owner))
+        })
+        .collect();
     let mut ejected = None;
-    for _ in 0..100 {
+    for i in 0..100 {
+        worker(balancer.clone(), others[i % others.len()].clone(), false, 3).await;
         worker(balancer.clone(), "pinned".into(), false, 1).await;
         if let Some(why) = handle.health(&id(owner)).unwrap().ejected {
             ejected = Some(why);

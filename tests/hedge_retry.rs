@@ -241,6 +241,17 @@ async fn a_404_from_a_known_backend_is_retried_elsewhere_unless_an_update() {
         .await;
     assert_eq!(result.unwrap().status(), 404, "update: returned as it is");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // With no budget left (a backend down just before spent it on refused
+    // connections), the 404 is retried all the same: the backend did no
+    // work. Once only.
+    let spent = RetryPolicy::new(0.0, Duration::from_secs(10));
+    let (service, calls) = scripted(vec![Answer::Status(404, None), Answer::Status(200, None)]);
+    let result = Retry::new(spent.clone(), service)
+        .oneshot(picked("inference"))
+        .await;
+    assert_eq!(result.unwrap().status(), 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(spent.budget().granted(), 0, "nothing drawn");
 }
 
 #[tokio::test(start_paused = true)]

@@ -291,7 +291,7 @@ where
                             // cannot read (a string that is not UTF-8, a
                             // lone surrogate escape) is read for its model
                             // alone, and goes on to the server to judge.
-                            Err(e) if prompt.is_some() && e.reason == InvalidReason::NotJson => {
+                            Err(e) if prompt.is_some() && e.reason.is_json() => {
                                 prompt = None;
                                 read_json(&bytes, None)
                             }

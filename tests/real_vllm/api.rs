@@ -41,10 +41,15 @@ pub async fn openai_client_sees_no_difference(servers: &[Vllm], gw: &Running) {
     assert_eq!(through["models"], serde_json::json!([MODEL]));
     assert_eq!(through["chat"], direct["chat"]);
     assert_eq!(through["completion"], direct["completion"]);
-    assert_eq!(through["stream"], direct["stream"]);
+    // The same tokens and usage; how many chunks carry them is vLLM's
+    // choice (under load it puts tokens a slow reader has not taken yet
+    // into one chunk), so the count is only bounded.
+    for field in ["text", "usage"] {
+        assert_eq!(through["stream"][field], direct["stream"][field], "{field}");
+    }
     assert_eq!(through["stream"]["usage"]["completion_tokens"], 16);
-    // 16 tokens, a role chunk first, a finish chunk and the usage chunk.
-    assert!(through["stream"]["chunks"].as_u64().unwrap() >= 17);
+    // A role chunk, the tokens, a finish chunk and the usage chunk.
+    assert!(through["stream"]["chunks"].as_u64().unwrap() >= 4);
 }
 
 /// The routes a vLLM user calls besides inference answer through the
