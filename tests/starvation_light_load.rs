@@ -6,6 +6,8 @@
 
 #[path = "support/lcg.rs"]
 mod lcg;
+#[path = "support/paused_picks.rs"]
+mod paused_picks;
 
 use std::time::Duration;
 
@@ -15,35 +17,13 @@ use tokio::time::Instant;
 use futures_util::stream;
 use tower::discover::{Change, Discover};
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer, Picked};
+use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::health::probe::ProbeReport;
-use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};
+use tower_model_balance::route::{ModelId, RouteInfo};
 
 use lcg::Lcg;
-
-/// Latency of a normal answer.
-const ANSWER: Duration = Duration::from_millis(30);
-
-fn update() -> RouteInfo {
-    RouteInfo::new(ModelId::new("m").unwrap()).with_kind(RequestKind::Update)
-}
-
-/// Finishes every pick `latency` after now.
-fn finish_all(picks: Vec<Picked<String>>, latency: Duration) {
-    let at = Instant::now() + latency;
-    for p in picks {
-        p.guard.finish_at(Outcome::Success, at);
-    }
-}
-
-/// Lets the balancer's background tasks run for `d` of paused time.
-async fn run_for(d: Duration) {
-    tokio::time::advance(d).await;
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-}
+use paused_picks::{finish_all, run_for, update, ANSWER};
 
 /// Where a test sends discovery's changes.
 type Changes = tokio::sync::mpsc::UnboundedSender<Change<usize, Backend<String>>>;
