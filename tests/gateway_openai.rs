@@ -31,20 +31,13 @@ async fn an_invalid_model_id_is_a_400_with_an_openai_error() {
             r#"{"model": "llama 3", "prompt": "hi"}"#,
             "invalid_route",
             &model,
-            "`model` is",
+            "`model`: holds whitespace",
         ),
         (
             r#"{"model": "", "prompt": "hi"}"#,
             "invalid_route",
             &model,
             "empty",
-        ),
-        // Nothing served yet: no only model to route it to.
-        (
-            r#"{"prompt": "no model"}"#,
-            "model_missing",
-            &model,
-            "`model`",
         ),
         (
             r#"{"model": 7}"#,
@@ -110,7 +103,7 @@ async fn the_fleets_models_are_listed_and_its_only_model_takes_a_body_without_on
     let gw = start("catalog", 2, |_| {}).await;
     let nameless = r#"{"messages": [{"role": "user", "content": "hi"}]}"#;
     // Nothing served yet: an empty list, and a body without `model` is
-    // the gateway's 400, before any backend.
+    // the fleet's outage (503, `Retry-After`), before any backend.
     let list = gw.get("/v1/models").await;
     assert_eq!(
         (list.status, list.json()["object"].clone()),
@@ -118,12 +111,10 @@ async fn the_fleets_models_are_listed_and_its_only_model_takes_a_body_without_on
     );
     assert_eq!(list.json()["data"], serde_json::json!([]));
     let refused = gw.post("/v1/chat/completions", nameless).await;
-    assert_eq!(
-        refused.json()["error"]["code"],
-        "model_missing",
-        "{}",
-        refused.body
-    );
+    assert_eq!(refused.status, http::StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers[header::RETRY_AFTER], "1");
+    let code = &refused.json()["error"]["code"];
+    assert_eq!(code, "no_healthy_backend", "{}", refused.body);
     assert_eq!(gw.backend_work(), 0);
     // One model served (placement loads it): the probes list it, within
     // 100 polls 50 ms apart (they run every second).
@@ -157,6 +148,25 @@ async fn the_fleets_models_are_listed_and_its_only_model_takes_a_body_without_on
         sent.body
     );
     assert_eq!(gw.backend_work(), work + 1, "{}", sent.body);
+    // Two models served: a body without one must name one (400, `param`
+    // `model`), sent nowhere.
+    let other = CHAT.replace("llama-3-8b", "mistral-7b");
+    assert_eq!(gw.post("/v1/chat/completions", other).await.status, 200);
+    let mut polls = 0;
+    while !gw.get("/v1/models").await.body.contains("mistral-7b") {
+        polls += 1;
+        assert!(polls < 100, "never listed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let work = gw.backend_work();
+    let ambiguous = gw.post("/v1/chat/completions", nameless).await;
+    assert_eq!(ambiguous.status, http::StatusCode::BAD_REQUEST);
+    let error = &ambiguous.json()["error"];
+    assert_eq!(
+        (&error["code"], &error["param"]),
+        (&"model_missing".into(), &"model".into())
+    );
+    assert_eq!(gw.backend_work(), work);
     // vLLM's health routes, from the gateway's readiness.
     for path in ["/health", "/ping"] {
         let reply = gw.get(path).await;

@@ -182,18 +182,18 @@ fn invalid_route(route: &InvalidRoute) -> ErrorReply {
     }
     if route.reason.is_json() {
         reply.code = "invalid_json";
-        reply.message = format!("the request body is not a JSON object: {}", route.reason);
+        reply.message = format!("the request body: {}", route.reason);
         return reply;
     }
     reply.param = Some("model");
     reply.message = match route.reason {
         InvalidReason::Missing => {
             reply.code = "model_missing";
-            "the request names no `model`, and the fleet serves more than one model (or none \
-             yet): name one of `GET /v1/models`"
+            "the request names no `model`, and the fleet serves more than one: name one of \
+             `GET /v1/models`"
                 .to_owned()
         }
-        reason => format!("the request's `model` is {reason}"),
+        reason => format!("the request's `model`: {reason}"),
     };
     reply
 }

@@ -23,7 +23,7 @@ use tower_model_balance::balance::{BalancerHandle, RoutingReceipt};
 use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::endpoint::strip_hop_by_hop;
 use tower_model_balance::error::BoxError;
-use tower_model_balance::error::PayloadTooLarge;
+use tower_model_balance::error::{InvalidReason, PayloadTooLarge};
 use tower_model_balance::hedge::HedgeHandle;
 use tower_model_balance::route::{ModelId, RouteInfo};
 
@@ -129,8 +129,33 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
             // when it ends.
             Response::from_parts(parts, Body::new(body))
         }
+        // A body without `model` while no backend serves any model (all
+        // down, or before the first probes): the fleet's outage, not the
+        // client's error.
+        Err(error) if is_missing_model(&*error) && app.catalog.models().is_empty() => {
+            reply(no_model_served())
+        }
         Err(error) => reply(errors::classify(&*error)),
     }
+}
+
+/// Whether `error` is a body that names no model.
+fn is_missing_model(error: &(dyn std::error::Error + 'static)) -> bool {
+    error
+        .downcast_ref::<tower_model_balance::error::InvalidRoute>()
+        .is_some_and(|r| r.source == "body" && r.reason == InvalidReason::Missing)
+}
+
+/// A 503 with `Retry-After` while no backend serves a model.
+fn no_model_served() -> ErrorReply {
+    let mut reply = ErrorReply::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "service_unavailable",
+        "no_healthy_backend",
+        "no backend serves a model now".to_owned(),
+    );
+    reply.retry_after = Some(errors::retry_after_secs(errors::NO_BACKEND_RETRY_AFTER));
+    reply
 }
 
 /// `GET /v2/health/live`: the gateway is up.
@@ -221,14 +246,7 @@ async fn retrieve_model(State(app): State<App>, Path(model): Path<String>) -> Re
 /// fleet serves none.
 async fn server_info(State(app): State<App>, mut req: Request) -> Response {
     let Some((model, _)) = app.catalog.models().into_iter().next() else {
-        let mut reply = ErrorReply::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "service_unavailable",
-            "no_healthy_backend",
-            "no backend serves a model yet".to_owned(),
-        );
-        reply.retry_after = Some(errors::retry_after_secs(errors::NO_BACKEND_RETRY_AFTER));
-        return reply.into_response();
+        return no_model_served().into_response();
     };
     req.extensions_mut().insert(RouteInfo::new(model));
     forward(State(app), req).await
