@@ -289,11 +289,10 @@ pub async fn client_stack_streams_from_vllm(servers: &[Vllm]) {
             .expect("the stream")
             .to_bytes();
         let text = String::from_utf8_lossy(&body);
-        assert_eq!(
-            text.matches("data: ").count(),
-            10,
-            "a role chunk, 8 tokens, [DONE]: {text}"
-        );
+        // A role chunk, the 8 tokens (vLLM puts tokens a slow reader has
+        // not taken yet into one chunk), `[DONE]`.
+        let chunks = text.matches("data: ").count();
+        assert!((3..=10).contains(&chunks), "{chunks} chunks: {text}");
         assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
     }
     let streams: Vec<_> = balancer
