@@ -117,9 +117,7 @@ impl fmt::Display for InvalidReason {
             Self::MalformedJson { line, column } => {
                 write!(f, "malformed JSON at line {line}, column {column}")
             }
-            Self::TruncatedJson => {
-                f.write_str("truncated JSON: the body ends before its value does (or is empty)")
-            }
+            Self::TruncatedJson => f.write_str("truncated JSON (or an empty body)"),
             Self::Unreadable => f.write_str("could not be read"),
             Self::BadEscape => f.write_str("holds a `%` not followed by two hex digits"),
         }
