@@ -50,10 +50,10 @@ pub(crate) struct Ask {
     /// empty): nothing to keep warm for it.
     pub(crate) unseen: bool,
     /// A backend not to pick: for a hedge's backup, the index of the
-    /// backend its first attempt went to — the backup is refused
-    /// ([`Miss::NoAlternative`]) unless another eligible backend has the
-    /// model resident; when strict (a retry), honoured while any other
-    /// backend is eligible. Inference only.
+    /// backend its first attempt went to — the backup goes where
+    /// [`pick_backup`](super::backup::pick_backup) says, or is refused
+    /// ([`Miss::NoAlternative`]); when strict (a retry), honoured while
+    /// any other backend is eligible. Inference only.
     pub(crate) exclude: Option<(usize, bool)>,
 }
 
@@ -142,8 +142,8 @@ pub(crate) enum Miss {
     /// Eligible backends there are, but every one the request could go to
     /// is at its admission limit.
     Saturated,
-    /// A hedge's backup (a non-strict [`Ask::exclude`]) for a model no
-    /// other eligible backend has resident: refused before any pick.
+    /// A hedge's backup (a non-strict [`Ask::exclude`]) with nowhere it
+    /// could help (see [`pick_backup`](super::backup::pick_backup)).
     NoAlternative,
 }
 

@@ -304,10 +304,8 @@ fn fits(ctx: &Ctx<'_>, i: usize, key: u64, owner: bool, nowhere: impl FnOnce() -
 }
 
 /// Whether a backend other than `x`, among the model's owners and the
-/// [`SPILL_SCAN`] backends past them, is eligible with the model resident:
-/// only then does a backup skip `x` (a cold load is slower than the wait it
-/// would hedge).
-pub(crate) fn resident_elsewhere(ctx: &Ctx<'_>, ask: &Ask, x: usize) -> bool {
+/// [`SPILL_SCAN`] backends past them, is eligible with the model resident.
+fn resident_elsewhere(ctx: &Ctx<'_>, ask: &Ask, x: usize) -> bool {
     let k = ask.owners.clamp(1, MAX_OWNERS);
     ctx.table
         .ring

@@ -6,10 +6,12 @@
 //! | `pick.rs` | the pick over one table (pure: no IO, no allocation): panic mode, a hedge's exclusion, inference or update |
 //! | `ctx.rs` | what a pick works on: the ask, the rules, the result, and the view of one table (eligibility, cost, the bounded-load cap) |
 //! | `inference.rs` | inference: owners by residency and cost, then spill along the ring |
+//! | `backup.rs` | a hedge's backup: a backend serving the model, else (the first attempt warm) one whose models are unknown, else none |
 //! | `update.rs` | updates: the cheaper of two random backends (P2C) |
 //! | `sampler.rs` | which requests feed the estimates |
 //! | `receipt.rs` | a pick's routing receipt: reason, owners, predicted prefix hit, runner-up (receipts on) |
 
+pub(crate) mod backup;
 pub(crate) mod ctx;
 pub(crate) mod decide;
 pub(crate) mod inference;

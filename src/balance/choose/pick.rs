@@ -1,9 +1,11 @@
-//! Choosing a backend for one request from a table: panic mode, a
-//! hedge's exclusion, then [inference](super::inference) or
-//! [update](super::update), and the model marked resident where it went.
+//! Choosing a backend for one request from a table: panic mode, then a
+//! hedge's [backup](super::backup), or (a retry's exclusion honoured)
+//! [inference](super::inference) or [update](super::update), and the
+//! model marked resident where it went.
 
 use crate::balance::choose::ctx::{in_panic, Ask, Ctx, Miss, Mode, Pick, Rules, Scratch};
-use crate::balance::choose::inference::{pick_inference, resident_elsewhere};
+use crate::balance::choose::backup::pick_backup;
+use crate::balance::choose::inference::pick_inference;
 use crate::balance::choose::update::pick_update;
 use crate::balance::state::clock::Now;
 use crate::balance::state::residency::Warmth;
@@ -45,22 +47,22 @@ pub(crate) fn pick(
         exclude: None,
         critical: ask.urgency == Urgency::Critical,
     };
-    if let Some((x, strict)) = ask.exclude.filter(|_| ask.kind != RequestKind::Update) {
-        let elsewhere = match strict {
-            true => (0..table.backends.len()).any(|i| i != x && ctx.eligible(i)),
-            false => resident_elsewhere(&ctx, ask, x),
-        };
-        if !elsewhere && !strict {
-            return Err(Miss::NoAlternative);
+    let exclude = ask.exclude.filter(|_| ask.kind != RequestKind::Update);
+    let mut picked = match exclude {
+        // A hedge's backup: somewhere it can help, or nowhere.
+        Some((x, false)) => pick_backup(&ctx, ask, x)?,
+        _ => {
+            if let Some((x, _)) = exclude {
+                // A retry: anywhere but `x` while another is eligible.
+                let elsewhere = (0..table.backends.len()).any(|i| i != x && ctx.eligible(i));
+                ctx.exclude = elsewhere.then_some(x);
+            }
+            let picked = match ask.kind {
+                RequestKind::Update => pick_update(&ctx, random),
+                _ => pick_inference(&ctx, ask, rules, random, scratch),
+            };
+            picked.ok_or_else(|| saturated_or_none(&ctx))?
         }
-        ctx.exclude = elsewhere.then_some(x);
-    }
-    let picked = match ask.kind {
-        RequestKind::Update => pick_update(&ctx, random),
-        _ => pick_inference(&ctx, ask, rules, random, scratch),
-    };
-    let Some(mut picked) = picked else {
-        return Err(saturated_or_none(&ctx));
     };
     if ask.kind != RequestKind::Update {
         let state = &table.backends[picked.index];

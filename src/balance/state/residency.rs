@@ -18,7 +18,7 @@
 //! — a server that does not load on demand answers 404 for ever, and
 //! "loading" must not count as resident for ever.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// The most models one backend's entry tracks.
 pub(crate) const MAX_SLOTS: usize = 16;
@@ -77,6 +77,10 @@ pub(crate) struct Residency {
     refused: [AtomicU64; REFUSALS],
     refused_at: [AtomicU64; REFUSALS],
     next_refusal: AtomicUsize,
+    /// Set once the backend's own list of its models was taken (a probe,
+    /// a response header, metadata, the handle): from then on a model
+    /// absent here is known absent, not merely never sent here.
+    listed: AtomicBool,
 }
 
 impl Residency {
@@ -91,6 +95,7 @@ impl Residency {
             refused: Default::default(),
             refused_at: Default::default(),
             next_refusal: AtomicUsize::new(0),
+            listed: AtomicBool::new(false),
         }
     }
 
@@ -150,6 +155,14 @@ impl Residency {
             self.models[i].load(Ordering::Relaxed) == key
                 && self.stamps[i].load(Ordering::Relaxed) != 0
         })
+    }
+
+    /// Whether the backend's own list of its models was ever taken
+    /// ([`Residency::sync`], [`Residency::replace`]): a model absent from
+    /// a listed backend is known absent there; from an unlisted one, only
+    /// never routed there.
+    pub(crate) fn is_listed(&self) -> bool {
+        self.listed.load(Ordering::Relaxed)
     }
 
     /// Whether the model with hash `key` is resident (loading or served).
@@ -286,6 +299,7 @@ impl Residency {
             n += 1;
         }
         let listed = &listed[..n];
+        self.listed.store(true, Ordering::Relaxed);
         for i in 0..self.slots() {
             let served = self.loaded[i].load(Ordering::Relaxed) & SERVED != 0;
             if served && !listed.contains(&self.models[i].load(Ordering::Relaxed)) {
@@ -353,6 +367,7 @@ impl Residency {
 
     /// Replaces the table with `keys` (the first `slots` of them), served.
     pub(crate) fn replace(&self, keys: impl IntoIterator<Item = u64>, now_ms: u64) {
+        self.listed.store(true, Ordering::Relaxed);
         for i in 0..MAX_SLOTS {
             self.drop_slot(i);
         }

@@ -297,9 +297,12 @@ fn new_state(
     };
     let state = BackendState::new(meta.id.clone(), policy.clone(), fleet.clone(), start);
     state.health.set_meta(meta);
-    let now = fleet.millis(tokio::time::Instant::now());
-    let keys = meta.resident_models.iter().map(|m| m.hash64());
-    state.residency.replace(keys, now);
+    if !meta.resident_models.is_empty() {
+        // Metadata that lists none says nothing of what the server holds.
+        let now = fleet.millis(tokio::time::Instant::now());
+        let keys = meta.resident_models.iter().map(|m| m.hash64());
+        state.residency.replace(keys, now);
+    }
     Arc::new(state)
 }
 

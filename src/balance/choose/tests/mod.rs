@@ -150,6 +150,7 @@ fn pick_now(t: &Table, ask: &Ask) -> Option<(usize, Branch)> {
     Some((p.index, p.branch))
 }
 
+mod backup;
 mod inference;
 mod panic;
 mod prefix;

@@ -1,4 +1,4 @@
-//! Panic mode, the load cap over a staged ring, a hedge's backup.
+//! Panic mode, the load cap over a staged ring.
 
 use super::*;
 
@@ -84,41 +84,6 @@ async fn the_load_cap_divides_by_the_backends_the_ring_stands_for() {
     // traffic is over 4.4 backends' worth of ring, ceil(1.25 × 13 / 4.4) = 4.
     t.in_ring = 4.4;
     assert_eq!(load_cap(&t, 1.25), 4);
-}
-
-/// A hedge's backup (non-strict exclusion) is refused when no other
-/// eligible backend has the model resident; a retry (strict) goes to
-/// another backend all the same; with another resident backend, the
-/// backup goes there.
-#[tokio::test(start_paused = true)]
-async fn a_backup_with_no_other_resident_backend_is_refused() {
-    let t = table(4);
-    let r = route("llama");
-    let order = walk(&t, &r);
-    make_resident(&t, order[0], &r);
-    let excluding = |strict| Ask {
-        exclude: Some((order[0], strict)),
-        ..ask(&r, 2)
-    };
-    let mut no_random = || 0;
-    let backup = pick_with(&t, &excluding(false), &mut no_random);
-    assert!(backup.is_none());
-    let refused = pick(
-        &t,
-        &excluding(false),
-        &RULES,
-        &Now::lazy(),
-        &mut no_random,
-        &mut Scratch::default(),
-    );
-    assert!(matches!(refused, Err(Miss::NoAlternative)));
-    assert_eq!(t.backends[order[0]].load(), 0, "nothing picked");
-    let retry = pick_with(&t, &excluding(true), &mut no_random).unwrap();
-    assert_ne!(retry.index, order[0]);
-    drop(retry);
-    make_resident(&t, order[1], &r);
-    let backup = pick_with(&t, &excluding(false), &mut no_random).unwrap();
-    assert_eq!(backup.index, order[1]);
 }
 
 /// In panic mode the cost is no guide (health at the floor, estimates
