@@ -28,7 +28,8 @@ async fn a_first_attempt_faster_than_the_delay_is_never_hedged() {
     assert_eq!(body(&result), "0");
     assert_eq!(took, Duration::from_millis(9));
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
-    assert_eq!(stats(&layer).hedges, 0);
+    let s = stats(&layer);
+    assert_eq!((s.hedges, s.ended_before_delay), (0, 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -241,7 +242,8 @@ async fn updates_are_never_hedged() {
     let layer = HedgeLayer::new(policy().build().unwrap());
     let (_, seen, _) = send(&layer, vec![ok_after(40), ok_after(1)], "update").await;
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
-    assert_eq!(stats(&layer).hedges, 0);
+    let s = stats(&layer);
+    assert_eq!((s.hedges, s.updates), (0, 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -263,7 +265,10 @@ async fn a_model_is_hedged_once_it_has_the_minimum_of_samples() {
             "too few samples to hedge"
         );
     }
-    advance(Duration::from_millis(100)).await;
+    let s = stats(&layer);
+    assert_eq!((s.warming_up, s.hedges), (5, 0), "counted as warming up");
+    // At once, not a refresh period later: the first slow request after
+    // the warm-up is hedged.
     let delay = layer.handle().delay(&model).expect("5 samples");
     assert!(
         (Duration::from_millis(20)..=Duration::from_millis(25)).contains(&delay),
@@ -277,6 +282,8 @@ async fn a_model_is_hedged_once_it_has_the_minimum_of_samples() {
         sent >= delay && sent < delay + Duration::from_millis(1),
         "{took:?}"
     );
+    let s = stats(&layer);
+    assert_eq!((s.warming_up, s.hedges, s.hedges_won), (5, 1, 1));
 }
 
 /// A request type that cannot be copied.
@@ -305,6 +312,7 @@ async fn a_request_that_cannot_be_cloned_is_sent_once() {
     let answer = layer.layer(inner).oneshot(Once).await.unwrap();
     assert_eq!(answer, 7);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(layer.handle().stats().uncopyable, 1);
 }
 
 #[tokio::test(start_paused = true)]

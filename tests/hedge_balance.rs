@@ -53,7 +53,8 @@ impl Service<http::Request<String>> for Endpoint {
     }
 }
 
-/// A balancer over `names`, with `llama` resident where `resident` says.
+/// A balancer over `names`, each backend's models declared: `llama`
+/// where `resident` says, nothing elsewhere.
 fn fleet(
     names: &[&'static str],
     resident: impl Fn(&str) -> bool,
@@ -75,10 +76,11 @@ fn fleet(
     .unwrap();
     let model = ModelId::new("llama").unwrap();
     for &name in names {
-        if resident(name) {
-            let id = BackendId::new(name).unwrap();
-            assert!(balancer.handle().set_resident_models(&id, [&model]));
-        }
+        // Each backend's whole list, as a probe would give it: where it
+        // lacks the model, the balancer knows.
+        let id = BackendId::new(name).unwrap();
+        let listed = resident(name).then_some(&model);
+        assert!(balancer.handle().set_resident_models(&id, listed));
     }
     (balancer, calls)
 }
@@ -122,8 +124,8 @@ async fn the_backup_goes_to_another_backend_holding_the_model() {
 
 #[tokio::test(start_paused = true)]
 async fn a_backup_with_no_other_backend_holding_the_model_is_suppressed() {
-    // Only gpu-0 holds the model: a backup would land on gpu-0 again or
-    // pay a cold load on gpu-1. It is not sent, and the budget it took is
+    // Only gpu-0 holds the model, and gpu-1's list says it does not: a
+    // backup would land on gpu-0 again or pay a cold load on gpu-1. It is not sent, and the budget it took is
     // given back; the first attempt goes on alone (and, here, never
     // answers: the test times it out).
     let (service, calls) = fleet(&["gpu-0", "gpu-1"], |name| name == "gpu-0");
@@ -134,6 +136,7 @@ async fn a_backup_with_no_other_backend_holding_the_model_is_suppressed() {
     assert_eq!(calls.lock().unwrap().clone(), ["gpu-0"]);
     let s = layer.handle().stats();
     assert_eq!((s.hedges, s.suppressed_by_no_alternative), (0, 1));
+    assert_eq!(s.not_hedged(), 1, "the request is accounted once");
     assert_eq!(layer.handle().budget().granted(), 0, "given back");
     // The only backend of a fleet: no backup either.
     let (service, calls) = fleet(&["solo"], |_| true);

@@ -250,6 +250,12 @@ impl Delays {
         let window = self.window(place);
         window.rotate(epoch);
         window.halves[(epoch % 2) as usize].record(latency);
+        if window.delay_us.load(Ordering::Acquire) == NOT_ENOUGH {
+            // Still warming up: the next read counts again, so the request
+            // after the `min_samples`th sample hedges, not one up to
+            // `REFRESH_MS` later (at most `min_samples` recounts).
+            window.refresh_at.store(0, Ordering::Release);
+        }
     }
 
     /// The delay before a backup for the model at `place`: its latency

@@ -143,6 +143,25 @@ pin_project! {
         place: Option<Place>,
         classify: C,
     }
+
+    impl<S, Req, C> PinnedDrop for ResponseFuture<S, Req, C>
+    where
+        S: Service<Req>,
+    {
+        // A backup never sent, nor counted suppressed: the first attempt
+        // ended (or the caller left) before it was due. One about to go
+        // gives its budget back.
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            let shared = &**this.shared;
+            match this.second.project() {
+                SecondProj::Parked { .. } | SecondProj::Sleeping { .. } => {}
+                SecondProj::Firing { .. } => shared.budget.refund(Instant::now()),
+                SecondProj::Running { .. } | SecondProj::Done => return,
+            }
+            Counters::add(&shared.counters.in_time);
+        }
+    }
 }
 
 impl<S, Req, C> ResponseFuture<S, Req, C>
@@ -243,19 +262,21 @@ where
                     backup.after_failure = true
                 }
                 // About to go, but the backend shed the call: not sent
-                // during an overload, its budget given back.
+                // during an overload (the drop gives its budget back).
                 SecondProj::Firing { .. } => {
-                    this.shared.budget.refund(Instant::now());
                     tracing::debug!("hedge: the first attempt was shed; no backup");
                     return Poll::Ready(result);
                 }
                 // Waiting for its delay: sent now instead, if the gate and
                 // the budget allow and another backend may answer better.
                 SecondProj::Parked { .. } | SecondProj::Sleeping { .. }
-                    if verdict == Verdict::Failure
-                        && worth_a_backup(&result)
-                        && this.shared.may_hedge(Instant::now()) =>
+                    if verdict == Verdict::Failure && worth_a_backup(&result) =>
                 {
+                    if !this.shared.may_hedge(Instant::now()) {
+                        // Counted suppressed.
+                        this.second.set(Second::Done);
+                        return Poll::Ready(result);
+                    }
                     let mut backup = match this.second.as_mut().project_replace(Second::Done) {
                         SecondReplace::Parked { backup } => backup,
                         SecondReplace::Sleeping { backup, .. } => backup,
@@ -353,6 +374,8 @@ where
                     if let Err(error) = ready!(backup.service.poll_ready(cx)) {
                         let error: BoxError = error.into();
                         tracing::debug!(%error, "hedge: backup not ready");
+                        this.shared.budget.refund(Instant::now());
+                        Counters::add(&this.shared.counters.unready);
                         this.second.set(Second::Done);
                         if matches!(*this.first, Attempt::Done) {
                             // Sent after the first failed: its error is all.

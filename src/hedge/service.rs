@@ -9,7 +9,7 @@ use tower_service::Service;
 
 use super::delay::Place;
 use super::future::{Backup, ResponseFuture};
-use super::shared::{Counters, HedgeHandle, Shared};
+use super::shared::{Counters, HedgeHandle, Shared, Unplanned};
 use super::CloneRequest;
 use crate::backend::PickedSlot;
 use crate::classify::{Classify, ServerErrorsAsFailures};
@@ -120,9 +120,13 @@ where
         let hedges = shared.policy.max_attempts >= 2;
         let retries = shared.retries.load(std::sync::atomic::Ordering::Relaxed);
         let backup = match place {
-            Some(place) if hedges => self.backup(&mut req, place, now),
-            _ => None,
+            None => Err(Unplanned::Update),
+            Some(_) if !hedges => Err(Unplanned::Disabled),
+            Some(place) => self.backup(&mut req, place, now),
         };
+        let backup = backup
+            .map_err(|why| self.shared.counters.unplanned(why))
+            .ok();
         if backup.is_none() && retries {
             // For a retry below: where the balancer sent the request.
             self.give_slot(&mut req);
@@ -151,17 +155,18 @@ impl<S, C> Hedge<S, C> {
 
 impl<S: Clone, C> Hedge<S, C> {
     /// The backup of `req`, when its model has a delay and `req` can be
-    /// copied; puts the shared slot in `req`'s extensions.
+    /// copied (else why not); puts the shared slot in `req`'s extensions.
     fn backup<Req: CloneRequest>(
         &mut self,
         req: &mut Req,
         place: Place,
         now: Instant,
-    ) -> Option<Backup<S, Req>> {
-        let delay = self.shared.delays.delay(place, now)?;
-        let copy = req.clone_request()?;
+    ) -> Result<Backup<S, Req>, Unplanned> {
+        let delay = self.shared.delays.delay(place, now);
+        let delay = delay.ok_or(Unplanned::WarmingUp)?;
+        let copy = req.clone_request().ok_or(Unplanned::Uncopyable)?;
         let slot = self.give_slot(req);
-        Some(Backup {
+        Ok(Backup {
             service: self.inner.clone(),
             request: copy,
             slot,

@@ -22,11 +22,36 @@ pub(crate) struct Counters {
     pub(crate) suppressed_load: AtomicU64,
     pub(crate) suppressed_no_alternative: AtomicU64,
     pub(crate) after_failure: AtomicU64,
+    pub(crate) in_time: AtomicU64,
+    pub(crate) warming_up: AtomicU64,
+    pub(crate) updates: AtomicU64,
+    pub(crate) uncopyable: AtomicU64,
+    pub(crate) disabled: AtomicU64,
+    pub(crate) unready: AtomicU64,
+}
+
+/// Why a request was given no backup when it was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unplanned {
+    Update,
+    Disabled,
+    WarmingUp,
+    Uncopyable,
 }
 
 impl Counters {
     pub(crate) fn add(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request given no backup, by why.
+    pub(crate) fn unplanned(&self, why: Unplanned) {
+        Self::add(match why {
+            Unplanned::Update => &self.updates,
+            Unplanned::Disabled => &self.disabled,
+            Unplanned::WarmingUp => &self.warming_up,
+            Unplanned::Uncopyable => &self.uncopyable,
+        });
     }
 }
 
@@ -100,12 +125,19 @@ impl Shared {
 
 /// Counters of a [`HedgeLayer`](super::HedgeLayer) and every service it
 /// made, since it was built.
+///
+/// Every request is accounted once its response future is dropped: it
+/// was hedged (`hedges`), or not, for one reason — suppressed (`budget`,
+/// `load`, `no_alternative`), not needed (`ended_before_delay`), or never
+/// planned (`warming_up`, `updates`, `uncopyable`, `disabled`), or its
+/// backup could not be sent (`backup_unready`). So, with no request in
+/// flight, `requests == hedges + not_hedged()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct HedgeStats {
     /// Requests received.
     pub requests: u64,
-    /// Backup attempts sent.
+    /// Backup attempts sent (those sent after a fast failure included).
     pub hedges: u64,
     /// Requests whose backup's success was the response returned.
     pub hedges_won: u64,
@@ -122,6 +154,42 @@ pub struct HedgeStats {
     /// Backups sent at once because the first attempt failed fast (a
     /// failure before the delay; counted in `hedges` too).
     pub hedges_after_failure: u64,
+    /// Requests whose first attempt ended (an answer, or an error no
+    /// backup would help) before the backup's delay, or that the caller
+    /// dropped before it: no backup needed.
+    pub ended_before_delay: u64,
+    /// Requests not hedged because their model had fewer than
+    /// [`min_samples`](super::HedgeConfigBuilder::min_samples) latencies
+    /// in its window: no delay to wait yet.
+    pub warming_up: u64,
+    /// Updates (`x-request-kind: update`): never hedged, a write is not
+    /// idempotent.
+    pub updates: u64,
+    /// Requests the hedge cannot copy
+    /// ([`CloneRequest::clone_request`](super::CloneRequest::clone_request)
+    /// gave `None`).
+    pub uncopyable: u64,
+    /// Requests through a layer with
+    /// [`max_attempts`](super::HedgeConfigBuilder::max_attempts) 1.
+    pub disabled: u64,
+    /// Backups due whose service failed its readiness: not sent.
+    pub backup_unready: u64,
+}
+
+impl HedgeStats {
+    /// Requests not hedged, whatever the reason: every count above but
+    /// `requests`, `hedges`, `hedges_won` and `hedges_after_failure`.
+    pub fn not_hedged(&self) -> u64 {
+        self.suppressed_by_budget
+            + self.suppressed_by_load
+            + self.suppressed_by_no_alternative
+            + self.ended_before_delay
+            + self.warming_up
+            + self.updates
+            + self.uncopyable
+            + self.disabled
+            + self.backup_unready
+    }
 }
 
 /// A cheap, cloneable handle on a [`HedgeLayer`](super::HedgeLayer)'s
@@ -144,6 +212,12 @@ impl HedgeHandle {
             suppressed_by_load: read(&c.suppressed_load),
             suppressed_by_no_alternative: read(&c.suppressed_no_alternative),
             hedges_after_failure: read(&c.after_failure),
+            ended_before_delay: read(&c.in_time),
+            warming_up: read(&c.warming_up),
+            updates: read(&c.updates),
+            uncopyable: read(&c.uncopyable),
+            disabled: read(&c.disabled),
+            backup_unready: read(&c.unready),
         }
     }
 

@@ -162,6 +162,14 @@ pub fn body(result: &Result<Rsp, BoxError>) -> &'static str {
     result.as_ref().expect("a response").body()
 }
 
+/// The layer's counters, every request sent so far accounted once:
+/// hedged, or not for one reason.
 pub fn stats(layer: &HedgeLayer) -> HedgeStats {
-    layer.handle().stats()
+    let s = layer.handle().stats();
+    assert_eq!(
+        s.requests,
+        s.hedges + s.not_hedged(),
+        "each request accounted: {s:?}"
+    );
+    s
 }

@@ -3,8 +3,8 @@
 //! [inference](super::inference) or [update](super::update), and the
 //! model marked resident where it went.
 
-use crate::balance::choose::ctx::{in_panic, Ask, Ctx, Miss, Mode, Pick, Rules, Scratch};
 use crate::balance::choose::backup::pick_backup;
+use crate::balance::choose::ctx::{in_panic, Ask, Ctx, Miss, Mode, Pick, Rules, Scratch};
 use crate::balance::choose::inference::pick_inference;
 use crate::balance::choose::update::pick_update;
 use crate::balance::state::clock::Now;

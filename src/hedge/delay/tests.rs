@@ -191,3 +191,18 @@ fn models_past_the_bound_share_one_window() {
     assert_eq!(d.place(Some(0), now), Place::Shared);
     assert_eq!(d.find(999, now), Some(Place::Shared), "no window left");
 }
+
+/// The sample that completes the minimum is counted at the next read,
+/// not up to a refresh period later: the first request after warm-up
+/// hedges (issue 40: the first slow request after 20 quick ones was not).
+#[test]
+fn the_minimum_reached_gives_a_delay_at_once() {
+    let (d, now) = delays(|b| b.min_samples(20));
+    let p = d.place(Some(5), now);
+    for _ in 0..19 {
+        d.record(p, ms(10), now);
+        assert_eq!(d.delay(p, now), None);
+    }
+    d.record(p, ms(10), now);
+    assert!(d.delay(p, now).is_some(), "the 20th sample, same instant");
+}
