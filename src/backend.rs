@@ -153,13 +153,17 @@ impl PickedSlot {
 /// hedge's backup carries the backend its first attempt went to; a retry
 /// the backend whose answer it retries.
 ///
-/// [`Exclude::new`] (a hedge's backup): the balancer's affinity pick skips
-/// the backend when another eligible backend has the request's model
-/// resident (the next resident owner, else a resident backend past the
-/// owners); when none has, the balancer refuses the request at once with
-/// [`NoAlternative`](crate::error::NoAlternative), picking nothing — a
-/// backup on the same backend, or a cold load elsewhere, would not beat
-/// the first attempt — and the hedging layer counts it suppressed.
+/// [`Exclude::new`] (a hedge's backup): the balancer sends the request
+/// where a copy can help — a backend serving the model (the cheapest
+/// owner serving it, else the first backend past the owners serving it);
+/// else, if the model was served on the excluded backend (the first
+/// attempt was warm), the next backend along the ring whose model list
+/// the balancer never had (no probe, residency header or declared
+/// models: it may hold the model). When there is none — every other list
+/// lacks the model, or the first attempt was cold and no other backend
+/// serves it — it refuses the request at once with
+/// [`NoAlternative`](crate::error::NoAlternative), picking nothing, and
+/// the hedging layer counts it suppressed.
 /// [`Exclude::strict`] (a retry after a failure): the backend is skipped
 /// whenever another backend is eligible, resident or not — a backend that
 /// just refused the request is no place to send it again. Updates ignore
@@ -171,8 +175,8 @@ pub struct Exclude {
 }
 
 impl Exclude {
-    /// Excludes `backend`, sending the request to another eligible backend
-    /// that has the model resident, or failing it with
+    /// Excludes `backend` as a hedge's backup: the request goes to another
+    /// backend where a copy can help (see above), or fails with
     /// [`NoAlternative`](crate::error::NoAlternative) when there is none.
     pub fn new(backend: BackendId) -> Self {
         Self {

@@ -20,12 +20,15 @@
 //!     .circuit_breaker(BreakerConfig::builder().failure_rate_threshold(0.5).build()?)
 //!     .timeout(Duration::from_secs(30))
 //!     .service(backend);
+//! // The hedge is on top: its counters are the stack's.
+//! let hedges = stack.handle();
 //!
 //! let request = http::Request::post("/v2/models/resnet-50/infer")
 //!     .header("x-model-id", "resnet-50")
 //!     .body(String::new())?;
 //! let response = stack.oneshot(request).await?;
 //! assert_eq!(response.status(), 200);
+//! assert_eq!(hedges.stats().warming_up, 1, "no delay before 20 samples");
 //! # Ok(()) }
 //! ```
 //!
@@ -35,8 +38,8 @@
 //! the backup is a second call to that service.
 //!
 //! Each method adds the layer its documentation names, as
-//! [`ServiceBuilder::layer`] would; to keep a layer's handle (the hedge's
-//! counters) or to set what a method does not take (another classifier,
+//! [`ServiceBuilder::layer`] would; a layer's handle (the hedge's
+//! counters) is on the service it built; to set what a method does not take (another classifier,
 //! another body limit), build the layer itself and pass it to `layer`.
 //! The balancer is not a layer: it is the service at the bottom of the
 //! stack, built from the backends a `tower::discover::Discover` yields
@@ -98,8 +101,11 @@ pub trait ServiceBuilderModelExt<L>: sealed::Sealed<L> + Sized {
     /// [`max_utilization`](crate::hedge::HedgeConfigBuilder::max_utilization) (a
     /// [`BalancerLoad`](crate::hedge::BalancerLoad) over the balancer's
     /// handle, or any `Fn() -> f64`). Its counters are read through
-    /// [`HedgeLayer::handle`]: to keep it, build the layer and pass it to
-    /// `layer`.
+    /// [`Hedge::handle`](crate::hedge::Hedge::handle) on the service built
+    /// (`stack.get_ref().handle()` when the hedge is second from the top,
+    /// as under `model_from_body`; `stack.handle()` when it is on top),
+    /// or through [`HedgeLayer::handle`] when you build the layer and pass
+    /// it to `layer`.
     #[cfg(feature = "hedge")]
     #[cfg_attr(docsrs, doc(cfg(feature = "hedge")))]
     fn hedge(

@@ -56,7 +56,8 @@
 //! | `model_balance_hedges_sent_total` | counter | | backup attempts sent |
 //! | `model_balance_hedges_won_total` | counter | | requests answered by their backup's success |
 //! | `model_balance_hedges_after_failure_total` | counter | | backups sent at once because the first attempt failed fast (counted in `hedges_sent` too) |
-//! | `model_balance_hedges_suppressed_total` | counter | `reason` | backups not sent: `budget` (the budget was spent), `load` (the load gate reported the fleet over its threshold), `no_alternative` (no other eligible backend had the model resident) |
+//! | `model_balance_hedges_suppressed_total` | counter | `reason` | backups due but not sent: `budget` (the budget was spent), `load` (the load gate reported the fleet over its threshold), `no_alternative` (no backend where a backup could help: see `Exclude`), `unready` (the backup's service failed its readiness) |
+//! | `model_balance_hedges_skipped_total` | counter | `reason` | requests that needed or could take no backup: `ended_before_delay` (the first attempt ended, or was dropped, before the delay), `warming_up` (too few samples for a delay), `update`, `uncopyable`, `disabled` (`max_attempts` 1) |
 //!
 //! ## Histograms, not summaries
 //!
@@ -206,7 +207,7 @@ enum Kind {
 }
 
 /// Every series of the [module docs](self): name, kind, help text.
-const SERIES: [(&str, Kind, &str); 21] = [
+const SERIES: [(&str, Kind, &str); 22] = [
     (
         "model_balance_requests_total",
         Kind::Counter,
@@ -310,7 +311,12 @@ const SERIES: [(&str, Kind, &str); 21] = [
     (
         "model_balance_hedges_suppressed_total",
         Kind::Counter,
-        "Backups not sent, by reason: budget, load or no_alternative.",
+        "Backups due but not sent, by reason: budget, load, no_alternative or unready.",
+    ),
+    (
+        "model_balance_hedges_skipped_total",
+        Kind::Counter,
+        "Requests that needed or could take no backup, by reason: ended_before_delay, warming_up, update, uncopyable or disabled.",
     ),
 ];
 
@@ -342,8 +348,18 @@ pub fn record_hedge(handle: &HedgeHandle) {
         ("budget", stats.suppressed_by_budget),
         ("load", stats.suppressed_by_load),
         ("no_alternative", stats.suppressed_by_no_alternative),
+        ("unready", stats.backup_unready),
     ] {
         counter!("model_balance_hedges_suppressed_total", "reason" => reason).absolute(value);
+    }
+    for (reason, value) in [
+        ("ended_before_delay", stats.ended_before_delay),
+        ("warming_up", stats.warming_up),
+        ("update", stats.updates),
+        ("uncopyable", stats.uncopyable),
+        ("disabled", stats.disabled),
+    ] {
+        counter!("model_balance_hedges_skipped_total", "reason" => reason).absolute(value);
     }
 }
 

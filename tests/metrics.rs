@@ -206,6 +206,12 @@ async fn the_hedge_series_carry_the_hedge_layers_counters() {
     overloaded.store(false, Ordering::SeqCst);
     send(&layer).await.unwrap();
     send(&layer).await.unwrap();
+    // An update: never hedged, counted as such.
+    let mut update = inference();
+    update
+        .headers_mut()
+        .insert("x-request-kind", "update".parse().unwrap());
+    layer.layer(slow_first().0).oneshot(update).await.unwrap();
 
     let recorder = DebuggingRecorder::new();
     let handle = layer.handle();
@@ -214,7 +220,9 @@ async fn the_hedge_series_carry_the_hedge_layers_counters() {
     });
     let got = snapshot(&recorder);
     let get = |name: &str, label: &str| got[&(name.to_string(), label.to_string())];
-    assert_eq!(get("model_balance_hedge_requests_total", ""), 3.0);
+    assert_eq!(get("model_balance_hedge_requests_total", ""), 4.0);
+    assert_eq!(get("model_balance_hedges_skipped_total", "update"), 1.0);
+    assert_eq!(get("model_balance_hedges_skipped_total", "warming_up"), 0.0);
     assert_eq!(get("model_balance_hedges_sent_total", ""), 1.0);
     assert_eq!(get("model_balance_hedges_won_total", ""), 1.0);
     assert_eq!(get("model_balance_hedges_suppressed_total", "load"), 1.0);
@@ -222,7 +230,7 @@ async fn the_hedge_series_carry_the_hedge_layers_counters() {
     let stats = handle.stats();
     assert_eq!(
         (stats.requests, stats.hedges, stats.hedges_won),
-        (3, 1, 1),
+        (4, 1, 1),
         "the figures come from the handle"
     );
 }
@@ -289,7 +297,7 @@ fn every_documented_series_is_described() {
         .filter_map(|rest| rest.split('`').next())
         .map(str::to_string)
         .collect();
-    assert_eq!(documented.len(), 21, "{documented:?}");
+    assert_eq!(documented.len(), 22, "{documented:?}");
     for name in &documented {
         assert!(
             described

@@ -63,14 +63,18 @@
 //! * **Another backend**: the first attempt carries a
 //!   [`PickedSlot`](crate::backend::PickedSlot) where the balancer writes
 //!   its pick; the backup carries an [`Exclude`](crate::backend::Exclude)
-//!   of it, and the balancer sends it to the next resident owner — or,
-//!   when no other eligible backend has the model resident, refuses it
+//!   of it, and the balancer sends it where a copy can help: a backend
+//!   serving the model (the cheapest such owner, else the first past the
+//!   owners); else, when the first attempt went where the model was served
+//!   (a warm request that is slow), the next backend along the ring whose
+//!   models it has no list of (no probe, no residency header, no declared
+//!   models) — so a stack with no residency source hedges to the next
+//!   owner. A first attempt sent cold (its backend loading the model) is
+//!   raced only where the model is served: a backup that loads it again
+//!   elsewhere races a load with a load and evicts a model in use there.
+//!   With nowhere to go the balancer refuses the backup
 //!   ([`NoAlternative`](crate::error::NoAlternative), counted in
 //!   [`HedgeStats::suppressed_by_no_alternative`], its budget given back).
-//!   A backup needs a second warm copy: give hedged models two owners
-//!   (`BalanceConfigBuilder::min_owners`); the second turns warm once the
-//!   first is at its load cap or out, so under light traffic sent one
-//!   request at a time it may stay cold, and backups suppressed.
 //! * **Outcome**: the first *answer* wins, as the breaker's classifier
 //!   family ([`classify`](crate::classify)) says: by default
 //!   ([`ServerErrorsAsFailures`](crate::classify::ServerErrorsAsFailures),
@@ -92,6 +96,12 @@
 //!   it a slow call (see [`Guard`](crate::balance::Guard)).
 //! * Updates (`x-request-kind: update`) are never hedged: a write is not
 //!   idempotent. Requests whose route cannot be read share one histogram.
+//! * **Accounting**: every request is counted in [`HedgeStats`] as hedged
+//!   or, for one reason, not ([`HedgeStats::not_hedged`]); read them
+//!   through [`HedgeLayer::handle`], or [`Hedge::handle`] on the built
+//!   service (`stack.get_ref().handle()` under a
+//!   [`ModelFromBodyLayer`](crate::route::ModelFromBodyLayer), when the
+//!   layer came from `ServiceBuilderModelExt::hedge`).
 //!
 //! # Backpressure and cost
 //!
