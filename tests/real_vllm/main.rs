@@ -24,6 +24,7 @@ mod app;
 mod fixture;
 mod fleet;
 mod gateway;
+mod hedge;
 #[path = "../support/ports.rs"]
 mod ports;
 
@@ -44,13 +45,14 @@ struct Fleet {
 
 /// The checks, in the order they run: those that stop or kill a server
 /// come last.
-const CHECKS: [&str; 11] = [
+const CHECKS: [&str; 12] = [
     "openai_client_sees_no_difference",
     "client_stack_streams_from_vllm",
     "routes_pass_through",
     "error_bodies_are_vllm_s",
     "ttft_within_5_ms_of_direct",
     "closed_stream_is_aborted_on_the_server",
+    "a_lost_hedge_is_aborted_on_the_server",
     "prefix_affinity_raises_vllm_s_hit_rate",
     "ttft_and_tpot_are_histograms",
     "a_stopped_server_is_ejected",
@@ -124,6 +126,9 @@ async fn run(python: std::path::PathBuf, selected: Vec<&'static str>) -> ExitCod
                 "ttft_within_5_ms_of_direct" => api::ttft_within_5_ms_of_direct(s, m).await,
                 "closed_stream_is_aborted_on_the_server" => {
                     api::closed_stream_is_aborted_on_the_server(s, m).await
+                }
+                "a_lost_hedge_is_aborted_on_the_server" => {
+                    hedge::a_lost_hedge_is_aborted_on_the_server(s).await
                 }
                 "prefix_affinity_raises_vllm_s_hit_rate" => {
                     fleet::prefix_affinity_raises_vllm_s_hit_rate(s, m, p).await
