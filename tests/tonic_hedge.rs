@@ -25,7 +25,6 @@ use std::error::Error;
 use std::time::Duration;
 
 use tonic::{Code, Response, Status};
-use tower_model_balance::backend::BackendId;
 use tower_model_balance::error::PayloadTooLarge;
 use tower_model_balance::hedge::{HedgeConfig, HedgeHandle};
 use tower_model_balance::route::ModelId;
@@ -60,15 +59,7 @@ async fn fleet(name: &str, message_limit: usize) -> Fleet {
             .unwrap();
         servers.push(server);
     }
-    let backends = servers
-        .iter()
-        .map(|s| {
-            (
-                BackendId::new(s.name()).unwrap(),
-                format!("http://{}", s.addr()),
-            )
-        })
-        .collect();
+    let backends = servers.iter().map(|s| s.backend().unwrap()).collect();
     let mut config = Config::new(backends);
     config.residency_metadata = true;
     let policy = HedgeConfig::builder()

@@ -34,7 +34,6 @@ use tonic::metadata::MetadataKey;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 use tonic_prost::ProstCodec;
-use tower_model_balance::backend::BackendId;
 use tower_model_balance::error::BoxError;
 use tower_model_balance::error::InvalidRoute;
 use tower_model_balance::hedge::HedgeConfig;
@@ -91,8 +90,8 @@ async fn run() -> Result<(), BoxError> {
     );
     let backends = servers
         .iter()
-        .map(|s| Ok((BackendId::new(s.name())?, format!("http://{}", s.addr()))))
-        .collect::<Result<_, BoxError>>()?;
+        .map(GrpcModelServer::backend)
+        .collect::<Result<_, _>>()?;
     let mut client_config = Config::new(backends);
     client_config.residency_metadata = true;
     let mut client = InferenceClient::new(&client_config)?;
@@ -218,8 +217,8 @@ async fn hedging(config: ServerConfig) -> Result<(), BoxError> {
     let servers = start(2, config).await?;
     let backends = servers
         .iter()
-        .map(|s| Ok((BackendId::new(s.name())?, format!("http://{}", s.addr()))))
-        .collect::<Result<_, BoxError>>()?;
+        .map(GrpcModelServer::backend)
+        .collect::<Result<_, _>>()?;
     // A backup after the model's p95, once it has 10 samples, between 20
     // and 200 ms.
     let policy = HedgeConfig::builder()

@@ -31,6 +31,8 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
 use tower::service_fn;
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::error::BoxError;
 use tower_model_balance_sim::protocol::{BACKEND_HEADER, COLD_LOAD_HEADER, RESIDENT_MODELS_HEADER};
 
 use crate::kserve::{
@@ -122,6 +124,16 @@ impl GrpcModelServer {
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The backend a client dials for it: its name as the ID, and
+    /// `http://{addr}`.
+    ///
+    /// # Errors
+    ///
+    /// Its name is no valid backend ID.
+    pub fn backend(&self) -> Result<(BackendId, String), BoxError> {
+        Ok((BackendId::new(&self.name)?, format!("http://{}", self.addr)))
     }
 
     /// Its counters now.
