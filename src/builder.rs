@@ -61,7 +61,7 @@ use tower::ServiceBuilder;
 #[cfg(feature = "breaker")]
 use crate::breaker::{BreakerConfig, CircuitBreakerLayer};
 #[cfg(feature = "hedge")]
-use crate::hedge::{HedgeConfig, HedgeLayer, LoadGate};
+use crate::hedge::{BufferRequestBodyLayer, HedgeConfig, HedgeLayer, LoadGate};
 #[cfg(feature = "body")]
 use crate::route::body::ModelFromBodyLayer;
 
@@ -113,6 +113,19 @@ pub trait ServiceBuilderModelExt<L>: sealed::Sealed<L> + Sized {
         policy: HedgeConfig,
         gate: impl LoadGate,
     ) -> ServiceBuilder<Stack<HedgeLayer, L>>;
+
+    /// Adds a [`BufferRequestBodyLayer`] reading each request body whole,
+    /// at most `limit_bytes` bytes, into an `http_body_util::Full<Bytes>`
+    /// that a hedge below can copy (for a body that is not `Clone`:
+    /// tonic's, hyper's `Incoming`). Over the limit, the service fails with
+    /// [`PayloadTooLarge`](crate::error::PayloadTooLarge) and sends
+    /// nothing.
+    #[cfg(feature = "hedge")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "hedge")))]
+    fn buffer_request_body(
+        self,
+        limit_bytes: usize,
+    ) -> ServiceBuilder<Stack<BufferRequestBodyLayer, L>>;
 }
 
 impl<L> ServiceBuilderModelExt<L> for ServiceBuilder<L> {
@@ -136,5 +149,13 @@ impl<L> ServiceBuilderModelExt<L> for ServiceBuilder<L> {
         gate: impl LoadGate,
     ) -> ServiceBuilder<Stack<HedgeLayer, L>> {
         self.layer(HedgeLayer::with_load_gate(policy, gate))
+    }
+
+    #[cfg(feature = "hedge")]
+    fn buffer_request_body(
+        self,
+        limit_bytes: usize,
+    ) -> ServiceBuilder<Stack<BufferRequestBodyLayer, L>> {
+        self.layer(BufferRequestBodyLayer::new(limit_bytes))
     }
 }

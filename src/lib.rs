@@ -90,6 +90,8 @@ pub mod error;
 pub mod ring;
 pub mod route;
 
+#[cfg(any(feature = "body", feature = "hedge"))]
+mod buffer;
 #[cfg(any(feature = "health", feature = "hedge"))]
 mod histogram;
 

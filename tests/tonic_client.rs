@@ -51,13 +51,7 @@ async fn fleet(name: &str, n: usize) -> Fleet {
             .unwrap();
         servers.push(server);
     }
-    let backends = servers
-        .iter()
-        .map(|s| {
-            let id = BackendId::new(s.name()).unwrap();
-            (id, format!("http://{}", s.addr()))
-        })
-        .collect();
+    let backends = servers.iter().map(|s| s.backend().unwrap()).collect();
     let mut config = Config::new(backends);
     config.residency_metadata = true;
     // Health never ejects here: the breaker alone must take a failing

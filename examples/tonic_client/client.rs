@@ -20,7 +20,7 @@
 use std::time::Duration;
 
 use prost::Message;
-use tonic::client::Grpc;
+use tonic::client::{Grpc, GrpcService};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 use tonic_prost::ProstCodec;
@@ -79,12 +79,13 @@ impl Config {
     }
 }
 
-/// A KServe v2 gRPC client over the balanced stack. `Clone` shares the
-/// balancer (its routing state, breakers and connections).
+/// A KServe v2 gRPC client over the balanced stack `T` ([`Stack`], or the
+/// hedged one of `hedged.rs`). `Clone` shares the balancer (its routing
+/// state, breakers and connections).
 #[derive(Debug, Clone)]
-pub struct InferenceClient {
-    grpc: Grpc<Stack>,
-    handle: BalancerHandle,
+pub struct InferenceClient<T = Stack> {
+    pub(crate) grpc: Grpc<T>,
+    pub(crate) handle: BalancerHandle,
 }
 
 impl InferenceClient {
@@ -96,34 +97,49 @@ impl InferenceClient {
     /// An address that is not a URI, or an invalid setting (the crate's
     /// `InvalidConfig` names it).
     pub fn new(config: &Config) -> Result<Self, BoxError> {
-        let mut backends = Vec::new();
-        for (id, origin) in &config.backends {
-            // One HTTP/2 connection per backend, made on first use and
-            // remade by tonic if it drops; `timeout` bounds each call.
-            let channel = Endpoint::from_shared(origin.clone())?
-                .connect_timeout(Duration::from_secs(1))
-                .timeout(config.timeout)
-                .connect_lazy();
-            let meta = BackendMeta::new(id.clone());
-            backends.push(Backend::with_meta(meta, channel));
-        }
-        let mut balance = BalanceConfig::builder()
-            .breaker(config.breaker.clone())
-            .health(config.health.clone())
-            // gRPC failures are an HTTP 200 with a `grpc-status`.
-            .classifier(Classifier::grpc());
-        if config.residency_metadata {
-            let header = ResidencyHeader::ResidentModels(RESIDENT_MODELS_HEADER);
-            balance = balance.residency_header(header);
-        }
-        let balancer = ModelBalancer::new(ServiceList::new(backends), balance.build()?)?;
+        let balancer = balancer(config)?;
         let handle = balancer.handle();
         Ok(Self {
             grpc: Grpc::new(balancer),
             handle,
         })
     }
+}
 
+/// The balancer over one `Channel` per backend of `config`.
+pub fn balancer(config: &Config) -> Result<Stack, BoxError> {
+    let mut backends = Vec::new();
+    for (id, origin) in &config.backends {
+        // One HTTP/2 connection per backend, made on first use and
+        // remade by tonic if it drops; `timeout` bounds each call.
+        let channel = Endpoint::from_shared(origin.clone())?
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(config.timeout)
+            .connect_lazy();
+        let meta = BackendMeta::new(id.clone());
+        backends.push(Backend::with_meta(meta, channel));
+    }
+    let mut balance = BalanceConfig::builder()
+        .breaker(config.breaker.clone())
+        .health(config.health.clone())
+        // gRPC failures are an HTTP 200 with a `grpc-status`.
+        .classifier(Classifier::grpc());
+    if config.residency_metadata {
+        let header = ResidencyHeader::ResidentModels(RESIDENT_MODELS_HEADER);
+        balance = balance.residency_header(header);
+    }
+    Ok(ModelBalancer::new(
+        ServiceList::new(backends),
+        balance.build()?,
+    )?)
+}
+
+impl<T> InferenceClient<T>
+where
+    T: GrpcService<tonic::body::Body>,
+    T::ResponseBody: tonic::codegen::Body + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<BoxError>,
+{
     /// The balancer's handle: counters, backends, breakers.
     pub fn handle(&self) -> &BalancerHandle {
         &self.handle
@@ -173,7 +189,7 @@ impl InferenceClient {
         self.grpc
             .ready()
             .await
-            .map_err(|e| Status::unavailable(format!("client not ready: {e}")))?;
+            .map_err(|e| Status::unavailable(format!("client not ready: {}", e.into())))?;
         let codec = ProstCodec::<ModelInferRequest, ModelInferResponse>::default();
         let path = http::uri::PathAndQuery::from_static(MODEL_INFER_PATH);
         self.grpc

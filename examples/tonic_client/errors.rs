@@ -8,6 +8,7 @@
 //! | --- | --- |
 //! | `InvalidRoute` (no or a bad model ID) | `INVALID_ARGUMENT`: the caller's |
 //! | `NoHealthyBackend`, `BreakerOpen` | `UNAVAILABLE`: retry later |
+//! | `PayloadTooLarge` (a message over the hedged client's limit) | `RESOURCE_EXHAUSTED`, as gRPC says of a message larger than the maximum |
 //! | anything else | as tonic made it |
 //!
 //! The crate's error stays the source, so a caller can still
@@ -17,7 +18,7 @@ use std::error::Error;
 use std::sync::Arc;
 
 use tonic::{Code, Status};
-use tower_model_balance::error::{BreakerOpen, InvalidRoute, NoHealthyBackend};
+use tower_model_balance::error::{BreakerOpen, InvalidRoute, NoHealthyBackend, PayloadTooLarge};
 
 /// The status for `status` as tonic's client returned it (see the module
 /// docs).
@@ -36,6 +37,8 @@ pub fn status(status: Status) -> Status {
             (Code::Unavailable, Arc::new(error.clone()))
         } else if let Some(error) = source.downcast_ref::<BreakerOpen>() {
             (Code::Unavailable, Arc::new(*error))
+        } else if let Some(error) = source.downcast_ref::<PayloadTooLarge>() {
+            (Code::ResourceExhausted, Arc::new(*error))
         } else {
             return status;
         };

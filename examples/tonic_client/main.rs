@@ -10,15 +10,17 @@
 //! robin over the same kind of servers (warm hits against cold loads),
 //! shows a tensor round trip, the model ID taken from metadata instead of
 //! the message, an empty `model_name` rejected before anything is sent,
-//! and a server that starts answering `UNAVAILABLE`: the balancer reads
+//! a server that starts answering `UNAVAILABLE` (the balancer reads
 //! the `grpc-status`, opens that backend's breaker after three failures
-//! and sends the model to its next owner.
+//! and sends the model to its next owner), and hedged calls: a server
+//! that stalls has its calls answered by another (`hedged.rs`).
 //!
 //! No build script and no `protoc`: the KServe v2 messages are derived
 //! with prost's macros in `kserve.rs`.
 
 mod client;
 mod errors;
+mod hedged;
 mod kserve;
 mod server;
 
@@ -26,18 +28,20 @@ use std::future::Future;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::metadata::MetadataKey;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 use tonic_prost::ProstCodec;
-use tower_model_balance::backend::BackendId;
 use tower_model_balance::error::BoxError;
 use tower_model_balance::error::InvalidRoute;
-use tower_model_balance::route::MODEL_ID_HEADER;
+use tower_model_balance::hedge::HedgeConfig;
+use tower_model_balance::route::{ModelId, MODEL_ID_HEADER};
 use tower_model_balance_sim::protocol::{BACKEND_HEADER, COLD_LOAD_HEADER};
 
 use client::{Config, InferenceClient};
+use hedged::Hedging;
 use kserve::{ModelInferRequest, ModelInferResponse, MODEL_INFER_PATH};
 use server::{GrpcModelServer, ServerConfig};
 
@@ -86,8 +90,8 @@ async fn run() -> Result<(), BoxError> {
     );
     let backends = servers
         .iter()
-        .map(|s| Ok((BackendId::new(s.name())?, format!("http://{}", s.addr()))))
-        .collect::<Result<_, BoxError>>()?;
+        .map(GrpcModelServer::backend)
+        .collect::<Result<_, _>>()?;
     let mut client_config = Config::new(backends);
     client_config.residency_metadata = true;
     let mut client = InferenceClient::new(&client_config)?;
@@ -204,6 +208,67 @@ async fn run() -> Result<(), BoxError> {
         "   (a model with a second owner — the hottest have two — moves there after one failure, by cost; one owned by {owner} alone fails until the breaker opens)"
     );
     table(&servers, &client);
+    hedging(config).await
+}
+
+/// 6. Hedged calls over two fresh servers, one of which stalls.
+async fn hedging(config: ServerConfig) -> Result<(), BoxError> {
+    const WARM: usize = 10;
+    let servers = start(2, config).await?;
+    let backends = servers
+        .iter()
+        .map(GrpcModelServer::backend)
+        .collect::<Result<_, _>>()?;
+    // A backup after the model's p95, once it has 10 samples, between 20
+    // and 200 ms.
+    let policy = HedgeConfig::builder()
+        .min_samples(WARM as u64)
+        .floor(Duration::from_millis(20))
+        .ceiling(Duration::from_millis(200))
+        .build()?;
+    let (mut hedged, hedges) =
+        InferenceClient::hedged(&Config::new(backends), &Hedging::new(policy))?;
+    let values = [1.0_f32, 2.5];
+    let mut owner = String::new();
+    for i in 0..WARM {
+        let req = ModelInferRequest::fp32(MODELS[0], &format!("warm-{i}"), &values);
+        owner = served_by(&hedged.model_infer(req).await?);
+    }
+    // The hedge recomputes a model's delay at most every 100 ms.
+    let model = ModelId::new(MODELS[0])?;
+    for _ in 0..100 {
+        if hedges.delay(&model).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stalled = servers
+        .iter()
+        .find(|s| s.name() == owner)
+        .ok_or("the owner")?;
+    stalled.hold();
+    println!("\n6. hedged: BufferRequestBody → Hedge (BalancerLoad gate) → ModelBalancer → Channel; {WARM} calls of {} to {owner}, then {owner} stalls:", MODELS[0]);
+    for i in 0..3 {
+        let started = tokio::time::Instant::now();
+        let req = ModelInferRequest::fp32(MODELS[0], &format!("hedged-{i}"), &values);
+        let rsp = hedged.model_infer(req).await?;
+        println!(
+            "   call {}: served by {} in {} ms ({})",
+            i + 1,
+            served_by(&rsp),
+            started.elapsed().as_millis(),
+            temperature(&rsp)
+        );
+    }
+    stalled.release();
+    let st = hedges.stats();
+    println!(
+        "   hedge: {} requests, {} backups sent, {} won; {} calls held by {owner}, none answered",
+        st.requests,
+        st.hedges,
+        st.hedges_won,
+        stalled.held_calls()
+    );
     Ok(())
 }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue};
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::metadata::MetadataMap;
@@ -31,6 +31,8 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
 use tower::service_fn;
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::error::BoxError;
 use tower_model_balance_sim::protocol::{BACKEND_HEADER, COLD_LOAD_HEADER, RESIDENT_MODELS_HEADER};
 
 use crate::kserve::{
@@ -124,6 +126,16 @@ impl GrpcModelServer {
         self.addr
     }
 
+    /// The backend a client dials for it: its name as the ID, and
+    /// `http://{addr}`.
+    ///
+    /// # Errors
+    ///
+    /// Its name is no valid backend ID.
+    pub fn backend(&self) -> Result<(BackendId, String), BoxError> {
+        Ok((BackendId::new(&self.name)?, format!("http://{}", self.addr)))
+    }
+
     /// Its counters now.
     pub fn stats(&self) -> ServerStats {
         let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -139,6 +151,24 @@ impl GrpcModelServer {
     pub fn set_fault(&self, fault: Option<Code>) {
         *lock(&self.state.fault) = fault;
     }
+
+    /// Holds every `ModelInfer` call from now on, unanswered, until
+    /// [`release`](Self::release): a stalled server (a long queue, a
+    /// pause). A held call the client gives up on (a hedge's loser) is
+    /// dropped unanswered.
+    pub fn hold(&self) {
+        self.state.hold.send_replace(true);
+    }
+
+    /// Answers the calls held, and serves again.
+    pub fn release(&self) {
+        self.state.hold.send_replace(false);
+    }
+
+    /// `ModelInfer` calls held so far.
+    pub fn held_calls(&self) -> u64 {
+        self.state.held.load(Ordering::Relaxed)
+    }
 }
 
 /// What the service shares.
@@ -150,6 +180,9 @@ struct State {
     /// load ends (a request arriving before then waits for it: cold).
     resident: Mutex<VecDeque<(String, Instant)>>,
     fault: Mutex<Option<Code>>,
+    /// Whether calls are held (see `GrpcModelServer::hold`).
+    hold: watch::Sender<bool>,
+    held: AtomicU64,
     served: AtomicU64,
     cold_loads: AtomicU64,
     failed: AtomicU64,
@@ -162,6 +195,8 @@ impl State {
             config,
             resident: Mutex::new(VecDeque::new()),
             fault: Mutex::new(None),
+            hold: watch::Sender::new(false),
+            held: AtomicU64::new(0),
             served: AtomicU64::new(0),
             cold_loads: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -206,6 +241,12 @@ impl State {
         if req.model_name.is_empty() {
             self.failed.fetch_add(1, Ordering::Relaxed);
             return Err(Status::invalid_argument("model_name is empty"));
+        }
+        let mut hold = self.hold.subscribe();
+        if *hold.borrow_and_update() {
+            self.held.fetch_add(1, Ordering::Relaxed);
+            // Until released (the sender lives as long as `self`).
+            let _ = hold.wait_for(|held| !held).await;
         }
         let (ready_at, cold, resident) = self.touch(&req.model_name, Instant::now());
         if cold {

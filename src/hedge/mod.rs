@@ -103,6 +103,19 @@
 //!   [`ModelFromBodyLayer`](crate::route::ModelFromBodyLayer), when the
 //!   layer came from `ServiceBuilderModelExt::hedge`).
 //!
+//! # Requests the hedge can copy
+//!
+//! A backup is a copy of the request ([`CloneRequest`]): an
+//! `http::Request<B>` with a `Clone` body. Over HTTP,
+//! `route::ModelFromBodyLayer` (feature `body`) reads the body into a
+//! `Full<Bytes>` while it finds the model. A body that is not `Clone` —
+//! tonic's `tonic::body::Body` (a gRPC unary call), hyper's `Incoming` —
+//! is read whole, under a limit, by [`BufferRequestBodyLayer`] above the
+//! hedge; below the hedge, `ServiceBuilder::map_request` turns the
+//! `Full<Bytes>` back into the body the service takes (for tonic's
+//! `Channel`, `req.map(tonic::body::Body::new)`). A request that cannot be
+//! copied (its `clone_request` returns `None`) is sent once, unhedged.
+//!
 //! # Backpressure and cost
 //!
 //! The layer adds no backpressure: `poll_ready` is the inner service's.
@@ -115,6 +128,7 @@
 //! enabled (as `tokio::time` requires).
 
 mod budget;
+mod buffer;
 mod config;
 mod delay;
 mod first_frame;
@@ -127,6 +141,7 @@ mod service;
 mod shared;
 
 pub use self::budget::Budget;
+pub use self::buffer::{BufferRequestBody, BufferRequestBodyFuture, BufferRequestBodyLayer};
 pub use self::config::{HedgeConfig, HedgeConfigBuilder};
 pub use self::first_frame::{FirstFrame, FirstFrameFuture, FirstFrameLayer, Replay};
 pub use self::future::ResponseFuture;

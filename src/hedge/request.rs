@@ -7,8 +7,13 @@ use crate::route::{Route, RouteInfo};
 /// A request that can be copied for a backup attempt.
 ///
 /// Implemented for `http::Request<B>` with a `Clone` body (for example
-/// `http_body_util::Full<Bytes>`, `Empty`, `String`, `()`); a streaming
-/// body can be buffered into `Full` first. A request whose
+/// `http_body_util::Full<Bytes>`, `Empty`, `String`, `()`). A body that is
+/// not `Clone` — tonic's `tonic::body::Body`, hyper's `Incoming`, a
+/// stream — is read whole into a `Full<Bytes>` first by
+/// [`BufferRequestBodyLayer`](super::BufferRequestBodyLayer) above the
+/// hedge (or by `route::ModelFromBodyLayer`, which does so while it reads
+/// the model); the orphan rule keeps you from implementing this trait for
+/// `http::Request<tonic::body::Body>` yourself. A request whose
 /// [`clone_request`](Self::clone_request) returns `None` is sent once,
 /// without error. Implement it for your own request type; the provided
 /// methods give the hedge the request's route (from its extensions or
@@ -20,7 +25,8 @@ use crate::route::{Route, RouteInfo};
 #[diagnostic::on_unimplemented(
     message = "the hedge cannot copy a `{Self}` for a backup attempt",
     label = "not a request the hedge can copy",
-    note = "`http::Request<B>` is one when `B: Clone` (buffer a streaming body into `http_body_util::Full<Bytes>`, as `route::ModelFromBodyLayer` does); for another request type implement `tower_model_balance::hedge::CloneRequest`"
+    note = "`http::Request<B>` is one when `B: Clone`: put `tower_model_balance::hedge::BufferRequestBodyLayer::new(limit_bytes)` above the hedge to read a body that is not (tonic's `Body`, hyper's `Incoming`, a stream) into `http_body_util::Full<Bytes>`, and map it back below the hedge if the service needs its own body type (`ServiceBuilder::map_request(|r: http::Request<Full<Bytes>>| r.map(tonic::body::Body::new))`)",
+    note = "for a request type of your own, implement `tower_model_balance::hedge::CloneRequest`"
 )]
 pub trait CloneRequest: Sized {
     /// A copy of the request, or `None` when it cannot be copied.

@@ -57,7 +57,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use http::Request;
 use http_body::Body;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::Full;
 use tower_service::Service;
 
 use self::builder::{DefaultModel, DEFAULT_LIMIT};
@@ -65,7 +65,8 @@ use self::key::{session_id, with_prefix, PrefixSource};
 use self::parse::{decode_segment, kserve_v2_model, read_json};
 use self::prompt::Prompt;
 use super::{ModelId, RouteInfo, Traits, MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER};
-use crate::error::{BoxError, InvalidReason, InvalidRoute, PayloadTooLarge};
+use crate::buffer::{ReadWhole, Unread};
+use crate::error::{BoxError, InvalidReason, InvalidRoute};
 
 /// Finds a request's model ID where inference APIs carry it, stores a
 /// [`RouteInfo`] in the request's extensions for the balancer behind, and
@@ -110,7 +111,8 @@ use crate::error::{BoxError, InvalidReason, InvalidRoute, PayloadTooLarge};
 ///
 /// The error type is [`BoxError`], holding:
 ///
-/// * [`PayloadTooLarge`] when the body is over the limit;
+/// * [`PayloadTooLarge`](crate::error::PayloadTooLarge) when the body is over the limit (or its size hint
+///   says so before it is read);
 /// * [`InvalidRoute`] with source `body` when the body is not a JSON object
 ///   ([`InvalidReason::NotJson`]; [`MalformedJson`](InvalidReason::MalformedJson)
 ///   with the line and column of a syntax error,
@@ -251,12 +253,10 @@ where
         let default_model = self.default_model.clone();
         ResponseFuture {
             inner: Box::pin(async move {
-                let bytes = match Limited::new(body, limit).collect().await {
-                    Ok(collected) => collected.to_bytes(),
-                    Err(err) if err.is::<LengthLimitError>() => {
-                        return Err(PayloadTooLarge::new(limit).into())
-                    }
-                    Err(err) => {
+                let bytes = match ReadWhole::new(body, limit).await {
+                    Ok(bytes) => bytes,
+                    Err(Unread::TooLarge(err)) => return Err(err.into()),
+                    Err(Unread::Body(err)) => {
                         tracing::debug!(%err, "request body not read");
                         return Err(InvalidRoute::new("body", InvalidReason::Unreadable).into());
                     }
