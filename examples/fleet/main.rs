@@ -286,27 +286,13 @@ async fn run(
             s.resident_owner, s.cold_owner, s.spill, s.panic, s.update, s.no_backend, s.shed_normal, s.shed_critical, handle.ejections()
         );
     }
-    let hedged = hedge.as_ref().zip(hedged_before).map(|(h, b)| {
-        let mut s = h.stats();
-        s.hedges -= b.hedges;
-        s.hedges_won -= b.hedges_won;
-        s.suppressed_by_budget -= b.suppressed_by_budget;
-        s.suppressed_by_load -= b.suppressed_by_load;
-        s.suppressed_by_no_alternative -= b.suppressed_by_no_alternative;
-        s.hedges_after_failure -= b.hedges_after_failure;
-        s
-    });
+    let hedged = hedge
+        .as_ref()
+        .zip(hedged_before)
+        .map(|(h, b)| report::hedge_delta(h.stats(), &b));
     let hedges = hedged.map_or((0, 0), |s| (s.hedges, s.hedges_won));
     if let (Some(s), false) = (hedged, args.json) {
-        emit!(
-            "{name} hedging: {} sent ({} after a fast failure), {} won, {} suppressed by budget, {} by load, {} by no alternative",
-            s.hedges,
-            s.hedges_after_failure,
-            s.hedges_won,
-            s.suppressed_by_budget,
-            s.suppressed_by_load,
-            s.suppressed_by_no_alternative
-        );
+        emit!("{name} hedging: {}", report::hedge_line(&s));
     }
     if let (Some(p), false) = (handle.and_then(|h| h.placement_stats()), args.json) {
         emit!(

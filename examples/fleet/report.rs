@@ -5,6 +5,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use tower_model_balance::hedge::HedgeStats;
+
 use crate::args::Scenario;
 use crate::stream::StreamFigures;
 
@@ -188,4 +190,39 @@ pub fn print_table(rows: &[Figures]) {
             f.hedges_won
         );
     }
+}
+
+/// The hedge's counters since `before`.
+pub fn hedge_delta(mut s: HedgeStats, before: &HedgeStats) -> HedgeStats {
+    s.requests -= before.requests;
+    s.hedges -= before.hedges;
+    s.hedges_won -= before.hedges_won;
+    s.hedges_after_failure -= before.hedges_after_failure;
+    s.suppressed_by_budget -= before.suppressed_by_budget;
+    s.suppressed_by_load -= before.suppressed_by_load;
+    s.suppressed_by_no_alternative -= before.suppressed_by_no_alternative;
+    s.ended_before_delay -= before.ended_before_delay;
+    s.warming_up -= before.warming_up;
+    s.updates -= before.updates;
+    s.uncopyable -= before.uncopyable;
+    s.disabled -= before.disabled;
+    s.backup_unready -= before.backup_unready;
+    s
+}
+
+/// Every request the hedge saw, hedged or not and why.
+pub fn hedge_line(s: &HedgeStats) -> String {
+    format!(
+        "{} requests: {} hedged ({} after a fast failure, {} won); not hedged: {} answered before the delay, {} warming up, {} updates, suppressed {} by budget, {} by load, {} by no alternative",
+        s.requests,
+        s.hedges,
+        s.hedges_after_failure,
+        s.hedges_won,
+        s.ended_before_delay,
+        s.warming_up,
+        s.updates,
+        s.suppressed_by_budget,
+        s.suppressed_by_load,
+        s.suppressed_by_no_alternative
+    )
 }
