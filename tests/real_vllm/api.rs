@@ -251,29 +251,10 @@ pub async fn ttft_and_tpot_are_histograms(gw: &Running) {
 /// `x-model-id`. Streamed chats are read to `[DONE]`, and the balancer's
 /// own stream figures (TTFT, TPOT) are those of real token streams.
 pub async fn client_stack_streams_from_vllm(servers: &[Vllm]) {
-    use bytes::Bytes;
     use http_body_util::{BodyExt, Full};
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
-    use tower::discover::ServiceList;
     use tower::ServiceExt;
-    use tower_model_balance::backend::BackendId;
-    use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-    use tower_model_balance::endpoint::{Origin, SetOrigin};
 
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let backends: Vec<_> = servers
-        .iter()
-        .map(|s| {
-            let origin = Origin::http(std::net::SocketAddr::from(([127, 0, 0, 1], s.port)));
-            Backend::new(
-                BackendId::new(&s.name).unwrap(),
-                SetOrigin::to(client.clone(), origin),
-            )
-        })
-        .collect();
-    let config = BalanceConfig::builder().owners(2).build().unwrap();
-    let balancer = ModelBalancer::new(ServiceList::new(backends), config).unwrap();
+    let balancer = crate::gateway::client_balancer(servers);
     for i in 0..6 {
         let request = http::Request::post("/v1/chat/completions")
             .header("x-model-id", MODEL)

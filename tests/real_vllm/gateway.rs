@@ -222,3 +222,36 @@ pub fn median(mut values: Vec<Duration>) -> Duration {
     values.sort();
     values[values.len() / 2]
 }
+
+/// The crate's client stack with no gateway: a `ModelBalancer` (two
+/// owners) over one hyper-util client, a `SetOrigin` endpoint per server.
+pub fn client_balancer(
+    servers: &[Vllm],
+) -> tower_model_balance::balance::ModelBalancer<
+    tower_model_balance::endpoint::SetOrigin<
+        hyper_util::client::legacy::Client<
+            hyper_util::client::legacy::connect::HttpConnector,
+            http_body_util::Full<bytes::Bytes>,
+        >,
+    >,
+> {
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use tower::discover::ServiceList;
+    use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+    use tower_model_balance::endpoint::SetOrigin;
+
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    let backends: Vec<_> = servers
+        .iter()
+        .map(|s| {
+            let origin = Origin::http(SocketAddr::from(([127, 0, 0, 1], s.port)));
+            Backend::new(
+                BackendId::new(&s.name).unwrap(),
+                SetOrigin::to(client.clone(), origin),
+            )
+        })
+        .collect();
+    let config = BalanceConfig::builder().owners(2).build().unwrap();
+    ModelBalancer::new(ServiceList::new(backends), config).unwrap()
+}

@@ -3,16 +3,10 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
-use tower::discover::ServiceList;
 use tower::{Layer, ServiceExt};
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
 use tower_model_balance::route::ModelId;
 
@@ -26,19 +20,7 @@ const RUNNING: &str = "vllm:num_requests_running";
 /// servers at once; when one copy answers, the other's server aborts it —
 /// its `vllm:num_requests_running` back to 0 within 200 ms.
 pub async fn a_lost_hedge_is_aborted_on_the_server(servers: &[Vllm]) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let backends: Vec<_> = servers
-        .iter()
-        .map(|s| {
-            let origin = Origin::http(std::net::SocketAddr::from(([127, 0, 0, 1], s.port)));
-            Backend::new(
-                BackendId::new(&s.name).unwrap(),
-                SetOrigin::to(client.clone(), origin),
-            )
-        })
-        .collect();
-    let config = BalanceConfig::builder().owners(2).build().unwrap();
-    let balancer = ModelBalancer::new(ServiceList::new(backends), config).unwrap();
+    let balancer = crate::gateway::client_balancer(servers);
     // Each server serves the model, as its `/v1/models` says.
     let model = ModelId::new(MODEL).unwrap();
     for s in servers {
