@@ -2,10 +2,12 @@
 //! crate buffers a body, for `route::ModelFromBody` (feature `body`) and
 //! `hedge::BufferRequestBody` (feature `hedge`).
 //!
-//! A body whose size hint already says it is over the limit fails before a
-//! byte is read; one that turns out longer fails at the frame that crosses
-//! the limit (as `http_body_util::Limited` does): nothing is truncated,
-//! and no more than the limit is held. A body's trailers are dropped (the
+//! A body longer than the limit fails at the frame that crosses it (as
+//! `http_body_util::Limited` does): nothing is truncated, and no more than
+//! the limit is held. The body's size hint is not trusted either way: a
+//! client's claim is no reason to refuse bytes within the limit (a
+//! `content-length` over it is the caller's to answer before reading, as
+//! the gateway example does with 413). A body's trailers are dropped (the
 //! bytes go on as `Full<Bytes>`, which has none); a debug event counts
 //! them.
 
@@ -22,7 +24,7 @@ use crate::error::{BoxError, PayloadTooLarge};
 /// Why a body was not read whole.
 #[derive(Debug)]
 pub(crate) enum Unread {
-    /// Longer than the limit (or its size hint said so).
+    /// Longer than the limit.
     TooLarge(PayloadTooLarge),
     /// The body's own error, boxed.
     Body(BoxError),
@@ -34,8 +36,6 @@ pin_project! {
         #[pin]
         body: B,
         limit: usize,
-        // The size hint is over the limit: nothing is read.
-        over: bool,
         // The first chunk, kept as it came (a body of one chunk, as a
         // gRPC message is, is not copied), then the chunks joined.
         first: Option<Bytes>,
@@ -47,11 +47,9 @@ pin_project! {
 impl<B: Body> ReadWhole<B> {
     /// Reads `body`, at most `limit` bytes.
     pub(crate) fn new(body: B, limit: usize) -> Self {
-        let over = body.size_hint().lower() > u64::try_from(limit).unwrap_or(u64::MAX);
         Self {
             body,
             limit,
-            over,
             first: None,
             joined: BytesMut::new(),
             read: 0,
@@ -69,9 +67,6 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let too_large = Unread::TooLarge(PayloadTooLarge::new(*this.limit));
-        if *this.over {
-            return Poll::Ready(Err(too_large));
-        }
         while let Some(frame) = ready!(this.body.as_mut().poll_frame(cx)) {
             let frame = frame.map_err(|err| Unread::Body(err.into()))?;
             let mut data = match frame.into_data() {
@@ -84,7 +79,6 @@ where
             };
             let len = data.remaining();
             if len > *this.limit - *this.read {
-                *this.over = true;
                 return Poll::Ready(Err(too_large));
             }
             *this.read += len;
@@ -140,12 +134,31 @@ mod tests {
         assert!(matches!(err, Unread::TooLarge(e) if e == PayloadTooLarge::new(6)));
     }
 
+    /// A body that claims to be `claim` bytes long, whatever it holds.
+    struct Lying(Full<Bytes>, u64);
+
+    impl http_body::Body for Lying {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+            std::pin::Pin::new(&mut self.get_mut().0).poll_frame(cx)
+        }
+
+        fn size_hint(&self) -> http_body::SizeHint {
+            http_body::SizeHint::with_exact(self.1)
+        }
+    }
+
     #[tokio::test]
-    async fn a_size_hint_over_the_limit_fails_before_reading() {
-        // A body that would fail if read: the hint alone refuses it.
-        let body = Full::new(Bytes::from_static(b"0123456789"))
-            .map_err(|_| -> std::io::Error { unreachable!("never read") });
-        let err = ReadWhole::new(body, 9).await.unwrap_err();
+    async fn a_size_hint_changes_nothing() {
+        let claims_more = Lying(Full::new(Bytes::from_static(b"0123")), u64::MAX / 2);
+        assert_eq!(ReadWhole::new(claims_more, 4).await.unwrap(), "0123");
+        let claims_less = Lying(Full::new(Bytes::from_static(b"0123456789")), 0);
+        let err = ReadWhole::new(claims_less, 9).await.unwrap_err();
         assert!(matches!(err, Unread::TooLarge(e) if e.limit == 9));
     }
 

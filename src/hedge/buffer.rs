@@ -119,8 +119,8 @@ impl<S> Layer<S> for BufferRequestBodyLayer {
 /// The error type is [`BoxError`], holding:
 ///
 /// * [`PayloadTooLarge`](crate::error::PayloadTooLarge) with the limit,
-///   when the body is longer than the limit, or its size hint's lower
-///   bound (a `content-length`) says so before a byte is read; the inner
+///   when the body is longer than the limit (found at the frame that
+///   crosses it; a size hint is not trusted either way); the inner
 ///   service is not called, and the body is never truncated;
 /// * the body's own error, boxed, when reading it fails (the client broke
 ///   it off); the inner service is not called;
@@ -343,7 +343,7 @@ mod tests {
     async fn over_the_limit_fails_typed_and_calls_nothing() {
         let calls = Arc::new(AtomicUsize::new(0));
         let svc = BufferRequestBodyLayer::new(8).layer(echo(calls.clone()));
-        // Read past the limit; then refused by its size hint alone.
+        // Read past the limit, in frames or in one.
         let streamed = http::Request::new(chunks(&["12345", "6789"]));
         let err = svc.clone().oneshot(streamed).await.unwrap_err();
         assert_eq!(

@@ -111,8 +111,7 @@ use crate::error::{BoxError, InvalidReason, InvalidRoute};
 ///
 /// The error type is [`BoxError`], holding:
 ///
-/// * [`PayloadTooLarge`](crate::error::PayloadTooLarge) when the body is over the limit (or its size hint
-///   says so before it is read);
+/// * [`PayloadTooLarge`](crate::error::PayloadTooLarge) when the body is over the limit;
 /// * [`InvalidRoute`] with source `body` when the body is not a JSON object
 ///   ([`InvalidReason::NotJson`]; [`MalformedJson`](InvalidReason::MalformedJson)
 ///   with the line and column of a syntax error,
