@@ -127,11 +127,12 @@ impl Shared {
 /// made, since it was built.
 ///
 /// Every request is accounted once its response future is dropped: it
-/// was hedged (`hedges`), or not, for one reason — suppressed (`budget`,
-/// `load`, `no_alternative`), not needed (`ended_before_delay`), or never
-/// planned (`warming_up`, `updates`, `uncopyable`, `disabled`), or its
-/// backup could not be sent (`backup_unready`). So, with no request in
-/// flight, `requests == hedges + not_hedged()`.
+/// was hedged (`hedges`), or not, for one reason — suppressed
+/// (`suppressed_by_budget`, `suppressed_by_load`,
+/// `suppressed_by_no_alternative`), not needed (`ended_before_delay`),
+/// never planned (`warming_up`, `updates`, `uncopyable`, `disabled`), or
+/// its backup could not be sent (`backup_unready`). So, with no request
+/// in flight, `requests == hedges + not_hedged()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct HedgeStats {
