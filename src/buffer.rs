@@ -104,7 +104,7 @@ where
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use http_body_util::{BodyExt, Full, StreamBody};
+    use http_body_util::{Full, StreamBody};
 
     use super::{ReadWhole, Unread};
     use crate::error::PayloadTooLarge;
