@@ -165,6 +165,15 @@ impl Residency {
         self.listed.load(Ordering::Relaxed)
     }
 
+    /// Notes that the server's own list was taken; a write only the first
+    /// time (a residency header syncs on every response, and a store each
+    /// time would bounce the cache line between the cores serving them).
+    fn mark_listed(&self) {
+        if !self.listed.load(Ordering::Relaxed) {
+            self.listed.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Whether the model with hash `key` is resident (loading or served).
     pub(crate) fn contains(&self, key: u64) -> bool {
         self.slot(key).is_some()
@@ -299,7 +308,7 @@ impl Residency {
             n += 1;
         }
         let listed = &listed[..n];
-        self.listed.store(true, Ordering::Relaxed);
+        self.mark_listed();
         for i in 0..self.slots() {
             let served = self.loaded[i].load(Ordering::Relaxed) & SERVED != 0;
             if served && !listed.contains(&self.models[i].load(Ordering::Relaxed)) {
@@ -367,7 +376,7 @@ impl Residency {
 
     /// Replaces the table with `keys` (the first `slots` of them), served.
     pub(crate) fn replace(&self, keys: impl IntoIterator<Item = u64>, now_ms: u64) {
-        self.listed.store(true, Ordering::Relaxed);
+        self.mark_listed();
         for i in 0..MAX_SLOTS {
             self.drop_slot(i);
         }
