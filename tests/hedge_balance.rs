@@ -59,6 +59,15 @@ fn fleet(
     names: &[&'static str],
     resident: impl Fn(&str) -> bool,
 ) -> (ModelBalancer<Endpoint>, Calls) {
+    fleet_with(names, resident, BalanceConfig::default())
+}
+
+/// [`fleet`] under `config`.
+fn fleet_with(
+    names: &[&'static str],
+    resident: impl Fn(&str) -> bool,
+    config: BalanceConfig,
+) -> (ModelBalancer<Endpoint>, Calls) {
     let calls: Calls = Arc::default();
     let started = Arc::new(AtomicUsize::new(0));
     let backends = names.iter().map(|&name| {
@@ -69,11 +78,8 @@ fn fleet(
         };
         Backend::new(BackendId::new(name).unwrap(), endpoint)
     });
-    let balancer = ModelBalancer::new(
-        ServiceList::new(backends.collect::<Vec<_>>()),
-        BalanceConfig::default(),
-    )
-    .unwrap();
+    let balancer =
+        ModelBalancer::new(ServiceList::new(backends.collect::<Vec<_>>()), config).unwrap();
     let model = ModelId::new("llama").unwrap();
     for &name in names {
         // Each backend's whole list, as a probe would give it: where it
@@ -192,4 +198,41 @@ async fn the_load_gate_reads_in_flight_against_capacity() {
         picked.guard.finish(Outcome::Success);
     }
     assert_eq!(gate.utilization(), 0.0);
+}
+
+/// A backup is its request again, counted in its model's demand by its
+/// first attempt: a hedged model gets no more owners (cold copies) than
+/// its requests need. Counted again, `llama`'s backups made its share 2/3
+/// against `mistral`'s 1/3 here: 5 owners against 3, where both need 4.
+#[tokio::test(start_paused = true)]
+async fn a_backup_does_not_count_again_in_its_models_demand() {
+    const NAMES: [&str; 8] = ["g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7"];
+    let config = BalanceConfig::builder().owners(8).build().unwrap();
+    let (mut service, _) = fleet_with(&NAMES, |_| true, config);
+    let handle = service.handle();
+    let mut send = |model: &str, exclude: Option<&str>| {
+        let mut req = http::Request::post("/infer")
+            .header("x-model-id", model)
+            .body(String::new())
+            .unwrap();
+        if let Some(away) = exclude {
+            let away = BackendId::new(away).unwrap();
+            req.extensions_mut().insert(Exclude::new(away));
+        }
+        // Picked at the call; the answer is not needed.
+        drop(service.call(req));
+    };
+    for _ in 0..1_200 {
+        send("llama", None);
+        send("mistral", None);
+        // Every `llama` request hedged.
+        send("llama", Some("g0"));
+    }
+    let owners = |m: &str| handle.owners(&ModelId::new(m).unwrap()).len();
+    assert_eq!(
+        owners("mistral"),
+        4,
+        "a half share of 8 backends at c = 1.25"
+    );
+    assert_eq!(owners("llama"), owners("mistral"), "as many requests each");
 }

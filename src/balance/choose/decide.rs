@@ -164,8 +164,13 @@ impl Local {
             RequestKind::Update => 0,
             _ => {
                 // A counted request counts in its model's share, weighted
-                // by the work its requests take.
-                let tally = match draw.counted && !self.retries {
+                // by the work its requests take — once: a hedge's backup
+                // or a retry (an exclusion) is a request its first
+                // attempt counted already, and counted again it would
+                // give a hedged model owners (cold copies) its traffic
+                // does not need.
+                let again = self.retries || route.exclude.is_some();
+                let tally = match draw.counted && !again {
                     true => Tally::Count {
                         work: table.fleet.work.weight(route.hash),
                     },
