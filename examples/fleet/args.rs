@@ -44,7 +44,9 @@ pub struct Args {
     /// Servers in explicit model-control mode (404 until a model is loaded
     /// through their repository API); `model_aware` places models itself.
     pub explicit_load: bool,
-    /// Which strategies to run, in the order given (the table's order).
+    /// Which strategies to run, in the order given (the table's order); in
+    /// default and slow-tail a name given again runs again (see
+    /// [`labels`]).
     pub strategies: Vec<&'static str>,
     /// Inference requests as streamed OpenAI chat completions, timed to
     /// their first token and per token.
@@ -59,7 +61,7 @@ pub struct Args {
 pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
 [--requests N (10..=1000000, default 10000; prefix 4000)] [--backends N (2..=64, default 8)] \
 [--seed N (default 1)] [--scenario default|slow-tail|overload|prefix] [--load FRACTION (0.01..=4, default 0.3; overload runs 1.0, 1.5 and 3.0; not prefix)] \
-[--strategies NAME,... (default: round_robin,p2c,consistent_hash,model_aware,model_aware_hedged; \
+[--strategies NAME,... (a name given again runs again, as NAME#2; default: round_robin,p2c,consistent_hash,model_aware,model_aware_hedged; \
 in overload round_robin,p2c,consistent_hash,model_aware,model_aware_admission; \
 in prefix round_robin,p2c,consistent_hash,chwbl,model_aware)] [--explicit-load] [--stream] [--json] \
 [--etcd URL (the model_aware* balancers learn the servers from etcd, e.g. http://127.0.0.1:2379) [--prefix P (default /tower-model-balance/fleet-PID/)]]";
@@ -204,6 +206,15 @@ impl Args {
                 parsed.strategies = OVERLOAD.to_vec();
             }
         }
+        let repeated = |s: &[&str]| s.iter().enumerate().any(|(i, n)| s[..i].contains(n));
+        if matches!(parsed.scenario, Scenario::Overload | Scenario::Prefix)
+            && repeated(&parsed.strategies)
+        {
+            return Err(Stop::Error(
+                "a strategy given twice runs twice (an A/A pair) in default and slow-tail only"
+                    .into(),
+            ));
+        }
         if parsed.scenario == Scenario::Prefix {
             for flag in ["--load", "--stream", "--explicit-load"] {
                 if seen.iter().any(|f| f == flag) {
@@ -235,12 +246,26 @@ fn strategies(list: &str) -> Result<Vec<&'static str>, Stop> {
                 NAMES.join(", ")
             )));
         };
-        if chosen.contains(known) {
-            return Err(Stop::Error(format!("strategy `{name}` given twice")));
-        }
+        // A strategy given again runs again (an A/A pair: the run's own
+        // noise beside the difference between strategies).
         chosen.push(*known);
     }
     Ok(chosen)
+}
+
+/// Each run's row label: the strategy's name, and `name#k` for its k-th
+/// run when given more than once.
+pub fn labels(strategies: &[&'static str]) -> Vec<(&'static str, String)> {
+    strategies
+        .iter()
+        .enumerate()
+        .map(
+            |(i, &name)| match strategies[..i].iter().filter(|&&n| n == name).count() {
+                0 => (name, name.to_owned()),
+                k => (name, format!("{name}#{}", k + 1)),
+            },
+        )
+        .collect()
 }
 
 fn number<T: std::str::FromStr>(text: &str, flag: &str) -> Result<T, Stop> {
@@ -288,6 +313,28 @@ mod tests {
                     )
                 }
                 other => panic!("{bad:?} should fail, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_strategy_given_again_runs_again_under_its_own_label() {
+        let args = parse(&["--strategies", "model_aware,model_aware_hedged,model_aware"]).unwrap();
+        let labels: Vec<_> = labels(&args.strategies)
+            .into_iter()
+            .map(|(_, l)| l)
+            .collect();
+        assert_eq!(
+            labels,
+            ["model_aware", "model_aware_hedged", "model_aware#2"]
+        );
+        for scenario in ["overload", "prefix"] {
+            let bad = parse(&["--scenario", scenario, "--strategies", "p2c,p2c"]);
+            match bad {
+                Err(Stop::Error(message)) => {
+                    assert!(message.contains("default and slow-tail only"))
+                }
+                other => panic!("{scenario}: a repeat should fail, got {other:?}"),
             }
         }
     }

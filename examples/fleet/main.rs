@@ -156,8 +156,16 @@ async fn main() {
         }
     }
     let mut rows = Vec::new();
-    for &name in &args.strategies {
-        let figures = match run(name, &args, &config, plan.clone(), warm_up.clone()).await {
+    for (name, label) in args::labels(&args.strategies) {
+        let figures = match run(
+            (name, &label),
+            &args,
+            &config,
+            plan.clone(),
+            warm_up.clone(),
+        )
+        .await
+        {
             Ok(run) => run.figures,
             Err(error) => {
                 eprintln!("error: {name}: {error}");
@@ -180,6 +188,9 @@ async fn main() {
         if let Some(line) = report::hedging_line(&rows, args.scenario, args.load) {
             emit!("{line}");
         }
+        for line in report::repeat_lines(&rows) {
+            emit!("{line}");
+        }
     }
 }
 
@@ -195,8 +206,9 @@ pub struct Run {
     pub server_queue_peak: u64,
 }
 
+/// Runs strategy `name` (its row labelled `label`: see [`args::labels`]).
 async fn run(
-    name: &str,
+    (name, label): (&str, &str),
     args: &Args,
     config: &ServerConfig,
     plan: Arc<Vec<Planned>>,
@@ -282,7 +294,7 @@ async fn run(
         s.shed_normal -= b.shed_normal;
         s.shed_critical -= b.shed_critical;
         emit!(
-            "{name} routing: {} to a resident owner, {} to a cold owner, {} spilled, {} in panic mode, {} updates by P2C, {} without a backend, {} shed (Normal) and {} (Critical); {} health ejections",
+            "{label} routing: {} to a resident owner, {} to a cold owner, {} spilled, {} in panic mode, {} updates by P2C, {} without a backend, {} shed (Normal) and {} (Critical); {} health ejections",
             s.resident_owner, s.cold_owner, s.spill, s.panic, s.update, s.no_backend, s.shed_normal, s.shed_critical, handle.ejections()
         );
     }
@@ -292,18 +304,18 @@ async fn run(
         .map(|(h, b)| report::hedge_delta(h.stats(), &b));
     let hedges = hedged.map_or((0, 0), |s| (s.hedges, s.hedges_won));
     if let (Some(s), false) = (hedged, args.json) {
-        emit!("{name} hedging: {}", report::hedge_line(&s));
+        emit!("{label} hedging: {}", report::hedge_line(&s));
     }
     if let (Some(p), false) = (handle.and_then(|h| h.placement_stats()), args.json) {
         emit!(
-            "{name} placement: {} loads ({} failed), {} unloads, {} reloads after a 404",
+            "{label} placement: {} loads ({} failed), {} unloads, {} reloads after a 404",
             p.loads,
             p.load_failures,
             p.unloads,
             p.reloads
         );
     }
-    let mut figures = report::figures(name, &records, cold_loads, trips, &loads, hedges);
+    let mut figures = report::figures(label, &records, cold_loads, trips, &loads, hedges);
     if args.stream {
         figures.stream = Some(stream::figures(&records));
     }

@@ -97,13 +97,14 @@ pub async fn run_all(args: &Args, config: &ServerConfig, times: &InferenceTimes)
         for &name in &args.strategies {
             reset_peak_rss();
             let start_mb = memory_mb().0;
-            let run = match crate::run(name, args, config, plan.clone(), warm_up.clone()).await {
-                Ok(run) => run,
-                Err(error) => {
-                    eprintln!("error: {name}: {error}");
-                    std::process::exit(1);
-                }
-            };
+            let run =
+                match crate::run((name, name), args, config, plan.clone(), warm_up.clone()).await {
+                    Ok(run) => run,
+                    Err(error) => {
+                        eprintln!("error: {name}: {error}");
+                        std::process::exit(1);
+                    }
+                };
             let span = plan.last().map_or(Duration::ZERO, |p| p.at);
             let mut row = figures(name, load, args.seed, span, &run);
             row.rss_growth_mb = (row.peak_rss_mb - start_mb).max(0.0);

@@ -150,6 +150,35 @@ pub fn hedging_line(rows: &[Figures], scenario: Scenario, load: f64) -> Option<S
     ))
 }
 
+/// For each repeated run (`name#k`), its figures over its strategy's
+/// first run: the noise between two runs of one strategy (an A/A pair),
+/// the floor under any difference between two strategies.
+pub fn repeat_lines(rows: &[Figures]) -> Vec<String> {
+    rows.iter()
+        .filter_map(|again| {
+            let (name, _) = again.strategy.split_once('#')?;
+            let first = rows.iter().find(|f| f.strategy == name)?;
+            let ttft = match (again.stream, first.stream) {
+                (Some(a), Some(f)) => format!(
+                    ", TTFT mean {:.2}",
+                    a.ttft_mean_ms / f.ttft_mean_ms
+                ),
+                _ => String::new(),
+            };
+            Some(format!(
+                "A/A {} ÷ {name}: p999 {:.2}, p99 {:.2}, mean {:.2}, cold loads {:.2}, errors {} vs {}{ttft}",
+                again.strategy,
+                again.p999_ms / first.p999_ms,
+                again.p99_ms / first.p99_ms,
+                again.mean_ms / first.mean_ms,
+                again.cold_loads as f64 / first.cold_loads.max(1) as f64,
+                again.errors,
+                first.errors,
+            ))
+        })
+        .collect()
+}
+
 /// Requests a run needs for its p999 to stand on ten of them.
 const MIN_FOR_P999: u64 = 10_000;
 
@@ -163,7 +192,7 @@ fn verdict(met: bool) -> &'static str {
 
 pub fn print_table(rows: &[Figures]) {
     emit!(
-        "{:<18} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>6} {:>8} {:>6} {:>6}",
+        "{:<20} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>6} {:>8} {:>6} {:>6}",
         "strategy",
         "requests",
         "ok",
@@ -184,7 +213,7 @@ pub fn print_table(rows: &[Figures]) {
     for f in rows {
         let warm_p99 = f.warm_p99_ms.map_or("-".to_owned(), |v| format!("{v:.1}"));
         emit!(
-            "{:<18} {:>8} {:>8} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11} {:>6} {:>6} {:>8.2} {:>6} {:>6}",
+            "{:<20} {:>8} {:>8} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11} {:>6} {:>6} {:>8.2} {:>6} {:>6}",
             f.strategy, f.requests, f.ok, f.errors, f.warm_hit_rate, f.mean_ms, f.p50_ms, f.p95_ms,
             f.p99_ms, f.p999_ms, warm_p99, f.cold_loads, f.breaker_trips, f.max_mean_load, f.hedges,
             f.hedges_won

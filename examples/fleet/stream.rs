@@ -190,7 +190,7 @@ pub fn figures(records: &[Record]) -> StreamFigures {
 /// The streaming table, and which strategy has the lowest TTFT p99.
 pub fn print_table(rows: &[Figures]) {
     emit!(
-        "{:<18} {:>8} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
+        "{:<20} {:>8} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
         "streams",
         "ok",
         "ttft_mean",
@@ -203,7 +203,7 @@ pub fn print_table(rows: &[Figures]) {
     for f in rows {
         let Some(s) = f.stream else { continue };
         emit!(
-            "{:<18} {:>8} {:>10.1} {:>9.1} {:>9.1} {:>10.2} {:>9.2} {:>9.2}",
+            "{:<20} {:>8} {:>10.1} {:>9.1} {:>9.1} {:>10.2} {:>9.2} {:>9.2}",
             f.strategy,
             s.streams_ok,
             s.ttft_mean_ms,
