@@ -136,6 +136,10 @@ pub mod metrics;
 #[cfg_attr(docsrs, doc(cfg(feature = "discover")))]
 pub mod discover;
 
+#[cfg(any(feature = "balance", feature = "etcd"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "balance", feature = "etcd"))))]
+pub mod task;
+
 pub use builder::ServiceBuilderModelExt;
 
 /// The README's examples, compiled as doc tests.

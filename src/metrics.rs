@@ -97,7 +97,6 @@
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Unit};
-use tokio::task::JoinHandle;
 
 use crate::backend::BackendId;
 use crate::balance::BalancerHandle;
@@ -105,6 +104,7 @@ use crate::breaker::BreakerState;
 use crate::error::NoRuntime;
 #[cfg(feature = "hedge")]
 use crate::hedge::HedgeHandle;
+use crate::task::BackgroundTask;
 
 /// Bucket boundaries (upper bounds, in seconds) for
 /// `model_balance_backend_ttft_seconds`: 1 ms to 2 560 s, fine from 20 ms
@@ -145,19 +145,6 @@ pub(crate) fn stream(backend: &BackendId, ttft: Duration, tpot: Option<Duration>
     }
 }
 
-/// The exporting task: stops when dropped.
-#[derive(Debug)]
-#[must_use = "exporting stops when the task is dropped"]
-pub struct ExportTask {
-    task: JoinHandle<()>,
-}
-
-impl Drop for ExportTask {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 /// Sets the series of the [module docs](self) from `handle` now, then
 /// every `interval` (at least 10 ms), in a task on the current Tokio
 /// runtime.
@@ -165,7 +152,7 @@ impl Drop for ExportTask {
 /// # Errors
 ///
 /// [`NoRuntime`] outside a Tokio runtime (nothing is started).
-pub fn export(handle: BalancerHandle, interval: Duration) -> Result<ExportTask, NoRuntime> {
+pub fn export(handle: BalancerHandle, interval: Duration) -> Result<BackgroundTask, NoRuntime> {
     every(interval, move || record(&handle))
 }
 
@@ -178,12 +165,12 @@ pub fn export(handle: BalancerHandle, interval: Duration) -> Result<ExportTask, 
 /// [`NoRuntime`] outside a Tokio runtime (nothing is started).
 #[cfg(feature = "hedge")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hedge")))]
-pub fn export_hedge(handle: HedgeHandle, interval: Duration) -> Result<ExportTask, NoRuntime> {
+pub fn export_hedge(handle: HedgeHandle, interval: Duration) -> Result<BackgroundTask, NoRuntime> {
     every(interval, move || record_hedge(&handle))
 }
 
 /// Runs `set` now and then every `interval` (at least 10 ms).
-fn every(interval: Duration, set: impl Fn() + Send + 'static) -> Result<ExportTask, NoRuntime> {
+fn every(interval: Duration, set: impl Fn() + Send + 'static) -> Result<BackgroundTask, NoRuntime> {
     let runtime = NoRuntime::current()?;
     describe();
     let interval = interval.max(Duration::from_millis(10));
@@ -195,7 +182,7 @@ fn every(interval: Duration, set: impl Fn() + Send + 'static) -> Result<ExportTa
             set();
         }
     });
-    Ok(ExportTask { task })
+    Ok(BackgroundTask::new(task))
 }
 
 /// Whether a series is a counter, a gauge or a histogram (of seconds).

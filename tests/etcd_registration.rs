@@ -158,7 +158,9 @@ async fn the_records_models_follow_the_servers_repository_index() {
         .register()
         .await
         .unwrap();
-    let tracker = registration.track_residency(KServeV2::new(), Duration::from_millis(50));
+    let mut tracker = registration
+        .track_residency(KServeV2::new(), Duration::from_millis(50))
+        .unwrap();
     let (mut source, _) = source(&url, "/fleet/");
     assert_eq!(next_models(&mut source).await, Vec::<String>::new());
     let client = sim_http::client();
@@ -181,9 +183,8 @@ async fn the_records_models_follow_the_servers_repository_index() {
     );
     // The tracker ends with the registration.
     drop(registration);
-    tokio::time::timeout(CHANGE_WITHIN, tracker)
+    tokio::time::timeout(CHANGE_WITHIN, tracker.stopped())
         .await
-        .unwrap()
         .unwrap();
 }
 

@@ -175,10 +175,9 @@ async fn a_backend_leaves_both_gateways_within_its_ttl_or_at_once_when_deregiste
     until_members(&[&a, &b], &["gpu-0", "gpu-1"], Duration::from_secs(10)).await;
 
     // The sidecar dies (its registration dropped, not revoked): no more
-    // renewals. Its server still answers, so only the record can take
+    // renewals (its tracker stops with it). Its server still answers, so only the record can take
     // it out. The lease expires at most a TTL after the last renewal;
     // etcd looks for expired leases every 500 ms.
-    crashed.tracker.abort();
     drop(crashed);
     let left = until_members(&[&a, &b], &["gpu-1"], ttl + Duration::from_secs(10)).await;
     eprintln!("gpu-0 left both gateways {left:?} after its sidecar died (TTL {ttl:?})");

@@ -2,10 +2,10 @@
 //! the backend's record under a lease kept alive, its resident models
 //! followed, the lease revoked at the end.
 
-use tokio::task::JoinHandle;
 use tower_model_balance::discover::etcd::Registration;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{KServeV2, OpenAiModels};
+use tower_model_balance::task::BackgroundTask;
 use tower_model_balance_sim::{ModelServer, ServerConfig};
 
 use super::args::{Args, Probe};
@@ -22,7 +22,7 @@ pub struct Sidecar {
     /// the sidecar is killed.
     pub registration: Registration,
     /// The task that reads the server's resident models into the record.
-    pub tracker: JoinHandle<()>,
+    pub tracker: BackgroundTask,
     /// The simulated server registered (`--sim`), serving while this lives.
     pub sim: Option<ModelServer>,
 }
@@ -65,7 +65,8 @@ impl Sidecar {
         let tracker = match args.probe {
             Probe::KServe => registration.track_residency(KServeV2::new(), args.interval),
             Probe::OpenAi => registration.track_residency(OpenAiModels::new(), args.interval),
-        };
+        }
+        .map_err(|e| format!("following the resident models: {e}"))?;
         Ok(Self {
             registration,
             tracker,
@@ -81,7 +82,7 @@ impl Sidecar {
     /// The revoke failed (etcd away): the record goes when the lease
     /// expires.
     pub async fn stop(self) -> Result<(), String> {
-        self.tracker.abort();
+        drop(self.tracker);
         self.registration
             .deregister()
             .await

@@ -11,13 +11,14 @@ use crate::balance::state::backend::BackendState;
 use crate::balance::state::placement::{Owners, Placement, PlacementStats};
 use crate::balance::state::shared::View;
 use crate::balance::state::traffic::Branch;
-use crate::balance::tasks::{self, placement, BackgroundTask};
+use crate::balance::tasks::{self, placement};
 use crate::breaker::{Breaker, BreakerState};
 use crate::error::{BoxError, InvalidConfig};
 use crate::health::probe::{ProbeConfig, ProbeError, ProbeReport, Prober};
 use crate::health::HealthStatus;
 use crate::placement::{ModelLoader, PlacementConfig};
 use crate::route::ModelId;
+use crate::task::BackgroundTask;
 
 use crate::balance::stats::{BackendStatus, BalanceStats};
 

@@ -331,4 +331,5 @@ pub(crate) mod config_parts {
 }
 pub use self::service::ModelBalancer;
 pub use self::state::placement::PlacementStats;
-pub use self::tasks::BackgroundTask;
+#[doc(no_inline)]
+pub use crate::task::BackgroundTask;

@@ -5,8 +5,8 @@
 //! |---|---|---|---|
 //! | [discovery] | [`ModelBalancer::new`](crate::balance::ModelBalancer::new), unless the source was drained at once | applies each batch of [`Change`](tower::discover::Change)s and publishes a snapshot; steps staged ring changes | the source ends, or the balancer is gone |
 //! | [health] | [`ModelBalancer::new`](crate::balance::ModelBalancer::new), inside a runtime | scores every backend each health interval, ejects and readmits | the balancer is gone |
-//! | [probes] | [`BalancerHandle::spawn_probes`](crate::balance::BalancerHandle::spawn_probes) | probes each backend's API once a round | its [`BackgroundTask`] is dropped, or the balancer is gone |
-//! | [repository refresh](placement::refresh) | [`BalancerHandle::enable_placement`](crate::balance::BalancerHandle::enable_placement) | re-reads each backend's model repository | its [`BackgroundTask`] is dropped, or the balancer is gone |
+//! | [probes] | [`BalancerHandle::spawn_probes`](crate::balance::BalancerHandle::spawn_probes) | probes each backend's API once a round | its [`BackgroundTask`](crate::task::BackgroundTask) is dropped, or the balancer is gone |
+//! | [repository refresh](placement::refresh) | [`BalancerHandle::enable_placement`](crate::balance::BalancerHandle::enable_placement) | re-reads each backend's model repository | its [`BackgroundTask`](crate::task::BackgroundTask) is dropped, or the balancer is gone |
 //! | [model load](placement) | a request for a model that is not resident, with placement enabled | one load per (backend, model), shared by the requests that wait for it | the load ends (its timeout bounds it) |
 //!
 //! "The balancer is gone": every clone and handle dropped, which closes
@@ -21,29 +21,7 @@ use std::future::Future;
 
 use tokio::task::JoinHandle;
 
-/// A background task of the balancer's that the caller holds: stops when
-/// dropped, or once every clone and handle of the balancer is gone.
-///
-/// Returned by [`BalancerHandle::spawn_probes`](crate::balance::BalancerHandle::spawn_probes)
-/// and [`BalancerHandle::enable_placement`](crate::balance::BalancerHandle::enable_placement).
-#[derive(Debug)]
-#[must_use = "the task stops when it is dropped"]
-pub struct BackgroundTask {
-    task: JoinHandle<()>,
-}
-
-impl BackgroundTask {
-    /// Whether the task has stopped (its balancer is gone).
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
-    }
-}
-
-impl Drop for BackgroundTask {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+use crate::task::BackgroundTask;
 
 /// Starts `task` on `runtime`: the only place the balancer spawns.
 pub(crate) fn spawn<F>(runtime: &tokio::runtime::Handle, task: F) -> JoinHandle<()>
@@ -58,9 +36,7 @@ pub(crate) fn spawn_held<F>(runtime: &tokio::runtime::Handle, task: F) -> Backgr
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    BackgroundTask {
-        task: spawn(runtime, task),
-    }
+    BackgroundTask::new(spawn(runtime, task))
 }
 
 /// Waits until `deadline`; true if the balancer went first (every clone

@@ -11,9 +11,10 @@ use tower::util::rng::{HasherRng, Rng};
 use crate::backend::BackendId;
 use crate::balance::state::shared::View;
 use crate::balance::state::table::Table;
-use crate::balance::tasks::{sleep_or_gone, BackgroundTask};
+use crate::balance::tasks::sleep_or_gone;
 use crate::health::probe::{warn, ProbeConfig, ProbeError, ProbeReport, ProbeTarget, Prober};
 use crate::route::ModelId;
+use crate::task::BackgroundTask;
 
 pub(crate) fn spawn<P: Prober>(
     runtime: &tokio::runtime::Handle,

@@ -201,18 +201,25 @@ impl Registration {
     /// repository index, or [`OpenAiModels`](crate::health::probe::OpenAiModels))
     /// at the record's address, and [sets](Self::set_models) the models it
     /// reports. A failed probe changes nothing (logged). The task ends when
-    /// the registration is dropped.
+    /// the returned [`BackgroundTask`](crate::task::BackgroundTask) or the
+    /// registration is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`NoRuntime`](crate::error::NoRuntime) outside a Tokio runtime
+    /// (nothing is started).
     #[cfg(feature = "probe")]
     #[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
     pub fn track_residency<P: crate::health::probe::Prober>(
         &self,
         prober: P,
         interval: Duration,
-    ) -> JoinHandle<()> {
+    ) -> Result<crate::task::BackgroundTask, crate::error::NoRuntime> {
+        let runtime = crate::error::NoRuntime::current()?;
         let meta = self.inner.registered.clone();
         let weak = Arc::downgrade(&self.inner);
         let timeout = self.inner.timeout;
-        tokio::spawn(async move {
+        let task = runtime.spawn(async move {
             let Some(address) = meta.address().cloned() else {
                 return;
             };
@@ -237,7 +244,8 @@ impl Registration {
                 drop(inner);
                 tokio::time::sleep(interval).await;
             }
-        })
+        });
+        Ok(crate::task::BackgroundTask::new(task))
     }
 
     /// Revokes the lease, which deletes the record at once, and stops the
