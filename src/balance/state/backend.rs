@@ -191,7 +191,7 @@ impl BackendState {
     /// a slow call. A breaker that refuses (open) counts nothing more.
     pub(crate) fn record_failure(&self, key: u64, now: Instant) {
         let penalty = self.fleet.settings.health.failure_penalty;
-        self.health.record(None, true, penalty);
+        self.health.record(None, Outcome::Failure, penalty);
         match self.try_acquire(key, &Now::at(now)) {
             Some(Admission::Backend(ticket)) => {
                 self.breaker
