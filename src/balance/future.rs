@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use crate::backend::PickedSlot;
 use crate::balance::choose::decide::Picked;
-use crate::balance::completion::finish::Finish;
+use crate::balance::completion::finish::{Finish, Sent};
 use crate::balance::completion::guard::Guard;
 use crate::balance::queued::Queued;
 use crate::balance::state::placement::{self, Placement, Prepared, Status};
@@ -66,8 +66,8 @@ pin_project! {
     where
         E: Service<Req>,
     {
-        Called { #[pin] future: E::Future, guard: Option<Guard>, waited: bool },
-        Waiting { waiting: Option<Box<(E, Req)>>, guard: Option<Guard>, waited: bool },
+        Called { #[pin] future: E::Future, guard: Option<Guard>, sent: Sent },
+        Waiting { waiting: Option<Box<(E, Req)>>, guard: Option<Guard>, sent: Sent },
         Loading {
             load: Pin<Box<dyn Future<Output = Status> + Send>>,
             waiting: Option<Box<(E, Req)>>,
@@ -154,7 +154,7 @@ where
             Poll::Ready(Ok(())) => State::Called {
                 future: endpoint.call(req),
                 guard: Some(guard),
-                waited: false,
+                sent: Sent::AtOnce,
             },
             Poll::Ready(Err(error)) => {
                 guard.finish(Outcome::Failure);
@@ -165,7 +165,7 @@ where
             Poll::Pending => State::Waiting {
                 waiting: Some(Box::new((endpoint, req))),
                 guard: Some(guard),
-                waited: false,
+                sent: Sent::AtOnce,
             },
         }
     }
@@ -254,14 +254,14 @@ where
                 StateProj::Called {
                     future,
                     guard,
-                    waited,
+                    sent,
                 } => {
                     let result = ready!(future.poll(cx));
                     let Some(guard) = guard.take() else {
                         return Poll::Ready(Err(POLLED_AFTER_COMPLETION.into()));
                     };
                     return Poll::Ready(match result {
-                        Ok(response) => Ok(finish.response(response, guard, *waited)),
+                        Ok(response) => Ok(finish.response(response, guard, *sent)),
                         Err(error) => {
                             finish.error(&error, guard);
                             Err(error.into())
@@ -271,7 +271,7 @@ where
                 StateProj::Waiting {
                     waiting,
                     guard,
-                    waited,
+                    sent,
                 } => {
                     let Some(cell) = waiting.as_mut() else {
                         return Poll::Ready(Err(POLLED_AFTER_COMPLETION.into()));
@@ -287,11 +287,11 @@ where
                         return Poll::Ready(Err(error.into()));
                     }
                     let future = endpoint.call(req);
-                    let waited = *waited;
+                    let sent = *sent;
                     state.set(State::Called {
                         future,
                         guard: Some(guard),
-                        waited,
+                        sent,
                     });
                 }
                 StateProj::Loading {
@@ -311,7 +311,10 @@ where
                                 waiting: Some(cell),
                                 guard: Some(guard),
                                 // Only a load makes it a cold start.
-                                waited: status == Status::Loaded,
+                                sent: match status {
+                                    Status::Loaded => Sent::AfterLoad,
+                                    _ => Sent::AtOnce,
+                                },
                             })
                         }
                         Status::Unknown => {

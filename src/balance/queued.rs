@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use tokio::time::{Instant, Sleep};
 
 use crate::balance::choose::ctx::mix;
-use crate::balance::choose::decide::{Local, Picked, Refused};
+use crate::balance::choose::decide::{Local, Picked, Refused, Timed};
 use crate::balance::state::clock::Now;
 use crate::balance::state::queue::Waiter;
 use crate::balance::state::shared::Shared;
@@ -112,9 +112,13 @@ impl<E: Clone, Req: Routable> Queued<E, Req> {
             *seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
             mix(z)
         };
-        let picked = self
-            .local
-            .route(&self.shared, &route, &Now::lazy(), false, &mut random);
+        let picked = self.local.route(
+            &self.shared,
+            &route,
+            &Now::lazy(),
+            Timed::Sampled,
+            &mut random,
+        );
         match picked {
             Ok(picked) => {
                 self.leave();

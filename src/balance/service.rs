@@ -14,7 +14,7 @@ use tower_service::Service;
 use crate::balance::backend::Backend;
 use crate::balance::choose::ctx::mix;
 use crate::balance::choose::decide::Picked;
-use crate::balance::choose::decide::{Local, Refused};
+use crate::balance::choose::decide::{Local, Refused, Timed};
 use crate::balance::completion::finish::Finish;
 use crate::balance::config::BalanceConfig;
 use crate::balance::future::ResponseFuture;
@@ -205,10 +205,13 @@ impl<E: Clone, R: Rng, K> ModelBalancer<E, R, K> {
         let shared = &self.shared;
         let now = Now::at(now);
         // A `RouteInfo` carries no exclusion: only `NoBackend` is reached.
-        match self
-            .local
-            .route(shared, &RouteView::from(route), &now, true, &mut random)
-        {
+        match self.local.route(
+            shared,
+            &RouteView::from(route),
+            &now,
+            Timed::Always,
+            &mut random,
+        ) {
             Ok(picked) => Ok(picked),
             Err(Refused::NoBackend(e)) => Err(e.into()),
             Err(Refused::NoAlternative(_)) => {
@@ -275,7 +278,7 @@ where
         let now = Now::lazy();
         let picked = self
             .local
-            .route(&self.shared, &route, &now, false, &mut random);
+            .route(&self.shared, &route, &now, Timed::Sampled, &mut random);
         match picked {
             Ok(picked) => ResponseFuture::dispatch(picked, req, finish),
             Err(Refused::Saturated(shed)) => self.saturated(req, shed, finish),

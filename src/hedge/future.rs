@@ -1,4 +1,5 @@
-//! The hedged response future.
+//! The hedged response future; its `poll` drives the first attempt, then
+//! the backup, one named step a decision.
 
 use std::fmt;
 use std::future::Future;
@@ -12,13 +13,11 @@ use tower_service::Service;
 
 use super::delay::Place;
 use super::shared::{Counters, Shared};
+use super::verdict::{verdict, worth_a_backup, Verdict};
 use super::CloneRequest;
 use crate::backend::{Exclude, PickedSlot};
-use crate::classify::{Classified, Classify, Outcome};
-use crate::error::{
-    BoxError, InvalidRoute, NoAlternative, NoHealthyBackend, Overloaded, PayloadTooLarge,
-    UnknownModel,
-};
+use crate::classify::Classify;
+use crate::error::{BoxError, NoAlternative};
 
 /// A backup not yet sent: the inner service's clone (not yet polled
 /// ready), the request's copy, the first attempt's slot, when to send.
@@ -31,62 +30,6 @@ pub(crate) struct Backup<S, Req> {
     /// retry, and avoids that backend whenever another is eligible
     /// ([`Exclude::strict`]).
     pub(crate) after_failure: bool,
-}
-
-/// What an attempt's result is to the race.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    /// An answer, which wins: classified [`Outcome::Success`] or
-    /// [`Outcome::Ignored`] (the caller's own 4xx: another backend would
-    /// say the same), or deferred to the end of its body (a success as far
-    /// as its head goes).
-    Answer,
-    /// A failure: an error, or a response classified [`Outcome::Failure`].
-    /// It waits for an attempt still running, and before the backup's
-    /// delay sends the backup at once.
-    Failure,
-    /// A backend that shed the call ([`Outcome::Overload`]: 429, gRPC
-    /// `RESOURCE_EXHAUSTED`): it waits for an attempt still running, but
-    /// never sends a backup — one during an overload adds load where there
-    /// is no room for it.
-    Overload,
-}
-
-/// The verdict on `result` by `classify`. Errors are failures, except the
-/// balancer's [`Overloaded`] (its admission shed the call): an overload.
-fn verdict<C, R>(classify: &C, result: &Result<R, BoxError>) -> Verdict
-where
-    C: Classify<R, BoxError>,
-{
-    match result {
-        Err(error) if error.is::<Overloaded>() => Verdict::Overload,
-        Err(_) => Verdict::Failure,
-        Ok(response) => match classify.classify_response(response) {
-            Classified::Ready(Outcome::Failure) => Verdict::Failure,
-            Classified::Ready(Outcome::Overload) => Verdict::Overload,
-            _ => Verdict::Answer,
-        },
-    }
-}
-
-/// Whether a failed first attempt is worth a backup sent at once: a
-/// response the classifier calls a failure (5xx by default), or an error
-/// other than the balancer's refusals that every backend would give alike
-/// (no backend, an unreadable route or body, a model no repository
-/// knows, a backup with nowhere to go, every backend at its admission
-/// limit).
-fn worth_a_backup<R>(result: &Result<R, BoxError>) -> bool {
-    match result {
-        Ok(_) => true,
-        Err(error) => {
-            !(error.is::<NoHealthyBackend>()
-                || error.is::<InvalidRoute>()
-                || error.is::<PayloadTooLarge>()
-                || error.is::<UnknownModel>()
-                || error.is::<NoAlternative>()
-                || error.is::<Overloaded>())
-        }
-    }
 }
 
 pin_project! {
@@ -118,6 +61,7 @@ pin_project! {
 }
 
 pin_project! {
+    #[project = ResponseFutureProj]
     /// The response future of [`Hedge`](super::Hedge): the first attempt,
     /// and the backup (parked, on its timer, or sent).
     ///
@@ -242,178 +186,253 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let classify = &*this.classify;
         // The first attempt, polled once per call.
         if let Some((result, sent)) = poll_attempt(this.first.as_mut(), cx) {
-            let verdict = verdict(classify, &result);
-            if verdict == Verdict::Answer {
-                // Won: the backup, if any, is dropped (cancelled).
-                let now = Instant::now();
-                if let Some(place) = *this.place {
-                    this.shared.delays.record(place, now - sent, now);
-                }
+            if let Some(result) = this.first_done(result, sent) {
                 return Poll::Ready(result);
-            }
-            match this.second.as_mut().project() {
-                // Sent: it goes on, and whichever finishes last is returned.
-                SecondProj::Running { .. } => {}
-                // About to go (delay passed, budget taken): as a retry.
-                SecondProj::Firing { backup } if verdict == Verdict::Failure => {
-                    backup.after_failure = true
-                }
-                // About to go, but the backend shed the call: not sent
-                // during an overload (the drop gives its budget back).
-                SecondProj::Firing { .. } => {
-                    tracing::debug!("hedge: the first attempt was shed; no backup");
-                    return Poll::Ready(result);
-                }
-                // Waiting for its delay: sent now instead, if the gate and
-                // the budget allow and another backend may answer better.
-                SecondProj::Parked { .. } | SecondProj::Sleeping { .. }
-                    if verdict == Verdict::Failure && worth_a_backup(&result) =>
-                {
-                    if !this.shared.may_hedge(Instant::now()) {
-                        // Counted suppressed.
-                        this.second.set(Second::Done);
-                        return Poll::Ready(result);
-                    }
-                    let mut backup = match this.second.as_mut().project_replace(Second::Done) {
-                        SecondReplace::Parked { backup } => backup,
-                        SecondReplace::Sleeping { backup, .. } => backup,
-                        _ => return Poll::Ready(result),
-                    };
-                    backup.after_failure = true;
-                    Counters::add(&this.shared.counters.after_failure);
-                    tracing::debug!("hedge: the first attempt failed fast; backup sent now");
-                    this.second.set(Second::Firing { backup });
-                }
-                _ => return Poll::Ready(result),
             }
         }
         // The backup, through as many states as are ready now.
         loop {
-            let second = this.second.as_mut().project();
-            match second {
-                SecondProj::Running { future, sent, slot } => {
-                    let Poll::Ready(result) = future.poll(cx) else {
-                        return Poll::Pending;
-                    };
-                    let result = result.map_err(Into::into);
-                    let (sent, slot) = (*sent, slot.take());
-                    this.second.set(Second::Done);
-                    if matches!(&result, Err(e) if e.is::<NoAlternative>()) {
-                        // Refused before any pick: not sent after all.
-                        let c = &this.shared.counters;
-                        c.hedges.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                        Counters::add(&c.suppressed_no_alternative);
-                        this.shared.budget.refund(Instant::now());
-                        tracing::debug!("hedge suppressed: no other backend holds the model");
-                        if matches!(*this.first, Attempt::Done) {
-                            return Poll::Ready(result);
-                        }
-                        return Poll::Pending;
-                    }
-                    if verdict(classify, &result) != Verdict::Answer {
-                        if matches!(*this.first, Attempt::Done) {
-                            return Poll::Ready(result);
-                        }
-                        // The first attempt goes on (its waker is set).
-                        return Poll::Pending;
-                    }
-                    let now = Instant::now();
-                    Counters::add(&this.shared.counters.won);
-                    tracing::debug!(after_ms = (now - sent).as_millis() as u64, "hedge won");
-                    if let (Attempt::Running { .. }, Some(slot)) = (&*this.first, &slot) {
-                        // Outrun: the balancer records the first attempt,
-                        // dropped below, as its backend's failure.
-                        slot.supersede();
-                    }
-                    if let Some(place) = *this.place {
-                        let delays = &this.shared.delays;
-                        delays.record(place, now - sent, now);
-                        // The superseded first attempt: how long it ran, a
-                        // lower bound of its latency, so that the slow
-                        // answers hedging cuts short still count.
-                        if let AttemptProj::Running { sent, .. } = this.first.as_mut().project() {
-                            delays.record(place, now - *sent, now);
-                        }
-                    }
-                    this.first.set(Attempt::Done);
-                    return Poll::Ready(result);
-                }
-                SecondProj::Done => {
-                    if matches!(*this.first, Attempt::Done) {
-                        // Only reached when polled after completion.
-                        return Poll::Ready(Err("hedge: polled after completion".into()));
-                    }
-                    return Poll::Pending;
-                }
-                SecondProj::Parked { backup } => {
-                    let sleep = tokio::time::sleep_until(backup.deadline);
-                    let SecondReplace::Parked { backup } =
-                        this.second.as_mut().project_replace(Second::Done)
-                    else {
-                        return Poll::Pending;
-                    };
-                    this.second.set(Second::Sleeping { backup, sleep });
-                }
-                SecondProj::Sleeping { sleep, .. } => {
-                    ready!(sleep.poll(cx));
-                    let SecondReplace::Sleeping { backup, .. } =
-                        this.second.as_mut().project_replace(Second::Done)
-                    else {
-                        return Poll::Pending;
-                    };
-                    if !this.shared.may_hedge(Instant::now()) {
-                        // Suppressed: the first attempt goes on alone.
-                        return Poll::Pending;
-                    }
-                    this.second.set(Second::Firing { backup });
+            match this.second.as_mut().project() {
+                SecondProj::Parked { .. } | SecondProj::Sleeping { .. } => {
+                    ready!(this.wait_for_delay(cx));
                 }
                 SecondProj::Firing { backup } => {
                     if let Err(error) = ready!(backup.service.poll_ready(cx)) {
-                        let error: BoxError = error.into();
-                        tracing::debug!(%error, "hedge: backup not ready");
-                        this.shared.budget.refund(Instant::now());
-                        Counters::add(&this.shared.counters.unready);
-                        this.second.set(Second::Done);
-                        if matches!(*this.first, Attempt::Done) {
-                            // Sent after the first failed: its error is all.
-                            return Poll::Ready(Err(error));
-                        }
-                        // The backup cannot be sent: the first attempt goes on.
-                        return Poll::Pending;
+                        return this.backup_unready(error.into());
                     }
-                    let SecondReplace::Firing {
-                        backup:
-                            Backup {
-                                mut service,
-                                mut request,
-                                slot,
-                                after_failure,
-                                ..
-                            },
-                    } = this.second.as_mut().project_replace(Second::Done)
-                    else {
-                        return Poll::Pending;
-                    };
-                    let picked = slot.as_ref().and_then(PickedSlot::get);
-                    if let (Some(picked), Some(extensions)) = (picked, request.extensions_mut()) {
-                        extensions.insert(match after_failure {
-                            true => Exclude::strict(picked.clone()),
-                            false => Exclude::new(picked.clone()),
-                        });
-                    }
-                    Counters::add(&this.shared.counters.hedges);
-                    tracing::debug!(exclude = ?picked.map(|b| b.as_str()), "hedge sent");
-                    let future = service.call(request);
-                    this.second.set(Second::Running {
-                        future,
-                        sent: Instant::now(),
-                        slot,
-                    });
+                    ready!(this.send_backup());
                 }
+                SecondProj::Running { future, sent, slot } => {
+                    let result = ready!(future.poll(cx)).map_err(Into::into);
+                    let (sent, slot) = (*sent, slot.take());
+                    this.second.set(Second::Done);
+                    return this.backup_done(result, sent, slot);
+                }
+                SecondProj::Done => return this.no_backup(),
             }
         }
+    }
+}
+
+// === the steps of `poll` ===
+
+/// What the race resolves to: an attempt's result.
+type Settled<S, Req> = Result<<S as Service<Req>>::Response, BoxError>;
+
+impl<S, Req, C> ResponseFutureProj<'_, S, Req, C>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    Req: CloneRequest,
+    C: Classify<S::Response, BoxError>,
+{
+    /// The first attempt finished with `result` (sent at `sent`). An
+    /// answer wins: its latency is recorded and the backup, if any, is
+    /// dropped (cancelled). A failure or an overload waits for a backup
+    /// already sent; one about to go goes as a retry after a failure, and
+    /// not at all after an overload (the drop gives its budget back); one
+    /// waiting for its delay goes now after a failure worth it
+    /// ([`Self::retry_now`]). `None`: the race goes on; else the result.
+    fn first_done(&mut self, result: Settled<S, Req>, sent: Instant) -> Option<Settled<S, Req>> {
+        let verdict = verdict(&*self.classify, &result);
+        if verdict == Verdict::Answer {
+            let now = Instant::now();
+            if let Some(place) = *self.place {
+                self.shared.delays.record(place, now - sent, now);
+            }
+            return Some(result);
+        }
+        match self.second.as_mut().project() {
+            // Sent: it goes on, and whichever finishes last is returned.
+            SecondProj::Running { .. } => None,
+            // About to go (delay passed, budget taken): as a retry.
+            SecondProj::Firing { backup } if verdict == Verdict::Failure => {
+                backup.after_failure = true;
+                None
+            }
+            // About to go, but the backend shed the call: not sent
+            // during an overload.
+            SecondProj::Firing { .. } => {
+                tracing::debug!("hedge: the first attempt was shed; no backup");
+                Some(result)
+            }
+            SecondProj::Parked { .. } | SecondProj::Sleeping { .. }
+                if verdict == Verdict::Failure && worth_a_backup(&result) =>
+            {
+                self.retry_now(result)
+            }
+            _ => Some(result),
+        }
+    }
+
+    /// A first attempt that failed while its backup waited for its delay:
+    /// the backup is sent now instead, as a retry, if the gate and the
+    /// budget allow and another backend may answer better; else (counted
+    /// suppressed) the failure is the result.
+    fn retry_now(&mut self, result: Settled<S, Req>) -> Option<Settled<S, Req>> {
+        if !self.shared.may_hedge(Instant::now()) {
+            // Counted suppressed.
+            self.second.set(Second::Done);
+            return Some(result);
+        }
+        let mut backup = match self.second.as_mut().project_replace(Second::Done) {
+            SecondReplace::Parked { backup } => backup,
+            SecondReplace::Sleeping { backup, .. } => backup,
+            _ => return Some(result),
+        };
+        backup.after_failure = true;
+        Counters::add(&self.shared.counters.after_failure);
+        tracing::debug!("hedge: the first attempt failed fast; backup sent now");
+        self.second.set(Second::Firing { backup });
+        None
+    }
+
+    /// The backup parked or sleeping: its timer starts (on the first poll
+    /// that finds the first attempt pending, so an answer ready at once
+    /// costs no timer); once it fires, the backup is due, and goes if the
+    /// gate and the budget allow. Pending: not yet due, or suppressed (the
+    /// first attempt goes on alone).
+    fn wait_for_delay(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let SecondProj::Parked { backup } = self.second.as_mut().project() {
+            let sleep = tokio::time::sleep_until(backup.deadline);
+            let SecondReplace::Parked { backup } =
+                self.second.as_mut().project_replace(Second::Done)
+            else {
+                return Poll::Pending;
+            };
+            self.second.set(Second::Sleeping { backup, sleep });
+        }
+        let SecondProj::Sleeping { sleep, .. } = self.second.as_mut().project() else {
+            return Poll::Pending;
+        };
+        ready!(sleep.poll(cx));
+        let SecondReplace::Sleeping { backup, .. } =
+            self.second.as_mut().project_replace(Second::Done)
+        else {
+            return Poll::Pending;
+        };
+        if !self.shared.may_hedge(Instant::now()) {
+            // Suppressed: the first attempt goes on alone.
+            return Poll::Pending;
+        }
+        self.second.set(Second::Firing { backup });
+        Poll::Ready(())
+    }
+
+    /// The backup's service failed its readiness: the budget given back,
+    /// counted, the backup dropped.
+    fn backup_unready(&mut self, error: BoxError) -> Poll<Settled<S, Req>> {
+        tracing::debug!(%error, "hedge: backup not ready");
+        self.shared.budget.refund(Instant::now());
+        Counters::add(&self.shared.counters.unready);
+        self.second.set(Second::Done);
+        // Sent after the first failed: its error is all. Else the backup
+        // cannot be sent: the first attempt goes on.
+        self.last_or_pending(Err(error))
+    }
+
+    /// The backup's service is ready: the backup is sent, the first
+    /// attempt's backend excluded (strictly for a retry).
+    fn send_backup(&mut self) -> Poll<()> {
+        let SecondReplace::Firing {
+            backup:
+                Backup {
+                    mut service,
+                    mut request,
+                    slot,
+                    after_failure,
+                    ..
+                },
+        } = self.second.as_mut().project_replace(Second::Done)
+        else {
+            return Poll::Pending;
+        };
+        let picked = slot.as_ref().and_then(PickedSlot::get);
+        if let (Some(picked), Some(extensions)) = (picked, request.extensions_mut()) {
+            extensions.insert(match after_failure {
+                true => Exclude::strict(picked.clone()),
+                false => Exclude::new(picked.clone()),
+            });
+        }
+        Counters::add(&self.shared.counters.hedges);
+        tracing::debug!(exclude = ?picked.map(|b| b.as_str()), "hedge sent");
+        let future = service.call(request);
+        self.second.set(Second::Running {
+            future,
+            sent: Instant::now(),
+            slot,
+        });
+        Poll::Ready(())
+    }
+
+    /// The backup finished with `result` (sent at `sent`, with the first
+    /// attempt's `slot`): refused before any pick, it was not sent after
+    /// all; a failure or an overload is the result if the first attempt
+    /// ended too, else the first goes on; an answer wins
+    /// ([`Self::backup_won`]).
+    fn backup_done(
+        &mut self,
+        result: Settled<S, Req>,
+        sent: Instant,
+        slot: Option<PickedSlot>,
+    ) -> Poll<Settled<S, Req>> {
+        if matches!(&result, Err(e) if e.is::<NoAlternative>()) {
+            // Refused before any pick: not sent after all.
+            let c = &self.shared.counters;
+            c.hedges.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            Counters::add(&c.suppressed_no_alternative);
+            self.shared.budget.refund(Instant::now());
+            tracing::debug!("hedge suppressed: no other backend holds the model");
+            return self.last_or_pending(result);
+        }
+        if verdict(&*self.classify, &result) != Verdict::Answer {
+            return self.last_or_pending(result);
+        }
+        self.backup_won(sent, slot);
+        Poll::Ready(result)
+    }
+
+    /// The backup answered first: counted a win, its latency recorded,
+    /// and the first attempt, if still running, superseded and dropped.
+    fn backup_won(&mut self, sent: Instant, slot: Option<PickedSlot>) {
+        let now = Instant::now();
+        Counters::add(&self.shared.counters.won);
+        tracing::debug!(after_ms = (now - sent).as_millis() as u64, "hedge won");
+        if let (Attempt::Running { .. }, Some(slot)) = (&*self.first, &slot) {
+            // Outrun: the balancer records the first attempt, dropped
+            // below, as its backend's failure.
+            slot.supersede();
+        }
+        if let Some(place) = *self.place {
+            let delays = &self.shared.delays;
+            delays.record(place, now - sent, now);
+            // The superseded first attempt: how long it ran, a lower
+            // bound of its latency, so that the slow answers hedging cuts
+            // short still count.
+            if let AttemptProj::Running { sent, .. } = self.first.as_mut().project() {
+                delays.record(place, now - *sent, now);
+            }
+        }
+        self.first.set(Attempt::Done);
+    }
+
+    /// No backup to drive: the first attempt goes on (its waker is set).
+    fn no_backup(&self) -> Poll<Settled<S, Req>> {
+        if matches!(*self.first, Attempt::Done) {
+            // Only reached when polled after completion.
+            return Poll::Ready(Err("hedge: polled after completion".into()));
+        }
+        Poll::Pending
+    }
+
+    /// `result`, the last attempt's, if the first attempt ended; else
+    /// pending while the first goes on (its waker is set).
+    fn last_or_pending(&self, result: Settled<S, Req>) -> Poll<Settled<S, Req>> {
+        if matches!(*self.first, Attempt::Done) {
+            return Poll::Ready(result);
+        }
+        Poll::Pending
     }
 }

@@ -139,6 +139,7 @@ mod request;
 mod retry;
 mod service;
 mod shared;
+mod verdict;
 
 pub use self::budget::Budget;
 pub use self::buffer::{BufferRequestBody, BufferRequestBodyFuture, BufferRequestBodyLayer};

@@ -217,8 +217,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) key: u64,
     /// A backend treated as not eligible (see [`Ask::exclude`]).
     pub(crate) exclude: Option<usize>,
-    /// A `Critical` request: it has headroom above the admission limit.
-    pub(crate) critical: bool,
+    /// The request's urgency: a `Critical` one has headroom above the
+    /// admission limit.
+    pub(crate) urgency: Urgency,
 }
 
 impl Ctx<'_> {
@@ -240,7 +241,7 @@ impl Ctx<'_> {
     /// limit (always, without admission).
     #[inline]
     pub(crate) fn room(&self, i: usize) -> bool {
-        self.state(i).has_room(self.critical)
+        self.state(i).has_room(self.urgency)
     }
 
     /// Takes a permit on backend `i`: the breaker in scope's (the

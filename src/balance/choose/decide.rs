@@ -129,17 +129,26 @@ fn saturated(config: &BalanceConfig, route: &RouteView<'_>) -> Refused {
     ))
 }
 
+/// Which requests' guards record their latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timed {
+    /// Every one (the pick API: its caller reads [`Guard::started`]).
+    Always,
+    /// Those the clone's sampler draws (the `Service` path).
+    Sampled,
+}
+
 impl Local {
-    /// Picks a backend for `route` at `now`, counting the branch taken.
-    /// `timed`: the guard records the latency on every finish, not only on
-    /// the sampled requests.
+    /// Picks a backend for `route` at `now`, counting the branch taken;
+    /// `timed` says whether the guard records the latency on every
+    /// finish or only on the sampled requests.
     #[inline]
     pub(crate) fn route<E: Clone>(
         &mut self,
         shared: &Shared<E>,
         route: &RouteView<'_>,
         now: &Now,
-        timed: bool,
+        timed: Timed,
         random: &mut impl FnMut() -> u64,
     ) -> Result<Picked<E>, Refused> {
         // The decision's span: the events below carry its fields. Off (no
@@ -253,7 +262,7 @@ impl Local {
             unseen,
             "picked"
         );
-        let started = (timed || draw.timed).then(|| now.get());
+        let started = (timed == Timed::Always || draw.timed).then(|| now.get());
         if draw.timed {
             // The same instant: `now` reads the clock once per pick.
             self.sampler.started(now.get());

@@ -10,7 +10,7 @@ use crate::balance::choose::update::pick_update;
 use crate::balance::state::clock::Now;
 use crate::balance::state::residency::Warmth;
 use crate::balance::state::table::Table;
-use crate::route::{RequestKind, Urgency};
+use crate::route::RequestKind;
 
 /// Why a pick found nothing: under admission, with some backend eligible
 /// (every candidate was at its limit), saturation; else no backend.
@@ -45,7 +45,7 @@ pub(crate) fn pick(
         now,
         key: ask.key,
         exclude: None,
-        critical: ask.urgency == Urgency::Critical,
+        urgency: ask.urgency,
     };
     let exclude = ask.exclude.filter(|_| ask.kind != RequestKind::Update);
     let mut picked = match exclude {

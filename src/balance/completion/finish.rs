@@ -12,10 +12,22 @@ use crate::classify::sse::is_event_stream;
 use crate::classify::{AtEndOfBody, AtResponse, Classified, Classify, Outcome};
 use crate::placement::WaitedForLoad;
 
-pub(crate) use self::sealed::Finish;
+pub(crate) use self::sealed::{Finish, Sent};
 
 mod sealed {
     use crate::balance::completion::guard::Guard;
+
+    /// When a request was sent to its backend: with placement on, one
+    /// picked where its model was not served may wait for its load first
+    /// (its answer then carries
+    /// [`WaitedForLoad`](crate::placement::WaitedForLoad)).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Sent {
+        /// At once: its model served there (or loading without it).
+        AtOnce,
+        /// After its model's load there: a cold start.
+        AfterLoad,
+    }
 
     /// Hands a backend's answer `T` (or its error `E`) on, its outcome
     /// recorded to the request's guard. Implemented inside the crate only.
@@ -28,9 +40,9 @@ mod sealed {
         /// What the balancer returns.
         type Output;
 
-        /// The answer; `waited` when the request waited for its model's
-        /// load.
-        fn response(&self, response: T, guard: Guard, waited: bool) -> Self::Output;
+        /// The answer; `sent` says whether the request waited for its
+        /// model's load.
+        fn response(&self, response: T, guard: Guard, sent: Sent) -> Self::Output;
 
         /// The endpoint's error.
         fn error(&self, error: &E, guard: Guard);
@@ -44,10 +56,10 @@ impl<B: Body, E> Finish<http::Response<B>, E> for AtEndOfBody {
         &self,
         mut response: http::Response<B>,
         mut guard: Guard,
-        waited: bool,
+        sent: Sent,
     ) -> Self::Output {
         guard.answered();
-        if waited {
+        if sent == Sent::AfterLoad {
             response.extensions_mut().insert(WaitedForLoad);
         }
         if let Some(receipt) = guard.take_receipt() {
@@ -76,7 +88,7 @@ impl<B: Body, E> Finish<http::Response<B>, E> for AtEndOfBody {
 impl<T, E, C: Classify<T, E>> Finish<T, E> for AtResponse<C> {
     type Output = T;
 
-    fn response(&self, response: T, mut guard: Guard, _waited: bool) -> T {
+    fn response(&self, response: T, mut guard: Guard, _: Sent) -> T {
         guard.answered();
         let verdict = self.classifier.classify_response(&response);
         guard.finish(at_end(verdict, None));

@@ -302,7 +302,7 @@ impl Guard {
         let penalty = self.state.fleet.settings.health.failure_penalty;
         match outcome {
             Outcome::Success if self.started.is_some() => {
-                self.state.latency.record(latency, false);
+                self.state.latency.record(latency, outcome);
                 // What the caller saw, cold starts included.
                 if let (true, Some((ttft, tpot))) = (self.events, self.timing.ended_stream()) {
                     self.state.stream.record(ttft, tpot);
@@ -313,7 +313,7 @@ impl Guard {
                 // says nothing of the backend's health: cold loads are
                 // expected, and the balancer chose them.
                 if self.warmth == Warmth::Warm {
-                    self.state.health.record(elapsed, false, penalty);
+                    self.state.health.record(elapsed, outcome, penalty);
                     // A warm inference request: its model's work.
                     if let Some(key) = self.model() {
                         self.state.fleet.work.record(key, total.unwrap_or_default());
@@ -322,9 +322,9 @@ impl Guard {
             }
             Outcome::Failure | Outcome::Overload => {
                 if self.started.is_some() {
-                    self.state.latency.record(latency, true);
+                    self.state.latency.record(latency, outcome);
                 }
-                self.state.health.record(elapsed, true, penalty);
+                self.state.health.record(elapsed, outcome, penalty);
             }
             // An untimed success has no latency; the caller's error says
             // nothing of the backend's speed.
@@ -350,7 +350,7 @@ impl Guard {
         self.state.health.answered();
         if matches!(outcome, Outcome::Failure | Outcome::Overload) {
             let penalty = self.state.fleet.settings.health.failure_penalty;
-            self.state.health.record(None, true, penalty);
+            self.state.health.record(None, outcome, penalty);
         }
         self.record(outcome, None, None);
     }
@@ -383,7 +383,7 @@ impl Drop for Guard {
             // Outrun by a backup: it ran at least this long.
             let now = Instant::now();
             let ran = now.saturating_duration_since(started);
-            self.state.latency.record(ran, false);
+            self.state.latency.record(ran, Outcome::Success);
             // Outrun: a slow call for the breaker, never a failure.
             let slow = self.state.breaker.config().slow_call_duration();
             self.record(Outcome::Success, Some(ran.max(slow)), Some(now));

@@ -19,6 +19,7 @@ use crate::balance::state::stream::StreamTimes;
 use crate::balance::state::traffic::Traffic;
 use crate::breaker::{Breaker, BreakerConfig, OnTransition, Ticket, Transition};
 use crate::classify::Outcome;
+use crate::route::Urgency;
 
 /// The fleet's breaker hook, told `id` with each transition.
 fn hook(id: &BackendId, fleet: &Fleet) -> Option<Box<dyn OnTransition>> {
@@ -109,14 +110,16 @@ impl BackendState {
     /// admission limit (always, without admission): `Critical` ones have
     /// the configured headroom above it.
     #[inline]
-    pub(crate) fn has_room(&self, critical: bool) -> bool {
+    pub(crate) fn has_room(&self, urgency: Urgency) -> bool {
         let load = self.load();
         let limit = self.limit.get();
         if load < limit {
             return true;
         }
-        match (&self.fleet.settings.admission, critical) {
-            (Some(admission), true) => load < limit.saturating_add(admission.headroom(limit)),
+        match (&self.fleet.settings.admission, urgency) {
+            (Some(admission), Urgency::Critical) => {
+                load < limit.saturating_add(admission.headroom(limit))
+            }
             _ => false,
         }
     }
@@ -188,7 +191,7 @@ impl BackendState {
     /// a slow call. A breaker that refuses (open) counts nothing more.
     pub(crate) fn record_failure(&self, key: u64, now: Instant) {
         let penalty = self.fleet.settings.health.failure_penalty;
-        self.health.record(None, true, penalty);
+        self.health.record(None, Outcome::Failure, penalty);
         match self.try_acquire(key, &Now::at(now)) {
             Some(Admission::Backend(ticket)) => {
                 self.breaker

@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::classify::Outcome;
+
 /// Latency a backend is assumed to have before any response (ms).
 pub(crate) const DEFAULT_LATENCY_MS: f64 = 30.0;
 /// Weight of each new sample in the latency EWMA.
@@ -75,11 +77,11 @@ impl LatencyEwma {
         f64::from_bits(self.bits.load(Ordering::Relaxed))
     }
 
-    /// Folds in one request's latency; a failure counts as at least
-    /// [`FAILURE_PENALTY_MS`].
-    pub(crate) fn record(&self, latency: Duration, failed: bool) {
+    /// Folds in one request's latency; a failure (or an overload) counts
+    /// as at least [`FAILURE_PENALTY_MS`].
+    pub(crate) fn record(&self, latency: Duration, outcome: Outcome) {
         let mut sample = latency.as_secs_f64() * 1_000.0;
-        if failed {
+        if matches!(outcome, Outcome::Failure | Outcome::Overload) {
             sample = sample.max(FAILURE_PENALTY_MS);
         }
         let old = self.get();
@@ -160,8 +162,8 @@ mod tests {
         let fast_failing = LatencyEwma::starting_at(DEFAULT_LATENCY_MS);
         let healthy = LatencyEwma::starting_at(DEFAULT_LATENCY_MS);
         for _ in 0..20 {
-            fast_failing.record(Duration::from_millis(1), true);
-            healthy.record(Duration::from_millis(20), false);
+            fast_failing.record(Duration::from_millis(1), Outcome::Failure);
+            healthy.record(Duration::from_millis(20), Outcome::Success);
         }
         assert!(fast_failing.get() > 900.0, "{}", fast_failing.get());
         assert!((healthy.get() - 20.0).abs() < 1.0, "{}", healthy.get());

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use crate::backend::BackendId;
 use crate::balance::backend::BackendMeta;
 use crate::balance::state::cost::Weight;
+use crate::classify::Outcome;
 use crate::endpoint::Origin;
 use crate::health::probe::ProbeTarget;
 use crate::health::{HealthConfig, HealthState, HealthStatus, LatencyHistogram, LoadSignals};
@@ -116,13 +117,14 @@ impl BackendHealth {
         self.answers.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Records a finished request: `failed` when it failed (always
-    /// counted, for the error rate), `latency` when it was timed. Only
-    /// timed requests enter the latency histogram, a failure at `penalty`
-    /// at least: successes and failures are timed at the same rate, so a
-    /// sample of the requests does not make failures look more common
-    /// than they are.
-    pub(crate) fn record(&self, latency: Option<Duration>, failed: bool, penalty: Duration) {
+    /// Records a finished request's `outcome` — a failure (or an
+    /// overload) is always counted, for the error rate — and its
+    /// `latency` when it was timed. Only timed requests enter the latency
+    /// histogram, a failure at `penalty` at least: successes and failures
+    /// are timed at the same rate, so a sample of the requests does not
+    /// make failures look more common than they are.
+    pub(crate) fn record(&self, latency: Option<Duration>, outcome: Outcome, penalty: Duration) {
+        let failed = matches!(outcome, Outcome::Failure | Outcome::Overload);
         if failed {
             self.failures.fetch_add(1, Ordering::Relaxed);
             self.failed.fetch_add(1, Ordering::Relaxed);
@@ -137,12 +139,12 @@ impl BackendHealth {
         }
     }
 
-    /// Records a probe's answer: `failed` when it failed or said not
-    /// ready; `load` when it read load signals.
-    pub(crate) fn record_probe(&self, failed: bool, load: Option<LoadSignals>, now: Instant) {
+    /// Records a probe's answer: [`Outcome::Failure`] when it failed or
+    /// said not ready; `load` when it read load signals.
+    pub(crate) fn record_probe(&self, outcome: Outcome, load: Option<LoadSignals>, now: Instant) {
         let mut inner = self.lock();
         inner.probes += 1;
-        inner.probe_failures += u64::from(failed);
+        inner.probe_failures += u64::from(outcome == Outcome::Failure);
         if let Some(load) = load.filter(|l| !l.is_empty()) {
             inner.load = Some((load, now));
         }

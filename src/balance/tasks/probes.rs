@@ -12,6 +12,7 @@ use crate::backend::BackendId;
 use crate::balance::state::shared::View;
 use crate::balance::state::table::Table;
 use crate::balance::tasks::sleep_or_gone;
+use crate::classify::Outcome;
 use crate::health::probe::{warn, ProbeConfig, ProbeError, ProbeReport, ProbeTarget, Prober};
 use crate::route::ModelId;
 use crate::task::BackgroundTask;
@@ -101,15 +102,17 @@ pub(crate) fn record(
     let now = Instant::now();
     match answer {
         Ok(report) => {
-            state
-                .health
-                .record_probe(report.is_failure(), Some(report.load), now);
+            let outcome = match report.is_failure() {
+                true => Outcome::Failure,
+                false => Outcome::Success,
+            };
+            state.health.record_probe(outcome, Some(report.load), now);
             if let Some(models) = &report.resident_models {
                 let at = table.fleet.millis(now);
                 state.residency.sync(models.iter().map(ModelId::hash64), at);
             }
         }
-        Err(_) => state.health.record_probe(true, None, now),
+        Err(_) => state.health.record_probe(Outcome::Failure, None, now),
     }
     true
 }

@@ -82,7 +82,7 @@ async fn between_two_idle_resident_owners_the_draw_is_weighted_by_cost() {
     // 30 → 124 ms: the first owner's chance is 124 / (30 + 124), 0.81.
     t.backends[order[1]]
         .latency
-        .record(Duration::from_millis(500), false);
+        .record(Duration::from_millis(500), Outcome::Success);
     let slower = share_of_first();
     assert!(
         (760..=860).contains(&slower),
@@ -424,7 +424,7 @@ async fn a_breaker_whose_open_duration_is_up_takes_the_next_request_as_its_probe
     for _ in 0..10 {
         t.backends[order[0]]
             .latency
-            .record(Duration::from_millis(1), true);
+            .record(Duration::from_millis(1), Outcome::Failure);
     }
     assert!(t.backends[order[0]].cost() > 10.0 * t.backends[order[1]].cost());
     assert_eq!(pick_now(&t, &ask(&r, 2)).map(|p| p.0), Some(order[1]));

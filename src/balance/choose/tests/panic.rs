@@ -98,8 +98,10 @@ async fn panic_mode_splits_evenly_whatever_the_estimates() {
     assert!(in_panic(&t, 0.5, &Now::lazy()));
     t.backends[0]
         .latency
-        .record(Duration::from_millis(30), false);
-    t.backends[1].latency.record(Duration::from_millis(5), true);
+        .record(Duration::from_millis(30), Outcome::Success);
+    t.backends[1]
+        .latency
+        .record(Duration::from_millis(5), Outcome::Failure);
     assert!(t.backends[0].cost() < t.backends[1].cost() / 5.0);
     let update = route("m").with_kind(RequestKind::Update);
     let model = route("llama");

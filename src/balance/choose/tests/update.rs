@@ -67,7 +67,7 @@ proptest! {
         let t = table(backends.len());
         for (i, &(load, latency_ms, health)) in backends.iter().enumerate() {
             set_load(&t, i, load);
-            t.backends[i].latency.record(Duration::from_millis(latency_ms), false);
+            t.backends[i].latency.record(Duration::from_millis(latency_ms), Outcome::Success);
             t.backends[i].health.weight.set(health);
         }
         let costs: Vec<f64> = t.backends.iter().map(|b| b.cost()).collect();
