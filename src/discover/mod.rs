@@ -43,8 +43,8 @@
 //! ```
 //!
 //! A discovery source is any [`tower::discover::Discover`] whose services
-//! are [`Backend`](crate::balance::Backend)s: a backend's
-//! [`BackendMeta`](crate::balance::BackendMeta) (ID, weight, model slots,
+//! are [`Backend`](crate::backend::Backend)s: a backend's
+//! [`BackendMeta`](crate::backend::BackendMeta) (ID, weight, model slots,
 //! resident models, address, GPU memory) paired with its endpoint. The
 //! sources here key every change by the backend's ID, and never fail
 //! (`Error = Infallible`):

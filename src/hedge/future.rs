@@ -11,14 +11,12 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use super::delay::Place;
+use super::refusal::{no_alternative, refused, shed};
 use super::shared::{Counters, Shared};
 use super::CloneRequest;
 use crate::backend::{Exclude, PickedSlot};
 use crate::classify::{Classified, Classify, Outcome};
-use crate::error::{
-    BoxError, InvalidRoute, NoAlternative, NoHealthyBackend, Overloaded, PayloadTooLarge,
-    UnknownModel,
-};
+use crate::error::{BoxError, InvalidRoute, PayloadTooLarge};
 
 /// A backup not yet sent: the inner service's clone (not yet polled
 /// ready), the request's copy, the first attempt's slot, when to send.
@@ -53,13 +51,14 @@ enum Verdict {
 }
 
 /// The verdict on `result` by `classify`. Errors are failures, except the
-/// balancer's [`Overloaded`] (its admission shed the call): an overload.
+/// balancer's [`Overloaded`](crate::error::Overloaded) (its admission
+/// shed the call): an overload.
 fn verdict<C, R>(classify: &C, result: &Result<R, BoxError>) -> Verdict
 where
     C: Classify<R, BoxError>,
 {
     match result {
-        Err(error) if error.is::<Overloaded>() => Verdict::Overload,
+        Err(error) if shed(error) => Verdict::Overload,
         Err(_) => Verdict::Failure,
         Ok(response) => match classify.classify_response(response) {
             Classified::Ready(Outcome::Failure) => Verdict::Failure,
@@ -79,12 +78,7 @@ fn worth_a_backup<R>(result: &Result<R, BoxError>) -> bool {
     match result {
         Ok(_) => true,
         Err(error) => {
-            !(error.is::<NoHealthyBackend>()
-                || error.is::<InvalidRoute>()
-                || error.is::<PayloadTooLarge>()
-                || error.is::<UnknownModel>()
-                || error.is::<NoAlternative>()
-                || error.is::<Overloaded>())
+            !(error.is::<InvalidRoute>() || error.is::<PayloadTooLarge>() || refused(error))
         }
     }
 }
@@ -301,7 +295,7 @@ where
                     let result = result.map_err(Into::into);
                     let (sent, slot) = (*sent, slot.take());
                     this.second.set(Second::Done);
-                    if matches!(&result, Err(e) if e.is::<NoAlternative>()) {
+                    if matches!(&result, Err(e) if no_alternative(e)) {
                         // Refused before any pick: not sent after all.
                         let c = &this.shared.counters;
                         c.hedges.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
