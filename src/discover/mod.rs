@@ -68,6 +68,9 @@
 //! count; a `Remove` makes it ineligible at once, and requests in flight
 //! there finish normally.
 //!
+//! The sources sit below the balancer: feature `discover` does not turn on
+//! `balance`, and what they yield ([`crate::backend`]) is always built.
+//!
 //! Sets are compared by metadata: endpoints are not comparable, so a new
 //! endpoint with unchanged metadata is not announced (see [`Watch`]).
 
