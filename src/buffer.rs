@@ -19,7 +19,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http_body::Body;
 use pin_project_lite::pin_project;
 
-use crate::error::{BoxError, PayloadTooLarge};
+use crate::error::common::{BoxError, PayloadTooLarge};
 
 /// Why a body was not read whole.
 #[derive(Debug)]

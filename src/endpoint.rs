@@ -55,7 +55,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme, Uri};
 use tower_service::Service;
 
-use crate::error::InvalidConfig;
+use crate::error::common::InvalidConfig;
 
 /// Sends every request to one origin (scheme and authority), with the
 /// origin's `Host` and without hop-by-hop headers; see the

@@ -4,6 +4,10 @@
 //!   the `crate::balance::…`, `super::…` and `self::…` paths in its code
 //!   (comments and inline test modules left out), each resolved to the
 //!   file that defines the module it names, a folder's `mod.rs` included;
+//! * the ground modules (`error`'s own files, `backend`, `route`, `ring`,
+//!   `endpoint`, `buffer`) import only one another, without a cycle;
+//! * no import cycle among the files of the simulated servers
+//!   (`crates/sim/src/`);
 //! * no Rust file in the repository over 450 lines;
 //! * `docs/ARCHITECTURE.md` names every source file under `src/` (test
 //!   modules aside) by its path from `src/`, and every file of a companion
@@ -43,14 +47,15 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The module a file under `base` defines: `choose/pick.rs` is
-/// `["choose", "pick"]`, `choose/mod.rs` is `["choose"]`, `mod.rs` is `[]`.
+/// `["choose", "pick"]`, `choose/mod.rs` is `["choose"]`, `mod.rs` (and a
+/// crate's `lib.rs`) is `[]`.
 fn module_of(base: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(base).unwrap().with_extension("");
     let mut parts: Vec<String> = rel
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
-    if parts.last().map(String::as_str) == Some("mod") {
+    if parts.last().map(String::as_str) == Some("mod") || parts == ["lib"] {
         parts.pop();
     }
     parts
@@ -137,14 +142,20 @@ fn paths(code: &str) -> Vec<Vec<String>> {
 }
 
 /// The module `path`, written in module `from`, lands in: the longest
-/// prefix of it that is a known module; `None` outside `crate::balance`.
+/// prefix of it that is a known module; `None` outside `crate::{root}`
+/// (`root` is where the modules are named from: `["balance"]` for the
+/// balancer's files, `[]` for a whole crate's).
 fn resolve(
     from: &[String],
     path: &[String],
     modules: &BTreeSet<Vec<String>>,
+    root: &[&str],
 ) -> Option<Vec<String>> {
+    let under_root = path
+        .get(1..1 + root.len())
+        .is_some_and(|segs| segs.iter().eq(root.iter()));
     let (mut base, mut rest): (Vec<String>, &[String]) = match path.first()?.as_str() {
-        "crate" if path.get(1).map(String::as_str) == Some("balance") => (Vec::new(), &path[2..]),
+        "crate" if under_root => (Vec::new(), &path[1 + root.len()..]),
         "self" => (from.to_vec(), &path[1..]),
         "super" => (from.to_vec(), path),
         _ => return None,
@@ -164,8 +175,9 @@ fn resolve(
     best
 }
 
-/// The file-level graph of the modules under `base`.
-fn graph(base: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+/// The file-level graph of the modules under `base`, named from `root`
+/// (see [`resolve`]).
+fn graph(base: &Path, root: &[&str]) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
     let files = rust_files(base);
     let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(base, f)).collect();
     let mut edges = BTreeMap::new();
@@ -174,7 +186,7 @@ fn graph(base: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
         let src = std::fs::read_to_string(file).unwrap();
         let to: BTreeSet<Vec<String>> = paths(&code(&src))
             .iter()
-            .filter_map(|p| resolve(&from, p, &modules))
+            .filter_map(|p| resolve(&from, p, &modules, root))
             .filter(|m| *m != from)
             .collect();
         edges.insert(from, to);
@@ -183,7 +195,7 @@ fn graph(base: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
 }
 
 /// A cycle in `edges`, as the modules on it, if there is one.
-fn find_cycle(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Option<Vec<String>> {
+fn find_cycle(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Option<Vec<Vec<String>>> {
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         Open,
@@ -194,15 +206,15 @@ fn find_cycle(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Option<Ve
         edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
         marks: &mut BTreeMap<Vec<String>, Mark>,
         stack: &mut Vec<Vec<String>>,
-    ) -> Option<Vec<String>> {
+    ) -> Option<Vec<Vec<String>>> {
         marks.insert(at.clone(), Mark::Open);
         stack.push(at.clone());
         for next in edges.get(at).into_iter().flatten() {
             match marks.get(next) {
                 Some(Mark::Open) => {
                     let from = stack.iter().position(|m| m == next).unwrap();
-                    let mut cycle: Vec<String> = stack[from..].iter().map(|m| name(m)).collect();
-                    cycle.push(name(next));
+                    let mut cycle = stack[from..].to_vec();
+                    cycle.push(next.clone());
                     return Some(cycle);
                 }
                 Some(Mark::Done) => {}
@@ -238,13 +250,71 @@ fn name(module: &[String]) -> String {
 
 #[test]
 fn the_files_of_the_balancer_import_each_other_without_a_cycle() {
-    let edges = graph(&root().join("src/balance"));
+    let edges = graph(&root().join("src/balance"), &["balance"]);
     assert!(edges.len() > 20, "the balancer's files were found");
     assert!(
         edges.values().map(BTreeSet::len).sum::<usize>() > 50,
         "their imports were read"
     );
     if let Some(cycle) = find_cycle(&edges) {
+        let cycle: Vec<String> = cycle.iter().map(|m| name(m)).collect();
+        panic!("import cycle: {}", cycle.join(" -> "));
+    }
+}
+
+/// The ground modules' node of a module of `src/`: `route`'s and `ring`'s
+/// files as one node each (their folder's `mod.rs` defines the types its
+/// files use), `backend`'s and `error`'s file by file (their `mod.rs` and
+/// `error.rs` re-export); `None` above the ground — `error.rs` included,
+/// which re-exports the errors of `route`, `balance` and `placement`.
+fn ground(module: &[String]) -> Option<Vec<String>> {
+    match module.first().map(String::as_str)? {
+        "route" | "ring" | "endpoint" | "buffer" => Some(module[..1].to_vec()),
+        "backend" => Some(module.to_vec()),
+        "error" if module.len() > 1 => Some(module.to_vec()),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_ground_modules_import_only_one_another_without_a_cycle() {
+    let edges = graph(&root().join("src"), &[]);
+    let mut nodes: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    let mut above = Vec::new();
+    for (from, to) in &edges {
+        let Some(node) = ground(from) else { continue };
+        let out = nodes.entry(node.clone()).or_default();
+        for module in to {
+            match ground(module) {
+                Some(next) if next != node => {
+                    out.insert(next);
+                }
+                Some(_) => {}
+                None => above.push(format!("{} -> {}", from.join("/"), module.join("/"))),
+            }
+        }
+    }
+    assert!(nodes.len() >= 10, "the ground files were found: {nodes:?}");
+    assert!(
+        above.is_empty(),
+        "ground modules import from above: {above:?}"
+    );
+    if let Some(cycle) = find_cycle(&nodes) {
+        let cycle: Vec<String> = cycle.iter().map(|m| m.join("/")).collect();
+        panic!("import cycle: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_files_of_the_simulated_servers_import_each_other_without_a_cycle() {
+    let edges = graph(&root().join("crates/sim/src"), &[]);
+    assert!(edges.len() > 15, "the simulator's files were found");
+    assert!(
+        edges.values().map(BTreeSet::len).sum::<usize>() > 40,
+        "their imports were read"
+    );
+    if let Some(cycle) = find_cycle(&edges) {
+        let cycle: Vec<String> = cycle.iter().map(|m| m.join("/")).collect();
         panic!("import cycle: {}", cycle.join(" -> "));
     }
 }
@@ -273,7 +343,7 @@ fn the_cycle_check_finds_a_cycle() {
     let code = code("use crate::balance::state::{table::Table, fleet};\nuse super::super::choose::x;\n// use crate::balance::choose;\n");
     let found: BTreeSet<_> = paths(&code)
         .iter()
-        .filter_map(|p| resolve(&module("state/backend"), p, &known))
+        .filter_map(|p| resolve(&module("state/backend"), p, &known, &["balance"]))
         .collect();
     assert_eq!(
         found,

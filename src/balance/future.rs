@@ -36,7 +36,7 @@ use crate::balance::queued::Queued;
 use crate::balance::state::placement::{self, Placement, Prepared, Status};
 use crate::classify::{AtEndOfBody, Outcome};
 use crate::error::BoxError;
-use crate::error::{ModelLoadFailed, UnknownModel};
+use crate::placement::error::{ModelLoadFailed, UnknownModel};
 use crate::route::{ModelId, RequestKind, Routable};
 
 pin_project! {

@@ -300,10 +300,10 @@
 //! [`NoHealthyBackend`]: crate::error::NoHealthyBackend
 //! [`InvalidRoute`]: crate::error::InvalidRoute
 
-mod backend;
 mod choose;
 mod completion;
 mod config;
+pub(crate) mod error;
 pub mod future;
 mod handle;
 mod queued;
@@ -313,7 +313,6 @@ mod state;
 mod stats;
 mod tasks;
 
-pub use self::backend::{Backend, BackendMeta};
 pub use self::choose::decide::Picked;
 pub use self::completion::body::ResponseBody;
 pub use self::completion::guard::Guard;
@@ -324,6 +323,7 @@ pub use self::config::{
 pub use self::handle::BalancerHandle;
 pub use self::receipt::{PrefixHit, RouteReason, RoutingReceipt};
 pub use self::stats::{BackendStatus, BalanceStats};
+pub use crate::backend::{Backend, BackendMeta};
 /// The admission config's parts the TOML loader reads and writes.
 #[cfg(feature = "config")]
 pub(crate) mod config_parts {

@@ -11,10 +11,11 @@ use tokio::time::{Instant, Sleep};
 
 use crate::balance::choose::ctx::mix;
 use crate::balance::choose::decide::{Local, Picked, Refused, Timed};
+use crate::balance::error::Overloaded;
 use crate::balance::state::clock::Now;
 use crate::balance::state::queue::Waiter;
 use crate::balance::state::shared::Shared;
-use crate::error::{BoxError, Overloaded};
+use crate::error::BoxError;
 use crate::route::Routable;
 
 /// One queued request, boxed in its response future (only saturation

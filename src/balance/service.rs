@@ -11,12 +11,13 @@ use tower::discover::Discover;
 use tower::util::rng::{HasherRng, Rng};
 use tower_service::Service;
 
-use crate::balance::backend::Backend;
+use crate::backend::Backend;
 use crate::balance::choose::ctx::mix;
 use crate::balance::choose::decide::Picked;
 use crate::balance::choose::decide::{Local, Refused, Timed};
 use crate::balance::completion::finish::Finish;
 use crate::balance::config::BalanceConfig;
+use crate::balance::error::{NoHealthyBackend, Overloaded};
 use crate::balance::future::ResponseFuture;
 use crate::balance::handle::BalancerHandle;
 use crate::balance::queued::Queued;
@@ -25,7 +26,7 @@ use crate::balance::state::shared::{Shared, View};
 use crate::balance::tasks::discovery::{self, Drained, Registry};
 use crate::balance::tasks::{self, health};
 use crate::classify::{AtEndOfBody, AtResponse};
-use crate::error::{BoxError, InvalidRoute, NoHealthyBackend, NoRuntime, Overloaded};
+use crate::error::{BoxError, InvalidRoute, NoRuntime};
 use crate::route::{Routable, RouteInfo, RouteView};
 
 /// The model-aware balancer; see the [module docs](super).

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use tower::discover::Change;
 
 use crate::backend::BackendId;
-use crate::balance::{Backend, BackendMeta};
+use crate::backend::{Backend, BackendMeta};
 
 /// The backends announced so far, by ID (ordered, so removals come out in
 /// a deterministic order).

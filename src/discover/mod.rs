@@ -43,8 +43,8 @@
 //! ```
 //!
 //! A discovery source is any [`tower::discover::Discover`] whose services
-//! are [`Backend`](crate::balance::Backend)s: a backend's
-//! [`BackendMeta`](crate::balance::BackendMeta) (ID, weight, model slots,
+//! are [`Backend`](crate::backend::Backend)s: a backend's
+//! [`BackendMeta`](crate::backend::BackendMeta) (ID, weight, model slots,
 //! resident models, address, GPU memory) paired with its endpoint. The
 //! sources here key every change by the backend's ID, and never fail
 //! (`Error = Infallible`):
@@ -67,6 +67,9 @@
 //! its metadata and endpoint and keeps its breaker, health and in-flight
 //! count; a `Remove` makes it ineligible at once, and requests in flight
 //! there finish normally.
+//!
+//! The sources sit below the balancer: feature `discover` does not turn on
+//! `balance`, and what they yield ([`crate::backend`]) is always built.
 //!
 //! Sets are compared by metadata: endpoints are not comparable, so a new
 //! endpoint with unchanged metadata is not announced (see [`Watch`]).

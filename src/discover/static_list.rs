@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use tower::discover::Change;
 
+use crate::backend::Backend;
 use crate::backend::BackendId;
-use crate::balance::Backend;
 use crate::error::InvalidConfig;
 
 /// A discovery source over a fixed list of backends.

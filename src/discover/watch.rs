@@ -13,8 +13,8 @@ use tower::discover::Change;
 
 use super::diff::{first_of_each, Known};
 use super::Counters;
+use crate::backend::Backend;
 use crate::backend::BackendId;
-use crate::balance::Backend;
 
 type Changed<E> = Pin<
     Box<
@@ -46,14 +46,14 @@ enum State<E> {
 ///
 /// * `Remove(id)` for each ID no longer in the set (first, in ID order);
 /// * `Insert(id, backend)` for each new ID, and for each ID whose
-///   [`BackendMeta`](crate::balance::BackendMeta) changed (weight, model
+///   [`BackendMeta`](crate::backend::BackendMeta) changed (weight, model
 ///   slots, resident models, address, GPU memory) — the balancer updates
 ///   such a backend in place, keeping its breaker, health and in-flight
 ///   count;
 /// * nothing for a backend whose metadata is unchanged. Endpoints cannot
 ///   be compared, so **a new endpoint with unchanged metadata is not
 ///   announced**; a backend that moved usually has a new
-///   [`address`](crate::balance::BackendMeta::with_address), which is
+///   [`address`](crate::backend::BackendMeta::with_address), which is
 ///   metadata. To swap an endpoint alone, publish a set without the
 ///   backend, then one with it (its state starts afresh).
 ///

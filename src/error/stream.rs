@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::BoxError;
+use super::common::BoxError;
 
 /// An event stream (a `text/event-stream` answer) that failed before any
 /// of it reached the caller: before its first `data:` chunk its body

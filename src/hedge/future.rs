@@ -12,12 +12,13 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use super::delay::Place;
+use super::refusal::no_alternative;
 use super::shared::{Counters, Shared};
 use super::verdict::{verdict, worth_a_backup, Verdict};
 use super::CloneRequest;
 use crate::backend::{Exclude, PickedSlot};
 use crate::classify::Classify;
-use crate::error::{BoxError, NoAlternative};
+use crate::error::BoxError;
 
 /// A backup not yet sent: the inner service's clone (not yet polled
 /// ready), the request's copy, the first attempt's slot, when to send.
@@ -378,7 +379,7 @@ where
         sent: Instant,
         slot: Option<PickedSlot>,
     ) -> Poll<Settled<S, Req>> {
-        if matches!(&result, Err(e) if e.is::<NoAlternative>()) {
+        if matches!(&result, Err(e) if no_alternative(e)) {
             // Refused before any pick: not sent after all.
             let c = &self.shared.counters;
             c.hedges.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);

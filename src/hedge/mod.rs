@@ -135,6 +135,7 @@ mod first_frame;
 mod future;
 mod gate;
 mod layer;
+mod refusal;
 mod request;
 mod retry;
 mod service;

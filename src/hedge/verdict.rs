@@ -2,11 +2,9 @@
 //! failure or an overload; and whether a failed first attempt is worth a
 //! backup at once.
 
+use super::refusal::{refused, shed};
 use crate::classify::{Classified, Classify, Outcome};
-use crate::error::{
-    BoxError, InvalidRoute, NoAlternative, NoHealthyBackend, Overloaded, PayloadTooLarge,
-    UnknownModel,
-};
+use crate::error::{BoxError, InvalidRoute, PayloadTooLarge};
 
 /// What an attempt's result is to the race.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,13 +26,14 @@ pub(super) enum Verdict {
 }
 
 /// The verdict on `result` by `classify`. Errors are failures, except the
-/// balancer's [`Overloaded`] (its admission shed the call): an overload.
+/// balancer's [`Overloaded`](crate::error::Overloaded) (its admission
+/// shed the call): an overload.
 pub(super) fn verdict<C, R>(classify: &C, result: &Result<R, BoxError>) -> Verdict
 where
     C: Classify<R, BoxError>,
 {
     match result {
-        Err(error) if error.is::<Overloaded>() => Verdict::Overload,
+        Err(error) if shed(error) => Verdict::Overload,
         Err(_) => Verdict::Failure,
         Ok(response) => match classify.classify_response(response) {
             Classified::Ready(Outcome::Failure) => Verdict::Failure,
@@ -54,12 +53,7 @@ pub(super) fn worth_a_backup<R>(result: &Result<R, BoxError>) -> bool {
     match result {
         Ok(_) => true,
         Err(error) => {
-            !(error.is::<NoHealthyBackend>()
-                || error.is::<InvalidRoute>()
-                || error.is::<PayloadTooLarge>()
-                || error.is::<UnknownModel>()
-                || error.is::<NoAlternative>()
-                || error.is::<Overloaded>())
+            !(error.is::<InvalidRoute>() || error.is::<PayloadTooLarge>() || refused(error))
         }
     }
 }

@@ -75,6 +75,7 @@
 //! [`VllmLoraLoader`] (`POST /v1/load_lora_adapter`).
 
 mod config;
+pub(crate) mod error;
 #[cfg(feature = "probe")]
 mod kserve;
 #[cfg(feature = "probe")]

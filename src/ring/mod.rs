@@ -51,8 +51,8 @@ mod walk;
 pub use self::walk::Walk;
 
 use self::index::Index;
-use crate::backend::BackendId;
-use crate::error::InvalidConfig;
+use crate::backend::id::BackendId;
+use crate::error::common::InvalidConfig;
 
 /// Default virtual nodes per unit of weight (the original design's 150).
 pub(crate) const DEFAULT_VNODES_PER_WEIGHT: u32 = 150;

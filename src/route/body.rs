@@ -66,7 +66,8 @@ use self::parse::{decode_segment, kserve_v2_model, read_json};
 use self::prompt::Prompt;
 use super::{ModelId, RouteInfo, Traits, MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER};
 use crate::buffer::{ReadWhole, Unread};
-use crate::error::{BoxError, InvalidReason, InvalidRoute};
+use crate::error::common::BoxError;
+use crate::route::error::{InvalidReason, InvalidRoute};
 
 /// Finds a request's model ID where inference APIs carry it, stores a
 /// [`RouteInfo`] in the request's extensions for the balancer behind, and

@@ -49,7 +49,7 @@ use std::sync::Arc;
 use http::header::{HeaderMap, HeaderName};
 use http::{Extensions, Request};
 
-use crate::error::{InvalidReason, InvalidRoute};
+use self::error::{InvalidReason, InvalidRoute};
 
 #[cfg(feature = "body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "body")))]
@@ -57,6 +57,7 @@ pub mod body;
 #[cfg(feature = "body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "body")))]
 pub use body::{ModelFromBody, ModelFromBodyBuilder, ModelFromBodyLayer};
+pub(crate) mod error;
 mod prefix;
 mod routable;
 #[cfg(test)]

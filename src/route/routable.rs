@@ -3,7 +3,7 @@
 use http::Extensions;
 
 use super::view::Route;
-use crate::error::InvalidRoute;
+use crate::route::error::InvalidRoute;
 
 /// A request the balancer can route: it gives its [`Route`] (model,
 /// kind, urgency, size) and, optionally, the extensions a hedge above the

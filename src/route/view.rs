@@ -7,8 +7,8 @@ use http::header::{HeaderMap, HeaderValue};
 use http::Extensions;
 
 use super::{ModelId, PrefixKey, RequestKind, RouteInfo, Urgency};
-use crate::backend::Exclude;
-use crate::error::{InvalidReason, InvalidRoute};
+use crate::backend::extensions::Exclude;
+use crate::route::error::{InvalidReason, InvalidRoute};
 
 /// A request's route, borrowed from the request: what a
 /// [`Routable`](super::Routable) request gives the balancer. Made from a

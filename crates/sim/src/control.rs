@@ -11,11 +11,11 @@ use http::{Method, StatusCode};
 use tokio::time::Instant;
 
 use super::fault::Fault;
-use super::handle::{json, plain, unavailable, SimResponse};
-use super::loads::{load, Call, Loaded, Outcome};
+use super::loads::{load, Call, Loaded};
 use super::lora;
 use super::protocol::{self, kserve_error};
-use super::server::{lock, State};
+use super::reply::{json, plain, unavailable, SimResponse};
+use super::state::{lock, Outcome, State};
 use tower_model_balance::route::ModelId;
 
 /// A model-control request.

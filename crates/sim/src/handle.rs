@@ -6,7 +6,6 @@ use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -16,19 +15,16 @@ use super::control;
 use super::fault::Fault;
 use super::metrics::{self, Snapshot};
 use super::openai;
-use super::prefill::{usage_json, Job};
+use super::prefill::usage_json;
 use super::protocol::{self, BACKEND_HEADER, COLD_LOAD_HEADER, RESIDENT_MODELS_HEADER};
 use super::queue::{backlog_delay, Counted};
+use super::reply::{json, plain, unavailable, SimResponse};
 use super::repository;
 use super::residency::Access;
-use super::server::{lock, State};
+use super::state::{lock, Job, State};
 use super::stream::{Plan, Stream};
 use super::wire::{CutMidBody, Wire};
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};
-
-/// An answer as the handlers build it; [`Wire::of`] turns it into what is
-/// sent.
-pub(super) type SimResponse = Response<Bytes>;
 
 /// The answer to `req`, as it is sent.
 pub(super) async fn handle(
@@ -375,27 +371,4 @@ fn snapshot(state: &State, fault: Option<Fault>) -> Snapshot {
         prefix_queries: c.prompt_tokens.load(Ordering::Relaxed),
         prefix_hits: c.cached_tokens.load(Ordering::Relaxed),
     }
-}
-
-/// A 503 for a fault, counted.
-pub(super) fn unavailable(state: &State) -> SimResponse {
-    state.counters.unavailable.fetch_add(1, Ordering::Relaxed);
-    plain(StatusCode::SERVICE_UNAVAILABLE, "unavailable")
-}
-
-/// A response with a JSON body.
-pub(super) fn json(status: StatusCode, body: &str) -> SimResponse {
-    let mut response = plain(status, body);
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-/// A response with a text body (no content type).
-pub(super) fn plain(status: StatusCode, body: &str) -> SimResponse {
-    let mut response = Response::new(Bytes::copy_from_slice(body.as_bytes()));
-    *response.status_mut() = status;
-    response
 }

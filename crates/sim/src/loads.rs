@@ -2,7 +2,6 @@
 //! own task (a caller that hangs up does not stop it), and the load calls
 //! in flight counted per model.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -11,54 +10,7 @@ use tokio::time::Instant;
 
 use super::fault::Fault;
 use super::queue::Counted;
-use super::server::{lock, State};
-
-/// How a load through the repository API ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
-    /// The model is ready.
-    Loaded,
-    /// It failed under [`Fault::LoadFails`].
-    Failed,
-    /// The model was evicted or unloaded before its load ended.
-    Removed,
-    /// The server stopped.
-    Stopped,
-}
-
-impl Outcome {
-    pub(super) fn reason(self) -> &'static str {
-        match self {
-            Self::Loaded => "loaded",
-            Self::Failed => "simulated load failure",
-            Self::Removed => "evicted or unloaded before its load ended",
-            Self::Stopped => "server stopped",
-        }
-    }
-}
-
-/// Loads in progress and load calls in flight, by model.
-#[derive(Debug, Default)]
-pub(super) struct Loads {
-    /// The outcome of each load in progress, once it ends.
-    pending: HashMap<String, watch::Receiver<Option<Outcome>>>,
-    /// Load calls in flight, by model.
-    calls: HashMap<String, u64>,
-    /// The most load calls for one model in flight at once.
-    max_calls: u64,
-}
-
-impl Loads {
-    /// The most load calls for one model in flight at once, ever.
-    pub(super) fn max_calls(&self) -> u64 {
-        self.max_calls
-    }
-
-    /// The outcome of the load of `model` in progress, if one is.
-    pub(super) fn pending(&self, model: &str) -> Option<watch::Receiver<Option<Outcome>>> {
-        self.pending.get(model).cloned()
-    }
-}
+use super::state::{lock, Outcome, State};
 
 /// One load call in flight for a model, counted until dropped (a call
 /// whose connection closed leaves the count true).

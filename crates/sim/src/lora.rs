@@ -8,10 +8,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::StatusCode;
 
-use super::handle::{json, plain, SimResponse};
-use super::loads::{self, wait, Call, Loaded, Outcome};
+use super::loads::{self, wait, Call, Loaded};
 use super::protocol::vllm_error;
-use super::server::{lock, State};
+use super::reply::{json, plain, SimResponse};
+use super::state::{lock, Outcome, State};
 use tower_model_balance::route::ModelId;
 
 /// A vLLM error response.

@@ -6,8 +6,8 @@
 use http::StatusCode;
 
 use super::config::MAX_STREAM_TOKENS;
-use super::handle::{json, SimResponse};
 use super::protocol::{self, vllm_error};
+use super::reply::{json, SimResponse};
 use tower_model_balance::route::ModelId;
 
 /// One of the OpenAI-compatible inference routes.

@@ -12,41 +12,14 @@
 //! gone (its client hung up) is skipped.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::prefix_cache::PrefixCache;
 use super::prompt::BLOCK_TOKENS;
-use super::server::State;
-
-/// One request's prefill.
-#[derive(Debug)]
-pub(crate) struct Job {
-    /// Its prompt's full blocks.
-    pub(crate) blocks: Vec<u64>,
-    /// Its prompt's tokens.
-    pub(crate) tokens: u64,
-    /// When its model is resident (after any cold load).
-    pub(crate) ready_at: Instant,
-    /// The [`Fault::Slow`](super::Fault::Slow) factor (1 without).
-    pub(crate) slow: u32,
-    /// Told when the prefill is done.
-    pub(crate) done: oneshot::Sender<Prefilled>,
-    /// The server, whose counters the prefill adds to.
-    pub(crate) state: Arc<State>,
-}
-
-/// A finished prefill.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Prefilled {
-    /// Prompt tokens.
-    pub(crate) prompt: u64,
-    /// Prompt tokens found in the cache (16 × the leading blocks found).
-    pub(crate) cached: u64,
-}
+use super::state::{Job, Prefilled};
 
 /// Starts the engine of a cache of `capacity_tokens` prefilling at
 /// `rate` tokens per second; it ends when the server stops or every

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -10,37 +10,14 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 
+use super::config::ServerConfig;
 use super::fault::Fault;
 use super::handle::handle;
-use super::loads::Loads;
 use super::metrics::{self};
-use super::prefill::{self, Job};
+use super::prefill;
 use super::residency::Residency;
+use super::state::{lock, Loads, State};
 use super::stats::{Counters, ServerStats};
-use super::ServerConfig;
-
-#[derive(Debug)]
-pub(super) struct State {
-    pub(super) name: String,
-    pub(super) config: ServerConfig,
-    /// The serving slots; an `Arc` so that a streamed answer's body can own
-    /// its slot until it ends.
-    pub(super) slots: Arc<Semaphore>,
-    pub(super) residency: Mutex<Residency>,
-    pub(super) fault: watch::Sender<Option<Fault>>,
-    pub(super) counters: Counters,
-    pub(super) gpu_uuid: String,
-    /// Loads through the repository API in progress, and load calls.
-    pub(super) loads: Mutex<Loads>,
-    /// Woken when a request is answered, starts or stops hanging, when a
-    /// streamed answer starts, sends a token, ends or is dropped, and when
-    /// a load call arrives, a load starts or a load ends.
-    pub(super) changed: Notify,
-    /// Turns `true` when the server stops.
-    pub(super) shutdown: watch::Receiver<bool>,
-    /// The prefill engine, with the prefix cache on.
-    pub(super) prefill: Option<mpsc::UnboundedSender<Job>>,
-}
 
 /// A running simulated model server; stops when dropped (or, waiting until
 /// its port is free, with [`stop`](Self::stop)).
@@ -218,10 +195,6 @@ impl Drop for ModelServer {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
     }
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Accepts connections until the server stops; `alive` is held by this

@@ -3,7 +3,7 @@
 use std::sync::atomic::AtomicU64;
 
 #[cfg(doc)]
-use super::Fault;
+use super::fault::Fault;
 
 /// Counters of one simulated server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

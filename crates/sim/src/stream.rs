@@ -24,10 +24,10 @@ use tokio::time::{Instant, Sleep};
 
 use super::fault::Fault;
 use super::openai::Route;
-use super::prefill::{usage_json, Prefilled};
+use super::prefill::usage_json;
 use super::protocol::{json_escape, vllm_error};
 use super::queue::Counted;
-use super::server::State;
+use super::state::{Prefilled, State};
 
 /// The text of each token event.
 pub(super) const TOKEN_TEXT: &str = "tok ";

@@ -10,12 +10,13 @@ use crate::balance::choose::receipt::receipt;
 use crate::balance::choose::sampler::Sampler;
 use crate::balance::completion::guard::Guard;
 use crate::balance::config::BalanceConfig;
+use crate::balance::error::{NoAlternative, NoHealthyBackend, Overloaded};
 use crate::balance::state::clock::Now;
 use crate::balance::state::demand::Tally;
 use crate::balance::state::residency::Warmth;
 use crate::balance::state::shared::Shared;
 use crate::balance::state::traffic::Branch;
-use crate::error::{BoxError, NoAlternative, NoHealthyBackend, Overloaded};
+use crate::error::BoxError;
 use crate::placement::WhenCold;
 use crate::route::{RequestKind, RouteView};
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::BackendId;
-use crate::balance::backend::BackendMeta;
+use crate::backend::BackendMeta;
 use crate::balance::state::cost::Weight;
 use crate::classify::Outcome;
 use crate::endpoint::Origin;

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tower::discover::{Change, Discover};
 
 use self::staging::Counts;
-use crate::balance::backend::{Backend, BackendMeta};
+use crate::backend::{Backend, BackendMeta};
 use crate::balance::config::BalanceConfig;
 use crate::balance::state::backend::{BackendState, Start};
 use crate::balance::state::cost;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{valid_hostname, Dns, HickoryResolver, Resolve};
 use crate::backend::BackendId;
-use crate::balance::BackendMeta;
+use crate::backend::BackendMeta;
 use crate::discover::diff::Known;
 use crate::discover::Counters;
 use crate::error::{BoxError, InvalidConfig};

@@ -17,7 +17,7 @@ use tower::discover::Change;
 use super::diff::Known;
 use super::Counters;
 use crate::backend::BackendId;
-use crate::balance::{Backend, BackendMeta};
+use crate::backend::{Backend, BackendMeta};
 use crate::endpoint::Origin;
 use crate::error::{BoxError, InvalidConfig};
 

@@ -8,7 +8,7 @@ use tower::discover::Change;
 
 use super::record::{decode_record, key_id, RecordError};
 use crate::backend::BackendId;
-use crate::balance::BackendMeta;
+use crate::backend::BackendMeta;
 
 /// A change as the source yields it, before the endpoint is made.
 pub(super) type MetaChange = Change<BackendId, BackendMeta>;

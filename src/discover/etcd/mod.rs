@@ -66,8 +66,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tower::discover::Change;
 
+use crate::backend::Backend;
 use crate::backend::BackendId;
-use crate::balance::Backend;
 use crate::endpoint::Origin;
 
 mod builder;

@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendId;
-use crate::balance::BackendMeta;
+use crate::backend::BackendMeta;
 use crate::endpoint::Origin;
 use crate::error::InvalidConfig;
 use crate::route::ModelId;

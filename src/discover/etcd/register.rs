@@ -11,7 +11,7 @@ use super::connect::{within, Settings};
 use super::error::EtcdError;
 use super::members::shown;
 use super::record::encode_record;
-use crate::balance::BackendMeta;
+use crate::backend::BackendMeta;
 use crate::error::InvalidConfig;
 use crate::route::ModelId;
 

@@ -8,9 +8,11 @@ use tower_layer::Layer;
 
 use super::key::{PrefixSource, MAX_PREFIX_BYTES};
 use super::ModelFromBody;
-use crate::error::InvalidConfig;
+use crate::error::common::InvalidConfig;
 #[cfg(doc)]
-use crate::error::{InvalidRoute, PayloadTooLarge};
+use crate::error::common::PayloadTooLarge;
+#[cfg(doc)]
+use crate::route::error::InvalidRoute;
 use crate::route::ModelId;
 #[cfg(doc)]
 use crate::route::{PrefixKey, RouteInfo};

@@ -4,7 +4,7 @@
 use http::header::{HeaderName, HeaderValue};
 
 use super::prompt::Prompt;
-use crate::error::{InvalidReason, InvalidRoute};
+use crate::route::error::{InvalidReason, InvalidRoute};
 use crate::route::{PrefixKey, RouteInfo};
 
 /// Largest accepted `prefix_bytes`: 64 KiB.

@@ -7,7 +7,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use super::prompt::{Capture, Field as PromptField, Prompt};
-use crate::error::{InvalidReason, InvalidRoute};
+use crate::route::error::{InvalidReason, InvalidRoute};
 use crate::route::ModelId;
 
 /// The model name segment of a KServe v2 inference path,

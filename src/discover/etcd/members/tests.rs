@@ -5,7 +5,7 @@ use tower::discover::Change;
 
 use super::{Event, Members, MetaChange, Outcome};
 use crate::backend::BackendId;
-use crate::balance::BackendMeta;
+use crate::backend::BackendMeta;
 
 const PREFIX: &[u8] = b"/fleet/";
 

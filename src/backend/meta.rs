@@ -1,8 +1,9 @@
-//! What discovery yields: a backend's metadata paired with its endpoint.
+//! What discovery yields: a backend's metadata ([`BackendMeta`]) paired
+//! with its endpoint ([`Backend`]).
 
-use crate::backend::BackendId;
+use super::id::BackendId;
 use crate::endpoint::Origin;
-use crate::error::InvalidConfig;
+use crate::error::common::InvalidConfig;
 use crate::route::ModelId;
 
 /// Metadata of one backend.
