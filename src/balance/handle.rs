@@ -261,7 +261,7 @@ impl BalancerHandle {
         let state = table.backends.iter().find(|b| &b.id == backend)?;
         let now = Instant::now();
         Some(match &table.fleet.scoped {
-            None => state.breaker.state_at(now),
+            None => state.breaker.read_state(now),
             Some(pairs) => pairs.state(state.uid, model.hash64(), now),
         })
     }

@@ -65,7 +65,7 @@ impl Reservation {
             if breaker.admits(now) {
                 // Only a race (the last probe taken since `admits`, a round
                 // found expired) refuses here.
-                if let Ok(permit) = breaker.try_acquire_at(now) {
+                if let Ok(permit) = breaker.acquire_at(now) {
                     self.permit = Some(permit);
                     self.sleep = None;
                     return Poll::Ready(());

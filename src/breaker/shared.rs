@@ -168,18 +168,24 @@ impl Breaker {
     ///
     /// [`BreakerOpen`] with the time until a probe may go.
     pub fn try_acquire(&self) -> Result<Permit, BreakerOpen> {
-        self.try_acquire_at(Instant::now())
+        self.acquire_at(Instant::now())
     }
 
     /// As [`Breaker::try_acquire`], at `now`; the permit times the call
     /// from `now`.
-    ///
-    /// # Errors
-    ///
-    /// As [`Breaker::try_acquire`].
-    pub fn try_acquire_at(&self, now: Instant) -> Result<Permit, BreakerOpen> {
+    pub(crate) fn acquire_at(&self, now: Instant) -> Result<Permit, BreakerOpen> {
         let ticket = self.try_ticket_at(now)?;
         Ok(self.permit(ticket, now))
+    }
+
+    /// As [`Breaker::try_acquire`], at `now`; the permit times the call
+    /// from `now`.
+    /// A hook of the crate's own tests, benches and simulator (feature
+    /// `testing`): not part of the public API.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn try_acquire_at(&self, now: Instant) -> Result<Permit, BreakerOpen> {
+        self.acquire_at(now)
     }
 
     /// Admission without a permit: the ticket to hand back to
@@ -290,7 +296,7 @@ impl Breaker {
     /// lock or a permit: closed (or disabled, or metrics only), or
     /// half-open with a probe permit left or its round expired, or open
     /// with its time up. The balancer filters candidates with it (and
-    /// counts them for its panic mode); [`Breaker::try_acquire_at`] decides.
+    /// counts them for its panic mode); taking a permit decides.
     pub fn admits(&self, now: Instant) -> bool {
         self.admits_with(|| now)
     }
@@ -330,12 +336,22 @@ impl Breaker {
 
     /// The state now.
     pub fn state(&self) -> BreakerState {
-        self.state_at(Instant::now())
+        self.read_state(Instant::now())
+    }
+
+    /// The state at `now`: the balancer reads it at the clock it already
+    /// read.
+    pub(crate) fn read_state(&self, now: Instant) -> BreakerState {
+        self.lock().state(now)
     }
 
     /// The state at `now`.
+    /// A hook of the crate's own tests, benches and simulator (feature
+    /// `testing`): not part of the public API.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
     pub fn state_at(&self, now: Instant) -> BreakerState {
-        self.lock().state(now)
+        self.read_state(now)
     }
 
     /// The window's counts, the state and the mode now.

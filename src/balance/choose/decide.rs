@@ -133,7 +133,7 @@ fn saturated(config: &BalanceConfig, route: &RouteView<'_>) -> Refused {
 /// Which requests' guards record their latency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Timed {
-    /// Every one (the pick API: its caller reads [`Guard::started`]).
+    /// Every one (the pick API, which times every request).
     Always,
     /// Those the clone's sampler draws (the `Service` path).
     Sampled,

@@ -23,7 +23,7 @@ use crate::classify::Outcome;
 use crate::route::ModelId;
 
 /// One request in flight on a picked backend, from the pick until its
-/// outcome is recorded with [`Guard::finish`] (or [`Guard::finish_at`]).
+/// outcome is recorded with [`Guard::finish`].
 ///
 /// While it lives the request counts in the backend's in-flight load.
 /// Finishing records the outcome in the circuit breaker that admitted the
@@ -255,6 +255,11 @@ impl Guard {
     /// When the request was picked (Tokio's clock). Always set on guards
     /// from [`ModelBalancer::pick`](crate::balance::ModelBalancer::pick); `None` on
     /// the `Service` path's requests outside the latency sample.
+    ///
+    /// A hook of the crate's own tests, benches and simulator (feature
+    /// `testing`): not part of the public API.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
     pub fn started(&self) -> Option<Instant> {
         self.started
     }
@@ -273,23 +278,28 @@ impl Guard {
     #[inline]
     pub fn finish(mut self, outcome: Outcome) {
         if self.started.is_some() {
-            self.finish_at(outcome, Instant::now());
+            self.complete(outcome, Instant::now());
         } else {
             self.untimed(outcome);
         }
     }
 
     /// Records the request's outcome at `now`; its latency is `now` minus
-    /// [`Guard::started`] (0 if `now` is earlier; an untimed request has
+    /// when it was picked (0 if `now` is earlier; an untimed request has
     /// none, and its failure counts in the error rate only). A timed call
     /// is slow for the breaker if its latency reaches the policy's
     /// slow-call duration, unless its model was not known to be served on
     /// the backend when picked (a cold start: never slow).
+    ///
+    /// A hook of the crate's own tests, benches and simulator (feature
+    /// `testing`): not part of the public API.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
     pub fn finish_at(mut self, outcome: Outcome, now: Instant) {
         self.complete(outcome, now);
     }
 
-    /// [`finish_at`](Self::finish_at), for a guard finished or dropped.
+    /// Records `outcome` at `now`, for a guard finished or dropped.
     fn complete(&mut self, outcome: Outcome, now: Instant) {
         self.state.health.answered();
         let total = self

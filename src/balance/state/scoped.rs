@@ -121,7 +121,7 @@ impl Scoped {
     /// The pair's breaker state at `now`; `Closed` when it is not tracked.
     pub(crate) fn state(&self, uid: u64, key: u64, now: Instant) -> BreakerState {
         let breaker = self.lock().peek(&(uid, key)).cloned();
-        breaker.map_or(BreakerState::Closed, |b| b.state_at(now))
+        breaker.map_or(BreakerState::Closed, |b| b.read_state(now))
     }
 
     /// Pairs tracked now.

@@ -24,7 +24,9 @@ pub struct Permit {
 impl Permit {
     /// Records the call's outcome now, timed from its admission.
     pub fn record(self, outcome: Outcome) {
-        self.record_at(outcome, Instant::now());
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(self.admitted);
+        self.record_call(outcome, Some(elapsed), now);
     }
 
     /// Records the call's outcome at `now`, timed from its admission (a
@@ -32,6 +34,11 @@ impl Permit {
     /// duration). Takes the breaker's lock unless the outcome cannot change
     /// its state (a success that is not slow into a window full of such, a
     /// caller's error while closed).
+    ///
+    /// A hook of the crate's own tests, benches and simulator (feature
+    /// `testing`): not part of the public API.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
     pub fn record_at(self, outcome: Outcome, now: Instant) {
         let elapsed = now.saturating_duration_since(self.admitted);
         self.record_call(outcome, Some(elapsed), now);
