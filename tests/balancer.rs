@@ -105,7 +105,7 @@ async fn a_failing_owner_trips_and_traffic_moves_to_the_next() {
         .find(|b| b.id.as_str() == walk[0])
         .unwrap();
     assert_eq!(status.breaker, BreakerState::Open);
-    assert_eq!(handle.breaker_trips(), 1);
+    assert_eq!(handle.stats().breaker_trips, 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -207,7 +207,7 @@ async fn failed_statuses_count_even_when_their_bodies_are_never_read() {
         let _body = rsp.into_body().into_inner();
     }
     let handle = balancer.handle();
-    assert_eq!(handle.breaker_trips(), 2, "both backends opened");
+    assert_eq!(handle.stats().breaker_trips, 2, "both backends opened");
     assert_eq!(handle.in_flight(), 0);
     let err = expect_err(balancer.clone().oneshot(infer("m")).await);
     assert!(err.is::<NoHealthyBackend>());
@@ -234,7 +234,7 @@ async fn the_configs_classifier_decides_what_trips_a_breaker() {
             let rsp = balancer.clone().oneshot(infer("m")).await;
             drop(rsp);
         }
-        balancer.handle().breaker_trips()
+        balancer.handle().stats().breaker_trips
     };
     assert_eq!(trips(Classifier::http()).await, 0, "404 ignored by default");
     let not_loaded = Classifier::from_status(|status| match status.as_u16() {
@@ -255,7 +255,7 @@ async fn with_every_breaker_open_panic_mode_still_routes() {
         drop(balancer.clone().oneshot(infer("m")).await.unwrap());
     }
     let handle = balancer.handle();
-    assert_eq!(handle.breaker_trips(), 2, "both backends opened");
+    assert_eq!(handle.stats().breaker_trips, 2, "both backends opened");
     // Under the 50% panic threshold: routed anyway, breakers bypassed.
     let rsp = balancer.clone().oneshot(infer("m")).await.unwrap();
     assert_eq!(rsp.status(), 503);
@@ -291,7 +291,7 @@ async fn a_backend_too_heavy_for_the_ring_is_ignored_not_fatal() {
         ["light-a", "light-b"],
         "the one that does not fit is left out"
     );
-    assert_eq!(balancer.handle().ignored_backends(), 1, "and counted");
+    assert_eq!(balancer.handle().stats().ignored_backends, 1, "and counted");
     assert_eq!(
         balancer.clone().oneshot(infer("m")).await.unwrap().status(),
         200

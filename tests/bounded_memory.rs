@@ -55,12 +55,16 @@ async fn a_million_model_ids_leave_memory_flat() {
 
     // Warm-up: every bounded table fills.
     send(&mut balancer, 0, 100_000);
-    assert_eq!(handle.tracked_pairs(), MAX_PAIRS, "the pair table is full");
+    assert_eq!(
+        handle.stats().tracked_pairs,
+        MAX_PAIRS,
+        "the pair table is full"
+    );
     let before = live_heap::live();
 
     send(&mut balancer, 100_000, 900_000);
     let after = live_heap::live();
-    assert_eq!(handle.tracked_pairs(), MAX_PAIRS, "still at its cap");
+    assert_eq!(handle.stats().tracked_pairs, MAX_PAIRS, "still at its cap");
     assert_eq!(handle.in_flight(), 0);
     live_heap::assert_flat("balancer, 100k then 1M model IDs", before, after);
 }

@@ -239,8 +239,8 @@ async fn chaos() {
          hedges {:?}; breaker trips {}, ejections {}; {:.1} s",
         kinds.join(", "),
         built.hedges.stats(),
-        handle.breaker_trips(),
-        handle.ejections(),
+        handle.stats().breaker_trips,
+        handle.stats().ejections,
         elapsed.as_secs_f64(),
     );
     let _ = write!(

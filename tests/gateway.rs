@@ -165,7 +165,7 @@ async fn every_backend_down_is_a_503_with_retry_after() {
     assert!(gw.handle.stats().no_backend >= 1);
     // One breaker per (backend, model): the model's on each backend
     // tripped.
-    assert!(gw.handle.pair_breaker_trips() >= 2);
+    assert!(gw.handle.stats().pair_breaker_trips >= 2);
     let model = ModelId::new("llama-3-8b").unwrap();
     let out = gw
         .handle

@@ -166,5 +166,5 @@ async fn an_unavailable_owner_is_ejected_then_probed_back() {
     }
     assert!(served_by_owner, "the healed owner came back");
     assert_eq!(state(owner.name()), BreakerState::Closed);
-    assert_eq!(handle.breaker_trips(), 1);
+    assert_eq!(handle.stats().breaker_trips, 1);
 }

@@ -105,14 +105,14 @@ fn per_pair() {
     let measured = warm_up.split_off(2_000);
     let n = warm_up.len();
     allocations(&mut balancer, warm_up, n);
-    let tracked = handle.tracked_pairs();
+    let tracked = handle.stats().tracked_pairs;
     assert!(tracked >= MODELS, "a pair per model at least: {tracked}");
     let allocations = allocations(&mut balancer, measured, 0);
     assert_eq!(
         allocations, 0,
         "{allocations} allocations over 2000 requests"
     );
-    assert_eq!(handle.tracked_pairs(), tracked, "no new pair was met");
+    assert_eq!(handle.stats().tracked_pairs, tracked, "no new pair was met");
 }
 
 /// The breaker layer alone: admission, the response future, the body

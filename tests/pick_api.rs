@@ -139,10 +139,10 @@ async fn a_dropped_guard_is_a_cancellation_counting_nothing() {
             assert_eq!(cancelled.backend().as_str(), primary);
             drop(cancelled);
         }
-        assert_eq!(handle.breaker_trips(), 0, "round {round}");
+        assert_eq!(handle.stats().breaker_trips, 0, "round {round}");
         assert_eq!(state(), BreakerState::Closed);
     }
-    assert_eq!(handle.breaker_trips(), 1);
+    assert_eq!(handle.stats().breaker_trips, 1);
     assert_eq!(state(), BreakerState::Open);
     assert_eq!(handle.in_flight(), 0);
 
@@ -171,7 +171,7 @@ async fn a_dropped_guard_is_a_cancellation_counting_nothing() {
     // Cancelled probes decided nothing, either way.
     drop(probes);
     assert_eq!(state(), BreakerState::HalfOpen);
-    assert_eq!(handle.breaker_trips(), 1);
+    assert_eq!(handle.stats().breaker_trips, 1);
     for probe in (0..3).map(|_| pick(&mut balancer, &m)).collect::<Vec<_>>() {
         assert_eq!(probe.backend().as_str(), primary);
         probe.guard.finish(Outcome::Success);
@@ -255,7 +255,7 @@ async fn no_backend_is_a_typed_error_naming_the_model() {
         let picked = pick(&mut balancer, &inference("resnet"));
         picked.guard.finish(Outcome::Failure);
     }
-    assert_eq!(balancer.handle().breaker_trips(), 1);
+    assert_eq!(balancer.handle().stats().breaker_trips, 1);
     let err = balancer
         .pick(
             &RouteInfo::new(model("resnet")).with_urgency(Urgency::Critical),
@@ -294,7 +294,7 @@ async fn a_now_at_the_end_of_time_is_not_a_panic() {
         // Opening the breaker `open_duration` past the end of time.
         picked.guard.finish_at(Outcome::Failure, far);
     }
-    assert!(balancer.handle().breaker_trips() >= 1);
+    assert!(balancer.handle().stats().breaker_trips >= 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -73,12 +73,12 @@ async fn mlserver_fleet_in_explicit_mode_through_the_gateway() {
         placement.loads,
         placement.unloads,
         placement.load_failures,
-        gw.handle.breaker_trips(),
-        gw.handle.pair_breaker_trips(),
+        gw.handle.stats().breaker_trips,
+        gw.handle.stats().pair_breaker_trips,
     );
     assert!(ok >= 0.995, "{:.2}% ok: {}", ok * 100.0, failures(&sent));
     assert_eq!(
-        gw.handle.breaker_trips(),
+        gw.handle.stats().breaker_trips,
         0,
         "every server is up: {:?}",
         gw.handle.backends()
@@ -191,7 +191,7 @@ async fn mlserver_fleet_in_explicit_mode_through_the_gateway() {
         after.iter().filter(|s| s.status != 200).count(),
         failures(&after),
         last_error,
-        gw.handle.breaker_trips(),
+        gw.handle.stats().breaker_trips,
     );
     // Once it is back, no client sees an error: a 404 from it for a model
     // the balancer still believed there is retried on another backend
@@ -245,7 +245,7 @@ async fn tritonclient_through_the_gateway() {
     let gw = gateway(&fleet, |_| {}).await;
     let stdout = tritonclient(gw.addr, &["m0", "m1", "m2"]).await;
     assert_eq!(stdout.matches("JSON inference ok").count(), 3, "{stdout}");
-    assert_eq!(gw.handle.breaker_trips(), 0);
+    assert_eq!(gw.handle.stats().breaker_trips, 0);
 }
 
 /// KServe's own Python model server (every model loaded at start, no
@@ -265,7 +265,7 @@ async fn kserve_servers_through_the_gateway() {
     eprintln!(
         "real-servers: kserve x3, 6 models, 600 Zipf requests at 8: {:.2}% ok; {} breaker trips; {:?}",
         ok * 100.0,
-        gw.handle.breaker_trips(),
+        gw.handle.stats().breaker_trips,
         gw.handle
             .backends()
             .iter()
@@ -273,7 +273,7 @@ async fn kserve_servers_through_the_gateway() {
             .collect::<Vec<_>>()
     );
     assert!(ok >= 0.995, "{:.2}% ok: {}", ok * 100.0, failures(&sent));
-    assert_eq!(gw.handle.breaker_trips(), 0);
+    assert_eq!(gw.handle.stats().breaker_trips, 0);
     assert!(
         gw.handle.backends().iter().all(|b| !b.ejected),
         "{:?}",
@@ -359,8 +359,8 @@ async fn broken_models_do_not_take_the_fleet_down() {
             }
             counts
         },
-        gw.handle.breaker_trips(),
-        gw.handle.pair_breaker_trips(),
+        gw.handle.stats().breaker_trips,
+        gw.handle.stats().pair_breaker_trips,
         gw.handle.placement_stats(),
     );
     assert_eq!(good_ok, good, "healthy models are served throughout");
@@ -369,7 +369,7 @@ async fn broken_models_do_not_take_the_fleet_down() {
         "{bad_statuses:?}"
     );
     assert_eq!(
-        gw.handle.breaker_trips(),
+        gw.handle.stats().breaker_trips,
         0,
         "no server's breaker: {:?}",
         gw.handle.backends()
@@ -380,7 +380,7 @@ async fn broken_models_do_not_take_the_fleet_down() {
         gw.handle.backends()
     );
     assert!(
-        gw.handle.pair_breaker_trips() >= 1,
+        gw.handle.stats().pair_breaker_trips >= 1,
         "the failing model's pairs trip"
     );
     assert_eq!(ready, 200);

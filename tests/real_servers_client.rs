@@ -116,5 +116,5 @@ async fn the_client_stack_against_mlserver() {
         handle.placement_stats()
     );
     assert!(ok >= 398, "{ok} of 400 ok");
-    assert_eq!(handle.breaker_trips(), 0);
+    assert_eq!(handle.stats().breaker_trips, 0);
 }

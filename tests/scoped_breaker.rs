@@ -178,7 +178,11 @@ async fn with_backend_model_scope_a_failure_for_one_model_keeps_the_others() {
         BreakerState::Closed,
         "backend level"
     );
-    assert_eq!(handle.tracked_pairs(), 3, "(X, A), (X, B), A's new backend");
+    assert_eq!(
+        handle.stats().tracked_pairs,
+        3,
+        "(X, A), (X, B), A's new backend"
+    );
     assert_eq!(handle.stats().no_backend, 0);
 }
 
@@ -192,7 +196,7 @@ async fn with_the_default_scope_the_same_failures_eject_the_backend_for_all() {
     let handle = balancer.handle();
     assert_eq!(state(&handle, x, A), BreakerState::Open);
     assert_eq!(state(&handle, x, &b), BreakerState::Open, "one breaker");
-    assert_eq!(handle.tracked_pairs(), 0);
+    assert_eq!(handle.stats().tracked_pairs, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -225,15 +229,18 @@ async fn tracked_pairs_never_exceed_max_pairs() {
     for round in 0..3 {
         for i in 0..20 {
             assert_eq!(infer(&balancer, &format!("m-{i}")).await, 200);
-            assert!(handle.tracked_pairs() <= 3, "round {round}, model {i}");
+            assert!(
+                handle.stats().tracked_pairs <= 3,
+                "round {round}, model {i}"
+            );
         }
     }
-    assert_eq!(handle.tracked_pairs(), 3);
+    assert_eq!(handle.stats().tracked_pairs, 3);
     assert_eq!(state(&handle, x, A), BreakerState::Closed, "(X, A) evicted");
     // Its failure lands in the evicted breaker, which nothing reads.
     drop(held);
     assert_eq!(state(&handle, x, A), BreakerState::Closed);
-    assert!(handle.tracked_pairs() <= 3);
+    assert!(handle.stats().tracked_pairs <= 3);
     assert_eq!(infer(&balancer, A).await, 503, "X is eligible for A again");
     assert_eq!(state(&handle, x, A), BreakerState::Open, "a fresh pair");
 }

@@ -256,7 +256,7 @@ async fn run(
     // What the warm-up counted, taken off the run's figures.
     let cold_before: u64 = servers.iter().map(|s| s.stats().cold_loads).sum();
     let work_before: Vec<u64> = servers.iter().map(|s| s.stats().work).collect();
-    let trips_before = handle.map_or(0, |h| h.breaker_trips());
+    let trips_before = handle.map_or(0, |h| h.stats().breaker_trips);
     let routed_before = handle.map(|h| h.stats());
     let hedged_before = hedge.as_ref().map(|h| h.stats());
     // The balancer's queue, read every millisecond while the run lasts
@@ -282,7 +282,7 @@ async fn run(
         .zip(&work_before)
         .map(|(s, before)| s.stats().work - before)
         .collect();
-    let trips = handle.map_or(0, |h| h.breaker_trips()) - trips_before;
+    let trips = handle.map_or(0, |h| h.stats().breaker_trips) - trips_before;
     if let (Some(handle), Some(b), false) = (handle, routed_before, args.json) {
         let mut s = handle.stats();
         s.resident_owner -= b.resident_owner;
@@ -295,7 +295,7 @@ async fn run(
         s.shed_critical -= b.shed_critical;
         emit!(
             "{label} routing: {} to a resident owner, {} to a cold owner, {} spilled, {} in panic mode, {} updates by P2C, {} without a backend, {} shed (Normal) and {} (Critical); {} health ejections",
-            s.resident_owner, s.cold_owner, s.spill, s.panic, s.update, s.no_backend, s.shed_normal, s.shed_critical, handle.ejections()
+            s.resident_owner, s.cold_owner, s.spill, s.panic, s.update, s.no_backend, s.shed_normal, s.shed_critical, handle.stats().ejections
         );
     }
     let hedged = hedge

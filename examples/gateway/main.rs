@@ -193,7 +193,7 @@ async fn run(args: Args) -> Result<(), String> {
         s.spill,
         s.no_backend,
         s.invalid_route,
-        gateway.handle.breaker_trips()
+        gateway.handle.stats().breaker_trips
     );
     if let Some(etcd) = &gateway.etcd {
         say!(

@@ -7,7 +7,6 @@ use std::sync::{Arc, Weak};
 use tokio::time::Instant;
 
 use crate::backend::BackendId;
-use crate::balance::state::backend::BackendState;
 use crate::balance::state::placement::{Owners, Placement, PlacementStats};
 use crate::balance::state::shared::View;
 use crate::balance::state::traffic::Branch;
@@ -33,7 +32,9 @@ impl BalancerHandle {
         Self { view }
     }
 
-    /// Counters by branch.
+    /// The counters since the balancer was built, and the pairs tracked
+    /// now (see [`BalanceStats`]). Reads every backend's counters, and
+    /// takes the pair map's lock in `BackendModel` scope.
     pub fn stats(&self) -> BalanceStats {
         let c = self.view.counters();
         let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -52,6 +53,15 @@ impl BalancerHandle {
             shed_critical: read(&c.shed[2]),
             queued: table.fleet.queue.entered() as u64,
             queue_peak: table.fleet.queue.peak() as u64,
+            ejections: table
+                .backends
+                .iter()
+                .map(|b| b.health.ejections.load(Ordering::Relaxed))
+                .sum(),
+            breaker_trips: table.backends.iter().map(|b| b.breaker.trips()).sum(),
+            pair_breaker_trips: table.fleet.scoped.as_ref().map_or(0, |p| p.trips()),
+            tracked_pairs: table.fleet.scoped.as_ref().map_or(0, |p| p.len()),
+            ignored_backends: table.fleet.gauges.ignored.load(Ordering::Relaxed),
         }
     }
 
@@ -282,63 +292,6 @@ impl BalancerHandle {
         let table = self.view.table();
         let state = table.backends.iter().find(|b| &b.id == backend)?;
         Some(state.breaker.clone())
-    }
-
-    /// The (backend, model) pairs whose breakers are tracked now, at most
-    /// `max_pairs`; 0 in [`BreakerScope::Backend`](crate::balance::BreakerScope::Backend).
-    /// Takes the pair map's lock in `BackendModel` scope.
-    pub fn tracked_pairs(&self) -> usize {
-        self.view
-            .table()
-            .fleet
-            .scoped
-            .as_ref()
-            .map_or(0, |p| p.len())
-    }
-
-    /// Inserts from discovery the balancer ignored since it was built (each
-    /// also logged as a `tracing` warning): an ID already in use under
-    /// another key, or a backend that would take the ring past
-    /// [`MAX_POINTS`](crate::ring::MAX_POINTS) points.
-    pub fn ignored_backends(&self) -> u64 {
-        self.view
-            .table()
-            .fleet
-            .gauges
-            .ignored
-            .load(Ordering::Relaxed)
-    }
-
-    /// Health ejections (by score and as latency outliers) over all current
-    /// backends since they joined.
-    pub fn ejections(&self) -> u64 {
-        let table = self.view.table();
-        let count = |b: &Arc<BackendState>| b.health.ejections.load(Ordering::Relaxed);
-        table.backends.iter().map(count).sum()
-    }
-
-    /// Trips (closed to open) of the (backend, model) pair breakers so
-    /// far, pairs evicted since included; 0 in
-    /// [`BreakerScope::Backend`](crate::balance::BreakerScope::Backend).
-    pub fn pair_breaker_trips(&self) -> u64 {
-        self.view
-            .table()
-            .fleet
-            .scoped
-            .as_ref()
-            .map_or(0, |p| p.trips())
-    }
-
-    /// Breaker trips over all current backends (their backend-level
-    /// breakers; pair breakers are not counted: see
-    /// [`pair_breaker_trips`](Self::pair_breaker_trips)).
-    pub fn breaker_trips(&self) -> u64 {
-        self.view
-            .table()
-            .backends
-            .iter()
-            .map(|b| b.breaker.trips())
-            .sum()
     }
 }
 

@@ -8,8 +8,11 @@ use crate::balance::state::backend::BackendState;
 use crate::breaker::{BreakerState, TransitionCounts};
 use crate::health::HealthConfig;
 
-/// Requests counted by the branch the balancer took, since it was built.
-/// Every request lands in exactly one.
+/// The balancer's counters since it was built: requests by the branch it
+/// took (every request lands in exactly one of `resident_owner` through
+/// `shed_critical`), the waits for room, and the fleet's events (health
+/// ejections, breaker trips, ignored inserts); and the pair breakers
+/// tracked now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct BalanceStats {
@@ -41,6 +44,23 @@ pub struct BalanceStats {
     pub queued: u64,
     /// The most requests that waited for room at once.
     pub queue_peak: u64,
+    /// Health ejections (by score and as latency outliers) over all
+    /// current backends since they joined.
+    pub ejections: u64,
+    /// Trips (closed to open) of the current backends' backend-level
+    /// breakers; pair breakers are counted in `pair_breaker_trips`.
+    pub breaker_trips: u64,
+    /// Trips of the (backend, model) pair breakers, pairs evicted since
+    /// included; 0 in [`BreakerScope::Backend`](crate::balance::BreakerScope::Backend).
+    pub pair_breaker_trips: u64,
+    /// The (backend, model) pairs whose breakers are tracked now, at most
+    /// `max_pairs`; 0 in [`BreakerScope::Backend`](crate::balance::BreakerScope::Backend).
+    pub tracked_pairs: usize,
+    /// Inserts from discovery the balancer ignored (each also logged as a
+    /// `tracing` warning): an ID already in use under another key, or a
+    /// backend that would take the ring past
+    /// [`MAX_POINTS`](crate::ring::MAX_POINTS) points.
+    pub ignored_backends: u64,
 }
 
 /// One backend as the balancer sees it now.

@@ -201,17 +201,17 @@ pub async fn prefix_affinity_raises_vllm_s_hit_rate(
          prefix-aware {:.1}% ({aware_picked:?}); ejections {} and {}",
         plain * 100.0,
         aware * 100.0,
-        model_only.handle.ejections(),
-        prefix.handle.ejections(),
+        model_only.handle.stats().ejections,
+        prefix.handle.stats().ejections,
     );
     assert_eq!(
-        model_only.handle.ejections(),
+        model_only.handle.stats().ejections,
         0,
         "{:?}",
         model_only.handle.backends()
     );
     assert_eq!(
-        prefix.handle.ejections(),
+        prefix.handle.stats().ejections,
         0,
         "{:?}",
         prefix.handle.backends()
