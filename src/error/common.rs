@@ -8,8 +8,9 @@
 use std::fmt;
 use std::time::Duration;
 
-/// The boxed error type used by services in this crate, as in tower.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The boxed error type used by services in this crate: tower's own.
+#[doc(no_inline)]
+pub use tower::BoxError;
 
 /// A request body is larger than the configured limit, so it was not read
 /// to the end and the request was not sent.
