@@ -22,11 +22,12 @@
 pub(crate) mod common;
 pub(crate) mod stream;
 
-pub use self::common::{
-    BoxError, BreakerOpen, InvalidConfig, NoRuntime, NotReady, PayloadTooLarge,
-};
+pub use self::common::{BreakerOpen, InvalidConfig, NoRuntime, NotReady, PayloadTooLarge};
 pub use self::stream::{StreamFailed, StreamFailure};
 pub use crate::route::error::{InvalidReason, InvalidRoute};
+/// The boxed error type used by services in this crate: tower's own.
+#[doc(no_inline)]
+pub use tower::BoxError;
 
 #[cfg(feature = "balance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "balance")))]

@@ -9,8 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 /// The boxed error type used by services in this crate: tower's own.
-#[doc(no_inline)]
-pub use tower::BoxError;
+pub(crate) use tower::BoxError;
 
 /// A request body is larger than the configured limit, so it was not read
 /// to the end and the request was not sent.
