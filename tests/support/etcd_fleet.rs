@@ -65,7 +65,9 @@ impl Replicas {
         for (i, url) in urls.iter().enumerate() {
             let name = format!("replica-{i}");
             let mut child = Command::new(&exe)
-                .args(["--exact", test, "--nocapture", "--test-threads=1"])
+                // The test's name alone selects it, in whatever module of
+                // the binary it sits: no other test's name holds it.
+                .args([test, "--nocapture", "--test-threads=1"])
                 .env(REPLICA, &name)
                 .env(URL, url)
                 .env(PREFIX, prefix)

@@ -31,16 +31,9 @@
 //!
 //! The closing line: `chaos: N sent, N resolved, 0 lost, S% success`.
 
-#[path = "support/chaos_episode.rs"]
-mod chaos_episode;
-#[path = "support/chaos_log.rs"]
-mod chaos_log;
-#[path = "support/chaos_script.rs"]
-mod chaos_script;
-#[path = "support/chaos_stack.rs"]
-mod chaos_stack;
-#[path = "support/lcg.rs"]
-mod lcg;
+use crate::chaos_episode;
+use crate::chaos_script;
+use crate::chaos_stack;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -3,8 +3,7 @@
 //! the slow-call clock's stop point and cold loads. Mock inner services,
 //! paused time.
 
-#[path = "support/breaker.rs"]
-mod support;
+use crate::breaker as support;
 
 use std::io;
 use std::pin::Pin;

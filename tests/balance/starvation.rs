@@ -2,10 +2,8 @@
 //! one that joins during a burst, a fleet whose every backend is unhealthy.
 //! Pick API on Tokio's paused clock; the balancer's health task runs on it.
 
-#[path = "support/lcg.rs"]
-mod lcg;
-#[path = "support/paused_picks.rs"]
-mod paused_picks;
+use crate::lcg;
+use crate::paused_picks;
 
 use std::time::Duration;
 

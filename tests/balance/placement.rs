@@ -3,8 +3,7 @@
 //! load per (backend, model) however many requests wait, the allow-list,
 //! failures and timeouts, the 404 reload, eviction, PreferWarm.
 
-#[path = "support/placement_fleet.rs"]
-mod placement_fleet;
+use crate::placement_fleet;
 
 use std::time::Duration;
 

@@ -3,14 +3,9 @@
 //! replayed; a compacted revision is a fresh snapshot that yields only the
 //! differences; an invalid record is no backend, as a fresh replica sees it.
 
-#[path = "support/etcd.rs"]
-mod etcd;
-#[path = "support/etcd_source.rs"]
-mod etcd_source;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/tcp_cut.rs"]
-mod tcp_cut;
+use crate::etcd;
+use crate::etcd_source;
+use crate::tcp_cut;
 
 use etcd::EtcdServer;
 use etcd_client::Client;

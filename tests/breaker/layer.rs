@@ -1,8 +1,7 @@
 //! The circuit breaker as a `Service`, over mock inner services and paused
 //! time.
 
-#[path = "support/breaker.rs"]
-mod support;
+use crate::breaker as support;
 
 use std::convert::Infallible;
 use std::time::Duration;

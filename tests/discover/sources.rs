@@ -1,8 +1,7 @@
 //! The `Static` and `Watch` discovery sources, alone and feeding a
 //! balancer.
 
-#[path = "support/until.rs"]
-mod until;
+use crate::until;
 
 use std::task::Poll;
 

@@ -7,12 +7,8 @@
 //! in base64) over plain sockets, so these checks lean on neither the
 //! library nor an etcd client crate.
 
-#[path = "support/etcd.rs"]
-mod etcd;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/tcp_cut.rs"]
-mod tcp_cut;
+use crate::etcd;
+use crate::tcp_cut;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};

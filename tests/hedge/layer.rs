@@ -3,8 +3,7 @@
 //! the load gate suppress, and that the backup's service is polled ready
 //! only when it is sent.
 
-#[path = "support/hedge_script.rs"]
-mod hedge_script;
+use crate::hedge_script;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

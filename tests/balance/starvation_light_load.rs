@@ -4,10 +4,8 @@
 //! Pick API on Tokio's paused clock; the balancer's health task runs on
 //! it. `SHOW_SHARES=1` prints the figures.
 
-#[path = "support/lcg.rs"]
-mod lcg;
-#[path = "support/paused_picks.rs"]
-mod paused_picks;
+use crate::lcg;
+use crate::paused_picks;
 
 use std::time::Duration;
 

@@ -9,8 +9,7 @@
 //! loads) except in the hot-prefix test, which holds its requests open
 //! on the servers until all were routed (an event, not a sleep).
 
-#[path = "support/sim_balancer.rs"]
-mod sim_balancer;
+use crate::sim_balancer;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

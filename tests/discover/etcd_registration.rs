@@ -3,17 +3,10 @@
 //! gone at once), a lease etcd lost is granted again, and the record's
 //! models follow a simulated server's repository index.
 
-#[path = "support/etcd.rs"]
-mod etcd;
-#[path = "support/etcd_source.rs"]
-mod etcd_source;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/sim_explicit.rs"]
-#[allow(dead_code)] // Its other helpers are for the sim tests.
-mod sim_explicit;
-#[path = "support/sim_http.rs"]
-mod sim_http;
+use crate::etcd;
+use crate::etcd_source;
+use crate::sim_explicit;
+use crate::sim_http;
 
 use std::time::Duration;
 

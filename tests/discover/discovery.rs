@@ -1,12 +1,9 @@
 //! Discovery as the balancer sees it: removals, churn between picks,
 //! declared residency and per-model fixed owners.
 
-#[path = "support/held.rs"]
-mod held;
-#[path = "support/lcg.rs"]
-mod lcg;
-#[path = "support/until.rs"]
-mod until;
+use crate::held;
+use crate::lcg;
+use crate::until;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;

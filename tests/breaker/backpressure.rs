@@ -2,8 +2,7 @@
 //! when probes may go, a permit reserved in `poll_ready` for one round; and
 //! under tower's own P2C balancer. Mock inner services and paused time.
 
-#[path = "support/breaker.rs"]
-mod support;
+use crate::breaker as support;
 
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::Arc;

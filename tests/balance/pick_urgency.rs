@@ -2,13 +2,9 @@
 //! `critical` against the load cap, and `high` taking the cheapest resident
 //! owner where `normal` samples.
 
-#[path = "support/held.rs"]
-mod held;
-#[path = "support/lcg.rs"]
-mod lcg;
-#[path = "support/pick_api.rs"]
-#[allow(dead_code)] // Shared support: this test uses part of it.
-mod pick_api;
+use crate::held;
+use crate::lcg;
+use crate::pick_api;
 
 use std::collections::HashMap;
 use std::time::Duration;

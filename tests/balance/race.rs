@@ -4,8 +4,7 @@
 //! request that ran to its end is counted once. Driven by counts: each
 //! request is polled a chosen number of times, then finished or dropped.
 
-#[path = "support/lcg.rs"]
-mod lcg;
+use crate::lcg;
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -5,8 +5,7 @@
 //! Endpoints answer after a fixed latency on Tokio's paused clock, and
 //! count how many requests they hold at once: every figure is exact.
 
-#[path = "support/admission.rs"]
-mod support;
+use crate::admission as support;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -3,14 +3,8 @@
 //! P2C, and the typed error when nothing can be picked (urgency:
 //! `tests/pick_api_urgency.rs`).
 
-#[path = "support/held.rs"]
-#[allow(dead_code)] // Shared support: this test uses part of it.
-mod held;
-#[path = "support/lcg.rs"]
-mod lcg;
-#[path = "support/pick_api.rs"]
-#[allow(dead_code)] // Shared support: this test uses part of it.
-mod pick_api;
+use crate::lcg;
+use crate::pick_api;
 
 use std::convert::Infallible;
 use std::time::Duration;

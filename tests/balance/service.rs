@@ -1,14 +1,10 @@
 //! The model-aware balancer over mock endpoints: typed fast failures,
 //! in-flight accounting to the end of the body, breakers, discovery, P2C.
 
-#[path = "support/balancer_fleet.rs"]
-mod balancer_fleet;
-#[path = "support/held.rs"]
-mod held;
-#[path = "support/lcg.rs"]
-mod lcg;
-#[path = "support/until.rs"]
-mod until;
+use crate::balancer_fleet;
+use crate::held;
+use crate::lcg;
+use crate::until;
 
 use http_body_util::BodyExt;
 use tower::discover::{Change, ServiceList};

@@ -7,19 +7,10 @@
 //! delay (20 ms) and the refresh of that delay (at most every 100 ms),
 //! waited for by reading the hedge's handle, bounded.
 
-#[path = "../examples/tonic_client/client.rs"]
-#[allow(dead_code)] // The example uses all of it; the tests, some.
-mod client;
-#[path = "../examples/tonic_client/errors.rs"]
-mod errors;
-#[path = "../examples/tonic_client/hedged.rs"]
-mod hedged;
-#[path = "../examples/tonic_client/kserve.rs"]
-#[allow(dead_code)]
-mod kserve;
-#[path = "../examples/tonic_client/server.rs"]
-#[allow(dead_code)]
-mod server;
+use crate::client;
+use crate::hedged;
+use crate::kserve;
+use crate::server;
 
 use std::error::Error;
 use std::time::Duration;

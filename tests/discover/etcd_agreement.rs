@@ -16,23 +16,12 @@
 //! last replica printed that digest. The replicas stage ring changes (5% of
 //! the points a step, 50 ms apart), so a join reaches its digest in steps.
 
-#[path = "support/etcd.rs"]
-mod etcd;
-#[path = "support/etcd_fleet.rs"]
-mod etcd_fleet;
-#[path = "support/etcd_replica.rs"]
-mod etcd_replica;
-#[path = "support/etcd_run.rs"]
-mod etcd_run;
-#[path = "support/etcd_truth.rs"]
-mod etcd_truth;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/ready.rs"]
-#[allow(dead_code)] // Its endpoint only: no request is sent.
-mod ready;
-#[path = "support/tcp_cut.rs"]
-mod tcp_cut;
+use crate::etcd;
+use crate::etcd_fleet;
+use crate::etcd_replica;
+use crate::etcd_run;
+use crate::etcd_truth;
+use crate::tcp_cut;
 
 use std::time::Duration;
 

@@ -1,0 +1,15 @@
+//! The circuit breaker: the layer over mock services on a paused clock,
+//! backpressure, classification, the handle and the lock-free record path,
+//! and races between permits on many threads.
+
+mod backpressure;
+mod classify;
+mod handle;
+mod layer;
+mod race;
+
+// Support shared by the modules above, each file once (the support
+// files name one another by `crate::`).
+#[allow(dead_code)]
+#[path = "../support/breaker.rs"]
+mod breaker;

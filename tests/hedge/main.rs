@@ -1,0 +1,33 @@
+//! The hedge: the layer over mock and loopback services, beside the
+//! balancer, the documented recipes (axum, tonic), retries from the same
+//! budget, first frames, and the superseded first attempt.
+
+mod balance;
+mod first_frame;
+mod layer;
+mod loopback;
+mod recipe;
+mod retry;
+mod supersede;
+mod tonic;
+
+// Support shared by the modules above, each file once (the support
+// files name one another by `crate::`).
+#[allow(dead_code)]
+#[path = "../../examples/tonic_client/client.rs"]
+mod client;
+#[allow(dead_code)]
+#[path = "../../examples/tonic_client/errors.rs"]
+mod errors;
+#[allow(dead_code)]
+#[path = "../support/hedge_script.rs"]
+mod hedge_script;
+#[allow(dead_code)]
+#[path = "../../examples/tonic_client/hedged.rs"]
+mod hedged;
+#[allow(dead_code)]
+#[path = "../../examples/tonic_client/kserve.rs"]
+mod kserve;
+#[allow(dead_code)]
+#[path = "../../examples/tonic_client/server.rs"]
+mod server;
