@@ -1,9 +1,7 @@
 //! The balancer's figures through the `metrics` facade: every documented
 //! series, with the handle's values.
 
-#[path = "support/nodes.rs"]
-#[allow(dead_code)] // Shared support: this test uses part of it.
-mod nodes;
+use crate::nodes;
 
 use std::collections::HashMap;
 
@@ -14,8 +12,7 @@ use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 
 use nodes::{worker, Behavior, Node};
 
-#[path = "support/slow_first.rs"]
-mod slow_first;
+use crate::slow_first;
 use slow_first::{after_10ms, inference, slow_first};
 
 /// (name, label value) → value, of one recording.
@@ -291,7 +288,7 @@ fn every_documented_series_is_described() {
     let recorder = Descriptions::default();
     metrics::with_local_recorder(&recorder, tower_model_balance::metrics::describe);
     let described = recorder.0.into_inner().unwrap();
-    let documented: Vec<String> = include_str!("../src/metrics.rs")
+    let documented: Vec<String> = include_str!("../../src/metrics.rs")
         .lines()
         .filter_map(|line| line.strip_prefix("//! | `"))
         .filter_map(|rest| rest.split('`').next())

@@ -4,17 +4,9 @@
 //! the example's tonic servers on loopback. No sleeps: every wait is on an
 //! answer, and loops are bounded by a count.
 
-#[path = "../examples/tonic_client/client.rs"]
-#[allow(dead_code)] // The example uses all of it; the tests, most.
-mod client;
-#[path = "../examples/tonic_client/errors.rs"]
-mod errors;
-#[path = "../examples/tonic_client/kserve.rs"]
-#[allow(dead_code)]
-mod kserve;
-#[path = "../examples/tonic_client/server.rs"]
-#[allow(dead_code)]
-mod server;
+use crate::client;
+use crate::kserve;
+use crate::server;
 
 use std::error::Error;
 use std::time::Duration;

@@ -14,7 +14,7 @@ use tower_model_balance::placement::{PlacementConfig, WhenCold};
 use tower_model_balance::ring::RingConfig;
 use tower_model_balance::route::ModelId;
 
-const EXAMPLE: &str = include_str!("../examples/stack.toml");
+const EXAMPLE: &str = include_str!("../../examples/stack.toml");
 
 /// A value other than the default for keys of every section.
 const NON_DEFAULTS: &str = r#"

@@ -2,14 +2,9 @@
 //! clock: active probes feeding health and residency, their concurrency,
 //! and residency learned from answers.
 
-#[path = "support/health_fleet.rs"]
-#[allow(dead_code)] // Shared support: this test uses part of it.
-mod health_fleet;
-#[path = "support/lcg.rs"]
-mod lcg;
-#[path = "support/nodes.rs"]
-#[allow(dead_code)] // Shared support: this test uses part of it.
-mod nodes;
+use crate::health_fleet;
+use crate::lcg;
+use crate::nodes;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};

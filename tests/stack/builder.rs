@@ -13,8 +13,7 @@ use tower_model_balance::error::{BoxError, BreakerOpen, PayloadTooLarge};
 use tower_model_balance::route::RouteInfo;
 use tower_model_balance::ServiceBuilderModelExt;
 
-#[path = "support/slow_first.rs"]
-mod slow_first;
+use crate::slow_first;
 use slow_first::{after_10ms, inference, slow_first, FIRST_MS, LATER_MS};
 
 #[tokio::test]

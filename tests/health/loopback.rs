@@ -16,8 +16,7 @@ use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
 use tower_model_balance_sim::{protocol, Fault, ModelServer, ServerConfig};
 
-#[path = "support/sim_balancer.rs"]
-mod sim_balancer;
+use crate::sim_balancer;
 use sim_balancer::{balancer, Endpoint};
 
 const SLOW: usize = 1;

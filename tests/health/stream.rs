@@ -18,8 +18,7 @@ use tower_model_balance::balance::{BackendStatus, BalanceConfig, BalancerHandle,
 use tower_model_balance::breaker::StopPoint;
 use tower_model_balance_sim::{Fault, InferenceTimes, ModelServer, ServerConfig};
 
-#[path = "support/sim_balancer.rs"]
-mod sim_balancer;
+use crate::sim_balancer;
 use sim_balancer::Endpoint;
 
 /// Every wait is bounded: a broken balancer fails instead of hanging.

@@ -4,12 +4,7 @@
 //! probes, a body without `model` sent to the fleet's only model, vLLM's
 //! health routes. Against real vLLM: `tests/real_vllm/`.
 
-#[path = "../examples/gateway/app.rs"]
-#[allow(dead_code)] // The example uses all of it; the tests, part.
-mod app;
-#[path = "support/gateway.rs"]
-#[allow(dead_code)] // Shared with tests/gateway.rs.
-mod gateway;
+use crate::gateway;
 
 use std::time::Duration;
 

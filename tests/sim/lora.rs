@@ -4,11 +4,8 @@
 //! never by sleeping: concurrent loads are held in flight by
 //! `Fault::LoadHangs`.
 
-#[path = "support/sim_explicit.rs"]
-#[allow(dead_code)] // Shared support: this test uses part of it.
-mod sim_explicit;
-#[path = "support/sim_http.rs"]
-mod sim_http;
+use crate::sim_explicit;
+use crate::sim_http;
 
 use http_body_util::Full;
 

@@ -12,8 +12,7 @@ use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::error::BoxError;
 use tower_model_balance::hedge::HedgeLayer;
 
-#[path = "support/slow_first.rs"]
-mod slow_first;
+use crate::slow_first;
 use slow_first::{after_10ms, inference, slow_first};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};

@@ -3,14 +3,8 @@
 //! loopback, driven by a real HTTP client. No sleeps: every wait is on a
 //! response or bounded by a count.
 
-#[path = "../examples/gateway/app.rs"]
-#[allow(dead_code)] // The example uses all of it; the tests, most.
-mod app;
-#[path = "../examples/gateway/args.rs"]
-#[allow(dead_code)] // Its own unit tests run here.
-mod args;
-#[path = "support/gateway.rs"]
-mod gateway;
+use crate::app;
+use crate::gateway;
 
 use std::time::Duration;
 
@@ -229,7 +223,7 @@ async fn metrics_lists_the_documented_names() {
         .starts_with("text/plain"));
     // Every name of src/metrics.rs's table, but placement's and the
     // admission limits' (placement and admission are off here).
-    let documented: Vec<&str> = include_str!("../src/metrics.rs")
+    let documented: Vec<&str> = include_str!("../../src/metrics.rs")
         .lines()
         .filter_map(|line| line.strip_prefix("//! | `model_balance_"))
         .filter_map(|rest| rest.split('`').next())

@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-#[path = "support/sim_http.rs"]
-#[allow(dead_code)] // Shared support: this test uses part of it.
-mod sim_http;
+use crate::sim_http;
 
 use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 

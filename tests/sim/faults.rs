@@ -5,8 +5,7 @@
 //! through a response. Driven by the servers' counters and events, never
 //! by sleeping.
 
-#[path = "support/sim_http.rs"]
-mod sim_http;
+use crate::sim_http;
 
 use std::time::Duration;
 

@@ -6,10 +6,8 @@
 
 use std::time::Duration;
 
-#[path = "support/sim_explicit.rs"]
-mod sim_explicit;
-#[path = "support/sim_http.rs"]
-mod sim_http;
+use crate::sim_explicit;
+use crate::sim_http;
 
 use http_body_util::Full;
 

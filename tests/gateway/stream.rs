@@ -7,12 +7,7 @@
 //! response or the servers' counters; time is asserted only where it is
 //! the point (a slot freed within 100 ms).
 
-#[path = "../examples/gateway/app.rs"]
-#[allow(dead_code)] // The example uses all of it; these tests, part.
-mod app;
-#[path = "support/gateway.rs"]
-#[allow(dead_code)]
-mod gateway;
+use crate::gateway;
 
 use std::time::Duration;
 

@@ -3,8 +3,7 @@
 //! `reqwest::Client` itself, and the balancer over the example's
 //! `ReqwestEndpoint`. Driven by answers and counts, never by sleeps.
 
-#[path = "../examples/reqwest_client/endpoint.rs"]
-mod endpoint;
+use crate::endpoint;
 
 use std::time::Duration;
 

@@ -4,12 +4,7 @@
 //! history cached, each answer says why in `x-route-receipt`, and a bad
 //! session header is the client's 400, sent nowhere.
 
-#[path = "../examples/gateway/app.rs"]
-#[allow(dead_code)] // The example uses all of it; these tests, part.
-mod app;
-#[path = "support/gateway.rs"]
-#[allow(dead_code)]
-mod gateway;
+use crate::gateway;
 
 use std::time::Duration;
 

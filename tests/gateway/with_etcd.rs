@@ -9,22 +9,11 @@
 //! condition, bounded by a deadline; the flags' unit tests
 //! (`examples/etcd_register/args_tests.rs`) run here too.
 
-#[path = "../examples/gateway/app.rs"]
-#[allow(dead_code)] // The example uses all of it; these tests, part.
-mod app;
-#[path = "../examples/etcd_register/args.rs"]
-#[allow(dead_code)] // Its own unit tests run here.
-mod args;
-#[path = "support/etcd.rs"]
-mod etcd;
-#[path = "support/gateway.rs"]
-#[allow(dead_code)]
-mod gateway;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "../examples/etcd_register/sidecar.rs"]
-#[allow(dead_code)] // `--sim`'s server, which these tests do not start.
-mod sidecar;
+use crate::app;
+use crate::args;
+use crate::etcd;
+use crate::gateway;
+use crate::sidecar;
 
 use std::time::Duration;
 

@@ -6,16 +6,11 @@
 //! the fuzz targets' own (`support/fuzz_route.rs`, `support/fuzz_body.rs`,
 //! `support/fuzz_layer.rs`, `support/fuzz_config.rs`).
 
-#[path = "support/fuzz_body.rs"]
-mod fuzz_body;
-#[path = "support/fuzz_config.rs"]
-mod fuzz_config;
-#[path = "support/fuzz_layer.rs"]
-mod fuzz_layer;
-#[path = "support/fuzz_route.rs"]
-mod fuzz_route;
-#[path = "support/fuzz_toml.rs"]
-mod fuzz_toml;
+use crate::fuzz_body;
+use crate::fuzz_config;
+use crate::fuzz_layer;
+use crate::fuzz_route;
+use crate::fuzz_toml;
 
 use fuzz_body::{
     body_from_bytes, check_body, check_path, encode, path_from_bytes, BodyCase, PathCase,

@@ -5,12 +5,7 @@
 //! bucket that holds 50 ms. Waits are on counts (the streams read to their
 //! end, the balancer's count of them), never on a sleep.
 
-#[path = "../examples/gateway/app.rs"]
-#[allow(dead_code)] // The example uses all of it; this test, part.
-mod app;
-#[path = "support/gateway.rs"]
-#[allow(dead_code)]
-mod gateway;
+use crate::gateway;
 
 use std::time::Duration;
 

@@ -2,13 +2,9 @@
 //! clock: passive outcomes, ejection, warm-up (probes and residency
 //! learned from answers: `tests/health_probes.rs`).
 
-#[path = "support/health_fleet.rs"]
-#[allow(dead_code)] // Shared support: this test uses part of it.
-mod health_fleet;
-#[path = "support/lcg.rs"]
-mod lcg;
-#[path = "support/nodes.rs"]
-mod nodes;
+use crate::health_fleet;
+use crate::lcg;
+use crate::nodes;
 
 use std::time::Duration;
 
