@@ -1,4 +1,4 @@
-//! The sidecar's work, shared by `main.rs` and `tests/gateway_etcd.rs`:
+//! The sidecar's work, shared by `main.rs` and `tests/gateway/with_etcd.rs`:
 //! the backend's record under a lease kept alive, its resident models
 //! followed, the lease revoked at the end.
 

@@ -1,5 +1,5 @@
 //! The gateway itself, shared by `examples/gateway/main.rs` and
-//! `tests/gateway.rs`: an axum router whose inference routes go through
+//! `tests/gateway/service.rs`: an axum router whose inference routes go through
 //! the crate's stack to the backends.
 //!
 //! ```text

@@ -1,7 +1,7 @@
 //! The pick API (`ModelBalancer::pick` and its `Guard`) against the
 //! `Service` path: shared state and counters, cancellation, latency into
 //! P2C, and the typed error when nothing can be picked (urgency:
-//! `tests/pick_api_urgency.rs`).
+//! `tests/balance/pick_urgency.rs`).
 
 use crate::lcg;
 use crate::pick_api;

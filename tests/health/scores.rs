@@ -1,6 +1,6 @@
 //! Backend health inside the balancer, over mock backends on a paused
 //! clock: passive outcomes, ejection, warm-up (probes and residency
-//! learned from answers: `tests/health_probes.rs`).
+//! learned from answers: `tests/health/probes.rs`).
 
 use crate::health_fleet;
 use crate::lcg;
@@ -218,7 +218,7 @@ async fn a_joining_backend_warms_up_neither_flooded_nor_starved() {
     assert!(first < warm_up, "{first:?}");
     // Between a fifth and six fifths of its fair share (0.2) in its first
     // 2 s: 0.109 at the default starting weight 0.5, 0.205 without the
-    // warm-up (this fleet is idle between bursts; `tests/starvation.rs`
+    // warm-up (this fleet is idle between bursts; `tests/balance/starvation.rs`
     // checks a busy one, where no warm-up floods).
     let share = early.0 as f64 / early.1 as f64;
     assert!(

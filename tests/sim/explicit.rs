@@ -1,6 +1,6 @@
 //! The simulated server's explicit model-control mode over real HTTP on
 //! 127.0.0.1: Triton's repository load / unload / index (vLLM's LoRA
-//! adapter routes: `tests/sim_lora.rs`). Driven by counts and by the
+//! adapter routes: `tests/sim/lora.rs`). Driven by counts and by the
 //! server's stats hook, never by sleeping: concurrent loads are held in
 //! flight by `Fault::LoadHangs`.
 

@@ -1,4 +1,4 @@
-//! The admission tests' backends (`tests/admission.rs`): each answers a
+//! The admission tests' backends (`tests/balance/admit.rs`): each answers a
 //! status after a fixed latency on Tokio's clock and counts what it holds;
 //! and the requests and results the tests send and read.
 

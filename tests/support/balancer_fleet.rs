@@ -1,4 +1,4 @@
-//! The balancer tests' fleet of held mock endpoints (`tests/balancer.rs`):
+//! The balancer tests' fleet of held mock endpoints (`tests/balance/service.rs`):
 //! backends named `a`, `b`, … with the ring order of a model, requests,
 //! breaker configs and a discovery source the test feeds.
 

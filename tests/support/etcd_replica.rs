@@ -1,4 +1,4 @@
-//! One gateway replica of the etcd agreement test (`tests/etcd_agreement.rs`),
+//! One gateway replica of the etcd agreement test (`tests/discover/etcd_agreement.rs`),
 //! run as a child process: a `ModelBalancer` over the `Etcd` source, whose
 //! owner lists for [`MODELS`] models it digests every [`POLL`], printing a
 //! [`Line`] to stdout whenever the digest or a counter changes. It ends when

@@ -1,4 +1,4 @@
-//! The etcd agreement test's run (`tests/etcd_agreement.rs`): the writer
+//! The etcd agreement test's run (`tests/discover/etcd_agreement.rs`): the writer
 //! and the replicas together, each change written and waited on until the
 //! replicas agree, the waits measured, and the figures at the end.
 

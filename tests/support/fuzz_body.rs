@@ -1,6 +1,6 @@
 //! The model ID from a KServe v2 path or a JSON body, through
 //! `ModelFromBodyLayer`: invariants on arbitrary input, shared by the
-//! `route_path` and `route_body` fuzz targets and `tests/fuzz_inputs.rs`
+//! `route_path` and `route_body` fuzz targets and `tests/config/fuzz_inputs.rs`
 //! (with `fuzz_layer.rs`, which they include beside it).
 //!
 //! `path_from_bytes` and `body_from_bytes` turn raw bytes into a case;

@@ -1,6 +1,6 @@
 //! `StackConfig::from_toml`'s invariants on arbitrary text, shared by the
 //! fuzz target (`fuzz/fuzz_targets/config_toml.rs`, which includes this
-//! file with `#[path]`) and the proptest cases of `tests/fuzz_inputs.rs`.
+//! file with `#[path]`) and the proptest cases of `tests/config/fuzz_inputs.rs`.
 //!
 //! Never a panic; text that is not TOML is a `Parse` error; a value out
 //! of range is an `Invalid` error naming a key the file format has, in a

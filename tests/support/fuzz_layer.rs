@@ -2,7 +2,7 @@
 //! (`fuzz_route.rs` for headers, `fuzz_body.rs` for paths and bodies):
 //! the model ID rule, `ModelFromBodyLayer` in front of an echo service,
 //! bodies in frames. The fuzz targets include these files with `#[path]`,
-//! `tests/fuzz_inputs.rs` as modules: one definition of what must hold,
+//! `tests/config/fuzz_inputs.rs` as modules: one definition of what must hold,
 //! checked by both.
 //!
 //! Nothing here needs a runtime: the bodies and the inner service are

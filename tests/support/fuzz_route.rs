@@ -1,5 +1,5 @@
 //! Route extraction from headers: its invariants on arbitrary input,
-//! shared by the `route_headers` fuzz target and `tests/fuzz_inputs.rs`
+//! shared by the `route_headers` fuzz target and `tests/config/fuzz_inputs.rs`
 //! (with `fuzz_layer.rs`, which both include beside it).
 //!
 //! `headers_from_bytes` turns raw bytes into a header map (the fuzzer's

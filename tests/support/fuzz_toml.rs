@@ -1,4 +1,4 @@
-//! The TOML files `tests/fuzz_inputs.rs` runs `StackConfig::from_toml`'s
+//! The TOML files `tests/config/fuzz_inputs.rs` runs `StackConfig::from_toml`'s
 //! invariants (`fuzz_config.rs`) on: values of every type, each key's
 //! edge values, and files of the format's sections and keys.
 

@@ -1,4 +1,4 @@
-//! The gateway tests' running gateway (`tests/gateway.rs`): the example's
+//! The gateway tests' running gateway (`tests/gateway/service.rs`): the example's
 //! app on 127.0.0.1 in front of simulated backends, a client reading each
 //! reply whole, and raw connections that break a body off or hold it open.
 
@@ -28,7 +28,7 @@ pub struct Running {
     pub handle: BalancerHandle,
     pub hedge: HedgeHandle,
     /// The etcd source's counters, when its backends come from etcd.
-    #[allow(dead_code)] // Read by `tests/gateway_etcd.rs` alone.
+    #[allow(dead_code)] // Read by `tests/gateway/with_etcd.rs` alone.
     pub etcd: Option<EtcdCounters>,
     pub client: Client<HttpConnector, Full<Bytes>>,
     pub server: JoinHandle<()>,

@@ -1,5 +1,5 @@
-//! What the health tests share (`tests/health.rs`,
-//! `tests/health_probes.rs`): nodes that answer in 20 ms, a balancer over
+//! What the health tests share (`tests/health/scores.rs`,
+//! `tests/health/probes.rs`): nodes that answer in 20 ms, a balancer over
 //! them, and concurrent update workers.
 
 use std::time::Duration;

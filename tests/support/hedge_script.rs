@@ -1,4 +1,4 @@
-//! The hedging layer tests' scripted inner service (`tests/hedge.rs`):
+//! The hedging layer tests' scripted inner service (`tests/hedge/layer.rs`):
 //! each call answers, fails or hangs as its step says, counting calls,
 //! drops and readiness polls; and a request, a policy and a send through
 //! the layer on paused time.

@@ -1,5 +1,5 @@
-//! What the pick API's tests share (`tests/pick_api.rs`,
-//! `tests/pick_api_urgency.rs`): ring order, IDs and routes, a source of
+//! What the pick API's tests share (`tests/balance/pick.rs`,
+//! `tests/balance/pick_urgency.rs`): ring order, IDs and routes, a source of
 //! backends named by their endpoints, and balancers over held mocks.
 
 use std::convert::Infallible;

@@ -1,5 +1,5 @@
 //! The placement tests' mock model servers in explicit mode
-//! (`tests/placement.rs`): 404 for a model until it is loaded through a
+//! (`tests/balance/placement.rs`): 404 for a model until it is loaded through a
 //! loader that plays the repository API, loads that succeed, fail or
 //! hang, each call counted; and a balancer over them with placement on.
 

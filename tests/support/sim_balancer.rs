@@ -1,6 +1,6 @@
 //! A balancer over simulated model servers on loopback, one backend per
 //! server (its address in the metadata, for probes), through hyper-util's
-//! client (`tests/health_loopback.rs`, `tests/stream_health.rs`).
+//! client (`tests/health/loopback.rs`, `tests/health/stream.rs`).
 
 use bytes::Bytes;
 use http_body_util::Full;

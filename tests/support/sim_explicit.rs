@@ -1,5 +1,5 @@
 //! What the explicit model-control tests of the simulated server share
-//! (`tests/sim_explicit.rs`, `tests/sim_lora.rs`): an explicit-mode
+//! (`tests/sim/explicit.rs`, `tests/sim/lora.rs`): an explicit-mode
 //! config, and the requests and waits they drive it with.
 
 use std::time::Duration;

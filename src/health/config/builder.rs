@@ -151,7 +151,7 @@ impl HealthConfigBuilder {
     /// somewhat more from a busy fleet (its queue is empty, theirs are
     /// not). The default keeps a joining backend between a fifth and six
     /// fifths of its fair share of the first burst either way: 0.5 and
-    /// 0.8 in the balancer's test (`tests/starvation.rs`), against 0.1 and
+    /// 0.8 in the balancer's test (`tests/balance/starvation.rs`), against 0.1 and
     /// 0.1 at the former default 0.1 (starved), and 1.1 and 1.4 at 1
     /// (flooded from a busy fleet).
     pub fn warm_up_min_weight(mut self, weight: f64) -> Self {
