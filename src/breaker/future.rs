@@ -25,7 +25,8 @@ use tokio::time::Instant;
 
 use super::body::Record;
 use super::track::Track;
-use super::{Permit, StopPoint};
+use super::Permit;
+use crate::classify::timing::StopPoint;
 use crate::classify::{AtEndOfBody, Classify};
 use crate::error::{BoxError, BreakerOpen, NotReady};
 

@@ -9,7 +9,8 @@ use tower_service::Service;
 use super::admission::Reservation;
 use super::future::ResponseFuture;
 use super::track::Track;
-use super::{Admission, Breaker, StopPoint};
+use super::{Admission, Breaker};
+use crate::classify::timing::StopPoint;
 use crate::classify::{AtEndOfBody, AtResponse, Classify};
 use crate::error::{BoxError, BreakerOpen};
 

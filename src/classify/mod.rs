@@ -53,6 +53,10 @@
 //!   records untimed;
 //! * [`Classifier`] erases the type (and the body type) of an HTTP
 //!   classifier, for a configuration that is not generic.
+//!
+//! With the breaker (feature `breaker`, which the balancer turns on), the
+//! slow-call clock stops at a [`StopPoint`] for the breaker and the
+//! balancer alike.
 
 use std::convert::Infallible;
 
@@ -66,6 +70,8 @@ mod status;
 pub(crate) mod body;
 #[cfg(any(feature = "breaker", feature = "hedge"))]
 pub(crate) mod sse;
+#[cfg(feature = "breaker")]
+pub(crate) mod timing;
 
 #[cfg(feature = "breaker")]
 pub use self::body::CompletionBody;
@@ -74,6 +80,8 @@ pub use self::erased::{Classifier, ClassifierEos, ClassifyHead};
 pub use self::grpc::{GrpcEosErrorsAsFailures, GrpcErrorsAsFailures};
 pub use self::record::{AtEndOfBody, AtResponse};
 pub use self::status::ServerErrorsAsFailures;
+#[cfg(feature = "breaker")]
+pub use self::timing::StopPoint;
 
 /// How one call went, as far as the backend's health goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

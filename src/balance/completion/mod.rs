@@ -5,10 +5,8 @@
 //! |---|---|
 //! | `guard.rs` | [`Guard`](guard::Guard): in flight from the pick until the outcome is recorded (dropped: cancelled) |
 //! | `finish.rs` | [`Finish`](finish::Finish): the answer handed on — an HTTP response's head read and its body wrapped ([`AtEndOfBody`](crate::classify::AtEndOfBody)), or any response classified when it arrives ([`AtResponse`](crate::classify::AtResponse)) |
-//! | `timing.rs` | [`Timing`](timing::Timing): when the answer's head and frames came — where its latency stops, a stream's TTFT and TPOT |
 //! | `body.rs` | [`ResponseBody`](body::ResponseBody): the response body whose end (last frame, trailers, error, drop) is the request's end |
 
 pub(crate) mod body;
 pub(crate) mod finish;
 pub(crate) mod guard;
-pub(crate) mod timing;
