@@ -213,7 +213,6 @@ mod layer;
 mod service;
 mod shared;
 mod state;
-mod track;
 mod window;
 
 pub use self::admission::Admission;

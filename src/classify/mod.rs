@@ -55,8 +55,9 @@
 //!   classifier, for a configuration that is not generic.
 //!
 //! With the breaker (feature `breaker`, which the balancer turns on), the
-//! slow-call clock stops at a [`StopPoint`] for the breaker and the
-//! balancer alike.
+//! outcome is recorded [`AtEndOfBody`] (a [`CompletionBody`]) or
+//! [`AtResponse`] by one mechanism the breaker and the balancer share, and
+//! the slow-call clock stops at a [`StopPoint`] for both.
 
 use std::convert::Infallible;
 
@@ -68,6 +69,8 @@ mod status;
 
 #[cfg(feature = "breaker")]
 pub(crate) mod body;
+#[cfg(feature = "breaker")]
+pub(crate) mod completion;
 #[cfg(any(feature = "breaker", feature = "hedge"))]
 pub(crate) mod sse;
 #[cfg(feature = "breaker")]
