@@ -227,4 +227,5 @@ pub(crate) use self::state::Ticket;
 pub use self::state::{BreakerState, Metrics, Mode, Reason, Transition, TransitionCounts};
 /// Where the slow-call clock stops; defined in [`classify`](crate::classify),
 /// which the balancer shares.
+#[doc(no_inline)]
 pub use crate::classify::timing::StopPoint;
