@@ -24,8 +24,9 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use super::body::Record;
-use super::track::Track;
-use super::{Permit, StopPoint};
+use super::Permit;
+use crate::classify::completion::TrackCompletion;
+use crate::classify::timing::StopPoint;
 use crate::classify::{AtEndOfBody, Classify};
 use crate::error::{BoxError, BreakerOpen, NotReady};
 
@@ -97,7 +98,7 @@ where
     F: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
     C: Classify<T, E>,
-    K: Track<T, C::Eos>,
+    K: TrackCompletion<T, C::Eos, Record>,
 {
     type Output = Result<K::Output, BoxError>;
 
@@ -119,7 +120,7 @@ where
                         let cold = classifier.is_cold_load(&response);
                         let classified = classifier.classify_response(&response);
                         let record = Record::new(permit, *stop, cold, Instant::now());
-                        Ok(this.track.track(response, record, classified))
+                        Ok(this.track.track_completion(response, record, classified))
                     }
                     Err(error) => {
                         permit.record(classifier.classify_error(&error));

@@ -6,7 +6,8 @@ use tower_layer::Layer;
 use std::fmt;
 use std::sync::Arc;
 
-use super::{Admission, Breaker, BreakerConfig, CircuitBreaker, OnTransition, StopPoint};
+use super::{Admission, Breaker, BreakerConfig, CircuitBreaker, OnTransition};
+use crate::classify::timing::StopPoint;
 use crate::classify::{AtEndOfBody, AtResponse, ColdLoad, ServerErrorsAsFailures};
 
 /// Wraps a service in a [`CircuitBreaker`] with its own [`Breaker`], shared

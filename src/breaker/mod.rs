@@ -213,11 +213,10 @@ mod layer;
 mod service;
 mod shared;
 mod state;
-mod track;
 mod window;
 
 pub use self::admission::Admission;
-pub use self::body::{ResponseBody, StopPoint};
+pub use self::body::ResponseBody;
 pub use self::config::{BreakerConfig, BreakerConfigBuilder, SlidingWindow};
 pub use self::events::OnTransition;
 pub use self::layer::CircuitBreakerLayer;
@@ -226,3 +225,7 @@ pub use self::shared::{Breaker, Permit};
 #[cfg(feature = "balance")]
 pub(crate) use self::state::Ticket;
 pub use self::state::{BreakerState, Metrics, Mode, Reason, Transition, TransitionCounts};
+/// Where the slow-call clock stops; defined in [`classify`](crate::classify),
+/// which the balancer shares.
+#[doc(no_inline)]
+pub use crate::classify::timing::StopPoint;

@@ -7,9 +7,11 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use super::admission::Reservation;
+use super::body::Record;
 use super::future::ResponseFuture;
-use super::track::Track;
-use super::{Admission, Breaker, StopPoint};
+use super::{Admission, Breaker};
+use crate::classify::completion::TrackCompletion;
+use crate::classify::timing::StopPoint;
 use crate::classify::{AtEndOfBody, AtResponse, Classify};
 use crate::error::{BoxError, BreakerOpen};
 
@@ -162,7 +164,7 @@ where
     S: Service<Req>,
     S::Error: Into<BoxError>,
     C: Classify<S::Response, S::Error> + Clone,
-    K: Track<S::Response, C::Eos> + Clone,
+    K: TrackCompletion<S::Response, C::Eos, Record> + Clone,
 {
     type Response = K::Output;
     type Error = BoxError;

@@ -41,6 +41,11 @@ mod receiver {
     /// the breaker's permit, the balancer's [`Guard`](crate::balance::Guard).
     /// Implemented inside the crate only (it is not nameable outside).
     pub trait Complete {
+        /// The response's head says it is an event stream
+        /// (`text/event-stream`): its frames are scanned for `data:`
+        /// events. Called before any frame.
+        fn event_stream(&mut self) {}
+
         /// A frame of the body arrived that carries `chunks` of the answer
         /// (at least one): any frame of a body that is not scanned, a frame
         /// ending `chunks` `data:` events of a scanned event stream (its

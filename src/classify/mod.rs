@@ -53,6 +53,11 @@
 //!   records untimed;
 //! * [`Classifier`] erases the type (and the body type) of an HTTP
 //!   classifier, for a configuration that is not generic.
+//!
+//! With the breaker (feature `breaker`, which the balancer turns on), the
+//! outcome is recorded [`AtEndOfBody`] (a [`CompletionBody`]) or
+//! [`AtResponse`] by one mechanism the breaker and the balancer share, and
+//! the slow-call clock stops at a [`StopPoint`] for both.
 
 use std::convert::Infallible;
 
@@ -64,8 +69,12 @@ mod status;
 
 #[cfg(feature = "breaker")]
 pub(crate) mod body;
+#[cfg(feature = "breaker")]
+pub(crate) mod completion;
 #[cfg(any(feature = "breaker", feature = "hedge"))]
 pub(crate) mod sse;
+#[cfg(feature = "breaker")]
+pub(crate) mod timing;
 
 #[cfg(feature = "breaker")]
 pub use self::body::CompletionBody;
@@ -74,6 +83,8 @@ pub use self::erased::{Classifier, ClassifierEos, ClassifyHead};
 pub use self::grpc::{GrpcEosErrorsAsFailures, GrpcErrorsAsFailures};
 pub use self::record::{AtEndOfBody, AtResponse};
 pub use self::status::ServerErrorsAsFailures;
+#[cfg(feature = "breaker")]
+pub use self::timing::StopPoint;
 
 /// How one call went, as far as the backend's health goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

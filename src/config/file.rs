@@ -10,7 +10,8 @@ use super::hedge::HedgeFile;
 use super::placement::PlacementFile;
 use super::{to_ms, ConfigError, StackConfig};
 use crate::balance::BreakerScope;
-use crate::breaker::{SlidingWindow, StopPoint};
+use crate::breaker::SlidingWindow;
+use crate::classify::timing::StopPoint;
 use crate::classify::Classifier;
 use crate::placement::WhenCold;
 

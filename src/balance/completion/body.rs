@@ -15,6 +15,10 @@ pub(crate) type Verdict = Classified<ClassifierEos>;
 /// whose head decided is an outcome even if the caller never reads its
 /// body (a 503 must count whether or not it is read).
 impl Complete for Guard {
+    fn event_stream(&mut self) {
+        self.events();
+    }
+
     fn frame(&mut self, chunks: u32) {
         self.frame(chunks);
     }

@@ -1,14 +1,16 @@
-//! What the balancer does with a backend's answer: reads an HTTP
-//! response's head and records at the end of its body ([`AtEndOfBody`]),
-//! or classifies any response when it arrives ([`AtResponse`]).
+//! What the balancer reads of a backend's answer before handing it on
+//! through [`TrackCompletion`], the mechanism it shares with the breaker:
+//! an HTTP response's head, classified by the balancer's classifier, to
+//! record at the end of its body ([`AtEndOfBody`]), or any response,
+//! classified by the one given, to record when it arrives
+//! ([`AtResponse`]).
 
 use http::StatusCode;
 use http_body::Body;
 
 use crate::balance::completion::body::{ResponseBody, Verdict};
 use crate::balance::completion::guard::Guard;
-use crate::classify::body::at_end;
-use crate::classify::sse::is_event_stream;
+use crate::classify::completion::TrackCompletion;
 use crate::classify::{AtEndOfBody, AtResponse, Classified, Classify, Outcome};
 use crate::placement::WaitedForLoad;
 
@@ -29,8 +31,9 @@ mod sealed {
         AfterLoad,
     }
 
-    /// Hands a backend's answer `T` (or its error `E`) on, its outcome
-    /// recorded to the request's guard. Implemented inside the crate only.
+    /// Reads a backend's answer `T` (or its error `E`) and hands it on,
+    /// its outcome recorded to the request's guard. Implemented inside the
+    /// crate only.
     #[diagnostic::on_unimplemented(
         message = "the balancer cannot record the outcome of a `{T}` at the end of its body",
         label = "records at the end of an `http::Response<B>` body, with `B: http_body::Body`",
@@ -73,11 +76,7 @@ impl<B: Body, E> Finish<http::Response<B>, E> for AtEndOfBody {
             .classifier()
             .classify_head(response.status(), response.headers());
         let verdict = answered(&guard, response.status(), verdict);
-        let events = is_event_stream(response.headers());
-        if events {
-            guard.events();
-        }
-        response.map(|body| ResponseBody::new(body, guard, verdict, events))
+        self.track_completion(response, guard, verdict)
     }
 
     fn error(&self, _: &E, guard: Guard) {
@@ -91,8 +90,7 @@ impl<T, E, C: Classify<T, E>> Finish<T, E> for AtResponse<C> {
     fn response(&self, response: T, mut guard: Guard, _: Sent) -> T {
         guard.answered();
         let verdict = self.classifier.classify_response(&response);
-        guard.finish(at_end(verdict, None));
-        response
+        self.track_completion(response, guard, verdict)
     }
 
     fn error(&self, error: &E, guard: Guard) {

@@ -9,7 +9,6 @@ use tokio::time::Instant;
 use http::HeaderMap;
 
 use crate::backend::{BackendId, PickedSlot};
-use crate::balance::completion::timing::Timing;
 use crate::balance::config::ResidencyHeader;
 use crate::balance::receipt::RoutingReceipt;
 #[cfg(test)]
@@ -17,7 +16,8 @@ use crate::balance::state::backend::Start;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::placement::Placement;
 use crate::balance::state::residency::Warmth;
-use crate::breaker::{BreakerState, StopPoint};
+use crate::breaker::BreakerState;
+use crate::classify::timing::{StopPoint, Timing};
 use crate::classify::Classifier;
 use crate::classify::Outcome;
 use crate::route::ModelId;
@@ -144,8 +144,9 @@ impl Guard {
     pub(crate) fn answered(&mut self) {
         self.slot = None;
         self.state.health.answered();
-        if let (Some(started), StopPoint::Headers) = (self.started, self.stop_point()) {
-            self.timing.head(started, Instant::now());
+        if let Some(started) = self.started {
+            let stop = self.stop_point();
+            self.timing.head(stop, started, Instant::now);
         }
     }
 
@@ -162,10 +163,9 @@ impl Guard {
         let Some(started) = self.started else {
             return;
         };
-        let first = !self.timing.has_frame() && self.stop_point() == StopPoint::FirstFrame;
-        if first || self.events {
-            self.timing.frame(started, Instant::now(), chunks);
-        }
+        let stop = self.stop_point();
+        self.timing
+            .frame(stop, self.events, started, Instant::now, chunks);
     }
 
     /// The answer's body ended (not dropped): a stream's TTFT and TPOT

@@ -4,11 +4,9 @@
 //! | File | Does |
 //! |---|---|
 //! | `guard.rs` | [`Guard`](guard::Guard): in flight from the pick until the outcome is recorded (dropped: cancelled) |
-//! | `finish.rs` | [`Finish`](finish::Finish): the answer handed on — an HTTP response's head read and its body wrapped ([`AtEndOfBody`](crate::classify::AtEndOfBody)), or any response classified when it arrives ([`AtResponse`](crate::classify::AtResponse)) |
-//! | `timing.rs` | [`Timing`](timing::Timing): when the answer's head and frames came — where its latency stops, a stream's TTFT and TPOT |
+//! | `finish.rs` | [`Finish`](finish::Finish): what the balancer reads of the answer — an HTTP response's head ([`AtEndOfBody`](crate::classify::AtEndOfBody)), or any response classified when it arrives ([`AtResponse`](crate::classify::AtResponse)) — before handing it on through `classify`'s completion mechanism |
 //! | `body.rs` | [`ResponseBody`](body::ResponseBody): the response body whose end (last frame, trailers, error, drop) is the request's end |
 
 pub(crate) mod body;
 pub(crate) mod finish;
 pub(crate) mod guard;
-pub(crate) mod timing;

@@ -8,7 +8,8 @@ use super::fields::{
     BalanceConfig, BreakerHook, BreakerScope, ResidencyHeader, StagingConfig, MAX_PAIRS,
 };
 use crate::backend::BackendId;
-use crate::breaker::{BreakerConfig, StopPoint, Transition};
+use crate::breaker::{BreakerConfig, Transition};
+use crate::classify::timing::StopPoint;
 use crate::classify::Classifier;
 use crate::error::InvalidConfig;
 use crate::health::HealthConfig;
@@ -258,7 +259,7 @@ impl BalanceConfigBuilder {
     /// Where a call's latency stops for its backend's breaker (slow
     /// calls), health (its latency term), latency estimate (P2C's cost)
     /// and adaptive admission limit; it starts at the pick. Default
-    /// [`StopPoint::FirstFrame`](crate::breaker::StopPoint::FirstFrame):
+    /// [`StopPoint::FirstFrame`](crate::classify::StopPoint::FirstFrame):
     /// the first frame of the response body, which for a stream of tokens
     /// is the time to first token (TTFT). A 40 s generation whose first
     /// token came in 200 ms is not slow: how long a generation runs is the
@@ -269,15 +270,15 @@ impl BalanceConfigBuilder {
     /// judged at its first frame too. An event stream's first frame is its
     /// first `data:` chunk (comments are skipped); a body without a frame
     /// is timed whole.
-    /// [`StopPoint::EndOfBody`](crate::breaker::StopPoint::EndOfBody) times
-    /// whole calls; [`StopPoint::Headers`](crate::breaker::StopPoint::Headers)
+    /// [`StopPoint::EndOfBody`](crate::classify::StopPoint::EndOfBody) times
+    /// whole calls; [`StopPoint::Headers`](crate::classify::StopPoint::Headers)
     /// stops at the head. The models' work (demand) always counts whole
     /// calls. Under [`ModelBalancer::at_response`](crate::balance::ModelBalancer::at_response)
     /// there is no body to read: calls are timed to their response.
     ///
     /// ```
     /// use tower_model_balance::balance::BalanceConfig;
-    /// use tower_model_balance::breaker::StopPoint;
+    /// use tower_model_balance::classify::StopPoint;
     ///
     /// let whole = BalanceConfig::builder().stop_point(StopPoint::EndOfBody).build().unwrap();
     /// assert_ne!(whole, BalanceConfig::default());

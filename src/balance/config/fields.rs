@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use super::admission::AdmissionConfig;
 use crate::backend::BackendId;
-use crate::breaker::{BreakerConfig, StopPoint, Transition};
+use crate::breaker::{BreakerConfig, Transition};
+use crate::classify::timing::StopPoint;
 use crate::classify::Classifier;
 use crate::error::InvalidConfig;
 use crate::health::HealthConfig;

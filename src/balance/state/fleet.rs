@@ -16,7 +16,7 @@ use crate::balance::state::placement::Placement;
 use crate::balance::state::queue::WaitQueue;
 use crate::balance::state::scoped::Scoped;
 use crate::balance::state::traffic::FleetTraffic;
-use crate::breaker::StopPoint;
+use crate::classify::timing::StopPoint;
 use crate::classify::Classifier;
 use crate::health::HealthConfig;
 
