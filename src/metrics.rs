@@ -24,7 +24,8 @@
 //! facade but the two stream histograms: its counters are the balancer's
 //! own atomics, read here, so exporting costs the hot path nothing. Each
 //! timed event stream that succeeded records its TTFT and TPOT once, as
-//! measured, when its body ends (one registry lookup per stream, whose
+//! measured, when its body ends (the balancer records them itself,
+//! `balance/state/stream.rs`: one registry lookup per stream, whose
 //! length is seconds); they are never read back from the balancer's own
 //! histograms, which keep only a bucket per sample.
 //!
@@ -96,9 +97,8 @@
 
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram, Unit};
+use metrics::{counter, gauge, Unit};
 
-use crate::backend::BackendId;
 use crate::balance::BalancerHandle;
 use crate::breaker::BreakerState;
 use crate::error::NoRuntime;
@@ -133,17 +133,6 @@ pub const TPOT_BUCKETS: [f64; 18] = [
     0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
     0.75, 1.0, 2.5,
 ];
-
-/// Records one stream that succeeded on `backend`: its TTFT and, with
-/// more than one chunk, its TPOT (called by the balancer's guard as the
-/// stream's body ends).
-pub(crate) fn stream(backend: &BackendId, ttft: Duration, tpot: Option<Duration>) {
-    let label = || [("backend", backend.to_string())];
-    histogram!("model_balance_backend_ttft_seconds", &label()).record(ttft.as_secs_f64());
-    if let Some(tpot) = tpot {
-        histogram!("model_balance_backend_tpot_seconds", &label()).record(tpot.as_secs_f64());
-    }
-}
 
 /// Sets the series of the [module docs](self) from `handle` now, then
 /// every `interval` (at least 10 ms), in a task on the current Tokio

@@ -302,7 +302,7 @@
 
 mod choose;
 mod completion;
-mod config;
+pub(crate) mod config;
 pub(crate) mod error;
 pub mod future;
 mod handle;
@@ -322,14 +322,9 @@ pub use self::config::{
 };
 pub use self::handle::BalancerHandle;
 pub use self::receipt::{PrefixHit, RouteReason, RoutingReceipt};
-pub use self::stats::{BackendStatus, BalanceStats};
-pub use crate::backend::{Backend, BackendMeta};
-/// The admission config's parts the TOML loader reads and writes.
-#[cfg(feature = "config")]
-pub(crate) mod config_parts {
-    pub(crate) use super::config::admission::{LimitKind, URGENCIES};
-}
 pub use self::service::ModelBalancer;
 pub use self::state::placement::PlacementStats;
+pub use self::stats::{BackendStatus, BalanceStats};
+pub use crate::backend::{Backend, BackendMeta};
 #[doc(no_inline)]
 pub use crate::task::BackgroundTask;

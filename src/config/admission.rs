@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{ms, to_ms, ConfigError};
-use crate::balance::config_parts::{LimitKind, URGENCIES};
+use crate::balance::config::admission::{LimitKind, URGENCIES};
 use crate::balance::{AdmissionConfig, Limit};
 use crate::error::InvalidConfig;
 

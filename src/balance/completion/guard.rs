@@ -317,7 +317,7 @@ impl Guard {
                 if let (true, Some((ttft, tpot))) = (self.events, self.timing.ended_stream()) {
                     self.state.stream.record(ttft, tpot);
                     #[cfg(feature = "metrics")]
-                    crate::metrics::stream(&self.state.id, ttft, tpot);
+                    crate::balance::state::stream::export(&self.state.id, ttft, tpot);
                 }
                 // A request that may have waited for its model to load
                 // says nothing of the backend's health: cold loads are

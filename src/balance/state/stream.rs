@@ -9,7 +9,7 @@ use crate::histogram::{quantile_micros, LatencyHistogram, BUCKETS};
 /// TTFT and TPOT of one backend's timed event streams that succeeded,
 /// since it joined (never cleared). (With feature `metrics` each stream is
 /// also recorded through the facade as it ends, by the guard: see
-/// `crate::metrics`.)
+/// [`export`].)
 #[derive(Debug)]
 pub(crate) struct StreamTimes {
     ttft: LatencyHistogram,
@@ -70,6 +70,22 @@ impl StreamTimes {
             ttft_p99_ms: quantile_micros(&counts, streams, 9_900).map(ms),
             tpot_mean_ms: mean(&self.tpot_sum_us, self.tpot_count.load(Ordering::Relaxed)),
         }
+    }
+}
+
+/// Records one stream that succeeded on `backend` through the `metrics`
+/// facade: its TTFT and, with more than one chunk, its TPOT (called by the
+/// guard as the stream's body ends). The series are named, described and
+/// bucketed by [`crate::metrics`], which reads the balancer from above;
+/// this, on the request path, is the balancer's own.
+#[cfg(feature = "metrics")]
+pub(crate) fn export(backend: &crate::backend::BackendId, ttft: Duration, tpot: Option<Duration>) {
+    let label = || [("backend", backend.to_string())];
+    ::metrics::histogram!("model_balance_backend_ttft_seconds", &label())
+        .record(ttft.as_secs_f64());
+    if let Some(tpot) = tpot {
+        ::metrics::histogram!("model_balance_backend_tpot_seconds", &label())
+            .record(tpot.as_secs_f64());
     }
 }
 
