@@ -316,10 +316,9 @@ mod tasks;
 pub use self::choose::decide::Picked;
 pub use self::completion::body::ResponseBody;
 pub use self::completion::guard::Guard;
-pub use self::config::{
-    AdmissionConfig, AdmissionConfigBuilder, BalanceConfig, BalanceConfigBuilder, BreakerScope,
-    Limit, ResidencyHeader, StagingConfig,
-};
+pub use self::config::admission::{AdmissionConfig, AdmissionConfigBuilder, Limit};
+pub use self::config::builder::BalanceConfigBuilder;
+pub use self::config::fields::{BalanceConfig, BreakerScope, ResidencyHeader, StagingConfig};
 pub use self::handle::BalancerHandle;
 pub use self::receipt::{PrefixHit, RouteReason, RoutingReceipt};
 pub use self::service::ModelBalancer;

@@ -16,7 +16,7 @@ use crate::balance::choose::ctx::mix;
 use crate::balance::choose::decide::Picked;
 use crate::balance::choose::decide::{Local, Refused, Timed};
 use crate::balance::completion::finish::Finish;
-use crate::balance::config::BalanceConfig;
+use crate::balance::config::fields::BalanceConfig;
 use crate::balance::error::{NoHealthyBackend, Overloaded};
 use crate::balance::future::ResponseFuture;
 use crate::balance::handle::BalancerHandle;

@@ -14,7 +14,8 @@ use crate::balance::state::traffic::Branch;
 use crate::route::{PrefixKey, RequestKind, Urgency};
 
 /// The most owners a model can have.
-pub(crate) const MAX_OWNERS: usize = crate::balance::config::BalanceConfigBuilder::MAX_OWNERS;
+pub(crate) const MAX_OWNERS: usize =
+    crate::balance::config::builder::BalanceConfigBuilder::MAX_OWNERS;
 /// Owners whose lists fit in a [`Scratch`] without a heap buffer.
 pub(crate) const INLINE_OWNERS: usize = 16;
 /// How far past its owners a spilled request looks for a backend where its

@@ -9,7 +9,7 @@ use crate::balance::choose::pick::pick;
 use crate::balance::choose::receipt::receipt;
 use crate::balance::choose::sampler::Sampler;
 use crate::balance::completion::guard::Guard;
-use crate::balance::config::BalanceConfig;
+use crate::balance::config::fields::BalanceConfig;
 use crate::balance::error::{NoAlternative, NoHealthyBackend, Overloaded};
 use crate::balance::state::clock::Now;
 use crate::balance::state::demand::Tally;

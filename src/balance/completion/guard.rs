@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use http::HeaderMap;
 
 use crate::backend::{BackendId, PickedSlot};
-use crate::balance::config::ResidencyHeader;
+use crate::balance::config::fields::ResidencyHeader;
 use crate::balance::receipt::RoutingReceipt;
 #[cfg(test)]
 use crate::balance::state::backend::Start;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::backend::BackendId;
-use crate::balance::config::BreakerHook;
+use crate::balance::config::fields::BreakerHook;
 use crate::balance::state::clock::Now;
 use crate::balance::state::cost::{cost, LatencyEwma};
 use crate::balance::state::fleet::Fleet;

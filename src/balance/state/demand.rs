@@ -24,7 +24,7 @@
 use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::balance::config::BalanceConfig;
+use crate::balance::config::fields::BalanceConfig;
 
 /// Buckets in the table (a power of two).
 const BUCKETS: usize = 4096;
@@ -286,7 +286,8 @@ mod tests {
 
     #[test]
     fn owners_are_sized_to_carry_the_configured_owner_load() {
-        let config = |b: crate::balance::config::BalanceConfigBuilder| b.owners(8).build().unwrap();
+        let config =
+            |b: crate::balance::config::builder::BalanceConfigBuilder| b.owners(8).build().unwrap();
         let default = config(BalanceConfig::builder());
         let lower = config(BalanceConfig::builder().owner_load(0.5));
         let tight = config(BalanceConfig::builder().load_factor(1.1));

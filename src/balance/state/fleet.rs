@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::balance::config::{
-    AdmissionConfig, BalanceConfig, BreakerHook, BreakerScope, ResidencyHeader,
-};
+use crate::balance::config::admission::AdmissionConfig;
+use crate::balance::config::fields::{BalanceConfig, BreakerHook, BreakerScope, ResidencyHeader};
 use crate::balance::state::demand::Work;
 use crate::balance::state::placement::Placement;
 use crate::balance::state::queue::WaitQueue;
@@ -105,7 +104,7 @@ impl Fleet {
         Self::with(
             None,
             Settings {
-                latency_decay: crate::balance::config::DEFAULT_LATENCY_DECAY,
+                latency_decay: crate::balance::config::fields::DEFAULT_LATENCY_DECAY,
                 ..Settings::default()
             },
         )

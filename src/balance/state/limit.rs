@@ -4,8 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::balance::config::admission::AdmissionConfig;
 use crate::balance::config::admission::{Aimd, LimitKind};
-use crate::balance::config::AdmissionConfig;
 use crate::classify::Outcome;
 
 /// One backend's limit on requests in flight, as an `f64` in an atomic
@@ -86,7 +86,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::balance::config::Limit;
+    use crate::balance::config::admission::Limit;
 
     fn aimd(min: usize, max: usize) -> Aimd {
         match Limit::aimd(min, max)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use crate::balance::config::admission::urgency_index;
-use crate::balance::config::BalanceConfig;
+use crate::balance::config::fields::BalanceConfig;
 use crate::balance::state::demand::{Bounds, Demand, Tally};
 use crate::balance::state::placement::Owners;
 use crate::balance::state::table::{Snapshot, Table};

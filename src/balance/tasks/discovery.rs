@@ -23,7 +23,7 @@ use tower::discover::{Change, Discover};
 
 use self::staging::Counts;
 use crate::backend::{Backend, BackendMeta};
-use crate::balance::config::BalanceConfig;
+use crate::balance::config::fields::BalanceConfig;
 use crate::balance::state::backend::{BackendState, Start};
 use crate::balance::state::cost;
 use crate::balance::state::fleet::Fleet;

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::*;
 use crate::backend::BackendId;
-use crate::balance::config::StagingConfig;
+use crate::balance::config::fields::StagingConfig;
 use crate::ring::RingConfig;
 use crate::route::ModelId;
 
