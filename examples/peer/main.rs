@@ -89,7 +89,7 @@ fn gateway_binary(args: &Args) -> Result<std::path::PathBuf, String> {
     match built.is_file() {
         true => Ok(built),
         false => Err(format!(
-            "no gateway binary at {} (cargo build --release --bin gateway, or --gateway PATH)",
+            "no gateway binary at {} (cargo build --release -p tower-model-balance-gateway --bin gateway, or --gateway PATH)",
             built.display()
         )),
     }
