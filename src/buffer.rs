@@ -7,9 +7,9 @@
 //! the limit is held. The body's size hint is not trusted either way: a
 //! client's claim is no reason to refuse bytes within the limit (a
 //! `content-length` over it is the caller's to answer before reading, as
-//! the gateway example does with 413). A body's trailers are dropped (the
-//! bytes go on as `Full<Bytes>`, which has none); a debug event counts
-//! them.
+//! the gateway, `crates/gateway`, does with 413). A body's trailers are
+//! dropped (the bytes go on as `Full<Bytes>`, which has none); a debug
+//! event counts them.
 
 use std::future::Future;
 use std::pin::Pin;

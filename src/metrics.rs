@@ -85,7 +85,7 @@
 //!         Matcher::Full("model_balance_backend_tpot_seconds".into()),
 //!         &TPOT_BUCKETS,
 //!     )?;
-//! // builder.install_recorder()?  (the gateway example does)
+//! // builder.install_recorder()?  (the gateway, `crates/gateway`, does)
 //! # drop(builder);
 //! # Ok(())
 //! # }

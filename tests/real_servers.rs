@@ -2,8 +2,8 @@
 //! explicit model-control mode (nothing loaded until the gateway loads it)
 //! and KServe's own Python model server, real processes on 127.0.0.1 from
 //! the virtual environments `.ci/run` makes, with the tiny runtime of
-//! `tests/mlserver/` (loads take 0.5 s, inferences 10 ms). The gateway
-//! example's app is what the requests go through; a real client
+//! `tests/mlserver/` (loads take 0.5 s, inferences 10 ms). The gateway's
+//! app (`crates/gateway`) is what the requests go through; a real client
 //! (tritonclient) drives one test. No sleeps but the bounded wait for a
 //! process to come up: every other wait is on an answer or a count.
 //!
@@ -13,9 +13,6 @@
 //! The crate's client stack with no gateway in front of it:
 //! `tests/real_servers_client.rs`.
 
-#[path = "../examples/gateway/app.rs"]
-#[allow(dead_code)] // The example uses all of it; the tests, part.
-mod app;
 #[path = "support/lcg.rs"]
 mod lcg;
 #[path = "support/mlserver.rs"]
@@ -34,6 +31,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::route::ModelId;
+use tower_model_balance_gateway::app;
 
 use mlserver::{Fleet, Kind, Models};
 use real_gateway::{gateway, tritonclient};

@@ -20,7 +20,8 @@ usage: bash scripts/peer-compare [FLAGS]
                        default 5)
   --backends N         simulated servers per run (1..=64, default 8)
   --seed N             the workload's seed (default 1)
-  --gateway PATH       the gateway example's binary (default: beside this one)
+  --gateway PATH       the gateway's binary (default: the one cargo builds, in
+                       this one's profile folder: target/release/gateway)
   --vllm-router PATH   vLLM Router's launcher
                        (default target/venv-vllm-router/bin/vllm-router)
   --logs DIR           where each router's output goes (default target/peer-logs)

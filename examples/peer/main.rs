@@ -1,4 +1,4 @@
-//! The peer comparison: this crate's gateway example and vLLM Router,
+//! The peer comparison: this crate's gateway (`crates/gateway`) and vLLM Router,
 //! each policy of it that applies to a plain fleet, in front of the same
 //! simulated OpenAI-compatible servers, under the same open-loop
 //! workload, side by side; and, with the search on, the highest rate
@@ -75,18 +75,22 @@ async fn main() -> ExitCode {
 /// The row of the load generator's check.
 const GENERATOR_CHECK: &str = "direct, generator check";
 
-/// The gateway's binary: `--gateway`, else the one beside this program.
+/// The gateway's binary: `--gateway`, else the one cargo builds in the
+/// same profile's folder (`target/release/gateway` for
+/// `target/release/examples/peer`).
 fn gateway_binary(args: &Args) -> Result<std::path::PathBuf, String> {
     if let Some(path) = &args.gateway {
         return Ok(path.clone());
     }
     let me = std::env::current_exe().map_err(|e| format!("where am I: {e}"))?;
-    let beside = me.with_file_name(format!("gateway{}", std::env::consts::EXE_SUFFIX));
-    match beside.is_file() {
-        true => Ok(beside),
+    let name = format!("gateway{}", std::env::consts::EXE_SUFFIX);
+    let profile = me.parent().and_then(std::path::Path::parent);
+    let built = profile.map_or_else(|| me.with_file_name(&name), |dir| dir.join(&name));
+    match built.is_file() {
+        true => Ok(built),
         false => Err(format!(
-            "no gateway binary at {} (cargo build --release --example gateway, or --gateway PATH)",
-            beside.display()
+            "no gateway binary at {} (cargo build --release -p tower-model-balance-gateway --bin gateway, or --gateway PATH)",
+            built.display()
         )),
     }
 }

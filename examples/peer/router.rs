@@ -36,7 +36,7 @@ pub enum Kind {
     /// No router: each request straight to a server its model is placed
     /// on (the baseline of the added latency).
     Direct,
-    /// `examples/gateway`, this crate's stack.
+    /// The gateway (`crates/gateway`), this crate's stack.
     Gateway,
     /// vLLM Router with the policy named.
     Vllm(String),

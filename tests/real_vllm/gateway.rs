@@ -1,4 +1,4 @@
-//! The gateway example's app in front of the vLLM servers, and the HTTP
+//! The gateway's app (`crates/gateway`) in front of the vLLM servers, and the HTTP
 //! calls the checks make to it and to the servers directly.
 
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
 //! The LLM half of the crate against real vLLM: two vLLM 0.32.0 servers
-//! (CPU build, one core each, a tiny model built here) behind the gateway
-//! example's app, driven by the official `openai` Python client and by
+//! (CPU build, one core each, a tiny model built here) behind the gateway's
+//! app (`crates/gateway`), driven by the official `openai` Python client and by
 //! reqwest, each answer compared with the same call made directly.
 //!
 //! A test binary of its own with its own runner (`harness = false`): the
@@ -16,11 +16,6 @@
 //! `/health`, a metric, the balancer's view.
 
 mod api;
-#[path = "../../examples/gateway/app.rs"]
-// The example uses all of it; the tests, part. Without libtest's
-// harness its `#[test]`s are left out, and their imports unused.
-#[allow(dead_code, unused_imports)]
-mod app;
 mod fixture;
 mod fleet;
 mod gateway;
@@ -34,6 +29,7 @@ use std::sync::Arc;
 
 use fixture::Vllm;
 use gateway::Running;
+use tower_model_balance_gateway::app;
 
 /// What the checks share: the servers and two gateways in front of them,
 /// one routing by the model alone, one with prefix affinity.

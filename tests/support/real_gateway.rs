@@ -1,4 +1,4 @@
-//! The gateway example's app in front of a fleet of real servers, for
+//! The gateway's app (`crates/gateway`) in front of a fleet of real servers, for
 //! `tests/real_servers.rs`; and tritonclient run against it.
 
 use std::net::SocketAddr;

@@ -1,4 +1,4 @@
-//! The sidecar's flags.
+//! The `etcd-register` binary's flags.
 
 use std::time::Duration;
 
@@ -6,8 +6,11 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::BackendMeta;
 use tower_model_balance::endpoint::Origin;
 
+use crate::cli::{etcd_url, http_origin, key_prefix, number, Stop};
+
+/// The usage, printed for `--help` and after a bad flag.
 pub const USAGE: &str = "\
-usage: cargo run --release --example etcd_register -- FLAGS
+usage: etcd-register FLAGS
 
 Registers one backend in etcd under a lease, keeps the lease alive, keeps
 the record's resident models as the server lists them, and deregisters
@@ -50,25 +53,27 @@ pub enum Probe {
 pub struct Args {
     /// etcd's client URLs.
     pub etcd: Vec<String>,
+    /// `--prefix`.
     pub prefix: String,
     /// The record: ID, address (none with `--sim`: the simulated
     /// server's), weight, model slots, metrics address.
     pub meta: BackendMeta,
     /// `--sim`: register a simulated server started here.
     pub sim: bool,
+    /// `--ttl`: the lease's time to live.
     pub ttl: Duration,
+    /// `--probe`.
     pub probe: Probe,
+    /// `--interval`: how often the resident models are read.
     pub interval: Duration,
 }
 
-/// Why parsing stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
-    Help,
-    Error(String),
-}
-
 impl Args {
+    /// The flags in `args` (the program's name left out).
+    ///
+    /// # Errors
+    ///
+    /// `--help`, or a bad flag (the message names it).
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
         let mut etcd: Vec<Origin> = Vec::new();
         let (mut prefix, mut id, mut address, mut metrics) = (None, None, None, None);
@@ -101,12 +106,7 @@ impl Args {
             };
             match flag.as_str() {
                 "--etcd" => {
-                    let url = http_origin("--etcd", &text)?;
-                    if url.authority().port_u16().is_none() {
-                        return Err(error(format!(
-                            "--etcd `{text}`: give the port (etcd's client port is 2379 by default)"
-                        )));
-                    }
+                    let url = etcd_url(&text)?;
                     if etcd.contains(&url) {
                         return Err(error(format!("--etcd `{text}` given twice")));
                     }
@@ -131,12 +131,7 @@ impl Args {
             value.ok_or_else(|| error(format!("{flag} is required")))
         };
         let prefix = required(prefix, "--prefix")?;
-        if prefix.chars().any(char::is_control) || prefix.is_empty() {
-            return Err(error(format!(
-                "--prefix: `{}` is not a key prefix (1 byte or more, no control characters)",
-                prefix.escape_debug()
-            )));
-        }
+        key_prefix(&prefix)?;
         let id = required(id, "--id")?;
         let id = BackendId::new(&id).map_err(|e| error(format!("--id `{id}`: {e}")))?;
         let mut meta = BackendMeta::new(id);
@@ -198,26 +193,5 @@ fn error(message: String) -> Stop {
     Stop::Error(message)
 }
 
-/// A plain `http://host[:port]` origin (the example's clients have no TLS).
-fn http_origin(flag: &str, text: &str) -> Result<Origin, Stop> {
-    let origin = Origin::parse(text).map_err(|e| error(format!("{flag} `{text}`: {e}")))?;
-    if origin.scheme() != &http::uri::Scheme::HTTP {
-        return Err(error(format!(
-            "{flag} `{text}`: only http:// (the example's clients have no TLS)"
-        )));
-    }
-    Ok(origin)
-}
-
-fn number(text: &str, flag: &str, min: usize, max: usize) -> Result<usize, Stop> {
-    match text.parse::<usize>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(error(format!(
-            "{flag}: `{text}` is not a whole number in {min}..={max}"
-        ))),
-    }
-}
-
 #[cfg(test)]
-#[path = "args_tests.rs"]
 mod tests;

@@ -1,11 +1,14 @@
-//! The gateway's flags.
+//! The `gateway` binary's flags.
 
 use std::net::SocketAddr;
 
 use tower_model_balance::endpoint::Origin;
 
+use crate::cli::{etcd_url, http_origin, key_prefix, number, Stop};
+
+/// The usage, printed for `--help` and after a bad flag.
 pub const USAGE: &str = "\
-usage: cargo run --release --example gateway [-- FLAGS]
+usage: gateway [FLAGS]
 
   --listen ADDR        address to serve on (default 127.0.0.1:8080)
   --backend URL        a backend's origin, e.g. http://10.0.0.1:8000 (repeatable);
@@ -56,19 +59,27 @@ usage: cargo run --release --example gateway [-- FLAGS]
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Args {
+    /// `--listen`.
     pub listen: SocketAddr,
+    /// `--backend`s, in order.
     pub backends: Vec<Origin>,
     /// `--etcd`: etcd's client URLs (the backends from there).
     pub etcd: Vec<Origin>,
     /// `--prefix`: the key prefix of the backends' records.
     pub prefix: Option<String>,
+    /// `--sims`.
     pub sims: usize,
+    /// `--down`.
     pub down: bool,
+    /// `--probe openai`.
     pub probe_openai: bool,
+    /// `--body-limit`.
     pub body_limit: usize,
+    /// `--metrics-port`.
     pub metrics_port: Option<u16>,
     /// Each backend's own metrics origin (`--metrics`), by index.
     pub metrics: Vec<Option<Origin>>,
+    /// Not `--no-placement`.
     pub placement: bool,
     /// `--admission-limit`: requests in flight per backend.
     pub admission_limit: Option<usize>,
@@ -80,14 +91,12 @@ pub struct Args {
     pub receipt_header: bool,
 }
 
-/// Why parsing stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
-    Help,
-    Error(String),
-}
-
 impl Args {
+    /// The flags in `args` (the program's name left out).
+    ///
+    /// # Errors
+    ///
+    /// `--help`, or a bad flag (the message names it).
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
         let mut parsed = Args {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
@@ -125,13 +134,7 @@ impl Args {
                 }
                 "--backend" => {
                     let text = value("--backend")?;
-                    let origin = Origin::parse(&text)
-                        .map_err(|e| Stop::Error(format!("--backend `{text}`: {e}")))?;
-                    if origin.scheme() != &http::uri::Scheme::HTTP {
-                        return Err(Stop::Error(format!(
-                            "--backend `{text}`: only http:// (the example's client has no TLS)"
-                        )));
-                    }
+                    let origin = http_origin("--backend", &text)?;
                     if parsed.backends.iter().any(|b| same_backend(b, &origin)) {
                         return Err(Stop::Error(format!(
                             "--backend `{text}` given twice: each backend once"
@@ -152,12 +155,7 @@ impl Args {
                 }
                 "--prefix" => {
                     let text = value("--prefix")?;
-                    if text.is_empty() || text.chars().any(char::is_control) {
-                        return Err(Stop::Error(format!(
-                            "--prefix: `{}` is not a key prefix (1 byte or more, no control characters)",
-                            text.escape_debug()
-                        )));
-                    }
+                    key_prefix(&text)?;
                     if parsed.prefix.replace(text).is_some() {
                         return Err(Stop::Error("--prefix given twice".into()));
                     }
@@ -285,32 +283,6 @@ impl Args {
     }
 }
 
-fn number(text: &str, flag: &str, min: usize, max: usize) -> Result<usize, Stop> {
-    match text.parse::<usize>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(Stop::Error(format!(
-            "{flag}: `{text}` is not a whole number in {min}..={max}"
-        ))),
-    }
-}
-
-/// An etcd client URL: `http://host:port` (the example's client has no
-/// TLS; etcd's port, 2379 by default, written out), as the client takes it.
-fn etcd_url(text: &str) -> Result<Origin, Stop> {
-    let origin = Origin::parse(text).map_err(|e| Stop::Error(format!("--etcd `{text}`: {e}")))?;
-    if origin.scheme() != &http::uri::Scheme::HTTP {
-        return Err(Stop::Error(format!(
-            "--etcd `{text}`: only http:// (the example's etcd client has no TLS)"
-        )));
-    }
-    if origin.authority().port_u16().is_none() {
-        return Err(Stop::Error(format!(
-            "--etcd `{text}`: give the port (etcd's client port is 2379 by default)"
-        )));
-    }
-    Ok(origin)
-}
-
 /// Whether two origins name the same backend (or etcd member): the same scheme, host (any
 /// case) and port, the scheme's default port when none is written
 /// (`http://a` is `http://a:80`; `http://a:01` is `http://a:1`).
@@ -332,5 +304,4 @@ fn same_backend(a: &Origin, b: &Origin) -> bool {
 }
 
 #[cfg(test)]
-#[path = "args_tests.rs"]
 mod tests;

@@ -1,13 +1,13 @@
-//! Two gateways (the gateway example's app, twice, on 127.0.0.1) sharing
-//! one real etcd (`support/etcd.rs`), the backends simulated model servers
-//! registered by the sidecar example's code (`examples/etcd_register`, in
+//! Two gateways (the gateway's app, twice, on 127.0.0.1) sharing
+//! one real etcd (`etcd.rs`), the backends simulated model servers
+//! registered by the sidecar's code (`etcd-register`'s, in
 //! this process): a request through either gateway reaches a registered
 //! backend, both gateways compute the same owners for every model, a
 //! backend whose registration is dropped leaves both within its lease's
 //! TTL (and one deregistered leaves at once), and the resident models the
 //! sidecar reads from its server appear in its record. Every wait is on a
-//! condition, bounded by a deadline; the flags' unit tests
-//! (`examples/etcd_register/args_tests.rs`) run here too.
+//! condition, bounded by a deadline (the flags' unit tests are the
+//! library's: `src/register/args/tests.rs`).
 
 use crate::app;
 use crate::args;

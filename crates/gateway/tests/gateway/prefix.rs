@@ -1,4 +1,4 @@
-//! Prefix affinity and routing receipts through the gateway example's app
+//! Prefix affinity and routing receipts through the gateway's app
 //! over real sockets, in front of simulated LLM servers with prefix
 //! caches: a conversation's turns land on one backend and find their
 //! history cached, each answer says why in `x-route-receipt`, and a bad

@@ -2,15 +2,16 @@
 //! keeps the lease alive, keeps the record's resident models as the server
 //! lists them (its KServe v2 repository index, or its OpenAI model list),
 //! and revokes the lease on Ctrl-C or SIGTERM, so that every gateway
-//! watching the prefix (`examples/gateway --etcd URL --prefix P`) drops the
+//! watching the prefix (`gateway --etcd URL --prefix P`) drops the
 //! backend at once; killed, the backend leaves within the lease's TTL.
 //!
 //! ```text
 //! etcd --data-dir /tmp/etcd-demo &
-//! cargo run --release --example etcd_register -- --etcd http://127.0.0.1:2379 \
+//! cargo install --path crates/gateway    # or, from a clone: cargo run --release -p tower-model-balance-gateway --bin etcd-register --
+//! etcd-register --etcd http://127.0.0.1:2379 \
 //!     --prefix /models/backends/ --id gpu-0 --address http://10.0.0.1:8000 --ttl 5
 //! # or a simulated model server started here, in place of --address:
-//! cargo run --release --example etcd_register -- --etcd http://127.0.0.1:2379 \
+//! etcd-register --etcd http://127.0.0.1:2379 \
 //!     --prefix /models/backends/ --id sim-0 --sim
 //! ```
 //!
@@ -18,40 +19,18 @@
 //! (`encode_record`): `{"version": 1, "address": ..., "weight": ...,
 //! "model_slots": ..., "models": [...], "metrics_address": ...}`.
 
-mod args;
-mod sidecar;
-
-/// `println!` that ignores a closed stdout.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
-    }};
-}
-
 use std::process::ExitCode;
 
-use args::{Args, Stop};
-use sidecar::Sidecar;
+use tower_model_balance_gateway::register::args::{self, Args};
+use tower_model_balance_gateway::register::sidecar::{self, Sidecar};
+use tower_model_balance_gateway::{cli, say};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-    let args = match Args::parse(std::env::args().skip(1)) {
+    cli::init_tracing();
+    let args = match cli::parse_or_exit(Args::parse, args::USAGE) {
         Ok(args) => args,
-        Err(Stop::Help) => {
-            say!("{}", args::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Err(Stop::Error(message)) => {
-            eprintln!("error: {message}\n\n{}", args::USAGE);
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(&args).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,6 @@
-//! The gateway itself, shared by `examples/gateway/main.rs` and
-//! `tests/gateway/service.rs`: an axum router whose inference routes go through
-//! the crate's stack to the backends.
+//! The gateway itself, shared by the `gateway` binary (`src/bin/gateway.rs`)
+//! and the tests: an axum router whose inference routes go through the
+//! middleware's stack to the backends.
 //!
 //! ```text
 //! axum ─► ModelFromBody ─► Hedge ─────────► Retry ─────────► FirstFrame ─────► ModelBalancer ─► per backend: breaker ─► timeout ─► SetOrigin ─► hyper-util client
@@ -18,13 +18,9 @@
 //! and `GET /v2/models/{name}` (`/versions/{v}`, `/ready`) forwarded to an
 //! owner of the model, which loads it first with placement on.
 
-#[path = "catalog.rs"]
-pub mod catalog;
-#[path = "errors.rs"]
-pub mod errors;
-#[path = "routes.rs"]
-pub mod routes;
-#[path = "server.rs"]
+mod catalog;
+mod errors;
+mod routes;
 pub mod server;
 
 use std::time::Duration;

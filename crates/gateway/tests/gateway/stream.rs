@@ -1,4 +1,4 @@
-//! Streamed answers through the gateway example's app over real sockets,
+//! Streamed answers through the gateway's app over real sockets,
 //! in front of simulated OpenAI-compatible servers that stream server-sent
 //! events: tokens pass through as they come, a client that leaves frees
 //! the server's slot, a stream cut before its first token is retried on

@@ -8,14 +8,15 @@
 //! `gateway_errors_total{code}`, the gateway's own error answers.
 //!
 //! ```text
-//! cargo run --release --example gateway                 # 3 simulated backends on 127.0.0.1
-//! cargo run --release --example gateway -- --down       # … answering 503: watch the gateway's own 503
-//! cargo run --release --example gateway -- --backend http://10.0.0.1:8000 --backend http://10.0.0.2:8000
-//! cargo run --release --example gateway -- --etcd http://127.0.0.1:2379 --prefix /models/backends/
+//! cargo install --path crates/gateway    # or, from a clone: cargo run --release -p tower-model-balance-gateway --bin gateway --
+//! gateway                                # 3 simulated backends on 127.0.0.1
+//! gateway --down                         # … answering 503: watch the gateway's own 503
+//! gateway --backend http://10.0.0.1:8000 --backend http://10.0.0.2:8000
+//! gateway --etcd http://127.0.0.1:2379 --prefix /models/backends/
 //! ```
 //!
 //! With `--etcd` the backends are the records under the prefix (written by
-//! `examples/etcd_register`, or any writer of the schema in
+//! `etcd-register`, or any writer of the schema in
 //! `tower_model_balance::discover::etcd`): every gateway replica watching
 //! it has the same fleet, so the same owners for every model.
 //!
@@ -28,26 +29,14 @@
 //!
 //! ```text
 //! # four MLServer instances in explicit model-control mode, metrics on 8082
-//! cargo run --release --example gateway -- --backend http://10.0.0.1:8080 \
+//! gateway --backend http://10.0.0.1:8080 \
 //!     --backend http://10.0.0.2:8080 --metrics-port 8082
 //! ```
 //!
 //! Errors of the stack become statuses with an OpenAI-shaped JSON body
-//! (see `errors.rs`): 400 for a bad model ID, 413 for a body over the
+//! (see `app/errors.rs`): 400 for a bad model ID, 413 for a body over the
 //! limit (64 MiB by default, `--body-limit`), 503 with `Retry-After` when
 //! no backend can take the request.
-
-mod app;
-mod args;
-
-/// `println!` that ignores a closed stdout (`gateway | head -1`) instead
-/// of panicking: the gateway keeps serving whoever reads its output.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
-    }};
-}
 
 use std::process::ExitCode;
 
@@ -56,29 +45,16 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance_sim::{protocol, Fault, ModelServer, ServerConfig};
 
-use app::{Config, EtcdMembers, Gateway, Probe};
-use args::{Args, Stop};
+use tower_model_balance_gateway::app::{self, Config, EtcdMembers, Gateway, Probe};
+use tower_model_balance_gateway::args::{self, Args};
+use tower_model_balance_gateway::{cli, say};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // The crate's warnings (a backend discovery ignored, a probe or a load
-    // failing) on stderr; `RUST_LOG=tower_model_balance=debug` for more.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-    let args = match Args::parse(std::env::args().skip(1)) {
+    cli::init_tracing();
+    let args = match cli::parse_or_exit(Args::parse, args::USAGE) {
         Ok(args) => args,
-        Err(Stop::Help) => {
-            say!("{}", args::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Err(Stop::Error(message)) => {
-            eprintln!("error: {message}\n\n{}", args::USAGE);
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,

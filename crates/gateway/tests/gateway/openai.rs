@@ -1,4 +1,4 @@
-//! The gateway example's OpenAI surface besides inference, in front of
+//! The gateway's OpenAI surface besides inference, in front of
 //! simulated model servers on loopback: its own errors in OpenAI's shape
 //! (the field at fault in `param`), `GET /v1/models` from the fleet's
 //! probes, a body without `model` sent to the fleet's only model, vLLM's

@@ -1,4 +1,5 @@
-//! The sidecar's work, shared by `main.rs` and `tests/gateway/with_etcd.rs`:
+//! The sidecar's work, shared by `src/bin/etcd-register.rs` and
+//! `tests/gateway/with_etcd.rs`:
 //! the backend's record under a lease kept alive, its resident models
 //! followed, the lease revoked at the end.
 
@@ -11,7 +12,7 @@ use tower_model_balance_sim::{ModelServer, ServerConfig};
 use super::args::{Args, Probe};
 
 /// The models a simulated server (`--sim`) can load: those the gateway's
-/// examples ask for.
+/// usage examples ask for.
 pub const SIM_MODELS: [&str; 3] = ["bge-small", "llama-3-8b", "resnet-50"];
 
 /// A registered backend whose resident models are followed.

@@ -1,5 +1,5 @@
-//! The gateway tests' running gateway (`tests/gateway/service.rs`): the example's
-//! app on 127.0.0.1 in front of simulated backends, a client reading each
+//! The gateway tests' running gateway (`tests/gateway/service.rs`): the
+//! library's app on 127.0.0.1 in front of simulated backends, a client reading each
 //! reply whole, and raw connections that break a body off or hold it open.
 
 use std::net::SocketAddr;

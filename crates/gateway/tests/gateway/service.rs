@@ -1,5 +1,5 @@
-//! The gateway example's app (examples/gateway/app.rs, the same code the
-//! example runs) on 127.0.0.1, in front of simulated model servers on
+//! The gateway's app (`src/app.rs`, the same code the `gateway` binary
+//! runs) on 127.0.0.1, in front of simulated model servers on
 //! loopback, driven by a real HTTP client. No sleeps: every wait is on a
 //! response or bounded by a count.
 
@@ -221,9 +221,10 @@ async fn metrics_lists_the_documented_names() {
         .to_str()
         .unwrap()
         .starts_with("text/plain"));
-    // Every name of src/metrics.rs's table, but placement's and the
-    // admission limits' (placement and admission are off here).
-    let documented: Vec<&str> = include_str!("../../src/metrics.rs")
+    // Every name of the middleware's src/metrics.rs's table, but
+    // placement's and the admission limits' (placement and admission are
+    // off here).
+    let documented: Vec<&str> = include_str!("../../../../src/metrics.rs")
         .lines()
         .filter_map(|line| line.strip_prefix("//! | `model_balance_"))
         .filter_map(|rest| rest.split('`').next())

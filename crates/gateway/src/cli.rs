@@ -1,0 +1,126 @@
+//! What the two binaries' command lines share: why parsing stopped, the
+//! checks of a number, an `http://` origin, an etcd client URL and a key
+//! prefix (each error naming its flag), the usage on `--help` or a bad
+//! flag, the warnings on stderr, and `say!`.
+
+use std::process::ExitCode;
+
+use tower_model_balance::endpoint::Origin;
+
+/// `println!` that ignores a closed stdout (`gateway | head -1`) instead
+/// of panicking: the program keeps serving whoever reads its output.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// Why parsing stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// `-h` or `--help`: print the usage, exit 0.
+    Help,
+    /// A bad flag, with the message that names it: exit 2.
+    Error(String),
+}
+
+/// The flags `parse` reads from the command line, or the exit code: 0
+/// after the usage for `--help`, 2 after the error and the usage for a
+/// bad flag.
+///
+/// # Errors
+///
+/// The exit code, when the program stops here.
+pub fn parse_or_exit<T>(
+    parse: impl FnOnce(std::env::Args) -> Result<T, Stop>,
+    usage: &str,
+) -> Result<T, ExitCode> {
+    let mut args = std::env::args();
+    args.next();
+    match parse(args) {
+        Ok(parsed) => Ok(parsed),
+        Err(Stop::Help) => {
+            say!("{usage}");
+            Err(ExitCode::SUCCESS)
+        }
+        Err(Stop::Error(message)) => {
+            eprintln!("error: {message}\n\n{usage}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// The crate's warnings (a backend discovery ignored, a probe or a load
+/// failing) on stderr, at the level `RUST_LOG` sets (default `warn`;
+/// `RUST_LOG=tower_model_balance=debug` for more).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// `text` as a whole number in `min..=max`.
+///
+/// # Errors
+///
+/// It is not one: the message names `flag`.
+pub fn number(text: &str, flag: &str, min: usize, max: usize) -> Result<usize, Stop> {
+    match text.parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(Stop::Error(format!(
+            "{flag}: `{text}` is not a whole number in {min}..={max}"
+        ))),
+    }
+}
+
+/// A plain `http://host[:port]` origin (the binaries' clients have no TLS).
+///
+/// # Errors
+///
+/// Not an origin, or not `http://`: the message names `flag`.
+pub fn http_origin(flag: &str, text: &str) -> Result<Origin, Stop> {
+    let origin = Origin::parse(text).map_err(|e| Stop::Error(format!("{flag} `{text}`: {e}")))?;
+    if origin.scheme() != &http::uri::Scheme::HTTP {
+        return Err(Stop::Error(format!(
+            "{flag} `{text}`: only http:// (the gateway's clients have no TLS)"
+        )));
+    }
+    Ok(origin)
+}
+
+/// An etcd client URL (`--etcd`): `http://host:port`, etcd's port (2379
+/// by default) written out, as the client takes it.
+///
+/// # Errors
+///
+/// Not such a URL: the message says why.
+pub fn etcd_url(text: &str) -> Result<Origin, Stop> {
+    let origin = http_origin("--etcd", text)?;
+    if origin.authority().port_u16().is_none() {
+        return Err(Stop::Error(format!(
+            "--etcd `{text}`: give the port (etcd's client port is 2379 by default)"
+        )));
+    }
+    Ok(origin)
+}
+
+/// A key prefix in etcd (`--prefix`): one byte or more, no control
+/// characters.
+///
+/// # Errors
+///
+/// It is not one.
+pub fn key_prefix(text: &str) -> Result<(), Stop> {
+    if text.is_empty() || text.chars().any(char::is_control) {
+        return Err(Stop::Error(format!(
+            "--prefix: `{}` is not a key prefix (1 byte or more, no control characters)",
+            text.escape_debug()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! The gateway over simulated fleets: its HTTP surface, etcd membership,
+//! TTFT histograms, the OpenAI API, prefix affinity and streams. The
+//! gateway's app, flags and sidecar are the library's
+//! (`tower_model_balance_gateway`), the code the binaries run.
+
+mod histograms;
+mod openai;
+mod prefix;
+mod service;
+mod stream;
+mod with_etcd;
+
+// Support shared by the modules above (the support files name one
+// another by `crate::`).
+mod etcd;
+#[allow(dead_code)]
+mod gateway;
+#[allow(dead_code)]
+mod ports;
+
+use tower_model_balance_gateway::app;
+use tower_model_balance_gateway::register::{args, sidecar};
