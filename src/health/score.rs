@@ -61,8 +61,8 @@ pub(crate) struct Observation {
     pub(crate) failures: u64,
     /// Timed requests (failures included, at the penalty).
     pub(crate) timed: u64,
-    /// Signs of life from requests: response heads and outcomes (probes
-    /// not counted). None with requests in flight at both ends of the
+    /// Signs of life from requests: response heads and successes (probes
+    /// and failures without a head, such as timeouts, not counted). None with requests in flight at both ends of the
     /// interval, or sent in it: silent.
     pub(crate) answered: u64,
     /// Requests sent to the backend in the interval: with none answered,
@@ -156,8 +156,11 @@ pub(crate) struct HealthState {
     concurrency: f64,
     /// Requests in flight at the end of the last interval.
     in_flight: usize,
-    /// How long it has had requests in flight and answered none.
+    /// How long it had requests in flight or sent and answered none
+    /// (idle intervals neither add to it nor end it).
     silent_for: Duration,
+    /// Whether the last interval had requests in flight or sent.
+    busy: bool,
     /// Time since its last interval with timed answers.
     since_answers: Option<Duration>,
     /// Time evaluated since it joined.
@@ -189,6 +192,7 @@ impl HealthState {
             concurrency: 1.0,
             in_flight: 0,
             silent_for: Duration::ZERO,
+            busy: false,
             since_answers: None,
             age: Duration::ZERO,
             warming,
@@ -255,8 +259,12 @@ impl HealthState {
         let busy = (self.in_flight > 0 && obs.in_flight > 0) || obs.sent > 0;
         self.concurrency = ((self.in_flight + obs.in_flight) as f64 / 2.0).max(1.0);
         self.in_flight = obs.in_flight;
-        self.silent_for = match busy && obs.answered == 0 && obs.timed == 0 {
-            true => self.silent_for.saturating_add(dt),
+        self.busy = busy;
+        // A timed failure (a timeout) is no answer.
+        let unanswered = obs.answered == 0;
+        self.silent_for = match unanswered {
+            true if busy => self.silent_for.saturating_add(dt),
+            true => self.silent_for, // sent nothing: no evidence either way
             false => Duration::ZERO,
         };
         self.since_answers = match obs.timed {
@@ -293,36 +301,6 @@ impl HealthState {
         self.ejection_score = ((1.0 - self.error_rate) * unloaded).clamp(0.0, 1.0);
         if self.ejected == Some(Ejection::Outlier) {
             self.remaining = self.remaining.saturating_sub(dt);
-        }
-    }
-
-    /// Counts the interval of `dt` toward (or clears) a latency-outlier
-    /// verdict, `peers` the median normalised latency of its peers and how
-    /// many they are.
-    fn judge_slowness(
-        &mut self,
-        p: &HealthConfig,
-        obs: &Observation,
-        peers: Option<(f64, usize)>,
-        dt: Duration,
-    ) {
-        let slow = self.is_outlier(p, obs, peers);
-        if self.counts(obs) {
-            self.slow_intervals = if slow {
-                self.slow_intervals.saturating_add(1)
-            } else {
-                0
-            };
-        }
-        if self.ejected.is_none() && !slow {
-            // Consecutive ejections end once it served well for as long as
-            // a first ejection lasts.
-            self.healthy_for = self.healthy_for.saturating_add(dt);
-            if self.healthy_for >= p.outlier_ejection {
-                self.streak = 0;
-            }
-        } else {
-            self.healthy_for = Duration::ZERO;
         }
     }
 

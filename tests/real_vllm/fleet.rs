@@ -248,6 +248,9 @@ pub async fn a_stopped_server_is_ejected(servers: &[Vllm], gw: &Running) {
     let victim = &servers[1];
     let url = format!("{}/v1/chat/completions", gw.url);
     victim.signal("STOP");
+    // Continued however this test ends, so that a failure here does not
+    // leave the server stopped under the tests after it.
+    let _continue = Continue(victim);
     let stopped = Instant::now();
     // One request at a time, new conversations, each in a task of its own
     // (those sent to the stopped server hang until it is continued).
@@ -320,6 +323,15 @@ pub async fn a_stopped_server_is_ejected(servers: &[Vllm], gw: &Running) {
         served.iter().all(|(status, _)| *status == 200),
         "{served:?}"
     );
+}
+
+/// Sends SIGCONT to its server when dropped.
+struct Continue<'a>(&'a Vllm);
+
+impl Drop for Continue<'_> {
+    fn drop(&mut self) {
+        self.0.signal("CONT");
+    }
 }
 
 /// kill -9 of one server: only the streams in flight on it fail; every

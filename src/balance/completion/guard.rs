@@ -299,9 +299,19 @@ impl Guard {
         self.complete(outcome, now);
     }
 
+    /// A success is a sign of life for health's silence rule; a failure
+    /// is not (a timeout or a reset is what a stopped server gives), and
+    /// an answered one was counted when its head arrived
+    /// ([`Guard::answered`]).
+    fn alive(&self, outcome: Outcome) {
+        if matches!(outcome, Outcome::Success | Outcome::Ignored) {
+            self.state.health.answered();
+        }
+    }
+
     /// Records `outcome` at `now`, for a guard finished or dropped.
     fn complete(&mut self, outcome: Outcome, now: Instant) {
-        self.state.health.answered();
+        self.alive(outcome);
         let total = self
             .started
             .map(|started| now.saturating_duration_since(started));
@@ -357,7 +367,7 @@ impl Guard {
     /// counts in the error rate; the breaker reads the clock only if its
     /// state can change.
     fn untimed(&mut self, outcome: Outcome) {
-        self.state.health.answered();
+        self.alive(outcome);
         if matches!(outcome, Outcome::Failure | Outcome::Overload) {
             let penalty = self.state.fleet.settings.health.failure_penalty;
             self.state.health.record(None, outcome, penalty);

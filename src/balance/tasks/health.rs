@@ -47,7 +47,7 @@ pub(crate) fn evaluate_fleet(
                 calls: finished + inner.probes,
                 failures: failures + inner.probe_failures,
                 timed: taken.count,
-                answered: answers + failures,
+                answered: answers,
                 sent,
                 p99_ms: taken.p99_ms,
                 in_flight,

@@ -104,9 +104,41 @@ impl Peers {
 
 impl HealthState {
     /// Whether the interval just folded in counts toward the outlier
-    /// verdict: it had answers, or it was silent with requests in flight.
+    /// verdict: it had answers, or it was silent with requests in flight
+    /// or sent. An interval with nothing sent is skipped, not a reset: the
+    /// balancer sends a failing backend less, not nothing.
     pub(super) fn counts(&self, obs: &Observation) -> bool {
-        obs.timed > 0 || self.silent_for > Duration::ZERO
+        obs.timed > 0 || (self.busy && self.silent_for > Duration::ZERO)
+    }
+
+    /// Counts the interval of `dt` toward (or clears) a latency-outlier
+    /// verdict, `peers` the median normalised latency of its peers and how
+    /// many they are.
+    pub(super) fn judge_slowness(
+        &mut self,
+        p: &HealthConfig,
+        obs: &Observation,
+        peers: Option<(f64, usize)>,
+        dt: Duration,
+    ) {
+        let slow = self.is_outlier(p, obs, peers);
+        if self.counts(obs) {
+            self.slow_intervals = if slow {
+                self.slow_intervals.saturating_add(1)
+            } else {
+                0
+            };
+        }
+        if self.ejected.is_none() && !slow {
+            // Consecutive ejections end once it served well for as long as
+            // a first ejection lasts.
+            self.healthy_for = self.healthy_for.saturating_add(dt);
+            if self.healthy_for >= p.outlier_ejection {
+                self.streak = 0;
+            }
+        } else {
+            self.healthy_for = Duration::ZERO;
+        }
     }
 
     /// Whether the interval just folded in was slow: see the module docs.

@@ -173,3 +173,41 @@ fn a_silent_backend_whose_attempts_hedges_cancel_is_ejected() {
     );
     assert_eq!(states[0].ejected(), None);
 }
+
+/// A silent backend the balancer sends less as its score falls: some
+/// intervals it is sent nothing and has nothing in flight. Those carry no
+/// evidence and neither end its silence nor reset its count: it is
+/// ejected within the bound counted in busy intervals (found against a
+/// SIGSTOPped vLLM in the suite: every idle interval restarted the count,
+/// and it stayed in rotation past 10 s).
+#[test]
+fn a_silent_backend_sent_nothing_some_intervals_is_still_ejected() {
+    let p = policy();
+    let outrun = Observation {
+        calls: 3,
+        sent: 3,
+        ..Observation::default()
+    };
+    let mut states = [HealthState::new(false), HealthState::new(false)];
+    let (mut busy, mut ejected_after) = (0, None);
+    for round in 0..60 {
+        let b = match round {
+            0..30 => serving(4, 200.0, 1),
+            // Every other interval, nothing sent and nothing in flight.
+            _ if round % 2 == 1 => Observation::default(),
+            _ => outrun,
+        };
+        busy += usize::from(round >= 30 && round % 2 == 0);
+        run_fleet(&p, &mut states, &[serving(4, 200.0, 1), b]);
+        if states[1].ejected().is_some() {
+            ejected_after = Some(busy);
+            break;
+        }
+    }
+    let after = ejected_after.expect("ejected");
+    assert!(
+        after <= 1 + 1 + OUTLIER_INTERVALS as usize,
+        "{after} busy intervals"
+    );
+    assert_eq!(states[0].ejected(), None);
+}
