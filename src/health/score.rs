@@ -161,6 +161,11 @@ pub(crate) struct HealthState {
     silent_for: Duration,
     /// Whether the last interval had requests in flight or sent.
     busy: bool,
+    /// Requests sent to it since its last answer.
+    unanswered: u64,
+    /// Whether the last evaluation found it silent past the bar with
+    /// [`SILENT_REQUESTS`](outlier::SILENT_REQUESTS) unanswered.
+    silenced: bool,
     /// Time since its last interval with timed answers.
     since_answers: Option<Duration>,
     /// Time evaluated since it joined.
@@ -193,6 +198,8 @@ impl HealthState {
             in_flight: 0,
             silent_for: Duration::ZERO,
             busy: false,
+            unanswered: 0,
+            silenced: false,
             since_answers: None,
             age: Duration::ZERO,
             warming,
@@ -267,6 +274,10 @@ impl HealthState {
             true => self.silent_for, // sent nothing: no evidence either way
             false => Duration::ZERO,
         };
+        self.unanswered = match unanswered {
+            true => self.unanswered.saturating_add(obs.sent),
+            false => 0,
+        };
         self.since_answers = match obs.timed {
             0 => self.since_answers.map(|t| t.saturating_add(dt)),
             _ => Some(Duration::ZERO),
@@ -319,6 +330,7 @@ impl HealthState {
             Some(Ejection::Outlier) if self.remaining.is_zero() => Verdict::Readmit,
             Some(_) => Verdict::Stay,
             None if self.ejection_score < p.eject_below => Verdict::Eject(Ejection::Score),
+            None if self.silenced => Verdict::Eject(Ejection::Outlier),
             None if self.counts(obs) && self.slow_intervals >= OUTLIER_INTERVALS => {
                 Verdict::Eject(Ejection::Outlier)
             }
@@ -341,6 +353,7 @@ impl HealthState {
             self.norm_ms = self.norm_base_ms;
             self.slow_intervals = 0;
             self.silent_for = Duration::ZERO;
+            self.unanswered = 0;
         }
         self.ejected = None;
     }

@@ -238,11 +238,12 @@ fn out_of_rotation(gw: &Running, name: &str) -> bool {
 /// bound its configuration gives, requests go to the other server
 /// meanwhile, and it is back in rotation once it runs again. The bound,
 /// from the defaults: silent (requests sent, none answered) for longer
-/// than the failure penalty (1 s), then `OUTLIER_INTERVALS` (5)
-/// evaluation intervals of 1 s: 7 s, plus an interval's granularity and
-/// a loaded machine's slack: 10 s. (Its failed probes alone would take 8
-/// to 15 s: each weighs 0.2 in the error rate, diluted by the requests
-/// the hedge's backups outran.)
+/// than the failure penalty (1 s) with 5 requests sent unanswered — about
+/// 2 to 3 s at this test's rate — or, sent fewer, for `OUTLIER_INTERVALS`
+/// (5) more evaluation intervals of 1 s: 7 s, plus an interval's
+/// granularity and a loaded machine's slack: 10 s. (Its failed probes
+/// alone would take 8 to 15 s: each weighs 0.2 in the error rate, diluted
+/// by the requests the hedge's backups outran.)
 pub async fn a_stopped_server_is_ejected(servers: &[Vllm], gw: &Running) {
     const BOUND: Duration = Duration::from_secs(10);
     let victim = &servers[1];
@@ -259,11 +260,12 @@ pub async fn a_stopped_server_is_ejected(servers: &[Vllm], gw: &Running) {
     while !out_of_rotation(gw, &victim.name) {
         assert!(
             stopped.elapsed() < BOUND,
-            "{} stopped for {:?}, still in rotation: {:?}",
+            "{} stopped for {:?}, still in rotation: {:?}; {:?}",
             victim.name,
             stopped.elapsed(),
             gw.handle
-                .health(&tower_model_balance::backend::BackendId::new(&victim.name).unwrap())
+                .health(&tower_model_balance::backend::BackendId::new(&victim.name).unwrap()),
+            gw.backend(&victim.name),
         );
         let (url, body) = (url.clone(), chat(&text(500 + i, 10), 4, false));
         let session = format!("stopped-{i}");

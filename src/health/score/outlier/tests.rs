@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::OUTLIER_INTERVALS;
+use super::{OUTLIER_INTERVALS, SILENT_REQUESTS};
 use crate::health::score::{evaluate, Ejection, HealthState, Observation};
 use crate::health::HealthConfig;
 
@@ -210,4 +210,57 @@ fn a_silent_backend_sent_nothing_some_intervals_is_still_ejected() {
         "{after} busy intervals"
     );
     assert_eq!(states[0].ejected(), None);
+}
+
+/// A silent backend sent enough requests to judge: once silent past the
+/// bar (the failure penalty, 1 s) with [`SILENT_REQUESTS`] sent since its
+/// last answer, it is ejected at once, not 5 intervals later (a
+/// SIGSTOPped vLLM behind the gateway's hedge stayed in rotation past
+/// 10 s on a loaded machine while the interval count ran).
+#[test]
+fn a_silent_backend_with_enough_requests_unanswered_is_ejected_at_once() {
+    let p = policy();
+    let outrun = Observation {
+        sent: 3,
+        ..Observation::default()
+    };
+    let mut states = [HealthState::new(false), HealthState::new(false)];
+    for _ in 0..30 {
+        run_fleet(
+            &p,
+            &mut states,
+            &[serving(4, 200.0, 1), serving(4, 200.0, 1)],
+        );
+    }
+    // 1 s silent (not past the bar), then 2 s with 6 unanswered: out.
+    run_fleet(&p, &mut states, &[serving(4, 200.0, 1), outrun]);
+    assert_eq!(states[1].ejected(), None);
+    run_fleet(&p, &mut states, &[serving(4, 200.0, 1), outrun]);
+    assert_eq!(states[1].ejected(), Some(Ejection::Outlier));
+    assert_eq!(states[0].ejected(), None);
+}
+
+/// A healthy backend that loses a few hedge races in a row (fewer than
+/// [`SILENT_REQUESTS`] unanswered), then answers: never ejected, however
+/// often that repeats.
+#[test]
+fn a_backend_losing_a_few_races_in_a_row_stays_in() {
+    let p = policy();
+    let lost = Observation {
+        sent: 1,
+        ..Observation::default()
+    };
+    let mut states = [HealthState::new(false), HealthState::new(false)];
+    let cycle = SILENT_REQUESTS as usize + 1;
+    for round in 0..600 {
+        // One short of the count lost, a race an interval, then an answer.
+        let b = match round % cycle {
+            0 => serving(1, 200.0, 0),
+            _ if round < 30 => serving(1, 200.0, 0),
+            n if n < SILENT_REQUESTS as usize => lost,
+            _ => serving(1, 200.0, 0),
+        };
+        run_fleet(&p, &mut states, &[serving(4, 200.0, 1), b]);
+        assert_eq!(states[1].ejected(), None, "round {round}");
+    }
 }
