@@ -8,6 +8,9 @@
 //!   `endpoint`, `buffer`) import only one another, without a cycle;
 //! * each top-level module of `src/` imports only modules of the layers
 //!   below its own in the map ([`LAYERS`], drawn in docs/ARCHITECTURE.md);
+//! * no import cycle among the files of `src/` (test files aside): a
+//!   folder's `mod.rs` may re-export its files, so they import what they
+//!   use by the path of the file that defines it, never back through it;
 //! * no import cycle among the files of the simulated servers
 //!   (`crates/sim/src/`);
 //! * no Rust file in the repository over 450 lines;
@@ -151,6 +154,35 @@ fn each_module_imports_only_the_layers_below_it() {
         upward.is_empty(),
         "imports up or across the map: {upward:?}"
     );
+}
+
+/// A file of `src/` as a node of the whole crate's graph: test files
+/// (`tests.rs`, or under a `tests/` folder) are left out, test-only code
+/// that may reach any file it tests.
+fn is_test(module: &[String]) -> bool {
+    module.iter().any(|m| m == "tests")
+}
+
+#[test]
+fn the_files_of_the_crate_import_each_other_without_a_cycle() {
+    let edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = graph(&root().join("src"), &[])
+        .into_iter()
+        .filter(|(from, _)| !is_test(from))
+        .map(|(from, to)| (from, to.into_iter().filter(|m| !is_test(m)).collect()))
+        .collect();
+    assert!(
+        edges.len() > 150,
+        "the crate's files were found: {}",
+        edges.len()
+    );
+    assert!(
+        edges.values().map(BTreeSet::len).sum::<usize>() > 400,
+        "their imports were read"
+    );
+    if let Some(cycle) = find_cycle(&edges) {
+        let cycle: Vec<String> = cycle.iter().map(|m| m.join("/")).collect();
+        panic!("import cycle: {}", cycle.join(" -> "));
+    }
 }
 
 #[test]
