@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::HedgeConfig;
+use super::config::HedgeConfig;
 use crate::histogram::{quantile_upper_micros, Counts, LatencyHistogram, BUCKETS};
 
 /// How often a window's percentile is recomputed at most, in ms.

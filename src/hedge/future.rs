@@ -13,9 +13,9 @@ use tower_service::Service;
 
 use super::delay::Place;
 use super::refusal::no_alternative;
+use super::request::CloneRequest;
 use super::shared::{Counters, Shared};
 use super::verdict::{verdict, worth_a_backup, Verdict};
-use super::CloneRequest;
 use crate::backend::{Exclude, PickedSlot};
 use crate::classify::Classify;
 use crate::error::BoxError;

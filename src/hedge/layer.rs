@@ -5,8 +5,11 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
+use super::config::HedgeConfig;
+use super::gate::LoadGate;
+use super::retry::RetryPolicy;
+use super::service::Hedge;
 use super::shared::{HedgeHandle, Shared};
-use super::{Hedge, HedgeConfig, LoadGate, RetryPolicy};
 use crate::classify::ServerErrorsAsFailures;
 
 /// Wraps a service in [`Hedge`]; see the [module docs](super).

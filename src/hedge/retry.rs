@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use super::budget::Budget;
-use super::CloneRequest;
+use super::request::CloneRequest;
 use crate::backend::{Exclude, PickedSlot};
 use crate::error::{BoxError, StreamFailed};
 

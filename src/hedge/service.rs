@@ -9,8 +9,8 @@ use tower_service::Service;
 
 use super::delay::Place;
 use super::future::{Backup, ResponseFuture};
+use super::request::CloneRequest;
 use super::shared::{Counters, HedgeHandle, Shared, Unplanned};
-use super::CloneRequest;
 use crate::backend::PickedSlot;
 use crate::classify::{Classify, ServerErrorsAsFailures};
 use crate::error::BoxError;

@@ -9,8 +9,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::budget::Budget;
+use super::config::HedgeConfig;
 use super::delay::Delays;
-use super::{HedgeConfig, LoadGate};
+use super::gate::LoadGate;
 use crate::route::ModelId;
 
 #[derive(Debug, Default)]
