@@ -29,13 +29,14 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::outcome::Outcome;
 use super::sse::SseScan;
-use super::{Classified, ClassifyEos, Outcome};
+use super::traits::{Classified, ClassifyEos};
 
 pub(crate) use self::receiver::Complete;
 
 mod receiver {
-    use crate::classify::Outcome;
+    use crate::classify::outcome::Outcome;
 
     /// What receives a call's outcome at the end of its response body:
     /// the breaker's permit, the balancer's [`Guard`](crate::balance::Guard).

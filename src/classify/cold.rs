@@ -1,6 +1,7 @@
 //! A classifier's cold model loads.
 
-use super::{Classified, Classify, Outcome};
+use super::outcome::Outcome;
+use super::traits::{Classified, Classify};
 
 /// A classifier that marks the responses `predicate` picks as cold model
 /// loads, and otherwise classifies as `inner` does.

@@ -8,13 +8,14 @@
 use http_body::Body;
 
 use super::body::{at_end, Complete, CompletionBody};
+use super::record::{AtEndOfBody, AtResponse};
 use super::sse::is_event_stream;
-use super::{AtEndOfBody, AtResponse, Classified, ClassifyEos};
+use super::traits::{Classified, ClassifyEos};
 
 pub(crate) use self::sealed::TrackCompletion;
 
 mod sealed {
-    use crate::classify::Classified;
+    use crate::classify::traits::Classified;
 
     /// Hands a response `T` on, its outcome — the head's `Eos` verdict —
     /// recorded by the receiver `R`: the two recording points of the

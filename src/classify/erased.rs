@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use http::{HeaderMap, StatusCode};
 
-use super::{
-    Classified, Classify, ClassifyEos, GrpcEosErrorsAsFailures, GrpcErrorsAsFailures, Outcome,
-    ServerErrorsAsFailures,
-};
+use super::grpc::{GrpcEosErrorsAsFailures, GrpcErrorsAsFailures};
+use super::outcome::Outcome;
+use super::status::ServerErrorsAsFailures;
+use super::traits::{Classified, Classify, ClassifyEos};
 
 /// Classifies an HTTP response from its head (status and headers), whatever
 /// its body type: the object-safe form of [`Classify`] that a

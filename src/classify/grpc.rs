@@ -1,7 +1,9 @@
 //! gRPC: the status is in `grpc-status`, in the headers of a trailers-only
 //! response or else in the trailers at the end of an HTTP 200's body.
 
-use super::{Classified, Classify, ClassifyEos, Outcome, ServerErrorsAsFailures};
+use super::outcome::Outcome;
+use super::status::ServerErrorsAsFailures;
+use super::traits::{Classified, Classify, ClassifyEos};
 
 /// The classifier for gRPC responses (in the manner of tower-http's
 /// `GrpcErrorsAsFailures`).

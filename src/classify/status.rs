@@ -2,7 +2,8 @@
 
 use std::convert::Infallible;
 
-use super::{Classified, Classify, Outcome};
+use super::outcome::Outcome;
+use super::traits::{Classified, Classify};
 
 /// The default classifier for `http::Response`:
 ///
