@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
-use super::{Breaker, Permit};
+use super::shared::handle::Breaker;
+use super::shared::permit::Permit;
 use crate::error::BreakerOpen;
 
 /// How a [`CircuitBreaker`](super::CircuitBreaker) treats callers while its

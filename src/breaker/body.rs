@@ -3,7 +3,7 @@
 
 use tokio::time::Instant;
 
-use super::Permit;
+use super::shared::permit::Permit;
 use crate::classify::body::{Complete, CompletionBody};
 use crate::classify::timing::{StopPoint, Timing};
 use crate::classify::Outcome;

@@ -1,6 +1,6 @@
 //! What a breaker reports when its state changes.
 
-use super::Transition;
+use super::state::values::Transition;
 
 /// Receives a breaker's transitions (in the manner of tower-http's
 /// `OnResponse`): implemented for `()` (nothing) and for closures

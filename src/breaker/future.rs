@@ -24,7 +24,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use super::body::Record;
-use super::Permit;
+use super::shared::permit::Permit;
 use crate::classify::completion::TrackCompletion;
 use crate::classify::timing::StopPoint;
 use crate::classify::{AtEndOfBody, Classify};

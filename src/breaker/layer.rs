@@ -6,7 +6,11 @@ use tower_layer::Layer;
 use std::fmt;
 use std::sync::Arc;
 
-use super::{Admission, Breaker, BreakerConfig, CircuitBreaker, OnTransition};
+use super::admission::Admission;
+use super::config::BreakerConfig;
+use super::events::OnTransition;
+use super::service::CircuitBreaker;
+use super::shared::handle::Breaker;
 use crate::classify::timing::StopPoint;
 use crate::classify::{AtEndOfBody, AtResponse, ColdLoad, ServerErrorsAsFailures};
 

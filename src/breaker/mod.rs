@@ -221,10 +221,11 @@ pub use self::config::{BreakerConfig, BreakerConfigBuilder, SlidingWindow};
 pub use self::events::OnTransition;
 pub use self::layer::CircuitBreakerLayer;
 pub use self::service::CircuitBreaker;
-pub use self::shared::{Breaker, Permit};
+pub use self::shared::handle::Breaker;
+pub use self::shared::permit::Permit;
 #[cfg(feature = "balance")]
-pub(crate) use self::state::Ticket;
-pub use self::state::{BreakerState, Metrics, Mode, Reason, Transition, TransitionCounts};
+pub(crate) use self::state::values::Ticket;
+pub use self::state::values::{BreakerState, Metrics, Mode, Reason, Transition, TransitionCounts};
 /// Where the slow-call clock stops; defined in [`classify`](crate::classify),
 /// which the balancer shares.
 #[doc(no_inline)]

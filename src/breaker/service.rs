@@ -6,10 +6,11 @@ use std::task::{ready, Context, Poll};
 use tokio::time::Instant;
 use tower_service::Service;
 
+use super::admission::Admission;
 use super::admission::Reservation;
 use super::body::Record;
 use super::future::ResponseFuture;
-use super::{Admission, Breaker};
+use super::shared::handle::Breaker;
 use crate::classify::completion::TrackCompletion;
 use crate::classify::timing::StopPoint;
 use crate::classify::{AtEndOfBody, AtResponse, Classify};

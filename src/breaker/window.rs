@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::SlidingWindow;
+use super::config::SlidingWindow;
 
 /// What one recorded call adds to a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

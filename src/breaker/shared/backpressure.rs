@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Breaker, Permit};
-use crate::breaker::state::{CircuitState, Mode};
+use super::handle::Breaker;
+use super::permit::Permit;
+use crate::breaker::state::machine::CircuitState;
+use crate::breaker::state::values::Mode;
 use crate::error::BreakerOpen;
 
 impl Breaker {

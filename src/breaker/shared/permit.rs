@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Breaker;
-use crate::breaker::state::Ticket;
-use crate::breaker::BreakerState;
+use super::handle::Breaker;
+use crate::breaker::state::values::{BreakerState, Ticket};
 use crate::classify::Outcome;
 
 /// Admission of one call. Report how it went with [`Permit::record`];

@@ -6,9 +6,10 @@ use std::sync::PoisonError;
 
 use tokio::time::Instant;
 
-use super::{Breaker, Permit};
-use crate::breaker::state::{CircuitState, Mode, Ticket, Transition};
-use crate::breaker::BreakerState;
+use super::handle::Breaker;
+use super::permit::Permit;
+use crate::breaker::state::machine::CircuitState;
+use crate::breaker::state::values::{BreakerState, Mode, Reason, Ticket, Transition};
 use crate::sync::MutexGuard;
 
 impl Breaker {
@@ -61,10 +62,7 @@ impl Breaker {
             .store(probes_out_until, Ordering::Release);
         let Some(transition) = transition else { return };
         self.republish(state);
-        let tripped = !matches!(
-            transition.reason,
-            crate::breaker::Reason::Manual | crate::breaker::Reason::HalfOpenTimeout
-        );
+        let tripped = !matches!(transition.reason, Reason::Manual | Reason::HalfOpenTimeout);
         if transition.to == BreakerState::Open && tripped {
             inner.trips.fetch_add(1, Ordering::Relaxed);
         }

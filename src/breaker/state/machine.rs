@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{BreakerState, Metrics, Mode, Reason, Refused, Ticket, Transition};
+use super::values::{BreakerState, Metrics, Mode, Reason, Refused, Ticket, Transition};
+use crate::breaker::config::BreakerConfig;
 use crate::breaker::window::{Entry, Window};
-use crate::breaker::BreakerConfig;
 use crate::classify::Outcome;
 
 #[derive(Debug, Clone)]

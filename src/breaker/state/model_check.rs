@@ -11,77 +11,16 @@
 
 use std::time::Duration;
 
-use super::{CircuitState, Ticket};
-use crate::breaker::{BreakerConfig, Mode};
+use super::machine::CircuitState;
+use super::values::{Mode, Ticket};
 use crate::classify::Outcome;
 use proptest::prelude::*;
 use tokio::time::Instant;
 
-/// The knobs the model reads, with the values the test draws.
-#[derive(Debug, Clone)]
-struct Knobs {
-    window: usize,
-    minimum_calls: usize,
-    failure_rate: f64,
-    slow_rate: f64,
-    slow_call: Duration,
-    consecutive: Option<u32>,
-    permits: u32,
-    max_wait: Duration,
-    open: Duration,
-    max_open: Duration,
-}
-
-impl Knobs {
-    fn policy(&self) -> BreakerConfig {
-        let mut b = BreakerConfig::builder()
-            .window(self.window)
-            .minimum_calls(self.minimum_calls)
-            .failure_rate_threshold(self.failure_rate)
-            .slow_call_rate_threshold(self.slow_rate)
-            .slow_call_duration(self.slow_call)
-            .half_open_permits(self.permits)
-            .half_open_max_wait(self.max_wait)
-            .open_duration(self.open)
-            .max_open_duration(self.max_open)
-            .jitter(false);
-        if let Some(n) = self.consecutive {
-            b = b.consecutive_failures(n);
-        }
-        b.build().unwrap()
-    }
-}
-
-fn knobs() -> impl Strategy<Value = Knobs> {
-    let rate = prop_oneof![Just(0.25), Just(0.5), Just(0.75), Just(1.0), Just(0.3)];
-    (
-        1usize..8,
-        any::<prop::sample::Index>(),
-        (rate.clone(), rate),
-        proptest::option::of(1u32..5),
-        1u32..4,
-        (1u64..10, 1u64..4, 1u32..6),
-    )
-        .prop_map(
-            |(window, min, (failure_rate, slow_rate), consecutive, permits, (wait, open, cap))| {
-                Knobs {
-                    window,
-                    minimum_calls: 1 + min.index(window),
-                    failure_rate,
-                    slow_rate,
-                    slow_call: Duration::from_millis(100),
-                    consecutive,
-                    permits,
-                    max_wait: Duration::from_secs(wait),
-                    open: Duration::from_secs(open),
-                    max_open: Duration::from_secs(open) * cap,
-                }
-            },
-        )
-}
-
+mod knobs;
 mod reference;
 
+use self::knobs::knobs;
 use self::reference::{key, Admission, Model, ModelState};
 
 #[derive(Debug, Clone)]

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Knobs;
-use crate::breaker::{BreakerState, Mode, Reason, Transition};
+use super::knobs::Knobs;
+use crate::breaker::state::values::{BreakerState, Mode, Reason, Transition};
 use crate::classify::Outcome;
 
 /// One recorded call in the model's window.
