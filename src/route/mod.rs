@@ -67,5 +67,6 @@ pub use self::kind::{RequestKind, Urgency};
 pub use self::model::ModelId;
 pub use self::prefix::PrefixKey;
 pub use self::routable::Routable;
+#[cfg(feature = "balance")]
 pub(crate) use self::view::RouteView;
 pub use self::view::{Route, RouteInfo};
