@@ -24,7 +24,7 @@
 //! # }
 //! ```
 //!
-//! A [`Prober`] asks one backend, at its [`Origin`], whether it is ready,
+//! A [`Prober`] asks one backend, at its [`Origin`](crate::endpoint::Origin), whether it is ready,
 //! which models it holds and how loaded it is, and answers a
 //! [`ProbeReport`]. A pair of probers is a prober too: both are asked and
 //! their reports merged. A balancer runs one over its backends with
