@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ms, to_ms, ConfigError};
+use super::error::ConfigError;
+use super::keys::{ms, to_ms};
 use crate::balance::config::admission::{LimitKind, URGENCIES};
 use crate::balance::{AdmissionConfig, Limit};
 use crate::error::InvalidConfig;

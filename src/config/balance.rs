@@ -5,7 +5,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{invalid, ms, ConfigError};
+use super::error::ConfigError;
+use super::keys::{invalid, ms};
 use crate::balance::AdmissionConfig;
 use crate::balance::{BalanceConfig, BreakerScope, StagingConfig};
 use crate::breaker::BreakerConfig;

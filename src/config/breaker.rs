@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{invalid, ms, ConfigError};
+use super::error::ConfigError;
+use super::keys::{invalid, ms};
 use crate::breaker::BreakerConfig;
 
 #[derive(Debug, Default, Deserialize, Serialize)]

@@ -1,19 +1,77 @@
-//! The file's shape: one table a section, and the settings into and out of it.
+//! [`StackConfig`], and the file's shape: one table a section, and the
+//! settings into and out of it.
 
 use serde::{Deserialize, Serialize};
 
 use super::admission::AdmissionFile;
 use super::balance::{BalanceFile, RingSeed};
 use super::breaker::BreakerFile;
+use super::error::ConfigError;
 use super::health::{HealthFile, ProbeFile, Weights};
 use super::hedge::HedgeFile;
+use super::keys::to_ms;
 use super::placement::PlacementFile;
-use super::{to_ms, ConfigError, StackConfig};
-use crate::balance::BreakerScope;
+use crate::balance::{BalanceConfig, BreakerScope};
 use crate::breaker::SlidingWindow;
 use crate::classify::timing::StopPoint;
 use crate::classify::Classifier;
-use crate::placement::WhenCold;
+use crate::health::probe::ProbeConfig;
+use crate::hedge::HedgeConfig;
+use crate::placement::{PlacementConfig, WhenCold};
+
+/// The stack's settings, each validated by its builder.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StackConfig {
+    /// The balancer's, with its breaker and health policies inside
+    /// ([`BalanceConfigBuilder::breaker`](crate::balance::BalanceConfigBuilder::breaker),
+    /// [`BalanceConfigBuilder::health`](crate::balance::BalanceConfigBuilder::health)).
+    pub balance: BalanceConfig,
+    /// Active probes.
+    pub probe: ProbeConfig,
+    /// On-demand placement.
+    pub placement: PlacementConfig,
+    /// Hedged requests (the `[hedge]` table), for
+    /// [`HedgeLayer`](crate::hedge::HedgeLayer).
+    pub hedge: HedgeConfig,
+}
+
+impl StackConfig {
+    /// Parses `text` (TOML) and builds every section.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Parse`] for text that is not TOML, an unknown key or a
+    /// value of the wrong type (with the line and column);
+    /// [`ConfigError::Invalid`] for a value out of its range, naming the key.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let file: File = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        file.build()
+    }
+
+    /// The settings as a TOML file that [`from_toml`](Self::from_toml)
+    /// reads back into the same settings: every key written, durations in
+    /// whole milliseconds (rounded up: a sub-millisecond part set in code
+    /// is not kept). The builders' settings that have no key (the
+    /// balancer's residency header, a breaker-transition hook, a
+    /// classifier of your own: `classification` is written only for
+    /// `Classifier::http` and `Classifier::grpc`) are left out.
+    ///
+    /// ```
+    /// use tower_model_balance::config::StackConfig;
+    ///
+    /// let config = StackConfig::from_toml("[balance]\nowners = 3").unwrap();
+    /// let text = config.to_toml();
+    /// assert!(text.contains("owners = 3"));
+    /// assert_eq!(StackConfig::from_toml(&text).unwrap().to_toml(), text);
+    /// ```
+    pub fn to_toml(&self) -> String {
+        let file = File::of(self);
+        // Every value is a TOML integer, float, boolean, string or table
+        // of them: the serializer has nothing to refuse.
+        toml::to_string(&file).expect("a StackConfig is always TOML")
+    }
+}
 
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{invalid, ms, to_ms, ConfigError};
+use super::error::ConfigError;
+use super::keys::{invalid, ms, to_ms};
 use crate::hedge::HedgeConfig;
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -33,10 +34,6 @@ pub(super) struct HedgeFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) max_utilization: Option<f64>,
 }
-
-/// The hedge builder's fields that are durations: `_ms` in the file (the
-/// breaker's `window` is a count of calls, so these are the hedge's own).
-pub(super) const HEDGE_DURATIONS: [&str; 4] = ["window", "floor", "ceiling", "budget_window"];
 
 impl HedgeFile {
     /// Every setting of `h`, as its key.

@@ -74,10 +74,7 @@
 //! Sets are compared by metadata: endpoints are not comparable, so a new
 //! endpoint with unchanged metadata is not announced (see [`Watch`]).
 
-use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
+mod counters;
 mod diff;
 mod static_list;
 mod watch;
@@ -88,78 +85,9 @@ mod dns;
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub mod etcd;
 
+pub use self::counters::Counters;
 #[cfg(feature = "dns")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dns")))]
 pub use self::dns::{Dns, DnsBuilder, HickoryResolver, Resolve, SystemConfError};
 pub use self::static_list::Static;
 pub use self::watch::Watch;
-
-/// A cheap, cloneable handle on a discovery source's counters, readable
-/// after the source was handed to a balancer. Every counter starts at 0
-/// and only grows (wrapping after 2^64).
-#[derive(Clone, Default)]
-pub struct Counters {
-    inner: Arc<Inner>,
-}
-
-#[derive(Default)]
-struct Inner {
-    duplicates: AtomicU64,
-    resolutions: AtomicU64,
-    failures: AtomicU64,
-    empty: AtomicU64,
-}
-
-impl Counters {
-    /// Backends dropped because an earlier one in the same published set
-    /// had their ID ([`Watch`]).
-    pub fn duplicates(&self) -> u64 {
-        self.inner.duplicates.load(Ordering::Relaxed)
-    }
-
-    /// Resolutions that returned an answer, empty or not (`Dns`).
-    pub fn resolutions(&self) -> u64 {
-        self.inner.resolutions.load(Ordering::Relaxed)
-    }
-
-    /// Resolutions that failed or timed out, each leaving the backend set
-    /// as it was (`Dns`).
-    pub fn failures(&self) -> u64 {
-        self.inner.failures.load(Ordering::Relaxed)
-    }
-
-    /// Resolutions that answered no address (`Dns`); also counted in
-    /// [`Counters::resolutions`].
-    pub fn empty_answers(&self) -> u64 {
-        self.inner.empty.load(Ordering::Relaxed)
-    }
-
-    fn add_duplicates(&self, n: usize) {
-        let n = u64::try_from(n).unwrap_or(u64::MAX);
-        self.inner.duplicates.fetch_add(n, Ordering::Relaxed);
-    }
-
-    #[cfg(feature = "dns")]
-    fn add_resolution(&self, empty: bool) {
-        self.inner.resolutions.fetch_add(1, Ordering::Relaxed);
-        if empty {
-            self.inner.empty.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    #[cfg(feature = "dns")]
-    fn add_failure(&self) {
-        self.inner.failures.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl fmt::Debug for Counters {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Counters")
-            .field("duplicates", &self.duplicates())
-            .field("resolutions", &self.resolutions())
-            .field("failures", &self.failures())
-            .field("empty_answers", &self.empty_answers())
-            .finish()
-    }
-}

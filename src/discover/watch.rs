@@ -11,8 +11,8 @@ use futures_core::Stream;
 use tokio::sync::watch;
 use tower::discover::Change;
 
+use super::counters::Counters;
 use super::diff::{first_of_each, Known};
-use super::Counters;
 use crate::backend::Backend;
 use crate::backend::BackendId;
 

@@ -1,7 +1,7 @@
 //! What a model server reports of its load: the inputs of the health
 //! score's capacity term.
 
-use super::HealthConfig;
+use super::config::HealthConfig;
 
 /// Load signals one probe read from a model server (every field optional:
 /// servers expose different ones). A value out of its range (NaN, negative,

@@ -5,7 +5,7 @@ use std::future::Future;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use super::{LoadError, ModelLoader, Repository};
+use super::loader::{LoadError, ModelLoader, Repository};
 use crate::health::probe::fetch::{self, ProbeClient, MAX_JSON_BODY};
 use crate::health::probe::kserve::{read_index, EMPTY_OBJECT};
 use crate::health::probe::ProbeTarget;

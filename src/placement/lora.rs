@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::StatusCode;
 
-use super::{LoadError, ModelLoader, Repository};
+use super::loader::{LoadError, ModelLoader, Repository};
 use crate::health::probe::fetch::{self, ProbeClient, MAX_JSON_BODY};
 use crate::health::probe::openai::{parse_models, MODELS_PATH};
 use crate::health::probe::ProbeTarget;

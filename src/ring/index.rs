@@ -1,48 +1,6 @@
-//! The bucket index over a ring's points, and the lookups through it.
+//! The bucket index over a ring's points.
 
-use super::{Point, Ring, MAX_POINTS};
-
-impl Ring {
-    /// Position of the first point at or after `key`; `points()` when there
-    /// is none (the walk wraps). The same as
-    /// `points.partition_point(|p| p.hash < key)`, in O(1) expected time.
-    #[cfg(test)]
-    pub(super) fn start(&self, key: u64) -> usize {
-        self.start_in(self.index.bucket(key), key)
-    }
-
-    /// [`Ring::start`] from the key's bucket.
-    #[inline]
-    pub(super) fn start_in(&self, bucket: Bucket, key: u64) -> usize {
-        // Every point before `lo` is below the key's bucket, so below the key.
-        let lo = bucket.first as usize;
-        match self.points.get(lo..lo + WINDOW) {
-            // The answer is in the window: count without branching.
-            Some(window) if window[WINDOW - 1].hash >= key => {
-                lo + window
-                    .iter()
-                    .map(|p| usize::from(p.hash < key))
-                    .sum::<usize>()
-            }
-            _ => self.start_beyond(lo, key),
-        }
-    }
-
-    /// [`Ring::start`] when the key's first point is not among the
-    /// [`WINDOW`] from `lo`: a crowded bucket, or the end of the ring. A
-    /// binary search over the bucket's points only: the key's first point
-    /// is at most the next bucket's first.
-    #[cold]
-    fn start_beyond(&self, lo: usize, key: u64) -> usize {
-        let hi = self.index.end(key).min(self.points.len());
-        let bucket = self.points.get(lo..hi).unwrap_or_default();
-        lo + bucket.partition_point(|p| p.hash < key)
-    }
-}
-
-/// Points compared at once from the start of a key's bucket: with about one
-/// point per bucket, the key's first point is almost always among them.
-const WINDOW: usize = 4;
+use super::point::{Point, MAX_POINTS};
 
 /// The bucket index over a ring's points: bucket `j` holds the position of
 /// the first point whose hash is at least `j << shift`, for each of the
@@ -122,7 +80,7 @@ impl Index {
 
     /// The position of the first point past `key`'s bucket: the next
     /// bucket's first, or `u32::MAX` for the last bucket (past every point).
-    fn end(&self, key: u64) -> usize {
+    pub(super) fn end(&self, key: u64) -> usize {
         let next = (key >> self.shift) as usize + 1;
         self.buckets.get(next).map_or(u32::MAX, |b| b.first) as usize
     }

@@ -1,6 +1,9 @@
 use proptest::prelude::*;
 
+use super::build::{sort_points, within_max_points, DEFAULT_VNODES_PER_WEIGHT};
+use super::point::Point;
 use super::*;
+use crate::backend::id::BackendId;
 use crate::route::ModelId;
 
 fn ids(n: usize) -> Vec<BackendId> {

@@ -1,6 +1,28 @@
 //! Walking the ring from a key, one distinct member at a time.
 
-use super::Ring;
+use super::build::Ring;
+
+impl Ring {
+    /// Every member holding a point once, in ring order from `key`: the
+    /// first is the key's primary owner. Allocates nothing for rings of up to 256 members, nor
+    /// on larger rings for the first 16 members it yields.
+    #[inline]
+    pub fn walk(&self, key: u64) -> Walk<'_> {
+        let bucket = self.index.bucket(key);
+        match bucket.owner() {
+            // An empty bucket: the key's first point is the bucket's.
+            Some(owner) => Walk::from_owner(self, bucket.first as usize, owner),
+            None => Walk::new(self, self.start_in(bucket, key)),
+        }
+    }
+
+    /// The first `k` distinct members from `key` (fewer when fewer members
+    /// hold points).
+    #[inline]
+    pub fn owners(&self, key: u64, k: usize) -> std::iter::Take<Walk<'_>> {
+        self.walk(key).take(k)
+    }
+}
 
 /// Iterator over a ring's members in ring order from a key, each once.
 ///

@@ -36,7 +36,7 @@
 //! reads the key from an OpenAI-compatible body and a session header;
 //! any other layer can set one with [`RouteInfo::with_prefix`](super::RouteInfo::with_prefix).
 
-use super::ModelId;
+use super::model::ModelId;
 
 /// Mixed into a session's hash so that a session ID equal to a prompt
 /// prefix is not the same key.

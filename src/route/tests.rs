@@ -1,3 +1,8 @@
+use http::header::HeaderMap;
+use http::Request;
+
+use super::error::InvalidReason;
+use super::model::is_graphic;
 use super::*;
 
 type Pair = (&'static str, &'static [u8]);

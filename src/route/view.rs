@@ -1,12 +1,15 @@
-//! Reading a route from a request's headers (or a `RouteInfo` extension)
-//! without allocating.
+//! A request's route, owned ([`RouteInfo`]) and borrowed ([`Route`]):
+//! read from a request's headers (or a `RouteInfo` extension), the
+//! borrowed one without allocating.
 
 use std::sync::Arc;
 
 use http::header::{HeaderMap, HeaderValue};
-use http::Extensions;
+use http::{Extensions, Request};
 
-use super::{ModelId, PrefixKey, RequestKind, RouteInfo, Urgency};
+use super::kind::{RequestKind, Urgency};
+use super::model::ModelId;
+use super::prefix::PrefixKey;
 use crate::backend::extensions::Exclude;
 use crate::route::error::{InvalidReason, InvalidRoute};
 
@@ -108,6 +111,95 @@ impl<'a> Route<'a> {
     }
 }
 
+/// Routing metadata of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RouteInfo {
+    /// The model the request targets.
+    pub model: ModelId,
+    /// Inference or update; default inference.
+    pub kind: RequestKind,
+    /// Urgency; default normal.
+    pub urgency: Urgency,
+    /// Payload size in bytes, if known (from `content-length`).
+    pub payload_bytes: Option<u64>,
+    /// What the request shares with earlier ones beyond its model (a
+    /// prompt's prefix, a conversation), if known: a balancer routes by it
+    /// in place of the model ID (see [`PrefixKey`]). Default `None`; set by
+    /// [`ModelFromBodyBuilder::prefix_bytes`](crate::route::ModelFromBodyBuilder::prefix_bytes) or
+    /// [`RouteInfo::with_prefix`], never read from a header.
+    pub prefix: Option<PrefixKey>,
+}
+
+impl RouteInfo {
+    /// Route info for an inference request of normal urgency and unknown
+    /// size.
+    pub fn new(model: ModelId) -> Self {
+        Self {
+            model,
+            kind: RequestKind::default(),
+            urgency: Urgency::default(),
+            payload_bytes: None,
+            prefix: None,
+        }
+    }
+
+    /// Sets the request kind.
+    pub fn with_kind(mut self, kind: RequestKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Sets the urgency.
+    pub fn with_urgency(mut self, urgency: Urgency) -> Self {
+        self.urgency = urgency;
+        self
+    }
+
+    /// Sets the prefix key: the balancer routes the request by its group
+    /// (and session) in place of the model ID.
+    pub fn with_prefix(mut self, key: PrefixKey) -> Self {
+        self.prefix = Some(key);
+        self
+    }
+
+    /// Sets the payload size in bytes.
+    pub fn with_payload_bytes(mut self, bytes: u64) -> Self {
+        self.payload_bytes = Some(bytes);
+        self
+    }
+
+    /// Reads the route info of `req`: a `RouteInfo` in its extensions if
+    /// present, else its headers (see the [module docs](crate::route)).
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidRoute`] naming the header when `x-model-id` is missing or any
+    /// header holds an invalid value.
+    pub fn from_request<B>(req: &Request<B>) -> Result<Self, InvalidRoute> {
+        Self::from_parts(req.extensions(), req.headers())
+    }
+
+    /// As [`RouteInfo::from_request`], from a request's extensions and
+    /// headers.
+    ///
+    /// # Errors
+    ///
+    /// As [`RouteInfo::from_request`].
+    pub fn from_parts(extensions: &Extensions, headers: &HeaderMap) -> Result<Self, InvalidRoute> {
+        RouteView::from_parts(extensions, headers).map(|view| view.to_owned())
+    }
+
+    /// Reads the route info from headers alone.
+    ///
+    /// # Errors
+    ///
+    /// As [`RouteInfo::from_request`].
+    pub fn from_headers(headers: &HeaderMap) -> Result<Self, InvalidRoute> {
+        RouteView::from_headers(headers).map(|view| view.to_owned())
+    }
+}
+
 /// Everything in a route but the model ID: kind, urgency and size, read from
 /// `x-request-kind`, `x-urgency` and `content-length` with the rules of
 /// [`RouteInfo::from_headers`]. Shared by the header route and by layers
@@ -186,27 +278,6 @@ impl<'a> From<&'a RouteInfo> for Route<'a> {
             prefix: route.prefix,
             exclude: None,
         }
-    }
-}
-
-/// Whether every byte of `bytes` is visible ASCII other than space
-/// (`!` ..= `~`, as [`u8::is_ascii_graphic`]), eight bytes at a time.
-pub(super) fn is_graphic(bytes: &[u8]) -> bool {
-    const LOW: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    // For bytes below 0x80 no sum carries into the next byte: a byte's
-    // high bit after adding 0x5f says it is at least 0x21 (`!`), after
-    // adding 0x01 that it is 0x7f (DEL).
-    let word = |w: &[u8; 8]| {
-        let w = u64::from_ne_bytes(*w);
-        w & HIGH == 0
-            && w.wrapping_add(0x5f * LOW) & HIGH == HIGH
-            && w.wrapping_add(LOW) & HIGH == 0
-    };
-    match bytes.last_chunk::<8>() {
-        None => bytes.iter().all(u8::is_ascii_graphic),
-        // The last eight bytes cover what the whole words leave over.
-        Some(last) => bytes.as_chunks::<8>().0.iter().all(word) && word(last),
     }
 }
 

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::start::sleep_or_gone;
 use crate::balance::state::backend::BackendState;
 use crate::balance::state::cost::{median_latency, median_without};
 use crate::balance::state::fleet::Fleet;
 use crate::balance::state::shared::View;
-use crate::balance::tasks::sleep_or_gone;
 use crate::health::{evaluate, HealthState, Observation};
 
 /// Probe load signals older than this many intervals are not used.

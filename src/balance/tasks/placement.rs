@@ -11,13 +11,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{timeout_at, Instant};
 
+use super::start::sleep_or_gone;
 use crate::balance::state::backend::BackendState;
 use crate::balance::state::placement::{
     choose_victim, lock, Candidate, Placement, Prepared, Status, MEMORY_FULL,
     MEMORY_SIGNALS_MAX_AGE,
 };
 use crate::balance::state::shared::View;
-use crate::balance::tasks::sleep_or_gone;
 use crate::health::probe::ProbeTarget;
 use crate::placement::Repository;
 use crate::route::ModelId;
@@ -85,7 +85,7 @@ impl Placement {
         self.counters.loads.fetch_add(1, Ordering::Relaxed);
         let this = self.clone();
         let state = state.clone();
-        super::spawn(&self.runtime, async move {
+        super::start::spawn(&self.runtime, async move {
             let status = this.load(&state, &model).await;
             let key = model.hash64();
             match &status {

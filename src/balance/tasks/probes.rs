@@ -8,10 +8,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::util::rng::{HasherRng, Rng};
 
+use super::start::sleep_or_gone;
 use crate::backend::BackendId;
 use crate::balance::state::shared::View;
 use crate::balance::state::table::Table;
-use crate::balance::tasks::sleep_or_gone;
 use crate::classify::Outcome;
 use crate::health::probe::{warn, ProbeConfig, ProbeError, ProbeReport, ProbeTarget, Prober};
 use crate::route::ModelId;
@@ -25,7 +25,7 @@ pub(crate) fn spawn<P: Prober>(
 ) -> BackgroundTask {
     let gone = view.gone();
     let view = Arc::downgrade(view);
-    super::spawn_held(
+    super::start::spawn_held(
         runtime,
         run(view, gone, prober, config, HasherRng::default()),
     )

@@ -5,12 +5,22 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{valid_hostname, Dns, HickoryResolver, Resolve};
+use super::resolve::{HickoryResolver, Resolve};
+use super::source::Dns;
 use crate::backend::BackendId;
 use crate::backend::BackendMeta;
+use crate::discover::counters::Counters;
 use crate::discover::diff::Known;
-use crate::discover::Counters;
 use crate::error::{BoxError, InvalidConfig};
+
+impl Dns<(), HickoryResolver> {
+    /// A builder for a source resolving `hostname` (a DNS name, or an IP
+    /// literal) and sending to `port` on every address. Validated by
+    /// [`DnsBuilder::build`].
+    pub fn builder(hostname: impl Into<String>, port: u16) -> DnsBuilder {
+        DnsBuilder::new(hostname.into(), port)
+    }
+}
 
 /// Builds a [`Dns`] source; from [`Dns::builder`].
 #[derive(Debug, Clone)]
@@ -164,4 +174,17 @@ impl DnsBuilder {
         }
         Ok(template)
     }
+}
+
+/// Whether `hostname` is worth asking a resolver about: 1 to 253 bytes,
+/// no whitespace or control character.
+fn valid_hostname(hostname: &str) -> Result<(), InvalidConfig> {
+    let forbidden = |c: char| c.is_control() || c.is_whitespace();
+    if hostname.is_empty() || hostname.len() > 253 || hostname.chars().any(forbidden) {
+        return Err(InvalidConfig::new(
+            "hostname",
+            "1 to 253 bytes without whitespace or control characters",
+        ));
+    }
+    Ok(())
 }

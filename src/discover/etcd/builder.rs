@@ -4,9 +4,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::connect::Settings;
-use super::Etcd;
+use super::source::Etcd;
 use crate::endpoint::Origin;
 use crate::error::InvalidConfig;
+
+impl Etcd<()> {
+    /// A builder for a source on etcd's client `endpoints` (such as
+    /// `http://127.0.0.1:2379`; several for a cluster) watching the keys
+    /// under `prefix` (such as `/inference/backends/`). Validated by
+    /// [`EtcdBuilder::build`].
+    pub fn builder(
+        endpoints: impl IntoIterator<Item = impl Into<String>>,
+        prefix: impl Into<String>,
+    ) -> EtcdBuilder {
+        EtcdBuilder::new(
+            endpoints.into_iter().map(Into::into).collect(),
+            prefix.into(),
+        )
+    }
+}
 
 /// Builds an [`Etcd`] source; see [`Etcd::builder`].
 #[derive(Debug, Clone)]

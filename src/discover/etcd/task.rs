@@ -9,7 +9,12 @@ use tokio::sync::mpsc;
 use super::connect::{within, Backoff, Settings};
 use super::counters::EtcdCounters;
 use super::members::{Event, Members, MetaChange, Outcome};
-use super::Batch;
+
+/// The changes that bring the announced set to `revision`.
+pub(super) struct Batch {
+    pub(super) revision: i64,
+    pub(super) changes: Vec<MetaChange>,
+}
 
 /// Keys read per page of a snapshot (all pages at one revision).
 const PAGE: i64 = 1000;

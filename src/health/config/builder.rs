@@ -2,8 +2,18 @@
 
 use std::time::Duration;
 
-use super::HealthConfig;
+use super::fields::HealthConfig;
 use crate::error::InvalidConfig;
+
+impl HealthConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> HealthConfigBuilder {
+        HealthConfigBuilder {
+            policy: Self::default(),
+            weights: [0.5, 0.33, 0.17],
+        }
+    }
+}
 
 /// Builds a validated [`HealthConfig`].
 ///

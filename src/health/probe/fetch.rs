@@ -8,7 +8,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use super::ProbeError;
+use super::prober::ProbeError;
 use crate::endpoint::Origin;
 
 /// The HTTP client probers send with: hyper-util's legacy client over plain

@@ -6,7 +6,8 @@ use std::future::Future;
 use serde::Deserialize;
 
 use super::fetch::{self, ProbeClient, MAX_JSON_BODY};
-use super::{warn, ProbeError, ProbeReport, ProbeTarget, Prober};
+use super::prober::{ProbeError, ProbeReport, ProbeTarget, Prober};
+use super::warn;
 use crate::endpoint::Origin;
 use crate::route::ModelId;
 

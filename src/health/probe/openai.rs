@@ -5,7 +5,7 @@ use std::future::Future;
 use serde::Deserialize;
 
 use super::fetch::{self, ProbeClient, MAX_JSON_BODY};
-use super::{ProbeError, ProbeReport, ProbeTarget, Prober};
+use super::prober::{ProbeError, ProbeReport, ProbeTarget, Prober};
 use crate::route::ModelId;
 
 /// The model list path of the OpenAI API.

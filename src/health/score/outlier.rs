@@ -41,7 +41,8 @@
 
 use std::time::Duration;
 
-use super::{HealthConfig, HealthState, Observation};
+use super::state::{HealthState, Observation};
+use crate::health::config::HealthConfig;
 
 /// Consecutive intervals with answers (or silent) a backend must be slow
 /// in before it is ejected as a latency outlier: a passing queue (behind

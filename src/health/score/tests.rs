@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::health::signals::{capacity, LoadSignals};
 
 const SEC: Duration = Duration::from_secs(1);
 

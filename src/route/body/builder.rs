@@ -1,50 +1,24 @@
 //! [`ModelFromBodyLayer`] and its builder: the body limit, the routing
 //! headers at a trust boundary, and where the prefix key comes from.
 
-use std::fmt;
 use std::sync::Arc;
 
 use tower_layer::Layer;
 
+use super::defaults::{DefaultModel, DEFAULT_LIMIT, MAX_LIMIT};
 use super::key::{PrefixSource, MAX_PREFIX_BYTES};
-use super::ModelFromBody;
+use super::service::ModelFromBody;
 use crate::error::common::InvalidConfig;
 #[cfg(doc)]
 use crate::error::common::PayloadTooLarge;
 #[cfg(doc)]
 use crate::route::error::InvalidRoute;
-use crate::route::ModelId;
+use crate::route::model::ModelId;
 #[cfg(doc)]
-use crate::route::{PrefixKey, RouteInfo};
+use crate::route::prefix::PrefixKey;
+#[cfg(doc)]
+use crate::route::view::RouteInfo;
 use http::header::HeaderName;
-
-/// Default body limit: 1 MiB.
-pub(super) const DEFAULT_LIMIT: usize = 1024 * 1024;
-/// Largest accepted body limit: 64 MiB.
-pub(super) const MAX_LIMIT: usize = 64 * 1024 * 1024;
-
-/// Where the model of a JSON body without one comes from (see
-/// [`ModelFromBodyBuilder::default_model`]): nowhere by default.
-#[derive(Clone)]
-pub(super) struct DefaultModel(Option<Arc<dyn Fn() -> Option<ModelId> + Send + Sync>>);
-
-impl DefaultModel {
-    pub(super) const NONE: Self = Self(None);
-
-    /// The model to route a body without one to, if any now.
-    pub(super) fn get(&self) -> Option<ModelId> {
-        self.0.as_ref().and_then(|f| f())
-    }
-}
-
-impl fmt::Debug for DefaultModel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.0 {
-            Some(_) => "DefaultModel(Some(..))",
-            None => "DefaultModel(None)",
-        })
-    }
-}
 
 /// Wraps a service in [`ModelFromBody`]. Build one with
 /// [`ModelFromBodyLayer::builder`], or take the default (1 MiB limit,

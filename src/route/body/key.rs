@@ -5,7 +5,8 @@ use http::header::{HeaderName, HeaderValue};
 
 use super::prompt::Prompt;
 use crate::route::error::{InvalidReason, InvalidRoute};
-use crate::route::{PrefixKey, RouteInfo};
+use crate::route::prefix::PrefixKey;
+use crate::route::view::RouteInfo;
 
 /// Largest accepted `prefix_bytes`: 64 KiB.
 pub(super) const MAX_PREFIX_BYTES: usize = 64 * 1024;

@@ -8,7 +8,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use super::prompt::{Capture, Field as PromptField, Prompt};
 use crate::route::error::{InvalidReason, InvalidRoute};
-use crate::route::ModelId;
+use crate::route::model::ModelId;
 
 /// The model name segment of a KServe v2 inference path,
 /// `/v2/models/{name}/infer` or `/v2/models/{name}/versions/{v}/infer`, as

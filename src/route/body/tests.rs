@@ -1,7 +1,8 @@
-use super::builder::MAX_LIMIT;
+use super::defaults::MAX_LIMIT;
 use super::key::MAX_PREFIX_BYTES;
-use super::parse::model_from_json;
+use super::parse::{decode_segment, kserve_v2_model, model_from_json};
 use super::*;
+use crate::route::error::InvalidReason;
 
 fn reason(json: &str) -> InvalidReason {
     let err = model_from_json(json.as_bytes()).unwrap_err();

@@ -5,9 +5,9 @@ use std::borrow::Cow;
 
 use prometheus_parse::{LineInfo, Scrape, Value};
 
-use super::{MetricNames, METRICS_PATH};
-use crate::health::probe::ProbeError;
-use crate::health::LoadSignals;
+use super::names::{MetricNames, METRICS_PATH};
+use crate::health::probe::prober::ProbeError;
+use crate::health::signals::LoadSignals;
 
 /// Stands in for `:` in metric names. prometheus-parse 0.2.5 matches names
 /// with `\w+`, which has no `:`, so it skips every sample of a name such as
