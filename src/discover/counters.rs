@@ -1,15 +1,16 @@
-//! [`Counters`]: what a discovery source counts, readable after the source
-//! was handed to a balancer.
+//! [`DiscoverHandle`] and [`DiscoverStats`]: what a discovery source
+//! counts, readable after the source was handed to a balancer.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// A cheap, cloneable handle on a discovery source's counters, readable
-/// after the source was handed to a balancer. Every counter starts at 0
-/// and only grows (wrapping after 2^64).
+/// A cheap, cloneable handle on a discovery source's counters
+/// ([`Dns::handle`](super::Dns::handle), [`Watch::handle`](super::Watch::handle)),
+/// readable after the source was handed to a balancer, as
+/// [`BalancerHandle`](crate::balance::BalancerHandle) reads the balancer.
 #[derive(Clone, Default)]
-pub struct Counters {
+pub struct DiscoverHandle {
     inner: Arc<Inner>,
 }
 
@@ -21,28 +22,35 @@ struct Inner {
     empty: AtomicU64,
 }
 
-impl Counters {
+/// What a discovery source counted, read by [`DiscoverHandle::stats`].
+/// Every counter starts at 0 and only grows (wrapping after 2^64).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiscoverStats {
     /// Backends dropped because an earlier one in the same published set
     /// had their ID ([`Watch`](super::Watch)).
-    pub fn duplicates(&self) -> u64 {
-        self.inner.duplicates.load(Ordering::Relaxed)
-    }
-
+    pub duplicates: u64,
     /// Resolutions that returned an answer, empty or not (`Dns`).
-    pub fn resolutions(&self) -> u64 {
-        self.inner.resolutions.load(Ordering::Relaxed)
-    }
-
+    pub resolutions: u64,
     /// Resolutions that failed or timed out, each leaving the backend set
     /// as it was (`Dns`).
-    pub fn failures(&self) -> u64 {
-        self.inner.failures.load(Ordering::Relaxed)
-    }
-
+    pub failures: u64,
     /// Resolutions that answered no address (`Dns`); also counted in
-    /// [`Counters::resolutions`].
-    pub fn empty_answers(&self) -> u64 {
-        self.inner.empty.load(Ordering::Relaxed)
+    /// `resolutions`.
+    pub empty_answers: u64,
+}
+
+impl DiscoverHandle {
+    /// The counters now, each read once (relaxed: a counter may be a
+    /// moment ahead of another).
+    pub fn stats(&self) -> DiscoverStats {
+        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        DiscoverStats {
+            duplicates: read(&self.inner.duplicates),
+            resolutions: read(&self.inner.resolutions),
+            failures: read(&self.inner.failures),
+            empty_answers: read(&self.inner.empty),
+        }
     }
 
     pub(super) fn add_duplicates(&self, n: usize) {
@@ -64,13 +72,10 @@ impl Counters {
     }
 }
 
-impl fmt::Debug for Counters {
+impl fmt::Debug for DiscoverHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Counters")
-            .field("duplicates", &self.duplicates())
-            .field("resolutions", &self.resolutions())
-            .field("failures", &self.failures())
-            .field("empty_answers", &self.empty_answers())
+        f.debug_tuple("DiscoverHandle")
+            .field(&self.stats())
             .finish()
     }
 }

@@ -85,7 +85,7 @@ mod dns;
 #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub mod etcd;
 
-pub use self::counters::Counters;
+pub use self::counters::{DiscoverHandle, DiscoverStats};
 #[cfg(feature = "dns")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dns")))]
 pub use self::dns::{Dns, DnsBuilder, HickoryResolver, Resolve, SystemConfError};

@@ -11,7 +11,7 @@ use futures_core::Stream;
 use tokio::sync::watch;
 use tower::discover::Change;
 
-use super::counters::Counters;
+use super::counters::DiscoverHandle;
 use super::diff::{first_of_each, Known};
 use crate::backend::Backend;
 use crate::backend::BackendId;
@@ -60,7 +60,7 @@ enum State<E> {
 /// Sets published faster than they are polled are coalesced: only the
 /// latest is compared with what was announced. A set with two backends of
 /// one ID keeps the first, logs a `tracing` warning and counts the others
-/// in [`Counters::duplicates`]. When the sender is dropped the stream ends
+/// in [`DiscoverStats::duplicates`](super::DiscoverStats::duplicates). When the sender is dropped the stream ends
 /// (`Poll::Ready(None)`) after yielding the changes of the last set; the
 /// balancer then keeps the backends it has. Never yields an error.
 ///
@@ -70,7 +70,7 @@ pub struct Watch<E> {
     started: bool,
     known: Known,
     pending: VecDeque<Change<BackendId, Backend<E>>>,
-    counters: Counters,
+    counters: DiscoverHandle,
 }
 
 impl<E> Watch<E> {
@@ -81,13 +81,13 @@ impl<E> Watch<E> {
             started: false,
             known: Known::default(),
             pending: VecDeque::new(),
-            counters: Counters::default(),
+            counters: DiscoverHandle::default(),
         }
     }
 
     /// A handle on this source's counters, readable after the source was
     /// handed to a balancer.
-    pub fn counters(&self) -> Counters {
+    pub fn handle(&self) -> DiscoverHandle {
         self.counters.clone()
     }
 }

@@ -102,7 +102,7 @@ async fn dns_follows_the_answers_and_keeps_the_set_through_failures() {
     let dns = Dns::builder("models.test", 8000)
         .build_with(mock.resolver(), endpoint)
         .unwrap();
-    let counters = dns.counters();
+    let counters = dns.handle();
     let mut dns = task::spawn(dns);
     // The first resolution at once; a repeated address counts once.
     assert_eq!(
@@ -142,11 +142,11 @@ async fn dns_follows_the_answers_and_keeps_the_set_through_failures() {
     mock.set(Err("NXDOMAIN"));
     tokio::time::advance(Duration::from_secs(5)).await;
     assert_eq!(drain(&mut dns), ["pending"]);
-    assert_eq!(counters.failures(), 1);
+    assert_eq!(counters.stats().failures, 1);
     mock.set(ips(&[]));
     tokio::time::advance(Duration::from_secs(5)).await;
     assert_eq!(drain(&mut dns), ["pending"]);
-    assert_eq!(counters.empty_answers(), 1);
+    assert_eq!(counters.stats().empty_answers, 1);
 
     // Back: compared with the set kept, not with nothing.
     mock.set(ips(&["10.0.0.3", "::1"]));
@@ -160,7 +160,10 @@ async fn dns_follows_the_answers_and_keeps_the_set_through_failures() {
         ]
     );
     assert_eq!(mock.calls(), 6);
-    assert_eq!((counters.resolutions(), counters.failures()), (5, 1));
+    assert_eq!(
+        (counters.stats().resolutions, counters.stats().failures),
+        (5, 1)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -172,7 +175,7 @@ async fn a_resolution_that_hangs_times_out_and_keeps_the_set() {
         .timeout(Duration::from_secs(3))
         .build_with(mock.resolver(), endpoint)
         .unwrap();
-    let counters = dns.counters();
+    let counters = dns.handle();
     let mut dns = task::spawn(dns);
     assert_eq!(drain(&mut dns).len(), 2);
 
@@ -182,11 +185,11 @@ async fn a_resolution_that_hangs_times_out_and_keeps_the_set() {
     assert_eq!(mock.calls(), 2);
     tokio::time::advance(Duration::from_millis(2_999)).await;
     assert_eq!(drain(&mut dns), ["pending"]);
-    assert_eq!(counters.failures(), 0, "still waiting");
+    assert_eq!(counters.stats().failures, 0, "still waiting");
     tokio::time::advance(Duration::from_millis(1)).await;
     assert!(dns.is_woken());
     assert_eq!(drain(&mut dns), ["pending"]);
-    assert_eq!(counters.failures(), 1);
+    assert_eq!(counters.stats().failures, 1);
 
     // The next resolution an interval after the timeout.
     mock.set(ips(&["10.0.0.2"]));

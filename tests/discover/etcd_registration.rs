@@ -110,7 +110,7 @@ async fn a_renewed_record_outlives_its_ttl_and_a_lost_lease_is_granted_again() {
     // renewal.
     client.delete("/fleet/gpu-0", None).await.unwrap();
     assert_eq!(next_changes(&mut source, 2).await, ["-gpu-0", "+gpu-0:1"]);
-    assert_eq!(counters.stale_events(), 0);
+    assert_eq!(counters.stats().stale_events, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,8 +42,8 @@ async fn a_source_starts_from_a_snapshot_then_follows_the_watch() {
     // are not backends.
     let seen = next_changes(&mut source, 2).await;
     assert_eq!(seen, ["+gpu-0:2", "+gpu-1:1"]);
-    assert_eq!(counters.snapshots(), 1);
-    assert_eq!(counters.invalid_records(), 1);
+    assert_eq!(counters.stats().snapshots, 1);
+    assert_eq!(counters.stats().invalid_records, 1);
     // Then the watch: a new weight, a repeat (no change), a delete.
     put(&mut client, "/fleet/gpu-1", &record(3)).await;
     put(&mut client, "/fleet/gpu-0", &record(2)).await;
@@ -51,14 +51,14 @@ async fn a_source_starts_from_a_snapshot_then_follows_the_watch() {
     put(&mut client, "/fleet/gpu-2", &record(1)).await;
     let seen = next_changes(&mut source, 3).await;
     assert_eq!(seen, ["+gpu-1:3", "-gpu-0", "+gpu-2:1"]);
-    assert_eq!(counters.revision(), revision(&mut client).await);
-    assert_eq!(counters.events(), 4);
-    assert_eq!(counters.stale_events(), 0);
+    assert_eq!(counters.stats().revision, revision(&mut client).await);
+    assert_eq!(counters.stats().events, 4);
+    assert_eq!(counters.stats().stale_events, 0);
     // A bad write takes its backend out, as a replica starting now would
     // see it; a valid one puts it back.
     put(&mut client, "/fleet/gpu-2", r#"{"version":7}"#).await;
     assert_eq!(next_changes(&mut source, 1).await, ["-gpu-2"]);
-    assert_eq!(counters.invalid_records(), 2);
+    assert_eq!(counters.stats().invalid_records, 2);
     put(&mut client, "/fleet/gpu-2", &record(4)).await;
     assert_eq!(next_changes(&mut source, 1).await, ["+gpu-2:4"]);
 }
@@ -84,11 +84,11 @@ async fn a_watch_cut_mid_stream_resumes_without_a_loss_or_a_replay() {
     }
     let seen = next_changes(&mut source, expected.len()).await;
     assert_eq!(seen, expected, "every write once, in order");
-    assert!(counters.resumes() >= 1, "{counters:?}");
-    assert_eq!(counters.stale_events(), 0);
-    assert_eq!(counters.snapshots(), 1, "a resume, not a snapshot");
+    assert!(counters.stats().resumes >= 1, "{counters:?}");
+    assert_eq!(counters.stats().stale_events, 0);
+    assert_eq!(counters.stats().snapshots, 1, "a resume, not a snapshot");
     assert_eq!(
-        counters.revision(),
+        counters.stats().revision,
         revision(&mut client).await,
         "{counters:?}"
     );
@@ -122,13 +122,13 @@ async fn a_compacted_revision_is_a_fresh_snapshot_that_yields_only_the_differenc
         ["-gpu-1", "+gpu-2:5", "+gpu-4:1"],
         "a diff, not a flap"
     );
-    assert_eq!(counters.compactions(), 1);
-    assert_eq!(counters.snapshots(), 2);
-    assert_eq!(counters.revision(), now);
+    assert_eq!(counters.stats().compactions, 1);
+    assert_eq!(counters.stats().snapshots, 2);
+    assert_eq!(counters.stats().revision, now);
     // And the watch goes on after it.
     put(&mut client, "/fleet/gpu-0", &record(9)).await;
     assert_eq!(next_changes(&mut source, 1).await, ["+gpu-0:9"]);
-    assert_eq!(counters.stale_events(), 0);
+    assert_eq!(counters.stats().stale_events, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +167,7 @@ async fn a_snapshot_in_pages_and_the_writes_during_it_end_in_the_stores_state() 
     let mut fleet = std::collections::BTreeMap::new();
     writes.await.unwrap();
     let end = revision(&mut client).await;
-    while counters.revision() < end {
+    while counters.stats().revision < end {
         for change in next_changes(&mut source, 1).await {
             match change.split_once(':') {
                 Some((id, weight)) => fleet.insert(id[1..].to_owned(), weight.to_owned()),
@@ -197,8 +197,8 @@ async fn a_snapshot_in_pages_and_the_writes_during_it_end_in_the_stores_state() 
         .collect();
     assert_eq!(fleet.len(), 2500 - 67 + 66);
     assert_eq!(fleet, expected);
-    assert_eq!(counters.snapshots(), 1);
-    assert_eq!(counters.stale_events(), 0);
+    assert_eq!(counters.stats().snapshots, 1);
+    assert_eq!(counters.stats().stale_events, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,10 +218,10 @@ async fn a_source_moves_past_a_dead_endpoint() {
     )
     .build(|_: &tower_model_balance::endpoint::Origin| ())
     .unwrap();
-    let counters = source.counters();
+    let counters = source.handle();
     let mut source = source;
     assert_eq!(next_changes(&mut source, 1).await, ["+gpu-0:1"]);
     put(&mut client, "/fleet/gpu-1", &record(2)).await;
     assert_eq!(next_changes(&mut source, 1).await, ["+gpu-1:2"]);
-    assert_eq!(counters.stale_events(), 0);
+    assert_eq!(counters.stats().stale_events, 0);
 }

@@ -91,7 +91,7 @@ fn static_refuses_duplicate_ids() {
 async fn watch_yields_the_differences_between_sets() {
     let (tx, rx) = watch::channel(vec![named("a"), named("b")]);
     let source = Watch::new(rx);
-    let counters = source.counters();
+    let counters = source.handle();
     let mut source = task::spawn(source);
     assert_eq!(drain(&mut source), ["+a@1/a", "+b@1/b", "pending"]);
 
@@ -123,7 +123,7 @@ async fn watch_yields_the_differences_between_sets() {
     tx.send(vec![named("x")]).unwrap();
     tx.send(vec![named("c"), named("d")]).unwrap();
     assert_eq!(drain(&mut source), ["-b", "pending"]);
-    assert_eq!(counters.duplicates(), 0);
+    assert_eq!(counters.stats().duplicates, 0);
 
     // The last set is still applied after the sender goes, then the end.
     tx.send(vec![named("d")]).unwrap();
@@ -138,14 +138,14 @@ async fn watch_keeps_the_first_of_duplicate_ids_and_counts_the_rest() {
     let set = vec![named("a"), weighted("a", 5), named("b"), weighted("a", 7)];
     let (tx, rx) = watch::channel(set);
     let source = Watch::new(rx);
-    let counters = source.counters();
+    let counters = source.handle();
     let mut source = task::spawn(source);
     assert_eq!(drain(&mut source), ["+a@1/a", "+b@1/b", "pending"]);
-    assert_eq!(counters.duplicates(), 2);
+    assert_eq!(counters.stats().duplicates, 2);
 
     tx.send(vec![weighted("b", 4), named("b")]).unwrap();
     assert_eq!(drain(&mut source), ["-a", "+b@4/b", "pending"]);
-    assert_eq!(counters.duplicates(), 3);
+    assert_eq!(counters.stats().duplicates, 3);
     assert!(format!("{counters:?}").contains("duplicates: 3"));
 }
 

@@ -179,7 +179,7 @@ async fn replica(url: String, prefix: String) {
         .backoff(Duration::from_millis(50), Duration::from_millis(500))
         .build(|_origin| Ready)
         .unwrap();
-    let counters = source.counters();
+    let counters = source.handle();
     // What the source hands the balancer, counted on the way.
     let yielded = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let counted = yielded.clone();
@@ -229,13 +229,13 @@ async fn replica(url: String, prefix: String) {
         }
         line.backends = handle.backends().len();
         (line.inserts, line.removes) = (seen.0, seen.1);
-        line.revision = counters.revision();
-        line.events = counters.events();
-        line.snapshots = counters.snapshots();
-        line.resumes = counters.resumes();
-        line.compactions = counters.compactions();
-        line.stale = counters.stale_events();
-        line.invalid = counters.invalid_records();
+        line.revision = counters.stats().revision;
+        line.events = counters.stats().events;
+        line.snapshots = counters.stats().snapshots;
+        line.resumes = counters.stats().resumes;
+        line.compactions = counters.stats().compactions;
+        line.stale = counters.stats().stale_events;
+        line.invalid = counters.stats().invalid_records;
         if printed != Some(line) {
             println!("{line}");
             printed = Some(line);

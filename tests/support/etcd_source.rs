@@ -8,7 +8,7 @@ use std::time::Duration;
 use etcd_client::Client;
 use futures_util::StreamExt;
 use tower::discover::Change;
-use tower_model_balance::discover::etcd::{Etcd, EtcdCounters};
+use tower_model_balance::discover::etcd::{Etcd, EtcdHandle};
 use tower_model_balance::endpoint::Origin;
 
 /// How long one change may take to arrive (a resume after a cut included).
@@ -25,12 +25,12 @@ pub async fn put(client: &mut Client, key: &str, value: &str) {
 
 /// A source on `url` under `prefix`, retrying after 20 to 200 ms; its
 /// endpoints are nothing (these tests send no request).
-pub fn source(url: &str, prefix: &str) -> (Etcd<()>, EtcdCounters) {
+pub fn source(url: &str, prefix: &str) -> (Etcd<()>, EtcdHandle) {
     let source = Etcd::builder([url], prefix)
         .backoff(Duration::from_millis(20), Duration::from_millis(200))
         .build(|_: &Origin| ())
         .unwrap();
-    let counters = source.counters();
+    let counters = source.handle();
     (source, counters)
 }
 

@@ -42,7 +42,7 @@ use tower_model_balance::balance::{
     ModelBalancer, ResidencyHeader,
 };
 use tower_model_balance::breaker::BreakerConfig;
-use tower_model_balance::discover::etcd::{Etcd, EtcdCounters};
+use tower_model_balance::discover::etcd::{Etcd, EtcdHandle};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::BoxError;
 use tower_model_balance::health::probe::{
@@ -207,7 +207,7 @@ pub struct Gateway {
     pub hedge: HedgeHandle,
     /// The etcd source's counters (revision, events, snapshots, resumes),
     /// with [`Config::etcd`].
-    pub etcd: Option<EtcdCounters>,
+    pub etcd: Option<EtcdHandle>,
     _probes: BackgroundTask,
     _placement: Option<BackgroundTask>,
 }
@@ -286,7 +286,7 @@ impl Gateway {
             Some(etcd) => {
                 let source =
                     Etcd::builder(etcd.endpoints.clone(), etcd.prefix.clone()).build(endpoint)?;
-                let counters = source.counters();
+                let counters = source.handle();
                 (
                     ModelBalancer::new(source, balance.build()?)?,
                     Some(counters),

@@ -9,7 +9,7 @@ use super::resolve::{HickoryResolver, Resolve};
 use super::source::Dns;
 use crate::backend::BackendId;
 use crate::backend::BackendMeta;
-use crate::discover::counters::Counters;
+use crate::discover::counters::DiscoverHandle;
 use crate::discover::diff::Known;
 use crate::error::{BoxError, InvalidConfig};
 
@@ -145,7 +145,7 @@ impl DnsBuilder {
             pending: VecDeque::new(),
             lookup: None,
             next: None,
-            counters: Counters::default(),
+            counters: DiscoverHandle::default(),
         })
     }
 

@@ -18,7 +18,7 @@ use tower::discover::Change;
 use super::resolve::{HickoryResolver, Resolve};
 use crate::backend::BackendId;
 use crate::backend::{Backend, BackendMeta};
-use crate::discover::counters::Counters;
+use crate::discover::counters::DiscoverHandle;
 use crate::discover::diff::Known;
 use crate::endpoint::Origin;
 use crate::error::BoxError;
@@ -41,11 +41,11 @@ type MakeEndpoint<E> = Arc<dyn Fn(&SocketAddr) -> E + Send + Sync>;
 ///   every address gone (first); unchanged addresses yield nothing;
 /// * a failure — NXDOMAIN, a name server unreachable, no answer within the
 ///   timeout (default 10 s) — **keeps the backends as they are**, logs a
-///   `tracing` warning and counts in [`Counters::failures`]: a DNS blip
+///   `tracing` warning and counts in [`DiscoverStats::failures`](crate::discover::DiscoverStats::failures): a DNS blip
 ///   must not empty the fleet (stale addresses fail requests, which the
 ///   breakers and health scores handle);
 /// * an answer with no address is treated like a failure by default (kept,
-///   warned, counted in [`Counters::empty_answers`]): a registry that
+///   warned, counted in [`DiscoverStats::empty_answers`](crate::discover::DiscoverStats::empty_answers)): a registry that
 ///   briefly lists no endpoint, mid-rollout, is more often wrong than a
 ///   fleet scaled to zero. [`DnsBuilder::clear_on_empty`](super::DnsBuilder::clear_on_empty) removes every
 ///   backend instead.
@@ -90,13 +90,13 @@ pub struct Dns<E, R = HickoryResolver> {
     pub(super) lookup: Option<Pin<Box<tokio::time::Timeout<Lookup>>>>,
     /// When the next resolution starts; none before the first (at once).
     pub(super) next: Option<Pin<Box<Sleep>>>,
-    pub(super) counters: Counters,
+    pub(super) counters: DiscoverHandle,
 }
 
 impl<E, R> Dns<E, R> {
     /// A handle on this source's counters (resolutions, failures, empty
     /// answers), readable after the source was handed to a balancer.
-    pub fn counters(&self) -> Counters {
+    pub fn handle(&self) -> DiscoverHandle {
         self.counters.clone()
     }
 }

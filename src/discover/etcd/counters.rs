@@ -1,14 +1,14 @@
-//! An etcd source's counters.
+//! An etcd source's [`EtcdHandle`] and [`EtcdStats`].
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A cheap, cloneable handle on an [`Etcd`](super::Etcd) source's
-/// counters, readable after the source was handed to a balancer. Each
-/// counter starts at 0 and only grows.
+/// counters ([`Etcd::handle`](super::Etcd::handle)), readable after the
+/// source was handed to a balancer.
 #[derive(Clone, Default)]
-pub struct EtcdCounters {
+pub struct EtcdHandle {
     inner: Arc<Inner>,
 }
 
@@ -23,50 +23,52 @@ struct Inner {
     stale: AtomicU64,
 }
 
-impl EtcdCounters {
+/// What an [`Etcd`](super::Etcd) source counted, read by
+/// [`EtcdHandle::stats`]. Each counter starts at 0 and only grows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EtcdStats {
     /// The etcd revision the source's announced backends are at: every
     /// change up to it has been yielded to the balancer (0 before the
     /// first snapshot).
-    pub fn revision(&self) -> i64 {
-        self.inner.revision.load(Ordering::Acquire)
-    }
-
+    pub revision: i64,
     /// Events (puts and deletes under the prefix, lease expiries among
     /// them) applied.
-    pub fn events(&self) -> u64 {
-        self.inner.events.load(Ordering::Relaxed)
-    }
-
+    pub events: u64,
     /// Snapshots read: the first, and one after each compaction.
-    pub fn snapshots(&self) -> u64 {
-        self.inner.snapshots.load(Ordering::Relaxed)
-    }
-
+    pub snapshots: u64,
     /// Watches re-created after a break (connection lost, etcd restarted,
     /// watch cancelled), each from the revision after the last applied:
     /// counted once etcd has created the watch, not per failed attempt.
-    pub fn resumes(&self) -> u64 {
-        self.inner.resumes.load(Ordering::Relaxed)
-    }
-
+    pub resumes: u64,
     /// Resumes that etcd refused because their revision was compacted,
     /// each followed by a fresh snapshot.
-    pub fn compactions(&self) -> u64 {
-        self.inner.compactions.load(Ordering::Relaxed)
-    }
-
+    pub compactions: u64,
     /// Values that did not decode as a backend record (or keys that name
     /// no backend): each such backend is out of the fleet until its record
     /// is valid again.
-    pub fn invalid_records(&self) -> u64 {
-        self.inner.invalid.load(Ordering::Relaxed)
-    }
-
+    pub invalid_records: u64,
     /// Events at or below the revision already applied, dropped: a replay.
     /// Resuming after the last applied revision means this stays 0; it is
     /// the check that it does.
-    pub fn stale_events(&self) -> u64 {
-        self.inner.stale.load(Ordering::Relaxed)
+    pub stale_events: u64,
+}
+
+impl EtcdHandle {
+    /// The counters now, each read once; `revision` first (acquire), so
+    /// the events counted are at least those up to it.
+    pub fn stats(&self) -> EtcdStats {
+        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let inner = &self.inner;
+        EtcdStats {
+            revision: inner.revision.load(Ordering::Acquire),
+            events: read(&inner.events),
+            snapshots: read(&inner.snapshots),
+            resumes: read(&inner.resumes),
+            compactions: read(&inner.compactions),
+            invalid_records: read(&inner.invalid),
+            stale_events: read(&inner.stale),
+        }
     }
 
     pub(super) fn set_revision(&self, revision: i64) {
@@ -92,16 +94,8 @@ impl EtcdCounters {
     }
 }
 
-impl fmt::Debug for EtcdCounters {
+impl fmt::Debug for EtcdHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdCounters")
-            .field("revision", &self.revision())
-            .field("events", &self.events())
-            .field("snapshots", &self.snapshots())
-            .field("resumes", &self.resumes())
-            .field("compactions", &self.compactions())
-            .field("invalid_records", &self.invalid_records())
-            .field("stale_events", &self.stale_events())
-            .finish()
+        f.debug_tuple("EtcdHandle").field(&self.stats()).finish()
     }
 }

@@ -40,7 +40,7 @@
 //!   per delete or lease expiry (a `Remove`);
 //! * **a resume after every break** (connection lost, etcd restarted, the
 //!   watch cancelled) from the revision after the last applied, so no
-//!   change is missed or replayed ([`EtcdCounters::stale_events`] checks
+//!   change is missed or replayed ([`EtcdStats::stale_events`] checks
 //!   the second);
 //! * **a fresh snapshot after a compaction** (the resume's revision is
 //!   gone), diffed against what was announced: only real differences are
@@ -65,7 +65,7 @@ mod source;
 mod task;
 
 pub use self::builder::EtcdBuilder;
-pub use self::counters::EtcdCounters;
+pub use self::counters::{EtcdHandle, EtcdStats};
 pub use self::error::EtcdError;
 pub use self::record::{decode_record, encode_record, RecordError, SCHEMA_VERSION};
 pub use self::register::{Registration, RegistrationBuilder};

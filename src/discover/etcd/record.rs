@@ -17,7 +17,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 /// Why a record could not be decoded (or encoded). A source that meets one
 /// skips the record, logs it and counts it in
-/// [`EtcdCounters::invalid_records`](super::EtcdCounters::invalid_records),
+/// [`EtcdStats::invalid_records`](super::EtcdStats::invalid_records),
 /// and the backend is out of the fleet until its record is valid again (as
 /// a replica that starts then would see it).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tower::discover::Change;
 
 use super::connect::Settings;
-use super::counters::EtcdCounters;
+use super::counters::EtcdHandle;
 use super::members::MetaChange;
 use super::task::{Batch, Task};
 use crate::backend::Backend;
@@ -51,7 +51,7 @@ const BATCHES: usize = 16;
 /// let source = Etcd::builder(["http://etcd-0:2379", "http://etcd-1:2379"], "/inference/backends/")
 ///     .backoff(Duration::from_millis(100), Duration::from_secs(5))
 ///     .build(move |origin: &Origin| SetOrigin::to(client.clone(), origin.clone()))?;
-/// let counters = source.counters();
+/// let counters = source.handle();
 /// let balancer = ModelBalancer::new(source, BalanceConfig::default())?;
 /// # drop((balancer, counters)); Ok(()) }
 /// ```
@@ -64,7 +64,7 @@ pub struct Etcd<E> {
     pending: VecDeque<MetaChange>,
     /// The revision the pending changes bring the set to.
     pending_revision: i64,
-    counters: EtcdCounters,
+    counters: EtcdHandle,
 }
 
 impl<E> Etcd<E> {
@@ -76,14 +76,14 @@ impl<E> Etcd<E> {
             task: None,
             pending: VecDeque::new(),
             pending_revision: 0,
-            counters: EtcdCounters::default(),
+            counters: EtcdHandle::default(),
         }
     }
 
     /// A handle on this source's counters (revision, events, snapshots,
     /// resumes, compactions, invalid records), readable after the source
     /// was handed to a balancer.
-    pub fn counters(&self) -> EtcdCounters {
+    pub fn handle(&self) -> EtcdHandle {
         self.counters.clone()
     }
 

@@ -7,7 +7,7 @@ use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchResponse};
 use tokio::sync::mpsc;
 
 use super::connect::{within, Backoff, Settings};
-use super::counters::EtcdCounters;
+use super::counters::EtcdHandle;
 use super::members::{Event, Members, MetaChange, Outcome};
 
 /// The changes that bring the announced set to `revision`.
@@ -32,7 +32,7 @@ enum End {
 pub(super) struct Task {
     settings: Settings,
     members: Members,
-    counters: EtcdCounters,
+    counters: EtcdHandle,
     out: mpsc::Sender<Batch>,
     /// Whether the next session starts with a snapshot.
     snapshot: bool,
@@ -42,11 +42,7 @@ pub(super) struct Task {
 }
 
 impl Task {
-    pub(super) fn new(
-        settings: Settings,
-        counters: EtcdCounters,
-        out: mpsc::Sender<Batch>,
-    ) -> Self {
+    pub(super) fn new(settings: Settings, counters: EtcdHandle, out: mpsc::Sender<Batch>) -> Self {
         let members = Members::new(settings.prefix.clone());
         Self {
             settings,

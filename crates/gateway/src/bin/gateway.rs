@@ -171,14 +171,14 @@ async fn run(args: Args) -> Result<(), String> {
         s.invalid_route,
         gateway.handle.stats().breaker_trips
     );
-    if let Some(etcd) = &gateway.etcd {
+    if let Some(etcd) = gateway.etcd.as_ref().map(|h| h.stats()) {
         say!(
             "etcd: at revision {}, {} changes applied, {} snapshots, {} watches resumed, {} invalid records",
-            etcd.revision(),
-            etcd.events(),
-            etcd.snapshots(),
-            etcd.resumes(),
-            etcd.invalid_records()
+            etcd.revision,
+            etcd.events,
+            etcd.snapshots,
+            etcd.resumes,
+            etcd.invalid_records
         );
     }
     let h = gateway.hedge.stats();

@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::BalancerHandle;
-use tower_model_balance::discover::etcd::EtcdCounters;
+use tower_model_balance::discover::etcd::EtcdHandle;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::hedge::HedgeHandle;
 use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
@@ -29,7 +29,7 @@ pub struct Running {
     pub hedge: HedgeHandle,
     /// The etcd source's counters, when its backends come from etcd.
     #[allow(dead_code)] // Read by `tests/gateway/with_etcd.rs` alone.
-    pub etcd: Option<EtcdCounters>,
+    pub etcd: Option<EtcdHandle>,
     pub client: Client<HttpConnector, Full<Bytes>>,
     pub server: JoinHandle<()>,
 }

@@ -148,8 +148,8 @@ async fn two_gateways_on_one_etcd_reach_its_backends_and_agree_on_every_owner() 
     let work: Vec<u64> = fleet.iter().map(|(s, _)| s.stats().work).collect();
     assert_eq!(work.iter().sum::<u64>(), 2, "{work:?}");
     let counters = a.etcd.as_ref().unwrap();
-    assert_eq!(counters.snapshots(), 1, "{counters:?}");
-    assert_eq!(counters.stale_events(), 0, "{counters:?}");
+    assert_eq!(counters.stats().snapshots, 1, "{counters:?}");
+    assert_eq!(counters.stats().stale_events, 0, "{counters:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
