@@ -129,8 +129,18 @@ async fn the_recipe_as_written_hedges_a_slowed_owner() {
         factor: 100,
         share: 1.0,
     }));
-    for _ in 0..10 {
+    // None of them waits for the slowed owner: each is hedged (the backup
+    // answering first) or, once the balancer has learned, sent to the
+    // other owner at once; waiting would take the owner's second.
+    let slowed = Duration::from_secs(1);
+    for i in 0..10 {
+        let sent = std::time::Instant::now();
         assert_eq!(chat(&client, addr).await, 200);
+        let took = sent.elapsed();
+        assert!(
+            took < slowed,
+            "request {i} waited for the slowed owner: {took:?}"
+        );
     }
     let s = hedges.stats();
     assert!(s.hedges >= 1, "backups sent: {s:?}");
