@@ -141,7 +141,7 @@ fn breaker_layer() {
     }
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
     assert_eq!(allocations, 0, "{allocations} allocations over 1000 calls");
-    assert_eq!(svc.breaker().metrics().failures, 0);
+    assert_eq!(svc.breaker().stats().failures, 0);
 }
 
 #[test]

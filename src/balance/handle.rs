@@ -278,7 +278,7 @@ impl BalancerHandle {
 
     /// The breaker of `backend` (its backend-level breaker: the one that
     /// admits its requests in [`BreakerScope::Backend`], the default), to
-    /// read its [`metrics`](Breaker::metrics) or run it by hand —
+    /// read its [`stats`](Breaker::stats) or run it by hand —
     /// [`force_open`](Breaker::force_open) to drain a backend,
     /// [`force_closed`](Breaker::force_closed), [`disable`](Breaker::disable),
     /// [`metrics_only`](Breaker::metrics_only), [`reset`](Breaker::reset).

@@ -225,7 +225,9 @@ pub use self::shared::handle::Breaker;
 pub use self::shared::permit::Permit;
 #[cfg(feature = "balance")]
 pub(crate) use self::state::values::Ticket;
-pub use self::state::values::{BreakerState, Metrics, Mode, Reason, Transition, TransitionCounts};
+pub use self::state::values::{
+    BreakerState, BreakerStats, Mode, Reason, Transition, TransitionCounts,
+};
 /// Where the slow-call clock stops; defined in [`classify`](crate::classify),
 /// which the balancer shares.
 #[doc(no_inline)]

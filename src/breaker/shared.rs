@@ -11,7 +11,7 @@ use self::handle::Inner;
 use super::config::BreakerConfig;
 use super::events::OnTransition;
 use super::state::machine::CircuitState;
-use super::state::values::{BreakerState, Metrics, Mode, Refused, Ticket, TransitionCounts};
+use super::state::values::{BreakerState, BreakerStats, Mode, Refused, Ticket, TransitionCounts};
 use crate::classify::Outcome;
 use crate::error::BreakerOpen;
 use crate::sync::{AtomicBool, AtomicU64, Mutex};
@@ -273,26 +273,31 @@ impl Breaker {
         self.read_state(now)
     }
 
-    /// The window's counts, the state and the mode now.
-    pub fn metrics(&self) -> Metrics {
-        self.metrics_at(Instant::now())
+    /// The state, the mode, the window's counts and the counters (trips,
+    /// transitions, refusals) now.
+    pub fn stats(&self) -> BreakerStats {
+        self.stats_at(Instant::now())
     }
 
-    /// As [`Breaker::metrics`], at `now`.
-    pub(crate) fn metrics_at(&self, now: Instant) -> Metrics {
-        self.lock().metrics(now)
+    /// As [`Breaker::stats`], at `now`.
+    pub(crate) fn stats_at(&self, now: Instant) -> BreakerStats {
+        BreakerStats {
+            trips: self.trips(),
+            transitions: self.transitions(),
+            rejected: self.rejected(),
+            ..self.lock().stats(now)
+        }
     }
 
-    /// How many times the breaker has opened from closed or half-open on
-    /// the evidence of its calls (forcing it open by hand is not a trip,
-    /// nor is a half-open round running out of time).
-    pub fn trips(&self) -> u64 {
+    /// How many times the breaker has opened on the evidence of its calls
+    /// ([`BreakerStats::trips`]).
+    pub(crate) fn trips(&self) -> u64 {
         self.inner.trips.load(Ordering::Relaxed)
     }
 
-    /// How many times the breaker entered each state, for any reason
-    /// (forcing and releasing by hand included).
-    pub fn transitions(&self) -> TransitionCounts {
+    /// How many times the breaker entered each state
+    /// ([`BreakerStats::transitions`]).
+    pub(crate) fn transitions(&self) -> TransitionCounts {
         let read = |i: usize| self.inner.transitions[i].load(Ordering::Relaxed);
         TransitionCounts {
             to_closed: read(0),
@@ -301,8 +306,8 @@ impl Breaker {
         }
     }
 
-    /// How many calls it has refused.
-    pub fn rejected(&self) -> u64 {
+    /// How many calls it has refused ([`BreakerStats::rejected`]).
+    pub(crate) fn rejected(&self) -> u64 {
         self.inner.rejected.load(Ordering::Relaxed)
     }
 
@@ -333,7 +338,7 @@ impl Breaker {
     }
 
     /// Admits every call and counts outcomes (readable from
-    /// [`Breaker::metrics`]), without ever tripping, until the mode
+    /// [`Breaker::stats`]), without ever tripping, until the mode
     /// changes.
     pub fn metrics_only(&self) {
         self.set_mode(Mode::MetricsOnly);

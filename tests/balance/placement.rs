@@ -76,7 +76,7 @@ async fn a_model_the_repository_does_not_know_is_refused_and_never_loaded() {
         .handle()
         .breaker(&BackendId::new(&owner).unwrap())
         .unwrap();
-    assert_eq!(breaker.metrics().failures, 0, "the breaker counts nothing");
+    assert_eq!(breaker.stats().failures, 0, "the breaker counts nothing");
     assert_eq!(balancer.handle().in_flight(), 0);
 }
 
@@ -90,7 +90,7 @@ async fn a_failed_load_fails_every_waiting_request_and_only_a_backends_fault_cou
             .handle()
             .breaker(&BackendId::new(&owner).unwrap())
             .unwrap()
-            .metrics()
+            .stats()
     };
 
     let answers = burst(&balancer, "m2", 8).await;

@@ -320,7 +320,7 @@ async fn errors_fail_timeouts_included() {
     let _pending = handle2.next_request().await.unwrap();
     let err = fut.await.unwrap_err();
     assert!(err.is::<tower::timeout::error::Elapsed>());
-    assert_eq!(timed.get_ref().breaker().metrics().failures, 1);
+    assert_eq!(timed.get_ref().breaker().stats().failures, 1);
 
     let (rsp, tx) = response(500, &[]);
     drop(tx);

@@ -50,7 +50,7 @@ async fn force_open_refuses_every_call_and_is_not_a_trip() {
         advance(Duration::from_secs(3600)).await;
         assert!(!breaker.admits(Instant::now()));
     }
-    assert_eq!((breaker.trips(), breaker.rejected()), (0, 3));
+    assert_eq!((breaker.stats().trips, breaker.stats().rejected), (0, 3));
 }
 
 #[tokio::test(start_paused = true)]
@@ -63,9 +63,9 @@ async fn force_closed_closes_at_once_and_runs_by_the_policy_again() {
         (BreakerState::Closed, Mode::Normal)
     );
     assert!(breaker.admits(Instant::now()));
-    assert_eq!(breaker.metrics().calls, 0, "an empty window");
+    assert_eq!(breaker.stats().calls, 0, "an empty window");
     fail_twice(&breaker);
-    assert_eq!(breaker.trips(), 2);
+    assert_eq!(breaker.stats().trips, 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -79,12 +79,12 @@ async fn disable_admits_every_call_and_counts_nothing() {
             .expect("disabled admits")
             .record(Outcome::Failure);
     }
-    let m = breaker.metrics();
+    let m = breaker.stats();
     assert_eq!(
         (m.calls, m.failures, m.state, m.mode),
         (0, 0, BreakerState::Closed, Mode::Disabled)
     );
-    assert_eq!(breaker.trips(), 1, "only the trip before");
+    assert_eq!(breaker.stats().trips, 1, "only the trip before");
 }
 
 #[tokio::test(start_paused = true)]
@@ -97,10 +97,10 @@ async fn metrics_only_counts_outcomes_and_never_trips() {
             .expect("metrics only admits")
             .record(Outcome::Failure);
     }
-    let m = breaker.metrics();
+    let m = breaker.stats();
     assert_eq!((m.calls, m.failures, m.failure_rate), (4, 4, 1.0));
     assert_eq!((m.state, m.mode), (BreakerState::Closed, Mode::MetricsOnly));
-    assert_eq!(breaker.trips(), 0);
+    assert_eq!(breaker.stats().trips, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -111,14 +111,14 @@ async fn reset_zeroes_the_trip_transition_and_rejection_counts() {
     assert!(breaker.try_acquire().is_err());
     breaker.metrics_only();
     assert_eq!(
-        (breaker.trips(), breaker.rejected()),
+        (breaker.stats().trips, breaker.stats().rejected),
         (1, 2),
         "modes keep the counts"
     );
-    assert_eq!(breaker.transitions().to_open, 1);
+    assert_eq!(breaker.stats().transitions.to_open, 1);
     breaker.reset();
-    assert_eq!((breaker.trips(), breaker.rejected()), (0, 0));
-    assert_eq!(breaker.transitions(), Default::default());
+    assert_eq!((breaker.stats().trips, breaker.stats().rejected), (0, 0));
+    assert_eq!(breaker.stats().transitions, Default::default());
     assert_eq!(
         (breaker.state(), breaker.mode()),
         (BreakerState::Closed, Mode::Normal)
@@ -129,13 +129,13 @@ async fn reset_zeroes_the_trip_transition_and_rejection_counts() {
 async fn rejected_counts_refusals_open_and_half_open() {
     let breaker = Breaker::new(base().build().unwrap());
     fail_twice(&breaker);
-    assert_eq!(breaker.rejected(), 0);
+    assert_eq!(breaker.stats().rejected, 0);
     let err = breaker.try_acquire().unwrap_err();
     assert_eq!(err.retry_after, Duration::from_secs(10));
     advance(Duration::from_secs(10)).await;
     let _probe = breaker.try_acquire().expect("the one probe");
     assert!(breaker.try_acquire().is_err(), "the probe is out");
-    assert_eq!(breaker.rejected(), 2);
+    assert_eq!(breaker.stats().rejected, 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -161,8 +161,12 @@ async fn the_hook_sees_each_transition_once_with_its_reason() {
         (Open, Closed, Reason::Manual),
     ];
     assert_eq!(*seen.lock().unwrap(), want);
-    assert_eq!(breaker.trips(), 2, "two trips; forcing open is not one");
-    let counts = breaker.transitions();
+    assert_eq!(
+        breaker.stats().trips,
+        2,
+        "two trips; forcing open is not one"
+    );
+    let counts = breaker.stats().transitions;
     assert_eq!(
         (counts.to_open, counts.to_half_open, counts.to_closed),
         (3, 2, 2),
@@ -187,7 +191,7 @@ async fn the_hook_sees_a_half_open_round_time_out() {
             Reason::HalfOpenTimeout
         )
     );
-    assert_eq!(breaker.trips(), 1, "a round timing out is not a trip");
+    assert_eq!(breaker.stats().trips, 1, "a round timing out is not a trip");
 }
 
 #[test]
@@ -207,7 +211,7 @@ fn the_hook_may_read_the_breaker_without_deadlock() {
                 let breaker = handle.get().expect("set before any call");
                 log.lock()
                     .unwrap()
-                    .push((t.to, breaker.state(), breaker.metrics().calls));
+                    .push((t.to, breaker.state(), breaker.stats().calls));
             };
             let breaker = Breaker::with_hook(base().build().unwrap(), hook);
             cell.set(breaker.clone()).unwrap();
@@ -308,7 +312,7 @@ async fn a_cold_success_into_a_saturated_window_is_not_slow() {
     advance(Duration::from_secs(60)).await;
     cold.record_call(Outcome::Success, None, Instant::now());
     assert_eq!(breaker.state(), BreakerState::Closed);
-    assert_eq!(breaker.metrics().slow_calls, 0);
+    assert_eq!(breaker.stats().slow_calls, 0);
 }
 
 #[tokio::test(start_paused = true)]

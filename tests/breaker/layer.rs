@@ -148,7 +148,7 @@ async fn failed_probe_reopens_and_client_errors_are_ignored() {
     handle.allow(1);
     exchange(&mut svc, &mut handle, 500).await.unwrap();
     assert_eq!(svc.get_ref().breaker().state(), BreakerState::Open);
-    assert_eq!(svc.get_ref().breaker().trips(), 2);
+    assert_eq!(svc.get_ref().breaker().stats().trips, 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -288,7 +288,7 @@ async fn the_response_body_reports_its_end_and_size_and_settles_on_its_last_fram
     assert_eq!(body.size_hint().exact(), Some(5), "the inner body's size");
     assert!(!body.is_end_stream(), "a frame is left");
     assert_eq!(
-        breaker.metrics().calls,
+        breaker.stats().calls,
         0,
         "not settled before the body is read"
     );
@@ -296,7 +296,7 @@ async fn the_response_body_reports_its_end_and_size_and_settles_on_its_last_fram
     assert_eq!(frame.into_data().unwrap(), "hello");
     assert!(body.is_end_stream(), "the only frame was read");
     assert_eq!(
-        breaker.metrics().calls,
+        breaker.stats().calls,
         1,
         "settled on the frame that ended the body, without another poll"
     );
@@ -320,12 +320,12 @@ async fn a_body_failing_after_its_first_frame_is_a_failure() {
     let mut body = std::pin::pin!(body);
     assert!(body.frame().await.unwrap().is_ok(), "the first frame");
     assert_eq!(
-        breaker.metrics().calls,
+        breaker.stats().calls,
         0,
         "not settled on a frame that does not end the body"
     );
     assert!(body.frame().await.unwrap().is_err(), "then the error");
-    let metrics = breaker.metrics();
+    let metrics = breaker.stats();
     assert_eq!(
         (metrics.calls, metrics.failures),
         (1, 1),

@@ -87,8 +87,12 @@ async fn exactly_half_open_permits_probes_are_granted_per_round() {
         assert_eq!(breaker.state_at(at), BreakerState::Open, "round {round}");
         drop(probes);
     }
-    assert_eq!(breaker.rejected(), refused_total as u64);
-    assert_eq!(breaker.trips(), 21, "the first trip and 20 reopenings");
+    assert_eq!(breaker.stats().rejected, refused_total as u64);
+    assert_eq!(
+        breaker.stats().trips,
+        21,
+        "the first trip and 20 reopenings"
+    );
     let seen = seen.lock().unwrap();
     let half_opened = seen.iter().filter(|&&r| r == Reason::OpenElapsed).count();
     assert_eq!(
@@ -156,7 +160,7 @@ async fn permits_of_cancelled_tasks_come_back() {
     assert_eq!(holders, PERMITS as usize);
     assert!(!breaker.admits(at), "every probe is out");
     assert!(breaker.try_acquire_at(at).is_err());
-    let rejected = breaker.rejected();
+    let rejected = breaker.stats().rejected;
     assert_eq!(rejected, (TASKS - PERMITS as usize + 1) as u64);
     // Cancel every task mid-call: the futures holding permits are dropped.
     for task in &tasks {
@@ -230,7 +234,7 @@ async fn concurrent_records_all_count() {
         task.await.unwrap();
     }
     // A count window: what it holds does not depend on the clock.
-    let m = breaker.metrics();
+    let m = breaker.stats();
     let calls = TASKS as u64 * CALLS;
     assert_eq!((m.calls, m.timed_calls), (calls, calls));
     assert_eq!(m.failures, failed.load(Ordering::Relaxed));

@@ -237,10 +237,10 @@ async fn a_cold_start_is_never_a_slow_call() {
     let send = || balancer.clone().oneshot(request("llama", false));
     let _ = send().await.unwrap().into_body().collect().await;
     assert_eq!(
-        breaker.metrics().slow_calls,
+        breaker.stats().slow_calls,
         0,
         "the model's first request: cold"
     );
     let _ = send().await.unwrap().into_body().collect().await;
-    assert_eq!(breaker.metrics().slow_calls, 1, "served now: a slow call");
+    assert_eq!(breaker.stats().slow_calls, 1, "served now: a slow call");
 }

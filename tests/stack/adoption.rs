@@ -46,7 +46,7 @@ async fn a_call_without_poll_ready_is_not_ready_and_never_reaches_the_service() 
         assert!(error.is::<NotReady>(), "{admission:?}: {error}");
         assert!(!error.is::<BreakerOpen>());
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
-        assert_eq!(breaker.breaker().metrics().calls, 0, "nothing counted");
+        assert_eq!(breaker.breaker().stats().calls, 0, "nothing counted");
         // Driven ready, the same service calls through.
         let rsp = breaker
             .ready()
@@ -106,7 +106,7 @@ async fn the_balancer_at_the_response_serves_bytes_bodies_and_records_at_once() 
     assert_eq!(handle.in_flight(), 0, "out of flight when it arrived");
     // Recorded, not cancelled: a cancelled request counts no call.
     let gpu = BackendId::new("gpu-0").expect("an ID");
-    let metrics = handle.breaker(&gpu).expect("known").metrics();
+    let metrics = handle.breaker(&gpu).expect("known").stats();
     assert_eq!(
         (metrics.calls, metrics.failures),
         (1, 0),

@@ -108,7 +108,7 @@ async fn the_balancer_over_reqwest_endpoints_keeps_a_model_on_its_owner_and_reco
         );
         // Recorded, not cancelled: a cancelled request counts no call.
         let owner = BackendId::new(&owners[0]).expect("an ID");
-        let calls = handle.breaker(&owner).expect("known").metrics().calls;
+        let calls = handle.breaker(&owner).expect("known").stats().calls;
         assert_eq!(calls, round, "each stream's end recorded once");
     }
     assert!(owners.iter().all(|o| *o == owners[0]), "{owners:?}");

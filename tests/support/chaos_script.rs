@@ -69,7 +69,7 @@ impl Script {
     pub fn open_duration(&self, i: usize) -> Duration {
         let id = &self.load.ids[i];
         let breaker = self.load.handle.breaker(id).expect("a current backend");
-        self.ceiling(breaker.metrics().reopened)
+        self.ceiling(breaker.stats().reopened)
     }
 
     /// The backoff's ceiling after `reopened` reopenings in a row.
@@ -288,7 +288,7 @@ impl Script {
         let bound = self.open_duration(i) + PROBE_ROUND.max(TIMEOUT);
         let status = &self.load.handle.backends()[i];
         let reopened = self.load.handle.breaker(&status.id).expect("current");
-        let at_heal = (status.breaker, reopened.metrics().reopened, status.ejected);
+        let at_heal = (status.breaker, reopened.stats().reopened, status.ejected);
         self.load.faulted[i].store(false, Ordering::Relaxed);
         // Each change of its ejection seen, in ms after healing.
         let ejections = Mutex::new(vec![(0, at_heal.2)]);

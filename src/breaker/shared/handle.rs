@@ -16,8 +16,8 @@ use crate::sync::{AtomicBool, AtomicU64, Mutex};
 /// "admits freely" (closed, disabled, metrics only) published in an atomic
 /// so that admission then takes no lock. Cloning shares the breaker.
 ///
-/// Read it with [`Breaker::state`], [`Breaker::metrics`] and
-/// [`Breaker::trips`]; run it by hand with [`Breaker::force_open`],
+/// Read it with [`Breaker::state`], [`Breaker::stats`] (the window,
+/// the trips and refusals); run it by hand with [`Breaker::force_open`],
 /// [`Breaker::force_closed`], [`Breaker::disable`],
 /// [`Breaker::metrics_only`] and [`Breaker::reset`].
 ///

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::values::{BreakerState, Metrics, Mode, Reason, Refused, Ticket, Transition};
+use super::values::{
+    BreakerState, BreakerStats, Mode, Reason, Refused, Ticket, Transition, TransitionCounts,
+};
 use crate::breaker::config::BreakerConfig;
 use crate::breaker::window::{Entry, Window};
 use crate::classify::Outcome;
@@ -98,10 +100,12 @@ impl CircuitState {
         }
     }
 
-    /// The window's counts and the state at `now`.
-    pub(crate) fn metrics(&self, now: Instant) -> Metrics {
+    /// The window's counts and the state at `now` (the counters the shared
+    /// breaker keeps, zero: [`Breaker::stats`](crate::breaker::Breaker::stats)
+    /// fills them).
+    pub(crate) fn stats(&self, now: Instant) -> BreakerStats {
         let totals = self.window.totals(now);
-        Metrics {
+        BreakerStats {
             state: self.state(now),
             mode: self.mode,
             calls: totals.calls,
@@ -112,6 +116,9 @@ impl CircuitState {
             slow_call_rate: totals.slow_call_rate(),
             consecutive_failures: self.consecutive,
             reopened: self.reopened,
+            trips: 0,
+            transitions: TransitionCounts::default(),
+            rejected: 0,
         }
     }
 

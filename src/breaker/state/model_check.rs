@@ -110,7 +110,7 @@ proptest! {
                 _ => {}
             }
             prop_assert_eq!(real.state(now), model.read(now), "step {}: state", step);
-            let m = real.metrics(now);
+            let m = real.stats(now);
             let calls = model.window.len() as u64;
             let failures = model.window.iter().filter(|c| c.failed).count() as u64;
             let timed = model.window.iter().filter(|c| c.timed).count() as u64;

@@ -94,7 +94,7 @@ pub(crate) struct Refused {
 }
 
 /// How many times a breaker entered each state
-/// ([`Breaker::transitions`](crate::breaker::Breaker::transitions)).
+/// ([`BreakerStats::transitions`](crate::breaker::BreakerStats::transitions)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct TransitionCounts {
@@ -107,10 +107,12 @@ pub struct TransitionCounts {
     pub to_open: u64,
 }
 
-/// Counts over a breaker's window and its current state.
+/// A breaker's state, the counts over its window, and its counters since
+/// it was made (or [reset](crate::breaker::Breaker::reset)), read by
+/// [`Breaker::stats`](crate::breaker::Breaker::stats).
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
-pub struct Metrics {
+pub struct BreakerStats {
     /// The state at the time of reading.
     pub state: BreakerState,
     /// The mode.
@@ -133,4 +135,13 @@ pub struct Metrics {
     /// Reopenings in a row since the breaker last closed (the backoff's
     /// exponent).
     pub reopened: u32,
+    /// Times it opened from closed or half-open on the evidence of its
+    /// calls (forcing it open by hand is not a trip, nor is a half-open
+    /// round running out of time).
+    pub trips: u64,
+    /// Times it entered each state, for any reason (forcing and releasing
+    /// by hand included).
+    pub transitions: TransitionCounts,
+    /// Calls it refused.
+    pub rejected: u64,
 }

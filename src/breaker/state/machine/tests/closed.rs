@@ -22,7 +22,7 @@ fn the_count_window_holds_only_the_last_n_calls() {
     assert!(outcomes(&mut s, &[F, F, S, S, S, S], now)
         .iter()
         .all(Option::is_none));
-    let m = s.metrics(now);
+    let m = s.stats(now);
     assert_eq!((m.calls, m.failures), (4, 0), "the last 4 calls only");
     // 3 of the last 4 failed: trips (over all 9 calls it would be 5/9).
     assert_eq!(outcomes(&mut s, &[F, F], now), [None, None]);
@@ -71,7 +71,7 @@ fn ignored_calls_count_for_nothing() {
     for _ in 0..20 {
         assert_eq!(call(&mut s, I, now), None);
     }
-    let m = s.metrics(now);
+    let m = s.stats(now);
     assert_eq!((m.calls, m.failures, m.timed_calls), (0, 0, 0));
     assert_eq!(s.state(now), BreakerState::Closed);
 }
@@ -90,7 +90,7 @@ fn slow_calls_trip_at_the_slow_call_rate_threshold() {
     for _ in 0..4 {
         assert_eq!(timed(&mut s, S, Some(secs(1) - ms(1)), now), None);
     }
-    assert_eq!(s.metrics(now).slow_calls, 0);
+    assert_eq!(s.stats(now).slow_calls, 0);
     assert_eq!(timed(&mut s, S, Some(secs(1)), now), None, "1 of 4 slow");
     let t = timed(&mut s, S, Some(secs(1)), now).expect("2 of 4 slow: 50%");
     assert_eq!((t.to, t.reason), (BreakerState::Open, Reason::SlowCallRate));
@@ -111,7 +111,7 @@ fn the_slow_call_rate_is_over_timed_calls_only() {
     // 1 slow of 2 timed calls (of 4 calls): 50%.
     let t = timed(&mut s, S, Some(secs(2)), now).expect("1 of 2 timed calls slow");
     assert_eq!(t.reason, Reason::SlowCallRate);
-    let m = s.metrics(now);
+    let m = s.stats(now);
     assert_eq!((m.calls, m.timed_calls, m.slow_calls), (4, 2, 1));
 }
 
@@ -127,7 +127,7 @@ fn a_cold_load_is_never_slow() {
     for _ in 0..10 {
         assert_eq!(timed(&mut s, S, None, now), None);
     }
-    let m = s.metrics(now);
+    let m = s.stats(now);
     assert_eq!((m.timed_calls, m.slow_calls), (0, 0));
     assert_eq!(s.state(now), BreakerState::Closed);
 }
@@ -149,7 +149,7 @@ fn an_overload_neither_counts_toward_nor_breaks_a_run() {
     let now = Instant::now();
     let mut s = breaker(base().window(20).minimum_calls(20).consecutive_failures(3));
     assert_eq!(outcomes(&mut s, &[F, F, O, O], now), [None; 4]);
-    assert_eq!(s.metrics(now).consecutive_failures, 2);
+    assert_eq!(s.stats(now).consecutive_failures, 2);
     let t = call(&mut s, F, now).expect("the run of 3 goes on over overloads");
     assert_eq!(t.reason, Reason::ConsecutiveFailures);
 }
@@ -159,7 +159,7 @@ fn a_success_breaks_a_run() {
     let now = Instant::now();
     let mut s = breaker(base().window(20).minimum_calls(20).consecutive_failures(3));
     assert_eq!(outcomes(&mut s, &[F, F, S, F, F], now), [None; 5]);
-    assert_eq!(s.metrics(now).consecutive_failures, 2);
+    assert_eq!(s.stats(now).consecutive_failures, 2);
     assert!(call(&mut s, F, now).is_some());
 }
 
@@ -176,7 +176,7 @@ fn a_time_window_forgets_failures_older_than_its_duration() {
     for o in [F, F, S, S, S, S, S, S, S, S] {
         assert_eq!(call(&mut s, o, later), None);
     }
-    let m = s.metrics(later);
+    let m = s.stats(later);
     assert_eq!((m.calls, m.failures), (10, 2));
 }
 
@@ -191,7 +191,7 @@ fn a_time_window_counts_every_call_of_its_duration_whatever_the_rate() {
         let o = if i % 10 == 0 { F } else { S };
         assert_eq!(call(&mut s, o, t0 + Duration::from_micros(i * 1_000)), None);
     }
-    let m = s.metrics(t0 + secs(1));
+    let m = s.stats(t0 + secs(1));
     assert_eq!((m.calls, m.failures), (1_000, 100));
     assert_eq!(m.failure_rate, 0.1);
     // Then 10 calls in 10 s, half failing: the rate is the same whether
@@ -201,7 +201,7 @@ fn a_time_window_counts_every_call_of_its_duration_whatever_the_rate() {
         let o = if i % 2 == 0 { F } else { S };
         let _ = call(&mut s, o, quiet + secs(i));
     }
-    let m = s.metrics(quiet + secs(9));
+    let m = s.stats(quiet + secs(9));
     assert_eq!((m.calls, m.failures), (10, 5));
     assert_eq!(
         s.state(quiet + secs(9)),

@@ -48,7 +48,7 @@ fn every_probe_reported_below_both_thresholds_closes_with_an_empty_window() {
             Reason::ProbesSucceeded
         )
     );
-    let m = s.metrics(now);
+    let m = s.stats(now);
     assert_eq!((m.calls, m.failures, m.consecutive_failures), (0, 0, 0));
 }
 
@@ -148,7 +148,7 @@ fn an_unfinished_round_reopens_on_the_first_admission_past_its_max_wait() {
         "a timed-out round proved nothing: the same 5 s, not doubled"
     );
     assert_eq!(s.open_until(), Some(deadline + secs(5)));
-    assert_eq!(s.metrics(deadline).reopened, 0);
+    assert_eq!(s.stats(deadline).reopened, 0);
 }
 
 #[test]

@@ -28,7 +28,7 @@ fn disabled_admits_everything_and_counts_nothing() {
     for _ in 0..100 {
         assert_eq!(timed(&mut s, Outcome::Failure, Some(secs(60)), now), None);
     }
-    let m = s.metrics(now);
+    let m = s.stats(now);
     assert_eq!(
         (
             m.calls,
@@ -50,7 +50,7 @@ fn metrics_only_counts_but_never_trips() {
     for _ in 0..100 {
         assert_eq!(call(&mut s, Outcome::Failure, now), None);
     }
-    let m = s.metrics(now);
+    let m = s.stats(now);
     assert_eq!((m.calls, m.failures, m.failure_rate), (10, 10, 1.0));
     assert_eq!(m.consecutive_failures, 100);
     assert_eq!(s.state(now), BreakerState::Closed);
@@ -75,10 +75,10 @@ fn normal_mode_starts_fresh_from_any_mode() {
     let probe_at = s.open_until().unwrap();
     let (probe, _) = s.try_acquire(probe_at).unwrap();
     s.record(probe, Outcome::Failure, None, probe_at);
-    assert_eq!(s.metrics(probe_at).reopened, 1);
+    assert_eq!(s.stats(probe_at).reopened, 1);
     let t = s.set_mode(Mode::Normal, probe_at).unwrap();
     assert_eq!(t.to, BreakerState::Closed);
-    let m = s.metrics(probe_at);
+    let m = s.stats(probe_at);
     assert_eq!(
         (m.state, m.reopened, m.calls, m.consecutive_failures),
         (BreakerState::Closed, 0, 0, 0)
@@ -96,7 +96,7 @@ fn normal_mode_starts_fresh_from_any_mode() {
         call(&mut s, Outcome::Failure, now);
     }
     assert_eq!(s.set_mode(Mode::Normal, now), None, "closed to closed");
-    assert_eq!(s.metrics(now).calls, 0);
+    assert_eq!(s.stats(now).calls, 0);
     for _ in 0..4 {
         assert_eq!(
             call(&mut s, Outcome::Failure, now),
@@ -113,7 +113,7 @@ fn tickets_from_before_a_mode_change_count_nothing() {
     let (old, _) = s.try_acquire(now).unwrap();
     s.set_mode(Mode::Normal, now);
     assert_eq!(s.record(old, Outcome::Failure, None, now), None);
-    assert_eq!(s.metrics(now).calls, 0);
+    assert_eq!(s.stats(now).calls, 0);
     assert_eq!(s.state(now), BreakerState::Closed);
 }
 
@@ -134,7 +134,7 @@ fn tickets_from_before_a_transition_count_nothing() {
     );
     // Nor does a probe given back from the round before.
     s.release(probe);
-    assert_eq!(s.metrics(now).calls, 0);
+    assert_eq!(s.stats(now).calls, 0);
 }
 
 #[test]

@@ -36,12 +36,12 @@ fn each_reopening_doubles_the_wait_up_to_the_maximum_and_closing_resets_it() {
         .max_open_duration(secs(5));
     let mut s = breaker(p);
     trip(&mut s, now);
-    assert_eq!(s.metrics(now).reopened, 0);
+    assert_eq!(s.stats(now).reopened, 0);
     let mut waits = vec![s.open_until().unwrap() - now];
     for n in 1..=4 {
         now = s.open_until().unwrap();
         assert_eq!(reopen(&mut s, now).reason, Reason::ProbesFailed);
-        assert_eq!(s.metrics(now).reopened, n);
+        assert_eq!(s.stats(now).reopened, n);
         waits.push(s.open_until().unwrap() - now);
     }
     assert_eq!(waits, [secs(1), secs(2), secs(4), secs(5), secs(5)]);
@@ -52,7 +52,7 @@ fn each_reopening_doubles_the_wait_up_to_the_maximum_and_closing_resets_it() {
         s.record(probe, Outcome::Success, None, now).unwrap().to,
         BreakerState::Closed
     );
-    assert_eq!(s.metrics(now).reopened, 0);
+    assert_eq!(s.stats(now).reopened, 0);
     trip(&mut s, now);
     assert_eq!(s.open_until(), Some(now + secs(1)));
 }
@@ -116,7 +116,7 @@ proptest! {
         let mut now = Instant::now();
         trip(&mut s, now);
         for _ in 0..=reopenings {
-            let d = p.open_ceiling(s.metrics(now).reopened);
+            let d = p.open_ceiling(s.stats(now).reopened);
             let wait = s.open_until().unwrap() - now;
             prop_assert!(wait >= d / 2 && wait <= d, "{wait:?} outside [{:?}, {d:?}]", d / 2);
             now = s.open_until().unwrap();
@@ -185,7 +185,7 @@ fn jitter_scales_with_the_backoff_ceiling() {
     for _ in 0..200 {
         now = s.open_until().unwrap();
         reopen(&mut s, now);
-        let n = s.metrics(now).reopened;
+        let n = s.stats(now).reopened;
         let wait = s.open_until().unwrap() - now;
         let ceiling = secs(1) * 2u32.pow(n.min(3));
         assert!(
