@@ -134,7 +134,7 @@ async fn the_recipe_as_written_hedges_a_slowed_owner() {
     // other owner at once; waiting would take the owner's second.
     let slowed = Duration::from_secs(1);
     for i in 0..10 {
-        let sent = std::time::Instant::now();
+        let sent = tokio::time::Instant::now();
         assert_eq!(chat(&client, addr).await, 200);
         let took = sent.elapsed();
         assert!(
