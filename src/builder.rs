@@ -63,7 +63,7 @@ use crate::breaker::{BreakerConfig, CircuitBreakerLayer};
 #[cfg(feature = "hedge")]
 use crate::hedge::{BufferRequestBodyLayer, HedgeConfig, HedgeLayer, LoadGate};
 #[cfg(feature = "body")]
-use crate::route::body::ModelFromBodyLayer;
+use crate::route::body::builder::ModelFromBodyLayer;
 
 mod sealed {
     pub trait Sealed<L> {}

@@ -1,5 +1,7 @@
-//! The hedged response future; its `poll` drives the first attempt, then
-//! the backup, one named step a decision.
+//! The hedged response future ([`Hedge`](super::Hedge)'s, named as tower
+//! names a middleware's future: `hedge::future::ResponseFuture`); its
+//! `poll` drives the first attempt, then the backup, one named step a
+//! decision.
 
 use std::fmt;
 use std::future::Future;

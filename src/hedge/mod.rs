@@ -132,7 +132,7 @@ mod buffer;
 mod config;
 mod delay;
 mod first_frame;
-mod future;
+pub mod future;
 mod gate;
 mod layer;
 mod refusal;
@@ -146,7 +146,6 @@ pub use self::budget::Budget;
 pub use self::buffer::{BufferRequestBody, BufferRequestBodyFuture, BufferRequestBodyLayer};
 pub use self::config::{HedgeConfig, HedgeConfigBuilder};
 pub use self::first_frame::{FirstFrame, FirstFrameFuture, FirstFrameLayer, Replay};
-pub use self::future::ResponseFuture;
 #[cfg(feature = "balance")]
 pub use self::gate::BalancerLoad;
 pub use self::gate::LoadGate;

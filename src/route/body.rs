@@ -49,14 +49,14 @@
 //! the client's `x-model-id`, `x-request-kind` and `x-urgency` are then
 //! ignored and removed.
 
-mod builder;
+pub(crate) mod builder;
 mod defaults;
 mod key;
 mod parse;
 mod prompt;
-mod service;
+pub(super) mod service;
 
 pub use self::builder::{ModelFromBodyBuilder, ModelFromBodyLayer};
-pub use self::service::{ModelFromBody, ResponseFuture};
+pub use self::service::ModelFromBody;
 #[cfg(test)]
 mod tests;

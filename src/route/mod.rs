@@ -47,8 +47,10 @@
 use self::error::InvalidRoute;
 
 #[cfg(feature = "body")]
+pub(crate) mod body;
+#[cfg(feature = "body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "body")))]
-pub mod body;
+pub mod future;
 #[cfg(feature = "body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "body")))]
 pub use body::{ModelFromBody, ModelFromBodyBuilder, ModelFromBodyLayer};

@@ -100,9 +100,8 @@ impl CircuitState {
         }
     }
 
-    /// The window's counts and the state at `now` (the counters the shared
-    /// breaker keeps, zero: [`Breaker::stats`](crate::breaker::Breaker::stats)
-    /// fills them).
+    /// The window's counts and the state at `now` (the shared breaker's
+    /// counters zero: `Breaker::stats` fills them).
     pub(crate) fn stats(&self, now: Instant) -> BreakerStats {
         let totals = self.window.totals(now);
         BreakerStats {
