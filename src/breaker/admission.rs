@@ -14,10 +14,10 @@ use crate::error::BreakerOpen;
 
 /// How a [`CircuitBreaker`](super::CircuitBreaker) treats callers while its
 /// breaker does not admit (open, or half-open with every probe out); see
-/// the [module docs](super#admission-fail-fast-or-backpressure).
+/// the [module docs](super#when-open-fail-fast-or-backpressure).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
-pub enum Admission {
+pub enum WhenOpen {
     /// Sheds (the default): `poll_ready` stays ready and `call` fails at
     /// once with [`BreakerOpen`]. For a breaker used alone, in front of
     /// callers that handle the error.

@@ -6,7 +6,7 @@ use tower_layer::Layer;
 use std::fmt;
 use std::sync::Arc;
 
-use super::admission::Admission;
+use super::admission::WhenOpen;
 use super::config::BreakerConfig;
 use super::events::OnTransition;
 use super::service::CircuitBreaker;
@@ -23,7 +23,7 @@ use crate::classify::{AtEndOfBody, AtResponse, ColdLoad, ServerErrorsAsFailures}
 pub struct CircuitBreakerLayer<C = ServerErrorsAsFailures, K = AtEndOfBody> {
     policy: BreakerConfig,
     classifier: C,
-    admission: Admission,
+    when_open: WhenOpen,
     stop: StopPoint,
     hook: Option<Arc<dyn OnTransition>>,
     track: K,
@@ -34,7 +34,7 @@ impl<C: fmt::Debug, K: fmt::Debug> fmt::Debug for CircuitBreakerLayer<C, K> {
         f.debug_struct("CircuitBreakerLayer")
             .field("policy", &self.policy)
             .field("classifier", &self.classifier)
-            .field("admission", &self.admission)
+            .field("when_open", &self.when_open)
             .field("stop", &self.stop)
             .field("hook", &self.hook.is_some())
             .field("track", &self.track)
@@ -48,7 +48,7 @@ impl CircuitBreakerLayer {
         Self {
             policy,
             classifier: ServerErrorsAsFailures,
-            admission: Admission::FailFast,
+            when_open: WhenOpen::FailFast,
             stop: StopPoint::FirstFrame,
             hook: None,
             track: AtEndOfBody,
@@ -66,7 +66,7 @@ impl<C, K> CircuitBreakerLayer<C, K> {
         CircuitBreakerLayer {
             policy: self.policy,
             classifier,
-            admission: self.admission,
+            when_open: self.when_open,
             stop: self.stop,
             hook: self.hook,
             track: self.track,
@@ -81,7 +81,7 @@ impl<C, K> CircuitBreakerLayer<C, K> {
         CircuitBreakerLayer {
             policy: self.policy,
             classifier: self.classifier,
-            admission: self.admission,
+            when_open: self.when_open,
             stop: self.stop,
             hook: self.hook,
             track: AtResponse::default(),
@@ -113,7 +113,7 @@ impl<C, K> CircuitBreakerLayer<C, K> {
         CircuitBreakerLayer {
             policy: self.policy,
             classifier: ColdLoad::new(self.classifier, predicate),
-            admission: self.admission,
+            when_open: self.when_open,
             stop: self.stop,
             hook: self.hook,
             track: self.track,
@@ -121,10 +121,10 @@ impl<C, K> CircuitBreakerLayer<C, K> {
     }
 
     /// Sets how callers are treated while the breaker does not admit
-    /// (default [`Admission::FailFast`]); [`Admission::Backpressure`] under
+    /// (default [`WhenOpen::FailFast`]); [`WhenOpen::Backpressure`] under
     /// a balancer.
-    pub fn admission(self, admission: Admission) -> Self {
-        Self { admission, ..self }
+    pub fn when_open(self, when_open: WhenOpen) -> Self {
+        Self { when_open, ..self }
     }
 
     /// Reports every transition of the breakers this layer makes to `hook`
@@ -147,7 +147,7 @@ impl<S, C: Clone, K: Clone> Layer<S> for CircuitBreakerLayer<C, K> {
             None => Breaker::new(self.policy.clone()),
         };
         CircuitBreaker::new(inner, breaker, self.classifier.clone())
-            .with_admission(self.admission)
+            .with_when_open(self.when_open)
             .with_stop_point(self.stop)
             .with_track(self.track.clone())
     }

@@ -44,25 +44,25 @@
 //!
 //! [`CircuitBreaker`] **sheds** by default: while open it stays ready and
 //! `call` fails fast. Under a balancer it can **push back** instead
-//! ([below](#admission-fail-fast-or-backpressure)). Stack timeouts *below*
+//! ([below](#when-open-fail-fast-or-backpressure)). Stack timeouts *below*
 //! the breaker, so that a timeout is an error the breaker counts rather
 //! than a cancellation ([why](#where-the-timeout-goes)). Outcomes are
 //! recorded at the end of the response body
 //! ([classification](#classification-what-counts-and-when)).
 //!
-//! # Admission: fail fast or backpressure
+//! # When open: fail fast or backpressure
 //!
 //! What [`CircuitBreaker`] does while its breaker does not admit (open, or
-//! half-open with every probe out) is its [`Admission`], set with
-//! [`CircuitBreakerLayer::admission`] or [`CircuitBreaker::with_admission`]:
+//! half-open with every probe out) is its [`WhenOpen`], set with
+//! [`CircuitBreakerLayer::when_open`] or [`CircuitBreaker::with_when_open`]:
 //!
-//! * [`Admission::FailFast`] (the default, for a breaker used alone, as in
+//! * [`WhenOpen::FailFast`] (the default, for a breaker used alone, as in
 //!   the example above) **sheds**: `poll_ready` stays ready and `call`
 //!   fails at once with [`BreakerOpen`], whose `retry_after` says when a
 //!   probe may go. While closed or half-open, `poll_ready` drives the inner
 //!   service to ready first, and `call` never forwards to an inner service
 //!   it has not driven to ready.
-//! * [`Admission::Backpressure`] (under a balancer) **pushes back**:
+//! * [`WhenOpen::Backpressure`] (under a balancer) **pushes back**:
 //!   `poll_ready` drives the inner service to ready (returning its errors),
 //!   then is `Pending` until the breaker admits. It wakes itself without
 //!   polling: by a timer until the open duration ends (re-armed whenever
@@ -109,7 +109,7 @@
 //! use tower::discover::ServiceList;
 //! use tower::load::Constant;
 //! use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-//! use tower_model_balance::breaker::{Admission, CircuitBreakerLayer, BreakerConfig};
+//! use tower_model_balance::breaker::{WhenOpen, CircuitBreakerLayer, BreakerConfig};
 //! use tower_model_balance::classify::Outcome;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
@@ -118,7 +118,7 @@
 //! let backends: Vec<_> = (0..2)
 //!     .map(|id| {
 //!         ServiceBuilder::new()
-//!             .layer(CircuitBreakerLayer::new(policy.clone()).admission(Admission::Backpressure))
+//!             .layer(CircuitBreakerLayer::new(policy.clone()).when_open(WhenOpen::Backpressure))
 //!             .timeout(Duration::from_secs(30))
 //!             .service(service_fn(move |_req: http::Request<()>| async move {
 //!                 let rsp = http::Response::builder().header("backend", id);
@@ -215,7 +215,7 @@ mod shared;
 mod state;
 mod window;
 
-pub use self::admission::Admission;
+pub use self::admission::WhenOpen;
 pub use self::body::ResponseBody;
 pub use self::config::{BreakerConfig, BreakerConfigBuilder, SlidingWindow};
 pub use self::events::OnTransition;

@@ -6,8 +6,8 @@ use std::task::{ready, Context, Poll};
 use tokio::time::Instant;
 use tower_service::Service;
 
-use super::admission::Admission;
 use super::admission::Reservation;
+use super::admission::WhenOpen;
 use super::body::Record;
 use super::future::ResponseFuture;
 use super::shared::handle::Breaker;
@@ -40,7 +40,7 @@ pub struct CircuitBreaker<S, C, K = AtEndOfBody> {
     inner: S,
     breaker: Breaker,
     classifier: C,
-    admission: Admission,
+    when_open: WhenOpen,
     /// Fail-fast: whether (and how) `poll_ready` returned ready.
     ready: Ready,
     /// Backpressure: the permit `poll_ready` reserved, and its timer.
@@ -61,13 +61,13 @@ enum Ready {
 
 impl<S, C> CircuitBreaker<S, C> {
     /// Wraps `inner` with `breaker`, classifying outcomes with
-    /// `classifier`; fails fast ([`Admission::FailFast`]).
+    /// `classifier`; fails fast ([`WhenOpen::FailFast`]).
     pub fn new(inner: S, breaker: Breaker, classifier: C) -> Self {
         Self {
             inner,
             breaker,
             classifier,
-            admission: Admission::FailFast,
+            when_open: WhenOpen::FailFast,
             ready: Ready::No,
             reservation: Reservation::default(),
             stop: StopPoint::FirstFrame,
@@ -89,7 +89,7 @@ impl<S, C, K> CircuitBreaker<S, C, K> {
             inner: self.inner,
             breaker: self.breaker,
             classifier: self.classifier,
-            admission: self.admission,
+            when_open: self.when_open,
             ready: self.ready,
             reservation: self.reservation,
             stop: self.stop,
@@ -98,12 +98,12 @@ impl<S, C, K> CircuitBreaker<S, C, K> {
     }
 
     /// Sets how callers are treated while the breaker does not admit
-    /// (default [`Admission::FailFast`]); see the
-    /// [module docs](super#admission-fail-fast-or-backpressure). Forgets
+    /// (default [`WhenOpen::FailFast`]); see the
+    /// [module docs](super#when-open-fail-fast-or-backpressure). Forgets
     /// any readiness or reservation already obtained.
-    pub fn with_admission(self, admission: Admission) -> Self {
+    pub fn with_when_open(self, when_open: WhenOpen) -> Self {
         Self {
-            admission,
+            when_open,
             ready: Ready::No,
             reservation: Reservation::default(),
             ..self
@@ -111,8 +111,8 @@ impl<S, C, K> CircuitBreaker<S, C, K> {
     }
 
     /// How callers are treated while the breaker does not admit.
-    pub fn admission(&self) -> Admission {
-        self.admission
+    pub fn when_open(&self) -> WhenOpen {
+        self.when_open
     }
 
     /// Stops the slow-call clock at `stop` (default
@@ -151,7 +151,7 @@ impl<S: Clone, C: Clone, K: Clone> Clone for CircuitBreaker<S, C, K> {
             inner: self.inner.clone(),
             breaker: self.breaker.clone(),
             classifier: self.classifier.clone(),
-            admission: self.admission,
+            when_open: self.when_open,
             ready: Ready::No,
             reservation: Reservation::default(),
             stop: self.stop,
@@ -172,7 +172,7 @@ where
     type Future = ResponseFuture<S::Future, C, K>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        if self.admission == Admission::Backpressure {
+        if self.when_open == WhenOpen::Backpressure {
             return self.poll_reserve(cx);
         }
         if self.ready != Ready::No {
@@ -194,7 +194,7 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        if self.admission == Admission::Backpressure {
+        if self.when_open == WhenOpen::Backpressure {
             // Reserved in `poll_ready` only after the inner service was
             // driven ready; a stale reservation fails fast.
             if !self.reservation.is_reserved() {

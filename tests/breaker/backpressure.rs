@@ -12,7 +12,7 @@ use tokio::time::advance;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Service, ServiceExt};
 use tower_model_balance::breaker::{
-    Admission, Breaker, BreakerConfig, BreakerState, CircuitBreaker,
+    Breaker, BreakerConfig, BreakerState, CircuitBreaker, WhenOpen,
 };
 use tower_model_balance::classify::{Outcome, ServerErrorsAsFailures};
 use tower_model_balance::error::{BreakerOpen, NotReady};
@@ -41,7 +41,7 @@ fn service(permits: u32) -> (mock::Spawn<Svc>, mock::Handle<Req, Rsp>, Breaker) 
     let (inner, handle) = mock::pair();
     let breaker = Breaker::new(policy(permits));
     let svc = CircuitBreaker::new(inner, breaker.clone(), ServerErrorsAsFailures::new())
-        .with_admission(Admission::Backpressure);
+        .with_when_open(WhenOpen::Backpressure);
     (mock::Spawn::new(svc), handle, breaker)
 }
 
@@ -325,7 +325,7 @@ async fn fail_fast_is_the_default() {
     let (mut svc, mut handle) = mock::spawn_layer::<Req, Rsp, _>(
         tower_model_balance::breaker::CircuitBreakerLayer::new(policy(1)),
     );
-    assert_eq!(svc.get_ref().admission(), Admission::FailFast);
+    assert_eq!(svc.get_ref().when_open(), WhenOpen::FailFast);
     handle.allow(0);
     trip(svc.get_ref().breaker());
     assert_ready_ok!(svc.poll_ready(), "sheds while open");
@@ -360,7 +360,7 @@ async fn p2c_sends_nothing_to_an_open_backend_and_returns_after_it_closes() {
             breakers[i].clone(),
             ServerErrorsAsFailures::new(),
         )
-        .with_admission(Admission::Backpressure);
+        .with_when_open(WhenOpen::Backpressure);
         Constant::new(svc, 0u32)
     });
     let mut balance = Balance::new(ServiceList::new(backends.collect::<Vec<_>>()));
@@ -420,16 +420,16 @@ fn the_service_and_its_future_are_send_and_sync() {
 async fn the_layer_sets_the_admission() {
     use tower_model_balance::breaker::CircuitBreakerLayer;
 
-    let layer = CircuitBreakerLayer::new(policy(1)).admission(Admission::Backpressure);
+    let layer = CircuitBreakerLayer::new(policy(1)).when_open(WhenOpen::Backpressure);
     let (mut svc, mut handle) = mock::spawn_layer::<Req, Rsp, _>(layer);
-    assert_eq!(svc.get_ref().admission(), Admission::Backpressure);
+    assert_eq!(svc.get_ref().when_open(), WhenOpen::Backpressure);
     handle.allow(1);
     trip(svc.get_ref().breaker());
     assert_pending!(svc.poll_ready(), "pushes back while open");
     let copy = clone(&svc);
     assert_eq!(
-        copy.get_ref().admission(),
-        Admission::Backpressure,
+        copy.get_ref().when_open(),
+        WhenOpen::Backpressure,
         "kept by Clone"
     );
 }

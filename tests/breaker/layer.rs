@@ -347,25 +347,25 @@ fn counted() -> (
     (service, calls)
 }
 
-/// `with_admission` forgets a readiness obtained before: the call that
+/// `with_when_open` forgets a readiness obtained before: the call that
 /// follows without `poll_ready` is refused, never sent to a service that
 /// was not driven ready under the new mode.
 #[tokio::test(start_paused = true)]
-async fn with_admission_forgets_readiness_and_reservations() {
+async fn with_when_open_forgets_readiness_and_reservations() {
     use std::future::poll_fn;
     use std::sync::atomic::Ordering;
-    use tower_model_balance::breaker::{Admission, Breaker};
+    use tower_model_balance::breaker::{Breaker, WhenOpen};
 
     for (before, after) in [
-        (Admission::FailFast, Admission::FailFast),
-        (Admission::Backpressure, Admission::Backpressure),
+        (WhenOpen::FailFast, WhenOpen::FailFast),
+        (WhenOpen::Backpressure, WhenOpen::Backpressure),
     ] {
         let (inner, calls) = counted();
         let breaker = Breaker::new(BreakerConfig::default());
         let mut service = CircuitBreaker::new(inner, breaker, ServerErrorsAsFailures::default())
-            .with_admission(before);
+            .with_when_open(before);
         poll_fn(|cx| service.poll_ready(cx)).await.unwrap();
-        let mut service = service.with_admission(after);
+        let mut service = service.with_when_open(after);
         let result = service.call(http::Request::new(())).await;
         assert!(result.is_err(), "{before:?} → {after:?}: refused");
         assert_eq!(calls.load(Ordering::SeqCst), 0, "{before:?}: nothing sent");
@@ -377,7 +377,7 @@ async fn with_admission_forgets_readiness_and_reservations() {
 /// breaker with one permit would not have.
 #[tokio::test(start_paused = true)]
 async fn a_reserved_backpressure_service_stays_ready_when_polled_again() {
-    use tower_model_balance::breaker::{Admission, Breaker};
+    use tower_model_balance::breaker::{Breaker, WhenOpen};
     use tower_model_balance::classify::Outcome;
 
     const OPEN: Duration = Duration::from_secs(5);
@@ -397,7 +397,7 @@ async fn a_reserved_backpressure_service_stays_ready_when_polled_again() {
     let (inner, _) = counted();
     let mut service =
         CircuitBreaker::new(inner, breaker.clone(), ServerErrorsAsFailures::default())
-            .with_admission(Admission::Backpressure);
+            .with_when_open(WhenOpen::Backpressure);
     let mut ready = tokio_test::task::spawn(());
     assert_ready_ok!(ready.enter(|cx, _| service.poll_ready(cx)));
     assert_eq!(breaker.state(), BreakerState::HalfOpen);

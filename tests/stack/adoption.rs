@@ -8,7 +8,7 @@ use tower::discover::ServiceList;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::{Admission, BreakerConfig, CircuitBreakerLayer};
+use tower_model_balance::breaker::{BreakerConfig, CircuitBreakerLayer, WhenOpen};
 use tower_model_balance::classify::Classifier;
 use tower_model_balance::error::{BreakerOpen, NoRuntime, NotReady};
 use tower_model_balance::health::probe::{KServeV2, ProbeConfig};
@@ -33,17 +33,17 @@ fn bytes_backend(
 
 #[tokio::test]
 async fn a_call_without_poll_ready_is_not_ready_and_never_reaches_the_service() {
-    for admission in [Admission::FailFast, Admission::Backpressure] {
+    for when_open in [WhenOpen::FailFast, WhenOpen::Backpressure] {
         let calls = std::sync::Arc::default();
         let mut breaker = CircuitBreakerLayer::new(BreakerConfig::default())
-            .admission(admission)
+            .when_open(when_open)
             .at_response()
             .layer(bytes_backend(200, std::sync::Arc::clone(&calls)));
         let error = breaker
             .call(http::Request::new(()))
             .await
             .expect_err("not ready");
-        assert!(error.is::<NotReady>(), "{admission:?}: {error}");
+        assert!(error.is::<NotReady>(), "{when_open:?}: {error}");
         assert!(!error.is::<BreakerOpen>());
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
         assert_eq!(breaker.breaker().stats().calls, 0, "nothing counted");
