@@ -51,7 +51,7 @@ pub struct Config {
     /// breaker: a hung call fails).
     pub timeout: Duration,
     /// Each backend's breaker (default: open after 3 failures in a row,
-    /// the open time drawn with full jitter up to 5 s).
+    /// the open time drawn with equal jitter in [2.5 s, 5 s]).
     pub breaker: BreakerConfig,
     /// Whether answers list the backend's resident models in
     /// `x-sim-resident-models` (the simulated servers do).
