@@ -14,15 +14,16 @@
 //! * no import cycle among the files of the simulated servers
 //!   (`crates/sim/src/`);
 //! * no Rust file in the repository over 450 lines;
-//! * `docs/ARCHITECTURE.md` names every source file under `src/` (test
-//!   modules aside) by its path from `src/`, and every file of a companion
-//!   crate under `crates/` by its path from the root, and names no file
-//!   that does not exist.
+//! * `docs/ARCHITECTURE.md` names every top-level file of `src/` and every
+//!   folder of `src/` and of the companion crates' sources that holds code
+//!   (test files aside), and no file or folder that does not exist; every
+//!   file of code opens with its module doc (`//!`), the map below the
+//!   folders.
 
 mod imports;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use imports::{code, find_cycle, graph, paths, resolve, rust_files};
 
@@ -245,51 +246,108 @@ fn no_rust_file_is_over_450_lines() {
     assert!(long.is_empty(), "over {MAX_LINES} lines: {long:?}");
 }
 
+/// Whether `file` is test code: a `tests.rs`, or under a `tests/` folder.
+fn is_test_file(file: &str) -> bool {
+    file.ends_with("tests.rs") || file.contains("/tests/") || file.starts_with("tests/")
+}
+
+/// The folders and top-level files the map must name: every file at the
+/// top of `src/` (`lib.rs` …), and every folder of `src/` (as `route/`)
+/// and of the companion crates' sources (as `crates/sim/src/`) that holds
+/// a file of code.
+fn map_entries(root: &Path) -> Vec<String> {
+    let src = root.join("src");
+    let mut entries = BTreeSet::new();
+    for file in rust_files(&src) {
+        let rel = file.strip_prefix(&src).unwrap().display().to_string();
+        if is_test_file(&rel) {
+            continue;
+        }
+        match rel.rsplit_once('/') {
+            Some((folder, _)) => entries.insert(format!("{folder}/")),
+            None => entries.insert(rel),
+        };
+    }
+    for member in std::fs::read_dir(root.join("crates")).into_iter().flatten() {
+        for file in rust_files(&member.unwrap().path().join("src")) {
+            let rel = file.strip_prefix(root).unwrap().display().to_string();
+            if !is_test_file(&rel) {
+                let (folder, _) = rel.rsplit_once('/').unwrap();
+                entries.insert(format!("{folder}/"));
+            }
+        }
+    }
+    entries.into_iter().collect()
+}
+
 #[test]
-fn the_architecture_document_names_every_source_file() {
+fn the_architecture_document_names_every_folder_and_every_file_has_its_doc() {
     let root = root();
     let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
-    let src = root.join("src");
-    // The crate's files by their path from `src/`; the companion crates'
-    // (`crates/*/src/`) by their path from the repository's root.
-    let mut files: Vec<String> = rust_files(&src)
-        .iter()
-        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
-        .collect();
-    let crates = root.join("crates");
-    for member in std::fs::read_dir(&crates).into_iter().flatten() {
-        let member_src = member.unwrap().path().join("src");
-        files.extend(
-            rust_files(&member_src)
-                .iter()
-                .map(|f| f.strip_prefix(&root).unwrap().display().to_string()),
-        );
-    }
-    files.retain(|f| !f.ends_with("tests.rs") && !f.contains("/tests/"));
+    let entries = map_entries(&root);
     assert!(
-        files.iter().any(|f| f.starts_with("crates/")),
-        "the companion crates' files were found"
+        entries.iter().any(|e| e == "balance/choose/")
+            && entries.iter().any(|e| e == "lib.rs")
+            && entries.iter().any(|e| e == "crates/sim/src/"),
+        "the folders were found: {entries:?}"
     );
-    let missing: Vec<&String> = files
+    let missing: Vec<&String> = entries
         .iter()
-        .filter(|f| !doc.contains(&format!("`{f}`")))
+        .filter(|e| !doc.contains(&format!("`{e}`")))
         .collect();
     assert!(
         missing.is_empty(),
         "docs/ARCHITECTURE.md does not name {missing:?}"
     );
+    // Every file of code opens with its module doc, the finer map.
+    let mut undocumented = Vec::new();
+    for dir in [root.join("src"), root.join("crates")] {
+        for file in rust_files(&dir) {
+            let rel = file.strip_prefix(&root).unwrap().display().to_string();
+            if is_test_file(&rel) || (rel.starts_with("crates/") && !rel.contains("/src/")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            if !text.trim_start().starts_with("//!") {
+                undocumented.push(rel);
+            }
+        }
+    }
+    assert!(
+        undocumented.is_empty(),
+        "files without a module doc: {undocumented:?}"
+    );
+    // What the map names exists: a file or folder (`balance/choose/`,
+    // `choose/`, `src/hedge/future.rs`, `inference.rs`) is the end of the
+    // path of one in the repository's sources.
+    let mut paths: Vec<String> = Vec::new();
+    for dir in ["src", "crates", "examples", "tests"] {
+        for file in rust_files(&root.join(dir)) {
+            let rel = file.strip_prefix(&root).unwrap().display().to_string();
+            let mut at = rel.as_str();
+            paths.push(format!("/{rel}"));
+            while let Some((folder, _)) = at.rsplit_once('/') {
+                paths.push(format!("/{folder}/"));
+                at = folder;
+            }
+        }
+    }
     let named: Vec<&str> = doc
         .split('`')
         .skip(1)
         .step_by(2)
-        .filter(|s| s.ends_with(".rs") && !s.contains(' '))
+        .filter(|s| (s.ends_with(".rs") || s.ends_with('/')) && !s.contains(' '))
+        .filter(|s| !s.contains("://"))
         .collect();
     let stale: Vec<&&str> = named
         .iter()
-        .filter(|f| !src.join(f).is_file() && !root.join(f).is_file())
+        .filter(|n| {
+            let suffix = format!("/{}", n.trim_start_matches('/'));
+            !paths.iter().any(|p| p.ends_with(&suffix))
+        })
         .collect();
     assert!(
         stale.is_empty(),
-        "docs/ARCHITECTURE.md names files that do not exist: {stale:?}"
+        "docs/ARCHITECTURE.md names files or folders that do not exist: {stale:?}"
     );
 }
