@@ -58,6 +58,24 @@
 //! outcome is recorded [`AtEndOfBody`] (a [`CompletionBody`]) or
 //! [`AtResponse`] by one mechanism the breaker and the balancer share, and
 //! the slow-call clock stops at a [`StopPoint`] for both.
+//!
+//! # Which name for what
+//!
+//! The names follow tower-http's `classify` (`ClassifyResponse`,
+//! `ClassifyEos`, `ServerErrorsAsFailures`, `GrpcErrorsAsFailures`), one
+//! per role:
+//!
+//! | Role | Name |
+//! |---|---|
+//! | the verdict on a call | [`Outcome`] (success, failure, overload, ignored) |
+//! | a verdict now, or at the body's end | [`Classified`] (`Ready` / `AtEnd`) |
+//! | a classifier of a response or an error, generic over its types | [`Classify`] (implement it, or pass a closure) |
+//! | the verdict at the end of the body, from the trailers | [`ClassifyEos`] |
+//! | the classifiers given | [`ServerErrorsAsFailures`] (HTTP), [`GrpcErrorsAsFailures`] (gRPC), with [`GrpcEosErrorsAsFailures`] their end-of-stream half |
+//! | a classifier that reads only status and headers, for a config that is not generic | [`ClassifyHead`] (implement it), erased as [`Classifier`] with [`ClassifierEos`] |
+//! | a classifier's cold model loads marked | [`ColdLoad`] |
+//! | when the outcome is recorded | [`AtResponse`], or [`AtEndOfBody`] through a [`CompletionBody`] |
+//! | when the slow-call clock stops | [`StopPoint`] |
 
 mod cold;
 mod erased;
