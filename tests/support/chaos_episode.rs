@@ -29,6 +29,12 @@ pub const OUT_TIME: Duration = Duration::from_secs(2);
 /// How long the timeline waits for an event before it records a miss
 /// (asserted at the end, with every figure printed).
 pub const GIVE_UP: Duration = Duration::from_secs(15);
+/// How long it waits for a healed backend to be back: past health's
+/// outlier ejection (a silence: a hung backend sent requests that none
+/// answered), 30 s the first time, twice that the second in a row.
+pub const BACK_GIVE_UP: Duration = Duration::from_secs(75);
+/// Health's base outlier ejection time (`outlier_ejection`, the default).
+const OUTLIER_EJECTION: Duration = Duration::from_secs(30);
 
 /// One fault, from injection to its backend's return.
 pub struct Episode {
@@ -83,7 +89,7 @@ impl Episode {
             ),
             None => format!(
                 "not back within {} s, health {:?}",
-                GIVE_UP.as_secs(),
+                BACK_GIVE_UP.as_secs(),
                 self.health
             ),
         };
@@ -121,7 +127,10 @@ impl Episode {
 /// `readmit_above`, which the active probes' successes alone bring back
 /// (measured 2.0 or 3.0 s after the ejection; returns of 2.80 s against a
 /// breaker's bound of 2.0 s, 3.40 s against 3.0 s). The bound is then the
-/// last ejection seen plus `readmission` plus a probe round as above.
+/// last ejection seen plus `readmission` plus a probe round as above. An
+/// outlier ejection (a hung backend's silence: requests sent, none
+/// answered) is timed instead, as Envoy's: the bound is the last ejection
+/// plus [`outlier_readmission`] plus a probe round.
 pub struct Bound {
     pub breaker: Duration,
     pub health: Option<Duration>,
@@ -157,4 +166,13 @@ pub fn readmission(health: &HealthConfig) -> Duration {
     let successes = (below.ln() / (1.0 - ERROR_ALPHA).ln()).floor() as u32 + 1;
     let per_evaluation = (INTERVAL.as_nanos() / PROBE_ROUND.as_nanos()).max(1) as u32;
     INTERVAL * (successes + 1).div_ceil(per_evaluation)
+}
+
+/// The longest an outlier-ejected backend stays out: the base ejection
+/// time times its consecutive outlier ejections (at most `ejections`, the
+/// backend's ejections so far, and at most 10), plus an evaluation
+/// interval (it is readmitted at the first evaluation after).
+pub fn outlier_readmission(ejections: u64) -> Duration {
+    const INTERVAL: Duration = Duration::from_secs(1);
+    OUTLIER_EJECTION * u32::try_from(ejections.clamp(1, 10)).unwrap_or(10) + INTERVAL
 }

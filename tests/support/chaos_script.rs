@@ -8,11 +8,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tower_model_balance::breaker::BreakerState;
+use tower_model_balance::health::Ejection;
 use tower_model_balance::hedge::{HedgeHandle, HedgeStats};
 use tower_model_balance::route::ModelId;
 use tower_model_balance_sim::{Fault, ModelServer};
 
-use crate::chaos_episode::{readmission, Bound, Episode, GIVE_UP};
+use crate::chaos_episode::{
+    outlier_readmission, readmission, Bound, Episode, BACK_GIVE_UP, GIVE_UP,
+};
 use crate::chaos_log::{End, Entry, Log, Via};
 use crate::chaos_stack::{self, Load, MODELS, PROBE_ROUND, TIMEOUT};
 
@@ -223,13 +226,18 @@ impl Script {
     /// Waits, looking after each finished request, until `done` holds;
     /// how long it took, or `None` after `GIVE_UP`.
     pub async fn until(&self, done: impl Fn() -> bool) -> Option<Duration> {
+        self.until_within(GIVE_UP, done).await
+    }
+
+    /// As [`Script::until`], giving up after `limit`.
+    pub async fn until_within(&self, limit: Duration, done: impl Fn() -> bool) -> Option<Duration> {
         let start = Instant::now();
         let mut progress = self.load.progress.subscribe();
         loop {
             if done() {
                 return Some(start.elapsed());
             }
-            let left = GIVE_UP.checked_sub(start.elapsed())?;
+            let left = limit.checked_sub(start.elapsed())?;
             let _ = tokio::time::timeout(left, progress.changed()).await;
         }
     }
@@ -290,28 +298,36 @@ impl Script {
         let reopened = self.load.handle.breaker(&status.id).expect("current");
         let at_heal = (status.breaker, reopened.stats().reopened, status.ejected);
         self.load.faulted[i].store(false, Ordering::Relaxed);
-        // Each change of its ejection seen, in ms after healing.
-        let ejections = Mutex::new(vec![(0, at_heal.2)]);
+        // Each change of its ejection seen, in ms after healing, with the
+        // kind of ejection (a score's, or an outlier's: timed).
+        let kind = || {
+            let status = self.load.handle.health(&self.load.ids[i]);
+            status.and_then(|h| h.ejected)
+        };
+        let ejections = Mutex::new(vec![(0, at_heal.2, kind())]);
         let back = self
-            .until(|| {
+            .until_within(BACK_GIVE_UP, || {
                 let b = &self.load.handle.backends()[i];
                 let mut seen = ejections.lock().unwrap_or_else(|e| e.into_inner());
-                if seen.last().is_some_and(|&(_, was)| was != b.ejected) {
-                    seen.push((healed_at.elapsed().as_millis(), b.ejected));
+                if seen.last().is_some_and(|&(_, was, _)| was != b.ejected) {
+                    seen.push((healed_at.elapsed().as_millis(), b.ejected, kind()));
                 }
                 self.back(i)
             })
             .await;
         let ejections = ejections.into_inner().unwrap_or_default();
-        let last_ejection = ejections.iter().rev().find(|&&(_, ejected)| ejected);
-        let health_bound = last_ejection.map(|&(ms, _)| {
+        let last_ejection = ejections.iter().rev().find(|&&(_, ejected, _)| ejected);
+        let times_ejected = self.load.handle.backends()[i].ejections;
+        let health_bound = last_ejection.map(|&(ms, _, why)| {
             let ms = u64::try_from(ms).unwrap_or(u64::MAX);
-            Duration::from_millis(ms)
-                + readmission(&chaos_stack::health_policy())
-                + PROBE_ROUND.max(TIMEOUT)
+            let readmitted = match why {
+                Some(Ejection::Outlier) => outlier_readmission(times_ejected),
+                _ => readmission(&chaos_stack::health_policy()),
+            };
+            Duration::from_millis(ms) + readmitted + PROBE_ROUND.max(TIMEOUT)
         });
         let figures = format!(
-            "{figures}\nchaos:   node-{i} after healing: ejected (ms, bool) {:?}; breaker {}",
+            "{figures}\nchaos:   node-{i} after healing: ejected (ms, out, why) {:?}; breaker {}",
             ejections,
             {
                 let log = self.transitions.lock().unwrap_or_else(|e| e.into_inner());
