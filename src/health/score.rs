@@ -57,14 +57,16 @@ enum Verdict {
 }
 
 impl HealthState {
-    /// What this backend asks for after [`HealthState::update`].
-    fn verdict(&self, p: &HealthConfig, obs: &Observation) -> Verdict {
+    /// What this backend asks for after [`HealthState::update`];
+    /// `silenced`: found silent past its bar with enough requests
+    /// unanswered ([`HealthState::judge_slowness`]).
+    fn verdict(&self, p: &HealthConfig, obs: &Observation, silenced: bool) -> Verdict {
         match self.ejected {
             Some(Ejection::Score) if self.ejection_score > p.readmit_above => Verdict::Readmit,
             Some(Ejection::Outlier) if self.remaining.is_zero() => Verdict::Readmit,
             Some(_) => Verdict::Stay,
             None if self.ejection_score < p.eject_below => Verdict::Eject(Ejection::Score),
-            None if self.silenced => Verdict::Eject(Ejection::Outlier),
+            None if silenced => Verdict::Eject(Ejection::Outlier),
             None if self.counts(obs) && self.slow_intervals >= OUTLIER_INTERVALS => {
                 Verdict::Eject(Ejection::Outlier)
             }
@@ -90,8 +92,8 @@ pub(crate) fn evaluate(
     let peers = Peers::new(p, fleet);
     for (i, (state, obs)) in fleet.iter_mut().enumerate() {
         state.held = false;
-        state.judge_slowness(p, obs, peers.of(i), dt);
-        match state.verdict(p, obs) {
+        let silenced = state.judge_slowness(p, obs, peers.of(i), dt);
+        match state.verdict(p, obs, silenced) {
             Verdict::Readmit => state.readmit(),
             Verdict::Eject(why) => asking.push((state.ejection_score, i, why)),
             Verdict::Stay => {}

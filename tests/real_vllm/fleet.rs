@@ -204,18 +204,14 @@ pub async fn prefix_affinity_raises_vllm_s_hit_rate(
         model_only.handle.stats().ejections,
         prefix.handle.stats().ejections,
     );
-    assert_eq!(
-        model_only.handle.stats().ejections,
-        0,
-        "{:?}",
-        model_only.handle.backends()
-    );
-    assert_eq!(
-        prefix.handle.stats().ejections,
-        0,
-        "{:?}",
-        prefix.handle.backends()
-    );
+    for gw in [model_only, prefix] {
+        assert_eq!(
+            gw.handle.stats().ejections,
+            0,
+            "{:?}",
+            health_of(servers, gw)
+        );
+    }
     assert!(
         aware_picked.iter().all(|&n| n > 0),
         "the prefix-aware run spread over both servers: {aware_picked:?}"
@@ -224,6 +220,16 @@ pub async fn prefix_affinity_raises_vllm_s_hit_rate(
         aware >= plain + 0.05,
         "hit rate {aware:.3} against {plain:.3}"
     );
+}
+
+/// Each server's status and health as `gw` last evaluated it (why it was
+/// ejected, its error rate, its latencies): what a failed check prints.
+fn health_of(servers: &[Vllm], gw: &Running) -> Vec<String> {
+    let id = |s: &Vllm| tower_model_balance::backend::BackendId::new(&s.name).unwrap();
+    servers
+        .iter()
+        .map(|s| format!("{:?}; {:?}", gw.backend(&s.name), gw.handle.health(&id(s))))
+        .collect()
 }
 
 /// Whether the gateway has taken `name` out of rotation (ejected, or its
@@ -238,8 +244,8 @@ fn out_of_rotation(gw: &Running, name: &str) -> bool {
 /// bound its configuration gives, requests go to the other server
 /// meanwhile, and it is back in rotation once it runs again. The bound,
 /// from the defaults: silent (requests sent, none answered) for longer
-/// than the failure penalty (1 s) with 5 requests sent unanswered — about
-/// 2 to 3 s at this test's rate — or, sent fewer, for `OUTLIER_INTERVALS`
+/// than 3 times the failure penalty (1 s) with 5 requests sent unanswered
+/// — about 3 to 4 s at this test's rate — or, sent fewer, for `OUTLIER_INTERVALS`
 /// (5) more evaluation intervals of 1 s: 7 s, plus an interval's
 /// granularity and a loaded machine's slack: 10 s. (Its failed probes
 /// alone would take 8 to 15 s: each weighs 0.2 in the error rate, diluted

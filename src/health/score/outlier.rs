@@ -32,8 +32,8 @@
 //! and the failure penalty, each such interval counts as slow, while a
 //! peer answers (a fleet silent as a whole is not one sick backend):
 //! ejected within the failure penalty (or that factor of its p99) plus 5
-//! intervals — at once, past that bar, once 5 requests sent to it since
-//! its last answer went unanswered (Envoy's consecutive gateway failures
+//! intervals — at once, past 3 times that bar, once 5 requests sent to it
+//! since its last answer went unanswered (Envoy's consecutive gateway failures
 //! are the same count: a healthy backend behind a hedge at its p95 loses
 //! five races in a row at most 0.05⁵ ≈ 3·10⁻⁷ of the time, while a stopped
 //! one behind that hedge has nothing left in flight to be silent under). A backend that
@@ -49,9 +49,16 @@ use crate::health::config::HealthConfig;
 /// a cold load, say) is not an outlier.
 pub(super) const OUTLIER_INTERVALS: u32 = 5;
 /// Requests sent since its last answer, all unanswered, past which a
-/// backend silent longer than its bar is ejected without waiting for
-/// [`OUTLIER_INTERVALS`] (Envoy's `consecutive_gateway_failure` default).
+/// backend silent [`SILENT_BARS`] times its bar is ejected without waiting
+/// for [`OUTLIER_INTERVALS`] (Envoy's `consecutive_gateway_failure`
+/// default).
 pub(super) const SILENT_REQUESTS: u64 = 5;
+/// How many times its bar a backend must be silent, with
+/// [`SILENT_REQUESTS`] unanswered, to be ejected at once (3 s at the
+/// defaults): a real vLLM answers nothing for a second or two while it
+/// compiles a batch shape it has not seen (past one bar, 1 s, a healthy
+/// server was ejected in 2 of 9 runs of the real-vLLM suite).
+pub(super) const SILENT_BARS: u32 = 3;
 /// Added to `outlier_factor` against fewer than [`MIN_PEERS`] peers,
 /// whose median is just them (with two backends, the other one).
 const THIN_PEERS_EXTRA: f64 = 1.0;
@@ -123,17 +130,22 @@ impl HealthState {
 
     /// Counts the interval of `dt` toward (or clears) a latency-outlier
     /// verdict, `peers` the median normalised latency of its peers and how
-    /// many they are.
+    /// many they are. Returns whether it is silent past its bar with
+    /// [`SILENT_REQUESTS`] unanswered: an outlier at once.
     pub(super) fn judge_slowness(
         &mut self,
         p: &HealthConfig,
         obs: &Observation,
         peers: Option<(f64, usize)>,
         dt: Duration,
-    ) {
+    ) -> bool {
         let slow = self.is_outlier(p, obs, peers);
-        self.silenced =
-            slow && self.silent_for > Duration::ZERO && self.unanswered >= SILENT_REQUESTS;
+        let silenced = slow
+            && self.unanswered >= SILENT_REQUESTS
+            && p.outlier_factor.is_some_and(|factor| {
+                self.silent_for.as_secs_f64() * 1_000.0
+                    > f64::from(SILENT_BARS) * self.silence_bar_ms(p, factor)
+            });
         if self.counts(obs) {
             self.slow_intervals = if slow {
                 self.slow_intervals.saturating_add(1)
@@ -151,6 +163,7 @@ impl HealthState {
         } else {
             self.healthy_for = Duration::ZERO;
         }
+        silenced
     }
 
     /// Whether the interval just folded in was slow: see the module docs.
@@ -164,9 +177,7 @@ impl HealthState {
             return false;
         };
         if self.silent_for > Duration::ZERO {
-            let own = self.p99_ms.unwrap_or(0.0) * factor;
-            let bar = own.max(p.failure_penalty.as_secs_f64() * 1_000.0);
-            return self.silent_for.as_secs_f64() * 1_000.0 > bar;
+            return self.silent_for.as_secs_f64() * 1_000.0 > self.silence_bar_ms(p, factor);
         }
         let (Some(base), Some(recent), Some(sample)) =
             (self.norm_base_ms, self.norm_ms, self.norm_sample(obs))
@@ -184,6 +195,14 @@ impl HealthState {
             && recent > factor * base
             && recent > peer_factor * median
             && recent - median >= MIN_GAP_MS
+    }
+
+    /// How long a backend may be silent before each silent interval counts
+    /// as slow, ms: `factor` × its recent p99, and the failure penalty at
+    /// least.
+    fn silence_bar_ms(&self, p: &HealthConfig, factor: f64) -> f64 {
+        let own = self.p99_ms.unwrap_or(0.0) * factor;
+        own.max(p.failure_penalty.as_secs_f64() * 1_000.0)
     }
 
     /// The interval's p99 over its mean requests in flight (at least 1):

@@ -124,9 +124,6 @@ pub(crate) struct HealthState {
     pub(super) busy: bool,
     /// Requests sent to it since its last answer.
     pub(super) unanswered: u64,
-    /// Whether the last evaluation found it silent past the bar with
-    /// [`SILENT_REQUESTS`](super::outlier::SILENT_REQUESTS) unanswered.
-    pub(super) silenced: bool,
     /// Time since its last interval with timed answers.
     pub(super) since_answers: Option<Duration>,
     /// Time evaluated since it joined.
@@ -160,7 +157,6 @@ impl HealthState {
             silent_for: Duration::ZERO,
             busy: false,
             unanswered: 0,
-            silenced: false,
             since_answers: None,
             age: Duration::ZERO,
             warming,
@@ -229,13 +225,13 @@ impl HealthState {
         self.in_flight = obs.in_flight;
         self.busy = busy;
         // A timed failure (a timeout) is no answer.
-        let unanswered = obs.answered == 0;
-        self.silent_for = match unanswered {
+        let silent = obs.answered == 0;
+        self.silent_for = match silent {
             true if busy => self.silent_for.saturating_add(dt),
             true => self.silent_for, // sent nothing: no evidence either way
             false => Duration::ZERO,
         };
-        self.unanswered = match unanswered {
+        self.unanswered = match silent {
             true => self.unanswered.saturating_add(obs.sent),
             false => 0,
         };

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{OUTLIER_INTERVALS, SILENT_REQUESTS};
+use super::{OUTLIER_INTERVALS, SILENT_BARS, SILENT_REQUESTS};
 use crate::health::score::{evaluate, Ejection, HealthState, Observation};
 use crate::health::HealthConfig;
 
@@ -212,9 +212,10 @@ fn a_silent_backend_sent_nothing_some_intervals_is_still_ejected() {
     assert_eq!(states[0].ejected(), None);
 }
 
-/// A silent backend sent enough requests to judge: once silent past the
-/// bar (the failure penalty, 1 s) with [`SILENT_REQUESTS`] sent since its
-/// last answer, it is ejected at once, not 5 intervals later (a
+/// A silent backend sent enough requests to judge: once silent past
+/// [`SILENT_BARS`] bars (of the failure penalty, 1 s) with
+/// [`SILENT_REQUESTS`] sent since its last answer, it is ejected at once,
+/// not after 5 slow intervals (a
 /// SIGSTOPped vLLM behind the gateway's hedge stayed in rotation past
 /// 10 s on a loaded machine while the interval count ran).
 #[test]
@@ -232,9 +233,12 @@ fn a_silent_backend_with_enough_requests_unanswered_is_ejected_at_once() {
             &[serving(4, 200.0, 1), serving(4, 200.0, 1)],
         );
     }
-    // 1 s silent (not past the bar), then 2 s with 6 unanswered: out.
-    run_fleet(&p, &mut states, &[serving(4, 200.0, 1), outrun]);
-    assert_eq!(states[1].ejected(), None);
+    // Silent 1, 2, 3 s (not past 3 bars of 1 s), then 4 s with 12
+    // unanswered: out, 3 intervals before the count of slow ones would.
+    for _ in 0..SILENT_BARS {
+        run_fleet(&p, &mut states, &[serving(4, 200.0, 1), outrun]);
+        assert_eq!(states[1].ejected(), None);
+    }
     run_fleet(&p, &mut states, &[serving(4, 200.0, 1), outrun]);
     assert_eq!(states[1].ejected(), Some(Ejection::Outlier));
     assert_eq!(states[0].ejected(), None);
