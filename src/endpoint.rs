@@ -22,6 +22,9 @@
 //! strips the response's hop-by-hop headers with [`strip_hop_by_hop`]
 //! before answering its client.
 //!
+//! Feature `reqwest`: [`ReqwestEndpoint`] makes a `reqwest::Client` such a
+//! client (a `Service<http::Request<B>>`), with no adapter of your own.
+//!
 //! ```
 //! use tower::{service_fn, ServiceExt};
 //! use tower_model_balance::endpoint::SetOrigin;
@@ -56,6 +59,14 @@ use http::uri::{Authority, PathAndQuery, Scheme, Uri};
 use tower_service::Service;
 
 use crate::error::common::InvalidConfig;
+
+#[cfg(feature = "reqwest")]
+pub mod future;
+#[cfg(feature = "reqwest")]
+mod reqwest_client;
+
+#[cfg(feature = "reqwest")]
+pub use self::reqwest_client::ReqwestEndpoint;
 
 /// Sends every request to one origin (scheme and authority), with the
 /// origin's `Host` and without hop-by-hop headers; see the

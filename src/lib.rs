@@ -36,7 +36,8 @@
 //! * [`config`] (feature `config`) reads the whole stack's settings from one
 //!   TOML file; [`metrics`](mod@metrics) (feature `metrics`) exports the
 //!   balancer's figures through the `metrics` facade;
-//! * [`endpoint`] turns one HTTP client into an endpoint per backend;
+//! * [`endpoint`] turns one HTTP client into an endpoint per backend
+//!   (feature `reqwest`: a `reqwest::Client` too);
 //! * [`ServiceBuilderModelExt`] adds each layer as a method of tower's
 //!   `ServiceBuilder` (`.model_from_body()`, `.circuit_breaker(policy)`,
 //!   `.hedge(policy, gate)`);

@@ -3,15 +3,13 @@
 //!
 //! 1. the circuit breaker alone, directly on `reqwest::Client` (a
 //!    `Service<reqwest::Request>`), recording at the response;
-//! 2. the model-aware balancer over one `ReqwestEndpoint` per backend
-//!    (`endpoint.rs`, the whole adapter), each behind `SetOrigin` and a
-//!    timeout.
+//! 2. the model-aware balancer over one `endpoint::ReqwestEndpoint` per
+//!    backend (feature `reqwest`: no adapter of your own), each behind
+//!    `SetOrigin` and a timeout.
 //!
 //! ```text
 //! cargo run --example reqwest_client
 //! ```
-
-mod endpoint;
 
 use std::time::Duration;
 
@@ -21,12 +19,10 @@ use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, CircuitBreakerLayer};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::discover::Static;
-use tower_model_balance::endpoint::SetOrigin;
+use tower_model_balance::endpoint::{ReqwestEndpoint, SetOrigin};
 use tower_model_balance::error::BreakerOpen;
 use tower_model_balance_sim::protocol::{infer_path, BACKEND_HEADER};
 use tower_model_balance_sim::{Fault, ModelServer, ServerConfig};
-
-use endpoint::ReqwestEndpoint;
 
 /// reqwest's own responses and errors, as the breaker counts them.
 fn classify(result: Result<&reqwest::Response, &reqwest::Error>) -> Outcome {
@@ -73,7 +69,10 @@ async fn main() -> Result<(), tower::BoxError> {
         let origin = format!("http://{}", server.addr());
         let endpoint = ServiceBuilder::new()
             .timeout(Duration::from_secs(30))
-            .service(SetOrigin::new(ReqwestEndpoint(client.clone()), &origin)?);
+            .service(SetOrigin::new(
+                ReqwestEndpoint::new(client.clone()),
+                &origin,
+            )?);
         backends.push(Backend::new(BackendId::new(&origin)?, endpoint));
     }
     let balancer = ModelBalancer::new(Static::new(backends)?, BalanceConfig::default())?;

@@ -18,9 +18,6 @@ mod tracing;
 #[path = "../../examples/tonic_client/client.rs"]
 mod client;
 #[allow(dead_code)]
-#[path = "../../examples/reqwest_client/endpoint.rs"]
-mod endpoint;
-#[allow(dead_code)]
 #[path = "../../examples/tonic_client/errors.rs"]
 mod errors;
 #[allow(dead_code)]

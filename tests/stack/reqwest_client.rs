@@ -1,9 +1,7 @@
 //! The layers around a real `reqwest::Client` (examples/reqwest_client),
 //! against simulated model servers on loopback: the breaker alone on
-//! `reqwest::Client` itself, and the balancer over the example's
-//! `ReqwestEndpoint`. Driven by answers and counts, never by sleeps.
-
-use crate::endpoint;
+//! `reqwest::Client` itself, and the balancer over the crate's
+//! `endpoint::ReqwestEndpoint`. Driven by answers and counts, never by sleeps.
 
 use std::time::Duration;
 
@@ -14,12 +12,10 @@ use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, CircuitBreakerLayer};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::discover::Static;
-use tower_model_balance::endpoint::SetOrigin;
+use tower_model_balance::endpoint::{ReqwestEndpoint, SetOrigin};
 use tower_model_balance::error::BreakerOpen;
 use tower_model_balance_sim::protocol::{infer_path, BACKEND_HEADER};
 use tower_model_balance_sim::{Fault, ModelServer, ServerConfig};
-
-use endpoint::ReqwestEndpoint;
 
 fn classify(result: Result<&reqwest::Response, &reqwest::Error>) -> Outcome {
     match result {
@@ -70,7 +66,9 @@ async fn the_balancer_over_reqwest_endpoints_keeps_a_model_on_its_owner_and_reco
         let origin = format!("http://{}", server.addr());
         let endpoint = ServiceBuilder::new()
             .timeout(Duration::from_secs(30))
-            .service(SetOrigin::new(ReqwestEndpoint(client.clone()), &origin).expect("an origin"));
+            .service(
+                SetOrigin::new(ReqwestEndpoint::new(client.clone()), &origin).expect("an origin"),
+            );
         backends.push(Backend::new(
             BackendId::new(&format!("gpu-{i}")).expect("an ID"),
             endpoint,
@@ -114,4 +112,31 @@ async fn the_balancer_over_reqwest_endpoints_keeps_a_model_on_its_owner_and_reco
     assert!(owners.iter().all(|o| *o == owners[0]), "{owners:?}");
     let cold: u64 = servers.iter().map(|s| s.stats().cold_loads).sum();
     assert_eq!(cold, 1, "one cold load, then warm on its owner");
+}
+
+#[tokio::test]
+async fn a_request_reqwest_cannot_send_fails_with_its_error_and_reaches_no_server() {
+    let server = ModelServer::start("gpu-0", ServerConfig::default())
+        .await
+        .expect("a server");
+    let endpoint = ReqwestEndpoint::new(reqwest::Client::new());
+    // A path-only URI: no `SetOrigin` put a scheme and host on it.
+    let req = http::Request::post(infer_path("resnet-50"))
+        .body("{}")
+        .expect("a request");
+    let error = endpoint.clone().oneshot(req).await.expect_err("no host");
+    assert!(error.is_builder(), "reqwest's builder error: {error}");
+    // The same endpoint sends a request with an origin.
+    let origin = format!("http://{}", server.addr());
+    let req = http::Request::post(infer_path("resnet-50"))
+        .header("x-model-id", "resnet-50")
+        .body(String::from("{}"))
+        .expect("a request");
+    let rsp = SetOrigin::new(endpoint, &origin)
+        .expect("an origin")
+        .oneshot(req)
+        .await
+        .expect("served");
+    assert_eq!(rsp.status(), 200);
+    assert_eq!(server.stats().requests, 1, "the first never reached it");
 }
