@@ -170,6 +170,12 @@ pub struct HedgingDocDoctests;
 #[doc = include_str!("../docs/health-and-discovery.md")]
 pub struct HealthDocDoctests;
 
+/// `docs/compile-errors.md`'s examples, compiled as doc tests: each must
+/// fail to compile with the error code it names.
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../docs/compile-errors.md")]
+pub struct CompileErrorsDoctests;
+
 /// `docs/tonic.md`'s examples, compiled as doc tests.
 #[cfg(all(doctest, feature = "balance"))]
 #[doc = include_str!("../docs/tonic.md")]

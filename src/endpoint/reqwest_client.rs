@@ -51,7 +51,7 @@ use super::future::ResponseFuture;
 /// let request = http::Request::post("/v1/completions")
 ///     .header("x-model-id", "llama-3-8b")
 ///     .body(r#"{"model": "llama-3-8b", "prompt": "hi"}"#)?;
-/// let response = balancer.oneshot(request).await?;
+/// let response = ServiceExt::oneshot(balancer, request).await?;
 /// println!("{}", response.status());
 /// # Ok(()) }
 /// ```
