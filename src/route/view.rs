@@ -15,11 +15,15 @@ use crate::backend::extensions::Exclude;
 use crate::route::error::{InvalidReason, InvalidRoute};
 
 /// A request's route, borrowed from the request: what a
-/// [`Routable`](super::Routable) request gives the balancer. Made from a
-/// [`RouteInfo`] the request holds (`Route::from(&info)`); read from an
-/// `http::Request`'s headers without allocating (the model ID borrowed
-/// from its header, validated, with its hash). An owned [`RouteInfo`] or
-/// [`ModelId`] is made only where one is kept (an error, a test).
+/// [`Routable`](super::Routable) request gives the balancer. Made from the
+/// request's own model name ([`Route::new`]`(&self.model)`, then
+/// [`with_kind`](Route::with_kind), [`with_urgency`](Route::with_urgency),
+/// [`with_payload_bytes`](Route::with_payload_bytes),
+/// [`with_prefix`](Route::with_prefix)) or from a [`RouteInfo`] it holds
+/// (`Route::from(&info)`); read from an `http::Request`'s headers without
+/// allocating (the model ID borrowed from its header, validated, with its
+/// hash). An owned [`RouteInfo`] or [`ModelId`] is made only where one is
+/// kept (an error, a test).
 #[derive(Debug, Clone, Copy)]
 pub struct Route<'a> {
     pub(crate) model: &'a str,
@@ -38,6 +42,76 @@ pub struct Route<'a> {
 pub(crate) type RouteView<'a> = Route<'a>;
 
 impl<'a> Route<'a> {
+    /// The route of a request for `model`, borrowed from the request: an
+    /// inference of normal urgency and unknown size, with no prefix key
+    /// (set them with the `with_*` methods). `model` is checked as
+    /// [`ModelId::new`] checks it and hashed the same way (xxh3, seed 0),
+    /// so a request routed by its `&str` goes to the same owners as one
+    /// with that `x-model-id` header or [`RouteInfo`]. Allocates nothing.
+    ///
+    /// ```
+    /// use tower_model_balance::route::{RequestKind, Route, Urgency};
+    ///
+    /// let model = String::from("llama-3-8b");
+    /// let _route = Route::new(&model)?
+    ///     .with_kind(RequestKind::Update)
+    ///     .with_urgency(Urgency::High)
+    ///     .with_payload_bytes(1024);
+    ///
+    /// let err = Route::new("two words").unwrap_err();
+    /// assert_eq!(err.source, "model");
+    /// assert_eq!(err.to_string(), "invalid route: `model`: holds whitespace or a control character");
+    /// # Ok::<(), tower_model_balance::error::InvalidRoute>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidRoute`] with source `model` when `model` is empty, longer
+    /// than [`ModelId::MAX_LEN`] bytes, or holds whitespace or a control
+    /// character; the balancer fails such a request with it.
+    #[inline]
+    pub fn new(model: &'a str) -> Result<Self, InvalidRoute> {
+        let hash = ModelId::validate("model", model)?;
+        Ok(Self {
+            model,
+            hash,
+            kind: RequestKind::default(),
+            urgency: Urgency::default(),
+            payload_bytes: None,
+            prefix: None,
+            exclude: None,
+        })
+    }
+
+    /// Sets the request kind (default [`RequestKind::Inference`]).
+    #[must_use]
+    pub fn with_kind(mut self, kind: RequestKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Sets the urgency (default [`Urgency::Normal`]).
+    #[must_use]
+    pub fn with_urgency(mut self, urgency: Urgency) -> Self {
+        self.urgency = urgency;
+        self
+    }
+
+    /// Sets the payload size in bytes (default unknown).
+    #[must_use]
+    pub fn with_payload_bytes(mut self, bytes: u64) -> Self {
+        self.payload_bytes = Some(bytes);
+        self
+    }
+
+    /// Sets the prefix key (default none): the balancer routes the request
+    /// by its group (and session) in place of the model ID.
+    #[must_use]
+    pub fn with_prefix(mut self, key: PrefixKey) -> Self {
+        self.prefix = Some(key);
+        self
+    }
+
     /// As [`RouteInfo::from_parts`], borrowing; also reads an [`Exclude`]
     /// extension.
     #[inline]
