@@ -12,21 +12,33 @@ use super::hedge::HedgeFile;
 use super::keys::to_ms;
 use super::placement::PlacementFile;
 use crate::balance::{BalanceConfig, BreakerScope};
-use crate::breaker::SlidingWindow;
+use crate::breaker::{BreakerConfig, SlidingWindow};
 use crate::classify::timing::StopPoint;
 use crate::classify::Classifier;
 use crate::health::probe::ProbeConfig;
 use crate::hedge::HedgeConfig;
 use crate::placement::{PlacementConfig, WhenCold};
 
-/// The stack's settings, each validated by its builder.
+/// The stack's settings, each validated by its builder: one field a
+/// layer, so that each layer used alone — the breaker
+/// ([`CircuitBreakerLayer::new`](crate::breaker::CircuitBreakerLayer::new)`(config.breaker)`),
+/// the hedge ([`HedgeLayer::new`](crate::hedge::HedgeLayer::new)`(config.hedge)`)
+/// — loads from the same file as the whole stack.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct StackConfig {
     /// The balancer's, with its breaker and health policies inside
-    /// ([`BalanceConfigBuilder::breaker`](crate::balance::BalanceConfigBuilder::breaker),
-    /// [`BalanceConfigBuilder::health`](crate::balance::BalanceConfigBuilder::health)).
+    /// ([`BalanceConfigBuilder::breaker`](crate::balance::BalanceConfigBuilder::breaker):
+    /// the `[breaker]` table, as [`breaker`](Self::breaker);
+    /// [`BalanceConfigBuilder::health`](crate::balance::BalanceConfigBuilder::health):
+    /// the `[health]` table).
     pub balance: BalanceConfig,
+    /// The `[breaker]` table, for a
+    /// [`CircuitBreakerLayer`](crate::breaker::CircuitBreakerLayer) used
+    /// alone; the balancer's per-backend breakers get the same value
+    /// inside [`balance`](Self::balance). Default
+    /// [`BreakerConfig::default`] when the file has no `[breaker]`.
+    pub breaker: BreakerConfig,
     /// Active probes.
     pub probe: ProbeConfig,
     /// On-demand placement.
@@ -55,7 +67,10 @@ impl StackConfig {
     /// is not kept). The builders' settings that have no key (the
     /// balancer's residency header, a breaker-transition hook, a
     /// classifier of your own: `classification` is written only for
-    /// `Classifier::http` and `Classifier::grpc`) are left out.
+    /// `Classifier::http` and `Classifier::grpc`) are left out. The
+    /// `[breaker]` table is written from [`breaker`](Self::breaker) (a file
+    /// read gives it and the balancer the same policy): a breaker policy
+    /// changed in code is written when it is set there.
     ///
     /// ```
     /// use tower_model_balance::config::StackConfig;
@@ -137,7 +152,7 @@ impl File {
             ),
             receipts: Some(b.receipts),
         };
-        let p = b.breaker();
+        let p = &config.breaker;
         let (window, time_window_ms, time_window_buckets) = match p.window() {
             SlidingWindow::Time { duration, buckets } => (None, to_ms(duration), Some(buckets)),
             SlidingWindow::Count { calls } => (Some(calls), None, None),
@@ -215,9 +230,10 @@ impl File {
         let breaker = self.breaker.build()?;
         let health = self.health.build()?;
         let admission = self.admission.map(AdmissionFile::build).transpose()?;
-        let balance = self.balance.build(breaker, health, admission)?;
+        let balance = self.balance.build(breaker.clone(), health, admission)?;
         Ok(StackConfig {
             balance,
+            breaker,
             probe: self.probe.build()?,
             placement: self.placement.build()?,
             hedge: self.hedge.build()?,

@@ -1,6 +1,15 @@
 //! The whole stack's configuration from a TOML file, into the validated
 //! builders (feature `config`).
 //!
+//! One file configures the whole stack or any layer used alone:
+//! [`StackConfig`] holds a field a layer — `balance` (the balancer, with
+//! the `[breaker]` and `[health]` tables inside), `breaker` (the
+//! `[breaker]` table, for a standalone
+//! [`CircuitBreakerLayer`](crate::breaker::CircuitBreakerLayer)), `hedge`
+//! (for [`HedgeLayer`](crate::hedge::HedgeLayer)), `probe`, `placement` —
+//! so a file with only `[breaker]` (or only `[hedge]`) is a breaker's (a
+//! hedge's) whole configuration.
+//!
 //! Every section and key is optional: what a file leaves out keeps its
 //! default. Durations carry their unit in the key (`_ms`). An unknown key
 //! or a value of the wrong type is a [`ConfigError::Parse`] with the
@@ -37,12 +46,18 @@
 //!     ceiling_ms = 500
 //! "#).unwrap();
 //! let breaker = BreakerConfig::builder().open_duration(Duration::from_secs(2)).build().unwrap();
+//! assert_eq!(config.breaker, breaker);
 //! let balance = BalanceConfig::builder().owners(3).load_factor(1.5).breaker(breaker).build().unwrap();
 //! assert_eq!(config.balance, balance);
 //! let probe = ProbeConfig::builder().interval(Duration::from_secs(1)).build().unwrap();
 //! assert_eq!(config.probe, probe);
 //! let hedge = HedgeConfig::builder().percentile(0.9).ceiling(Duration::from_millis(500)).build().unwrap();
 //! assert_eq!(config.hedge, hedge);
+//!
+//! // A breaker used alone, from the same table.
+//! let alone = StackConfig::from_toml("[breaker]\nopen_duration_ms = 2000").unwrap();
+//! let layer = tower_model_balance::breaker::CircuitBreakerLayer::new(alone.breaker);
+//! # drop(layer);
 //!
 //! let error = StackConfig::from_toml("[balance]\nload_factor = 0.5").unwrap_err();
 //! assert_eq!(error.to_string(), "invalid config: `balance.load_factor` must be 1.0 ..= 100.0");

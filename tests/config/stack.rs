@@ -294,8 +294,13 @@ fn a_weight_left_out_keeps_its_default() {
 /// Every section's settings, compared by their `Debug` text (the balancer's
 /// config holds a residency header with no `PartialEq`).
 fn same(a: &StackConfig, b: &StackConfig) -> bool {
-    format!("{:?}", (&a.balance, &a.probe, &a.placement, &a.hedge))
-        == format!("{:?}", (&b.balance, &b.probe, &b.placement, &b.hedge))
+    let all = |c: &StackConfig| {
+        format!(
+            "{:?}",
+            (&c.balance, &c.breaker, &c.probe, &c.placement, &c.hedge)
+        )
+    };
+    all(a) == all(b)
 }
 
 #[test]
