@@ -9,7 +9,7 @@ use super::breaker::BreakerFile;
 use super::error::ConfigError;
 use super::health::{HealthFile, ProbeFile, Weights};
 use super::hedge::HedgeFile;
-use super::keys::to_ms;
+use super::keys::{out_of_type, to_ms};
 use super::placement::PlacementFile;
 use crate::balance::{BalanceConfig, BreakerScope};
 use crate::breaker::{BreakerConfig, SlidingWindow};
@@ -57,7 +57,10 @@ impl StackConfig {
     /// value of the wrong type (with the line and column);
     /// [`ConfigError::Invalid`] for a value out of its range, naming the key.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let file: File = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let file: File = toml::from_str(text).map_err(|e| {
+            // A negative integer: the key and its range, not `expected u64`.
+            out_of_type(text).unwrap_or_else(|| ConfigError::Parse(e.to_string()))
+        })?;
         file.build()
     }
 

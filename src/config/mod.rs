@@ -18,7 +18,10 @@
 //! (`balance.load_factor`) and what it must be, in the builder's own words:
 //! every section goes through its builder (`[hedge]` through
 //! [`HedgeConfig::builder`](crate::hedge::HedgeConfig::builder), and so on),
-//! which alone validates; the file adds the key as context. `examples/stack.toml` lists every key with its default.
+//! which alone validates; the file adds the key as context. An integer
+//! the key cannot hold (a negative one, or one too large for it) is out
+//! of range too, in the same words (`` `balance.owners` must be 1 ..=
+//! 1024 `` for `owners = -1`), not the parser's `expected u64`. `examples/stack.toml` lists every key with its default.
 //! [`StackConfig::to_toml`] writes the settings back as such a file (every
 //! key, the values in force), which reads back into the same settings.
 //!
