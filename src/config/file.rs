@@ -1,5 +1,6 @@
 //! [`StackConfig`], and the file's shape: one table a section, and the
-//! settings into and out of it.
+//! settings into and out of it; an integer its key cannot hold, named by
+//! the key with its range.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,7 +10,7 @@ use super::breaker::BreakerFile;
 use super::error::ConfigError;
 use super::health::{HealthFile, ProbeFile, Weights};
 use super::hedge::HedgeFile;
-use super::keys::{out_of_type, to_ms};
+use super::keys::to_ms;
 use super::placement::PlacementFile;
 use crate::balance::{BalanceConfig, BreakerScope};
 use crate::breaker::{BreakerConfig, SlidingWindow};
@@ -242,4 +243,106 @@ impl File {
             hedge: self.hedge.build()?,
         })
     }
+}
+
+// === integers out of their key's type ===
+
+/// The error for a file whose fault is an integer its key's type cannot
+/// hold — a negative one (every integer key is unsigned), or one above
+/// `u32::MAX` for a `u32` key — named by its key with what the key must
+/// be in its builder's words, as any value out of range is, rather than
+/// the parser's `expected u64`. `None` when the file has another fault:
+/// the parser's message stands.
+///
+/// The builder's words come from building the file with the integer at
+/// the nearest end of the type (0 for a negative one) and then at the
+/// largest values TOML holds, until the builder names the key. A key whose
+/// builder takes them all (none today) is said to be `0 or more`.
+pub(super) fn out_of_type(text: &str) -> Option<ConfigError> {
+    let table: toml::Table = toml::from_str(text).ok()?;
+    let mut candidates = Vec::new();
+    integers(&table, &mut Vec::new(), &mut candidates);
+    // `balance.ring_seed` reads its own two spellings and names its range
+    // itself (a string above 2^63 − 1).
+    candidates.retain(|(path, n)| {
+        (*n < 0 || *n > i64::from(u32::MAX)) && path.join(".") != "balance.ring_seed"
+    });
+    let mut base = table.clone();
+    for (path, _) in &candidates {
+        set(&mut base, path, 0);
+    }
+    // Another fault than these integers: the parser's message.
+    read(&base).ok()?;
+    // Each integer back as written where its key takes it (a float key
+    // takes an integer, a `u64` key one above `u32::MAX`): the first one
+    // refused is the fault.
+    let mut fault = None;
+    for (path, n) in candidates {
+        let mut restored = base.clone();
+        set(&mut restored, &path, n);
+        match read(&restored) {
+            Ok(_) => base = restored,
+            Err(_) => fault = fault.or(Some((path, n))),
+        }
+    }
+    let (path, n) = fault?;
+    let probes: &[i64] = match n < 0 {
+        true => &[0, u32::MAX as i64, i64::MAX],
+        false => &[u32::MAX as i64, i64::MAX],
+    };
+    let (section, leaf) = (&path[0], &path[path.len() - 1]);
+    let mut other = None;
+    for &probe in probes {
+        let mut probed = base.clone();
+        set(&mut probed, &path, probe);
+        let Ok(file) = read(&probed) else { continue };
+        match file.build() {
+            Err(ConfigError::Invalid { key, expected })
+                if key.starts_with(&format!("{section}.")) && key.contains(leaf.as_str()) =>
+            {
+                return Some(ConfigError::Invalid { key, expected });
+            }
+            // Another key's fault, the builder's first: said if this
+            // key's words are not found.
+            Err(error) => other = other.or(Some(error)),
+            Ok(_) => {}
+        }
+    }
+    Some(other.unwrap_or(ConfigError::Invalid {
+        key: path.join("."),
+        expected: "0 or more",
+    }))
+}
+
+/// Every integer in `table`, with its path of keys.
+fn integers(table: &toml::Table, path: &mut Vec<String>, out: &mut Vec<(Vec<String>, i64)>) {
+    for (key, value) in table {
+        path.push(key.clone());
+        match value {
+            toml::Value::Integer(n) => out.push((path.clone(), *n)),
+            toml::Value::Table(inner) => integers(inner, path, out),
+            _ => {}
+        }
+        path.pop();
+    }
+}
+
+/// Sets the integer at `path` in `table` to `n`.
+fn set(table: &mut toml::Table, path: &[String], n: i64) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut table = table;
+    for key in parents {
+        match table.get_mut(key) {
+            Some(toml::Value::Table(inner)) => table = inner,
+            _ => return,
+        }
+    }
+    table.insert(last.clone(), toml::Value::Integer(n));
+}
+
+/// `table` as the file's shape.
+fn read(table: &toml::Table) -> Result<File, toml::de::Error> {
+    toml::Value::Table(table.clone()).try_into()
 }

@@ -6,8 +6,6 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::kind::{RequestKind, Urgency};
 use super::model::ModelId;
-#[cfg(feature = "body")]
-use super::view::RouteInfo;
 use crate::route::error::{InvalidReason, InvalidRoute};
 
 /// Header carrying the model ID.
@@ -69,18 +67,6 @@ impl Traits {
             urgency,
             payload_bytes,
         })
-    }
-
-    /// The route info for `model` with these traits.
-    #[cfg(feature = "body")]
-    pub(crate) fn route(self, model: ModelId) -> RouteInfo {
-        RouteInfo {
-            model,
-            kind: self.kind,
-            urgency: self.urgency,
-            payload_bytes: self.payload_bytes,
-            prefix: None,
-        }
     }
 }
 

@@ -275,6 +275,22 @@ impl RouteInfo {
     }
 }
 
+// The header's traits and a model found elsewhere, as one route (here,
+// beside `RouteInfo`, so that `header.rs` does not import this file).
+impl Traits {
+    /// The route info for `model` with these traits.
+    #[cfg(feature = "body")]
+    pub(crate) fn route(self, model: ModelId) -> RouteInfo {
+        RouteInfo {
+            model,
+            kind: self.kind,
+            urgency: self.urgency,
+            payload_bytes: self.payload_bytes,
+            prefix: None,
+        }
+    }
+}
+
 impl<'a> From<&'a RouteInfo> for Route<'a> {
     fn from(route: &'a RouteInfo) -> Self {
         Self {
