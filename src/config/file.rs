@@ -1,5 +1,6 @@
 //! [`StackConfig`], and the file's shape: one table a section, and the
-//! settings into and out of it.
+//! settings into and out of it; an integer its key cannot hold, named by
+//! the key with its range.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,21 +13,33 @@ use super::hedge::HedgeFile;
 use super::keys::to_ms;
 use super::placement::PlacementFile;
 use crate::balance::{BalanceConfig, BreakerScope};
-use crate::breaker::SlidingWindow;
+use crate::breaker::{BreakerConfig, SlidingWindow};
 use crate::classify::timing::StopPoint;
 use crate::classify::Classifier;
 use crate::health::probe::ProbeConfig;
 use crate::hedge::HedgeConfig;
 use crate::placement::{PlacementConfig, WhenCold};
 
-/// The stack's settings, each validated by its builder.
+/// The stack's settings, each validated by its builder: one field a
+/// layer, so that each layer used alone — the breaker
+/// ([`CircuitBreakerLayer::new`](crate::breaker::CircuitBreakerLayer::new)`(config.breaker)`),
+/// the hedge ([`HedgeLayer::new`](crate::hedge::HedgeLayer::new)`(config.hedge)`)
+/// — loads from the same file as the whole stack.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct StackConfig {
     /// The balancer's, with its breaker and health policies inside
-    /// ([`BalanceConfigBuilder::breaker`](crate::balance::BalanceConfigBuilder::breaker),
-    /// [`BalanceConfigBuilder::health`](crate::balance::BalanceConfigBuilder::health)).
+    /// ([`BalanceConfigBuilder::breaker`](crate::balance::BalanceConfigBuilder::breaker):
+    /// the `[breaker]` table, as [`breaker`](Self::breaker);
+    /// [`BalanceConfigBuilder::health`](crate::balance::BalanceConfigBuilder::health):
+    /// the `[health]` table).
     pub balance: BalanceConfig,
+    /// The `[breaker]` table, for a
+    /// [`CircuitBreakerLayer`](crate::breaker::CircuitBreakerLayer) used
+    /// alone; the balancer's per-backend breakers get the same value
+    /// inside [`balance`](Self::balance). Default
+    /// [`BreakerConfig::default`] when the file has no `[breaker]`.
+    pub breaker: BreakerConfig,
     /// Active probes.
     pub probe: ProbeConfig,
     /// On-demand placement.
@@ -45,7 +58,10 @@ impl StackConfig {
     /// value of the wrong type (with the line and column);
     /// [`ConfigError::Invalid`] for a value out of its range, naming the key.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let file: File = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let file: File = toml::from_str(text).map_err(|e| {
+            // A negative integer: the key and its range, not `expected u64`.
+            out_of_type(text).unwrap_or_else(|| ConfigError::Parse(e.to_string()))
+        })?;
         file.build()
     }
 
@@ -55,7 +71,10 @@ impl StackConfig {
     /// is not kept). The builders' settings that have no key (the
     /// balancer's residency header, a breaker-transition hook, a
     /// classifier of your own: `classification` is written only for
-    /// `Classifier::http` and `Classifier::grpc`) are left out.
+    /// `Classifier::http` and `Classifier::grpc`) are left out. The
+    /// `[breaker]` table is written from [`breaker`](Self::breaker) (a file
+    /// read gives it and the balancer the same policy): a breaker policy
+    /// changed in code is written when it is set there.
     ///
     /// ```
     /// use tower_model_balance::config::StackConfig;
@@ -137,7 +156,7 @@ impl File {
             ),
             receipts: Some(b.receipts),
         };
-        let p = b.breaker();
+        let p = &config.breaker;
         let (window, time_window_ms, time_window_buckets) = match p.window() {
             SlidingWindow::Time { duration, buckets } => (None, to_ms(duration), Some(buckets)),
             SlidingWindow::Count { calls } => (Some(calls), None, None),
@@ -215,12 +234,115 @@ impl File {
         let breaker = self.breaker.build()?;
         let health = self.health.build()?;
         let admission = self.admission.map(AdmissionFile::build).transpose()?;
-        let balance = self.balance.build(breaker, health, admission)?;
+        let balance = self.balance.build(breaker.clone(), health, admission)?;
         Ok(StackConfig {
             balance,
+            breaker,
             probe: self.probe.build()?,
             placement: self.placement.build()?,
             hedge: self.hedge.build()?,
         })
     }
+}
+
+// === integers out of their key's type ===
+
+/// The error for a file whose fault is an integer its key's type cannot
+/// hold — a negative one (every integer key is unsigned), or one above
+/// `u32::MAX` for a `u32` key — named by its key with what the key must
+/// be in its builder's words, as any value out of range is, rather than
+/// the parser's `expected u64`. `None` when the file has another fault:
+/// the parser's message stands.
+///
+/// The builder's words come from building the file with the integer at
+/// the nearest end of the type (0 for a negative one) and then at the
+/// largest values TOML holds, until the builder names the key. A key whose
+/// builder takes them all (none today) is said to be `0 or more`.
+pub(super) fn out_of_type(text: &str) -> Option<ConfigError> {
+    let table: toml::Table = toml::from_str(text).ok()?;
+    let mut candidates = Vec::new();
+    integers(&table, &mut Vec::new(), &mut candidates);
+    // `balance.ring_seed` reads its own two spellings and names its range
+    // itself (a string above 2^63 − 1).
+    candidates.retain(|(path, n)| {
+        (*n < 0 || *n > i64::from(u32::MAX)) && path.join(".") != "balance.ring_seed"
+    });
+    let mut base = table.clone();
+    for (path, _) in &candidates {
+        set(&mut base, path, 0);
+    }
+    // Another fault than these integers: the parser's message.
+    read(&base).ok()?;
+    // Each integer back as written where its key takes it (a float key
+    // takes an integer, a `u64` key one above `u32::MAX`): the first one
+    // refused is the fault.
+    let mut fault = None;
+    for (path, n) in candidates {
+        let mut restored = base.clone();
+        set(&mut restored, &path, n);
+        match read(&restored) {
+            Ok(_) => base = restored,
+            Err(_) => fault = fault.or(Some((path, n))),
+        }
+    }
+    let (path, n) = fault?;
+    let probes: &[i64] = match n < 0 {
+        true => &[0, u32::MAX as i64, i64::MAX],
+        false => &[u32::MAX as i64, i64::MAX],
+    };
+    let (section, leaf) = (&path[0], &path[path.len() - 1]);
+    let mut other = None;
+    for &probe in probes {
+        let mut probed = base.clone();
+        set(&mut probed, &path, probe);
+        let Ok(file) = read(&probed) else { continue };
+        match file.build() {
+            Err(ConfigError::Invalid { key, expected })
+                if key.starts_with(&format!("{section}.")) && key.contains(leaf.as_str()) =>
+            {
+                return Some(ConfigError::Invalid { key, expected });
+            }
+            // Another key's fault, the builder's first: said if this
+            // key's words are not found.
+            Err(error) => other = other.or(Some(error)),
+            Ok(_) => {}
+        }
+    }
+    Some(other.unwrap_or(ConfigError::Invalid {
+        key: path.join("."),
+        expected: "0 or more",
+    }))
+}
+
+/// Every integer in `table`, with its path of keys.
+fn integers(table: &toml::Table, path: &mut Vec<String>, out: &mut Vec<(Vec<String>, i64)>) {
+    for (key, value) in table {
+        path.push(key.clone());
+        match value {
+            toml::Value::Integer(n) => out.push((path.clone(), *n)),
+            toml::Value::Table(inner) => integers(inner, path, out),
+            _ => {}
+        }
+        path.pop();
+    }
+}
+
+/// Sets the integer at `path` in `table` to `n`.
+fn set(table: &mut toml::Table, path: &[String], n: i64) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut table = table;
+    for key in parents {
+        match table.get_mut(key) {
+            Some(toml::Value::Table(inner)) => table = inner,
+            _ => return,
+        }
+    }
+    table.insert(last.clone(), toml::Value::Integer(n));
+}
+
+/// `table` as the file's shape.
+fn read(table: &toml::Table) -> Result<File, toml::de::Error> {
+    toml::Value::Table(table.clone()).try_into()
 }

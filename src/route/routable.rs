@@ -14,26 +14,44 @@ use crate::route::error::InvalidRoute;
 /// in its extensions, else its headers (see the [module docs](super)).
 /// For any other request — a queue message, a gRPC client's own request
 /// type, an RPC struct — implement it, and the balancer routes it as an
-/// HTTP request.
+/// HTTP request: [`Route::new`] borrows the model name the request holds
+/// (checked and hashed as an `x-model-id` header is, so the same model
+/// goes to the same owners), with kind, urgency, size and prefix key set
+/// by its `with_*` methods. A request that holds a
+/// [`RouteInfo`](super::RouteInfo) gives `Ok(Route::from(&info))`.
 ///
 /// ```
 /// use tower_model_balance::error::InvalidRoute;
-/// use tower_model_balance::route::{ModelId, Route, RouteInfo, Routable};
+/// use tower_model_balance::route::{Route, Routable, Urgency};
 ///
 /// /// A request of a home-grown RPC protocol.
 /// struct Infer {
-///     route: RouteInfo,
+///     model: String,
 ///     input: Vec<f32>,
 /// }
 ///
 /// impl Routable for Infer {
 ///     fn route(&self) -> Result<Route<'_>, InvalidRoute> {
-///         Ok(Route::from(&self.route))
+///         Route::new(&self.model)
 ///     }
 /// }
 ///
-/// let req = Infer { route: RouteInfo::new(ModelId::new("resnet-50").unwrap()), input: vec![0.5] };
+/// let req = Infer { model: "resnet-50".into(), input: vec![0.5] };
 /// assert!(req.route().is_ok());
+/// // An invalid name is the request's error: the balancer fails the
+/// // request with it, sending it nowhere.
+/// let bad = Infer { model: "resnet 50".into(), input: vec![] };
+/// assert_eq!(bad.route().unwrap_err().source, "model");
+///
+/// // Urgency (and kind, size) from other fields of the request.
+/// struct Ask<'a> { model: &'a str, urgent: bool }
+/// impl Routable for Ask<'_> {
+///     fn route(&self) -> Result<Route<'_>, InvalidRoute> {
+///         let urgency = if self.urgent { Urgency::High } else { Urgency::Normal };
+///         Ok(Route::new(self.model)?.with_urgency(urgency))
+///     }
+/// }
+/// assert!(Ask { model: "llama-3-8b", urgent: true }.route().is_ok());
 /// # drop(req.input);
 /// ```
 #[diagnostic::on_unimplemented(

@@ -30,6 +30,47 @@ fn model_id_validation() {
 }
 
 #[test]
+fn a_route_from_a_str_is_the_model_ids_and_the_headers() {
+    let long: &'static str = "m".repeat(257).leak();
+    for name in [
+        "resnet-50",
+        "模型",
+        "org/llama:lora",
+        "",
+        "a b",
+        "a\u{7f}",
+        long,
+    ] {
+        match (Route::new(name), ModelId::new(name)) {
+            (Ok(route), Ok(id)) => {
+                assert_eq!((route.model, route.hash), (id.as_str(), id.hash64()));
+                let info = RouteInfo::new(id);
+                assert_eq!(route.to_owned(), info, "the defaults");
+                let from_headers =
+                    RouteInfo::from_headers(&headers(&[("x-model-id", name.as_bytes())]));
+                assert_eq!(from_headers.unwrap(), info);
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b, "{name:?}: the same error, source `model`"),
+            (a, b) => panic!("{name:?}: {a:?} vs {b:?}"),
+        }
+    }
+    let key = PrefixKey::from_prompt(&ModelId::new("m").unwrap(), b"system");
+    let route = Route::new("m")
+        .unwrap()
+        .with_kind(RequestKind::Update)
+        .with_urgency(Urgency::Critical)
+        .with_payload_bytes(7)
+        .with_prefix(key);
+    let info = RouteInfo::new(ModelId::new("m").unwrap())
+        .with_kind(RequestKind::Update)
+        .with_urgency(Urgency::Critical)
+        .with_payload_bytes(7)
+        .with_prefix(key);
+    assert_eq!(route.to_owned(), info);
+    assert_eq!(route.affinity(), key.group(), "routed by the prefix");
+}
+
+#[test]
 fn graphic_bytes_are_checked_eight_at_a_time() {
     for b in 0..=u8::MAX {
         for len in 1..=17 {

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use http::header::{HeaderMap, HeaderValue};
+use http::header::HeaderMap;
 use http::{Extensions, Request};
 
+use super::header::{Found, Traits, MODEL};
 use super::kind::{RequestKind, Urgency};
 use super::model::ModelId;
 use super::prefix::PrefixKey;
@@ -14,11 +15,15 @@ use crate::backend::extensions::Exclude;
 use crate::route::error::{InvalidReason, InvalidRoute};
 
 /// A request's route, borrowed from the request: what a
-/// [`Routable`](super::Routable) request gives the balancer. Made from a
-/// [`RouteInfo`] the request holds (`Route::from(&info)`); read from an
-/// `http::Request`'s headers without allocating (the model ID borrowed
-/// from its header, validated, with its hash). An owned [`RouteInfo`] or
-/// [`ModelId`] is made only where one is kept (an error, a test).
+/// [`Routable`](super::Routable) request gives the balancer. Made from the
+/// request's own model name ([`Route::new`]`(&self.model)`, then
+/// [`with_kind`](Route::with_kind), [`with_urgency`](Route::with_urgency),
+/// [`with_payload_bytes`](Route::with_payload_bytes),
+/// [`with_prefix`](Route::with_prefix)) or from a [`RouteInfo`] it holds
+/// (`Route::from(&info)`); read from an `http::Request`'s headers without
+/// allocating (the model ID borrowed from its header, validated, with its
+/// hash). An owned [`RouteInfo`] or [`ModelId`] is made only where one is
+/// kept (an error, a test).
 #[derive(Debug, Clone, Copy)]
 pub struct Route<'a> {
     pub(crate) model: &'a str,
@@ -37,6 +42,76 @@ pub struct Route<'a> {
 pub(crate) type RouteView<'a> = Route<'a>;
 
 impl<'a> Route<'a> {
+    /// The route of a request for `model`, borrowed from the request: an
+    /// inference of normal urgency and unknown size, with no prefix key
+    /// (set them with the `with_*` methods). `model` is checked as
+    /// [`ModelId::new`] checks it and hashed the same way (xxh3, seed 0),
+    /// so a request routed by its `&str` goes to the same owners as one
+    /// with that `x-model-id` header or [`RouteInfo`]. Allocates nothing.
+    ///
+    /// ```
+    /// use tower_model_balance::route::{RequestKind, Route, Urgency};
+    ///
+    /// let model = String::from("llama-3-8b");
+    /// let _route = Route::new(&model)?
+    ///     .with_kind(RequestKind::Update)
+    ///     .with_urgency(Urgency::High)
+    ///     .with_payload_bytes(1024);
+    ///
+    /// let err = Route::new("two words").unwrap_err();
+    /// assert_eq!(err.source, "model");
+    /// assert_eq!(err.to_string(), "invalid route: `model`: holds whitespace or a control character");
+    /// # Ok::<(), tower_model_balance::error::InvalidRoute>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidRoute`] with source `model` when `model` is empty, longer
+    /// than [`ModelId::MAX_LEN`] bytes, or holds whitespace or a control
+    /// character; the balancer fails such a request with it.
+    #[inline]
+    pub fn new(model: &'a str) -> Result<Self, InvalidRoute> {
+        let hash = ModelId::validate("model", model)?;
+        Ok(Self {
+            model,
+            hash,
+            kind: RequestKind::default(),
+            urgency: Urgency::default(),
+            payload_bytes: None,
+            prefix: None,
+            exclude: None,
+        })
+    }
+
+    /// Sets the request kind (default [`RequestKind::Inference`]).
+    #[must_use]
+    pub fn with_kind(mut self, kind: RequestKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Sets the urgency (default [`Urgency::Normal`]).
+    #[must_use]
+    pub fn with_urgency(mut self, urgency: Urgency) -> Self {
+        self.urgency = urgency;
+        self
+    }
+
+    /// Sets the payload size in bytes (default unknown).
+    #[must_use]
+    pub fn with_payload_bytes(mut self, bytes: u64) -> Self {
+        self.payload_bytes = Some(bytes);
+        self
+    }
+
+    /// Sets the prefix key (default none): the balancer routes the request
+    /// by its group (and session) in place of the model ID.
+    #[must_use]
+    pub fn with_prefix(mut self, key: PrefixKey) -> Self {
+        self.prefix = Some(key);
+        self
+    }
+
     /// As [`RouteInfo::from_parts`], borrowing; also reads an [`Exclude`]
     /// extension.
     #[inline]
@@ -200,60 +275,9 @@ impl RouteInfo {
     }
 }
 
-/// Everything in a route but the model ID: kind, urgency and size, read from
-/// `x-request-kind`, `x-urgency` and `content-length` with the rules of
-/// [`RouteInfo::from_headers`]. Shared by the header route and by layers
-/// that find the model ID elsewhere (the body, the KServe v2 path).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Traits {
-    pub(crate) kind: RequestKind,
-    pub(crate) urgency: Urgency,
-    pub(crate) payload_bytes: Option<u64>,
-}
-
+// The header's traits and a model found elsewhere, as one route (here,
+// beside `RouteInfo`, so that `header.rs` does not import this file).
 impl Traits {
-    /// Reads the traits from `headers`, ignoring `x-model-id`.
-    #[cfg(feature = "body")]
-    pub(crate) fn from_headers(headers: &HeaderMap) -> Result<Self, InvalidRoute> {
-        Self::from_found(&Found::scan(headers))
-    }
-
-    /// The checks in a fixed order: kind, urgency, size.
-    fn from_found(found: &Found<'_>) -> Result<Self, InvalidRoute> {
-        // A known word is ASCII text: matched on the bytes, with the text
-        // checked only to tell a value that is not text from an unknown one.
-        // The lowercase words, as clients send them, compare as a few
-        // words of memory; other cases byte by byte.
-        let kind = match found.bytes(KIND)? {
-            None | Some(b"inference") => RequestKind::Inference,
-            Some(b"update") => RequestKind::Update,
-            Some(b) if b.eq_ignore_ascii_case(b"inference") => RequestKind::Inference,
-            Some(b) if b.eq_ignore_ascii_case(b"update") => RequestKind::Update,
-            Some(_) => return Err(found.unknown(KIND)),
-        };
-        let urgency = match found.bytes(URGENCY)? {
-            None | Some(b"normal") => Urgency::Normal,
-            Some(b"high") => Urgency::High,
-            Some(b"critical") => Urgency::Critical,
-            Some(b) if b.eq_ignore_ascii_case(b"normal") => Urgency::Normal,
-            Some(b) if b.eq_ignore_ascii_case(b"high") => Urgency::High,
-            Some(b) if b.eq_ignore_ascii_case(b"critical") => Urgency::Critical,
-            Some(_) => return Err(found.unknown(URGENCY)),
-        };
-        let payload_bytes = match found.text(LENGTH)? {
-            None => None,
-            Some(t) => Some(
-                t.parse::<u64>()
-                    .map_err(|_| unrecognized("content-length"))?,
-            ),
-        };
-        Ok(Self {
-            kind,
-            urgency,
-            payload_bytes,
-        })
-    }
-
     /// The route info for `model` with these traits.
     #[cfg(feature = "body")]
     pub(crate) fn route(self, model: ModelId) -> RouteInfo {
@@ -278,100 +302,5 @@ impl<'a> From<&'a RouteInfo> for Route<'a> {
             prefix: route.prefix,
             exclude: None,
         }
-    }
-}
-
-fn unrecognized(source: &'static str) -> InvalidRoute {
-    InvalidRoute::new(source, InvalidReason::Unrecognized)
-}
-
-/// The single value of header `name` as UTF-8; more than one value is
-/// ambiguous and rejected.
-/// The route headers, in the order their checks run.
-const ROUTE_HEADERS: [&str; 4] = [
-    "x-model-id",
-    "x-request-kind",
-    "x-urgency",
-    "content-length",
-];
-const MODEL: usize = 0;
-const KIND: usize = 1;
-const URGENCY: usize = 2;
-const LENGTH: usize = 3;
-
-/// The route headers of one request, found in one pass.
-struct Found<'a> {
-    values: [Option<&'a HeaderValue>; 4],
-    duplicate: [bool; 4],
-}
-
-impl<'a> Found<'a> {
-    fn scan(headers: &'a HeaderMap) -> Self {
-        let mut found = Found {
-            values: [None; 4],
-            duplicate: [false; 4],
-        };
-        for (name, value) in headers {
-            let i = match name.as_str() {
-                "x-model-id" => MODEL,
-                "x-request-kind" => KIND,
-                "x-urgency" => URGENCY,
-                "content-length" => LENGTH,
-                _ => continue,
-            };
-            found.duplicate[i] |= found.values[i].replace(value).is_some();
-        }
-        found
-    }
-
-    /// The model ID and its hash when `x-model-id` is present once and
-    /// holds a valid ID of visible ASCII; `None` for anything else (the
-    /// full checks then name the header and the reason).
-    fn plain_model(&self) -> Option<(&'a str, u64)> {
-        if self.duplicate[MODEL] {
-            return None;
-        }
-        let value = self.values[MODEL]?;
-        let hash = ModelId::hash_visible(value.as_bytes())?;
-        // Visible ASCII: `to_str` cannot fail.
-        Some((value.to_str().ok()?, hash))
-    }
-
-    /// Header `i`'s bytes, if present once.
-    fn bytes(&self, i: usize) -> Result<Option<&'a [u8]>, InvalidRoute> {
-        if self.duplicate[i] {
-            return Err(InvalidRoute::new(
-                ROUTE_HEADERS[i],
-                InvalidReason::Duplicate,
-            ));
-        }
-        Ok(self.values[i].map(HeaderValue::as_bytes))
-    }
-
-    /// The error for header `i`, present once with a value that is no
-    /// word it takes: not text, else unrecognized.
-    #[cold]
-    fn unknown(&self, i: usize) -> InvalidRoute {
-        match self.text(i) {
-            Err(error) => error,
-            Ok(_) => unrecognized(ROUTE_HEADERS[i]),
-        }
-    }
-
-    /// Header `i` as text, if present once.
-    fn text(&self, i: usize) -> Result<Option<&'a str>, InvalidRoute> {
-        let source = ROUTE_HEADERS[i];
-        if self.duplicate[i] {
-            return Err(InvalidRoute::new(source, InvalidReason::Duplicate));
-        }
-        // Visible ASCII in one simple pass; other UTF-8 is text too.
-        self.values[i]
-            .map(|value| {
-                value
-                    .to_str()
-                    .or_else(|_| std::str::from_utf8(value.as_bytes()))
-            })
-            .transpose()
-            .map_err(|_| InvalidRoute::new(source, InvalidReason::NotText))
     }
 }

@@ -7,6 +7,8 @@ mod route_body;
 mod stack;
 mod stack_admission;
 mod stack_hedge;
+mod stack_integers;
+mod stack_layers;
 
 // Support shared by the modules above, each file once (the support
 // files name one another by `crate::`).

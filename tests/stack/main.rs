@@ -1,5 +1,5 @@
 //! The crate as a user composes it: a first call, the builder, endpoints,
-//! a service that is not HTTP, reqwest and tonic clients, tracing, and the
+//! a service that is not HTTP (and one routed from a borrowed `&str`), reqwest and tonic clients, tracing, and the
 //! figures through the metrics facade.
 
 mod adoption;
@@ -9,6 +9,7 @@ mod metrics;
 mod metrics_stream;
 mod non_http;
 mod reqwest_client;
+mod routable;
 mod tonic_client;
 mod tracing;
 

@@ -237,11 +237,6 @@ impl BalanceConfig {
         &self.ring
     }
 
-    /// The per-backend breaker policy.
-    pub(crate) fn breaker(&self) -> &BreakerConfig {
-        &self.breaker
-    }
-
     /// What one breaker covers (default [`BreakerScope::Backend`]).
     pub(crate) fn breaker_scope(&self) -> BreakerScope {
         self.breaker_scope

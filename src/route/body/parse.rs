@@ -66,7 +66,7 @@ pub(super) fn read_json(
     let field = de
         .deserialize_map(TopLevel(prompt))
         .and_then(|field| de.end().map(|()| field))
-        .map_err(|e| invalid(json_reason(&e)))?;
+        .map_err(|e| invalid(json_reason(&e, bytes)))?;
     match field {
         Field::Absent | Field::Null => Err(invalid(InvalidReason::Missing)),
         Field::NotString => Err(invalid(InvalidReason::Unrecognized)),
@@ -75,16 +75,31 @@ pub(super) fn read_json(
     }
 }
 
-/// Why a body is not a JSON object, from `serde_json`'s category of the
-/// error: cut short, a syntax error (where), or JSON of another shape.
-fn json_reason(error: &serde_json::Error) -> InvalidReason {
+/// Why `bytes` is not a JSON object, from `serde_json`'s category of the
+/// error: cut short, a syntax error (where), or JSON of another shape. A
+/// body that does not open with `{` stops the object's reader at its first
+/// byte, before the rest is read: it is read whole once more (skimmed, on
+/// this error path only), so that a cut or malformed array (`[1, 2`) is
+/// named as such and only valid JSON of another shape (`[1, 2]`) is "not
+/// a JSON object".
+fn json_reason(error: &serde_json::Error, bytes: &[u8]) -> InvalidReason {
+    use serde_json::error::Category;
     match error.classify() {
-        serde_json::error::Category::Eof => InvalidReason::TruncatedJson,
-        serde_json::error::Category::Syntax => InvalidReason::MalformedJson {
+        Category::Eof => InvalidReason::TruncatedJson,
+        Category::Syntax => InvalidReason::MalformedJson {
             line: error.line(),
             column: error.column(),
         },
-        _ => InvalidReason::NotJson,
+        _ => {
+            let mut de = serde_json::Deserializer::from_slice(bytes);
+            let whole = de::Deserialize::deserialize(&mut de).map(|IgnoredAny| ());
+            match whole.and_then(|()| de.end()) {
+                Err(e) if matches!(e.classify(), Category::Eof | Category::Syntax) => {
+                    json_reason(&e, bytes)
+                }
+                _ => InvalidReason::NotJson,
+            }
+        }
     }
 }
 

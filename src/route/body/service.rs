@@ -19,9 +19,10 @@ use super::prompt::Prompt;
 use crate::buffer::{ReadWhole, Unread};
 use crate::error::common::BoxError;
 use crate::route::error::{InvalidReason, InvalidRoute};
+use crate::route::header::Traits;
 use crate::route::header::{MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER};
 use crate::route::model::ModelId;
-use crate::route::view::{RouteInfo, Traits};
+use crate::route::view::RouteInfo;
 
 /// Finds a request's model ID where inference APIs carry it, stores a
 /// [`RouteInfo`] in the request's extensions for the balancer behind, and

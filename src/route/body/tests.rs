@@ -43,6 +43,20 @@ fn classifies_bad_bodies() {
             },
         ),
         (r#"["model","m"]"#, InvalidReason::NotJson),
+        // Not an object, and cut short or malformed: said as such.
+        ("[1,2", InvalidReason::TruncatedJson),
+        (r#"["model","#, InvalidReason::TruncatedJson),
+        ("[", InvalidReason::TruncatedJson),
+        (
+            "[1,2,]",
+            InvalidReason::MalformedJson { line: 1, column: 6 },
+        ),
+        (
+            "[1,2] x",
+            InvalidReason::MalformedJson { line: 1, column: 7 },
+        ),
+        ("[1,2]", InvalidReason::NotJson),
+        ("42", InvalidReason::NotJson),
         (r#""m""#, InvalidReason::NotJson),
         ("null", InvalidReason::NotJson),
         ("{}", InvalidReason::Missing),
@@ -72,6 +86,9 @@ fn deep_nesting_is_skipped_without_overflow() {
     );
     let json = format!(r#"{{"x":{deep},"model":{deep}}}"#);
     assert_eq!(reason(&json), InvalidReason::Unrecognized);
+    // Not an object, cut short: skimmed whole without overflow.
+    assert_eq!(reason(&"[".repeat(100_000)), InvalidReason::TruncatedJson);
+    assert_eq!(reason(&deep), InvalidReason::NotJson);
     let unclosed = format!(r#"{{"model":"m","x":{}}}"#, "[".repeat(100_000));
     // A hundred thousand arrays opened, closed by a `}`: a syntax error.
     assert!(
