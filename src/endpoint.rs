@@ -62,7 +62,9 @@ use crate::error::common::InvalidConfig;
 /// [module docs](self).
 ///
 /// It neither sheds nor applies backpressure of its own: `poll_ready` is the
-/// inner service's.
+/// inner service's, and `call` forwards whether or not it was polled
+/// ready: the inner service's contract applies (the crate's
+/// [readiness contract](crate#readiness)).
 #[derive(Debug, Clone)]
 pub struct SetOrigin<S> {
     inner: S,
