@@ -9,7 +9,6 @@ use crate::breaker as support;
 use std::time::Duration;
 
 use tokio_test::assert_ready_ok;
-use tower::Service;
 use tower_model_balance::breaker::{Breaker, BreakerState, CircuitBreaker, WhenOpen};
 use tower_model_balance::classify::{Outcome, ServerErrorsAsFailures};
 use tower_model_balance::error::{BoxError, NotReady};
