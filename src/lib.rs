@@ -82,7 +82,8 @@
 //! by hand must too. A caller that breaks it gets, from every layer, the
 //! same answer — never a panic (tower's `ConcurrencyLimit`, `RateLimit`
 //! and `Buffer` panic), never a request sent to a service that may not be
-//! ready, never a silently dropped one:
+//! ready, never a silently dropped one — as long as the service the call
+//! reaches first, through the pass-throughs, is one of the crate's:
 //!
 //! * **The layers with state of their own** — the circuit breaker
 //!   (`breaker::CircuitBreaker`), the balancer (`balance::ModelBalancer`)
@@ -99,17 +100,18 @@
 //!   the value it was cloned from.
 //! * **The pass-throughs** — `route::ModelFromBody`,
 //!   `hedge::BufferRequestBody`, `hedge::FirstFrame`,
-//!   `endpoint::SetOrigin` and `balance::Backend` — keep no readiness,
+//!   `endpoint::SetOrigin` and `backend::Backend` — keep no readiness,
 //!   permit or count of their own: as tower's `MapRequest`, `Timeout` and
 //!   `Retry` do, their `poll_ready` is the inner service's and `call`
 //!   forwards (`ModelFromBody` and `BufferRequestBody` once the body is
 //!   read, to the very value `poll_ready` drove ready). The inner
 //!   service's contract applies: over any layer of the list above,
-//!   `NotReady`.
+//!   `NotReady`; over a service of another crate, that service's own
+//!   answer (tower's `Buffer` panics, hyper-util's client serves).
 //!
-//! The balancer is always ready (it sheds in `call`), so
-//! its `poll_ready` costs a flag; the pick API
-//! (`ModelBalancer::pick`) is no `Service` and takes no readiness.
+//! The balancer is always ready (it sheds in `call`), so its `poll_ready`
+//! costs a flag; the pick API (`ModelBalancer::pick`) is no `Service` and
+//! takes no readiness.
 //!
 //! [Tower]: https://docs.rs/tower
 #![deny(
