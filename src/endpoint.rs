@@ -73,7 +73,9 @@ pub use self::reqwest_client::ReqwestEndpoint;
 /// [module docs](self).
 ///
 /// It neither sheds nor applies backpressure of its own: `poll_ready` is the
-/// inner service's.
+/// inner service's, and `call` forwards whether or not it was polled
+/// ready: the inner service's contract applies (the crate's
+/// [readiness contract](crate#readiness)).
 #[derive(Debug, Clone)]
 pub struct SetOrigin<S> {
     inner: S,

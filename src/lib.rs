@@ -74,6 +74,46 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Readiness
+//!
+//! Every `Service` of this crate takes tower's contract: `call` only after
+//! a `poll_ready` on the same value returned `Ready(Ok(()))`, one `call`
+//! for each such `poll_ready`. `ServiceExt::ready`, `oneshot`, `call_all`
+//! and the servers (hyper, axum, tonic) keep it; code that calls `call`
+//! by hand must too. A caller that breaks it gets, from every layer, the
+//! same answer — never a panic (tower's `ConcurrencyLimit`, `RateLimit`
+//! and `Buffer` panic), never a request sent to a service that may not be
+//! ready, never a silently dropped one — as long as the service the call
+//! reaches first, through the pass-throughs, is one of the crate's:
+//!
+//! * **The layers with state of their own** — the circuit breaker
+//!   (`breaker::CircuitBreaker`), the balancer (`balance::ModelBalancer`)
+//!   and the hedge (`hedge::Hedge`) — answer a `call` made without a
+//!   preceding ready `poll_ready` with a response future that resolves at
+//!   once to [`error::NotReady`]. The inner service or endpoint is not
+//!   called, and nothing is taken or counted: no breaker permit or
+//!   reservation, no in-flight request, no hedge budget, nothing in the
+//!   breaker's, balancer's or hedge's stats.
+//! * **Readiness is consumed by `call`**, whatever the call's outcome: the
+//!   next `call` needs a new `poll_ready` (as tower's `LoadShed`).
+//!   Between them a ready service stays ready.
+//! * **Readiness is not cloned**: a clone starts not ready, however ready
+//!   the value it was cloned from.
+//! * **The pass-throughs** — `route::ModelFromBody`,
+//!   `hedge::BufferRequestBody`, `hedge::FirstFrame`,
+//!   `endpoint::SetOrigin` and `backend::Backend` — keep no readiness,
+//!   permit or count of their own: as tower's `MapRequest`, `Timeout` and
+//!   `Retry` do, their `poll_ready` is the inner service's and `call`
+//!   forwards (`ModelFromBody` and `BufferRequestBody` once the body is
+//!   read, to the very value `poll_ready` drove ready). The inner
+//!   service's contract applies: over any layer of the list above,
+//!   `NotReady`; over a service of another crate, that service's own
+//!   answer (tower's `Buffer` panics, hyper-util's client serves).
+//!
+//! The balancer is always ready (it sheds in `call`), so its `poll_ready`
+//! costs a flag; the pick API (`ModelBalancer::pick`) is no `Service` and
+//! takes no readiness.
+//!
 //! [Tower]: https://docs.rs/tower
 #![deny(
     missing_docs,

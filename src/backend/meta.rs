@@ -185,7 +185,9 @@ impl<E> Backend<E> {
 }
 
 /// A backend is a service too: it forwards to its endpoint, so sources such
-/// as `tower::discover::ServiceList` accept it.
+/// as `tower::discover::ServiceList` accept it. It keeps no readiness of
+/// its own: the endpoint's contract applies (the crate's
+/// [readiness contract](crate#readiness)).
 impl<E, Req> tower_service::Service<Req> for Backend<E>
 where
     E: tower_service::Service<Req>,

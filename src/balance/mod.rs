@@ -110,7 +110,9 @@
 //! if the clone is ready (hyper-util's client always is), else from the
 //! response future once it is, the clone and the request then waiting in
 //! one heap cell. Endpoints are therefore `Clone`, as hyper-util's client
-//! and tonic's `Channel` are.
+//! and tonic's `Channel` are. A `call` not preceded by that `poll_ready`
+//! fails with [`NotReady`](crate::error::NotReady), routing and counting
+//! nothing (the crate's [readiness contract](crate#readiness)).
 //!
 //! The estimates are fed by **samples** of each clone's requests. One
 //! request in 4 (and a clone's first) counts in its model's share of

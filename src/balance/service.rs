@@ -1,6 +1,7 @@
 //! [`ModelBalancer`]: the balancer as a `Service` — always ready; `call`
-//! decides through [`choose`](crate::balance::choose) and drives a clone of
-//! the chosen endpoint — with its constructors and the pick API.
+//! (after that `poll_ready`, else [`NotReady`]) decides through
+//! [`choose`](crate::balance::choose) and drives a clone of the chosen
+//! endpoint — with its constructors and the pick API.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -26,7 +27,7 @@ use crate::balance::state::shared::{Shared, View};
 use crate::balance::tasks::discovery::{self, Drained, Registry};
 use crate::balance::tasks::{self, health};
 use crate::classify::{AtEndOfBody, AtResponse};
-use crate::error::{BoxError, InvalidRoute, NoRuntime};
+use crate::error::{BoxError, InvalidRoute, NoRuntime, NotReady};
 use crate::route::{Routable, RouteInfo, RouteView};
 
 /// The model-aware balancer; see the [module docs](super).
@@ -52,6 +53,10 @@ use crate::route::{Routable, RouteInfo, RouteView};
 /// background tasks share; an endpoint that is `Send` but not `Sync` (a
 /// `BoxCloneService`) fits behind tower's `Buffer` or as a
 /// `BoxCloneSyncService`.
+///
+/// `poll_ready` is always ready; a `call` without it fails with
+/// [`NotReady`], routing nothing and counting nothing (the crate's
+/// [readiness contract](crate#readiness)).
 #[derive(Debug)]
 pub struct ModelBalancer<E, R = HasherRng, K = AtEndOfBody> {
     shared: Arc<Shared<E>>,
@@ -59,6 +64,8 @@ pub struct ModelBalancer<E, R = HasherRng, K = AtEndOfBody> {
     rng: R,
     salt: u64,
     finish: K,
+    /// `poll_ready` returned `Ready` since the last `call`.
+    ready: bool,
 }
 
 impl<E> ModelBalancer<E>
@@ -129,6 +136,7 @@ where
             rng,
             salt: 0,
             finish: AtEndOfBody,
+            ready: false,
         })
     }
 }
@@ -150,6 +158,7 @@ impl<E, R, K> ModelBalancer<E, R, K> {
             rng: self.rng,
             salt: self.salt,
             finish: AtResponse::new(classifier),
+            ready: self.ready,
         }
     }
 }
@@ -238,7 +247,8 @@ impl<E, R, K> ModelBalancer<E, R, K> {
 }
 
 impl<E, R: Clone, K: Clone> Clone for ModelBalancer<E, R, K> {
-    /// Shares the routing state; the clone gets its own random stream.
+    /// Shares the routing state; the clone gets its own random stream and
+    /// has not been polled ready.
     fn clone(&self) -> Self {
         let n = self.shared.clones.fetch_add(1, Ordering::Relaxed) + 1;
         Self {
@@ -247,6 +257,7 @@ impl<E, R: Clone, K: Clone> Clone for ModelBalancer<E, R, K> {
             rng: self.rng.clone(),
             salt: mix(n),
             finish: self.finish.clone(),
+            ready: false,
         }
     }
 }
@@ -265,11 +276,16 @@ where
 
     /// Always ready: the balancer sheds in `call` rather than reserving.
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.ready = true;
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
         let finish = self.finish.clone();
+        if !std::mem::take(&mut self.ready) {
+            // Called without `poll_ready`: nothing routed, nothing counted.
+            return ResponseFuture::failed(not_ready(), finish);
+        }
         let route: RouteView<'_> = match req.route() {
             Ok(route) => route,
             Err(error) => return ResponseFuture::failed(self.invalid(error), finish),
@@ -308,6 +324,14 @@ impl<E, R: Rng, K> ModelBalancer<E, R, K> {
             }
         }
     }
+}
+
+/// The error of a call made without `poll_ready` (out of line, as
+/// `invalid` below).
+#[cold]
+#[inline(never)]
+fn not_ready() -> BoxError {
+    NotReady.into()
 }
 
 impl<E, R, K> ModelBalancer<E, R, K> {

@@ -61,7 +61,9 @@
 //!   fails at once with [`BreakerOpen`], whose `retry_after` says when a
 //!   probe may go. While closed or half-open, `poll_ready` drives the inner
 //!   service to ready first, and `call` never forwards to an inner service
-//!   it has not driven to ready.
+//!   it has not driven to ready: a `call` without a ready `poll_ready`
+//!   fails with [`NotReady`](crate::error::NotReady), in either mode (the
+//!   crate's [readiness contract](crate#readiness)).
 //! * [`WhenOpen::Backpressure`] (under a balancer) **pushes back**:
 //!   `poll_ready` drives the inner service to ready (returning its errors),
 //!   then is `Pending` until the breaker admits. It wakes itself without

@@ -34,7 +34,9 @@ use crate::error::{BoxError, BreakerOpen};
 /// | returns | `http::Response<ResponseBody<B, C::Eos>>` | `T`, unchanged |
 ///
 /// `call` without a `poll_ready` that returned `Ready` fails with
-/// [`NotReady`](crate::error::NotReady) and never calls the inner service.
+/// [`NotReady`](crate::error::NotReady): the inner service is not called,
+/// no permit is taken, nothing is recorded (the crate's
+/// [readiness contract](crate#readiness)).
 #[derive(Debug)]
 pub struct CircuitBreaker<S, C, K = AtEndOfBody> {
     inner: S,

@@ -72,10 +72,12 @@ impl fmt::Display for BreakerOpen {
 impl std::error::Error for BreakerOpen {}
 
 /// A service was called without a `poll_ready` that returned `Ready` since
-/// its last `call`, against tower's `Service` contract. The circuit
-/// breaker returns it (never calling its inner service, counting nothing)
+/// its last `call` (or since it was cloned), against tower's `Service`
+/// contract. The circuit breaker, the balancer and the hedge return it
+/// (never calling their inner service, taking and counting nothing)
 /// rather than panic, as tower's `Buffer` does, or forward to a service
-/// that may not be ready: drive it with `ServiceExt::ready` or `oneshot`.
+/// that may not be ready: drive them with `ServiceExt::ready` or
+/// `oneshot`. See the crate's [readiness contract](crate#readiness).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct NotReady;

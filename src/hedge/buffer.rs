@@ -141,7 +141,9 @@ impl<S> Layer<S> for BufferRequestBodyLayer {
 /// sheds nothing. As tower's middleware with a step before the call does,
 /// `call` takes the inner service that was made ready into the response
 /// future, which calls it once the body is read, and leaves a clone in its
-/// place for the next `poll_ready`.
+/// place for the next `poll_ready`. It keeps no readiness of its own: a
+/// `call` without `poll_ready` is forwarded, and the inner service's
+/// contract applies (the crate's [readiness contract](crate#readiness)).
 #[derive(Debug, Clone)]
 pub struct BufferRequestBody<S> {
     inner: S,

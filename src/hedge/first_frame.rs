@@ -97,6 +97,10 @@ impl<S> Layer<S> for FirstFrameLayer {
 /// | inner service `S` | `Service<Req, Response = http::Response<B>>`, `B: http_body::Body + Unpin` (hyper's `Incoming` and the balancer's `ResponseBody` over it are; box another) |
 /// | errors | `S::Error` and `B::Error`: `Into<BoxError>`; returns `BoxError` |
 /// | returns | `http::Response<Replay<B>>` |
+///
+/// `poll_ready` is the inner service's and `call` forwards: it keeps no
+/// readiness of its own, and the inner service's contract applies (the
+/// crate's [readiness contract](crate#readiness)).
 #[derive(Debug, Clone)]
 pub struct FirstFrame<S> {
     inner: S,

@@ -15,30 +15,19 @@ use tower_service::Service;
 
 use super::delay::Place;
 use super::refusal::no_alternative;
-use super::request::CloneRequest;
+use super::request::{Backup, CloneRequest};
 use super::shared::{Counters, Shared};
 use super::verdict::{verdict, worth_a_backup, Verdict};
 use crate::backend::{Exclude, PickedSlot};
 use crate::classify::Classify;
-use crate::error::BoxError;
-
-/// A backup not yet sent: the inner service's clone (not yet polled
-/// ready), the request's copy, the first attempt's slot, when to send.
-pub(crate) struct Backup<S, Req> {
-    pub(crate) service: S,
-    pub(crate) request: Req,
-    pub(crate) slot: Option<PickedSlot>,
-    pub(crate) deadline: Instant,
-    /// The first attempt failed before the backup went: the backup is a
-    /// retry, and avoids that backend whenever another is eligible
-    /// ([`Exclude::strict`]).
-    pub(crate) after_failure: bool,
-}
+use crate::error::{BoxError, NotReady};
 
 pin_project! {
     #[project = AttemptProj]
     enum Attempt<F> {
         Running { #[pin] future: F, sent: Instant },
+        // Called before `poll_ready`: never sent; fails with `NotReady`.
+        Unready,
         Done,
     }
 }
@@ -76,7 +65,8 @@ pin_project! {
     /// the backup at once, as a retry on another backend, when the load
     /// gate and the budget allow (gRPC's hedging, gRFC A6), else is
     /// returned at once; an overload never sends it, and is returned at
-    /// once. Dropping it drops every attempt.
+    /// once. Dropping it drops every attempt. Called without `poll_ready`,
+    /// it resolves to [`NotReady`], nothing sent.
     pub struct ResponseFuture<S, Req, C>
     where
         S: Service<Req>,
@@ -137,6 +127,18 @@ where
             classify,
         }
     }
+
+    /// A call made without `poll_ready`: fails with [`NotReady`].
+    pub(crate) fn not_ready(shared: Arc<Shared>, classify: C) -> Self {
+        let (first, second, place) = (Attempt::Unready, Second::Done, None);
+        Self {
+            first,
+            second,
+            shared,
+            place,
+            classify,
+        }
+    }
 }
 
 impl<S, Req, C> fmt::Debug for ResponseFuture<S, Req, C>
@@ -189,6 +191,10 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        if let AttemptProj::Unready = this.first.as_mut().project() {
+            this.first.set(Attempt::Done);
+            return Poll::Ready(Err(NotReady.into()));
+        }
         // The first attempt, polled once per call.
         if let Some((result, sent)) = poll_attempt(this.first.as_mut(), cx) {
             if let Some(result) = this.first_done(result, sent) {

@@ -118,7 +118,10 @@
 //!
 //! # Backpressure and cost
 //!
-//! The layer adds no backpressure: `poll_ready` is the inner service's.
+//! The layer adds no backpressure: `poll_ready` is the inner service's. A
+//! `call` not preceded by a ready `poll_ready` fails with
+//! [`NotReady`](crate::error::NotReady), sending nothing and drawing on
+//! no budget (the crate's [readiness contract](crate#readiness)).
 //! It reserves nothing for the backup: the backup's clone of the inner
 //! service is polled ready only once the delay has passed and the gate and
 //! budget allow it. A request that does not hedge costs the request's

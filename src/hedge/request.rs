@@ -1,7 +1,9 @@
-//! Requests the hedge can send twice.
+//! Requests the hedge can send twice, and a backup waiting to be sent.
 
 use http::{Extensions, HeaderMap};
+use tokio::time::Instant;
 
+use crate::backend::PickedSlot;
 use crate::route::{Route, RouteInfo};
 
 /// A request that can be copied for a backup attempt.
@@ -80,4 +82,17 @@ impl<B: Clone> CloneRequest for http::Request<B> {
     fn headers(&self) -> Option<&HeaderMap> {
         Some(http::Request::headers(self))
     }
+}
+
+/// A backup not yet sent: the inner service's clone (not yet polled
+/// ready), the request's copy, the first attempt's slot, when to send.
+pub(crate) struct Backup<S, Req> {
+    pub(crate) service: S,
+    pub(crate) request: Req,
+    pub(crate) slot: Option<PickedSlot>,
+    pub(crate) deadline: Instant,
+    /// The first attempt failed before the backup went: the backup is a
+    /// retry, and avoids that backend whenever another is eligible
+    /// ([`Exclude::strict`](crate::backend::Exclude::strict)).
+    pub(crate) after_failure: bool,
 }

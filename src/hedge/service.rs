@@ -2,14 +2,14 @@
 //! the model's delay when the budget and the load gate allow.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use tokio::time::Instant;
 use tower_service::Service;
 
 use super::delay::Place;
-use super::future::{Backup, ResponseFuture};
-use super::request::CloneRequest;
+use super::future::ResponseFuture;
+use super::request::{Backup, CloneRequest};
 use super::shared::{Counters, HedgeHandle, Shared, Unplanned};
 use crate::backend::PickedSlot;
 use crate::classify::{Classify, ServerErrorsAsFailures};
@@ -21,7 +21,11 @@ use crate::route::RequestKind;
 ///
 /// Readiness is the inner service's (this middleware applies the inner
 /// service's backpressure and adds none); the backup's clone of the inner
-/// service is polled ready only when the backup is sent.
+/// service is polled ready only when the backup is sent. A `call` without
+/// a `poll_ready` that returned `Ready` fails with
+/// [`NotReady`](crate::error::NotReady): nothing sent, no budget taken,
+/// nothing counted in [`HedgeStats`](super::HedgeStats) (the crate's
+/// [readiness contract](crate#readiness)).
 ///
 /// # Requirements
 ///
@@ -39,16 +43,20 @@ pub struct Hedge<S, C = ServerErrorsAsFailures> {
     classify: C,
     /// The last request's slot, reused once its request is done.
     slot: Option<PickedSlot>,
+    /// The inner service returned `Ready` since the last `call`.
+    ready: bool,
 }
 
 impl<S: Clone, C: Clone> Clone for Hedge<S, C> {
-    /// Shares the delays, budget and counters; the clone has no slot yet.
+    /// Shares the delays, budget and counters; the clone has no slot yet
+    /// and has not been polled ready.
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             shared: self.shared.clone(),
             classify: self.classify.clone(),
             slot: None,
+            ready: false,
         }
     }
 }
@@ -60,6 +68,7 @@ impl<S, C> Hedge<S, C> {
             shared,
             classify,
             slot: None,
+            ready: false,
         }
     }
 
@@ -107,10 +116,20 @@ where
     type Future = ResponseFuture<S, Req, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        if self.ready {
+            // Ready stays ready until `call`.
+            return Poll::Ready(Ok(()));
+        }
+        ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
+        self.ready = true;
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, mut req: Req) -> Self::Future {
+        if !std::mem::take(&mut self.ready) {
+            // Called without `poll_ready`: nothing sent, nothing counted.
+            return ResponseFuture::not_ready(self.shared.clone(), self.classify.clone());
+        }
         let now = Instant::now();
         let shared = &self.shared;
         Counters::add(&shared.counters.requests);

@@ -1,7 +1,7 @@
 //! The balancer: admission, affinity and agreement on owners, gRPC,
-//! races, the Service and the pick API, chaos, hash flooding, loopback
-//! fleets, prefix affinity, pair breakers, starvation, placement, and what
-//! it learns from answers.
+//! races, the Service and the pick API, a call made before readiness,
+//! chaos, hash flooding, loopback fleets, prefix affinity, pair breakers,
+//! starvation, placement, and what it learns from answers.
 
 mod admit;
 mod admit_pick;
@@ -11,6 +11,7 @@ mod chaos;
 mod grpc;
 mod hash_flood;
 mod loopback;
+mod not_ready;
 mod pick;
 mod pick_urgency;
 mod placement;

@@ -365,6 +365,7 @@ async fn a_busy_endpoint_gets_the_request_once_it_is_ready() {
 
     let (mut balancer, mut handle) = one_mock_backend(BalanceConfig::default());
     handle.allow(0);
+    balancer.ready().await.unwrap();
     let mut response = tokio_test::task::spawn(balancer.call(infer("llama")));
     assert_pending!(response.poll());
     assert_eq!(balancer.handle().in_flight(), 1, "picked and waiting");
@@ -390,6 +391,7 @@ async fn a_busy_endpoint_gets_the_request_once_it_is_ready() {
     // A request dropped while it waits for its endpoint is cancelled: it
     // leaves the in-flight count and never reaches the endpoint.
     handle.allow(0);
+    balancer.ready().await.unwrap();
     let mut waiting = tokio_test::task::spawn(balancer.call(infer("llama")));
     assert_pending!(waiting.poll());
     assert_eq!(balancer.handle().in_flight(), 1);
@@ -398,6 +400,7 @@ async fn a_busy_endpoint_gets_the_request_once_it_is_ready() {
 
     // Ready at once: called in `call`, before the future is polled.
     handle.allow(1);
+    balancer.ready().await.unwrap();
     let response = balancer.call(infer("llama"));
     let (_, send) = futures_util::FutureExt::now_or_never(handle.next_request())
         .flatten()
@@ -414,7 +417,7 @@ async fn an_endpoint_failing_readiness_fails_the_request_and_counts_as_a_failure
     let (mut balancer, mut handle) = one_mock_backend(trips_after_3_of_4());
     for round in 0..3 {
         handle.send_error(format!("connection refused {round}"));
-        let error = expect_err(balancer.call(infer("llama")).await);
+        let error = expect_err(balancer.ready().await.unwrap().call(infer("llama")).await);
         assert_eq!(error.to_string(), format!("connection refused {round}"));
         assert_eq!(balancer.handle().in_flight(), 0);
     }

@@ -1,11 +1,13 @@
 //! The circuit breaker: the layer over mock services on a paused clock,
 //! backpressure, classification, the handle and the lock-free record path,
-//! and races between permits on many threads.
+//! a call made before readiness, and races between permits on many
+//! threads.
 
 mod backpressure;
 mod classify;
 mod handle;
 mod layer;
+mod not_ready;
 mod race;
 
 // Support shared by the modules above, each file once (the support

@@ -1,11 +1,13 @@
 //! The hedge: the layer over mock and loopback services, beside the
 //! balancer, the documented recipes (axum, tonic), retries from the same
-//! budget, first frames, and the superseded first attempt.
+//! budget, first frames, the superseded first attempt, and a call made
+//! before readiness.
 
 mod balance;
 mod first_frame;
 mod layer;
 mod loopback;
+mod not_ready;
 mod recipe;
 mod retry;
 mod supersede;

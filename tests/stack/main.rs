@@ -1,6 +1,7 @@
 //! The crate as a user composes it: a first call, the builder, endpoints,
-//! a service that is not HTTP (and one routed from a borrowed `&str`), reqwest and tonic clients, tracing, and the
-//! figures through the metrics facade.
+//! a service that is not HTTP (and one routed from a borrowed `&str`), a
+//! call made before readiness through the pass-throughs, reqwest and tonic
+//! clients, tracing, and the figures through the metrics facade.
 
 mod adoption;
 mod builder;
@@ -8,6 +9,7 @@ mod endpoints;
 mod metrics;
 mod metrics_stream;
 mod non_http;
+mod not_ready;
 mod reqwest_client;
 mod routable;
 mod tonic_client;

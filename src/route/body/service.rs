@@ -96,7 +96,10 @@ use crate::route::view::RouteInfo;
 ///
 /// `poll_ready` is the inner service's. The response future is boxed (a
 /// body being buffered is allocated anyway); while it buffers, it holds the
-/// inner service that was made ready, and a clone takes its place.
+/// inner service that was made ready, and a clone takes its place. It
+/// keeps no readiness of its own: a `call` without `poll_ready` is
+/// forwarded, and the inner service's contract applies (the crate's
+/// [readiness contract](crate#readiness)).
 #[derive(Debug, Clone)]
 pub struct ModelFromBody<S> {
     pub(super) inner: S,
