@@ -112,7 +112,9 @@
 //!
 //! The balancer is always ready (it sheds in `call`), so its `poll_ready`
 //! costs a flag; the pick API (`ModelBalancer::pick`) is no `Service` and
-//! takes no readiness.
+//! takes no readiness. The endpoint `endpoint::ReqwestEndpoint` (feature
+//! `reqwest`) is `reqwest::Client`'s readiness: always ready, it serves a
+//! call made without `poll_ready`, as reqwest's own client does.
 //!
 //! [Tower]: https://docs.rs/tower
 #![deny(
