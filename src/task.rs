@@ -41,6 +41,10 @@ pub struct BackgroundTask {
 
 impl BackgroundTask {
     /// Holds `task`, aborting it when dropped.
+    #[cfg_attr(
+        not(any(feature = "balance", feature = "probe", feature = "metrics")),
+        allow(dead_code)
+    )]
     pub(crate) fn new(task: JoinHandle<()>) -> Self {
         Self { task }
     }

@@ -80,6 +80,7 @@ impl Default for BreakerConfig {
 
 impl BreakerConfig {
     /// The sliding window.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn window(&self) -> SlidingWindow {
         self.window
     }
@@ -113,6 +114,7 @@ impl BreakerConfig {
     }
 
     /// Consecutive failures that trip the breaker at once, if set.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn consecutive_failures(&self) -> Option<u32> {
         self.consecutive_failures
     }
@@ -133,17 +135,20 @@ impl BreakerConfig {
     }
 
     /// Base of the open duration's exponential backoff.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn open_duration(&self) -> Duration {
         self.open_duration
     }
 
     /// Ceiling of the open duration's exponential backoff.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn max_open_duration(&self) -> Duration {
         self.max_open_duration
     }
 
     /// Whether open durations are drawn with equal jitter, in
     /// `[ceiling / 2, ceiling]`.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn jitter(&self) -> bool {
         self.jitter
     }

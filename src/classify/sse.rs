@@ -108,6 +108,7 @@ impl SseScan {
     /// Whether the stream failed: an error event, or (at its end) no
     /// `data: [DONE]` before it. A line not ended by a newline when the
     /// body ends is judged first.
+    #[cfg_attr(not(feature = "breaker"), allow(dead_code))]
     pub(crate) fn failed_at_end(&mut self) -> bool {
         if self.len > 0 {
             self.end_of_line();
@@ -122,6 +123,7 @@ impl SseScan {
     }
 
     /// Whether `data: [DONE]` was read.
+    #[cfg_attr(not(feature = "hedge"), allow(dead_code))]
     pub(crate) fn is_done(&self) -> bool {
         self.done
     }

@@ -36,6 +36,7 @@ pub enum StreamFailure {
 
 impl StreamFailed {
     /// Creates the error, with the body's error if there was one.
+    #[cfg_attr(not(feature = "hedge"), allow(dead_code))]
     pub(crate) fn new(reason: StreamFailure, source: Option<BoxError>) -> Self {
         Self { reason, source }
     }

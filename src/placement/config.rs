@@ -51,6 +51,7 @@ impl Default for PlacementConfig {
     }
 }
 
+#[cfg_attr(not(feature = "config"), allow(dead_code))]
 impl PlacementConfig {
     /// A builder starting from the defaults.
     pub fn builder() -> PlacementConfigBuilder {

@@ -30,11 +30,13 @@ impl Default for RingConfig {
 
 impl RingConfig {
     /// Seed of the xxh3 hash of point positions.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn seed(&self) -> u64 {
         self.seed
     }
 
     /// Virtual nodes per unit of backend weight.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn vnodes_per_weight(&self) -> u32 {
         self.vnodes_per_weight
     }
@@ -123,6 +125,7 @@ impl Ring {
     ///
     /// [`InvalidConfig`] naming `backend_id` when an ID appears twice,
     /// `points` when the ring would hold more than [`MAX_POINTS`] points.
+    #[cfg_attr(not(feature = "balance"), allow(dead_code))]
     pub(crate) fn build_with_points<I>(
         config: &RingConfig,
         members: I,

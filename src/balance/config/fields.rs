@@ -194,6 +194,8 @@ impl Default for BalanceConfig {
     }
 }
 
+// Read by the balancer, and all of them by `config`'s `to_toml`.
+#[cfg_attr(not(feature = "config"), allow(dead_code))]
 impl BalanceConfig {
     /// The most owners a model gets (`k`).
     pub(crate) fn owners(&self) -> usize {
@@ -303,6 +305,7 @@ impl Default for StagingConfig {
     }
 }
 
+#[cfg_attr(not(feature = "config"), allow(dead_code))]
 impl StagingConfig {
     /// Steps changing at most `max_share` of the ring's points each
     /// (above 0.0, up to 1.0; 1.0 lands every change at once), `cooldown`

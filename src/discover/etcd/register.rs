@@ -144,6 +144,7 @@ struct Inner {
     /// One client per endpoint, tried in turn (see [`Inner::call`]).
     clients: Vec<Client>,
     /// The metadata as registered (its ID and addresses never change).
+    #[cfg_attr(not(feature = "probe"), allow(dead_code))]
     registered: BackendMeta,
     state: Mutex<State>,
     keeper: StdMutex<Option<JoinHandle<()>>>,

@@ -67,6 +67,7 @@ impl Default for HealthConfig {
     }
 }
 
+#[cfg_attr(not(feature = "config"), allow(dead_code))]
 impl HealthConfig {
     /// The latency, capacity and connection weights, normalized to sum 1.
     pub(crate) fn weights(&self) -> [f64; 3] {

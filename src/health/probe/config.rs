@@ -53,6 +53,7 @@ impl Default for ProbeConfig {
     }
 }
 
+#[cfg_attr(not(feature = "config"), allow(dead_code))]
 impl ProbeConfig {
     /// A builder starting from the defaults.
     pub fn builder() -> ProbeConfigBuilder {
