@@ -11,7 +11,7 @@
 //!   fleet workload's 128 models fit even N = 8 (8 × 16 slots). Residency
 //!   is learned from the requests routed (criterion's warm-up loads every
 //!   model once), so nearly every pick is warm — an owner with the model
-//!   resident — as in `examples/fleet`'s default scenario;
+//!   resident — as in the fleet example's default scenario;
 //! * `model_balancer_cold/N`: the cold path, reported beside it without a
 //!   target: default config and default model slots (4) under the wide
 //!   workload of 1000 models, so most picks at small N find the model
@@ -31,7 +31,7 @@
 //!   1.2 (the key's cost; `÷ model_balancer/N` is shown too);
 //! * `tower_p2c_buffer/N`: tower's `balance::p2c::Balance` over `PeakEwma`
 //!   endpoints behind `buffer::Buffer`. `Balance` is not `Clone`, so this is
-//!   what users do to share it (as `examples/fleet` does, with the same
+//!   what users do to share it (as the fleet example does, with the same
 //!   PeakEwma parameters and bound);
 //! * `tower_p2c/N`: the same `Balance` owned by the caller, no `Buffer`: the
 //!   bare cost of tower's pick, which only a single owner gets;

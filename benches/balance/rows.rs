@@ -44,7 +44,7 @@ pub fn warm_share(stats: BalanceStats) -> Option<f64> {
     (picks > 0).then(|| stats.resident_owner as f64 / picks as f64)
 }
 
-/// `tower_p2c/N`: tower's P2C over PeakEwma, as `examples/fleet` builds it.
+/// `tower_p2c/N`: tower's P2C over PeakEwma, as the fleet example builds it.
 pub fn tower_p2c(n: usize) -> P2c {
     Balance::new(PeakEwmaDiscover::new(
         ServiceList::new(vec![Ready; n]),

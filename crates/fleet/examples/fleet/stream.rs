@@ -20,10 +20,10 @@ use http_body_util::{BodyExt, Full};
 use serde::Serialize;
 use tokio::time::Instant;
 use tower::BoxError;
+use tower_model_balance_fleet::workload::{self, Planned};
 use tower_model_balance_sim::{protocol, InferenceTimes, ServerConfig};
 
 use crate::report::{Figures, Record};
-use crate::workload::{self, Planned};
 
 /// Tokens asked of each streamed request (`max_tokens`).
 pub const TOKENS: u32 = 8;

@@ -38,13 +38,10 @@ mod drive;
 mod report;
 mod router;
 mod run;
-// The fleet example's seeded plan: its arrival rate helper and urgency
-// marks are not used here.
-#[allow(dead_code)]
-#[path = "../fleet/workload.rs"]
-mod workload;
 
 use std::process::ExitCode;
+
+use tower_model_balance_fleet::workload;
 
 use args::{Args, Stop};
 use router::{Kind, Programs};

@@ -2,8 +2,9 @@
 
 use std::fmt;
 
+use tower_model_balance_fleet::workload::DEFAULT_LOAD;
+
 use crate::strategies::{DEFAULT, NAMES, OVERLOAD};
-use crate::workload::DEFAULT_LOAD;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {

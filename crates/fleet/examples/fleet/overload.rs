@@ -21,10 +21,11 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use tower_model_balance_fleet::workload;
 use tower_model_balance_sim::{InferenceTimes, ServerConfig};
 
 use crate::report::Record;
-use crate::{workload, Args, Run};
+use crate::{Args, Run};
 
 /// The offered loads, as fractions of the fleet's warm capacity.
 pub const LOADS: [f64; 3] = [1.0, 1.5, 3.0];

@@ -7,23 +7,30 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tower_model_balance_sim::InferenceTimes;
 
+/// How many models the workload asks for (`model-00` … `model-31`).
 pub const MODELS: usize = 32;
+/// The exponent of the models' Zipf popularity.
 pub const ZIPF_EXPONENT: f64 = 1.1;
+/// The share of requests that are updates (not inference).
 pub const UPDATE_SHARE: f64 = 0.1;
 /// Offered load, as a fraction of the fleet's warm capacity, unless
 /// `--load` says otherwise.
 pub const DEFAULT_LOAD: f64 = 0.3;
 
+/// One planned request.
 #[derive(Debug, Clone)]
 pub struct Planned {
     /// Send time after the start of the run.
     pub at: Duration,
+    /// The model it names.
     pub model: String,
+    /// An update (P2C by load), not an inference request.
     pub update: bool,
     /// Sent with `x-urgency: critical`.
     pub critical: bool,
 }
 
+/// The name of the model of popularity `rank` (0 the most popular).
 pub fn model_name(rank: usize) -> String {
     format!("model-{rank:02}")
 }

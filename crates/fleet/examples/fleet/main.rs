@@ -67,7 +67,6 @@ mod prefix_workload;
 mod report;
 mod strategies;
 mod stream;
-mod workload;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -80,6 +79,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_model_balance::balance::BalanceConfig;
 use tower_model_balance::error::Overloaded;
+use tower_model_balance_fleet::workload;
 use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
 pub use args::{Args, Scenario, Stop};

@@ -13,9 +13,8 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tower_model_balance_fleet::workload::Planned;
 use tower_model_balance_sim::protocol;
-
-use crate::workload::Planned;
 
 /// The most a request may take, answer and body, before it counts as
 /// failed (the fleet example's deadline).
@@ -107,7 +106,7 @@ impl Target {
 /// unused: every request is an inference of normal urgency).
 pub fn plan(rate: f64, duration: Duration, seed: u64) -> Vec<Planned> {
     let requests = (rate * duration.as_secs_f64()).round().max(1.0) as usize;
-    crate::workload::plan(requests, rate, seed, 0.0)
+    tower_model_balance_fleet::workload::plan(requests, rate, seed, 0.0)
 }
 
 /// The chat completion for `planned`, the `i`th request: its prompt
