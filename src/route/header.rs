@@ -34,6 +34,7 @@ impl Traits {
     }
 
     /// The checks in a fixed order: kind, urgency, size.
+    #[inline]
     pub(super) fn from_found(found: &Found<'_>) -> Result<Self, InvalidRoute> {
         // A known word is ASCII text: matched on the bytes, with the text
         // checked only to tell a value that is not text from an unknown one.
@@ -93,6 +94,7 @@ pub(super) struct Found<'a> {
 }
 
 impl<'a> Found<'a> {
+    #[inline]
     pub(super) fn scan(headers: &'a HeaderMap) -> Self {
         let mut found = Found {
             values: [None; 4],
@@ -114,6 +116,7 @@ impl<'a> Found<'a> {
     /// The model ID and its hash when `x-model-id` is present once and
     /// holds a valid ID of visible ASCII; `None` for anything else (the
     /// full checks then name the header and the reason).
+    #[inline]
     pub(super) fn plain_model(&self) -> Option<(&'a str, u64)> {
         if self.duplicate[MODEL] {
             return None;

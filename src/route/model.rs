@@ -75,6 +75,7 @@ impl ModelId {
     /// The hash of `name`, read from a header, when it is a valid model ID
     /// of visible ASCII (the common case): one pass over the bytes, then the
     /// hash. `None` sends the caller to the full checks, which say why.
+    #[inline]
     pub(super) fn hash_visible(name: &[u8]) -> Option<u64> {
         let plain = !name.is_empty() && name.len() <= Self::MAX_LEN && is_graphic(name);
         plain.then(|| xxhash_rust::xxh3::xxh3_64(name))
@@ -126,6 +127,7 @@ impl std::str::FromStr for ModelId {
 
 /// Whether every byte of `bytes` is visible ASCII other than space
 /// (`!` ..= `~`, as [`u8::is_ascii_graphic`]), eight bytes at a time.
+#[inline]
 pub(super) fn is_graphic(bytes: &[u8]) -> bool {
     const LOW: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);

@@ -133,8 +133,8 @@ impl<'a> Route<'a> {
     /// As [`RouteInfo::from_headers`], borrowing. One pass over the
     /// headers (cheaper than four hashed lookups for the few headers a
     /// request carries), then the checks in a fixed order: model ID, kind,
-    /// urgency, size.
-    #[inline]
+    /// urgency, size. Out of line: the scan and the checks inline into it
+    /// here, in this crate, rather than each be a call from the caller's.
     pub(crate) fn from_headers(headers: &'a HeaderMap) -> Result<Self, InvalidRoute> {
         let found = Found::scan(headers);
         let (model, hash) = match found.plain_model() {

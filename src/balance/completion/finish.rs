@@ -128,6 +128,7 @@ fn not_found(guard: &Guard) {
 /// else a server restarted without its models, answering 404 to every
 /// probe, would keep its breaker half-open, reopening at each round's
 /// timeout, for as long as nobody loads them.
+#[inline]
 fn answered(guard: &Guard, status: StatusCode, verdict: Verdict) -> Verdict {
     match verdict {
         Classified::Ready(Outcome::Ignored)

@@ -91,6 +91,7 @@ impl Guard {
     /// `started`: the pick's time, for a request whose latency is timed;
     /// `model`: an inference request's model; `warmth`: whether the model
     /// was known served on the backend when it was picked.
+    #[inline]
     pub(crate) fn new(
         state: Arc<BackendState>,
         admission: Admission,
@@ -128,6 +129,7 @@ impl Guard {
     }
 
     /// The receipt, taken (into a response's extensions).
+    #[inline]
     pub(crate) fn take_receipt(&mut self) -> Option<RoutingReceipt> {
         self.receipt.take().map(|r| *r)
     }
@@ -141,6 +143,7 @@ impl Guard {
 
     /// The response arrived: a hedge can no longer supersede the request
     /// (and the hedging layer may reuse its slot).
+    #[inline]
     pub(crate) fn answered(&mut self) {
         self.slot = None;
         self.state.health.answered();
@@ -181,6 +184,7 @@ impl Guard {
     /// With placement on, counts the request in its model's requests in
     /// flight on the backend (a model with requests in flight is never
     /// unloaded to make room), and returns the placement.
+    #[inline]
     pub(crate) fn placement(&mut self) -> Option<Arc<Placement>> {
         let placement = self.state.fleet.placement.get()?;
         if let (Some(key), false) = (self.model(), self.counted) {
@@ -219,10 +223,15 @@ impl Guard {
 
     /// Learns residency from the response's headers, if the balancer is
     /// configured with a [`ResidencyHeader`].
+    #[inline]
     pub(crate) fn read_residency(&self, headers: &HeaderMap) {
-        let Some(header) = &self.state.fleet.settings.residency_header else {
-            return;
-        };
+        if let Some(header) = &self.state.fleet.settings.residency_header {
+            self.read_residency_header(header, headers);
+        }
+    }
+
+    /// [`Guard::read_residency`] with a header configured (out of line).
+    fn read_residency_header(&self, header: &ResidencyHeader, headers: &HeaderMap) {
         let residency = &self.state.residency;
         match header {
             ResidencyHeader::ResidentModels(name) => {
@@ -243,6 +252,7 @@ impl Guard {
     }
 
     /// What the response's outcome is read from.
+    #[inline]
     pub(crate) fn classifier(&self) -> &Classifier {
         &self.state.fleet.settings.classifier
     }

@@ -127,6 +127,7 @@ impl Demand {
     /// model without demand worth keeping warm.
     /// Always false while the table warms up (its first [`WARM_UP`]
     /// sampled requests), when every model is unseen.
+    #[inline]
     pub(crate) fn unseen(&self, key: u64) -> bool {
         self.total.load(Ordering::Relaxed) >= WARM_UP
             && self.buckets[key as usize % BUCKETS].load(Ordering::Relaxed) < UNSEEN_BELOW

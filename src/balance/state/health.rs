@@ -44,9 +44,13 @@ pub(crate) struct BackendHealth {
     pub(crate) failures: AtomicU64,
     /// Failed requests since it joined.
     pub(crate) failed: AtomicU64,
-    /// Answers since the last evaluation: response heads and outcomes of
-    /// any kind (a backend with requests in flight and none is silent).
-    pub(crate) answers: AtomicU64,
+    /// Whether any answer came since the last evaluation: a response head
+    /// or an outcome of any kind (a backend with requests in flight and
+    /// none is silent). A flag, not a count: the silence rule asks only
+    /// whether any came, and a flag set once costs the requests after the
+    /// first a load, where a count cost each a read-modify-write on a
+    /// line every core serving the backend writes.
+    pub(crate) answered: AtomicBool,
     /// Timed requests' latencies since the last evaluation (failures at
     /// the penalty).
     pub(crate) latencies: LatencyHistogram,
@@ -82,7 +86,7 @@ impl BackendHealth {
             ejections: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             failed: AtomicU64::new(0),
-            answers: AtomicU64::new(0),
+            answered: AtomicBool::new(false),
             latencies: LatencyHistogram::new(),
             inner: Mutex::new(Inner {
                 state,
@@ -112,9 +116,13 @@ impl BackendHealth {
         self.held.load(Ordering::Relaxed)
     }
 
-    /// Records a sign of life: a response head, or an outcome.
+    /// Records a sign of life: a response head, or an outcome. A store
+    /// only for the first since the last evaluation.
+    #[inline]
     pub(crate) fn answered(&self) {
-        self.answers.fetch_add(1, Ordering::Relaxed);
+        if !self.answered.load(Ordering::Relaxed) {
+            self.answered.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Records a finished request's `outcome` — a failure (or an

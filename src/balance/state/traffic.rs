@@ -43,11 +43,13 @@ pub(crate) struct Traffic(AtomicU64);
 
 impl Traffic {
     /// A request was picked here and is now in flight.
+    #[inline]
     pub(crate) fn start(&self) {
         self.0.fetch_add(START, Ordering::Relaxed);
     }
 
     /// A request picked here finished.
+    #[inline]
     pub(crate) fn end(&self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
@@ -80,11 +82,13 @@ pub(crate) struct FleetTraffic {
 
 impl FleetTraffic {
     /// A request was picked by `branch` and is now in flight.
+    #[inline]
     pub(crate) fn start(&self, branch: Branch) {
         self.picked[branch as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A picked request finished.
+    #[inline]
     pub(crate) fn end(&self) {
         self.finished.fetch_add(1, Ordering::Relaxed);
     }

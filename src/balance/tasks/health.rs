@@ -42,12 +42,12 @@ pub(crate) fn evaluate_fleet(
             (inner.picked, inner.in_flight) = (picked, in_flight);
             let taken = b.health.latencies.take();
             let failures = b.health.failures.swap(0, Ordering::Relaxed);
-            let answers = b.health.answers.swap(0, Ordering::Relaxed);
+            let answered = b.health.answered.swap(false, Ordering::Relaxed);
             let obs = Observation {
                 calls: finished + inner.probes,
                 failures: failures + inner.probe_failures,
                 timed: taken.count,
-                answered: answers,
+                answered: u64::from(answered),
                 sent,
                 p99_ms: taken.p99_ms,
                 in_flight,

@@ -24,7 +24,8 @@ pub(crate) struct Observation {
     pub(crate) timed: u64,
     /// Signs of life from requests: response heads and successes (probes
     /// and failures without a head, such as timeouts, not counted). None with requests in flight at both ends of the
-    /// interval, or sent in it: silent.
+    /// interval, or sent in it: silent. Only whether it is 0 counts (the
+    /// balancer gives 1 when any came).
     pub(crate) answered: u64,
     /// Requests sent to the backend in the interval: with none answered,
     /// it is silent even when none is in flight at the interval's end (a
