@@ -26,8 +26,13 @@ usage: bash scripts/peer-compare [FLAGS]
                        (default target/venv-vllm-router/bin/vllm-router)
   --logs DIR           where each router's output goes (default target/peer-logs)
   --smoke              a short check: 100 req/s for 2 s, direct, the gateway and
-                       vLLM Router's cache_aware; fails unless each answered
-  -h, --help           this text";
+                       vLLM Router's cache_aware, no search; fails unless each
+                       answered and had its CPU time read. --rates, --duration
+                       and --policies given with it replace those values
+  -h, --help           this text
+
+Each flag may be given once. --gateway, --vllm-router and --logs are checked
+before any run: a bad one exits 2.";
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +82,12 @@ impl Args {
             smoke: false,
         };
         let mut args = args.into_iter();
+        let mut seen: Vec<String> = Vec::new();
         while let Some(flag) = args.next() {
+            if seen.contains(&flag) {
+                return Err(Stop::Error(format!("{flag} given twice")));
+            }
+            seen.push(flag.clone());
             let mut value = |name: &str| {
                 args.next()
                     .ok_or_else(|| Stop::Error(format!("{name} needs a value")))
@@ -136,13 +146,31 @@ impl Args {
                 "--vllm-router" => parsed.vllm_router = PathBuf::from(value("--vllm-router")?),
                 "--logs" => parsed.logs = PathBuf::from(value("--logs")?),
                 "--smoke" => parsed.smoke = true,
+                "--dev" => return Err(Stop::Error(
+                    "--dev is scripts/peer-compare's flag (the debug builds), not this program's"
+                        .to_owned(),
+                )),
                 other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
             }
         }
         if parsed.smoke {
-            parsed.rates = vec![100.0];
-            parsed.duration = Duration::from_secs(2);
-            parsed.policies = vec!["cache_aware".to_owned()];
+            // The smoke run's own values, where no flag gave one: 100 req/s
+            // for 2 s, vLLM Router's cache_aware, no search.
+            let given = |flag: &str| seen.iter().any(|f| f == flag);
+            if !given("--rates") {
+                parsed.rates = vec![100.0];
+            }
+            if !given("--duration") {
+                parsed.duration = Duration::from_secs(2);
+            }
+            if !given("--policies") {
+                parsed.policies = vec!["cache_aware".to_owned()];
+            }
+            if given("--search-duration") {
+                return Err(Stop::Error(
+                    "--search-duration with --smoke: the smoke run has no search".to_owned(),
+                ));
+            }
             parsed.max_rate = false;
         }
         Ok(parsed)
@@ -171,6 +199,52 @@ mod tests {
         let smoke = parse(&["--smoke"]).unwrap();
         assert_eq!((smoke.rates, smoke.max_rate), (vec![100.0], false));
         assert_eq!(smoke.duration, Duration::from_secs(2));
+        assert_eq!(smoke.policies, ["cache_aware"]);
+    }
+
+    #[test]
+    fn smoke_keeps_the_flags_given_with_it() {
+        let args = parse(&[
+            "--rates",
+            "50",
+            "--smoke",
+            "--duration",
+            "1",
+            "--policies",
+            "random",
+            "--backends",
+            "4",
+        ])
+        .unwrap();
+        assert_eq!(
+            (args.rates, args.duration),
+            (vec![50.0], Duration::from_secs(1))
+        );
+        assert_eq!(
+            (args.policies, args.backends),
+            (vec!["random".to_owned()], 4)
+        );
+        assert!(!args.max_rate);
+        // No search in a smoke run: a flag for it is an error, not ignored.
+        match parse(&["--smoke", "--search-duration", "2"]) {
+            Err(Stop::Error(message)) => assert!(message.contains("no search"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_flag_given_twice_is_an_error() {
+        for args in [
+            &["--rates", "100", "--rates", "200"][..],
+            &["--smoke", "--smoke"],
+            &["--no-max-rate", "--seed", "2", "--no-max-rate"],
+            &["--logs", "a", "--logs", "b"],
+        ] {
+            match parse(args) {
+                Err(Stop::Error(message)) => assert!(message.contains("twice"), "{message}"),
+                other => panic!("{args:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]
@@ -183,6 +257,7 @@ mod tests {
             (&["--backends", "65"], "1..=64"),
             (&["--seed"], "needs a value"),
             (&["--bogus"], "unknown flag"),
+            (&["--dev"], "scripts/peer-compare's flag"),
         ] {
             match parse(args) {
                 Err(Stop::Error(message)) => assert!(message.contains(says), "{message}"),
