@@ -87,11 +87,28 @@ pub fn figures(
     }
 }
 
+/// The load generator's send lag, p99, past which a run's figures are
+/// partly the generator's own: its requests left late, so the latencies
+/// (counted from the planned time) and the rate it offered are not the
+/// router's alone.
+pub const LAG_BOUND_MS: f64 = 10.0;
+
 impl Figures {
     /// Whether the run meets the throughput bar: p99 under 1 s and at
     /// least 99.9% ok.
     pub fn sustained(&self) -> bool {
         self.p99_ms < 1000.0 && self.ok >= 0.999
+    }
+
+    /// The warning to print when the generator lagged past
+    /// [`LAG_BOUND_MS`].
+    pub fn lag_warning(&self) -> Option<String> {
+        (self.lag_p99_ms > LAG_BOUND_MS).then(|| {
+            format!(
+                "warning: {} at {:.0} req/s: the load generator sent late, p99 {:.1} ms over {LAG_BOUND_MS} ms: the figures are partly the generator's (a busy machine?)",
+                self.router, self.rate, self.lag_p99_ms
+            )
+        })
     }
 }
 
@@ -164,5 +181,28 @@ pub fn print_table(rows: &[Figures], max_rates: &[MaxRate]) {
             f.lag_p99_ms,
             max_rate
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_lag(lag: Duration) -> Figures {
+        let record = Record {
+            latency: Duration::from_millis(30),
+            ok: true,
+            cold: false,
+            outside: None,
+            lag,
+        };
+        figures("gateway", 100.0, &[record; 10], &[10], None)
+    }
+
+    #[test]
+    fn a_lagging_generator_is_warned_of() {
+        assert_eq!(with_lag(Duration::from_millis(2)).lag_warning(), None);
+        let warning = with_lag(Duration::from_millis(25)).lag_warning().unwrap();
+        assert!(warning.contains("p99 25.0 ms over 10 ms"), "{warning}");
     }
 }

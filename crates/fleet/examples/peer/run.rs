@@ -72,13 +72,11 @@ pub async fn run(
     for server in servers {
         server.stop().await;
     }
-    Ok(report::figures(
-        &kind.to_string(),
-        rate,
-        &records,
-        &loads,
-        cpu,
-    ))
+    let figures = report::figures(&kind.to_string(), rate, &records, &loads, cpu);
+    if let Some(warning) = figures.lag_warning() {
+        eprintln!("{warning}");
+    }
+    Ok(figures)
 }
 
 /// The rate the search starts from, requests per second.
