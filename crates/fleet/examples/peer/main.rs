@@ -163,7 +163,7 @@ async fn compare(args: &Args) -> Result<(), String> {
 }
 
 /// Every row sent its plan and had answers; every router's CPU time was
-/// read.
+/// read, and is more than zero (a router that answered requests ran).
 fn sane(rows: &[report::Figures]) -> Result<(), String> {
     for f in rows {
         let at = format!("{} at {:.0} req/s", f.router, f.rate);
@@ -171,9 +171,55 @@ fn sane(rows: &[report::Figures]) -> Result<(), String> {
             return Err(format!("{at}: no request succeeded"));
         }
         let routed = f.router != "direct" && f.router != GENERATOR_CHECK;
-        if routed && f.cpu_per_1k.is_none() {
-            return Err(format!("{at}: the router's CPU time could not be read"));
+        match f.cpu_per_1k {
+            _ if !routed => {}
+            None => return Err(format!("{at}: the router's CPU time could not be read")),
+            Some(cpu) if cpu <= 0.0 => {
+                return Err(format!(
+                    "{at}: the router's CPU time read zero, though it answered requests"
+                ))
+            }
+            Some(_) => {}
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(router: &str, ok: f64, cpu_per_1k: Option<f64>) -> report::Figures {
+        report::Figures {
+            router: router.to_owned(),
+            rate: 100.0,
+            requests: 200,
+            ok,
+            warm_hit: ok,
+            mean_ms: 1.0,
+            p50_ms: 1.0,
+            p99_ms: 1.0,
+            max_mean: 1.0,
+            outside_p50_ms: Some(0.1),
+            cpu_per_1k,
+            lag_p99_ms: 1.0,
+        }
+    }
+
+    #[test]
+    fn the_check_wants_answers_and_a_router_that_used_cpu() {
+        let fine = [row("direct", 1.0, None), row("gateway", 1.0, Some(0.01))];
+        assert_eq!(sane(&fine), Ok(()));
+        for (rows, says) in [
+            (vec![row("direct", 0.0, None)], "no request succeeded"),
+            (vec![row("gateway", 1.0, None)], "could not be read"),
+            (
+                vec![row("vllm-router cache_aware", 1.0, Some(0.0))],
+                "read zero",
+            ),
+        ] {
+            let error = sane(&rows).unwrap_err();
+            assert!(error.contains(says), "{error}");
+        }
+    }
 }
