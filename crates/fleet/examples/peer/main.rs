@@ -20,6 +20,11 @@
 //! placement of its model: the baseline of the added latency, and the
 //! load generator's own ceiling. See `docs/peer-comparison.md` for what
 //! each column means.
+//!
+//! SIGINT or SIGTERM (`scripts/peer-compare` `exec`s this program, so a
+//! signal to the script reaches it) stops the comparison: the router
+//! running is killed and reaped, the simulated servers end with the
+//! process, and it exits 128 + the signal's number.
 
 /// `println!` that ends the program quietly when stdout is closed (as when
 /// piped into `head`).
@@ -33,11 +38,13 @@ macro_rules! emit {
 }
 
 mod args;
+mod check;
 mod cpu;
 mod drive;
 mod report;
 mod router;
 mod run;
+mod signals;
 
 use std::process::ExitCode;
 
@@ -47,26 +54,68 @@ use args::{Args, Stop};
 use router::{Kind, Programs};
 use run::Setup;
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1)) {
+fn main() -> ExitCode {
+    ExitCode::from(entry(std::env::args().skip(1)))
+}
+
+/// The program on the command line `args`, on a multi-threaded runtime;
+/// its exit code: 0 done, 1 a run failed, 2 a bad flag or path, 128 + N
+/// stopped by signal N.
+fn entry(args: impl IntoIterator<Item = String>) -> u8 {
+    let args = match Args::parse(args) {
         Ok(args) => args,
         Err(Stop::Help) => {
             emit!("{}", args::USAGE);
-            return ExitCode::SUCCESS;
+            return 0;
         }
         Err(Stop::Error(message)) => {
             eprintln!("error: {message}\n\n{}", args::USAGE);
-            return ExitCode::from(2);
+            return 2;
         }
     };
-    match compare(&args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: no runtime: {e}");
+            return 1;
         }
-    }
+    };
+    runtime.block_on(async {
+        let programs = match programs(&args) {
+            Ok(programs) => programs,
+            Err(message) => {
+                eprintln!("error: {message}");
+                return 2;
+            }
+        };
+        let mut signals = match signals::Signals::install() {
+            Ok(signals) => signals,
+            Err(message) => {
+                eprintln!("error: {message}");
+                return 1;
+            }
+        };
+        let outcome = tokio::select! {
+            outcome = compare(&args, programs) => Ok(outcome),
+            signal = signals.received() => Err(signal),
+        };
+        // Whatever ended the comparison, no router outlives it.
+        router::stop_all().await;
+        match outcome {
+            Ok(Ok(())) => 0,
+            Ok(Err(message)) => {
+                eprintln!("error: {message}");
+                1
+            }
+            Err(signal) => {
+                eprintln!("stopped by {}: the router killed", signal.name());
+                128 + signal.number()
+            }
+        }
+    })
 }
 
 /// The row of the load generator's check.
@@ -92,18 +141,24 @@ fn gateway_binary(args: &Args) -> Result<std::path::PathBuf, String> {
     }
 }
 
-async fn compare(args: &Args) -> Result<(), String> {
+/// The programs the comparison starts and its logs folder, each checked
+/// before any run.
+fn programs(args: &Args) -> Result<Programs, String> {
     let programs = Programs {
         gateway: gateway_binary(args)?,
         vllm_router: args.vllm_router.clone(),
         logs: args.logs.clone(),
     };
-    if !programs.vllm_router.is_file() {
-        return Err(format!(
-            "no vLLM Router at {} (bash scripts/peer-compare installs it; or --vllm-router PATH)",
-            programs.vllm_router.display()
-        ));
-    }
+    check::executable(&programs.gateway, "the gateway (--gateway PATH)")?;
+    check::executable(
+        &programs.vllm_router,
+        "vLLM Router (bash scripts/peer-compare installs it; or --vllm-router PATH)",
+    )?;
+    check::logs_dir(&programs.logs)?;
+    Ok(programs)
+}
+
+async fn compare(args: &Args, programs: Programs) -> Result<(), String> {
     let setup = Setup {
         backends: args.backends,
         seed: args.seed,
