@@ -22,16 +22,18 @@ usage: bash scripts/peer-compare [FLAGS]
   --seed N             the workload's seed (default 1)
   --gateway PATH       the gateway's binary (default: the one cargo builds, in
                        this one's profile folder: target/release/gateway)
+  --bare-proxy PATH    the bare proxy's binary (default: the one cargo builds
+                       there: target/release/bare-proxy)
   --vllm-router PATH   vLLM Router's launcher
                        (default target/venv-vllm-router/bin/vllm-router)
   --logs DIR           where each router's output goes (default target/peer-logs)
-  --smoke              a short check: 100 req/s for 2 s, direct, the gateway and
+  --smoke              a short check: 100 req/s for 2 s, direct, bare, the gateway and
                        vLLM Router's cache_aware, no search; fails unless each
                        answered and had its CPU time read. --rates, --duration
                        and --policies given with it replace those values
   -h, --help           this text
 
-Each flag may be given once. --gateway, --vllm-router and --logs are checked
+Each flag may be given once. The programs and --logs are checked
 before any run: a bad one exits 2.";
 
 /// What the command line asks for.
@@ -45,6 +47,7 @@ pub struct Args {
     pub backends: usize,
     pub seed: u64,
     pub gateway: Option<PathBuf>,
+    pub bare_proxy: Option<PathBuf>,
     pub vllm_router: PathBuf,
     pub logs: PathBuf,
     pub smoke: bool,
@@ -77,6 +80,7 @@ impl Args {
             backends: 8,
             seed: 1,
             gateway: None,
+            bare_proxy: None,
             vllm_router: PathBuf::from("target/venv-vllm-router/bin/vllm-router"),
             logs: PathBuf::from("target/peer-logs"),
             smoke: false,
@@ -143,6 +147,9 @@ impl Args {
                     })?;
                 }
                 "--gateway" => parsed.gateway = Some(PathBuf::from(value("--gateway")?)),
+                "--bare-proxy" => {
+                    parsed.bare_proxy = Some(PathBuf::from(value("--bare-proxy")?));
+                }
                 "--vllm-router" => parsed.vllm_router = PathBuf::from(value("--vllm-router")?),
                 "--logs" => parsed.logs = PathBuf::from(value("--logs")?),
                 "--smoke" => parsed.smoke = true,

@@ -46,6 +46,7 @@ mod router;
 mod run;
 mod signals;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tower_model_balance_fleet::workload;
@@ -121,21 +122,21 @@ fn entry(args: impl IntoIterator<Item = String>) -> u8 {
 /// The row of the load generator's check.
 const GENERATOR_CHECK: &str = "direct, generator check";
 
-/// The gateway's binary: `--gateway`, else the one cargo builds in the
-/// same profile's folder (`target/release/gateway` for
-/// `target/release/examples/peer`).
-fn gateway_binary(args: &Args) -> Result<std::path::PathBuf, String> {
-    if let Some(path) = &args.gateway {
+/// A binary of the gateway's crate: `given` (its flag's value), else the
+/// one cargo builds in the same profile's folder (`target/release/gateway`
+/// for `target/release/examples/peer`).
+fn built_binary(given: Option<&PathBuf>, bin: &str, flag: &str) -> Result<PathBuf, String> {
+    if let Some(path) = given {
         return Ok(path.clone());
     }
     let me = std::env::current_exe().map_err(|e| format!("where am I: {e}"))?;
-    let name = format!("gateway{}", std::env::consts::EXE_SUFFIX);
+    let name = format!("{bin}{}", std::env::consts::EXE_SUFFIX);
     let profile = me.parent().and_then(std::path::Path::parent);
     let built = profile.map_or_else(|| me.with_file_name(&name), |dir| dir.join(&name));
     match built.is_file() {
         true => Ok(built),
         false => Err(format!(
-            "no gateway binary at {} (cargo build --release -p tower-model-balance-gateway --bin gateway, or --gateway PATH)",
+            "no {bin} binary at {} (cargo build --release -p tower-model-balance-gateway --bin {bin}, or {flag} PATH)",
             built.display()
         )),
     }
@@ -145,11 +146,13 @@ fn gateway_binary(args: &Args) -> Result<std::path::PathBuf, String> {
 /// before any run.
 fn programs(args: &Args) -> Result<Programs, String> {
     let programs = Programs {
-        gateway: gateway_binary(args)?,
+        gateway: built_binary(args.gateway.as_ref(), "gateway", "--gateway")?,
+        bare_proxy: built_binary(args.bare_proxy.as_ref(), "bare-proxy", "--bare-proxy")?,
         vllm_router: args.vllm_router.clone(),
         logs: args.logs.clone(),
     };
     check::executable(&programs.gateway, "the gateway (--gateway PATH)")?;
+    check::executable(&programs.bare_proxy, "the bare proxy (--bare-proxy PATH)")?;
     check::executable(
         &programs.vllm_router,
         "vLLM Router (bash scripts/peer-compare installs it; or --vllm-router PATH)",
@@ -165,7 +168,7 @@ async fn compare(args: &Args, programs: Programs) -> Result<(), String> {
         programs,
         ticks: cpu::ticks_per_second(),
     };
-    let mut kinds = vec![Kind::Direct, Kind::Gateway];
+    let mut kinds = vec![Kind::Direct, Kind::Bare, Kind::Gateway];
     kinds.extend(args.policies.iter().cloned().map(Kind::Vllm));
     emit!(
         "{} simulated servers per run (fresh) · chat completions, Zipf(1.1) over {} models, seed {} · {:.1} s per rate{}",

@@ -42,6 +42,9 @@ pub enum Kind {
     /// No router: each request straight to a server its model is placed
     /// on (the baseline of the added latency).
     Direct,
+    /// The bare proxy (`crates/gateway`'s `bare-proxy`): round robin with
+    /// the gateway's runtime and client, no layers: the hop's own cost.
+    Bare,
     /// The gateway (`crates/gateway`), this crate's stack.
     Gateway,
     /// vLLM Router with the policy named.
@@ -52,6 +55,7 @@ impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Kind::Direct => f.write_str("direct"),
+            Kind::Bare => f.write_str("bare"),
             Kind::Gateway => f.write_str("gateway"),
             Kind::Vllm(policy) => write!(f, "vllm-router {policy}"),
         }
@@ -62,6 +66,7 @@ impl fmt::Display for Kind {
 #[derive(Debug, Clone)]
 pub struct Programs {
     pub gateway: PathBuf,
+    pub bare_proxy: PathBuf,
     pub vllm_router: PathBuf,
     pub logs: PathBuf,
 }
@@ -128,6 +133,15 @@ pub async fn start(
     let urls = servers.iter().map(|s| format!("http://{s}"));
     let (program, health, mut command) = match kind {
         Kind::Direct => return Err("the direct row has no router".into()),
+        Kind::Bare => {
+            let mut command = Command::new(&programs.bare_proxy);
+            command.args(["--listen", &addr.to_string()]);
+            for url in urls {
+                command.args(["--backend", &url]);
+            }
+            // It forwards every path: ready once a server answers through it.
+            (&programs.bare_proxy, "/health", command)
+        }
         Kind::Gateway => {
             let mut command = Command::new(&programs.gateway);
             command.args(["--listen", &addr.to_string()]);

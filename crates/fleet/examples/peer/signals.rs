@@ -112,23 +112,12 @@ http.server.ThreadingHTTPServer(('127.0.0.1', port), H).serve_forever()
             .unwrap();
         let fake = fake.to_str().unwrap();
         let logs = dir.join("logs");
-        let args = [
-            "--gateway",
-            fake,
-            "--vllm-router",
-            fake,
-            "--logs",
-            logs.to_str().unwrap(),
-            "--rates",
-            "20",
-            "--duration",
-            "0.5",
-            "--no-max-rate",
-            "--policies",
-            "round_robin",
-            "--backends",
-            "2",
-        ];
+        let mut args = vec!["--logs", logs.to_str().unwrap()];
+        for program in ["--gateway", "--bare-proxy", "--vllm-router"] {
+            args.extend([program, fake]);
+        }
+        args.extend(["--rates", "20", "--duration", "0.5", "--no-max-rate"]);
+        args.extend(["--policies", "round_robin", "--backends", "2"]);
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "signals::tests::peer_child",
@@ -142,7 +131,7 @@ http.server.ThreadingHTTPServer(('127.0.0.1', port), H).serve_forever()
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // The direct row first (about a second), then the gateway's row:
+        // The direct row first (about a second), then the bare proxy's row:
         // its router's PID on stderr.
         let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
         let mut seen = Vec::new();
