@@ -18,6 +18,11 @@ usage: bash scripts/peer-compare [FLAGS]
   --no-max-rate        skip the search for each router's highest sustained rate
   --search-duration S  how long each step of that search sends (0.5..=600,
                        default 5)
+  --workload W         plain (default: Zipf(1.1) over 32 models, a prompt of its
+                       own per request) or prefix (one model, prompts sharing
+                       long prefixes, chat sessions; the servers with a prefix
+                       cache, the gateway with --prefix-bytes 100 and
+                       --session-header x-session-id; the hit% column)
   --backends N         simulated servers per run (1..=64, default 8)
   --seed N             the workload's seed (default 1)
   --gateway PATH       the gateway's binary (default: the one cargo builds, in
@@ -36,9 +41,20 @@ usage: bash scripts/peer-compare [FLAGS]
 Each flag may be given once. The programs and --logs are checked
 before any run: a bad one exits 2.";
 
+/// What each run sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// The fleet example's plan: Zipf(1.1) over 32 models, a prompt of
+    /// its own per request.
+    Plain,
+    /// Prompts sharing long prefixes (`prefix.rs`).
+    Prefix,
+}
+
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Args {
+    pub workload: Workload,
     pub rates: Vec<f64>,
     pub duration: Duration,
     pub policies: Vec<String>,
@@ -72,6 +88,7 @@ fn seconds(text: &str, flag: &str) -> Result<Duration, Stop> {
 impl Args {
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
         let mut parsed = Args {
+            workload: Workload::Plain,
             rates: vec![100.0, 200.0, 300.0],
             duration: Duration::from_secs(10),
             policies: VLLM_POLICIES.iter().map(|p| (*p).to_owned()).collect(),
@@ -129,6 +146,17 @@ impl Args {
                         .collect::<Result<_, _>>()?;
                 }
                 "--no-max-rate" => parsed.max_rate = false,
+                "--workload" => {
+                    parsed.workload = match value("--workload")?.as_str() {
+                        "plain" => Workload::Plain,
+                        "prefix" => Workload::Prefix,
+                        other => {
+                            return Err(Stop::Error(format!(
+                                "--workload: `{other}` is not plain or prefix"
+                            )))
+                        }
+                    };
+                }
                 "--backends" => {
                     let text = value("--backends")?;
                     parsed.backends = match text.parse::<usize>() {
@@ -207,6 +235,12 @@ mod tests {
         assert_eq!((smoke.rates, smoke.max_rate), (vec![100.0], false));
         assert_eq!(smoke.duration, Duration::from_secs(2));
         assert_eq!(smoke.policies, ["cache_aware"]);
+        assert_eq!(smoke.workload, Workload::Plain);
+        let prefix = parse(&["--smoke", "--workload", "prefix"]).unwrap();
+        assert_eq!(
+            (prefix.workload, prefix.rates),
+            (Workload::Prefix, vec![100.0])
+        );
     }
 
     #[test]
@@ -262,6 +296,7 @@ mod tests {
             (&["--duration", "0.1"], "0.5..=600"),
             (&["--policies", "kv_aware"], "not one of"),
             (&["--backends", "65"], "1..=64"),
+            (&["--workload", "zipf"], "not plain or prefix"),
             (&["--seed"], "needs a value"),
             (&["--bogus"], "unknown flag"),
             (&["--dev"], "scripts/peer-compare's flag"),

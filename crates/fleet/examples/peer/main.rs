@@ -41,6 +41,7 @@ mod args;
 mod check;
 mod cpu;
 mod drive;
+mod prefix;
 mod report;
 mod router;
 mod run;
@@ -167,17 +168,30 @@ async fn compare(args: &Args, programs: Programs) -> Result<(), String> {
         seed: args.seed,
         programs,
         ticks: cpu::ticks_per_second(),
+        workload: args.workload,
+    };
+    let load = match args.workload {
+        args::Workload::Plain => format!(
+            "chat completions, Zipf(1.1) over {} models",
+            workload::MODELS
+        ),
+        args::Workload::Prefix => format!(
+            "prefix workload: chat completions on {} shared prefixes, sessions, one model, prefix caches",
+            tower_model_balance_fleet::prefix_workload::PREFIXES
+        ),
     };
     let mut kinds = vec![Kind::Direct, Kind::Bare, Kind::Gateway];
     kinds.extend(args.policies.iter().cloned().map(Kind::Vllm));
     emit!(
-        "{} simulated servers per run (fresh) · chat completions, Zipf(1.1) over {} models, seed {} · {:.1} s per rate{}",
+        "{} simulated servers per run (fresh) · {load}, seed {} · {:.1} s per rate{}",
         args.backends,
-        workload::MODELS,
         args.seed,
         args.duration.as_secs_f64(),
         if args.max_rate {
-            format!(" · max rate: {:.1} s per step", args.search_duration.as_secs_f64())
+            format!(
+                " · max rate: {:.1} s per step",
+                args.search_duration.as_secs_f64()
+            )
         } else {
             String::new()
         }
@@ -261,6 +275,7 @@ mod tests {
             outside_p50_ms: Some(0.1),
             cpu_per_1k,
             lag_p99_ms: 1.0,
+            prefix_hit: None,
         }
     }
 

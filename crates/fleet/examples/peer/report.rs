@@ -28,6 +28,8 @@ pub struct Figures {
     pub cpu_per_1k: Option<f64>,
     /// p99 of how late the load generator sent a request, ms.
     pub lag_p99_ms: f64,
+    /// The servers' prefix-cache hit rate (`None`: no prefix cache).
+    pub prefix_hit: Option<f64>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -84,6 +86,7 @@ pub fn figures(
         outside_p50_ms: (!outside.is_empty()).then(|| ms(outside.value_at_quantile(0.50))),
         cpu_per_1k: cpu.map(|cpu| cpu.as_secs_f64() * 1000.0 / n as f64),
         lag_p99_ms: ms(lag.value_at_quantile(0.99)),
+        prefix_hit: None,
     }
 }
 
@@ -131,12 +134,13 @@ fn opt(value: Option<f64>, digits: usize) -> String {
 /// when the search ran.
 pub fn print_table(rows: &[Figures], max_rates: &[MaxRate]) {
     emit!(
-        "{:<28} {:>6} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9}",
+        "{:<28} {:>6} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9}",
         "router",
         "rate",
         "sent",
         "ok%",
         "warm%",
+        "hit%",
         "mean_ms",
         "p50_ms",
         "p99_ms",
@@ -166,12 +170,13 @@ pub fn print_table(rows: &[Figures], max_rates: &[MaxRate]) {
                     (None, None) => "-".to_owned(),
                 });
         emit!(
-            "{:<28} {:>6.0} {:>7} {:>7.2} {:>7.2} {:>8.1} {:>8.2} {:>8.1} {:>8.2} {:>9} {:>9} {:>8.2} {:>9}",
+            "{:<28} {:>6.0} {:>7} {:>7.2} {:>7.2} {:>7} {:>8.1} {:>8.2} {:>8.1} {:>8.2} {:>9} {:>9} {:>8.2} {:>9}",
             f.router,
             f.rate,
             f.requests,
             f.ok * 100.0,
             f.warm_hit * 100.0,
+            opt(f.prefix_hit.map(|h| h * 100.0), 2),
             f.mean_ms,
             f.p50_ms,
             f.p99_ms,

@@ -20,6 +20,8 @@ use hyper_util::rt::TokioExecutor;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use crate::args::Workload;
+
 /// The longest a router may take to answer its health route (vLLM
 /// Router's Python launcher takes a few seconds to import).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -126,6 +128,7 @@ pub async fn start(
     kind: &Kind,
     servers: &[SocketAddr],
     programs: &Programs,
+    workload: Workload,
     label: &str,
 ) -> Result<Running, String> {
     let port = free_port().map_err(|e| format!("no free port: {e}"))?;
@@ -151,6 +154,13 @@ pub async fn start(
             // vLLM-like servers: their model list is `/v1/models`, and they
             // load a model when a request names it.
             command.args(["--probe", "openai", "--no-placement"]);
+            if workload == Workload::Prefix {
+                // Prefix affinity: a prompt's first bytes pick its owners,
+                // a session's turns go back where the last one went.
+                let bytes = crate::prefix::PREFIX_BYTES.to_string();
+                command.args(["--prefix-bytes", &bytes]);
+                command.args(["--session-header", crate::prefix::SESSION_HEADER]);
+            }
             (&programs.gateway, "/v2/health/ready", command)
         }
         Kind::Vllm(policy) => {
