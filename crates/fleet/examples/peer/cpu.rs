@@ -140,7 +140,7 @@ mod tests {
         let ticks = ticks_per_second();
         let me = std::process::id();
         let before = tree_time(me, ticks).expect("this process is there");
-        let start = std::time::Instant::now();
+        let start = tokio::time::Instant::now();
         let mut x = 0u64;
         while start.elapsed() < Duration::from_millis(1) {
             for i in 0..1000u64 {

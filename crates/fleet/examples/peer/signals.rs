@@ -61,7 +61,9 @@ mod tests {
     use std::io::{BufRead as _, BufReader};
     use std::path::Path;
     use std::process::{Command, Stdio};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
+
+    use tokio::time::Instant;
 
     /// The environment variable that holds the child's flags (separated
     /// by newlines): set, `peer_child` runs the program with them.
