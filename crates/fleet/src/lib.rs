@@ -13,8 +13,9 @@
 //! tower-model-balance-fleet` builds it with just the features its
 //! manifest names.
 //!
-//! The library is what both examples send: the seeded workload
-//! ([`workload`]).
+//! The library is what both examples send: the seeded workloads
+//! ([`workload`], and [`prefix_workload`] for prompts that share long
+//! prefixes).
 
 #![warn(
     missing_docs,
@@ -24,4 +25,5 @@
 )]
 #![forbid(unsafe_code)]
 
+pub mod prefix_workload;
 pub mod workload;

@@ -19,6 +19,7 @@
 //! owner of the model, which loads it first with placement on.
 
 mod catalog;
+mod client;
 mod errors;
 mod routes;
 pub mod server;
@@ -30,7 +31,6 @@ use axum::Router;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::discover::ServiceList;
 use tower::retry::{Retry, RetryLayer};
 use tower::timeout::Timeout;
@@ -56,6 +56,7 @@ use tower_model_balance::placement::{KServeV2Loader, PlacementConfig, WhenCold};
 use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 
 use catalog::{Catalog, Catalogued};
+pub use client::{backend_client, POOL_IDLE_TIMEOUT};
 use routes::{prometheus, router, App};
 pub use server::serve;
 
@@ -221,21 +222,7 @@ impl Gateway {
     /// An invalid setting (the crate's `InvalidConfig` names it), or a
     /// metrics recorder of another kind already installed.
     pub fn new(config: Config) -> Result<Self, BoxError> {
-        // No Nagle: a request's head and body go out as written, not held
-        // back until the server acknowledges the last segment (with
-        // delayed ACKs, a 40 ms stall per request on a kept-alive
-        // connection).
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            // Idle connections are dropped before the server drops them:
-            // uvicorn, which MLServer, KServe's server and vLLM run on,
-            // closes a kept-alive connection after 5 s idle, and a request
-            // sent on it as it closes fails (`SendRequest`, a 502).
-            .pool_idle_timeout(Duration::from_secs(4))
-            // Without a timer the idle timeout is never checked.
-            .pool_timer(TokioTimer::new())
-            .build::<_, Full<Bytes>>(connector);
+        let client = backend_client::<Full<Bytes>>();
         let timeout = config.timeout;
         let endpoint = move |origin: &Origin| {
             Timeout::new(SetOrigin::to(client.clone(), origin.clone()), timeout)

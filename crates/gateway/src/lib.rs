@@ -10,6 +10,9 @@
 //!   `GET /metrics` in Prometheus text. [`app::Gateway::new`] builds it
 //!   from an [`app::Config`]; [`app::serve`] serves it.
 //! * [`args`]: the `gateway` binary's flags.
+//! * [`bare`]: the bare proxy (the `bare-proxy` binary) — round robin with
+//!   the gateway's runtime, accept loop and client and no layers: the
+//!   floor the peer comparison measures the gateway's hop against.
 //! * [`register`]: the sidecar — one backend's record in etcd under a
 //!   lease, its resident models followed, the lease revoked at the end.
 //! * [`cli`]: what the two command lines share.
@@ -22,5 +25,6 @@
 
 pub mod app;
 pub mod args;
+pub mod bare;
 pub mod cli;
 pub mod register;

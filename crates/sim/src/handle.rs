@@ -61,7 +61,9 @@ async fn serve(
         return hang(&state, req).await;
     }
     let path = req.uri().path();
-    if req.method() == Method::GET
+    // GET or HEAD, as vLLM answers both (a HEAD's answer goes out
+    // without its body).
+    if (req.method() == Method::GET || req.method() == Method::HEAD)
         && (path == protocol::READY_PATH || path == protocol::HEALTH_PATH)
     {
         let status = if fault == Some(Fault::Unavailable) {

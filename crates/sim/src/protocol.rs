@@ -19,8 +19,8 @@
 //!
 //! | request | response |
 //! | --- | --- |
-//! | `GET /v2/health/ready` | 200 when serving, 503 while a fault makes the server unavailable |
-//! | `GET /health` (vLLM's health route) | 200 with an empty body when serving, 503 while unavailable, as `/v2/health/ready` |
+//! | `GET` or `HEAD /v2/health/ready` | 200 when serving, 503 while a fault makes the server unavailable |
+//! | `GET` or `HEAD /health` (vLLM's health route) | 200 with an empty body when serving, 503 while unavailable, as `/v2/health/ready` |
 //! | `POST /v2/models/{name}/infer`, `POST /v2/models/{name}/versions/{version}/infer` (the name percent-decoded; any JSON body, read whole; every version is the one model) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a KServe error body when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
 //! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings` (OpenAI-compatible, as vLLM serves them; a JSON object body, read whole, naming the model in its top-level `"model"` string) | 200 with an OpenAI-shaped body (`"object": "chat.completion"`, `"text_completion"` or `"list"`) — with `"stream": true` (chat and completions) a stream of server-sent events, see [Streaming](#streaming) — served as a KServe v2 inference of that model is; 503 while unavailable; 400 with a vLLM error body (`BadRequestError`) for a body that is not such an object; 404 with a vLLM error body (`NotFoundError`, ``The model `{name}` does not exist.``) for an invalid model ID and where the KServe v2 route answers 404 |
 //! | `POST /v2/repository/index` (any body, read whole; `{"ready": true}` asks for ready models only) | 200 with a JSON array, see below; 503 while unavailable |
@@ -178,7 +178,7 @@ pub const RESIDENT_MODELS_HEADER: HeaderName = HeaderName::from_static("x-sim-re
 pub const SERVED_IN_HEADER: HeaderName = HeaderName::from_static("x-sim-served-us");
 /// Readiness path.
 pub const READY_PATH: &str = "/v2/health/ready";
-/// vLLM's health path (GET): answered as [`READY_PATH`] is.
+/// vLLM's health path (GET or HEAD): answered as [`READY_PATH`] is.
 pub const HEALTH_PATH: &str = "/health";
 /// Triton's model repository index path (POST).
 pub const REPOSITORY_INDEX_PATH: &str = "/v2/repository/index";

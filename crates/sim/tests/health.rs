@@ -1,4 +1,4 @@
-//! vLLM's `GET /health` over a real socket on 127.0.0.1: 200 with an
+//! vLLM's `GET /health` (and `HEAD`) over a real socket on 127.0.0.1: 200 with an
 //! empty body while the server serves, 503 while a fault makes it
 //! unavailable, as `GET /v2/health/ready` answers; and the time the
 //! server took, which every answer reports.
@@ -66,6 +66,29 @@ async fn health_answers_as_vllm_does_and_follows_the_fault() {
         .body(Empty::<Bytes>::new())
         .unwrap();
     assert_eq!(send(post).await.status(), 404);
+}
+
+/// vLLM answers `HEAD /health` 200 as it answers `GET` (a client such as
+/// a load balancer's check may ask either); the answer has no body.
+#[tokio::test]
+async fn head_health_answers_as_get_does() {
+    let server = ModelServer::start("node-0", ServerConfig::default())
+        .await
+        .unwrap();
+    let head = |path: &str| {
+        http::Request::head(format!("http://{}{path}", server.addr()))
+            .body(Empty::<Bytes>::new())
+            .unwrap()
+    };
+    for path in [protocol::HEALTH_PATH, protocol::READY_PATH] {
+        let rsp = send(head(path)).await;
+        assert_eq!(rsp.status(), 200, "HEAD {path}");
+        let body = rsp.into_body().collect().await.expect("a whole body");
+        assert!(body.to_bytes().is_empty(), "HEAD {path} has no body");
+        assert_eq!(get(&server, path).await.0, 200, "GET {path}");
+    }
+    server.set_fault(Some(Fault::Unavailable));
+    assert_eq!(send(head(protocol::HEALTH_PATH)).await.status(), 503);
 }
 
 #[tokio::test]

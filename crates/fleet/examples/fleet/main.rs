@@ -63,7 +63,6 @@ mod chwbl;
 mod etcd;
 mod overload;
 mod prefix;
-mod prefix_workload;
 mod report;
 mod strategies;
 mod stream;

@@ -1,6 +1,6 @@
 //! The `prefix` scenario: one model on every backend, each with a prefix
 //! (KV) cache and one prefill engine, and a chat workload whose prompts
-//! share long prefixes (see `prefix_workload.rs`). What routing buys here
+//! share long prefixes (see the library's `prefix_workload`). What routing buys here
 //! is cache hits: a miss costs prefill time on a server whose prefills run
 //! one at a time, so it delays every request behind it.
 //!
@@ -29,9 +29,11 @@ use tower_model_balance::balance::BalanceConfig;
 use tower_model_balance::route::ModelFromBodyLayer;
 use tower_model_balance_sim::{protocol, ModelServer, ServerConfig, ServerStats};
 
-use crate::prefix_workload::{self as workload, Job, Turn, Workload};
 use crate::strategies::{self, Fleet, Strategy};
 use crate::Args;
+use tower_model_balance_fleet::prefix_workload::{
+    self as workload, server_config as config, Job, Turn, Workload, PREFILL_RATE,
+};
 
 /// The strategies this scenario runs unless `--strategies` says otherwise.
 pub const STRATEGIES: [&str; 5] = [
@@ -50,11 +52,6 @@ pub const STRATEGIES: [&str; 5] = [
 pub const REQUESTS: usize = 4_000;
 /// Each request's deadline (to its `[DONE]`).
 const DEADLINE: Duration = Duration::from_secs(8);
-/// Requests decoding at once per server.
-const BATCH: usize = 64;
-const PREFILL_RATE: u64 = 20_000;
-/// The working set over one server's cache.
-const WORKING_SET_OVER_CACHE: f64 = 2.5;
 /// The share of the fleet's prefill capacity kept busy at the oracle's
 /// hit rate.
 const UTILIZATION: f64 = 0.6;
@@ -93,17 +90,6 @@ struct Seen {
     backend: Option<u16>,
 }
 
-/// The servers' config for a cache of `cache_tokens`.
-pub fn config(cache_tokens: u64) -> ServerConfig {
-    ServerConfig::builder()
-        .concurrency(BATCH)
-        .prefix_cache(cache_tokens)
-        .prefill_rate(PREFILL_RATE)
-        .decode_time(Duration::from_millis(5))
-        .build()
-        .expect("the scenario's config is valid")
-}
-
 pub async fn run_all(args: &Args) {
     let requests = if args.requests_given {
         args.requests
@@ -111,8 +97,7 @@ pub async fn run_all(args: &Args) {
         REQUESTS
     };
     let mut work = workload::generate(requests, args.seed);
-    let cache = ((work.working_set_tokens as f64 / WORKING_SET_OVER_CACHE) as u64)
-        .next_multiple_of(protocol::BLOCK_TOKENS);
+    let cache = work.cache_tokens();
     let rate = work.request_rate(args.backends, PREFILL_RATE, UTILIZATION);
     work.schedule(rate, args.seed);
     let work = Arc::new(work);

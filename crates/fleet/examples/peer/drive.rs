@@ -122,8 +122,11 @@ fn request(addr: SocketAddr, planned: &Planned, i: usize) -> http::Request<Full<
         .expect("a valid request")
 }
 
+/// The load generator's client.
+pub type GenClient = Client<HttpConnector, Full<Bytes>>;
+
 /// One client for a run: pooled connections, `TCP_NODELAY`.
-fn client() -> Client<HttpConnector, Full<Bytes>> {
+pub fn client() -> GenClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     Client::builder(TokioExecutor::new()).build(connector)
@@ -133,7 +136,7 @@ fn client() -> Client<HttpConnector, Full<Bytes>> {
 /// once every one has resolved or reached its deadline.
 pub async fn drive(target: &Target, plan: &[Planned]) -> Vec<Record> {
     let client = client();
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::unbounded_channel();
     let start = Instant::now();
     for (i, planned) in plan.iter().enumerate() {
         let due = start + planned.at;
@@ -141,42 +144,53 @@ pub async fn drive(target: &Target, plan: &[Planned]) -> Vec<Record> {
         let req = request(target.addr(&planned.model, i), planned, i);
         let (client, tx) = (client.clone(), tx.clone());
         tokio::spawn(async move {
-            let sent = Instant::now();
-            let lag = sent - due;
-            let answer = async {
-                let rsp = client.request(req).await.ok()?;
-                let head = sent.elapsed();
-                let headers = rsp.headers();
-                let ok = rsp.status() == http::StatusCode::OK;
-                let cold = headers
-                    .get(protocol::COLD_LOAD_HEADER)
-                    .is_some_and(|v| v == "true");
-                let served = headers
-                    .get(protocol::SERVED_IN_HEADER)
-                    .and_then(|v| v.to_str().ok()?.parse().ok())
-                    .map(Duration::from_micros);
-                let outside = served.map(|served| head.saturating_sub(served));
-                let whole = rsp.into_body().collect().await.is_ok();
-                Some((ok && whole, cold, outside))
-            };
-            let (ok, cold, outside) = tokio::time::timeout(DEADLINE, answer)
-                .await
-                .ok()
-                .flatten()
-                .unwrap_or((false, false, None));
-            let _ = tx.send(Record {
-                latency: due.elapsed(),
-                ok,
-                cold,
-                outside: outside.filter(|_| ok),
-                lag,
-            });
+            let _ = tx.send(send(&client, req, due).await);
         });
     }
     drop(tx);
-    let mut records = Vec::with_capacity(plan.len());
+    collect(rx, plan.len()).await
+}
+
+/// Every record sent on `rx` until its senders are gone.
+pub async fn collect(mut rx: mpsc::UnboundedReceiver<Record>, expected: usize) -> Vec<Record> {
+    let mut records = Vec::with_capacity(expected);
     while let Some(record) = rx.recv().await {
         records.push(record);
     }
     records
+}
+
+/// Sends `req`, planned for `due`, and records its answer: whole within
+/// [`DEADLINE`] or failed.
+pub async fn send(client: &GenClient, req: http::Request<Full<Bytes>>, due: Instant) -> Record {
+    let sent = Instant::now();
+    let lag = sent.saturating_duration_since(due);
+    let answer = async {
+        let rsp = client.request(req).await.ok()?;
+        let head = sent.elapsed();
+        let headers = rsp.headers();
+        let ok = rsp.status() == http::StatusCode::OK;
+        let cold = headers
+            .get(protocol::COLD_LOAD_HEADER)
+            .is_some_and(|v| v == "true");
+        let served = headers
+            .get(protocol::SERVED_IN_HEADER)
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .map(Duration::from_micros);
+        let outside = served.map(|served| head.saturating_sub(served));
+        let whole = rsp.into_body().collect().await.is_ok();
+        Some((ok && whole, cold, outside))
+    };
+    let (ok, cold, outside) = tokio::time::timeout(DEADLINE, answer)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or((false, false, None));
+    Record {
+        latency: due.elapsed(),
+        ok,
+        cold,
+        outside: outside.filter(|_| ok),
+        lag,
+    }
 }

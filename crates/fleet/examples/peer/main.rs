@@ -20,6 +20,11 @@
 //! placement of its model: the baseline of the added latency, and the
 //! load generator's own ceiling. See `docs/peer-comparison.md` for what
 //! each column means.
+//!
+//! SIGINT or SIGTERM (`scripts/peer-compare` `exec`s this program, so a
+//! signal to the script reaches it) stops the comparison: the router
+//! running is killed and reaped, the simulated servers end with the
+//! process, and it exits 128 + the signal's number.
 
 /// `println!` that ends the program quietly when stdout is closed (as when
 /// piped into `head`).
@@ -33,12 +38,16 @@ macro_rules! emit {
 }
 
 mod args;
+mod check;
 mod cpu;
 mod drive;
+mod prefix;
 mod report;
 mod router;
 mod run;
+mod signals;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tower_model_balance_fleet::workload;
@@ -47,79 +56,142 @@ use args::{Args, Stop};
 use router::{Kind, Programs};
 use run::Setup;
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1)) {
+fn main() -> ExitCode {
+    ExitCode::from(entry(std::env::args().skip(1)))
+}
+
+/// The program on the command line `args`, on a multi-threaded runtime;
+/// its exit code: 0 done, 1 a run failed, 2 a bad flag or path, 128 + N
+/// stopped by signal N.
+fn entry(args: impl IntoIterator<Item = String>) -> u8 {
+    let args = match Args::parse(args) {
         Ok(args) => args,
         Err(Stop::Help) => {
             emit!("{}", args::USAGE);
-            return ExitCode::SUCCESS;
+            return 0;
         }
         Err(Stop::Error(message)) => {
             eprintln!("error: {message}\n\n{}", args::USAGE);
-            return ExitCode::from(2);
+            return 2;
         }
     };
-    match compare(&args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: no runtime: {e}");
+            return 1;
         }
-    }
+    };
+    runtime.block_on(async {
+        let programs = match programs(&args) {
+            Ok(programs) => programs,
+            Err(message) => {
+                eprintln!("error: {message}");
+                return 2;
+            }
+        };
+        let mut signals = match signals::Signals::install() {
+            Ok(signals) => signals,
+            Err(message) => {
+                eprintln!("error: {message}");
+                return 1;
+            }
+        };
+        let outcome = tokio::select! {
+            outcome = compare(&args, programs) => Ok(outcome),
+            signal = signals.received() => Err(signal),
+        };
+        // Whatever ended the comparison, no router outlives it.
+        router::stop_all().await;
+        match outcome {
+            Ok(Ok(())) => 0,
+            Ok(Err(message)) => {
+                eprintln!("error: {message}");
+                1
+            }
+            Err(signal) => {
+                eprintln!("stopped by {}: the router killed", signal.name());
+                128 + signal.number()
+            }
+        }
+    })
 }
 
 /// The row of the load generator's check.
 const GENERATOR_CHECK: &str = "direct, generator check";
 
-/// The gateway's binary: `--gateway`, else the one cargo builds in the
-/// same profile's folder (`target/release/gateway` for
-/// `target/release/examples/peer`).
-fn gateway_binary(args: &Args) -> Result<std::path::PathBuf, String> {
-    if let Some(path) = &args.gateway {
+/// A binary of the gateway's crate: `given` (its flag's value), else the
+/// one cargo builds in the same profile's folder (`target/release/gateway`
+/// for `target/release/examples/peer`).
+fn built_binary(given: Option<&PathBuf>, bin: &str, flag: &str) -> Result<PathBuf, String> {
+    if let Some(path) = given {
         return Ok(path.clone());
     }
     let me = std::env::current_exe().map_err(|e| format!("where am I: {e}"))?;
-    let name = format!("gateway{}", std::env::consts::EXE_SUFFIX);
+    let name = format!("{bin}{}", std::env::consts::EXE_SUFFIX);
     let profile = me.parent().and_then(std::path::Path::parent);
     let built = profile.map_or_else(|| me.with_file_name(&name), |dir| dir.join(&name));
     match built.is_file() {
         true => Ok(built),
         false => Err(format!(
-            "no gateway binary at {} (cargo build --release -p tower-model-balance-gateway --bin gateway, or --gateway PATH)",
+            "no {bin} binary at {} (cargo build --release -p tower-model-balance-gateway --bin {bin}, or {flag} PATH)",
             built.display()
         )),
     }
 }
 
-async fn compare(args: &Args) -> Result<(), String> {
+/// The programs the comparison starts and its logs folder, each checked
+/// before any run.
+fn programs(args: &Args) -> Result<Programs, String> {
     let programs = Programs {
-        gateway: gateway_binary(args)?,
+        gateway: built_binary(args.gateway.as_ref(), "gateway", "--gateway")?,
+        bare_proxy: built_binary(args.bare_proxy.as_ref(), "bare-proxy", "--bare-proxy")?,
         vllm_router: args.vllm_router.clone(),
         logs: args.logs.clone(),
     };
-    if !programs.vllm_router.is_file() {
-        return Err(format!(
-            "no vLLM Router at {} (bash scripts/peer-compare installs it; or --vllm-router PATH)",
-            programs.vllm_router.display()
-        ));
-    }
+    check::executable(&programs.gateway, "the gateway (--gateway PATH)")?;
+    check::executable(&programs.bare_proxy, "the bare proxy (--bare-proxy PATH)")?;
+    check::executable(
+        &programs.vllm_router,
+        "vLLM Router (bash scripts/peer-compare installs it; or --vllm-router PATH)",
+    )?;
+    check::logs_dir(&programs.logs)?;
+    Ok(programs)
+}
+
+async fn compare(args: &Args, programs: Programs) -> Result<(), String> {
     let setup = Setup {
         backends: args.backends,
         seed: args.seed,
         programs,
         ticks: cpu::ticks_per_second(),
+        workload: args.workload,
     };
-    let mut kinds = vec![Kind::Direct, Kind::Gateway];
+    let load = match args.workload {
+        args::Workload::Plain => format!(
+            "chat completions, Zipf(1.1) over {} models",
+            workload::MODELS
+        ),
+        args::Workload::Prefix => format!(
+            "prefix workload: chat completions on {} shared prefixes, sessions, one model, prefix caches",
+            tower_model_balance_fleet::prefix_workload::PREFIXES
+        ),
+    };
+    let mut kinds = vec![Kind::Direct, Kind::Bare, Kind::Gateway];
     kinds.extend(args.policies.iter().cloned().map(Kind::Vllm));
     emit!(
-        "{} simulated servers per run (fresh) · chat completions, Zipf(1.1) over {} models, seed {} · {:.1} s per rate{}",
+        "{} simulated servers per run (fresh) · {load}, seed {} · {:.1} s per rate{}",
         args.backends,
-        workload::MODELS,
         args.seed,
         args.duration.as_secs_f64(),
         if args.max_rate {
-            format!(" · max rate: {:.1} s per step", args.search_duration.as_secs_f64())
+            format!(
+                " · max rate: {:.1} s per step",
+                args.search_duration.as_secs_f64()
+            )
         } else {
             String::new()
         }
@@ -163,7 +235,7 @@ async fn compare(args: &Args) -> Result<(), String> {
 }
 
 /// Every row sent its plan and had answers; every router's CPU time was
-/// read.
+/// read, and is more than zero (a router that answered requests ran).
 fn sane(rows: &[report::Figures]) -> Result<(), String> {
     for f in rows {
         let at = format!("{} at {:.0} req/s", f.router, f.rate);
@@ -171,9 +243,56 @@ fn sane(rows: &[report::Figures]) -> Result<(), String> {
             return Err(format!("{at}: no request succeeded"));
         }
         let routed = f.router != "direct" && f.router != GENERATOR_CHECK;
-        if routed && f.cpu_per_1k.is_none() {
-            return Err(format!("{at}: the router's CPU time could not be read"));
+        match f.cpu_per_1k {
+            _ if !routed => {}
+            None => return Err(format!("{at}: the router's CPU time could not be read")),
+            Some(cpu) if cpu <= 0.0 => {
+                return Err(format!(
+                    "{at}: the router's CPU time read zero, though it answered requests"
+                ))
+            }
+            Some(_) => {}
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(router: &str, ok: f64, cpu_per_1k: Option<f64>) -> report::Figures {
+        report::Figures {
+            router: router.to_owned(),
+            rate: 100.0,
+            requests: 200,
+            ok,
+            warm_hit: ok,
+            mean_ms: 1.0,
+            p50_ms: 1.0,
+            p99_ms: 1.0,
+            max_mean: 1.0,
+            outside_p50_ms: Some(0.1),
+            cpu_per_1k,
+            lag_p99_ms: 1.0,
+            prefix_hit: None,
+        }
+    }
+
+    #[test]
+    fn the_check_wants_answers_and_a_router_that_used_cpu() {
+        let fine = [row("direct", 1.0, None), row("gateway", 1.0, Some(0.01))];
+        assert_eq!(sane(&fine), Ok(()));
+        for (rows, says) in [
+            (vec![row("direct", 0.0, None)], "no request succeeded"),
+            (vec![row("gateway", 1.0, None)], "could not be read"),
+            (
+                vec![row("vllm-router cache_aware", 1.0, Some(0.0))],
+                "read zero",
+            ),
+        ] {
+            let error = sane(&rows).unwrap_err();
+            assert!(error.contains(says), "{error}");
+        }
+    }
 }

@@ -28,6 +28,8 @@ pub struct Figures {
     pub cpu_per_1k: Option<f64>,
     /// p99 of how late the load generator sent a request, ms.
     pub lag_p99_ms: f64,
+    /// The servers' prefix-cache hit rate (`None`: no prefix cache).
+    pub prefix_hit: Option<f64>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -84,14 +86,32 @@ pub fn figures(
         outside_p50_ms: (!outside.is_empty()).then(|| ms(outside.value_at_quantile(0.50))),
         cpu_per_1k: cpu.map(|cpu| cpu.as_secs_f64() * 1000.0 / n as f64),
         lag_p99_ms: ms(lag.value_at_quantile(0.99)),
+        prefix_hit: None,
     }
 }
+
+/// The load generator's send lag, p99, past which a run's figures are
+/// partly the generator's own: its requests left late, so the latencies
+/// (counted from the planned time) and the rate it offered are not the
+/// router's alone.
+pub const LAG_BOUND_MS: f64 = 10.0;
 
 impl Figures {
     /// Whether the run meets the throughput bar: p99 under 1 s and at
     /// least 99.9% ok.
     pub fn sustained(&self) -> bool {
         self.p99_ms < 1000.0 && self.ok >= 0.999
+    }
+
+    /// The warning to print when the generator lagged past
+    /// [`LAG_BOUND_MS`].
+    pub fn lag_warning(&self) -> Option<String> {
+        (self.lag_p99_ms > LAG_BOUND_MS).then(|| {
+            format!(
+                "warning: {} at {:.0} req/s: the load generator sent late, p99 {:.1} ms over {LAG_BOUND_MS} ms: the figures are partly the generator's (a busy machine?)",
+                self.router, self.rate, self.lag_p99_ms
+            )
+        })
     }
 }
 
@@ -114,12 +134,13 @@ fn opt(value: Option<f64>, digits: usize) -> String {
 /// when the search ran.
 pub fn print_table(rows: &[Figures], max_rates: &[MaxRate]) {
     emit!(
-        "{:<28} {:>6} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9}",
+        "{:<28} {:>6} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9}",
         "router",
         "rate",
         "sent",
         "ok%",
         "warm%",
+        "hit%",
         "mean_ms",
         "p50_ms",
         "p99_ms",
@@ -149,12 +170,13 @@ pub fn print_table(rows: &[Figures], max_rates: &[MaxRate]) {
                     (None, None) => "-".to_owned(),
                 });
         emit!(
-            "{:<28} {:>6.0} {:>7} {:>7.2} {:>7.2} {:>8.1} {:>8.2} {:>8.1} {:>8.2} {:>9} {:>9} {:>8.2} {:>9}",
+            "{:<28} {:>6.0} {:>7} {:>7.2} {:>7.2} {:>7} {:>8.1} {:>8.2} {:>8.1} {:>8.2} {:>9} {:>9} {:>8.2} {:>9}",
             f.router,
             f.rate,
             f.requests,
             f.ok * 100.0,
             f.warm_hit * 100.0,
+            opt(f.prefix_hit.map(|h| h * 100.0), 2),
             f.mean_ms,
             f.p50_ms,
             f.p99_ms,
@@ -164,5 +186,28 @@ pub fn print_table(rows: &[Figures], max_rates: &[MaxRate]) {
             f.lag_p99_ms,
             max_rate
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_lag(lag: Duration) -> Figures {
+        let record = Record {
+            latency: Duration::from_millis(30),
+            ok: true,
+            cold: false,
+            outside: None,
+            lag,
+        };
+        figures("gateway", 100.0, &[record; 10], &[10], None)
+    }
+
+    #[test]
+    fn a_lagging_generator_is_warned_of() {
+        assert_eq!(with_lag(Duration::from_millis(2)).lag_warning(), None);
+        let warning = with_lag(Duration::from_millis(25)).lag_warning().unwrap();
+        assert!(warning.contains("p99 25.0 ms over 10 ms"), "{warning}");
     }
 }

@@ -5,10 +5,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tower_model_balance_sim::{ModelServer, ServerConfig};
+use tower_model_balance_sim::{ModelServer, ServerConfig, ServerStats};
 
+use crate::args::Workload;
 use crate::cpu;
 use crate::drive::{self, Target};
+use crate::prefix::{self, Route};
 use crate::report::{self, Figures, MaxRate};
 use crate::router::{self, Kind, Programs};
 
@@ -20,6 +22,14 @@ pub struct Setup {
     pub programs: Programs,
     /// `/proc`'s clock ticks per second.
     pub ticks: u64,
+    /// What each run sends.
+    pub workload: Workload,
+}
+
+/// A run's plan, of either workload.
+enum Plan {
+    Plain(Vec<tower_model_balance_fleet::workload::Planned>),
+    Prefix(tower_model_balance_fleet::prefix_workload::Workload),
 }
 
 /// `kind` in front of a fresh fleet, sent the plan of `duration` at
@@ -31,10 +41,22 @@ pub async fn run(
     duration: Duration,
     label: &str,
 ) -> Result<Figures, String> {
-    // Every server with the simulated defaults (5 resident models, 4
-    // requests at once, 300 ms cold loads, 5..=30 ms per model by seed 0);
-    // none holds a model yet.
-    let config = ServerConfig::default();
+    // Plain: every server with the simulated defaults (5 resident models,
+    // 4 requests at once, 300 ms cold loads, 5..=30 ms per model by seed
+    // 0); none holds a model yet. Prefix: the prefix workload's servers
+    // (a prefix cache, 64 requests at once), its one model loaded.
+    let (config, plan) = match setup.workload {
+        Workload::Plain => (
+            ServerConfig::default(),
+            Plan::Plain(drive::plan(rate, duration, setup.seed)),
+        ),
+        Workload::Prefix => {
+            let work = prefix::plan(rate, duration, setup.seed);
+            let config =
+                tower_model_balance_fleet::prefix_workload::server_config(work.cache_tokens());
+            (config, Plan::Prefix(work))
+        }
+    };
     let mut servers = Vec::with_capacity(setup.backends);
     for i in 0..setup.backends {
         let server = ModelServer::start(&format!("sim-{i}"), config.clone())
@@ -42,20 +64,33 @@ pub async fn run(
             .map_err(|e| format!("starting simulated server sim-{i}: {e}"))?;
         servers.push(server);
     }
+    if let Plan::Prefix(_) = plan {
+        prefix::warm(&servers).await;
+    }
     let addrs: Vec<SocketAddr> = servers.iter().map(ModelServer::addr).collect();
     let running = match kind {
         Kind::Direct => None,
-        _ => Some(router::start(kind, &addrs, &setup.programs, label).await?),
+        _ => Some(router::start(kind, &addrs, &setup.programs, setup.workload, label).await?),
     };
-    let plan = drive::plan(rate, duration, setup.seed);
-    let target = match &running {
-        Some(running) => Target::Router(running.addr),
-        None => Target::direct(&addrs, config.resident_slots(), &plan),
-    };
-    let work_before: Vec<u64> = servers.iter().map(|s| s.stats().work).collect();
+    let before: Vec<ServerStats> = servers.iter().map(ModelServer::stats).collect();
     let cpu_time = |r: &router::Running| cpu::tree_time(r.pid, setup.ticks);
     let cpu_before = running.as_ref().and_then(cpu_time);
-    let records = drive::drive(&target, &plan).await;
+    let records = match &plan {
+        Plan::Plain(plan) => {
+            let target = match &running {
+                Some(running) => Target::Router(running.addr),
+                None => Target::direct(&addrs, config.resident_slots(), plan),
+            };
+            drive::drive(&target, plan).await
+        }
+        Plan::Prefix(work) => {
+            let route = match &running {
+                Some(running) => Route::Router(running.addr),
+                None => Route::Direct(addrs.clone()),
+            };
+            prefix::drive(&route, work).await
+        }
+    };
     let cpu_after = running.as_ref().and_then(cpu_time);
     let cpu = match (cpu_before, cpu_after) {
         (Some(before), Some(after)) => Some(after.saturating_sub(before)),
@@ -64,21 +99,23 @@ pub async fn run(
     if let Some(running) = running {
         running.stop().await;
     }
-    let loads: Vec<u64> = servers
+    let after: Vec<ServerStats> = servers.iter().map(ModelServer::stats).collect();
+    let loads: Vec<u64> = after
         .iter()
-        .zip(&work_before)
-        .map(|(s, before)| s.stats().work - before)
+        .zip(&before)
+        .map(|(a, b)| a.work.saturating_sub(b.work))
         .collect();
     for server in servers {
         server.stop().await;
     }
-    Ok(report::figures(
-        &kind.to_string(),
-        rate,
-        &records,
-        &loads,
-        cpu,
-    ))
+    let mut figures = report::figures(&kind.to_string(), rate, &records, &loads, cpu);
+    if let Plan::Prefix(_) = plan {
+        figures.prefix_hit = prefix::hit_rate(&before, &after);
+    }
+    if let Some(warning) = figures.lag_warning() {
+        eprintln!("{warning}");
+    }
+    Ok(figures)
 }
 
 /// The rate the search starts from, requests per second.

@@ -1,10 +1,11 @@
-//! Serving the gateway's router over HTTP/1: a header-read timeout per
-//! connection, and a bounded graceful shutdown.
+//! Serving the gateway's router (or the bare proxy, `bare`) over HTTP/1: a
+//! header-read timeout per connection, and a bounded graceful shutdown.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
-use axum::Router;
+use hyper::body::{Body, Incoming};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -16,18 +17,30 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long connections may finish their requests once shutdown begins.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Serves `router` on `listener` over HTTP/1 until `shutdown` resolves,
-/// then lets open connections finish for at most [`SHUTDOWN_GRACE`].
+/// Serves `router` (any `tower::Service` of hyper's requests that does not
+/// fail: axum's `Router`, the bare proxy) on `listener` over HTTP/1 until
+/// `shutdown` resolves, then lets open connections finish for at most
+/// [`SHUTDOWN_GRACE`].
 ///
 /// Unlike `axum::serve`, each connection has a header-read timeout
 /// ([`HEADER_TIMEOUT`]: a client that trickles its headers is cut off), and
 /// shutdown is bounded: a client that never finishes cannot keep the
 /// gateway up.
-pub async fn serve(
+pub async fn serve<S, B>(
     listener: TcpListener,
-    router: Router,
+    router: S,
     shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    S: tower::Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let graceful = GracefulShutdown::new();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())

@@ -1,8 +1,9 @@
 //! The gateway over simulated fleets: its HTTP surface, etcd membership,
-//! TTFT histograms, the OpenAI API, prefix affinity and streams. The
-//! gateway's app, flags and sidecar are the library's
+//! TTFT histograms, the OpenAI API, prefix affinity and streams; the bare
+//! proxy. The gateway's app, flags and sidecar are the library's
 //! (`tower_model_balance_gateway`), the code the binaries run.
 
+mod bare;
 mod histograms;
 mod openai;
 mod prefix;

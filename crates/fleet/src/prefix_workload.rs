@@ -1,7 +1,9 @@
-//! The `prefix` scenario's workload, all drawn from the seed: shared
-//! prefixes with Zipf popularity, one-shot questions on them and multi-turn
-//! chat sessions that start from them, and the oracle's bound on the
-//! prefix hit rate.
+//! The prefix workload, all drawn from the seed: shared prefixes with Zipf
+//! popularity, one-shot questions on them and multi-turn chat sessions
+//! that start from them, the oracle's bound on the prefix hit rate, and
+//! the simulated servers it runs on (a prefix cache of the working set
+//! over [`WORKING_SET_OVER_CACHE`]). The fleet example's `prefix` scenario
+//! and the peer comparison's `--workload prefix` send it.
 //!
 //! Text is pseudo-random lowercase words (a token is 4 bytes, as the sim
 //! counts), drawn per prefix, question and message, so different prefixes
@@ -14,7 +16,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tower_model_balance_sim::protocol;
+use tower_model_balance_sim::{protocol, ServerConfig};
 
 /// The one model the fleet serves.
 pub const MODEL: &str = "llama-3-8b";
@@ -36,6 +38,25 @@ pub const MAX_TOKENS: (u32, u32) = (16, 64);
 /// The sim's text of one generated token: a session's later turns resend
 /// the replies as they were streamed.
 const TOKEN_TEXT: &str = "tok ";
+/// Requests decoding at once per server.
+pub const BATCH: usize = 64;
+/// Prompt tokens a server prefills per second.
+pub const PREFILL_RATE: u64 = 20_000;
+/// The working set over one server's prefix cache: no server can hold
+/// every prefix, so where each goes matters.
+pub const WORKING_SET_OVER_CACHE: f64 = 2.5;
+
+/// The simulated servers' config for a prefix cache of `cache_tokens`
+/// ([`Workload::cache_tokens`]).
+pub fn server_config(cache_tokens: u64) -> ServerConfig {
+    ServerConfig::builder()
+        .concurrency(BATCH)
+        .prefix_cache(cache_tokens)
+        .prefill_rate(PREFILL_RATE)
+        .decode_time(Duration::from_millis(5))
+        .build()
+        .expect("the workload's server config is valid")
+}
 
 /// One request's body, as sent.
 #[derive(Debug, Clone)]
@@ -50,8 +71,13 @@ pub enum Job {
     /// One request.
     OneShot(Turn),
     /// A chat session's turns, each sent once the previous one finished,
-    /// with `x-session-id: {id}`.
-    Session { id: u64, turns: Vec<Turn> },
+    /// with `x-session-id: session-{id}`.
+    Session {
+        /// The session's number, from 1.
+        id: u64,
+        /// Its requests, in order.
+        turns: Vec<Turn>,
+    },
 }
 
 /// One arrival: a one-shot question or the start of a session.
@@ -61,12 +87,14 @@ pub struct Arrival {
     pub at: Duration,
     /// The shared prefix it starts from (0: the hottest).
     pub prefix: usize,
+    /// What it sends.
     pub job: Job,
 }
 
 /// The workload and what the oracle makes of it.
 #[derive(Debug, Clone)]
 pub struct Workload {
+    /// The arrivals, in time order once [scheduled](Workload::schedule).
     pub arrivals: Vec<Arrival>,
     /// Requests in all (one-shots and turns).
     pub requests: usize,
@@ -228,6 +256,13 @@ fn oracle(arrivals: Vec<Arrival>) -> Workload {
 }
 
 impl Workload {
+    /// Each server's prefix cache: the working set over
+    /// [`WORKING_SET_OVER_CACHE`], in whole blocks.
+    pub fn cache_tokens(&self) -> u64 {
+        ((self.working_set_tokens as f64 / WORKING_SET_OVER_CACHE) as u64)
+            .next_multiple_of(protocol::BLOCK_TOKENS)
+    }
+
     /// Requests per second that keep `utilization` of a fleet's prefill
     /// capacity busy if it caches as well as the oracle:
     /// `utilization × backends × prefill_rate ÷ oracle_uncached_mean`.

@@ -1,0 +1,206 @@
+//! The bare proxy: the floor the peer comparison measures the gateway
+//! against. The same runtime (`#[tokio::main]`, a worker per core), the
+//! same accept loop ([`serve`](crate::app::serve)) and the same pooled
+//! client ([`backend_client`]) with the same origin rewriting
+//! ([`SetOrigin`]: the URI, `Host`, hop-by-hop headers) as the gateway,
+//! and nothing else: round robin over the backends, no layers, no body
+//! read (the request's body streams through as it comes), no routes (every
+//! method and path is forwarded). What it costs is the hop's own cost.
+//!
+//! ```text
+//! bare-proxy --listen 127.0.0.1:8081 --backend http://10.0.0.1:8000 --backend http://10.0.0.2:8000
+//! ```
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{Either, Empty};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use tower::{Service, ServiceExt as _};
+use tower_model_balance::endpoint::{strip_hop_by_hop, Origin, SetOrigin};
+
+use crate::app::backend_client;
+use crate::cli::{http_origin, Stop};
+
+/// The usage, printed for `--help` and after a bad flag.
+pub const USAGE: &str = "\
+usage: bare-proxy --backend URL [--backend URL ...] [--listen ADDR]
+
+  --listen ADDR   address to serve on (default 127.0.0.1:8080)
+  --backend URL   a backend's origin, e.g. http://10.0.0.1:8000 (repeatable,
+                  at least one): requests go to each in turn
+  -h, --help      this text";
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Args {
+    /// `--listen`.
+    pub listen: SocketAddr,
+    /// `--backend`s, in order.
+    pub backends: Vec<Origin>,
+}
+
+impl Args {
+    /// The flags in `args` (the program's name left out).
+    ///
+    /// # Errors
+    ///
+    /// `--help`, or a bad flag: the message names it.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
+        let mut listen = None;
+        let mut backends = Vec::new();
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            let mut value = |name: &str| {
+                args.next()
+                    .ok_or_else(|| Stop::Error(format!("{name} needs a value")))
+            };
+            match flag.as_str() {
+                "-h" | "--help" => return Err(Stop::Help),
+                "--listen" if listen.is_some() => {
+                    return Err(Stop::Error("--listen given twice".to_owned()))
+                }
+                "--listen" => {
+                    let text = value("--listen")?;
+                    listen = Some(text.parse().map_err(|_| {
+                        Stop::Error(format!(
+                            "--listen: `{text}` is not an address like 127.0.0.1:8080"
+                        ))
+                    })?);
+                }
+                "--backend" => backends.push(http_origin("--backend", &value("--backend")?)?),
+                other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
+            }
+        }
+        if backends.is_empty() {
+            return Err(Stop::Error("give at least one --backend".to_owned()));
+        }
+        Ok(Args {
+            listen: listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+            backends,
+        })
+    }
+}
+
+/// An answer's body: the backend's, streamed on, or none (the proxy's own
+/// 502).
+pub type ProxyBody = Either<Incoming, Empty<Bytes>>;
+
+type Backend = SetOrigin<Client<HttpConnector, Incoming>>;
+
+/// Round robin over the backends, one pooled client for all.
+#[derive(Debug, Clone)]
+pub struct BareProxy {
+    backends: Arc<[Backend]>,
+    next: Arc<AtomicUsize>,
+}
+
+impl BareProxy {
+    /// A proxy in front of `backends`, `None` without any; inside a Tokio
+    /// runtime.
+    pub fn new(backends: &[Origin]) -> Option<Self> {
+        if backends.is_empty() {
+            return None;
+        }
+        let client = backend_client::<Incoming>();
+        let backends = backends
+            .iter()
+            .map(|origin| SetOrigin::to(client.clone(), origin.clone()))
+            .collect();
+        Some(BareProxy {
+            backends,
+            next: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// Sends `req` to the next backend in turn and its answer back (the
+    /// hop-by-hop headers removed, the body streamed on); 502 when the
+    /// backend cannot be reached.
+    pub async fn forward(&self, req: http::Request<Incoming>) -> http::Response<ProxyBody> {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.backends.len();
+        let backend = self.backends[turn].clone();
+        match backend.oneshot(req).await {
+            Ok(rsp) => {
+                let (mut parts, body) = rsp.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                http::Response::from_parts(parts, Either::Left(body))
+            }
+            Err(error) => {
+                tracing::debug!(%error, backend = turn, "the backend could not be reached");
+                let mut rsp = http::Response::new(Either::Right(Empty::new()));
+                *rsp.status_mut() = http::StatusCode::BAD_GATEWAY;
+                rsp
+            }
+        }
+    }
+
+    /// The proxy as the service [`serve`](crate::app::serve) takes.
+    pub fn into_service(
+        self,
+    ) -> impl Service<
+        http::Request<Incoming>,
+        Response = http::Response<ProxyBody>,
+        Error = Infallible,
+        Future = impl Send,
+    > + Clone
+           + Send
+           + 'static {
+        tower::service_fn(move |req| {
+            let proxy = self.clone();
+            async move { Ok::<_, Infallible>(proxy.forward(req).await) }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, Stop> {
+        Args::parse(args.iter().map(|s| (*s).to_owned()))
+    }
+
+    #[test]
+    fn flags() {
+        let args = parse(&[
+            "--backend",
+            "http://127.0.0.1:9",
+            "--backend",
+            "http://[::1]:8",
+        ])
+        .unwrap();
+        assert_eq!(args.backends.len(), 2);
+        assert_eq!(args.listen, SocketAddr::from(([127, 0, 0, 1], 8080)));
+        for (args, says) in [
+            (&[][..], "at least one --backend"),
+            (&["--backend", "https://x:1"], "only http://"),
+            (&["--backend"], "needs a value"),
+            (
+                &["--listen", "nowhere", "--backend", "http://a:1"],
+                "not an address",
+            ),
+            (
+                &[
+                    "--listen",
+                    "127.0.0.1:1",
+                    "--listen",
+                    "127.0.0.1:2",
+                    "--backend",
+                    "http://a:1",
+                ],
+                "twice",
+            ),
+            (&["--bogus"], "unknown flag"),
+        ] {
+            match parse(args) {
+                Err(Stop::Error(message)) => assert!(message.contains(says), "{args:?}: {message}"),
+                other => panic!("{args:?}: {other:?}"),
+            }
+        }
+        assert_eq!(parse(&["-h"]), Err(Stop::Help));
+    }
+}

@@ -1,0 +1,75 @@
+//! The bare proxy (`bare`): each request to the next backend in turn,
+//! body and answer passed through; 502 for a backend that cannot be
+//! reached.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::net::TcpListener;
+use tower_model_balance::endpoint::Origin;
+use tower_model_balance_gateway::app;
+use tower_model_balance_gateway::bare::BareProxy;
+use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
+
+/// A bound so that a broken proxy fails the test instead of hanging it.
+const BOUND: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn round_robin_over_the_backends_body_and_answer_passed_through() {
+    let mut servers = Vec::new();
+    for name in ["sim-0", "sim-1"] {
+        servers.push(
+            ModelServer::start(name, ServerConfig::default())
+                .await
+                .unwrap(),
+        );
+    }
+    // A port nothing listens on: the third backend cannot be reached.
+    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let mut origins: Vec<Origin> = servers.iter().map(|s| Origin::http(s.addr())).collect();
+    origins.push(Origin::http(dead_addr));
+    let proxy = BareProxy::new(&origins).expect("backends");
+    assert!(BareProxy::new(&[]).is_none());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(app::serve(listener, proxy.into_service(), async {
+        let _ = stopped.await;
+    }));
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut answered = Vec::new();
+    for _ in 0..6 {
+        let body =
+            r#"{"model":"llama-3-8b","messages":[{"role":"user","content":"hi"}],"max_tokens":4}"#;
+        let req = http::Request::post(format!("http://{addr}{}", protocol::CHAT_COMPLETIONS_PATH))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::from(body))
+            .unwrap();
+        let rsp = tokio::time::timeout(BOUND, client.request(req))
+            .await
+            .expect("answered in time")
+            .expect("a response");
+        let status = rsp.status().as_u16();
+        let backend = rsp.headers().get(protocol::BACKEND_HEADER).cloned();
+        let body = rsp.into_body().collect().await.unwrap().to_bytes();
+        if status == 200 {
+            let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(json["object"], "chat.completion", "{json}");
+        }
+        answered.push((status, backend.map(|b| b.to_str().unwrap().to_owned())));
+    }
+    let expected: Vec<(u16, Option<String>)> = (0..6)
+        .map(|i| match i % 3 {
+            2 => (502, None),
+            n => (200, Some(format!("sim-{n}"))),
+        })
+        .collect();
+    assert_eq!(answered, expected);
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+}
