@@ -80,11 +80,23 @@ impl AdmissionFile {
                 }
                 l
             }
-            _ => {
+            (None, None, None) => {
                 return Err(ConfigError::Invalid {
                     key: "admission.limit".into(),
                     expected:
                         "set: either `limit` (fixed) or both `limit_min` and `limit_max` (adaptive)",
+                })
+            }
+            (Some(_), _, _) => {
+                return Err(ConfigError::Invalid {
+                    key: "admission.limit".into(),
+                    expected: "given alone: a fixed `limit` takes no `limit_min` or `limit_max` (those two are the adaptive limit's)",
+                })
+            }
+            _ => {
+                return Err(ConfigError::Invalid {
+                    key: "admission.limit_min / admission.limit_max".into(),
+                    expected: "given together: the adaptive limit needs both",
                 })
             }
         };

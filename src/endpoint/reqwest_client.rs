@@ -22,7 +22,10 @@ use super::future::ResponseFuture;
 /// connection pool.
 ///
 /// Put one behind [`SetOrigin`](super::SetOrigin) per backend: the request's
-/// URI is then the backend's. A request whose URI reqwest cannot send (no
+/// URI is then the backend's. Hand the backends to the balancer through
+/// [`discover::Static`](crate::discover::Static), as below: tower's
+/// `ServiceList::new` asks for the request type and cannot infer it over an
+/// endpoint that takes any body (E0283, "cannot satisfy `_: Into<Body>`"). A request whose URI reqwest cannot send (no
 /// scheme or host: a path-only URI outside `SetOrigin`) fails with
 /// reqwest's builder error; nothing is sent.
 ///

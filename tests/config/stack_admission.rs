@@ -70,8 +70,11 @@ fn each_bad_value_names_its_key() {
     );
     assert_eq!(
         invalid_key("[admission]\nlimit_min = 4\n"),
-        "admission.limit"
+        "admission.limit_min / admission.limit_max"
     );
+    // A fixed limit with an adaptive bound says so, not that `limit` is unset.
+    let mixed = StackConfig::from_toml("[admission]\nlimit = 4\nlimit_min = 2\n").unwrap_err();
+    assert!(mixed.to_string().contains("given alone"), "{mixed}");
     assert_eq!(invalid_key("[admission]\nlimit = 0\n"), "admission.limit");
     assert_eq!(
         invalid_key("[admission]\nlimit = 4\nbackoff = 0.9\n"),

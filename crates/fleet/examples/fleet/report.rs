@@ -142,6 +142,11 @@ pub fn hedging_line(rows: &[Figures], scenario: Scenario, load: f64) -> Option<S
         ),
         _ => format!("p999 hedged ÷ unhedged {ratio:.2}"),
     };
+    // No backup sent: the two runs differ by their noise, not the hedge.
+    let tail = match hedged.hedges {
+        0 => format!("{tail}, with no backup sent (run-to-run noise)"),
+        _ => tail,
+    };
     Some(format!(
         "hedging: {tail}; extra requests {:.2}% (target ≤ {:.0}%: {})",
         extra * 100.0,
