@@ -9,7 +9,7 @@
 //! flag rebuilds every dependency:
 //!
 //! ```sh
-//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test loom
+//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p tower-model-balance --test loom
 //! ```
 //!
 //! [loom]: https://docs.rs/loom
