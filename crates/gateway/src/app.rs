@@ -156,6 +156,11 @@ pub struct Config {
     /// limit): past it the balancer sheds with `Overloaded`, which the
     /// gateway answers 429 with `Retry-After`.
     pub admission_limit: Option<usize>,
+    /// The most owners a model gets (none: the balancer's default, 2).
+    pub owners: Option<usize>,
+    /// The load one owner carries from its model, over the mean per
+    /// backend (none: the balancer's default, its `load_factor`).
+    pub owner_load: Option<f64>,
     /// Prefix affinity: the first this many bytes of an OpenAI prompt
     /// make its group (none: route by the model alone).
     pub prefix_bytes: Option<usize>,
@@ -190,6 +195,8 @@ impl Config {
             metrics_origins: Vec::new(),
             placement: true,
             admission_limit: None,
+            owners: None,
+            owner_load: None,
             prefix_bytes: None,
             session_header: None,
             receipt_header: false,
@@ -259,6 +266,12 @@ impl Gateway {
             .panic_threshold(0.0);
         if let Some(name) = config.residency_header.clone() {
             balance = balance.residency_header(ResidencyHeader::ResidentModels(name));
+        }
+        if let Some(k) = config.owners {
+            balance = balance.owners(k);
+        }
+        if let Some(load) = config.owner_load {
+            balance = balance.owner_load(load);
         }
         if let Some(limit) = config.admission_limit {
             balance = balance.admission(AdmissionConfig::builder(Limit::fixed(limit)).build()?);

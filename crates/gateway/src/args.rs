@@ -45,6 +45,12 @@ usage: gateway [FLAGS]
                        with 429 and Retry-After (the gateway ignores clients'
                        x-urgency, as their other routing headers: every
                        request is Normal urgency)
+  --owners K           the most backends a model is spread over as its demand
+                       grows (1..=1024, default 2)
+  --owner-load X       how much of the mean load per backend one owner takes
+                       from its model before the model gets another owner
+                       (above 0, up to 1.25; default 1.25): lower gives the
+                       popular models more warm copies sooner
   --prefix-bytes N     prefix affinity for LLM fleets: the first N bytes of an
                        OpenAI prompt (1..=65536) pick its owners, as the model
                        does without it (default: by the model alone)
@@ -83,6 +89,10 @@ pub struct Args {
     pub placement: bool,
     /// `--admission-limit`: requests in flight per backend.
     pub admission_limit: Option<usize>,
+    /// `--owners`: the most owners a model gets.
+    pub owners: Option<usize>,
+    /// `--owner-load`: the load one owner carries from its model.
+    pub owner_load: Option<f64>,
     /// `--prefix-bytes`.
     pub prefix_bytes: Option<usize>,
     /// `--session-header`.
@@ -111,6 +121,8 @@ impl Args {
             metrics: Vec::new(),
             placement: true,
             admission_limit: None,
+            owners: None,
+            owner_load: None,
             prefix_bytes: None,
             session_header: None,
             receipt_header: false,
@@ -238,6 +250,26 @@ impl Args {
                     let limit = value("--admission-limit")?;
                     parsed.admission_limit =
                         Some(number(&limit, "--admission-limit", 1, 1_000_000)?);
+                }
+                "--owners" => {
+                    let k = number(&value("--owners")?, "--owners", 1, 1024)?;
+                    if parsed.owners.replace(k).is_some() {
+                        return Err(Stop::Error("--owners given twice".into()));
+                    }
+                }
+                "--owner-load" => {
+                    let text = value("--owner-load")?;
+                    let load = match text.parse::<f64>() {
+                        Ok(x) if x > 0.0 && x <= 1.25 => x,
+                        _ => {
+                            return Err(Stop::Error(format!(
+                                "--owner-load: `{text}` is not a number above 0 and up to 1.25"
+                            )))
+                        }
+                    };
+                    if parsed.owner_load.replace(load).is_some() {
+                        return Err(Stop::Error("--owner-load given twice".into()));
+                    }
                 }
                 other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
             }

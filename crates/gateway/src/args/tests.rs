@@ -69,6 +69,14 @@ fn bad_flags_are_errors_not_panics() {
         &["--probe", "grpc"],
         &["--body-limit", "0"],
         &["--body-limit", "67108865"],
+        &["--owners", "0"],
+        &["--owners", "1025"],
+        &["--owners", "2", "--owners", "3"],
+        &["--owner-load", "0"],
+        &["--owner-load", "-1"],
+        &["--owner-load", "1.3"],
+        &["--owner-load", "NaN"],
+        &["--owner-load", "1", "--owner-load", "1"],
         &["--prefix-bytes", "0"],
         &["--prefix-bytes", "65537"],
         &["--prefix-bytes", "1", "--prefix-bytes", "2"],
@@ -197,4 +205,16 @@ fn etcd_is_the_alternative_to_backend() {
             other => panic!("{bad:?} should fail, got {other:?}"),
         }
     }
+}
+
+#[test]
+fn owner_sizing_flags() {
+    let args = parse(&[]).unwrap();
+    assert_eq!(
+        (args.owners, args.owner_load),
+        (None, None),
+        "the balancer's defaults"
+    );
+    let args = parse(&["--owners", "4", "--owner-load", "1.0"]).unwrap();
+    assert_eq!((args.owners, args.owner_load), (Some(4), Some(1.0)));
 }

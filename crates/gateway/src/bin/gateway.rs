@@ -105,6 +105,8 @@ async fn run(args: Args) -> Result<(), String> {
     };
     config.body_limit = args.body_limit;
     config.admission_limit = args.admission_limit;
+    config.owners = args.owners;
+    config.owner_load = args.owner_load;
     config.prefix_bytes = args.prefix_bytes;
     config.session_header = args.session_header.clone();
     config.receipt_header = args.receipt_header;

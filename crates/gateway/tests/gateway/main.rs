@@ -1,11 +1,12 @@
 //! The gateway over simulated fleets: its HTTP surface, etcd membership,
-//! TTFT histograms, the OpenAI API, prefix affinity and streams; the bare
-//! proxy. The gateway's app, flags and sidecar are the library's
+//! TTFT histograms, the OpenAI API, the owners flag, prefix affinity and
+//! streams; the bare proxy. The gateway's app, flags and sidecar are the library's
 //! (`tower_model_balance_gateway`), the code the binaries run.
 
 mod bare;
 mod histograms;
 mod openai;
+mod owners;
 mod prefix;
 mod service;
 mod stream;
