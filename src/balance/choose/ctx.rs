@@ -5,8 +5,6 @@
 //! and, in the opt-in per-model breaker scope, a short one to find the
 //! pair's breaker).
 
-use std::cell::Cell;
-
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::clock::Now;
 use crate::balance::state::prefix::PrefixHit;
@@ -223,9 +221,6 @@ pub(crate) struct Ctx<'a> {
     /// The request's urgency: a `Critical` one has headroom above the
     /// admission limit.
     pub(crate) urgency: Urgency,
-    /// The backend and residency slot where the last lookup of this pick
-    /// found the model: where the pick's touch looks first.
-    pub(crate) found: Cell<Option<(usize, usize)>>,
 }
 
 impl Ctx<'_> {
@@ -233,7 +228,6 @@ impl Ctx<'_> {
         &self.table.backends[i]
     }
 
-    #[inline]
     pub(crate) fn eligible(&self, i: usize) -> bool {
         if self.exclude == Some(i) {
             return false;
@@ -276,23 +270,9 @@ impl Ctx<'_> {
         self.presence(i, key) != Presence::Absent
     }
 
-    #[inline]
     pub(crate) fn presence(&self, i: usize, key: u64) -> Presence {
         let now_ms = || self.table.fleet.millis(self.now.get());
-        let (presence, slot) = self.state(i).residency.presence_in(key, now_ms);
-        if let Some(slot) = slot {
-            self.found.set(Some((i, slot)));
-        }
-        presence
-    }
-
-    /// Where the last lookup of this pick found the model on backend `i`,
-    /// if it was there.
-    #[inline]
-    pub(crate) fn found_on(&self, i: usize) -> Option<usize> {
-        self.found
-            .get()
-            .and_then(|(b, slot)| (b == i).then_some(slot))
+        self.state(i).residency.presence(key, now_ms)
     }
 
     /// The cheapest of `among` (all eligible), a backend whose breaker

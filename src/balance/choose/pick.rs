@@ -3,8 +3,6 @@
 //! [inference](super::inference) or [update](super::update), and the
 //! model marked resident where it went.
 
-use std::cell::Cell;
-
 use crate::balance::choose::backup::pick_backup;
 use crate::balance::choose::ctx::{in_panic, Ask, Ctx, Miss, Mode, Pick, Rules, Scratch};
 use crate::balance::choose::inference::pick_inference;
@@ -48,7 +46,6 @@ pub(crate) fn pick(
         key: ask.key,
         exclude: None,
         urgency: ask.urgency,
-        found: Cell::new(None),
     };
     let exclude = ask.exclude.filter(|_| ask.kind != RequestKind::Update);
     let mut picked = match exclude {
@@ -72,10 +69,7 @@ pub(crate) fn pick(
         // A clock already read renews the stamp for free.
         let refresh = ask.sampled || now.read().is_some();
         let now_ms = || table.fleet.millis(now.get());
-        // The slot a lookup of this pick found the model in, if any: a
-        // warm pick does not scan the slots again.
-        let hint = ctx.found_on(picked.index);
-        picked.warmth = match state.residency.touch_at(ask.key, hint, refresh, now_ms) {
+        picked.warmth = match state.residency.touch_with(ask.key, refresh, now_ms) {
             true => Warmth::Warm,
             false => Warmth::Cold,
         };

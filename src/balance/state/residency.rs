@@ -150,7 +150,6 @@ impl Residency {
     }
 
     /// The slot of the model with hash `key`, if it is resident.
-    #[inline]
     fn slot(&self, key: u64) -> Option<usize> {
         (0..self.slots()).find(|&i| {
             self.models[i].load(Ordering::Relaxed) == key
@@ -184,29 +183,17 @@ impl Residency {
     /// `now_ms()` (read only for a model not served: loading expires after
     /// [`LOADING_EXPIRY_MS`]).
     pub(crate) fn presence(&self, key: u64, now_ms: impl FnOnce() -> u64) -> Presence {
-        self.presence_in(key, now_ms).0
-    }
-
-    /// As [`Residency::presence`], with the slot the model was found in:
-    /// a hint for [`Residency::touch_at`] later in the same pick.
-    #[inline]
-    pub(crate) fn presence_in(
-        &self,
-        key: u64,
-        now_ms: impl FnOnce() -> u64,
-    ) -> (Presence, Option<usize>) {
         let Some(i) = self.slot(key) else {
-            return (Presence::Absent, None);
+            return Presence::Absent;
         };
         let loaded = self.loaded[i].load(Ordering::Relaxed);
-        let presence = if loaded & SERVED != 0 {
+        if loaded & SERVED != 0 {
             Presence::Served
         } else if now_ms().saturating_add(1).saturating_sub(loaded) < LOADING_EXPIRY_MS {
             Presence::Loading
         } else {
             Presence::Absent
-        };
-        (presence, Some(i))
+        }
     }
 
     /// How many models sent here less than `within_ms` before `now_ms()`
@@ -260,35 +247,19 @@ impl Residency {
     /// of models in use stay recent without a clock read per request).
     /// Returns whether the model was served here already.
     pub(crate) fn touch_with(&self, key: u64, refresh: bool, now_ms: impl FnOnce() -> u64) -> bool {
-        self.touch_at(key, None, refresh, now_ms)
-    }
-
-    /// As [`Residency::touch_with`], looking first in slot `hint`, where a
-    /// lookup earlier in the same pick found the model
-    /// ([`Residency::presence_in`]): a warm pick scans the slots once.
-    /// The hint is checked as the scan checks each slot, so a stale one
-    /// (the table changed since) only costs the scan.
-    #[inline]
-    pub(crate) fn touch_at(
-        &self,
-        key: u64,
-        hint: Option<usize>,
-        refresh: bool,
-        now_ms: impl FnOnce() -> u64,
-    ) -> bool {
-        if let Some(i) = hint.filter(|&i| i < self.slots()) {
-            let s = self.stamps[i].load(Ordering::Relaxed);
-            // The scan's first match: no slot before it holds the model
-            // (the lookup that gave the hint scanned them).
-            if s != 0 && self.models[i].load(Ordering::Relaxed) == key {
-                return self.renew(i, s, refresh, now_ms);
-            }
-        }
         let mut oldest = (0, u64::MAX);
         for i in 0..self.slots() {
             let s = self.stamps[i].load(Ordering::Relaxed);
             if s != 0 && self.models[i].load(Ordering::Relaxed) == key {
-                return self.renew(i, s, refresh, now_ms);
+                let stamp = if refresh {
+                    now_ms().saturating_add(1)
+                } else {
+                    0
+                };
+                if s < stamp {
+                    self.stamps[i].store(stamp, Ordering::Relaxed);
+                }
+                return self.loaded[i].load(Ordering::Relaxed) & SERVED != 0;
             }
             if s < oldest.1 && self.in_flight[i].load(Ordering::Relaxed) == 0 {
                 oldest = (i, s);
@@ -307,22 +278,6 @@ impl Residency {
         self.stamps[i].store(stamp, Ordering::Relaxed);
         self.loaded[i].store(stamp, Ordering::Relaxed);
         false
-    }
-
-    /// Slot `i` holds the model a pick sent a request for, its stamp `s`:
-    /// with `refresh`, the stamp is renewed. Returns whether the model was
-    /// served here already.
-    #[inline]
-    fn renew(&self, i: usize, s: u64, refresh: bool, now_ms: impl FnOnce() -> u64) -> bool {
-        let stamp = if refresh {
-            now_ms().saturating_add(1)
-        } else {
-            0
-        };
-        if s < stamp {
-            self.stamps[i].store(stamp, Ordering::Relaxed);
-        }
-        self.loaded[i].load(Ordering::Relaxed) & SERVED != 0
     }
 
     /// Whether the model with hash `key` was first sent here less than
