@@ -143,12 +143,13 @@ pub fn hedging_line(rows: &[Figures], scenario: Scenario, load: f64) -> Option<S
         _ => format!("p999 hedged ÷ unhedged {ratio:.2}"),
     };
     // No backup sent: the two runs differ by their noise, not the hedge.
-    let tail = match hedged.hedges {
-        0 => format!("{tail}, with no backup sent (run-to-run noise)"),
-        _ => tail,
+    let noise = if hedged.hedges == 0 {
+        ", with no backup sent (run-to-run noise)"
+    } else {
+        ""
     };
     Some(format!(
-        "hedging: {tail}; extra requests {:.2}% (target ≤ {:.0}%: {})",
+        "hedging: {tail}{noise}; extra requests {:.2}% (target ≤ {:.0}%: {})",
         extra * 100.0,
         extra_target * 100.0,
         verdict(extra <= extra_target)
