@@ -225,16 +225,17 @@ impl BalancerHandle {
         Some(placement.stats())
     }
 
-    /// `model`'s owners now, in ring-walk order: the first `k` distinct
-    /// backends of its walk, `k` as demand has set it (or as configured
-    /// for the model). Empty with no backends.
+    /// `model`'s owners now, in the order a pick walks them: those the
+    /// last owner plan gave it (the first backends of its ring walk with a
+    /// model slot left; see the [module docs](crate::balance)), else the
+    /// first `k` distinct backends of its walk; `k` as demand has set it
+    /// (or as configured for the model). Empty with no backends.
     pub fn owners(&self, model: &ModelId) -> Vec<BackendId> {
         let table = self.view.table();
         let key = model.hash64();
         let k = self.view.owners_of(key);
         table
-            .ring
-            .walk(key)
+            .walk(key, table.assigned.get(key))
             .take(k)
             .map(|i| table.backends[i].id.clone())
             .collect()

@@ -26,7 +26,17 @@
 //! [`ModelBalancer`] routes each request by its [`RouteInfo`]:
 //!
 //! * **inference** goes to the model's *owners*, the first `k` distinct
-//!   backends on its ring walk. `k` follows demand: a model gets
+//!   backends on its ring walk with a model slot left
+//!   ([`BackendMeta::with_model_slots`]): every 250 ms the balancer plans
+//!   the owners of the models in demand, in order of hash, each keeping
+//!   the owners it had while they have a slot, then taking the first
+//!   backends along its walk with one (those where it is resident first;
+//!   with none, the first along its walk) — consistent hashing with
+//!   bounded loads (Mirrokni, Thorup and Zadimoghaddam, SODA 2018) with
+//!   a backend's model slots as its bound, so that no backend owns more
+//!   models than it holds and evicts, for ever, what the next request
+//!   needs. A model with no demand yet (and a prefix group) takes its
+//!   ring walk as it is. `k` follows demand: a model gets
 //!   `ceil(share × work × n / owner_load)` owners within `min_owners ..=
 //!   owners` (default 1 ..= 2; or a fixed `k` per model,
 //!   [`BalanceConfigBuilder::model_owners`]), where `share` is its share
@@ -287,7 +297,9 @@
 //! step. A removed backend is not picked again at once (nothing to stage:
 //! its models must move), and the first backend set lands in one step. At
 //! rest the ring is exactly the one the weights define, so gateways that
-//! share backends and ring config agree on owners again.
+//! share backends and ring config agree on owners again — those that also
+//! see the same models in demand and the same residency agree on the
+//! planned owners too.
 //!
 //! A breaker covers a backend by default. A multi-model server can fail for
 //! one model (an adapter that does not load, weights that do not fit) and

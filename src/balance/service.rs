@@ -25,7 +25,7 @@ use crate::balance::queued::Queued;
 use crate::balance::state::clock::Now;
 use crate::balance::state::shared::{Shared, View};
 use crate::balance::tasks::discovery::{self, Drained, Registry};
-use crate::balance::tasks::{self, health};
+use crate::balance::tasks::{self, assign, health};
 use crate::classify::{AtEndOfBody, AtResponse};
 use crate::error::{BoxError, InvalidRoute, NoRuntime, NotReady};
 use crate::route::{Routable, RouteInfo, RouteView};
@@ -129,7 +129,8 @@ where
         }
         let gone = shared.gone();
         let view: Weak<dyn View> = Arc::downgrade(&shared) as Weak<dyn View>;
-        tasks::spawn(&runtime, health::run(view, interval, gone));
+        tasks::spawn(&runtime, health::run(view.clone(), interval, gone));
+        tasks::spawn(&runtime, assign::run(view, shared.gone()));
         Ok(Self {
             local: Local::new(),
             shared,

@@ -1,4 +1,4 @@
-//! The balancer: admission, affinity and agreement on owners, gRPC,
+//! The balancer: admission, affinity, the owner plan and agreement on owners, gRPC,
 //! races, the Service and the pick API, a call made before readiness,
 //! chaos, hash flooding, loopback fleets, prefix affinity, pair breakers,
 //! starvation, placement, and what it learns from answers.
@@ -12,6 +12,7 @@ mod grpc;
 mod hash_flood;
 mod loopback;
 mod not_ready;
+mod owner_plan;
 mod pick;
 mod pick_urgency;
 mod placement;

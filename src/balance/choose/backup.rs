@@ -34,9 +34,7 @@ pub(crate) fn pick_backup(ctx: &Ctx<'_>, ask: &Ask, x: usize) -> Result<Pick, Mi
     let k = ask.owners.clamp(1, MAX_OWNERS);
     let first_warm = ctx.presence(x, key) == Presence::Served;
     let candidates = || {
-        ctx.table
-            .ring
-            .walk(ask.affinity())
+        ask.walk(ctx.table)
             .take(k + SPILL_SCAN)
             .enumerate()
             .filter(move |&(_, i)| i != x && ctx.eligible(i) && ctx.room(i))

@@ -5,6 +5,8 @@
 //! and, in the opt-in per-model breaker scope, a short one to find the
 //! pair's breaker).
 
+use crate::balance::state::assign::Assigned;
+use crate::balance::state::assigned::OwnersWalk;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::clock::Now;
 use crate::balance::state::prefix::PrefixHit;
@@ -56,6 +58,9 @@ pub(crate) struct Ask {
     /// ([`Miss::NoAlternative`]); when strict (a retry), honoured while
     /// any other backend is eligible. Inference only.
     pub(crate) exclude: Option<(usize, bool)>,
+    /// The owners assigned to the model ([`Table::assigned`]; none for a
+    /// prefix key's group or an update): walked before the ring.
+    pub(crate) assigned: Assigned,
 }
 
 impl Ask {
@@ -64,6 +69,13 @@ impl Ask {
     #[inline]
     pub(crate) fn affinity(&self) -> u64 {
         self.prefix.map_or(self.key, |p| p.group())
+    }
+
+    /// The request's walk over `table`: its assigned owners, then the ring
+    /// from [`Ask::affinity`] without them.
+    #[inline]
+    pub(crate) fn walk<'t>(&self, table: &'t Table) -> OwnersWalk<'t> {
+        table.walk(self.affinity(), self.assigned)
     }
 }
 

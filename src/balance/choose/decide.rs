@@ -11,6 +11,7 @@ use crate::balance::choose::sampler::Sampler;
 use crate::balance::completion::guard::Guard;
 use crate::balance::config::fields::BalanceConfig;
 use crate::balance::error::{NoAlternative, NoHealthyBackend, Overloaded};
+use crate::balance::state::assign::Assigned;
 use crate::balance::state::clock::Now;
 use crate::balance::state::demand::Tally;
 use crate::balance::state::residency::Warmth;
@@ -170,6 +171,13 @@ impl Local {
         let affinity = route.affinity();
         // Read before this request counts in it.
         let unseen = route.kind != RequestKind::Update && shared.demand.unseen(affinity);
+        // The owners planned for the model, if it has them (not for an
+        // update, nor for a prefix key's group).
+        let assigned = match route.kind {
+            RequestKind::Update => Assigned::default(),
+            _ if affinity != route.hash => Assigned::default(),
+            _ => table.assigned.get(route.hash),
+        };
         let owners = match route.kind {
             RequestKind::Update => 0,
             _ => {
@@ -186,7 +194,12 @@ impl Local {
                     },
                     false => Tally::Peek,
                 };
-                shared.owners_of(route.hash, affinity, tally, table.in_ring)
+                let k = shared.owners_of(route.hash, affinity, tally, table.in_ring);
+                match assigned.len {
+                    0 => k,
+                    // The plan sized them, on the averages.
+                    len => usize::from(len),
+                }
             }
         };
         let ask = Ask {
@@ -202,6 +215,7 @@ impl Local {
                 let i = table.backends.iter().position(|b| &b.id == x.backend())?;
                 Some((i, x.is_strict()))
             }),
+            assigned,
         };
         // Under admission an arrival does not take room a request of its
         // urgency or higher waits for, for the same model: it joins the

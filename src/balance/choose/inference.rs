@@ -162,10 +162,9 @@ impl<'p, 'a> Inference<'p, 'a> {
         let (all, rest) = scratch.room(3 * k).split_at_mut(k);
         let (served, loading) = rest.split_at_mut(k);
         let (mut all_len, mut served_len, mut loading_len) = (0, 0, 0);
-        for i in ctx
-            .table
-            .ring
-            .walk(self.ask.affinity())
+        for i in self
+            .ask
+            .walk(ctx.table)
             .take(k)
             .filter(|&i| ctx.eligible(i))
         {
@@ -376,9 +375,9 @@ impl<'p, 'a> Inference<'p, 'a> {
     /// resident.
     fn nowhere(&self) -> bool {
         let (ctx, key) = (self.ctx, self.ask.key);
-        !ctx.table
-            .ring
-            .walk(self.ask.affinity())
+        !self
+            .ask
+            .walk(ctx.table)
             .take(self.k + SPILL_SCAN)
             .any(|i| ctx.eligible(i) && ctx.resident(i, key))
     }
@@ -396,9 +395,8 @@ impl<'p, 'a> Inference<'p, 'a> {
                 Branch::ColdOwner
             }
         };
-        ctx.table
-            .ring
-            .walk(self.ask.affinity())
+        self.ask
+            .walk(ctx.table)
             .enumerate()
             .filter(|&(pos, i)| ctx.eligible(i) && (!self.admission || self.fits(i, pos < k)))
             .find_map(|(pos, i)| {

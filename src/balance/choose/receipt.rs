@@ -42,7 +42,7 @@ fn runner_up(table: &Table, ask: &Ask, chosen: usize, now: &Now) -> Option<usize
         (served, hit)
     };
     let mut best: Option<(usize, (bool, PrefixHit), f64)> = None;
-    for (pos, i) in table.ring.walk(ask.affinity()).enumerate() {
+    for (pos, i) in ask.walk(table).enumerate() {
         if pos >= k && (best.is_some() || pos >= k + SPILL_SCAN) {
             break;
         }

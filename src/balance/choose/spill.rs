@@ -17,10 +17,8 @@ pub(crate) fn spill_resident(
     k: usize,
     ok: impl Fn(usize) -> bool,
 ) -> Option<usize> {
-    let mut found = ctx
-        .table
-        .ring
-        .walk(ask.affinity())
+    let mut found = ask
+        .walk(ctx.table)
         .skip(k)
         .take(SPILL_SCAN)
         .filter(|&i| ctx.eligible(i) && ok(i) && ctx.resident(i, ask.key));
@@ -67,10 +65,8 @@ pub(crate) fn spill_cold(
         Room::Evict => 0,
     };
     let mut best: Option<(usize, u64)> = None;
-    for i in ctx
-        .table
-        .ring
-        .walk(ask.affinity())
+    for i in ask
+        .walk(ctx.table)
         .skip(k)
         .filter(|&i| ctx.eligible(i) && ok(i))
         .take(SPILL_SCAN)

@@ -21,7 +21,7 @@
 //! (within [`MIN_WORK`] ..= [`MAX_WORK`]), so that `k` follows the share
 //! of work the model brings.
 
-use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::balance::config::fields::BalanceConfig;
@@ -46,6 +46,9 @@ pub(crate) const HYSTERESIS: f64 = 0.25;
 pub(crate) struct Demand {
     buckets: Box<[AtomicU32]>,
     owners: Box<[AtomicU16]>,
+    /// The model hash last counted in each bucket (0: none yet); prefix
+    /// groups are counted without one.
+    keys: Box<[AtomicU64]>,
     total: AtomicU32,
 }
 
@@ -74,6 +77,30 @@ pub(crate) enum Tally {
 }
 
 impl Bounds {
+    /// `k` within `min ..= max`.
+    #[inline]
+    pub(crate) fn clamp(&self, k: usize) -> usize {
+        k.clamp(self.min, self.max.max(self.min))
+    }
+
+    /// The owners a model with `share` of the recent work (its share of
+    /// requests × its work per request over the mean) needs, from
+    /// `current` (within the bounds): more as soon as the share needs
+    /// them, one fewer once it fell [`HYSTERESIS`] below what one fewer
+    /// carries.
+    #[inline]
+    pub(crate) fn next(&self, share: f64, current: usize) -> usize {
+        let (min, max) = (self.min, self.max.max(self.min));
+        let load = share * self.n / self.load;
+        if load > current as f64 {
+            (load.ceil() as usize).min(max)
+        } else if current > min && load <= (current - 1) as f64 - HYSTERESIS {
+            current - 1
+        } else {
+            current
+        }
+    }
+
     /// The bounds `config` sets, over `n` backends.
     pub(crate) fn of(config: &BalanceConfig, n: f64) -> Self {
         Self {
@@ -90,6 +117,7 @@ impl Demand {
         Self {
             buckets: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
             owners: (0..BUCKETS).map(|_| AtomicU16::new(0)).collect(),
+            keys: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             total: AtomicU32::new(0),
         }
     }
@@ -102,22 +130,47 @@ impl Demand {
             Tally::Count { work } => self.record(key).map(|share| share * work),
             Tally::Peek => None,
         };
-        let (min, max) = (bounds.min, bounds.max.max(bounds.min));
         let slot = &self.owners[key as usize % BUCKETS];
-        let current = usize::from(slot.load(Ordering::Relaxed)).clamp(min, max);
+        let current = bounds.clamp(usize::from(slot.load(Ordering::Relaxed)));
         let Some(share) = share else { return current };
-        let load = share * bounds.n / bounds.load;
-        let next = if load > current as f64 {
-            (load.ceil() as usize).min(max)
-        } else if current > min && load <= (current - 1) as f64 - HYSTERESIS {
-            current - 1
-        } else {
-            current
-        };
+        let next = bounds.next(share, current);
         if next != current {
             slot.store(next.min(usize::from(u16::MAX)) as u16, Ordering::Relaxed);
         }
         next
+    }
+
+    /// Names the model with hash `key` as its bucket's, for
+    /// [`Demand::models`] (a model's counted requests, not a prefix
+    /// group's). A load and, when the name changes, a store.
+    #[inline]
+    pub(crate) fn name(&self, key: u64) {
+        let slot = &self.keys[key as usize % BUCKETS];
+        if slot.load(Ordering::Relaxed) != key {
+            slot.store(key, Ordering::Relaxed);
+        }
+    }
+
+    /// The named models with demand (at least [`UNSEEN_BELOW`] recent
+    /// sampled requests in their bucket), each with its bucket's share of
+    /// recent requests; none while the table warms up. Allocates: off the
+    /// request path.
+    pub(crate) fn models(&self) -> Vec<(u64, f64)> {
+        let total = self.total.load(Ordering::Relaxed);
+        if total < WARM_UP {
+            return Vec::new();
+        }
+        self.buckets
+            .iter()
+            .zip(self.keys.iter())
+            .filter_map(|(count, key)| {
+                let (count, key) = (count.load(Ordering::Relaxed), key.load(Ordering::Relaxed));
+                (count >= UNSEEN_BELOW && key != 0).then(|| {
+                    let share = (f64::from(count) / f64::from(total)).min(1.0);
+                    (key, share)
+                })
+            })
+            .collect()
     }
 
     /// Counts one request for the model with hash `key` and returns the

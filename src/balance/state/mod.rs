@@ -12,6 +12,8 @@
 //! | `fleet.rs` | what every backend of one balancer shares: settings from the config, gauges, pair breakers, placement |
 //! | `traffic.rs` | request counts per backend and per branch |
 //! | `cost.rs` | the cost of one more request, and the latency estimate |
+//! | `assign.rs` | which backends own each model in demand: consistent hashing with bounded loads over the models' work |
+//! | `assigned.rs` | those owners as the picks read them, and a pick's walk: the assigned owners, then the ring |
 //! | `demand.rs` | each model's share of recent inference traffic, and its owner count |
 //! | `residency.rs` | which models a backend holds, as far as the balancer knows |
 //! | `health.rs` | a backend's health as the request path records and reads it |
@@ -24,6 +26,8 @@
 //! | `stream.rs` | each backend's streamed answers: time to first token, time per output token |
 //! | `prefix.rs` | which prefix groups and sessions a backend served recently (approximate, bounded) |
 
+pub(crate) mod assign;
+pub(crate) mod assigned;
 pub(crate) mod backend;
 pub(crate) mod clock;
 pub(crate) mod cost;

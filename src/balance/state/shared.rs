@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 
 use crate::balance::config::admission::urgency_index;
 use crate::balance::config::fields::BalanceConfig;
+use crate::balance::state::assign::{self, Demanded};
 use crate::balance::state::demand::{Bounds, Demand, Tally};
 use crate::balance::state::placement::Owners;
 use crate::balance::state::table::{Snapshot, Table};
@@ -74,6 +75,46 @@ impl<E: Send + Sync> View for Shared<E> {
         let n = self.snapshot.load().table.in_ring;
         Shared::owners_of(self, key, key, Tally::Peek, n)
     }
+
+    fn reassign(&self) {
+        let table = View::table(self);
+        let bounds = Bounds::of(&self.config, table.in_ring);
+        let models: Vec<Demanded> = self
+            .demand
+            .models()
+            .into_iter()
+            .map(|(key, share)| {
+                let work = share * table.fleet.work.weight(key);
+                let previous = table.assigned.get(key);
+                // Sized here, on the averages, four times a second (the
+                // picks of an assigned model take this many owners): from
+                // its assigned owners, else from what demand gave it.
+                let owners = match (self.fixed_owners(key), previous.len) {
+                    (Some(k), _) => k,
+                    (None, 0) => Shared::owners_of(self, key, key, Tally::Peek, table.in_ring),
+                    (None, len) => bounds.next(work, bounds.clamp(usize::from(len))),
+                };
+                Demanded {
+                    key,
+                    owners,
+                    previous,
+                }
+            })
+            .collect();
+        let slots: Vec<usize> = table
+            .backends
+            .iter()
+            .map(|b| b.residency.capacity())
+            .collect();
+        let resident = |i: usize, key| table.backends[i].residency.contains(key);
+        let plan = assign::plan(&table.ring, &slots, &models, resident);
+        tracing::trace!(
+            models = models.len(),
+            assigned = plan.len(),
+            "owners planned"
+        );
+        table.assigned.store(&plan);
+    }
 }
 
 /// The requests that reached no backend; those picked are counted by
@@ -102,6 +143,9 @@ pub(crate) trait View: Owners {
     fn gone(&self) -> tokio::sync::watch::Receiver<()>;
     /// How many owners the model with hash `key` has now.
     fn owners_of(&self, key: u64) -> usize;
+    /// Assigns the models in demand their owners over the table in force
+    /// ([`assign::plan`](crate::balance::state::assign::plan)), for the picks to read.
+    fn reassign(&self);
 }
 
 impl<E: Send + Sync> Owners for Shared<E> {
@@ -111,8 +155,7 @@ impl<E: Send + Sync> Owners for Shared<E> {
         let table = View::table(self);
         let k = View::owners_of(self, key);
         table
-            .ring
-            .walk(key)
+            .walk(key, table.assigned.get(key))
             .take(k)
             .any(|i| table.backends[i].uid == uid)
     }
@@ -125,6 +168,9 @@ impl<E> Shared<E> {
     /// counting this request in the group's demand under [`Tally::Count`].
     /// A model's fixed owner count is each of its groups'.
     pub(crate) fn owners_of(&self, key: u64, group: u64, tally: Tally, n: f64) -> usize {
+        if key == group && matches!(tally, Tally::Count { .. }) {
+            self.demand.name(key);
+        }
         match self.fixed_owners(key) {
             Some(k) => k,
             None => self

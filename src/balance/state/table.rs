@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::balance::state::assign::Assigned;
+use crate::balance::state::assigned::{AssignedTable, OwnersWalk};
 use crate::balance::state::backend::BackendState;
 use crate::balance::state::fleet::Fleet;
 use crate::ring::Ring;
@@ -18,6 +20,10 @@ pub(crate) struct Table {
     /// models' owners over this, so that owners grow with the ring's
     /// steps rather than all at once when backends join.
     pub(crate) in_ring: f64,
+    /// The owners assigned to the models in demand (ring member indices
+    /// of this table), rewritten by the owner-plan task (`tasks/assign.rs`);
+    /// empty at first.
+    pub(crate) assigned: AssignedTable,
 }
 
 impl Table {
@@ -27,7 +33,15 @@ impl Table {
             backends: Vec::new(),
             fleet,
             in_ring: 0.0,
+            assigned: AssignedTable::default(),
         }
+    }
+
+    /// The walk from `affinity`: `assigned` first (see [`Table::assigned`]),
+    /// then the ring's walk without them.
+    #[inline]
+    pub(crate) fn walk(&self, affinity: u64, assigned: Assigned) -> OwnersWalk<'_> {
+        OwnersWalk::new(&self.ring, affinity, assigned)
     }
 
     /// Requests in flight over every backend.

@@ -235,6 +235,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
             backends: self.entries.iter().map(|e| e.state.clone()).collect(),
             fleet: self.fleet.clone(),
             in_ring: self.in_ring(),
+            assigned: Default::default(),
         };
         Snapshot {
             table: Arc::new(table),

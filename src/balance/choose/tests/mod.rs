@@ -51,6 +51,7 @@ fn table(n: usize) -> Table {
             .collect(),
         fleet,
         in_ring: n as f64,
+        assigned: Default::default(),
     }
 }
 
@@ -108,6 +109,7 @@ fn ask(route: &RouteInfo, owners: usize) -> Ask {
         sampled: true,
         unseen: false,
         exclude: None,
+        assigned: Default::default(),
     }
 }
 
