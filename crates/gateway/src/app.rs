@@ -156,6 +156,11 @@ pub struct Config {
     /// limit): past it the balancer sheds with `Overloaded`, which the
     /// gateway answers 429 with `Retry-After`.
     pub admission_limit: Option<usize>,
+    /// The models each of `backends` holds at once, its LRU, 1 ..= 16
+    /// (none: `BackendMeta`'s default, 4): a model counts as resident on
+    /// a backend until this many others were sent there since. A backend
+    /// from etcd has its record's.
+    pub model_slots: Option<usize>,
     /// The most owners a model gets (none: the balancer's default, 2).
     pub owners: Option<usize>,
     /// The load one owner carries from its model, over the mean per
@@ -195,6 +200,7 @@ impl Config {
             metrics_origins: Vec::new(),
             placement: true,
             admission_limit: None,
+            model_slots: None,
             owners: None,
             owner_load: None,
             prefix_bytes: None,
@@ -239,12 +245,15 @@ impl Gateway {
             .iter()
             .map(|(id, origin)| {
                 let mut meta = BackendMeta::new(id.clone()).with_address(origin.clone());
+                if let Some(slots) = config.model_slots {
+                    meta = meta.with_model_slots(slots)?;
+                }
                 if let Some((_, metrics)) = config.metrics_origins.iter().find(|(m, _)| m == id) {
                     meta = meta.with_metrics_address(metrics.clone());
                 }
-                Backend::with_meta(meta, endpoint(origin))
+                Ok(Backend::with_meta(meta, endpoint(origin)))
             })
-            .collect();
+            .collect::<Result<_, BoxError>>()?;
         let mut balance = BalanceConfig::builder()
             // Three 5xx in a row open a breaker (the default failure rate
             // needs 10 calls first): a gateway in front of a few backends

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 
+use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 
 use crate::cli::{etcd_url, http_origin, key_prefix, number, Stop};
@@ -11,9 +12,12 @@ pub const USAGE: &str = "\
 usage: gateway [FLAGS]
 
   --listen ADDR        address to serve on (default 127.0.0.1:8080)
-  --backend URL        a backend's origin, e.g. http://10.0.0.1:8000 (repeatable);
-                       without it (or --etcd), simulated backends start on
-                       127.0.0.1
+  --backend [NAME=]URL a backend's origin, e.g. http://10.0.0.1:8000 (repeatable),
+                       and the name its owners are hashed by (default: the
+                       origin itself), e.g. vllm-0=http://10.0.0.1:8000: a
+                       server that comes back at another address keeps its
+                       models; without it (or --etcd), simulated backends
+                       start on 127.0.0.1
   --etcd URL           take the backends from etcd instead: a client URL such
                        as http://127.0.0.1:2379 (repeatable, one per member);
                        each record under --prefix is a backend, sent to at
@@ -45,6 +49,9 @@ usage: gateway [FLAGS]
                        with 429 and Retry-After (the gateway ignores clients'
                        x-urgency, as their other routing headers: every
                        request is Normal urgency)
+  --model-slots N      the models each --backend holds at once, its LRU
+                       (1..=16, default 4): a model counts as resident on a
+                       backend until N others were sent there since
   --owners K           the most backends a model is spread over as its demand
                        grows (1..=1024, default 2)
   --owner-load X       how much of the mean load per backend one owner takes
@@ -69,6 +76,9 @@ pub struct Args {
     pub listen: SocketAddr,
     /// `--backend`s, in order.
     pub backends: Vec<Origin>,
+    /// Each `--backend`'s ID (index for index): its `NAME=`, else its
+    /// origin written out (`http://host:port`).
+    pub ids: Vec<BackendId>,
     /// `--etcd`: etcd's client URLs (the backends from there).
     pub etcd: Vec<Origin>,
     /// `--prefix`: the key prefix of the backends' records.
@@ -89,6 +99,8 @@ pub struct Args {
     pub placement: bool,
     /// `--admission-limit`: requests in flight per backend.
     pub admission_limit: Option<usize>,
+    /// `--model-slots`: the models each backend holds at once.
+    pub model_slots: Option<usize>,
     /// `--owners`: the most owners a model gets.
     pub owners: Option<usize>,
     /// `--owner-load`: the load one owner carries from its model.
@@ -111,6 +123,7 @@ impl Args {
         let mut parsed = Args {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             backends: Vec::new(),
+            ids: Vec::new(),
             etcd: Vec::new(),
             prefix: None,
             sims: 3,
@@ -121,6 +134,7 @@ impl Args {
             metrics: Vec::new(),
             placement: true,
             admission_limit: None,
+            model_slots: None,
             owners: None,
             owner_load: None,
             prefix_bytes: None,
@@ -146,13 +160,19 @@ impl Args {
                 }
                 "--backend" => {
                     let text = value("--backend")?;
-                    let origin = http_origin("--backend", &text)?;
+                    let (id, origin) = named_backend(&text)?;
                     if parsed.backends.iter().any(|b| same_backend(b, &origin)) {
                         return Err(Stop::Error(format!(
                             "--backend `{text}` given twice: each backend once"
                         )));
                     }
+                    if parsed.ids.contains(&id) {
+                        return Err(Stop::Error(format!(
+                            "--backend `{text}`: another backend is named `{id}`"
+                        )));
+                    }
                     parsed.backends.push(origin);
+                    parsed.ids.push(id);
                     parsed.metrics.push(None);
                 }
                 "--etcd" => {
@@ -251,6 +271,12 @@ impl Args {
                     parsed.admission_limit =
                         Some(number(&limit, "--admission-limit", 1, 1_000_000)?);
                 }
+                "--model-slots" => {
+                    let n = number(&value("--model-slots")?, "--model-slots", 1, 16)?;
+                    if parsed.model_slots.replace(n).is_some() {
+                        return Err(Stop::Error("--model-slots given twice".into()));
+                    }
+                }
                 "--owners" => {
                     let k = number(&value("--owners")?, "--owners", 1, 1024)?;
                     if parsed.owners.replace(k).is_some() {
@@ -273,6 +299,11 @@ impl Args {
                 }
                 other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
             }
+        }
+        if parsed.model_slots.is_some() && !parsed.etcd.is_empty() {
+            return Err(Stop::Error(
+                "--model-slots applies to --backend: a backend from etcd has its record's (etcd-register --model-slots)".into(),
+            ));
         }
         if parsed.metrics_port.is_some() && parsed.metrics.iter().any(Option::is_some) {
             return Err(Stop::Error(
@@ -313,6 +344,22 @@ impl Args {
         }
         Ok(parsed)
     }
+}
+
+/// A `--backend`'s `[NAME=]URL`: its ID (the name, else the origin
+/// written out) and its origin. A `=` before any `:` or `/` ends a name.
+fn named_backend(text: &str) -> Result<(BackendId, Origin), Stop> {
+    let (name, url) = match text.split_once('=') {
+        Some((name, url)) if !name.contains([':', '/']) => (Some(name), url),
+        _ => (None, text),
+    };
+    let origin = http_origin("--backend", url)?;
+    let id = match name {
+        Some(name) => BackendId::new(name),
+        None => BackendId::new(&origin.to_string()),
+    }
+    .map_err(|e| Stop::Error(format!("--backend `{text}`: {e}")))?;
+    Ok((id, origin))
 }
 
 /// Whether two origins name the same backend (or etcd member): the same scheme, host (any

@@ -63,12 +63,24 @@ fn bad_flags_are_errors_not_panics() {
         &["--listen", "localhost"],
         &["--backend", "not a url"],
         &["--backend", "https://10.0.0.1:8443"],
+        &["--backend", "=http://10.0.0.1:8000"],
+        &["--backend", "vllm 0=http://10.0.0.1:8000"],
+        &["--backend", "vllm-0=not a url"],
+        &[
+            "--backend",
+            "vllm-0=http://10.0.0.1:8000",
+            "--backend",
+            "vllm-0=http://10.0.0.2:8000",
+        ],
         &["--sims", "0"],
         &["--sims", "17"],
         &["--sims", "-1"],
         &["--probe", "grpc"],
         &["--body-limit", "0"],
         &["--body-limit", "67108865"],
+        &["--model-slots", "0"],
+        &["--model-slots", "17"],
+        &["--model-slots", "4", "--model-slots", "5"],
         &["--owners", "0"],
         &["--owners", "1025"],
         &["--owners", "2", "--owners", "3"],
@@ -217,4 +229,48 @@ fn owner_sizing_flags() {
     );
     let args = parse(&["--owners", "4", "--owner-load", "1.0"]).unwrap();
     assert_eq!((args.owners, args.owner_load), (Some(4), Some(1.0)));
+}
+
+#[test]
+fn model_slots_are_for_the_backends_given() {
+    assert_eq!(
+        parse(&[]).unwrap().model_slots,
+        None,
+        "BackendMeta's default"
+    );
+    let args = parse(&["--backend", "http://10.0.0.1:8000", "--model-slots", "5"]).unwrap();
+    assert_eq!(args.model_slots, Some(5));
+    let etcd = ["--etcd", "http://127.0.0.1:2379", "--prefix", "/fleet/"];
+    assert!(parse(&etcd).is_ok());
+    let with_slots = parse(&[&etcd[..], &["--model-slots", "5"]].concat());
+    match with_slots {
+        Err(Stop::Error(message)) => assert!(message.contains("--model-slots"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_backend_is_named_by_its_name_else_its_origin() {
+    let args = parse(&[
+        "--backend",
+        "vllm-0=http://10.0.0.1:8000",
+        "--backend",
+        "http://10.0.0.2:8000",
+    ])
+    .unwrap();
+    let ids: Vec<&str> = args.ids.iter().map(|id| id.as_str()).collect();
+    assert_eq!(ids, ["vllm-0", "http://10.0.0.2:8000"]);
+    let origins: Vec<String> = args.backends.iter().map(ToString::to_string).collect();
+    assert_eq!(origins, ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]);
+    // The same server under two names is still given twice.
+    let twice = parse(&[
+        "--backend",
+        "a=http://10.0.0.1:8000",
+        "--backend",
+        "b=http://10.0.0.1:8000",
+    ]);
+    match twice {
+        Err(Stop::Error(message)) => assert!(message.contains("given twice"), "{message}"),
+        other => panic!("{other:?}"),
+    }
 }

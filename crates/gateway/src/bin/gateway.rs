@@ -93,18 +93,12 @@ async fn run(args: Args) -> Result<(), String> {
         config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
         config
     } else {
-        let backends = args
-            .backends
-            .iter()
-            .map(|origin| {
-                let id = BackendId::new(&origin.to_string()).map_err(|e| e.to_string())?;
-                Ok((id, origin.clone()))
-            })
-            .collect::<Result<_, String>>()?;
-        Config::new(backends)
+        let backends = args.ids.iter().cloned().zip(args.backends.iter().cloned());
+        Config::new(backends.collect())
     };
     config.body_limit = args.body_limit;
     config.admission_limit = args.admission_limit;
+    config.model_slots = args.model_slots;
     config.owners = args.owners;
     config.owner_load = args.owner_load;
     config.prefix_bytes = args.prefix_bytes;
