@@ -276,6 +276,8 @@ mod tests {
             cpu_per_1k,
             lag_p99_ms: 1.0,
             prefix_hit: None,
+            loads_per_1k: 0.0,
+            evictions_per_1k: 0.0,
         }
     }
 

@@ -30,6 +30,11 @@ pub struct Figures {
     pub lag_p99_ms: f64,
     /// The servers' prefix-cache hit rate (`None`: no prefix cache).
     pub prefix_hit: Option<f64>,
+    /// Model loads the servers started, per 1,000 requests sent.
+    pub loads_per_1k: f64,
+    /// Resident models the servers evicted to load another, per 1,000
+    /// requests sent.
+    pub evictions_per_1k: f64,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -87,6 +92,8 @@ pub fn figures(
         cpu_per_1k: cpu.map(|cpu| cpu.as_secs_f64() * 1000.0 / n as f64),
         lag_p99_ms: ms(lag.value_at_quantile(0.99)),
         prefix_hit: None,
+        loads_per_1k: 0.0,
+        evictions_per_1k: 0.0,
     }
 }
 
@@ -97,6 +104,13 @@ pub fn figures(
 pub const LAG_BOUND_MS: f64 = 10.0;
 
 impl Figures {
+    /// Sets the servers' model loads and evictions over the run, counted
+    /// per 1,000 requests sent.
+    pub fn set_loads(&mut self, loads: u64, evictions: u64) {
+        let per_1k = |count: u64| count as f64 * 1000.0 / self.requests.max(1) as f64;
+        (self.loads_per_1k, self.evictions_per_1k) = (per_1k(loads), per_1k(evictions));
+    }
+
     /// Whether the run meets the throughput bar: p99 under 1 s and at
     /// least 99.9% ok.
     pub fn sustained(&self) -> bool {
@@ -134,7 +148,7 @@ fn opt(value: Option<f64>, digits: usize) -> String {
 /// when the search ran.
 pub fn print_table(rows: &[Figures], max_rates: &[MaxRate]) {
     emit!(
-        "{:<28} {:>6} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9}",
+        "{:<28} {:>6} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9}",
         "router",
         "rate",
         "sent",
@@ -145,6 +159,8 @@ pub fn print_table(rows: &[Figures], max_rates: &[MaxRate]) {
         "p50_ms",
         "p99_ms",
         "max/mean",
+        "loads/1k",
+        "evict/1k",
         "added_ms",
         "cpu_s/1k",
         "lag_p99",
@@ -170,7 +186,7 @@ pub fn print_table(rows: &[Figures], max_rates: &[MaxRate]) {
                     (None, None) => "-".to_owned(),
                 });
         emit!(
-            "{:<28} {:>6.0} {:>7} {:>7.2} {:>7.2} {:>7} {:>8.1} {:>8.2} {:>8.1} {:>8.2} {:>9} {:>9} {:>8.2} {:>9}",
+            "{:<28} {:>6.0} {:>7} {:>7.2} {:>7.2} {:>7} {:>8.1} {:>8.2} {:>8.1} {:>8.2} {:>8.1} {:>8.1} {:>9} {:>9} {:>8.2} {:>9}",
             f.router,
             f.rate,
             f.requests,
@@ -181,6 +197,8 @@ pub fn print_table(rows: &[Figures], max_rates: &[MaxRate]) {
             f.p50_ms,
             f.p99_ms,
             f.max_mean,
+            f.loads_per_1k,
+            f.evictions_per_1k,
             opt(added, 2),
             opt(f.cpu_per_1k, 3),
             f.lag_p99_ms,
@@ -202,6 +220,15 @@ mod tests {
             lag,
         };
         figures("gateway", 100.0, &[record; 10], &[10], None)
+    }
+
+    #[test]
+    fn loads_and_evictions_are_counted_per_1k_requests() {
+        let mut f = with_lag(Duration::ZERO);
+        assert_eq!((f.loads_per_1k, f.evictions_per_1k), (0.0, 0.0));
+        // 10 requests: 3 loads and 1 eviction are 300 and 100 per 1,000.
+        f.set_loads(3, 1);
+        assert_eq!((f.loads_per_1k, f.evictions_per_1k), (300.0, 100.0));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+use tower_model_balance_sim::ServerConfig;
 
 use bytes::Bytes;
 use http_body_util::Empty;
@@ -148,12 +149,21 @@ pub async fn start(
         Kind::Gateway => {
             let mut command = Command::new(&programs.gateway);
             command.args(["--listen", &addr.to_string()]);
-            for url in urls {
-                command.args(["--backend", &url]);
+            // Named as the servers name themselves (`run.rs`): every
+            // run hashes the models onto the same ring, wherever the
+            // servers' ports fell.
+            for (i, url) in urls.enumerate() {
+                command.args(["--backend", &format!("sim-{i}={url}")]);
             }
             // vLLM-like servers: their model list is `/v1/models`, and they
             // load a model when a request names it.
             command.args(["--probe", "openai", "--no-placement"]);
+            if workload == Workload::Plain {
+                // What each server holds at once, as the oracle of the
+                // direct row knows it: the simulated servers' default.
+                let slots = ServerConfig::default().resident_slots().to_string();
+                command.args(["--model-slots", &slots]);
+            }
             if workload == Workload::Prefix {
                 // Prefix affinity: a prompt's first bytes pick its owners,
                 // a session's turns go back where the last one went.

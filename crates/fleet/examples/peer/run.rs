@@ -105,10 +105,19 @@ pub async fn run(
         .zip(&before)
         .map(|(a, b)| a.work.saturating_sub(b.work))
         .collect();
+    let total = |count: fn(&ServerStats) -> u64| -> u64 {
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| count(a).saturating_sub(count(b)))
+            .sum()
+    };
+    let (model_loads, evictions) = (total(|s| s.cold_loads), total(|s| s.evictions));
     for server in servers {
         server.stop().await;
     }
     let mut figures = report::figures(&kind.to_string(), rate, &records, &loads, cpu);
+    figures.set_loads(model_loads, evictions);
     if let Plan::Prefix(_) = plan {
         figures.prefix_hit = prefix::hit_rate(&before, &after);
     }
@@ -134,10 +143,14 @@ const BISECTIONS: usize = 3;
 pub async fn max_rate(setup: &Setup, kind: &Kind, duration: Duration) -> Result<MaxRate, String> {
     let held = |f: &Figures| {
         eprintln!(
-            "  {kind} at {:.0} req/s: ok {:.2}%, p99 {:.1} ms, send lag p99 {:.2} ms: {}",
+            "  {kind} at {:.0} req/s: ok {:.2}%, p99 {:.1} ms, warm {:.1}%, max/mean {:.2}, loads/1k {:.1}, evictions/1k {:.1}, send lag p99 {:.2} ms: {}",
             f.rate,
             f.ok * 100.0,
             f.p99_ms,
+            f.warm_hit * 100.0,
+            f.max_mean,
+            f.loads_per_1k,
+            f.evictions_per_1k,
             f.lag_p99_ms,
             if f.sustained() { "held" } else { "failed" }
         );
