@@ -124,15 +124,34 @@ async fn parent() {
         })
         .await;
     let puts = run.truth.puts - start_puts;
+    // What each replica should have yielded. A replica's line can show
+    // the last revision before the change it made was yielded to its
+    // balancer (a fresh-check saw removes 20 of 21): wait for the counts,
+    // within the same bound, before the checks below read them.
+    let yielded = |i: usize| {
+        let none = Skipped::default();
+        let skipped = if i == 0 { &paused } else { &none };
+        (
+            start_members + puts - skipped.puts + skipped.inserts,
+            run.truth.deletes - skipped.deletes + skipped.removes,
+        )
+    };
+    let expected: Vec<(u64, u64)> = (0..run.replicas.len()).map(yielded).collect();
+    run.replicas
+        .until("every change yielded", |l| {
+            l.iter()
+                .zip(&expected)
+                .all(|(l, &(inserts, removes))| l.inserts >= inserts && l.removes >= removes)
+        })
+        .await;
     for (i, line) in run.replicas.last.clone().iter().enumerate() {
         let none = Skipped::default();
         let skipped = if i == 0 { &paused } else { &none };
         let at = format!("replica-{i}: {line}");
         assert_eq!((line.stale, line.invalid), (0, 0), "{at}");
         assert_eq!(line.events, made - skipped.events, "events applied: {at}");
-        let inserts = start_members + puts - skipped.puts + skipped.inserts;
+        let (inserts, removes) = expected[i];
         assert_eq!(line.inserts, inserts, "inserts yielded: {at}");
-        let removes = run.truth.deletes - skipped.deletes + skipped.removes;
         assert_eq!(line.removes, removes, "removes yielded: {at}");
         let compacted = u64::from(i == 0);
         assert_eq!(

@@ -1,230 +1,18 @@
-//! The fleet's behaviour against real vLLM servers: prefix affinity read
-//! from vLLM's own prefix-cache counters, no ejection under ordinary
-//! multi-turn traffic, a stopped server ejected, a killed one failing only
-//! its own streams, a restarted one back in rotation.
+//! The fleet's behaviour against real vLLM servers: no ejection under
+//! ordinary multi-turn traffic, a stopped server ejected, a killed one
+//! failing only its own streams, a restarted one back in rotation.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tower_model_balance::breaker::BreakerState;
 
-use crate::fixture::{Vllm, MODEL};
-use crate::gateway::{chat, client, open_stream, post, Running};
-
-const HITS: &str = "vllm:prefix_cache_hits_total";
-const QUERIES: &str = "vllm:prefix_cache_queries_total";
-
-/// A line of code-like text from `seed` and `i`: what the tokenizer was
-/// trained on, so about four bytes a token.
-fn line(seed: u64, i: u64) -> String {
-    let x = seed
-        .wrapping_mul(6_364_136_223_846_793_005)
-        .wrapping_add(i.wrapping_mul(1_442_695_040_888_963_407));
-    format!(
-        "value_{} = compute(items[{}], key=\"k{}\")\n",
-        x % 997,
-        (x >> 16) % 89,
-        (x >> 32) % 9973
-    )
-}
-
-/// `n` lines of text from `seed`.
-fn text(seed: u64, n: u64) -> String {
-    (0..n).map(|i| line(seed, i)).collect()
-}
-
-/// One piece of the workload.
-#[derive(Clone)]
-enum Job {
-    /// A conversation of `turns` turns over an opening document: each turn
-    /// sends the whole history, under the conversation's session header.
-    Session {
-        id: String,
-        opening: String,
-        turns: u64,
-    },
-    /// One question over a document other requests share.
-    OneShot { document: String, question: String },
-}
-
-/// The workload of issue 39: 8 conversations of 4 turns whose history
-/// grows from about 600 to 1,000 tokens, and 48 one-shot questions over
-/// 16 shared documents of about 450 tokens (3 each, spread over the run);
-/// interleaved. `seed` makes every text differ from another run's.
-fn workload(seed: u64) -> Vec<Job> {
-    let documents: Vec<String> = (0..16).map(|d| text(seed * 1000 + d, 30)).collect();
-    let mut jobs = Vec::new();
-    for q in 0..3 {
-        for (d, document) in documents.iter().enumerate() {
-            jobs.push(Job::OneShot {
-                document: document.clone(),
-                question: line(seed * 7 + d as u64, 100 + q),
-            });
-        }
-    }
-    for s in 0..8u64 {
-        let session = Job::Session {
-            id: format!("conv-{seed}-{s}"),
-            opening: text(seed * 1000 + 100 + s, 40),
-            turns: 4,
-        };
-        jobs.insert((s as usize * 7).min(jobs.len()), session);
-    }
-    jobs
-}
-
-/// Sends `job` through the gateway at `url`; the answers' statuses.
-async fn run_job(url: &str, job: &Job, seed: u64) -> Vec<u16> {
-    let endpoint = format!("{url}/v1/chat/completions");
-    match job {
-        Job::OneShot { document, question } => {
-            let body = chat(&format!("{document}\n# {question}"), 4, false);
-            vec![post(&endpoint, &body, None).await.status]
-        }
-        Job::Session { id, opening, turns } => {
-            let mut messages = vec![serde_json::json!({"role": "user", "content": opening})];
-            let mut statuses = Vec::new();
-            for turn in 0..*turns {
-                let body = serde_json::json!({
-                    "model": MODEL,
-                    "messages": messages,
-                    "max_tokens": 8,
-                    "temperature": 0,
-                    "ignore_eos": true,
-                })
-                .to_string();
-                let answer = post(&endpoint, &body, Some(id)).await;
-                statuses.push(answer.status);
-                let reply: serde_json::Value =
-                    serde_json::from_str(&answer.body).unwrap_or_default();
-                let content = reply["choices"][0]["message"]["content"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                messages.push(serde_json::json!({"role": "assistant", "content": content}));
-                messages.push(serde_json::json!({
-                    "role": "user",
-                    "content": text(seed * 31 + turn, 8),
-                }));
-            }
-            statuses
-        }
-    }
-}
-
-/// Runs `jobs` through the gateway, 4 at once; every status.
-async fn drive(url: &str, jobs: Vec<Job>, seed: u64) -> Vec<u16> {
-    let jobs = Arc::new(jobs);
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut workers = Vec::new();
-    for _ in 0..4 {
-        let (jobs, next, url) = (jobs.clone(), next.clone(), url.to_owned());
-        workers.push(tokio::spawn(async move {
-            let mut statuses = Vec::new();
-            while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
-                statuses.extend(run_job(&url, job, seed).await);
-            }
-            statuses
-        }));
-    }
-    let mut statuses = Vec::new();
-    for worker in workers {
-        statuses.extend(worker.await.expect("a worker"));
-    }
-    statuses
-}
-
-/// The fleet's prefix-cache hits and queries (tokens), summed.
-async fn cache_counters(servers: &[Vllm]) -> (f64, f64) {
-    let (mut hits, mut queries) = (0.0, 0.0);
-    for server in servers {
-        hits += server.metric(HITS).await;
-        queries += server.metric(QUERIES).await;
-    }
-    (hits, queries)
-}
-
-/// Empties every server's prefix cache (vLLM's dev-mode route).
-async fn reset_caches(servers: &[Vllm]) {
-    for server in servers {
-        let reset = client()
-            .post(format!("{}/reset_prefix_cache", server.url()))
-            .send()
-            .await
-            .expect("reset_prefix_cache");
-        assert!(
-            reset.status().is_success(),
-            "reset_prefix_cache: {}",
-            reset.status()
-        );
-    }
-}
-
-/// The workload through `gw` on emptied caches: its hit rate by vLLM's
-/// counters, and how many requests each backend took.
-async fn hit_rate(servers: &[Vllm], gw: &Running, seed: u64) -> (f64, Vec<u64>) {
-    reset_caches(servers).await;
-    let before = cache_counters(servers).await;
-    let picked_before: Vec<u64> = servers.iter().map(|s| gw.backend(&s.name).picked).collect();
-    let statuses = drive(&gw.url, workload(seed), seed).await;
-    let bad: Vec<_> = statuses.iter().filter(|s| **s != 200).collect();
-    assert!(
-        bad.is_empty(),
-        "{} of {} failed: {bad:?}",
-        bad.len(),
-        statuses.len()
-    );
-    let after = cache_counters(servers).await;
-    let picked = servers
-        .iter()
-        .zip(picked_before)
-        .map(|(s, b)| gw.backend(&s.name).picked - b)
-        .collect();
-    ((after.0 - before.0) / (after.1 - before.1).max(1.0), picked)
-}
-
-/// Prefix affinity against vLLM's own counters: the same kind of workload
-/// through the model-only gateway and through the prefix-aware one (each
-/// on emptied caches, each with texts of its own), the prefix-aware one's
-/// hit rate at least 5 points above; no ejection in either run.
-pub async fn prefix_affinity_raises_vllm_s_hit_rate(
-    servers: &[Vllm],
-    model_only: &Running,
-    prefix: &Running,
-) {
-    let (plain, plain_picked) = hit_rate(servers, model_only, 1).await;
-    let (aware, aware_picked) = hit_rate(servers, prefix, 2).await;
-    println!(
-        "  prefix-cache hit rate: model-only {:.1}% (requests per server {plain_picked:?}), \
-         prefix-aware {:.1}% ({aware_picked:?}); ejections {} and {}",
-        plain * 100.0,
-        aware * 100.0,
-        model_only.handle.stats().ejections,
-        prefix.handle.stats().ejections,
-    );
-    for gw in [model_only, prefix] {
-        assert_eq!(
-            gw.handle.stats().ejections,
-            0,
-            "{:?}",
-            health_of(servers, gw)
-        );
-    }
-    assert!(
-        aware_picked.iter().all(|&n| n > 0),
-        "the prefix-aware run spread over both servers: {aware_picked:?}"
-    );
-    assert!(
-        aware >= plain + 0.05,
-        "hit rate {aware:.3} against {plain:.3}"
-    );
-}
-
+use crate::affinity::text;
+use crate::fixture::Vllm;
+use crate::gateway::{chat, open_stream, post, Running};
 /// Each server's status and health as `gw` last evaluated it (why it was
 /// ejected, its error rate, its latencies): what a failed check prints.
-fn health_of(servers: &[Vllm], gw: &Running) -> Vec<String> {
+pub fn health_of(servers: &[Vllm], gw: &Running) -> Vec<String> {
     let id = |s: &Vllm| tower_model_balance::backend::BackendId::new(&s.name).unwrap();
     servers
         .iter()
@@ -254,6 +42,11 @@ pub async fn a_stopped_server_is_ejected(servers: &[Vllm], gw: &Running) {
     const BOUND: Duration = Duration::from_secs(10);
     let victim = &servers[1];
     let url = format!("{}/v1/chat/completions", gw.url);
+    // Its p99 sets how long it may be silent (3 × max(outlier factor ×
+    // p99, 1 s)): printed beside the time it took.
+    let id = tower_model_balance::backend::BackendId::new(&victim.name).unwrap();
+    let p99_ms = gw.handle.health(&id).and_then(|h| h.p99_ms);
+    let picked_before = gw.backend(&victim.name).picked;
     victim.signal("STOP");
     // Continued however this test ends, so that a failure here does not
     // leave the server stopped under the tests after it.
@@ -269,8 +62,7 @@ pub async fn a_stopped_server_is_ejected(servers: &[Vllm], gw: &Running) {
             "{} stopped for {:?}, still in rotation: {:?}; {:?}",
             victim.name,
             stopped.elapsed(),
-            gw.handle
-                .health(&tower_model_balance::backend::BackendId::new(&victim.name).unwrap()),
+            gw.handle.health(&id),
             gw.backend(&victim.name),
         );
         let (url, body) = (url.clone(), chat(&text(500 + i, 10), 4, false));
@@ -287,6 +79,8 @@ pub async fn a_stopped_server_is_ejected(servers: &[Vllm], gw: &Running) {
         i += 1;
     }
     let took = stopped.elapsed();
+    // Sent to it while stopped (hedges' backups and retries elsewhere).
+    let picked = gw.backend(&victim.name).picked - picked_before;
     // Out of rotation: fresh conversations are all served by the other.
     let mut served = Vec::new();
     for i in 0..10 {
@@ -321,15 +115,21 @@ pub async fn a_stopped_server_is_ejected(servers: &[Vllm], gw: &Running) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
-        "  {} out of rotation {took:?} after SIGSTOP ({} requests sent meanwhile: {before:?}); \
-         then {served:?}; back in rotation {:?} after SIGCONT",
+        "  {} out of rotation {took:?} after SIGSTOP (its p99 before, {p99_ms:.0?} ms; {} requests \
+         sent meanwhile, {picked} of them to it, {} answered 200); then {served:?}; back in \
+         rotation {:?} after SIGCONT",
         victim.name,
         before.len(),
+        before.iter().filter(|&&status| status == 200).count(),
         continued.elapsed()
     );
     assert!(
         served.iter().all(|(status, _)| *status == 200),
         "{served:?}"
+    );
+    assert!(
+        before.iter().all(|&status| status == 200),
+        "those sent while it was stopped: {before:?}"
     );
 }
 

@@ -15,6 +15,7 @@
 //! No sleeps but bounded polls of a count or a state: a server's
 //! `/health`, a metric, the balancer's view.
 
+mod affinity;
 mod api;
 mod fixture;
 mod fleet;
@@ -127,7 +128,7 @@ async fn run(python: std::path::PathBuf, selected: Vec<&'static str>) -> ExitCod
                     hedge::a_lost_hedge_is_aborted_on_the_server(s).await
                 }
                 "prefix_affinity_raises_vllm_s_hit_rate" => {
-                    fleet::prefix_affinity_raises_vllm_s_hit_rate(s, m, p).await
+                    affinity::prefix_affinity_raises_vllm_s_hit_rate(s, m, p).await
                 }
                 "ttft_and_tpot_are_histograms" => api::ttft_and_tpot_are_histograms(m).await,
                 "a_stopped_server_is_ejected" => fleet::a_stopped_server_is_ejected(s, p).await,

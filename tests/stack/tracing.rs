@@ -115,6 +115,17 @@ impl Subscriber for Recorder {
     }
 }
 
+/// Recomputes every callsite's interest, this thread's recorder included:
+/// called just before the traced call. tracing-core registers a callsite
+/// by computing its interest and then listing it, while `set_default`
+/// adds its subscriber and then recomputes the callsites listed: another
+/// test's thread registering `pick` for the first time across a
+/// `set_default` stores "never" for the whole process, and this test
+/// records nothing (seen once in CI: "a pick span").
+fn rebuild_interest() {
+    tracing::callsite::rebuild_interest_cache();
+}
+
 /// The first event with `message`.
 fn event(recorder: &Recorder, message: &str) -> Option<Seen> {
     let events = recorder.events.lock().unwrap();
@@ -139,6 +150,7 @@ async fn a_pick_is_a_span_with_its_route_and_an_event_with_its_outcome() {
         .header("x-urgency", "high")
         .body(String::new())
         .unwrap();
+    rebuild_interest();
     balancer.oneshot(request).await.expect("served");
 
     let span = recorder
@@ -170,6 +182,7 @@ async fn no_backend_is_an_event_naming_the_model() {
         .header("x-model-id", "llama-3-8b")
         .body(String::new())
         .unwrap();
+    rebuild_interest();
     assert!(balancer.oneshot(request).await.is_err());
     let seen = event(&recorder, "no healthy backend").expect("an event");
     assert_eq!(seen.field("model"), Some("llama-3-8b"));
@@ -198,6 +211,7 @@ async fn hedge_decisions_are_events() {
     };
     let layer = HedgeLayer::with_load_gate(policy, gate);
     let send = || layer.layer(slow_first().0).oneshot(inference());
+    rebuild_interest();
     send().await.unwrap();
     let load = event(&recorder, "hedge suppressed: fleet over its load threshold")
         .expect("a load suppression");
