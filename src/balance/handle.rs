@@ -225,18 +225,18 @@ impl BalancerHandle {
         Some(placement.stats())
     }
 
-    /// `model`'s owners now, in the order a pick walks them: those the
+    /// `model`'s owners now, as a pick walks and counts them: those the
     /// last owner plan gave it (the first backends of its ring walk with a
-    /// model slot left; see the [module docs](crate::balance)), else the
-    /// first `k` distinct backends of its walk; `k` as demand has set it
-    /// (or as configured for the model). Empty with no backends.
+    /// model slot left, as many as the plan sized it for; see the
+    /// [module docs](crate::balance)), else the first `k` distinct
+    /// backends of its walk, `k` as demand has set it (or as configured for
+    /// the model). Between two plans (250 ms) demand may already ask for
+    /// another count; the picks, and this, keep the plan's until the next.
+    /// Empty with no backends.
     pub fn owners(&self, model: &ModelId) -> Vec<BackendId> {
         let table = self.view.table();
-        let key = model.hash64();
-        let k = self.view.owners_of(key);
-        table
-            .walk(key, table.assigned.get(key))
-            .take(k)
+        self.view
+            .owners(&table, model.hash64())
             .map(|i| table.backends[i].id.clone())
             .collect()
     }

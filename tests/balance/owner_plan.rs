@@ -2,7 +2,8 @@
 //! one model, two models whose ring walks start at the same backend are
 //! planned apart once they are in demand, and their picks follow the plan
 //! — the ring alone sends both to the backend they share, which would
-//! evict one for the other for ever.
+//! evict one for the other for ever. And the handle names a model's
+//! owners as its picks take them, between two plans too.
 
 use crate::lcg;
 use crate::pick_api;
@@ -74,4 +75,50 @@ async fn two_models_sharing_a_ring_owner_are_planned_apart() {
             assert_eq!(picked.backend(), &owners[0], "{m}");
         }
     }
+}
+
+/// `BalancerHandle::owners` reports the owners a pick takes: between two
+/// plans (every 250 ms) demand may already give a model more owners than
+/// its plan, and the picks keep the plan's count until the next one.
+#[tokio::test(start_paused = true)]
+async fn the_handle_reports_the_owners_a_pick_takes_between_plans() {
+    let list = NAMES.map(|name| Backend::new(id(name), Named(name)));
+    // A cap too high to bind (every pick goes to an owner), an owner
+    // carrying the default 1.25× the mean load.
+    let config = BalanceConfig::builder()
+        .load_factor(100.0)
+        .owner_load(1.25)
+        .build()
+        .unwrap();
+    let mut balancer = ModelBalancer::from_rng(ServiceList::new(list), config, Lcg(1)).unwrap();
+    let handle = balancer.handle();
+    // Eight models of equal demand: one owner each, and planned so (in
+    // 8 of the fleet's 16 model slots).
+    let models: Vec<String> = (0..8).map(|i| format!("m{i}")).collect();
+    for i in 0..1600 {
+        drop(pick(&mut balancer, &inference(&models[i % 8])));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let hot = &models[0];
+    let planned = handle.owners(&model(hot));
+    assert_eq!(planned.len(), 1, "{planned:?}");
+    // Then the hot model alone, with no time for a new plan: demand wants
+    // a second owner, the picks still take the plan's one.
+    for _ in 0..4000 {
+        drop(pick(&mut balancer, &inference(hot)));
+    }
+    for _ in 0..16 {
+        let picked = pick(&mut balancer, &inference(hot));
+        assert_eq!(picked.backend(), &planned[0]);
+    }
+    assert_eq!(
+        handle.owners(&model(hot)),
+        planned,
+        "as the picks take them"
+    );
+    // The next plan gives it the second owner demand asks for.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let grown = handle.owners(&model(hot));
+    assert_eq!(grown.len(), 2, "{grown:?}");
+    assert_eq!(grown[0], planned[0], "an owner kept");
 }

@@ -2,6 +2,7 @@
 //! without the endpoint type ([`View`]) for the handle and the background
 //! tasks.
 
+use std::iter::Take;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use arc_swap::ArcSwap;
 use crate::balance::config::admission::urgency_index;
 use crate::balance::config::fields::BalanceConfig;
 use crate::balance::state::assign::{self, Demanded};
+use crate::balance::state::assigned::OwnersWalk;
 use crate::balance::state::demand::{Bounds, Demand, Tally};
 use crate::balance::state::placement::Owners;
 use crate::balance::state::table::{Snapshot, Table};
@@ -71,9 +73,14 @@ impl<E: Send + Sync> View for Shared<E> {
         self.gone.subscribe()
     }
 
-    fn owners_of(&self, key: u64) -> usize {
-        let n = self.snapshot.load().table.in_ring;
-        Shared::owners_of(self, key, key, Tally::Peek, n)
+    fn owners<'t>(&self, table: &'t Table, key: u64) -> Take<OwnersWalk<'t>> {
+        let assigned = table.assigned.get(key);
+        // As a pick takes them: the plan's count, else demand's.
+        let k = match assigned.len {
+            0 => Shared::owners_of(self, key, key, Tally::Peek, table.in_ring),
+            len => usize::from(len),
+        };
+        table.walk(key, assigned).take(k)
     }
 
     fn reassign(&self) {
@@ -141,8 +148,11 @@ pub(crate) trait View: Owners {
     fn counters(&self) -> &Counters;
     /// Closed once every clone and handle of the balancer is dropped.
     fn gone(&self) -> tokio::sync::watch::Receiver<()>;
-    /// How many owners the model with hash `key` has now.
-    fn owners_of(&self, key: u64) -> usize;
+    /// The owners of the model with hash `key` in `table` (ring member
+    /// indices), as a pick walks and counts them: its planned owners, as
+    /// many as the plan gave it, else the first of its ring walk, as many
+    /// as demand (or the configuration) gives it.
+    fn owners<'t>(&self, table: &'t Table, key: u64) -> Take<OwnersWalk<'t>>;
     /// Assigns the models in demand their owners over the table in force
     /// ([`assign::plan`](crate::balance::state::assign::plan)), for the picks to read.
     fn reassign(&self);
@@ -153,11 +163,7 @@ impl<E: Send + Sync> Owners for Shared<E> {
     /// with hash `key` now.
     fn owns(&self, uid: u64, key: u64) -> bool {
         let table = View::table(self);
-        let k = View::owners_of(self, key);
-        table
-            .walk(key, table.assigned.get(key))
-            .take(k)
-            .any(|i| table.backends[i].uid == uid)
+        View::owners(self, &table, key).any(|i| table.backends[i].uid == uid)
     }
 }
 
