@@ -382,5 +382,6 @@ fn same_backend(a: &Origin, b: &Origin) -> bool {
     key(a) == key(b)
 }
 
+mod config;
 #[cfg(test)]
 mod tests;

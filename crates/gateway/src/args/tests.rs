@@ -274,3 +274,63 @@ fn a_backend_is_named_by_its_name_else_its_origin() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn the_config_hashes_each_backend_by_its_name_and_scrapes_by_it() {
+    let args = parse(&[
+        "--backend",
+        "vllm-0=http://10.0.0.1:8000",
+        "--backend",
+        "http://10.0.0.2:8000",
+        "--metrics-port",
+        "9090",
+    ])
+    .unwrap();
+    let config = args.config(Vec::new()).unwrap();
+    let backends: Vec<(&str, String)> = config
+        .backends
+        .iter()
+        .map(|(id, origin)| (id.as_str(), origin.to_string()))
+        .collect();
+    assert_eq!(
+        backends,
+        [
+            ("vllm-0", "http://10.0.0.1:8000".to_owned()),
+            ("http://10.0.0.2:8000", "http://10.0.0.2:8000".to_owned()),
+        ]
+    );
+    let metrics: Vec<(&str, String)> = config
+        .metrics_origins
+        .iter()
+        .map(|(id, origin)| (id.as_str(), origin.to_string()))
+        .collect();
+    assert_eq!(
+        metrics,
+        [
+            ("vllm-0", "http://10.0.0.1:9090".to_owned()),
+            ("http://10.0.0.2:8000", "http://10.0.0.2:9090".to_owned()),
+        ]
+    );
+    assert!(config.placement && config.residency_header.is_none());
+}
+
+#[test]
+fn the_config_takes_the_simulated_backends_only_without_others() {
+    let sim = |i: u16| {
+        let id = BackendId::new(&format!("sim-{i}")).unwrap();
+        (
+            id,
+            Origin::parse(&format!("http://127.0.0.1:{}", 9000 + i)).unwrap(),
+        )
+    };
+    let config = parse(&[]).unwrap().config(vec![sim(0), sim(1)]).unwrap();
+    let ids: Vec<&str> = config.backends.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["sim-0", "sim-1"]);
+    // They load a model when a request names it, and say what they hold.
+    assert!(!config.placement && config.residency_header.is_some());
+    let etcd = parse(&["--etcd", "http://127.0.0.1:2379", "--prefix", "/m/"]).unwrap();
+    let config = etcd.config(Vec::new()).unwrap();
+    assert!(config.backends.is_empty() && config.placement);
+    let members = config.etcd.expect("etcd members");
+    assert_eq!(members.prefix, "/m/");
+}

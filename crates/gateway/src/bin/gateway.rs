@@ -43,9 +43,9 @@ use std::process::ExitCode;
 use tokio::net::TcpListener;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
-use tower_model_balance_sim::{protocol, Fault, ModelServer, ServerConfig};
+use tower_model_balance_sim::{Fault, ModelServer, ServerConfig};
 
-use tower_model_balance_gateway::app::{self, Config, EtcdMembers, Gateway, Probe};
+use tower_model_balance_gateway::app::{self, Gateway};
 use tower_model_balance_gateway::args::{self, Args};
 use tower_model_balance_gateway::{cli, say};
 
@@ -68,15 +68,8 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), String> {
     // Kept alive while the gateway serves: the servers stop when dropped.
     let mut sims = Vec::new();
-    let mut config = if let Some(prefix) = &args.prefix {
-        let mut config = Config::new(Vec::new());
-        config.etcd = Some(EtcdMembers {
-            endpoints: args.etcd.iter().map(ToString::to_string).collect(),
-            prefix: prefix.clone(),
-        });
-        config
-    } else if args.backends.is_empty() {
-        let mut backends = Vec::new();
+    let mut simulated = Vec::new();
+    if args.prefix.is_none() && args.backends.is_empty() {
         for i in 0..args.sims {
             let name = format!("sim-{i}");
             let server = ModelServer::start(&name, ServerConfig::default())
@@ -86,46 +79,11 @@ async fn run(args: Args) -> Result<(), String> {
                 server.set_fault(Some(Fault::Unavailable));
             }
             let id = BackendId::new(&name).map_err(|e| e.to_string())?;
-            backends.push((id, Origin::http(server.addr())));
+            simulated.push((id, Origin::http(server.addr())));
             sims.push(server);
         }
-        let mut config = Config::new(backends);
-        config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
-        config
-    } else {
-        let backends = args.ids.iter().cloned().zip(args.backends.iter().cloned());
-        Config::new(backends.collect())
-    };
-    config.body_limit = args.body_limit;
-    config.admission_limit = args.admission_limit;
-    config.model_slots = args.model_slots;
-    config.owners = args.owners;
-    config.owner_load = args.owner_load;
-    config.prefix_bytes = args.prefix_bytes;
-    config.session_header = args.session_header.clone();
-    config.receipt_header = args.receipt_header;
-    // Simulated backends load a model when a request names it.
-    config.placement = args.placement && sims.is_empty();
-    if args.probe_openai {
-        config.probe = Probe::OpenAi;
     }
-    for ((id, _), metrics) in config.backends.iter().zip(&args.metrics) {
-        if let Some(metrics) = metrics {
-            config.metrics_origins.push((id.clone(), metrics.clone()));
-        }
-    }
-    if let Some(port) = args.metrics_port {
-        config.metrics_origins = config
-            .backends
-            .iter()
-            .map(|(id, origin)| {
-                let host = origin.authority().host();
-                let metrics = Origin::parse(&format!("{}://{host}:{port}", origin.scheme()))
-                    .map_err(|e| format!("--metrics-port for {origin}: {e}"))?;
-                Ok((id.clone(), metrics))
-            })
-            .collect::<Result<_, String>>()?;
-    }
+    let config = args.config(simulated)?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;

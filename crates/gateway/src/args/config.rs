@@ -1,0 +1,69 @@
+//! The gateway's [`Config`] from its flags.
+
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::endpoint::Origin;
+
+use super::Args;
+use crate::app::{Config, EtcdMembers, Probe};
+
+impl Args {
+    /// The gateway's configuration from these flags: the backends of
+    /// `--etcd`, else those of `--backend` (each under its `NAME=`, else its
+    /// origin: the ID its models' owners are hashed by), else `simulated`
+    /// (the servers `--sims` started, whose answers name the models they
+    /// hold; with placement off, as they load a model a request names).
+    ///
+    /// # Errors
+    ///
+    /// A `--metrics-port` that makes no origin with a backend's host.
+    pub fn config(&self, simulated: Vec<(BackendId, Origin)>) -> Result<Config, String> {
+        let sims = !simulated.is_empty();
+        let mut config = if let Some(prefix) = &self.prefix {
+            let mut config = Config::new(Vec::new());
+            config.etcd = Some(EtcdMembers {
+                endpoints: self.etcd.iter().map(ToString::to_string).collect(),
+                prefix: prefix.clone(),
+            });
+            config
+        } else if self.backends.is_empty() {
+            let mut config = Config::new(simulated);
+            config.residency_header =
+                Some(tower_model_balance_sim::protocol::RESIDENT_MODELS_HEADER);
+            config
+        } else {
+            let backends = self.ids.iter().cloned().zip(self.backends.iter().cloned());
+            Config::new(backends.collect())
+        };
+        config.body_limit = self.body_limit;
+        config.admission_limit = self.admission_limit;
+        config.model_slots = self.model_slots;
+        config.owners = self.owners;
+        config.owner_load = self.owner_load;
+        config.prefix_bytes = self.prefix_bytes;
+        config.session_header = self.session_header.clone();
+        config.receipt_header = self.receipt_header;
+        // Simulated backends load a model when a request names it.
+        config.placement = self.placement && !sims;
+        if self.probe_openai {
+            config.probe = Probe::OpenAi;
+        }
+        for ((id, _), metrics) in config.backends.iter().zip(&self.metrics) {
+            if let Some(metrics) = metrics {
+                config.metrics_origins.push((id.clone(), metrics.clone()));
+            }
+        }
+        if let Some(port) = self.metrics_port {
+            config.metrics_origins = config
+                .backends
+                .iter()
+                .map(|(id, origin)| {
+                    let host = origin.authority().host();
+                    let metrics = Origin::parse(&format!("{}://{host}:{port}", origin.scheme()))
+                        .map_err(|e| format!("--metrics-port for {origin}: {e}"))?;
+                    Ok((id.clone(), metrics))
+                })
+                .collect::<Result<_, String>>()?;
+        }
+        Ok(config)
+    }
+}
