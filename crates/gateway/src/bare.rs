@@ -7,6 +7,12 @@
 //! read (the request's body streams through as it comes), no routes (every
 //! method and path is forwarded). What it costs is the hop's own cost.
 //!
+//! A request may name its backend by index in [`STEER_HEADER`] (removed
+//! before it is sent on): the peer comparison's `bare oracle` row sends
+//! each request where the oracle's placement would, so that the floor's
+//! servers do the direct row's work — round robin makes most requests
+//! cold loads, held open for 300 ms, a different load on the proxy.
+//!
 //! ```text
 //! bare-proxy --listen 127.0.0.1:8081 --backend http://10.0.0.1:8000 --backend http://10.0.0.2:8000
 //! ```
@@ -34,6 +40,11 @@ usage: bare-proxy --backend URL [--backend URL ...] [--listen ADDR]
   --backend URL   a backend's origin, e.g. http://10.0.0.1:8000 (repeatable,
                   at least one): requests go to each in turn
   -h, --help      this text";
+
+/// The request header naming the backend to send to by its index among
+/// the `--backend`s (from 0); a value that names none is ignored (round
+/// robin).
+pub const STEER_HEADER: http::HeaderName = http::HeaderName::from_static("x-bare-backend");
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -117,11 +128,18 @@ impl BareProxy {
         })
     }
 
-    /// Sends `req` to the next backend in turn and its answer back (the
-    /// hop-by-hop headers removed, the body streamed on); 502 when the
-    /// backend cannot be reached.
-    pub async fn forward(&self, req: http::Request<Incoming>) -> http::Response<ProxyBody> {
-        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.backends.len();
+    /// Sends `req` to the backend its [`STEER_HEADER`] names, else to the
+    /// next in turn, and its answer back (the hop-by-hop headers removed,
+    /// the body streamed on); 502 when the backend cannot be reached.
+    pub async fn forward(&self, mut req: http::Request<Incoming>) -> http::Response<ProxyBody> {
+        let steered = req.headers_mut().remove(STEER_HEADER).and_then(|v| {
+            let i: usize = v.to_str().ok()?.parse().ok()?;
+            (i < self.backends.len()).then_some(i)
+        });
+        let turn = match steered {
+            Some(i) => i,
+            None => self.next.fetch_add(1, Ordering::Relaxed) % self.backends.len(),
+        };
         let backend = self.backends[turn].clone();
         match backend.oneshot(req).await {
             Ok(rsp) => {

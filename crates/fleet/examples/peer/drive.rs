@@ -41,12 +41,26 @@ pub struct Record {
 }
 
 /// Where each request goes: one address for every request (a router), or
-/// one of its model's own servers (direct).
+/// one of its model's own servers (direct), or a router told in
+/// [`STEER_HEADER`] which of the servers that would be (the bare proxy
+/// under the oracle's placement: the hop's floor with the servers' work
+/// the direct row's).
 #[derive(Debug, Clone)]
 pub enum Target {
     Router(SocketAddr),
     Direct(HashMap<String, Vec<SocketAddr>>),
+    Steered {
+        router: SocketAddr,
+        /// The servers in the order the router was given them.
+        servers: Vec<SocketAddr>,
+        /// The oracle's placement ([`Target::direct`]'s map).
+        oracle: HashMap<String, Vec<SocketAddr>>,
+    },
 }
+
+/// The header naming the index of the backend a steered request goes to
+/// (`crates/gateway`'s `bare::STEER_HEADER`, which the bare proxy reads).
+pub const STEER_HEADER: &str = "x-bare-backend";
 
 impl Target {
     /// An oracle's placement of `plan`'s models on `servers` of `slots`
@@ -90,14 +104,46 @@ impl Target {
         Target::Direct(map)
     }
 
+    /// The bare proxy at `router` over `servers`, steered by the oracle's
+    /// placement of `plan` (see [`Target::direct`]).
+    pub fn steered(
+        router: SocketAddr,
+        servers: &[SocketAddr],
+        slots: usize,
+        plan: &[Planned],
+    ) -> Self {
+        let Target::Direct(oracle) = Target::direct(servers, slots, plan) else {
+            unreachable!("the oracle's placement is a direct target")
+        };
+        Target::Steered {
+            router,
+            servers: servers.to_vec(),
+            oracle,
+        }
+    }
+
     fn addr(&self, model: &str, i: usize) -> SocketAddr {
         match self {
-            Target::Router(addr) => *addr,
+            Target::Router(addr) | Target::Steered { router: addr, .. } => *addr,
             Target::Direct(map) => {
                 let copies = &map[model];
                 copies[i % copies.len()]
             }
         }
+    }
+
+    /// For a steered target, the index of the server the `i`th request,
+    /// of `model`, goes to.
+    fn steer(&self, model: &str, i: usize) -> Option<usize> {
+        let Target::Steered {
+            servers, oracle, ..
+        } = self
+        else {
+            return None;
+        };
+        let copies = &oracle[model];
+        let server = copies[i % copies.len()];
+        servers.iter().position(|s| *s == server)
     }
 }
 
@@ -111,15 +157,18 @@ pub fn plan(rate: f64, duration: Duration, seed: u64) -> Vec<Planned> {
 
 /// The chat completion for `planned`, the `i`th request: its prompt
 /// differs from every other request's.
-fn request(addr: SocketAddr, planned: &Planned, i: usize) -> http::Request<Full<Bytes>> {
+fn request(target: &Target, planned: &Planned, i: usize) -> http::Request<Full<Bytes>> {
     let body = format!(
         r#"{{"model":"{}","messages":[{{"role":"user","content":"question {i}"}}],"max_tokens":8}}"#,
         planned.model
     );
-    http::Request::post(format!("http://{addr}{}", protocol::CHAT_COMPLETIONS_PATH))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::from(body))
-        .expect("a valid request")
+    let addr = target.addr(&planned.model, i);
+    let mut req = http::Request::post(format!("http://{addr}{}", protocol::CHAT_COMPLETIONS_PATH))
+        .header(http::header::CONTENT_TYPE, "application/json");
+    if let Some(server) = target.steer(&planned.model, i) {
+        req = req.header(STEER_HEADER, server);
+    }
+    req.body(Full::from(body)).expect("a valid request")
 }
 
 /// The load generator's client.
@@ -141,7 +190,7 @@ pub async fn drive(target: &Target, plan: &[Planned]) -> Vec<Record> {
     for (i, planned) in plan.iter().enumerate() {
         let due = start + planned.at;
         tokio::time::sleep_until(due).await;
-        let req = request(target.addr(&planned.model, i), planned, i);
+        let req = request(target, planned, i);
         let (client, tx) = (client.clone(), tx.clone());
         tokio::spawn(async move {
             let _ = tx.send(send(&client, req, due).await);
@@ -192,5 +241,38 @@ pub async fn send(client: &GenClient, req: http::Request<Full<Bytes>>, due: Inst
         cold,
         outside: outside.filter(|_| ok),
         lag,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_steered_request_names_the_server_the_oracle_sends_it_to() {
+        let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let servers: Vec<SocketAddr> = (9000..9008).map(at).collect();
+        let plan = plan(200.0, Duration::from_secs(5), 1);
+        let direct = Target::direct(&servers, 5, &plan);
+        let steered = Target::steered(at(8000), &servers, 5, &plan);
+        let mut used = vec![0usize; servers.len()];
+        for (i, planned) in plan.iter().enumerate() {
+            let req = request(&steered, planned, i);
+            assert_eq!(req.uri().authority().unwrap().as_str(), "127.0.0.1:8000");
+            let index: usize = req.headers()[STEER_HEADER]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(
+                servers[index],
+                direct.addr(&planned.model, i),
+                "request {i}"
+            );
+            used[index] += 1;
+        }
+        assert!(used.iter().all(|&n| n > 0), "every server: {used:?}");
+        let plain = request(&Target::Router(at(8000)), &plan[0], 0);
+        assert!(plain.headers().get(STEER_HEADER).is_none());
     }
 }

@@ -180,7 +180,12 @@ async fn compare(args: &Args, programs: Programs) -> Result<(), String> {
             tower_model_balance_fleet::prefix_workload::PREFIXES
         ),
     };
-    let mut kinds = vec![Kind::Direct, Kind::Bare, Kind::Gateway];
+    let mut kinds = vec![Kind::Direct, Kind::Bare];
+    // Steering follows the plain workload's oracle.
+    if args.workload == args::Workload::Plain {
+        kinds.push(Kind::BareOracle);
+    }
+    kinds.push(Kind::Gateway);
     kinds.extend(args.policies.iter().cloned().map(Kind::Vllm));
     emit!(
         "{} simulated servers per run (fresh) · {load}, seed {} · {:.1} s per rate{}",

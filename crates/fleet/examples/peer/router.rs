@@ -48,6 +48,11 @@ pub enum Kind {
     /// The bare proxy (`crates/gateway`'s `bare-proxy`): round robin with
     /// the gateway's runtime and client, no layers: the hop's own cost.
     Bare,
+    /// The bare proxy, each request steered to where the direct row's
+    /// oracle sends it: the hop's own cost with the servers doing the
+    /// oracle's work (warm, short answers), the floor for the gateway's
+    /// CPU.
+    BareOracle,
     /// The gateway (`crates/gateway`), this crate's stack.
     Gateway,
     /// vLLM Router with the policy named.
@@ -59,6 +64,7 @@ impl fmt::Display for Kind {
         match self {
             Kind::Direct => f.write_str("direct"),
             Kind::Bare => f.write_str("bare"),
+            Kind::BareOracle => f.write_str("bare oracle"),
             Kind::Gateway => f.write_str("gateway"),
             Kind::Vllm(policy) => write!(f, "vllm-router {policy}"),
         }
@@ -137,7 +143,7 @@ pub async fn start(
     let urls = servers.iter().map(|s| format!("http://{s}"));
     let (program, health, mut command) = match kind {
         Kind::Direct => return Err("the direct row has no router".into()),
-        Kind::Bare => {
+        Kind::Bare | Kind::BareOracle => {
             let mut command = Command::new(&programs.bare_proxy);
             command.args(["--listen", &addr.to_string()]);
             for url in urls {

@@ -77,9 +77,13 @@ pub async fn run(
     let cpu_before = running.as_ref().and_then(cpu_time);
     let records = match &plan {
         Plan::Plain(plan) => {
+            let slots = config.resident_slots();
             let target = match &running {
+                Some(running) if *kind == Kind::BareOracle => {
+                    Target::steered(running.addr, &addrs, slots, plan)
+                }
                 Some(running) => Target::Router(running.addr),
-                None => Target::direct(&addrs, config.resident_slots(), plan),
+                None => Target::direct(&addrs, slots, plan),
             };
             drive::drive(&target, plan).await
         }

@@ -1,4 +1,5 @@
-//! The bare proxy (`bare`): each request to the next backend in turn,
+//! The bare proxy (`bare`): each request to the next backend in turn (or
+//! the one its `x-bare-backend` names),
 //! body and answer passed through; 502 for a backend that cannot be
 //! reached.
 
@@ -70,6 +71,51 @@ async fn round_robin_over_the_backends_body_and_answer_passed_through() {
         })
         .collect();
     assert_eq!(answered, expected);
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_request_steered_by_index_goes_there_and_a_bad_index_takes_its_turn() {
+    let mut servers = Vec::new();
+    for name in ["sim-0", "sim-1"] {
+        servers.push(
+            ModelServer::start(name, ServerConfig::default())
+                .await
+                .unwrap(),
+        );
+    }
+    let origins: Vec<Origin> = servers.iter().map(|s| Origin::http(s.addr())).collect();
+    let proxy = BareProxy::new(&origins).expect("backends");
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(app::serve(listener, proxy.into_service(), async {
+        let _ = stopped.await;
+    }));
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut answered = Vec::new();
+    // Steered twice to 1, once to 0; then an index past the backends and
+    // one that is no number: round robin, from its first turn.
+    for steer in ["1", "1", "0", "2", "x", ""] {
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":4}"#;
+        let req = http::Request::post(format!("http://{addr}{}", protocol::CHAT_COMPLETIONS_PATH))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(tower_model_balance_gateway::bare::STEER_HEADER, steer)
+            .body(Full::from(body))
+            .unwrap();
+        let rsp = tokio::time::timeout(BOUND, client.request(req))
+            .await
+            .expect("answered in time")
+            .expect("a response");
+        assert_eq!(rsp.status(), 200);
+        let backend = rsp.headers()[protocol::BACKEND_HEADER].to_str().unwrap();
+        answered.push(backend.to_owned());
+    }
+    assert_eq!(
+        answered,
+        ["sim-1", "sim-1", "sim-0", "sim-0", "sim-1", "sim-0"]
+    );
     let _ = stop.send(());
     serving.await.unwrap().unwrap();
 }
