@@ -38,7 +38,9 @@ usage: bare-proxy --backend URL [--backend URL ...] [--listen ADDR]
 
   --listen ADDR   address to serve on (default 127.0.0.1:8080)
   --backend URL   a backend's origin, e.g. http://10.0.0.1:8000 (repeatable,
-                  at least one): requests go to each in turn
+                  at least one): requests go to each in turn, but for one
+                  whose x-bare-backend header gives a backend's index (from 0,
+                  in --backend order): it goes there, the header removed
   -h, --help      this text";
 
 /// The request header naming the backend to send to by its index among

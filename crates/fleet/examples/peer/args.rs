@@ -32,10 +32,11 @@ usage: bash scripts/peer-compare [FLAGS]
   --vllm-router PATH   vLLM Router's launcher
                        (default target/venv-vllm-router/bin/vllm-router)
   --logs DIR           where each router's output goes (default target/peer-logs)
-  --smoke              a short check: 100 req/s for 2 s, direct, bare, bare oracle,
-                       the gateway and vLLM Router's cache_aware, no search; fails unless each
-                       answered and had its CPU time read. --rates, --duration
-                       and --policies given with it replace those values
+  --smoke              a short check: 100 req/s for 2 s, direct, bare, bare oracle
+                       (plain workload), the gateway and vLLM Router's cache_aware,
+                       no search; fails unless each answered and had its CPU
+                       time read. --rates, --duration and --policies given
+                       with it replace those values
   -h, --help           this text
 
 Each flag may be given once. The programs and --logs are checked
