@@ -118,7 +118,9 @@ http.server.ThreadingHTTPServer(('127.0.0.1', port), H).serve_forever()
         for program in ["--gateway", "--bare-proxy", "--vllm-router"] {
             args.extend([program, fake]);
         }
-        args.extend(["--rates", "20", "--duration", "0.5", "--no-max-rate"]);
+        // Rows of 5 s: the bare proxy's still runs when its PID is read and
+        // checked, however slow the machine (the signal ends it at once).
+        args.extend(["--rates", "20", "--duration", "5", "--no-max-rate"]);
         args.extend(["--policies", "round_robin", "--backends", "2"]);
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
@@ -133,7 +135,7 @@ http.server.ThreadingHTTPServer(('127.0.0.1', port), H).serve_forever()
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // The direct row first (about a second), then the bare proxy's row:
+        // The direct row first (5 s), then the bare proxy's row:
         // its router's PID on stderr.
         let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
         let mut seen = Vec::new();
