@@ -67,7 +67,13 @@ usage: gateway [FLAGS]
   --receipt-header     each answer says why it went where it went, in
                        x-route-receipt (backend, reason, owners, predicted
                        prefix hit, runner-up)
-  -h, --help           this text";
+  -h, --help           this text
+
+Each flag but --backend, --etcd and --metrics may be given once.";
+
+/// The flags that may be given more than once (one backend or etcd
+/// endpoint each, `--metrics` for the `--backend` before it).
+const REPEATABLE: [&str; 3] = ["--backend", "--etcd", "--metrics"];
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,8 +148,17 @@ impl Args {
             receipt_header: false,
         };
         let mut sims_given = false;
+        let mut seen: Vec<String> = Vec::new();
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
+            // Every flag but the repeatable ones once: a second value would
+            // silently replace the first.
+            if !REPEATABLE.contains(&flag.as_str()) && flag.starts_with("--") {
+                if seen.contains(&flag) {
+                    return Err(Stop::Error(format!("{flag} given twice")));
+                }
+                seen.push(flag.clone());
+            }
             let mut value = |name: &str| {
                 args.next()
                     .ok_or_else(|| Stop::Error(format!("{name} needs a value")))
@@ -188,9 +203,7 @@ impl Args {
                 "--prefix" => {
                     let text = value("--prefix")?;
                     key_prefix(&text)?;
-                    if parsed.prefix.replace(text).is_some() {
-                        return Err(Stop::Error("--prefix given twice".into()));
-                    }
+                    parsed.prefix = Some(text);
                 }
                 "--metrics" => {
                     let text = value("--metrics")?;
@@ -242,9 +255,7 @@ impl Args {
                 "--no-placement" => parsed.placement = false,
                 "--prefix-bytes" => {
                     let n = number(&value("--prefix-bytes")?, "--prefix-bytes", 1, 65_536)?;
-                    if parsed.prefix_bytes.replace(n).is_some() {
-                        return Err(Stop::Error("--prefix-bytes given twice".into()));
-                    }
+                    parsed.prefix_bytes = Some(n);
                 }
                 "--session-header" => {
                     let text = value("--session-header")?;
@@ -258,30 +269,21 @@ impl Args {
                             "--session-header: `{name}` is a routing header, which the gateway strips"
                         )));
                     }
-                    if parsed.session_header.replace(name).is_some() {
-                        return Err(Stop::Error("--session-header given twice".into()));
-                    }
+                    parsed.session_header = Some(name);
                 }
                 "--receipt-header" => parsed.receipt_header = true,
                 "--admission-limit" => {
-                    if parsed.admission_limit.is_some() {
-                        return Err(Stop::Error("--admission-limit given twice".into()));
-                    }
                     let limit = value("--admission-limit")?;
                     parsed.admission_limit =
                         Some(number(&limit, "--admission-limit", 1, 1_000_000)?);
                 }
                 "--model-slots" => {
                     let n = number(&value("--model-slots")?, "--model-slots", 1, 16)?;
-                    if parsed.model_slots.replace(n).is_some() {
-                        return Err(Stop::Error("--model-slots given twice".into()));
-                    }
+                    parsed.model_slots = Some(n);
                 }
                 "--owners" => {
                     let k = number(&value("--owners")?, "--owners", 1, 1024)?;
-                    if parsed.owners.replace(k).is_some() {
-                        return Err(Stop::Error("--owners given twice".into()));
-                    }
+                    parsed.owners = Some(k);
                 }
                 "--owner-load" => {
                     let text = value("--owner-load")?;
@@ -293,11 +295,17 @@ impl Args {
                             )))
                         }
                     };
-                    if parsed.owner_load.replace(load).is_some() {
-                        return Err(Stop::Error("--owner-load given twice".into()));
-                    }
+                    parsed.owner_load = Some(load);
                 }
-                other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
+                other => {
+                    let hint = match other.split_once('=') {
+                        Some((flag, value)) if flag.starts_with("--") => {
+                            format!(" (a value follows its flag after a space: {flag} {value})")
+                        }
+                        _ => String::new(),
+                    };
+                    return Err(Stop::Error(format!("unknown flag `{other}`{hint}")));
+                }
             }
         }
         if parsed.model_slots.is_some() && !parsed.etcd.is_empty() {
@@ -312,10 +320,10 @@ impl Args {
         }
         let given = !parsed.backends.is_empty() || !parsed.etcd.is_empty();
         if given && (parsed.down || sims_given) {
-            return Err(Stop::Error(
-                "--down and --sims apply to simulated backends, not with --backend or --etcd"
-                    .into(),
-            ));
+            let flag = if parsed.down { "--down" } else { "--sims" };
+            return Err(Stop::Error(format!(
+                "{flag} applies to simulated backends, not with --backend or --etcd"
+            )));
         }
         match (parsed.etcd.is_empty(), parsed.prefix.is_some()) {
             (true, true) => {

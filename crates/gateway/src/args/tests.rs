@@ -173,11 +173,8 @@ fn etcd_is_the_alternative_to_backend() {
             vec![&etcd[..], &prefix, &["--backend", "http://10.0.0.1:8000"]],
             "one or the other",
         ),
-        (vec![&etcd[..], &prefix, &["--down"]], "--down and --sims"),
-        (
-            vec![&etcd[..], &prefix, &["--sims", "2"]],
-            "--down and --sims",
-        ),
+        (vec![&etcd[..], &prefix, &["--down"]], "--down applies"),
+        (vec![&etcd[..], &prefix, &["--sims", "2"]], "--sims applies"),
         (
             vec![&etcd[..], &prefix, &["--metrics-port", "8082"]],
             "metrics_address",
@@ -333,4 +330,48 @@ fn the_config_takes_the_simulated_backends_only_without_others() {
     assert!(config.backends.is_empty() && config.placement);
     let members = config.etcd.expect("etcd members");
     assert_eq!(members.prefix, "/m/");
+}
+
+#[test]
+fn every_flag_but_the_repeatable_ones_is_given_once() {
+    for flag in [
+        &["--listen", "127.0.0.1:1"][..],
+        &["--sims", "2"],
+        &["--down"],
+        &["--probe", "openai"],
+        &["--body-limit", "10"],
+        &["--metrics-port", "9090"],
+        &["--no-placement"],
+        &["--receipt-header"],
+        &["--owners", "2"],
+    ] {
+        let twice: Vec<&str> = flag.iter().chain(flag).copied().collect();
+        match parse(&twice) {
+            Err(Stop::Error(message)) => {
+                assert_eq!(message, format!("{} given twice", flag[0]));
+            }
+            other => panic!("{twice:?}: {other:?}"),
+        }
+    }
+    // One backend, etcd endpoint and metrics URL each.
+    let args = parse(&[
+        "--backend",
+        "a=http://127.0.0.1:1",
+        "--metrics",
+        "http://127.0.0.1:9",
+        "--backend",
+        "b=http://127.0.0.1:2",
+        "--metrics",
+        "http://127.0.0.1:8",
+    ])
+    .unwrap();
+    assert_eq!(args.backends.len(), 2);
+    match parse(&["--owners=3"]) {
+        Err(Stop::Error(message)) => assert!(message.contains("--owners 3"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    match parse(&["--backend", "http://127.0.0.1:1", "--sims", "2"]) {
+        Err(Stop::Error(message)) => assert!(message.starts_with("--sims applies"), "{message}"),
+        other => panic!("{other:?}"),
+    }
 }
