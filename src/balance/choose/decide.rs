@@ -194,12 +194,10 @@ impl Local {
                     },
                     false => Tally::Peek,
                 };
+                // Counted whether or not the plan sized them (on the
+                // averages): demand is what the next plan reads.
                 let k = shared.owners_of(route.hash, affinity, tally, table.in_ring);
-                match assigned.len {
-                    0 => k,
-                    // The plan sized them, on the averages.
-                    len => usize::from(len),
-                }
+                assigned.count_or(k)
             }
         };
         let ask = Ask {

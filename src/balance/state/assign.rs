@@ -53,6 +53,16 @@ impl Assigned {
             .map(|&i| i as usize)
     }
 
+    /// How many owners a pick takes: as many as listed, else `k` (what
+    /// demand gives a model without a plan).
+    #[inline]
+    pub(crate) fn count_or(&self, k: usize) -> usize {
+        match self.len {
+            0 => k,
+            len => usize::from(len),
+        }
+    }
+
     /// Whether ring member `i` is listed.
     #[inline]
     pub(crate) fn lists(&self, i: usize) -> bool {

@@ -75,12 +75,8 @@ impl<E: Send + Sync> View for Shared<E> {
 
     fn owners<'t>(&self, table: &'t Table, key: u64) -> Take<OwnersWalk<'t>> {
         let assigned = table.assigned.get(key);
-        // As a pick takes them: the plan's count, else demand's.
-        let k = match assigned.len {
-            0 => Shared::owners_of(self, key, key, Tally::Peek, table.in_ring),
-            len => usize::from(len),
-        };
-        table.walk(key, assigned).take(k)
+        let demand = Shared::owners_of(self, key, key, Tally::Peek, table.in_ring);
+        table.walk(key, assigned).take(assigned.count_or(demand))
     }
 
     fn reassign(&self) {

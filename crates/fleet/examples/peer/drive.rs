@@ -53,7 +53,7 @@ pub enum Target {
         router: SocketAddr,
         /// The servers in the order the router was given them.
         servers: Vec<SocketAddr>,
-        /// The oracle's placement ([`Target::direct`]'s map).
+        /// The oracle's placement, as [`Target::direct`] sends by it.
         oracle: HashMap<String, Vec<SocketAddr>>,
     },
 }
@@ -68,40 +68,9 @@ impl Target {
     /// `ceil(s × servers)` of them (at least one; a server holds a model
     /// once), each copy on the server with the least traffic so far that
     /// has a slot free; the most requested models placed first. The
-    /// requests for a model take its copies in turn.
+    /// `i`th request of the plan takes copy `i mod copies` of its model.
     pub fn direct(servers: &[SocketAddr], slots: usize, plan: &[Planned]) -> Self {
-        let mut counts: HashMap<&str, usize> = HashMap::new();
-        for planned in plan {
-            *counts.entry(planned.model.as_str()).or_default() += 1;
-        }
-        let mut models: Vec<(&str, usize)> = counts.into_iter().collect();
-        models.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        let n = servers.len();
-        let (mut traffic, mut held) = (vec![0.0f64; n], vec![0usize; n]);
-        let mut map = HashMap::new();
-        for (model, count) in models {
-            let share = count as f64 / plan.len() as f64;
-            let copies = ((share * n as f64).ceil() as usize).clamp(1, n);
-            let mut placed: Vec<usize> = Vec::with_capacity(copies);
-            for _ in 0..copies {
-                let free = (0..n).filter(|i| held[*i] < slots && !placed.contains(i));
-                // Full everywhere: the model shares the least busy server.
-                let pick = free
-                    .min_by(|a, b| traffic[*a].total_cmp(&traffic[*b]))
-                    .or_else(|| (0..n).min_by(|a, b| traffic[*a].total_cmp(&traffic[*b])));
-                let Some(pick) = pick else { break };
-                placed.push(pick);
-                held[pick] += 1;
-            }
-            for &i in &placed {
-                traffic[i] += share / placed.len() as f64;
-            }
-            map.insert(
-                model.to_owned(),
-                placed.iter().map(|&i| servers[i]).collect(),
-            );
-        }
-        Target::Direct(map)
+        Target::Direct(oracle(servers, slots, plan))
     }
 
     /// The bare proxy at `router` over `servers`, steered by the oracle's
@@ -112,13 +81,10 @@ impl Target {
         slots: usize,
         plan: &[Planned],
     ) -> Self {
-        let Target::Direct(oracle) = Target::direct(servers, slots, plan) else {
-            unreachable!("the oracle's placement is a direct target")
-        };
         Target::Steered {
             router,
             servers: servers.to_vec(),
-            oracle,
+            oracle: oracle(servers, slots, plan),
         }
     }
 
@@ -145,6 +111,48 @@ impl Target {
         let server = copies[i % copies.len()];
         servers.iter().position(|s| *s == server)
     }
+}
+
+/// The oracle's placement of `plan`'s models on `servers` (see
+/// [`Target::direct`]): each model's copies, in the order its requests
+/// take them.
+fn oracle(
+    servers: &[SocketAddr],
+    slots: usize,
+    plan: &[Planned],
+) -> HashMap<String, Vec<SocketAddr>> {
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for planned in plan {
+        *counts.entry(planned.model.as_str()).or_default() += 1;
+    }
+    let mut models: Vec<(&str, usize)> = counts.into_iter().collect();
+    models.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let n = servers.len();
+    let (mut traffic, mut held) = (vec![0.0f64; n], vec![0usize; n]);
+    let mut map = HashMap::new();
+    for (model, count) in models {
+        let share = count as f64 / plan.len() as f64;
+        let copies = ((share * n as f64).ceil() as usize).clamp(1, n);
+        let mut placed: Vec<usize> = Vec::with_capacity(copies);
+        for _ in 0..copies {
+            let free = (0..n).filter(|i| held[*i] < slots && !placed.contains(i));
+            // Full everywhere: the model shares the least busy server.
+            let pick = free
+                .min_by(|a, b| traffic[*a].total_cmp(&traffic[*b]))
+                .or_else(|| (0..n).min_by(|a, b| traffic[*a].total_cmp(&traffic[*b])));
+            let Some(pick) = pick else { break };
+            placed.push(pick);
+            held[pick] += 1;
+        }
+        for &i in &placed {
+            traffic[i] += share / placed.len() as f64;
+        }
+        map.insert(
+            model.to_owned(),
+            placed.iter().map(|&i| servers[i]).collect(),
+        );
+    }
+    map
 }
 
 /// The plan of `duration` at `rate` requests per second, from `seed`:

@@ -272,6 +272,13 @@ fn a_backend_is_named_by_its_name_else_its_origin() {
     }
 }
 
+/// Each ID beside its origin, written out.
+fn named(list: &[(BackendId, Origin)]) -> Vec<(&str, String)> {
+    list.iter()
+        .map(|(id, origin)| (id.as_str(), origin.to_string()))
+        .collect()
+}
+
 #[test]
 fn the_config_hashes_each_backend_by_its_name_and_scrapes_by_it() {
     let args = parse(&[
@@ -284,25 +291,15 @@ fn the_config_hashes_each_backend_by_its_name_and_scrapes_by_it() {
     ])
     .unwrap();
     let config = args.config(Vec::new()).unwrap();
-    let backends: Vec<(&str, String)> = config
-        .backends
-        .iter()
-        .map(|(id, origin)| (id.as_str(), origin.to_string()))
-        .collect();
     assert_eq!(
-        backends,
+        named(&config.backends),
         [
             ("vllm-0", "http://10.0.0.1:8000".to_owned()),
             ("http://10.0.0.2:8000", "http://10.0.0.2:8000".to_owned()),
         ]
     );
-    let metrics: Vec<(&str, String)> = config
-        .metrics_origins
-        .iter()
-        .map(|(id, origin)| (id.as_str(), origin.to_string()))
-        .collect();
     assert_eq!(
-        metrics,
+        named(&config.metrics_origins),
         [
             ("vllm-0", "http://10.0.0.1:9090".to_owned()),
             ("http://10.0.0.2:8000", "http://10.0.0.2:9090".to_owned()),

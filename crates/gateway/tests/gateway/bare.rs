@@ -18,8 +18,8 @@ use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
 /// A bound so that a broken proxy fails the test instead of hanging it.
 const BOUND: Duration = Duration::from_secs(10);
 
-#[tokio::test]
-async fn round_robin_over_the_backends_body_and_answer_passed_through() {
+/// Two simulated servers (`sim-0`, `sim-1`) started.
+async fn two_servers() -> Vec<ModelServer> {
     let mut servers = Vec::new();
     for name in ["sim-0", "sim-1"] {
         servers.push(
@@ -28,20 +28,39 @@ async fn round_robin_over_the_backends_body_and_answer_passed_through() {
                 .unwrap(),
         );
     }
-    // A port nothing listens on: the third backend cannot be reached.
-    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let dead_addr = dead.local_addr().unwrap();
-    drop(dead);
-    let mut origins: Vec<Origin> = servers.iter().map(|s| Origin::http(s.addr())).collect();
-    origins.push(Origin::http(dead_addr));
-    let proxy = BareProxy::new(&origins).expect("backends");
-    assert!(BareProxy::new(&[]).is_none());
+    servers
+}
+
+/// A bare proxy over `origins` served on a free port: its address, what
+/// stops it, and its task.
+async fn serve(
+    origins: &[Origin],
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let proxy = BareProxy::new(origins).expect("backends");
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(app::serve(listener, proxy.into_service(), async {
         let _ = stopped.await;
     }));
+    (addr, stop, serving)
+}
+
+#[tokio::test]
+async fn round_robin_over_the_backends_body_and_answer_passed_through() {
+    let servers = two_servers().await;
+    // A port nothing listens on: the third backend cannot be reached.
+    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let mut origins: Vec<Origin> = servers.iter().map(|s| Origin::http(s.addr())).collect();
+    origins.push(Origin::http(dead_addr));
+    assert!(BareProxy::new(&[]).is_none());
+    let (addr, stop, serving) = serve(&origins).await;
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut answered = Vec::new();
     for _ in 0..6 {
@@ -77,22 +96,9 @@ async fn round_robin_over_the_backends_body_and_answer_passed_through() {
 
 #[tokio::test]
 async fn a_request_steered_by_index_goes_there_and_a_bad_index_takes_its_turn() {
-    let mut servers = Vec::new();
-    for name in ["sim-0", "sim-1"] {
-        servers.push(
-            ModelServer::start(name, ServerConfig::default())
-                .await
-                .unwrap(),
-        );
-    }
+    let servers = two_servers().await;
     let origins: Vec<Origin> = servers.iter().map(|s| Origin::http(s.addr())).collect();
-    let proxy = BareProxy::new(&origins).expect("backends");
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(app::serve(listener, proxy.into_service(), async {
-        let _ = stopped.await;
-    }));
+    let (addr, stop, serving) = serve(&origins).await;
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut answered = Vec::new();
     // Steered twice to 1, once to 0; then an index past the backends and
