@@ -31,7 +31,7 @@ pub use tower::BoxError;
 
 #[cfg(feature = "balance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
-pub use crate::balance::error::{NoAlternative, NoHealthyBackend, Overloaded};
+pub use crate::balance::error::{DuplicateBackend, NoAlternative, NoHealthyBackend, Overloaded};
 #[cfg(feature = "balance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
 pub use crate::placement::error::{ModelLoadFailed, UnknownModel};

@@ -128,10 +128,7 @@ pub fn balancer(config: &Config) -> Result<Stack, BoxError> {
         let header = ResidencyHeader::ResidentModels(RESIDENT_MODELS_HEADER);
         balance = balance.residency_header(header);
     }
-    Ok(ModelBalancer::new(
-        ServiceList::new(backends),
-        balance.build()?,
-    )?)
+    ModelBalancer::new(ServiceList::new(backends), balance.build()?)
 }
 
 impl<T> InferenceClient<T>

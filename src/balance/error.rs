@@ -1,6 +1,7 @@
 //! The balancer's refusals: no backend for the model, every backend at its
-//! admission limit, a hedge's backup with nowhere better to go. Each names
-//! the model (and the backend or urgency) it was for.
+//! admission limit, a hedge's backup with nowhere better to go, a first
+//! backend set that names a backend twice. Each names the model (and the
+//! backend or urgency) it was for, or the backend.
 
 use std::fmt;
 use std::time::Duration;
@@ -117,3 +118,38 @@ impl fmt::Display for NoAlternative {
 }
 
 impl std::error::Error for NoAlternative {}
+
+/// The first backend set a balancer was built over names one backend ID
+/// under two discovery keys — one backend given twice, as when a
+/// `ServiceList` (keyed by position) holds two `Backend`s with one
+/// [`BackendId`]. The balancer routes by ID, so it would keep the first and
+/// drop the second: a configuration mistake that halves a fleet of two.
+/// Returned (boxed) by [`ModelBalancer::new`](crate::balance::ModelBalancer::new)
+/// and [`from_rng`](crate::balance::ModelBalancer::from_rng); nothing is
+/// started. An insert of a live key is not this error: it replaces that
+/// backend, as `tower::discover::Change::Insert` means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DuplicateBackend {
+    /// The ID given twice (the first one found, in discovery order).
+    pub id: BackendId,
+}
+
+impl DuplicateBackend {
+    /// Creates the error.
+    pub(crate) fn new(id: BackendId) -> Self {
+        Self { id }
+    }
+}
+
+impl fmt::Display for DuplicateBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "backend `{}` given twice in the balancer's first backend set (under two discovery keys)",
+            self.id
+        )
+    }
+}
+
+impl std::error::Error for DuplicateBackend {}

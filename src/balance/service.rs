@@ -18,7 +18,7 @@ use crate::balance::choose::decide::Picked;
 use crate::balance::choose::decide::{Local, Refused, Timed};
 use crate::balance::completion::finish::Finish;
 use crate::balance::config::fields::BalanceConfig;
-use crate::balance::error::{NoHealthyBackend, Overloaded};
+use crate::balance::error::{DuplicateBackend, NoHealthyBackend, Overloaded};
 use crate::balance::future::ResponseFuture;
 use crate::balance::handle::BalancerHandle;
 use crate::balance::queued::Queued;
@@ -83,11 +83,42 @@ where
     /// [`HealthConfigBuilder::interval`](crate::health::HealthConfigBuilder::interval)
     /// until every clone and handle is dropped.
     ///
+    /// The balancer routes by [`BackendId`](crate::backend::BackendId):
+    /// an `Insert` under a key it holds replaces that backend (tower's
+    /// `Change::Insert`), but an `Insert` of an ID already in use under
+    /// another key is a second backend it cannot tell apart. In the changes
+    /// ready now (the first backend set: all of a `ServiceList`) that is
+    /// refused with [`DuplicateBackend`]; in a later batch the insert is
+    /// ignored, logged as a `tracing` warning and counted in
+    /// [`BalanceStats::ignored_backends`](crate::balance::BalanceStats::ignored_backends).
+    ///
     /// # Errors
     ///
-    /// [`NoRuntime`] when called outside a Tokio runtime (nothing is
-    /// started; the configuration was validated by its builder).
-    pub fn new<D>(discover: D, config: BalanceConfig) -> Result<Self, NoRuntime>
+    /// Boxed, checked with `err.is::<T>()` (nothing is started in either
+    /// case; the configuration was validated by its builder):
+    ///
+    /// * [`NoRuntime`] when called outside a Tokio runtime;
+    /// * [`DuplicateBackend`] naming the ID when the changes `discover`
+    ///   has ready now insert one backend ID under two keys.
+    ///
+    /// ```
+    /// use tower::{discover::ServiceList, service_fn};
+    /// use tower_model_balance::backend::BackendId;
+    /// use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+    /// use tower_model_balance::error::DuplicateBackend;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let endpoint = service_fn(|_req: http::Request<String>| async {
+    ///     Ok::<_, std::io::Error>(http::Response::new(String::new()))
+    /// });
+    /// let backend = |name: &str| Backend::new(BackendId::new(name).unwrap(), endpoint.clone());
+    /// // One backend pasted twice: refused, not halved.
+    /// let list = ServiceList::new([backend("gpu-0"), backend("gpu-1"), backend("gpu-0")]);
+    /// let error = ModelBalancer::new(list, BalanceConfig::default()).map(drop).unwrap_err();
+    /// assert_eq!(error.downcast_ref::<DuplicateBackend>().unwrap().id.as_str(), "gpu-0");
+    /// # }
+    /// ```
+    pub fn new<D>(discover: D, config: BalanceConfig) -> Result<Self, BoxError>
     where
         D: Discover<Service = Backend<E>> + Send + 'static,
         D::Key: Eq + Send + 'static,
@@ -108,7 +139,7 @@ where
     /// # Errors
     ///
     /// As [`ModelBalancer::new`].
-    pub fn from_rng<D>(discover: D, config: BalanceConfig, rng: R) -> Result<Self, NoRuntime>
+    pub fn from_rng<D>(discover: D, config: BalanceConfig, rng: R) -> Result<Self, BoxError>
     where
         D: Discover<Service = Backend<E>> + Send + 'static,
         D::Key: Eq + Send + 'static,
@@ -118,6 +149,9 @@ where
         let mut discover = Box::pin(discover);
         let mut registry = Registry::new(config.clone());
         let drained = registry.drain(discover.as_mut(), &mut Context::from_waker(Waker::noop()));
+        if let Some(id) = registry.take_duplicate() {
+            return Err(DuplicateBackend::new(id).into());
+        }
         // From an empty ring: the first backend set lands in one step.
         registry.step();
         let interval = config.health.interval;

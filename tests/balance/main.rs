@@ -8,6 +8,7 @@ mod admit_pick;
 mod agreement;
 mod answers;
 mod chaos;
+mod duplicate_id;
 mod grpc;
 mod hash_flood;
 mod loopback;

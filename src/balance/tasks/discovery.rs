@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tower::discover::{Change, Discover};
 
 use self::staging::Counts;
-use crate::backend::{Backend, BackendMeta};
+use crate::backend::{Backend, BackendId, BackendMeta};
 use crate::balance::config::fields::BalanceConfig;
 use crate::balance::state::backend::{BackendState, Start};
 use crate::balance::state::cost;
@@ -51,6 +51,11 @@ pub(crate) struct Registry<K, E> {
     entries: Vec<Entry<K, E>>,
     config: BalanceConfig,
     fleet: Arc<Fleet>,
+    /// The first backend ID inserted under a second key (and ignored):
+    /// the balancer's constructor refuses its first backend set with it
+    /// ([`take_duplicate`](Self::take_duplicate)); later ones are counted
+    /// and logged only.
+    duplicate: Option<BackendId>,
 }
 
 /// How a drain of ready changes ended.
@@ -68,7 +73,14 @@ impl<K: Eq, E: Clone> Registry<K, E> {
             fleet: Arc::new(Fleet::for_config(&config)),
             entries: Vec::new(),
             config,
+            duplicate: None,
         }
+    }
+
+    /// The first backend ID discovery inserted under a second key since
+    /// the registry was built, if any; taken once.
+    pub(crate) fn take_duplicate(&mut self) -> Option<BackendId> {
+        self.duplicate.take()
     }
 
     fn apply(&mut self, change: Change<K, Backend<E>>) {
@@ -86,6 +98,7 @@ impl<K: Eq, E: Clone> Registry<K, E> {
                 {
                     self.fleet.gauges.ignored.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(backend = %other.meta.id, "discovery inserted a backend ID already in use under another key; ignored");
+                    self.duplicate.get_or_insert_with(|| meta.id.clone());
                     return;
                 }
                 let (policy, fleet) = (&self.config.breaker, &self.fleet);
