@@ -57,7 +57,10 @@ pub struct BalanceStats {
     /// `max_pairs`; 0 in [`BreakerScope::Backend`](crate::balance::BreakerScope::Backend).
     pub tracked_pairs: usize,
     /// Inserts from discovery the balancer ignored (each also logged as a
-    /// `tracing` warning): an ID already in use under another key, or a
+    /// `tracing` warning): an ID already in use under another key after
+    /// the first backend set (in that set,
+    /// [`ModelBalancer::new`](crate::balance::ModelBalancer::new) refuses
+    /// it with [`DuplicateBackend`](crate::error::DuplicateBackend)), or a
     /// backend that would take the ring past
     /// [`MAX_POINTS`](crate::ring::MAX_POINTS) points.
     pub ignored_backends: u64,

@@ -66,7 +66,11 @@
 //! [`StagingConfig`](crate::balance::StagingConfig)); an `Insert` for a live ID updates
 //! its metadata and endpoint and keeps its breaker, health and in-flight
 //! count; a `Remove` makes it ineligible at once, and requests in flight
-//! there finish normally.
+//! there finish normally. An `Insert` of an ID live under another key (a
+//! source of your own, or tower's `ServiceList`, keyed by position) is
+//! refused by `ModelBalancer::new` in the first backend set
+//! ([`DuplicateBackend`](crate::error::DuplicateBackend)), and ignored,
+//! logged and counted later on.
 //!
 //! The sources sit below the balancer: feature `discover` does not turn on
 //! `balance`, and what they yield ([`crate::backend`]) is always built.

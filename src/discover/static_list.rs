@@ -47,9 +47,9 @@ impl<E> Static<E> {
     /// # Errors
     ///
     /// [`InvalidConfig`] naming `backends` when two backends share an ID
-    /// (the balancer would ignore the second; a static list says what the
-    /// fleet is, so that is a mistake in it, not something to drop
-    /// quietly).
+    /// (keyed by ID, the second would replace the first in the balancer;
+    /// a static list says what the fleet is, so that is a mistake in it,
+    /// not something to drop quietly).
     pub fn new(backends: impl IntoIterator<Item = Backend<E>>) -> Result<Self, InvalidConfig> {
         let backends: VecDeque<_> = backends.into_iter().collect();
         let mut seen = HashSet::with_capacity(backends.len());
