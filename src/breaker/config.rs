@@ -218,7 +218,8 @@ impl BreakerConfigBuilder {
         self
     }
 
-    /// Calls the window must hold before either rate can trip (1 ..=
+    /// Calls the window must hold before either rate can trip: calls for
+    /// the failure rate, timed calls for the slow-call rate (1 ..=
     /// 10 000, and at most a count window's size; default 10, or a count
     /// window's size if it is smaller). Set explicitly above a count
     /// window's size, [`build`](Self::build) fails naming
@@ -237,7 +238,9 @@ impl BreakerConfigBuilder {
     }
 
     /// The slow-call-rate threshold, a fraction in `(0, 1]` of the timed
-    /// calls (default 1.0: every timed call in the window slow).
+    /// calls (default 1.0: every timed call in the window slow), judged
+    /// once the window holds [`minimum_calls`](Self::minimum_calls) timed
+    /// calls (cold loads are not timed).
     pub fn slow_call_rate_threshold(mut self, rate: f64) -> Self {
         self.policy.slow_call_rate_threshold = rate;
         self

@@ -371,7 +371,13 @@ impl CircuitState {
         }
         if totals.failure_rate() >= p.failure_rate_threshold {
             Some(Reason::FailureRate)
-        } else if totals.timed > 0 && totals.slow_call_rate() >= p.slow_call_rate_threshold {
+        } else if totals.timed >= p.minimum_calls as u64
+            && totals.slow_call_rate() >= p.slow_call_rate_threshold
+        {
+            // A rate over timed calls needs as many of them as the failure
+            // rate needs calls: a backend busy with cold loads (untimed)
+            // whose window holds two lost hedge races would otherwise read
+            // a slow-call rate of 1.0 and trip healthy.
             Some(Reason::SlowCallRate)
         } else {
             None

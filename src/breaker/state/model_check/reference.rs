@@ -271,7 +271,7 @@ impl Model {
         let slow = self.window.iter().filter(|c| c.slow).count();
         if failures as f64 / calls as f64 >= self.k.failure_rate {
             Some(Reason::FailureRate)
-        } else if timed > 0 && slow as f64 / timed as f64 >= self.k.slow_rate {
+        } else if timed >= self.k.minimum_calls && slow as f64 / timed as f64 >= self.k.slow_rate {
             Some(Reason::SlowCallRate)
         } else {
             None

@@ -100,19 +100,51 @@ fn slow_calls_trip_at_the_slow_call_rate_threshold() {
 fn the_slow_call_rate_is_over_timed_calls_only() {
     let now = Instant::now();
     let p = base()
-        .window(4)
+        .window(8)
         .minimum_calls(4)
         .slow_call_duration(secs(1))
         .slow_call_rate_threshold(0.5);
     let mut s = breaker(p);
-    assert_eq!(timed(&mut s, S, None, now), None);
-    assert_eq!(timed(&mut s, S, None, now), None);
-    assert_eq!(timed(&mut s, S, Some(ms(10)), now), None);
-    // 1 slow of 2 timed calls (of 4 calls): 50%.
-    let t = timed(&mut s, S, Some(secs(2)), now).expect("1 of 2 timed calls slow");
+    for _ in 0..4 {
+        assert_eq!(timed(&mut s, S, None, now), None, "a cold load, untimed");
+    }
+    assert_eq!(timed(&mut s, S, Some(secs(2)), now), None, "1 of 1 timed");
+    assert_eq!(timed(&mut s, S, Some(ms(10)), now), None, "1 of 2 timed");
+    assert_eq!(timed(&mut s, S, Some(ms(10)), now), None, "1 of 3 timed");
+    // 2 slow of 4 timed calls (of 8 calls): 50%, over enough timed calls.
+    let t = timed(&mut s, S, Some(secs(2)), now).expect("2 of 4 timed calls slow");
     assert_eq!(t.reason, Reason::SlowCallRate);
     let m = s.stats(now);
-    assert_eq!((m.calls, m.timed_calls, m.slow_calls), (4, 2, 1));
+    assert_eq!((m.calls, m.timed_calls, m.slow_calls), (8, 4, 2));
+}
+
+#[test]
+fn a_slow_call_rate_over_fewer_timed_calls_than_the_minimum_never_trips() {
+    // The default policy (20 calls, 10 at least, every timed call slow):
+    // a healthy backend taking a failed one's models answers cold loads
+    // (untimed), and two of its warm requests lose hedge races (recorded
+    // slow). 2 of 2 timed calls slow is no rate: it stays closed.
+    let now = Instant::now();
+    let mut s = breaker(BreakerConfig::builder().jitter(false));
+    for _ in 0..18 {
+        assert_eq!(timed(&mut s, S, None, now), None);
+    }
+    for _ in 0..2 {
+        assert_eq!(
+            timed(&mut s, S, Some(secs(10)), now),
+            None,
+            "2 of 2 timed slow"
+        );
+    }
+    let m = s.stats(now);
+    assert_eq!((m.calls, m.timed_calls, m.slow_calls), (20, 2, 2));
+    assert_eq!(s.state(now), BreakerState::Closed);
+    // Once the window holds 10 timed calls, all slow, it trips.
+    for _ in 0..7 {
+        assert_eq!(timed(&mut s, S, Some(secs(10)), now), None);
+    }
+    let t = timed(&mut s, S, Some(secs(10)), now).expect("10 of 10 timed calls slow");
+    assert_eq!(t.reason, Reason::SlowCallRate);
 }
 
 #[test]
