@@ -51,14 +51,16 @@
 //!   bounded-load cap `ceil(c × (total in-flight + 1) / n)` (Mirrokni,
 //!   Thorup and Zadimoghaddam, 2016), those with the model **resident** come
 //!   first — where it was served before those where it is still loading —
-//!   chosen by P2C on the cost `(in-flight + 1) × latency EWMA /
-//!   max(health, 0.05)` (health: the backend's [score](crate::health)
-//!   times its warm-up ramp; the latency EWMA of a backend with no answer
-//!   in a health interval relaxes toward the median of the others',
-//!   [`BalanceConfigBuilder::latency_decay`], so that one slow answer does
-//!   not keep an idle backend out for good; between two with as many in
-//!   flight — both idle, at light load — the choice is random, weighted by
-//!   inverse cost, so that neither takes every request); else the first cold owner under the cap with no
+//!   chosen by P2C on the cost `(in-flight / ramp + 1) × latency EWMA /
+//!   max(health, 0.05)` (health: the backend's [score](crate::health);
+//!   ramp: its warm-up weight, 1 once warm; the latency EWMA of a backend
+//!   with no answer in a health interval relaxes toward the median of the
+//!   others', [`BalanceConfigBuilder::latency_decay`], so that one slow
+//!   answer does not keep an idle backend out for good): the cheaper of
+//!   the two sampled, costs within 10% of each other a tie broken at
+//!   random, a backend at the health floor never over one above it, and
+//!   a backend just readmitted by health tried first, as a half-open
+//!   breaker is; else the first cold owner under the cap with no
 //!   load in progress loads it (loads hold memory bandwidth and often a
 //!   serving slot, and piled onto one backend they stall its warm traffic,
 //!   so a backend busy loading is passed over for a new load while another

@@ -200,13 +200,14 @@ fn show(what: &str, on: &std::collections::BTreeMap<String, usize>) {
 
 /// How long (paused time) from now until `b` takes a request, at light
 /// load (one request at a time, answers of 30 ms) and under bursts (ten
-/// held at once, a burst every 100 ms); `None` after 20 s.
+/// held at once, a burst every 100 ms); `None` after `limit`.
 async fn until_b_is_picked(
     balancer: &mut ModelBalancer<String, Lcg>,
     burst: usize,
+    limit: Duration,
 ) -> Option<Duration> {
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(20) {
+    while start.elapsed() < limit {
         let picks: Vec<_> = (0..burst)
             .map(|_| balancer.pick(&update(), Instant::now()).unwrap())
             .collect();
@@ -249,7 +250,7 @@ async fn a_backend_removed_and_reinserted_gets_traffic_within_5_s() {
         tx.send(insert(1, "b")).unwrap();
         run_for(Duration::from_millis(1)).await;
         assert_eq!(balancer.handle().backends().len(), 2);
-        let took = until_b_is_picked(&mut balancer, burst).await;
+        let took = until_b_is_picked(&mut balancer, burst, Duration::from_secs(20)).await;
         show_time(&format!("reinserted, burst {burst}"), took);
         assert!(took.is_some_and(|t| t <= BOUND), "burst {burst}: {took:?}");
     }
@@ -303,7 +304,7 @@ async fn a_backend_back_from_unhealthy_gets_traffic_within_5_s() {
             }
         }
         assert!(healthy, "b healthy again");
-        let took = until_b_is_picked(&mut balancer, burst).await;
+        let took = until_b_is_picked(&mut balancer, burst, Duration::from_secs(20)).await;
         show_time(&format!("back from unhealthy, burst {burst}"), took);
         assert!(took.is_some_and(|t| t <= BOUND), "burst {burst}: {took:?}");
     }
@@ -311,12 +312,16 @@ async fn a_backend_back_from_unhealthy_gets_traffic_within_5_s() {
 
 /// `b` answered slowly before a restart nobody reported (no failed
 /// probe, no rediscovery): its estimate is 30× the other's. At light load
-/// it still takes a request within 5 s (a draw weighted by inverse cost
-/// between two idle backends), which refreshes the estimate. Before issue
-/// 39's fix it took none: P2C took the cheaper every time and the stale
-/// estimate relaxed toward a median of two that was its own.
+/// no user request goes to it by chance while it is the costlier (issue
+/// 50: the weighted draw sent it one in 31): its estimate relaxes toward
+/// the other's (the latency decay, 10 s) and its health score's latency
+/// term back toward its baseline (half-life 10 s), and once its cost is
+/// within the tie band it draws requests again, which refresh it. That
+/// takes about a minute: not within 5 s, within 90 s. Before issue 39's
+/// fix it took none at all: the stale estimate relaxed toward a median of
+/// two that was its own.
 #[tokio::test(start_paused = true)]
-async fn a_stale_estimate_gets_traffic_within_5_s_at_light_load() {
+async fn a_stale_estimate_comes_back_by_its_decay_at_light_load() {
     let (_tx, source) = channel_of_two();
     let mut balancer = ModelBalancer::from_rng(source, BalanceConfig::default(), Lcg(5)).unwrap();
     warm(&mut balancer).await;
@@ -336,9 +341,12 @@ async fn a_stale_estimate_gets_traffic_within_5_s_at_light_load() {
         };
         finish_all(vec![picked], took);
     }
-    let took = until_b_is_picked(&mut balancer, 1).await;
+    let took = until_b_is_picked(&mut balancer, 1, Duration::from_secs(120)).await;
     show_time("stale estimate", took);
-    assert!(took.is_some_and(|t| t <= BOUND), "{took:?}");
+    assert!(
+        took.is_some_and(|t| t > BOUND && t <= Duration::from_secs(90)),
+        "{took:?}"
+    );
     // And it gets its share again once its estimate is fresh.
     let on = one_at_a_time(&mut balancer, &update(), 1_000).await;
     show("after a stale estimate", &on);

@@ -9,11 +9,14 @@ use crate::balance::state::assign::Assigned;
 use crate::balance::state::assigned::OwnersWalk;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::clock::Now;
+use crate::balance::state::cost::{at_floor, compare};
 use crate::balance::state::prefix::PrefixHit;
 use crate::balance::state::residency::{Presence, Warmth};
 use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
 use crate::route::{PrefixKey, RequestKind, Urgency};
+
+use std::cmp::Ordering;
 
 /// The most owners a model can have.
 pub(crate) const MAX_OWNERS: usize =
@@ -259,7 +262,8 @@ impl Ctx<'_> {
 
     /// Takes a permit on backend `i`: the breaker in scope's (the
     /// backend's, or the (backend, model) pair's; it may refuse a half-open
-    /// breaker whose probes are out), or a bypass in panic mode.
+    /// breaker whose probes are out), or a bypass in panic mode. A
+    /// backend on trial after a readmission ([`Ctx::first`]) has had it.
     #[inline(always)]
     pub(crate) fn admit(&self, i: usize, branch: Branch) -> Option<Pick> {
         let state = self.state(i);
@@ -267,6 +271,8 @@ impl Ctx<'_> {
             Mode::Normal => (state.try_acquire(self.key, self.now)?, branch),
             Mode::Panic => (Admission::Bypass, Branch::Panic),
         };
+        // Its trial after a readmission, if it was on one: this request.
+        state.health.end_trial();
         Some(Pick {
             index: i,
             admission,
@@ -287,13 +293,28 @@ impl Ctx<'_> {
         self.state(i).residency.presence(key, now_ms)
     }
 
-    /// The cheapest of `among` (all eligible), a backend whose breaker
-    /// waits for its half-open probes first.
+    /// The cheapest of `among` (all eligible): a backend to try first
+    /// ([`Ctx::first`]) before the others, one above the health floor
+    /// before one at it, then the lowest cost (the first of equal ones).
     pub(crate) fn cheapest(&self, among: impl Iterator<Item = usize>) -> Option<usize> {
         among
-            .map(|i| (i, self.probing(i), self.state(i).cost()))
-            .min_by(|a, b| b.1.cmp(&a.1).then(a.2.total_cmp(&b.2)))
-            .map(|(i, _, _)| i)
+            .map(|i| {
+                let state = self.state(i);
+                let floor = self.mode == Mode::Normal && at_floor(state.health.score.get());
+                (i, self.first(i), floor, state.cost())
+            })
+            .min_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)).then(a.3.total_cmp(&b.3)))
+            .map(|(i, _, _, _)| i)
+    }
+
+    /// Whether eligible backend `i` takes a request before its rival
+    /// whatever their costs: its breaker waits for its half-open probes
+    /// ([`Ctx::probing`]), or health readmitted it and it was not picked
+    /// since (its score still carries the failures that took it out, and
+    /// only an answer refreshes it; [`Ctx::admit`] ends the trial). Never
+    /// in panic mode.
+    pub(crate) fn first(&self, i: usize) -> bool {
+        self.probing(i) || (self.mode == Mode::Normal && self.state(i).health.on_trial())
     }
 
     /// Whether eligible backend `i`'s breaker is not closed (it admits
@@ -326,64 +347,60 @@ impl Ctx<'_> {
         }
     }
 
-    /// P2C's choice between eligible `a` and `b`: a backend waiting for
-    /// its half-open probes first ([`Ctx::probing`]); else, with more in
-    /// flight on one of them, the cheaper; else (as many in flight on
-    /// each: both idle, at light load) one at random, with a chance in
-    /// inverse proportion to its cost.
+    /// P2C's choice between eligible `a` and `b`, as tower's and
+    /// linkerd's P2C (Mitzenmacher, 2001): the cheaper of the two.
     ///
-    /// Why not the cheaper always: with as many in flight on each, the
-    /// costs differ only by latency estimate and weight, and the cheaper
-    /// would take every request — the other's estimate, never refreshed,
-    /// would never show that it caught up (issue 39: two equal backends,
-    /// one request at a time, 100% on one; a backend back from a restart
-    /// or in its warm-up ramp taking nothing). With no queue to balance,
-    /// the costs weigh the draw instead: equal backends split evenly, one
-    /// twice as costly (a warm-up ramp's first weight, a health score of
-    /// one half) takes a third, one 30× as costly (a stale estimate full
-    /// of failure penalties) one in 31, which refreshes it. Envoy's least
-    /// request breaks such ties at random as well.
+    /// In order: a backend to try first ([`Ctx::first`]: a half-open
+    /// breaker's probe, a backend just back from unhealthy); a backend
+    /// above the health floor over one at it (a backend at health 0 gets
+    /// nothing while its rival is healthy, however loaded the rival);
+    /// else the lower cost ([`cost`]), costs within [`TIE`] of each other
+    /// a tie broken at random ([`compare`]).
+    ///
+    /// With as many in flight on each (both idle, at light load) the
+    /// costs differ by latency estimate and health alone, and the
+    /// cheaper takes the request: a backend 20% slower than its rival
+    /// gets none by chance, only the refreshes below. What keeps a backend that
+    /// served slowly once from being priced out for good is its
+    /// estimate's relaxation toward the others' median while it is idle
+    /// ([`BalanceConfigBuilder::latency_decay`]): once within the tie
+    /// band it draws requests again, and their answers refresh it. Two
+    /// backends serving alike hold estimates within the band and split
+    /// the requests evenly (issue 39); a backend that rejoins starts at
+    /// the median (a tie), its warm-up ramp weighing only its queue
+    /// ([`cost`]); one readmitted by health is tried at once.
     ///
     /// In panic mode the cost is no guide (every health score is at the
     /// floor, every estimate full of failure penalties): fewer in flight,
     /// else uniformly at random.
+    ///
+    /// [`cost`]: crate::balance::state::cost::cost
+    /// [`TIE`]: crate::balance::state::cost::TIE
+    /// [`compare`]: crate::balance::state::cost::compare
+    /// [`BalanceConfigBuilder::latency_decay`]: crate::balance::BalanceConfigBuilder::latency_decay
     pub(crate) fn choose2(&self, a: usize, b: usize, random: &mut impl FnMut() -> u64) -> usize {
-        let (probe_a, probe_b) = (self.probing(a), self.probing(b));
-        if probe_a != probe_b {
-            return if probe_a { a } else { b };
+        let (first_a, first_b) = (self.first(a), self.first(b));
+        if first_a != first_b {
+            return if first_a { a } else { b };
         }
         let (sa, sb) = (self.state(a), self.state(b));
-        let (load_a, load_b) = (sa.load(), sb.load());
-        if load_a != load_b {
-            let a_wins = match self.mode {
-                Mode::Panic => load_a < load_b,
-                Mode::Normal => sa.cost() <= sb.cost(),
-            };
-            return if a_wins { a } else { b };
-        }
-        let chance_a = match self.mode {
-            Mode::Panic => 0.5,
+        let order = match self.mode {
+            Mode::Panic => sa.load().cmp(&sb.load()),
             Mode::Normal => {
-                let (ca, cb) = (sa.cost(), sb.cost());
-                let share = cb / (ca + cb);
-                if share.is_finite() {
-                    share
-                } else {
-                    0.5
-                }
+                let floor_a = at_floor(sa.health.score.get());
+                let floor_b = at_floor(sb.health.score.get());
+                floor_a
+                    .cmp(&floor_b)
+                    .then_with(|| compare(sa.cost(), sb.cost()))
             }
         };
-        if unit(mix(random())) < chance_a {
-            a
-        } else {
-            b
+        match order {
+            Ordering::Less => a,
+            Ordering::Greater => b,
+            Ordering::Equal if mix(random()) & 1 == 0 => a,
+            Ordering::Equal => b,
         }
     }
-}
-
-/// A draw in `[0, 1)` from a well-mixed `u64` (its top 53 bits).
-fn unit(x: u64) -> f64 {
-    (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
 /// SplitMix64's step and finalizer (Steele, Lea and Flood, 2014):

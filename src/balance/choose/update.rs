@@ -8,8 +8,8 @@ use crate::balance::state::traffic::Branch;
 const REDRAWS: usize = 4;
 
 /// Power of two choices on cost (Mitzenmacher, 2001): two distinct
-/// eligible backends sampled uniformly, the cheaper taken — with as many
-/// in flight on each, one at random weighted by inverse cost
+/// eligible backends sampled uniformly, the cheaper taken, costs within
+/// a few percent a tie broken at random
 /// ([`Ctx::choose2`](crate::balance::choose::ctx::Ctx::choose2)). A sampled
 /// backend that is not eligible is replaced by another draw (up to
 /// [`REDRAWS`] each), so that an eligible backend paired with an ejected

@@ -126,10 +126,15 @@ impl BalanceConfigBuilder {
     /// `τ × ln((e − m) / ((f − 1) × m))` plus one health interval, and
     /// P2C prefers it to a rival with `f − 1` requests in flight from then
     /// on: with the default τ, an estimate 100× the median is within 2×
-    /// after 46 s and within 5× after 32 s. Before that it still takes a
-    /// share of the requests that find it and its rival with as many in
-    /// flight (at light load, both idle), in inverse proportion to its
-    /// cost. A backend readmitted by health starts again at `m`.
+    /// after 46 s and within 5× after 32 s. Against a rival with as many
+    /// in flight (at light load, both idle) it takes no request until its
+    /// cost is within P2C's tie band (10%): within 1.1× after 69 s for an
+    /// estimate 100× the median, 57 s for one 30× (its health score's
+    /// latency term recovers over the same time, with the health policy's
+    /// `relax_half_life`). No user request goes to it by chance before
+    /// then. A backend readmitted by health starts again at `m` (a guess
+    /// that its first answer replaces) and takes the next request that
+    /// samples it.
     pub fn latency_decay(mut self, tau: Duration) -> Self {
         self.config.latency_decay = tau;
         self

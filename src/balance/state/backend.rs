@@ -126,7 +126,13 @@ impl BackendState {
 
     /// The cost of one more request here (see [`cost`]).
     pub(crate) fn cost(&self) -> f64 {
-        cost(self.load(), self.latency.get(), self.health.weight.get())
+        let health = &self.health;
+        cost(
+            self.load(),
+            self.latency.get(),
+            health.score.get(),
+            health.ramp.get(),
+        )
     }
 
     /// Whether the backend may be picked at `now`: not removed, not

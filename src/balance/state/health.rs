@@ -31,8 +31,16 @@ pub(crate) enum WarmUp {
 /// it reads.
 #[derive(Debug)]
 pub(crate) struct BackendHealth {
-    /// The weight P2C divides the cost by (score × warm-up ramp).
-    pub(crate) weight: Weight,
+    /// The health score P2C divides the cost by.
+    pub(crate) score: Weight,
+    /// The warm-up ramp (slow start) P2C divides the requests in flight
+    /// by: from `warm_up_min_weight` to 1 over the warm-up of a backend
+    /// that joined a running fleet, else 1.
+    pub(crate) ramp: Weight,
+    /// Back from unhealthy (readmitted, or no longer held by the ejection
+    /// cap) and not picked since: its next sample in a P2C pair takes the
+    /// request (see [`Ctx::first`](crate::balance::choose::ctx::Ctx::first)).
+    pub(crate) trial: AtomicBool,
     /// Out of the eligible set (by score or as a latency outlier).
     pub(crate) ejected: AtomicBool,
     /// Asked to be ejected and kept in by the ejection cap: eligible, but
@@ -77,10 +85,13 @@ impl BackendHealth {
     /// A backend with no data; `warming` when it joins a running fleet.
     pub(crate) fn new(policy: &HealthConfig, warm_up: WarmUp) -> Self {
         let state = HealthState::new(warm_up == WarmUp::Ramp);
-        let weight = Weight::new();
-        weight.set(state.weight(policy));
+        let (score, ramp) = (Weight::new(), Weight::new());
+        score.set(state.score());
+        ramp.set(state.ramp(policy));
         Self {
-            weight,
+            score,
+            ramp,
+            trial: AtomicBool::new(false),
             ejected: AtomicBool::new(false),
             held: AtomicBool::new(false),
             ejections: AtomicU64::new(0),
@@ -108,6 +119,21 @@ impl BackendHealth {
 
     pub(crate) fn is_ejected(&self) -> bool {
         self.ejected.load(Ordering::Relaxed)
+    }
+
+    /// Whether it is back from unhealthy and not picked since.
+    #[inline]
+    pub(crate) fn on_trial(&self) -> bool {
+        self.trial.load(Ordering::Relaxed)
+    }
+
+    /// Ends its trial after a readmission, if it is on one (a store only
+    /// then: the picks call it on every admission).
+    #[inline]
+    pub(crate) fn end_trial(&self) {
+        if self.on_trial() {
+            self.trial.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Whether only the ejection cap keeps it in (see

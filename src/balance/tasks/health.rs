@@ -88,6 +88,14 @@ pub(crate) fn evaluate_fleet(
             // (failure penalties, a restart). It starts again where a
             // joining backend does, at the median of the others in use.
             b.latency.reset(reference);
+            // Its health score still carries the failures (a latency term
+            // full of penalties): by cost it would lose every pick at
+            // light load until that relaxes, tens of seconds. Its next
+            // sample takes a request instead, as a half-open breaker's
+            // probe does, and the answer judges it.
+            b.health.trial.store(true, Ordering::Relaxed);
+        } else if state.held() || out.is_some() {
+            b.health.trial.store(false, Ordering::Relaxed);
         }
         if was_out != out.is_some() {
             match out {
@@ -100,7 +108,8 @@ pub(crate) fn evaluate_fleet(
                 }
             }
         }
-        b.health.weight.set(state.weight(policy));
+        b.health.score.set(state.score());
+        b.health.ramp.set(state.ramp(policy));
     }
     fleet.gauges.ejected.store(ejected, Ordering::Relaxed);
     fleet.gauges.held.store(held, Ordering::Relaxed);

@@ -145,25 +145,26 @@ impl HealthConfigBuilder {
         self
     }
 
-    /// The slow start of a backend joining a running fleet: its cost
+    /// The slow start of a backend joining a running fleet: its warm-up
     /// weight rises linearly from `warm_up_min_weight` to 1 over this long
-    /// (0 ..= 1 h, 0 turns it off; default 10 s).
+    /// of Tokio's clock, as the health task evaluates it (0 ..= 1 h, 0
+    /// turns it off; default 10 s).
     pub fn warm_up(mut self, warm_up: Duration) -> Self {
         self.policy.warm_up = warm_up;
         self
     }
 
-    /// The cost weight a joining backend starts its warm-up at ((0, 1];
-    /// default 0.5).
+    /// The warm-up weight a joining backend starts at ((0, 1]; default
+    /// 0.5).
     ///
-    /// P2C divides the cost by it, so a backend at weight `w` takes about
-    /// `w` of its fair share of a burst from a fleet as idle as it is, and
-    /// somewhat more from a busy fleet (its queue is empty, theirs are
-    /// not). The default keeps a joining backend between a fifth and six
-    /// fifths of its fair share of the first burst either way: 0.5 and
-    /// 0.8 in the balancer's test (`tests/balance/starvation.rs`), against 0.1 and
-    /// 0.1 at the former default 0.1 (starved), and 1.1 and 1.4 at 1
-    /// (flooded from a busy fleet).
+    /// P2C divides the backend's requests in flight by it: at weight `w`
+    /// each request queued there counts `1 / w`, so under load it takes
+    /// about `w` of its fair share of the queue, while at light load (an
+    /// idle backend, whose next request waits behind nothing) it competes
+    /// on its latency estimate and health alone. The default keeps a
+    /// joining backend between a fifth and six fifths of its fair share
+    /// of the first burst from an idle or a busy fleet: 0.6 and 0.8 in
+    /// the balancer's test (`tests/balance/starvation.rs`).
     pub fn warm_up_min_weight(mut self, weight: f64) -> Self {
         self.policy.warm_up_min_weight = weight;
         self

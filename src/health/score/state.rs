@@ -66,8 +66,9 @@ pub struct HealthStatus {
     /// The score with the load terms (capacity, connection) at neutral, in
     /// [0, 1]: what ejection by score judges.
     pub ejection_score: f64,
-    /// The weight its cost is divided by: the score, times the warm-up
-    /// ramp while the backend warms up.
+    /// The score times the warm-up ramp (while the backend warms up):
+    /// P2C divides the backend's cost by the score and its requests in
+    /// flight by the ramp.
     pub weight: f64,
     /// Why it is ejected, if it is.
     pub ejected: Option<Ejection>,
@@ -178,13 +179,17 @@ impl HealthState {
         self.held
     }
 
-    /// The cost weight: the score, times the warm-up ramp from
-    /// `warm_up_min_weight` to 1.
+    /// The score, times the warm-up ramp from `warm_up_min_weight` to 1
+    /// (the public [`HealthStatus::weight`]).
     pub(crate) fn weight(&self, p: &HealthConfig) -> f64 {
         self.score * self.ramp(p)
     }
 
-    fn ramp(&self, p: &HealthConfig) -> f64 {
+    /// The warm-up ramp: from `warm_up_min_weight` to 1, linearly over
+    /// the policy's `warm_up` of evaluated time (Tokio's clock: the
+    /// intervals the health task measures), for a backend that joined a
+    /// running fleet; 1 otherwise.
+    pub(crate) fn ramp(&self, p: &HealthConfig) -> f64 {
         if !self.warming || p.warm_up.is_zero() || self.age >= p.warm_up {
             return 1.0;
         }

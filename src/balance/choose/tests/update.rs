@@ -1,6 +1,7 @@
 //! Update picks: P2C and its sampling.
 
 use super::*;
+use crate::balance::state::cost::{at_floor, compare};
 
 #[tokio::test(start_paused = true)]
 async fn update_falls_back_to_the_cheapest_eligible() {
@@ -55,9 +56,10 @@ proptest! {
         prop_assert!((a as u64) < n && (b as u64) < n);
     }
 
-    /// P2C takes one of the two sampled backends: the cheaper by
-    /// DESIGN.md's cost (in-flight, latency and health together) when
-    /// their in-flight counts differ.
+    /// P2C takes one of the two sampled backends: one above the health
+    /// floor over one at it, else the cheaper by DESIGN.md's cost
+    /// (in-flight, latency and health together) when their costs are
+    /// further apart than the tie band — whatever their in-flight counts.
     #[test]
     fn update_takes_the_cheaper_of_the_sampled_pair(
         backends in proptest::collection::vec((0usize..50, 1u64..500, 0.0f64..=1.0), 2..12),
@@ -68,7 +70,7 @@ proptest! {
         for (i, &(load, latency_ms, health)) in backends.iter().enumerate() {
             set_load(&t, i, load);
             t.backends[i].latency.record(Duration::from_millis(latency_ms), Outcome::Success);
-            t.backends[i].health.weight.set(health);
+            t.backends[i].health.score.set(health);
         }
         let costs: Vec<f64> = t.backends.iter().map(|b| b.cost()).collect();
         let [a, b] = {
@@ -81,7 +83,10 @@ proptest! {
         let p = pick_with(&t, &ask(&update, 0), &mut || values.next().unwrap()).unwrap();
         prop_assert!(p.index == a || p.index == b);
         prop_assert_eq!(p.branch, Branch::Update);
-        if backends[a].0 != backends[b].0 {
+        let floor = |i: usize| at_floor(t.backends[i].health.score.get());
+        if floor(a) != floor(b) {
+            prop_assert!(!floor(p.index), "the backend above the floor");
+        } else if compare(costs[a], costs[b]) != std::cmp::Ordering::Equal {
             prop_assert_eq!(costs[p.index], costs[a].min(costs[b]));
         }
     }
