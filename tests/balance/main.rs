@@ -1,7 +1,8 @@
 //! The balancer: admission, affinity, the owner plan and agreement on owners, gRPC,
 //! races, the Service and the pick API, a call made before readiness,
 //! chaos, hash flooding, loopback fleets, prefix affinity, pair breakers,
-//! starvation, placement, and what it learns from answers.
+//! starvation, P2C's choice at light load, placement, and what it learns
+//! from answers.
 
 mod admit;
 mod admit_pick;
@@ -14,6 +15,7 @@ mod hash_flood;
 mod loopback;
 mod not_ready;
 mod owner_plan;
+mod p2c_choice;
 mod pick;
 mod pick_urgency;
 mod placement;
