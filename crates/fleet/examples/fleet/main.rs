@@ -76,7 +76,7 @@ use http_body_util::Full;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tower::ServiceExt;
-use tower_model_balance::balance::BalanceConfig;
+use tower_model_balance::balance::{BalanceConfig, BalancerHandle};
 use tower_model_balance::error::Overloaded;
 use tower_model_balance_fleet::workload;
 use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
@@ -256,6 +256,7 @@ async fn run(
     let cold_before: u64 = servers.iter().map(|s| s.stats().cold_loads).sum();
     let work_before: Vec<u64> = servers.iter().map(|s| s.stats().work).collect();
     let trips_before = handle.map_or(0, |h| h.stats().breaker_trips);
+    let healthy_trips_before = handle.map_or(0, healthy_trips);
     let routed_before = handle.map(|h| h.stats());
     let hedged_before = hedge.as_ref().map(|h| h.stats());
     // The balancer's queue, read every millisecond while the run lasts
@@ -282,6 +283,7 @@ async fn run(
         .map(|(s, before)| s.stats().work - before)
         .collect();
     let trips = handle.map_or(0, |h| h.stats().breaker_trips) - trips_before;
+    let healthy_breaker_trips = handle.map_or(0, healthy_trips) - healthy_trips_before;
     if let (Some(handle), Some(b), false) = (handle, routed_before, args.json) {
         let mut s = handle.stats();
         s.resident_owner -= b.resident_owner;
@@ -318,6 +320,7 @@ async fn run(
     if args.stream {
         figures.stream = Some(stream::figures(&records));
     }
+    figures.healthy_breaker_trips = healthy_breaker_trips;
     figures.max_concurrent_loads = servers
         .iter()
         .map(|s| s.stats().max_concurrent_loads_per_model)
@@ -429,4 +432,16 @@ fn build_request(planned: &Planned, stream: bool) -> http::Request<Full<Bytes>> 
             r#"{"inputs":[{"name":"input0","datatype":"FP32","shape":[1],"data":[1.0]}]}"#,
         ))
         .expect("a valid request")
+}
+
+/// Breaker trips of every backend but the one the scenario faults: a
+/// healthy server's breaker has no reason to open.
+fn healthy_trips(handle: &BalancerHandle) -> u64 {
+    let faulty = format!("sim-{FAULTY}");
+    handle
+        .backends()
+        .iter()
+        .filter(|b| b.id.as_str() != faulty)
+        .map(|b| b.breaker_trips)
+        .sum()
 }

@@ -44,6 +44,9 @@ pub struct Figures {
     pub warm_p99_ms: Option<f64>,
     pub cold_loads: u64,
     pub breaker_trips: u64,
+    /// Trips of the backends the scenario does not fault (`model_aware*`):
+    /// 0 unless a healthy server was shut out.
+    pub healthy_breaker_trips: u64,
     pub max_mean_load: f64,
     /// Backup requests sent (`model_aware_hedged`; 0 for the others).
     pub hedges: u64,
@@ -105,6 +108,7 @@ pub fn figures(
         warm_p99_ms: (!warm.is_empty()).then(|| ms(warm.value_at_quantile(0.99))),
         cold_loads,
         breaker_trips,
+        healthy_breaker_trips: 0,
         max_mean_load: if mean_load > 0.0 {
             max_load / mean_load
         } else {
