@@ -73,6 +73,16 @@ impl Totals {
     pub(crate) fn slow_call_rate(&self) -> f64 {
         ratio(self.slow, self.timed)
     }
+
+    /// The slow-call rate once there are `minimum` timed calls, else 0:
+    /// cold loads are untimed, and 2 lost hedge races of 2 timed calls
+    /// are no rate (as the failure rate needs `minimum` calls).
+    pub(crate) fn slow_call_rate_over(&self, minimum: usize) -> f64 {
+        if self.timed < minimum as u64 {
+            return 0.0;
+        }
+        self.slow_call_rate()
+    }
 }
 
 fn ratio(part: u64, whole: u64) -> f64 {

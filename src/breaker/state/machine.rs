@@ -371,13 +371,7 @@ impl CircuitState {
         }
         if totals.failure_rate() >= p.failure_rate_threshold {
             Some(Reason::FailureRate)
-        } else if totals.timed >= p.minimum_calls as u64
-            && totals.slow_call_rate() >= p.slow_call_rate_threshold
-        {
-            // A rate over timed calls needs as many of them as the failure
-            // rate needs calls: a backend busy with cold loads (untimed)
-            // whose window holds two lost hedge races would otherwise read
-            // a slow-call rate of 1.0 and trip healthy.
+        } else if totals.slow_call_rate_over(p.minimum_calls) >= p.slow_call_rate_threshold {
             Some(Reason::SlowCallRate)
         } else {
             None
