@@ -146,7 +146,7 @@ impl fmt::Display for DuplicateBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "backend `{}` given twice in the balancer's first backend set (under two discovery keys)",
+            "backend `{}` given more than once in the balancer's first backend set (under two discovery keys or more)",
             self.id
         )
     }

@@ -34,7 +34,7 @@ pub enum SlidingWindow {
 /// | field | default | range |
 /// | --- | --- | --- |
 /// | `window` | last 20 calls | 1 ..= 10 000 calls, or a [time window](SlidingWindow::Time) |
-/// | `minimum_calls` | 10, or a smaller count window's size | 1 ..= 10 000, and at most a count window's size |
+/// | `minimum_calls` (calls; timed calls for the slow-call rate) | 10, or a smaller count window's size | 1 ..= 10 000, and at most a count window's size |
 /// | `failure_rate_threshold` (fraction) | 0.5 | (0, 1] |
 /// | `slow_call_rate_threshold` (fraction) | 1.0 | (0, 1] |
 /// | `slow_call_duration` | 10 s | 1 ms ..= 1 h |

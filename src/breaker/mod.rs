@@ -28,7 +28,8 @@
 //! time-based sliding window), Open (every call fails fast with
 //! [`BreakerOpen`]) or HalfOpen (a few probe calls decide). It trips on the
 //! failure *rate* or the slow-call *rate* once the window holds a minimum
-//! of calls, so one or two blips never open it — or, if set, after a run of
+//! of calls (of timed calls for the slow-call rate), so one or two blips
+//! never open it — or, if set, after a run of
 //! consecutive failures (a hard outage). It stays open for an exponential
 //! backoff with equal jitter: each open time is drawn in `[d / 2, d]` of the
 //! backoff's ceiling `d` (AWS Architecture Blog, "Exponential Backoff And
