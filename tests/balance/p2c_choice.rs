@@ -11,45 +11,17 @@ use crate::lcg;
 use crate::paused_picks;
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::time::Duration;
 
-use futures_util::stream;
 use tokio::time::Instant;
-use tower::discover::{Change, Discover};
+use tower::discover::Change;
 use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::health::probe::ProbeReport;
 use tower_model_balance::health::HealthConfig;
 
 use lcg::Lcg;
-use paused_picks::{finish_all, run_for, update};
-
-/// Where a test sends discovery's changes.
-type Changes = tokio::sync::mpsc::UnboundedSender<Change<usize, Backend<String>>>;
-
-/// Two backends `a` and `b` as the balancer's discovery source, through a
-/// channel (for a removal and a re-insertion).
-fn channel_of_two() -> (
-    Changes,
-    impl Discover<Key = usize, Service = Backend<String>, Error = Infallible> + Send + 'static,
-) {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    for (i, name) in ["a", "b"].into_iter().enumerate() {
-        tx.send(insert(i, name)).unwrap();
-    }
-    let source = stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
-    });
-    (tx, source)
-}
-
-fn insert(i: usize, name: &str) -> Change<usize, Backend<String>> {
-    Change::Insert(
-        i,
-        Backend::new(BackendId::new(name).unwrap(), name.to_string()),
-    )
-}
+use paused_picks::{channel_of_two, finish_all, insert, run_for, update};
 
 /// Sends `n` updates one at a time, each answered after `took(backend)`
 /// of paused time; returns how many went to each backend, by name.

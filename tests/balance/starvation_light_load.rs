@@ -21,33 +21,7 @@ use tower_model_balance::health::probe::ProbeReport;
 use tower_model_balance::route::{ModelId, RouteInfo};
 
 use lcg::Lcg;
-use paused_picks::{finish_all, run_for, update, ANSWER};
-
-/// Where a test sends discovery's changes.
-type Changes = tokio::sync::mpsc::UnboundedSender<Change<usize, Backend<String>>>;
-
-/// Two backends `a` and `b` as the balancer's discovery source, through a
-/// channel (for removals and re-insertions).
-fn channel_of_two() -> (
-    Changes,
-    impl Discover<Key = usize, Service = Backend<String>, Error = Infallible> + Send + 'static,
-) {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    for (i, name) in ["a", "b"].into_iter().enumerate() {
-        tx.send(insert(i, name)).unwrap();
-    }
-    let source = stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|c| (Ok::<_, Infallible>(c), rx))
-    });
-    (tx, source)
-}
-
-fn insert(i: usize, name: &str) -> Change<usize, Backend<String>> {
-    Change::Insert(
-        i,
-        Backend::new(BackendId::new(name).unwrap(), name.to_string()),
-    )
-}
+use paused_picks::{channel_of_two, finish_all, insert, run_for, update, ANSWER};
 
 /// An answer time of 25–35 ms, the same distribution on every backend.
 fn jittered(rng: &mut Lcg) -> Duration {
