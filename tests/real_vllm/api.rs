@@ -235,7 +235,7 @@ pub async fn ttft_and_tpot_are_histograms(gw: &Running) {
 /// The TTFT histogram `name`'s cumulative count at each bound, summed over
 /// the backends, in order of bound; checks both histograms are exported.
 async fn ttft_buckets(gw: &Running, name: &str) -> Vec<(f64, f64)> {
-    let (status, scrape) = get(&format!("{}/metrics", gw.url)).await;
+    let (status, scrape) = get(&format!("{}/metrics", gw.admin_url)).await;
     assert_eq!(status, 200);
     for histogram in [name, "model_balance_backend_tpot_seconds"] {
         assert!(

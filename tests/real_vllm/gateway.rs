@@ -22,6 +22,8 @@ pub const SESSION_HEADER: &str = "x-session-id";
 /// The gateway serving on loopback in front of the servers.
 pub struct Running {
     pub url: String,
+    /// The admin listener's: `/metrics`, readiness.
+    pub admin_url: String,
     pub handle: BalancerHandle,
     _gateway: Arc<Gateway>,
     server: JoinHandle<()>,
@@ -79,7 +81,9 @@ pub async fn start(servers: &[Vllm], prefix: bool) -> Running {
     config.receipt_header = true;
     // vLLM's scheduler serves up to `--max-num-seqs` (16) at once.
     config.backend_slots = 16;
-    config.timeout = Duration::from_secs(120);
+    // The CPU build's first token may wait behind others' prefill.
+    config.timeouts.first_token = Duration::from_secs(120);
+    config.timeouts.idle = Duration::from_secs(120);
     if prefix {
         config.prefix_bytes = Some(256);
         config.session_header = Some(HeaderName::from_static(SESSION_HEADER));
@@ -88,13 +92,19 @@ pub async fn start(servers: &[Vllm], prefix: bool) -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = gateway.router.clone();
+    let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin_addr = admin_listener.local_addr().unwrap();
+    let admin = gateway.admin.clone();
     let server = tokio::spawn(async move {
-        app::serve(listener, router, std::future::pending())
-            .await
-            .unwrap();
+        let admin = app::serve(admin_listener, admin, std::future::pending());
+        let public = app::serve(listener, router, std::future::pending());
+        let (a, b) = tokio::join!(admin, public);
+        a.unwrap();
+        b.unwrap();
     });
     let running = Running {
         url: format!("http://{addr}"),
+        admin_url: format!("http://{admin_addr}"),
         handle: gateway.handle.clone(),
         _gateway: gateway,
         server,

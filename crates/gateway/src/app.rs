@@ -20,22 +20,24 @@
 
 mod catalog;
 mod client;
+mod config;
+pub mod drain;
 mod errors;
+mod limits;
+pub mod phases;
+pub mod reply_body;
 mod routes;
 pub mod server;
 
 use std::time::Duration;
 
-use axum::http::HeaderName;
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use tower::discover::ServiceList;
 use tower::retry::{Retry, RetryLayer};
-use tower::timeout::Timeout;
 use tower::ServiceBuilder;
-use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::BackgroundTask;
 use tower_model_balance::balance::{
     AdmissionConfig, Backend, BackendMeta, BalanceConfig, BalancerHandle, BreakerScope, Limit,
@@ -57,12 +59,21 @@ use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 
 use catalog::{Catalog, Catalogued};
 pub use client::{backend_client, POOL_IDLE_TIMEOUT};
-use routes::{prometheus, router, App};
-pub use server::serve;
+pub use config::{
+    Config, EtcdMembers, Probe, DEFAULT_BODY_LIMIT, DEFAULT_JSON_BODY_LIMIT,
+    DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_REQUESTS,
+};
+pub use drain::Drain;
+use limits::Limits;
+use phases::Phases;
+pub use phases::Timeouts;
+use routes::{admin_router, prometheus, router, App};
+pub use server::{serve, serve_with, ServeConfig};
 
 /// One backend's endpoint: the shared client pointed at its origin, under
-/// a timeout (inside the balancer's breaker, so a hung call is a failure).
-pub type Endpoint = Timeout<SetOrigin<Client<HttpConnector, Full<Bytes>>>>;
+/// the phase timeouts where the backend is at fault (inside the balancer's
+/// breaker, so a stalled stream is a failure).
+pub type Endpoint = Phases<SetOrigin<Client<HttpConnector, Full<Bytes>>>>;
 /// The whole request path.
 pub type Stack = ModelFromBody<Hedge<Retry<RetryPolicy, FirstFrame<ModelBalancer<Endpoint>>>>>;
 
@@ -94,127 +105,19 @@ pub const INFERENCE_ROUTES: [&str; 19] = [
     "/v2/models/{name}/versions/{version}/infer",
 ];
 
-/// Which model-server API the health probes ask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Probe {
-    /// KServe v2 readiness and repository index (Triton, KServe, the
-    /// simulator), and vLLM-style metrics.
-    KServe,
-    /// The OpenAI model list and vLLM's metrics (vLLM, SGLang, TGI).
-    OpenAi,
-}
-
-/// Where the backends come from when etcd has them: every gateway replica
-/// watching the same prefix sees the same fleet, in the same order.
-#[derive(Debug, Clone)]
-pub struct EtcdMembers {
-    /// etcd's client URLs (`http://127.0.0.1:2379`).
-    pub endpoints: Vec<String>,
-    /// The key prefix of the backends' records: `<prefix><backend id>`.
-    pub prefix: String,
-}
-
-/// How the gateway is set up.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The backends: an ID and the origin to send to.
-    pub backends: Vec<(BackendId, Origin)>,
-    /// The backends from etcd instead (`backends` is then empty): each
-    /// record's address is where its backend is sent to, its
-    /// `metrics_address` where it is scraped, its `models` what it holds.
-    pub etcd: Option<EtcdMembers>,
-    /// The most body bytes read to find the model (413 past it).
-    pub body_limit: usize,
-    /// The most a backend may take to answer (its response headers).
-    pub timeout: Duration,
-    /// The API the probes ask.
-    pub probe: Probe,
-    /// How often each backend is probed.
-    pub probe_interval: Duration,
-    /// A response header listing the models resident on the backend (the
-    /// simulator's), if the backends send one.
-    pub residency_header: Option<HeaderName>,
-    /// The most a client may take to send a request's body (408 past it):
-    /// a client that trickles its body must not hold a connection and a
-    /// buffer for ever.
-    pub body_timeout: Duration,
-    /// Requests each backend serves at once: the hedge sends no backup
-    /// while the requests in flight exceed 80% (the hedge policy's
-    /// default `max_utilization`) of this × the backends.
-    pub backend_slots: usize,
-    /// Where a backend serves its Prometheus metrics, when not on its own
-    /// origin (MLServer: its `metrics_port`).
-    pub metrics_origins: Vec<(BackendId, Origin)>,
-    /// Whether the gateway loads models where affinity places them,
-    /// through the KServe v2 repository API (`POST
-    /// /v2/repository/models/{name}/load`), for servers in explicit
-    /// model-control mode (MLServer with `load_models_at_startup: false`,
-    /// Triton with `--model-control-mode=explicit`). Only with KServe v2
-    /// probes.
-    pub placement: bool,
-    /// At most this many requests in flight on each backend (none: no
-    /// limit): past it the balancer sheds with `Overloaded`, which the
-    /// gateway answers 429 with `Retry-After`.
-    pub admission_limit: Option<usize>,
-    /// The models each of `backends` holds at once, its LRU, 1 ..= 16
-    /// (none: `BackendMeta`'s default, 4): a model counts as resident on
-    /// a backend until this many others were sent there since. A backend
-    /// from etcd has its record's.
-    pub model_slots: Option<usize>,
-    /// The most owners a model gets (none: the balancer's default, 2).
-    pub owners: Option<usize>,
-    /// The load one owner carries from its model, over the mean per
-    /// backend (none: the balancer's default, its `load_factor`).
-    pub owner_load: Option<f64>,
-    /// Prefix affinity: the first this many bytes of an OpenAI prompt
-    /// make its group (none: route by the model alone).
-    pub prefix_bytes: Option<usize>,
-    /// The header naming a request's conversation, for prefix affinity.
-    pub session_header: Option<HeaderName>,
-    /// Each answer carries its routing receipt in `x-route-receipt`.
-    pub receipt_header: bool,
-}
-
-/// The default body limit: 64 MiB. A KServe v2 request carries its
-/// tensors in the body — as JSON (a 224×224 RGB image is about 2 MB of
-/// text) or, with tritonclient's binary extension, raw — and the gateway
-/// reads each body whole before routing (to find the model, and to send
-/// it again for a hedge or retry), so the limit bounds the memory a
-/// request may hold: 64 MiB × the requests in flight at most.
-pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024 * 1024;
-
-impl Config {
-    /// Defaults for `backends`: a 64 MiB body limit, a 60 s timeout, KServe
-    /// v2 probes every second, placement on, no residency header.
-    pub fn new(backends: Vec<(BackendId, Origin)>) -> Self {
-        Self {
-            backends,
-            etcd: None,
-            body_limit: DEFAULT_BODY_LIMIT,
-            timeout: Duration::from_secs(60),
-            probe: Probe::KServe,
-            probe_interval: Duration::from_secs(1),
-            residency_header: None,
-            body_timeout: Duration::from_secs(30),
-            backend_slots: 4,
-            metrics_origins: Vec::new(),
-            placement: true,
-            admission_limit: None,
-            model_slots: None,
-            owners: None,
-            owner_load: None,
-            prefix_bytes: None,
-            session_header: None,
-            receipt_header: false,
-        }
-    }
-}
-
 /// A built gateway: its router, and what keeps its background work alive.
 #[derive(Debug)]
 pub struct Gateway {
-    /// The axum router: the inference routes and `GET /metrics`.
+    /// The axum router of client traffic: the inference, health and
+    /// metadata routes.
     pub router: Router,
+    /// The admin router, for a listener of its own: `GET /metrics` and
+    /// readiness (`/ready`, `/health`, `/v2/health/ready`), liveness
+    /// (`/live`, `/v2/health/live`).
+    pub admin: Router,
+    /// The drain, for [`serve_with`]: readiness answers 503 once it
+    /// begins, and answers still open end when it is cut.
+    pub drain: Drain,
     /// The balancer's handle (counters, backend states).
     pub handle: BalancerHandle,
     /// The hedge's handle (hedges sent, won, suppressed).
@@ -235,10 +138,10 @@ impl Gateway {
     /// An invalid setting (the crate's `InvalidConfig` names it), or a
     /// metrics recorder of another kind already installed.
     pub fn new(config: Config) -> Result<Self, BoxError> {
-        let client = backend_client::<Full<Bytes>>();
-        let timeout = config.timeout;
+        let client = backend_client::<Full<Bytes>>(config.timeouts.connect);
+        let timeouts = config.timeouts;
         let endpoint = move |origin: &Origin| {
-            Timeout::new(SetOrigin::to(client.clone(), origin.clone()), timeout)
+            Phases::new(SetOrigin::to(client.clone(), origin.clone()), &timeouts)
         };
         let backends: Vec<_> = config
             .backends
@@ -339,18 +242,23 @@ impl Gateway {
         // none while the fleet is over 80% of its serving slots.
         let gate = BalancerLoad::new(handle.clone(), config.backend_slots);
         let hedge = HedgeLayer::with_load_gate(HedgeConfig::default(), gate);
+        let drain = Drain::new();
         let app = App {
             stack: stack(balancer, &hedge, &config, &catalog)?,
             catalog,
             handle: handle.clone(),
             hedge: hedge.handle(),
             prometheus: prometheus()?,
-            body_limit: config.body_limit,
+            limits: Limits::new(&config),
             body_timeout: config.body_timeout,
+            timeouts: config.timeouts,
             receipt_header: config.receipt_header,
+            drain: drain.clone(),
         };
         Ok(Self {
-            router: router(app),
+            router: router(app.clone()),
+            admin: admin_router(app),
+            drain,
             handle,
             hedge: hedge.handle(),
             etcd,
@@ -375,7 +283,7 @@ fn stack(
     // server alone answers it; with several, a 400 that names `model`.
     let catalog = catalog.clone();
     let mut route = ModelFromBodyLayer::builder()
-        .limit(config.body_limit)
+        .limit(config.body_limit.max(config.json_body_limit))
         .strip_routing_headers(true)
         .default_model(move || catalog.only_model());
     // Prefix affinity, for LLM fleets: an OpenAI prompt's first bytes

@@ -1,10 +1,15 @@
 //! The `gateway` binary's flags.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 
+use crate::app::{
+    ServeConfig, Timeouts, DEFAULT_JSON_BODY_LIMIT, DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_REQUESTS,
+};
 use crate::cli::{etcd_url, http_origin, key_prefix, number, Stop};
 
 /// The usage, printed for `--help` and after a bad flag.
@@ -40,7 +45,7 @@ usage: gateway [FLAGS]
                        (default with kserve: the gateway loads a model on the
                        owner it routes to, through the KServe v2 repository
                        API, as servers in explicit model-control mode need)
-  --body-limit BYTES   most body bytes a request may send (1..=67108864,
+  --body-limit BYTES   most body bytes a KServe v2 request may send (1..=67108864,
                        default 67108864, 64 MiB: tensors travel in the body;
                        each request's body is held whole while it is routed):
                        past it, 413
@@ -67,6 +72,44 @@ usage: gateway [FLAGS]
   --receipt-header     each answer says why it went where it went, in
                        x-route-receipt (backend, reason, owners, predicted
                        prefix hit, runner-up)
+
+Operations (docs/operations.md):
+  --admin-listen ADDR  where /metrics and readiness (/ready, /health,
+                       /v2/health/ready) and liveness (/live) are served,
+                       apart from client traffic (default 127.0.0.1:8081)
+  --drain-timeout S    on SIGTERM or SIGINT: readiness answers 503 at once,
+                       no new connection is accepted, and answers in flight
+                       get S seconds to finish (1..=86400, default 300: a
+                       9,000-token stream at 30 tokens/s); what is still open
+                       then ends with an error its client sees (an event
+                       stream: an SSE error event); exit 0
+  --connect-timeout S  most seconds to connect to a backend (1..=300,
+                       default 5); counted against the backend
+  --first-token-timeout S
+                       most seconds from a streamed request (\"stream\": true) to
+                       its first token (1..=3600, default 60); counted
+                       against the backend
+  --idle-timeout S     most seconds between two frames of an answer (1..=3600,
+                       default 60): a stalled stream ends with an SSE error
+                       event; counted against the backend
+  --request-timeout S  most seconds for a whole request, answer included
+                       (1..=86400, default 1800: a non-streamed generation's
+                       head comes with its last token); never counted against
+                       a backend (504, or an SSE error event mid-stream)
+  --max-connections N  most client connections open at once (1..=1000000,
+                       default 10000); a connection without a request for 10 s
+                       is closed
+  --max-requests N     most requests in flight at once (1..=1000000, default
+                       10000): past it, 503 with Retry-After
+  --max-buffered-bytes BYTES
+                       most request-body bytes held at once over all requests
+                       (1024..=68719476736, default 1073741824, 1 GiB): past
+                       it, 503 with Retry-After
+  --json-body-limit BYTES
+                       most body bytes of a request on a route other than
+                       KServe v2's /v2/... (1..=67108864, default 16777216,
+                       16 MiB; --body-limit is KServe v2's): past it, 413
+  -V, --version        the gateway's version
   -h, --help           this text
 
 Each flag but --backend, --etcd and --metrics may be given once.";
@@ -117,6 +160,19 @@ pub struct Args {
     pub session_header: Option<http::HeaderName>,
     /// `--receipt-header`.
     pub receipt_header: bool,
+    /// `--admin-listen`.
+    pub admin_listen: SocketAddr,
+    /// `--drain-timeout`, `--max-connections`.
+    pub serve: ServeConfig,
+    /// `--connect-timeout`, `--first-token-timeout`, `--idle-timeout`,
+    /// `--request-timeout`.
+    pub timeouts: Timeouts,
+    /// `--max-requests`.
+    pub max_requests: usize,
+    /// `--max-buffered-bytes`.
+    pub max_buffered_bytes: usize,
+    /// `--json-body-limit`.
+    pub json_body_limit: usize,
 }
 
 impl Args {
@@ -146,6 +202,12 @@ impl Args {
             prefix_bytes: None,
             session_header: None,
             receipt_header: false,
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            serve: ServeConfig::default(),
+            timeouts: Timeouts::default(),
+            max_requests: DEFAULT_MAX_REQUESTS,
+            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
+            json_body_limit: DEFAULT_JSON_BODY_LIMIT,
         };
         let mut sims_given = false;
         let mut seen: Vec<String> = Vec::new();
@@ -165,13 +227,37 @@ impl Args {
             };
             match flag.as_str() {
                 "-h" | "--help" => return Err(Stop::Help),
-                "--listen" => {
-                    let text = value("--listen")?;
-                    parsed.listen = text.parse().map_err(|_| {
-                        Stop::Error(format!(
-                            "--listen: `{text}` is not an address like 127.0.0.1:8080"
-                        ))
-                    })?;
+                "-V" | "--version" => return Err(Stop::Version),
+                "--listen" => parsed.listen = address(&value("--listen")?, "--listen")?,
+                "--admin-listen" => {
+                    parsed.admin_listen = address(&value("--admin-listen")?, "--admin-listen")?;
+                }
+                "--drain-timeout" => {
+                    parsed.serve.drain_timeout = seconds(&value(&flag)?, &flag, 86_400)?;
+                }
+                "--connect-timeout" => {
+                    parsed.timeouts.connect = seconds(&value(&flag)?, &flag, 300)?;
+                }
+                "--first-token-timeout" => {
+                    parsed.timeouts.first_token = seconds(&value(&flag)?, &flag, 3_600)?;
+                }
+                "--idle-timeout" => {
+                    parsed.timeouts.idle = seconds(&value(&flag)?, &flag, 3_600)?;
+                }
+                "--request-timeout" => {
+                    parsed.timeouts.request = seconds(&value(&flag)?, &flag, 86_400)?;
+                }
+                "--max-connections" => {
+                    parsed.serve.max_connections = number(&value(&flag)?, &flag, 1, 1_000_000)?;
+                }
+                "--max-requests" => {
+                    parsed.max_requests = number(&value(&flag)?, &flag, 1, 1_000_000)?;
+                }
+                "--max-buffered-bytes" => {
+                    parsed.max_buffered_bytes = number(&value(&flag)?, &flag, 1024, 64 << 30)?;
+                }
+                "--json-body-limit" => {
+                    parsed.json_body_limit = number(&value(&flag)?, &flag, 1, 64 * 1024 * 1024)?;
                 }
                 "--backend" => {
                     let text = value("--backend")?;
@@ -352,6 +438,21 @@ impl Args {
         }
         Ok(parsed)
     }
+}
+
+/// `text` as a socket address, for `flag`.
+fn address(text: &str, flag: &str) -> Result<SocketAddr, Stop> {
+    text.parse().map_err(|_| {
+        Stop::Error(format!(
+            "{flag}: `{text}` is not an address like 127.0.0.1:8080"
+        ))
+    })
+}
+
+/// `text` as whole seconds in `1..=max`, for `flag`.
+fn seconds(text: &str, flag: &str, max: usize) -> Result<Duration, Stop> {
+    let secs = number(text, flag, 1, max)?;
+    Ok(Duration::from_secs(secs as u64))
 }
 
 /// A `--backend`'s `[NAME=]URL`: its ID (the name, else the origin

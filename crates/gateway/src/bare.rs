@@ -119,7 +119,7 @@ impl BareProxy {
         if backends.is_empty() {
             return None;
         }
-        let client = backend_client::<Incoming>();
+        let client = backend_client::<Incoming>(crate::app::Timeouts::default().connect);
         let backends = backends
             .iter()
             .map(|origin| SetOrigin::to(client.clone(), origin.clone()))

@@ -22,6 +22,8 @@ macro_rules! say {
 pub enum Stop {
     /// `-h` or `--help`: print the usage, exit 0.
     Help,
+    /// `-V` or `--version`: print the program's name and version, exit 0.
+    Version,
     /// A bad flag, with the message that names it: exit 2.
     Error(String),
 }
@@ -43,6 +45,14 @@ pub fn parse_or_exit<T>(
         Ok(parsed) => Ok(parsed),
         Err(Stop::Help) => {
             say!("{usage}");
+            Err(ExitCode::SUCCESS)
+        }
+        Err(Stop::Version) => {
+            let program = usage
+                .strip_prefix("usage: ")
+                .and_then(|u| u.split_whitespace().next())
+                .unwrap_or("tower-model-balance-gateway");
+            say!("{program} {}", env!("CARGO_PKG_VERSION"));
             Err(ExitCode::SUCCESS)
         }
         Err(Stop::Error(message)) => {

@@ -15,9 +15,9 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 /// kept-alive connection.
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
-/// The backends' client, for request bodies of type `B`; inside a Tokio
-/// runtime.
-pub fn backend_client<B>() -> Client<HttpConnector, B>
+/// The backends' client, for request bodies of type `B`, giving up on a
+/// connection not made within `connect_timeout`; inside a Tokio runtime.
+pub fn backend_client<B>(connect_timeout: Duration) -> Client<HttpConnector, B>
 where
     B: Body + Send + 'static,
     B::Data: Send,
@@ -27,6 +27,7 @@ where
     // ACKs, a 40 ms stall per request on a kept-alive connection).
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(connect_timeout));
     Client::builder(TokioExecutor::new())
         // Idle connections are dropped before the server drops them: a
         // request sent on a connection as the server closes it fails

@@ -13,8 +13,13 @@
 //! | `NoHealthyBackend` (every candidate's breaker open) | 503 | 1 s |
 //! | `BreakerOpen { retry_after }` | 503 | `retry_after` rounded up, at least 1 s |
 //! | `ModelLoadFailed` | 503 | |
-//! | tower's `Elapsed` (the per-backend timeout) | 504 | |
+//! | `PhaseElapsed` (no first token in time: `first_token_timeout`; a stall: `backend_stalled`) | 504 | |
+//! | tower's `Elapsed` (a timeout of a layer's) | 504 | |
 //! | anything else (connect, transport) | 502 | |
+//!
+//! No message names a backend (its ID may be its address): a transport
+//! error says only its kind (`connection refused`), and is logged whole at
+//! `debug`.
 
 use std::error::Error;
 use std::time::Duration;
@@ -22,6 +27,8 @@ use std::time::Duration;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tower::timeout::error::Elapsed;
+
+use super::phases::{Phase, PhaseElapsed};
 use tower_model_balance::error::{
     BreakerOpen, InvalidReason, InvalidRoute, ModelLoadFailed, NoHealthyBackend, Overloaded,
     PayloadTooLarge, StreamFailed, UnknownModel,
@@ -94,20 +101,48 @@ pub fn classify(error: &(dyn Error + 'static)) -> ErrorReply {
         }
         next = err.source();
     }
+    // The whole chain for the operator; for the client what failed,
+    // never where: an error's text may hold a backend's address.
+    tracing::debug!(error = %Chain(error), "a request to a backend failed");
     let mut reply = reply(
         StatusCode::BAD_GATEWAY,
         "upstream_error",
         "bad_gateway",
         error,
     );
-    // A client's error says little at its top (`client error (Connect)`):
-    // its causes name what failed (connection refused, closed early).
-    let mut cause = error.source();
-    while let Some(err) = cause {
-        reply.message = format!("{}: {err}", reply.message);
-        cause = err.source();
-    }
+    reply.message = match io_kind(error) {
+        Some(kind) => format!("the request to the backend failed: {kind}"),
+        None => "the request to the backend failed".to_owned(),
+    };
     reply
+}
+
+/// The kind of the first I/O error in `error`'s chain (connection refused,
+/// reset), if one is there.
+fn io_kind(error: &(dyn Error + 'static)) -> Option<std::io::ErrorKind> {
+    let mut next = Some(error);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        next = err.source();
+    }
+    None
+}
+
+/// An error and its causes, `: `-separated, for the log.
+struct Chain<'a>(&'a (dyn Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(err) = cause {
+            write!(f, ": {err}")?;
+            cause = err.source();
+        }
+        Ok(())
+    }
 }
 
 /// The answer for `err` itself, if it is one of the known errors.
@@ -116,8 +151,11 @@ fn known(err: &(dyn Error + 'static)) -> Option<ErrorReply> {
     let invalid = "invalid_request_error";
     let answer = if let Some(route) = err.downcast_ref::<InvalidRoute>() {
         invalid_route(route)
-    } else if err.is::<UnknownModel>() {
-        reply(StatusCode::NOT_FOUND, invalid, "model_not_found", err)
+    } else if let Some(unknown) = err.downcast_ref::<UnknownModel>() {
+        // Not the backend's name: it may be its address.
+        let mut r = reply(StatusCode::NOT_FOUND, invalid, "model_not_found", err);
+        r.message = format!("the model `{}` does not exist", unknown.model);
+        r
     } else if err.is::<PayloadTooLarge>() {
         reply(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -149,8 +187,10 @@ fn known(err: &(dyn Error + 'static)) -> Option<ErrorReply> {
         let mut r = reply(unavailable, "service_unavailable", "breaker_open", err);
         r.retry_after = Some(retry_after_secs(open.retry_after));
         r
-    } else if err.is::<ModelLoadFailed>() {
-        reply(unavailable, "service_unavailable", "model_load_failed", err)
+    } else if let Some(failed) = err.downcast_ref::<ModelLoadFailed>() {
+        let mut r = reply(unavailable, "service_unavailable", "model_load_failed", err);
+        r.message = format!("loading the model `{}` failed", failed.model);
+        r
     } else if err.is::<StreamFailed>() {
         // Nothing of the stream reached the client: a plain error answer.
         reply(
@@ -159,6 +199,12 @@ fn known(err: &(dyn Error + 'static)) -> Option<ErrorReply> {
             "stream_failed",
             err,
         )
+    } else if let Some(elapsed) = err.downcast_ref::<PhaseElapsed>() {
+        let code = match elapsed.phase {
+            Phase::FirstToken => "first_token_timeout",
+            _ => "backend_stalled",
+        };
+        reply(StatusCode::GATEWAY_TIMEOUT, "upstream_error", code, err)
     } else if err.is::<Elapsed>() {
         reply(
             StatusCode::GATEWAY_TIMEOUT,
@@ -380,7 +426,14 @@ mod tests {
             assert_eq!(reply.status, status, "{text}");
             assert_eq!(reply.retry_after, retry_after, "{text}");
             assert_eq!(reply.code, code, "{text}");
-            assert_eq!(reply.message, text);
+            // The backend's name (it may be its address) is left out;
+            // every other message is the error's own.
+            match code {
+                "model_not_found" | "model_load_failed" | "bad_gateway" => {
+                    assert!(!reply.message.contains("gpu-0"), "{}", reply.message);
+                }
+                _ => assert_eq!(reply.message, text),
+            }
         }
     }
 

@@ -18,6 +18,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use http_body_util::Full;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_model_balance::balance::{BalancerHandle, RoutingReceipt};
 use tower_model_balance::breaker::BreakerState;
@@ -28,7 +29,11 @@ use tower_model_balance::hedge::HedgeHandle;
 use tower_model_balance::route::{ModelId, RouteInfo};
 
 use super::catalog::Catalog;
+use super::drain::Drain;
 use super::errors::{self, ErrorReply};
+use super::limits::Limits;
+use super::phases::{Streamed, Timeouts};
+use super::reply_body::{Ending, ReplyBody};
 use super::{Stack, INFERENCE_ROUTES};
 
 /// What every handler shares.
@@ -38,10 +43,14 @@ pub struct App {
     pub handle: BalancerHandle,
     pub hedge: HedgeHandle,
     pub prometheus: PrometheusHandle,
-    /// The most body bytes a request may send.
-    pub body_limit: usize,
+    /// The bounds on requests and bodies in flight, and the body limits.
+    pub limits: Limits,
     /// The most a request's body may take to arrive.
     pub body_timeout: Duration,
+    /// The timeouts per phase (the request's total applies here).
+    pub timeouts: Timeouts,
+    /// The drain: readiness is 503 once it begins.
+    pub drain: Drain,
     /// Whether each answer carries its routing receipt in
     /// `x-route-receipt`.
     pub receipt_header: bool,
@@ -68,7 +77,6 @@ pub const MODEL_ROUTES: [&str; 4] = [
 
 pub fn router(app: App) -> Router {
     let mut router = Router::new()
-        .route("/metrics", get(metrics))
         .route("/v2/health/live", get(live))
         .route("/v2/health/ready", get(ready))
         // vLLM's, SGLang's and TGI's health; SageMaker's `/ping`.
@@ -92,6 +100,21 @@ pub fn router(app: App) -> Router {
         .with_state(app)
 }
 
+/// The admin listener's routes: `GET /metrics`, readiness (`/ready`,
+/// `/health`, `/v2/health/ready`) and liveness (`/live`,
+/// `/v2/health/live`), apart from client traffic.
+pub fn admin_router(app: App) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/ready", get(ready))
+        .route("/health", get(ready))
+        .route("/v2/health/ready", get(ready))
+        .route("/live", get(live))
+        .route("/v2/health/live", get(live))
+        .fallback(no_route)
+        .with_state(app)
+}
+
 /// Sends the request through the stack and the backend's answer back; an
 /// error of the stack becomes the gateway's own answer.
 async fn forward(State(app): State<App>, req: Request) -> Response {
@@ -99,24 +122,50 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
     // Errors in the shape of the route's protocol (KServe v2 or OpenAI).
     let path = parts.uri.path().to_owned();
     let reply = |reply: errors::ErrorReply| reply.for_path(&path).into_response();
+    // A slot among the requests in flight, held until the answer ends.
+    let slot = match app.limits.request_slot() {
+        Ok(slot) => slot,
+        Err(refused) => return reply(refused),
+    };
+    let deadline = Instant::now() + app.timeouts.request;
+    let limit = app.limits.body_limit(&path);
     // A body announced over the limit is refused before it is read.
     let announced = parts.headers.get(header::CONTENT_LENGTH);
     let announced = announced.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if announced.is_some_and(|length| length > app.body_limit as u64) {
-        let error = PayloadTooLarge::new(app.body_limit);
-        return reply(errors::classify(&error));
+    if announced.is_some_and(|length| length > limit as u64) {
+        return reply(errors::classify(&PayloadTooLarge::new(limit)));
     }
+    // Room for the body among those held at once: its announced length,
+    // else the most it may be.
+    let held = announced.map_or(limit, |length| length as usize);
+    let buffered = match app.limits.buffer(held) {
+        Ok(room) => room,
+        Err(refused) => return reply(refused),
+    };
     // The whole body first, under the limit and the deadline: a body the
     // client trickles is its error (408), found here, never a failure the
     // balancer would count against a backend. (The route layer reads the
     // body under the limit too, but has no deadline.)
-    let read = axum::body::to_bytes(body, app.body_limit);
-    let body = match tokio::time::timeout(app.body_timeout, read).await {
-        Ok(Ok(bytes)) => Full::new(bytes),
-        Ok(Err(error)) => return reply(errors::unreadable_body(&error, app.body_limit)),
+    let read = axum::body::to_bytes(body, limit);
+    let bytes = match tokio::time::timeout(app.body_timeout, read).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(error)) => return reply(errors::unreadable_body(&error, limit)),
         Err(_) => return reply(errors::body_timeout(app.body_timeout)),
     };
-    match app.stack.oneshot(Request::from_parts(parts, body)).await {
+    let streamed = asks_for_stream(&path, &bytes);
+    let mut req = Request::from_parts(parts, Full::new(bytes));
+    if streamed {
+        req.extensions_mut().insert(Streamed);
+    }
+    let answer = tokio::select! {
+        answer = app.stack.oneshot(req) => answer,
+        () = tokio::time::sleep_until(deadline) => {
+            return reply(ended(Ending::RequestTimeout(app.timeouts.request)));
+        }
+        () = app.drain.when_cut() => return reply(ended(Ending::Draining)),
+    };
+    drop(buffered);
+    match answer {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
@@ -125,8 +174,21 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
                     parts.headers.insert(RECEIPT_HEADER, receipt.header_value());
                 }
             }
+            let event_stream = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
             // The body streams on; the balancer counts the request done
             // when it ends.
+            let body = ReplyBody::new(
+                body,
+                app.drain.when_cut(),
+                deadline,
+                app.timeouts.request,
+                event_stream,
+                Some(slot),
+            );
             Response::from_parts(parts, Body::new(body))
         }
         // A body without `model` while no backend serves any model (all
@@ -137,6 +199,34 @@ async fn forward(State(app): State<App>, req: Request) -> Response {
         }
         Err(error) => reply(errors::classify(&*error)),
     }
+}
+
+/// Whether a request asks for its answer as an event stream: the JSON
+/// body's `stream` is `true` (OpenAI's routes; KServe v2's `/v2/…` carry
+/// tensors and never stream).
+fn asks_for_stream(path: &str, body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Stream {
+        #[serde(default)]
+        stream: bool,
+    }
+    if path.starts_with("/v2/") {
+        return false;
+    }
+    serde_json::from_slice::<Stream>(body).is_ok_and(|s| s.stream)
+}
+
+/// The answer for a request whose head had not come when it ended.
+fn ended(ending: Ending) -> ErrorReply {
+    let (status, kind) = match ending {
+        Ending::Draining => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
+        _ => (StatusCode::GATEWAY_TIMEOUT, "upstream_error"),
+    };
+    let mut reply = ErrorReply::new(status, kind, ending.code(), ending.message());
+    if ending == Ending::Draining {
+        reply.retry_after = Some(1);
+    }
+    reply
 }
 
 /// Whether `error` is a body that names no model.
@@ -164,8 +254,12 @@ async fn live() -> StatusCode {
 }
 
 /// `GET /v2/health/ready`: 200 while some backend can take requests (its
-/// breaker not open, health not ejected), else 503.
+/// breaker not open, health not ejected), else 503; 503 from the start of
+/// the drain.
 async fn ready(State(app): State<App>) -> StatusCode {
+    if app.drain.is_draining() {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
     let serving = app
         .handle
         .backends()

@@ -1,8 +1,11 @@
 //! Serving the gateway's router (or the bare proxy, `bare`) over HTTP/1: a
-//! header-read timeout per connection, and a bounded graceful shutdown.
+//! bound on the connections open at once, a header-read timeout per
+//! connection, accept errors backed off, and the drain (`drain`) when the
+//! shutdown future resolves.
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::{Body, Incoming};
@@ -11,21 +14,56 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
-/// The most a client may take to send a request's headers.
+use super::drain::Drain;
+
+/// The most a client may take to send a request's headers, and the most
+/// a connection may sit open without one (hyper starts the timer when it
+/// waits for a request head).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long connections may finish their requests once shutdown begins.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// The default drain: five minutes, long enough for a stream of 9,000
+/// tokens at 30 tokens a second to finish.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
+/// The default most connections open at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// How long connections may take to close once the drain cut what was
+/// still open (each answer ends at the cut: this is for the bytes to go).
+pub const CUT_GRACE: Duration = Duration::from_secs(5);
+/// The first wait after an accept error, doubled at each error in a row.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+/// The longest wait after an accept error.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Serves `router` (any `tower::Service` of hyper's requests that does not
-/// fail: axum's `Router`, the bare proxy) on `listener` over HTTP/1 until
-/// `shutdown` resolves, then lets open connections finish for at most
-/// [`SHUTDOWN_GRACE`].
-///
-/// Unlike `axum::serve`, each connection has a header-read timeout
-/// ([`HEADER_TIMEOUT`]: a client that trickles its headers is cut off), and
-/// shutdown is bounded: a client that never finishes cannot keep the
-/// gateway up.
+/// How a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServeConfig {
+    /// The most connections open at once (default 10,000): at the bound
+    /// the listener accepts no more until one closes; the kernel's backlog
+    /// holds the rest.
+    pub max_connections: usize,
+    /// The most a connection may take to send a request's head, or sit
+    /// idle waiting for one (default [`HEADER_TIMEOUT`], 10 s).
+    pub header_timeout: Duration,
+    /// How long answers in flight may take to finish once the drain
+    /// begins (default [`DEFAULT_DRAIN_TIMEOUT`], 300 s); past it they
+    /// are cut.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_timeout: HEADER_TIMEOUT,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+        }
+    }
+}
+
+/// Serves `router` on `listener` with [`ServeConfig::default`] and a drain
+/// of its own (see [`serve_with`]).
 pub async fn serve<S, B>(
     listener: TcpListener,
     router: S,
@@ -41,15 +79,71 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    serve_with(
+        listener,
+        router,
+        shutdown,
+        ServeConfig::default(),
+        &Drain::new(),
+    )
+    .await
+}
+
+/// Serves `router` (any `tower::Service` of hyper's requests that does not
+/// fail: axum's `Router`, the bare proxy) on `listener` over HTTP/1 until
+/// `shutdown` resolves, then drains:
+///
+/// 1. `drain` begins (the gateway's readiness answers 503) and the
+///    listener closes: a new connection is refused;
+/// 2. each open connection finishes the request it is serving and
+///    closes (keep-alive off), for at most `config.drain_timeout`;
+/// 3. past it, `drain` is cut: every answer still open ends with an error
+///    its client can see (the gateway's bodies watch the cut), and the
+///    connections get [`CUT_GRACE`] more to close.
+///
+/// Unlike `axum::serve`, at most `config.max_connections` are open at once,
+/// each has a header-read timeout (a client that trickles its headers,
+/// or holds a connection without a request, is cut off), an accept error
+/// (out of file descriptors) is retried after a wait that doubles from
+/// 5 ms to 1 s instead of at once, and the drain is bounded: a client that
+/// never finishes cannot keep the gateway up.
+pub async fn serve_with<S, B>(
+    listener: TcpListener,
+    router: S,
+    shutdown: impl Future<Output = ()>,
+    config: ServeConfig,
+    drain: &Drain,
+) -> std::io::Result<()>
+where
+    S: tower::Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let graceful = GracefulShutdown::new();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
+        .header_read_timeout(config.header_timeout);
+    let slots = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    let mut backoff = Backoff::default();
     tokio::pin!(shutdown);
     loop {
+        // A connection slot first: at the bound, nothing is accepted.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break, // never closed
+            },
+            () = &mut shutdown => break,
+        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    backoff = Backoff::default();
                     // Answers go out as written (see the client's nodelay).
                     if let Err(error) = stream.set_nodelay(true) {
                         tracing::debug!(%error, "TCP_NODELAY not set");
@@ -57,10 +151,19 @@ where
                     stream
                 }
                 // Out of file descriptors, a connection reset before it
-                // was accepted: the next accept may succeed.
+                // was accepted: the next accept may succeed, after a wait
+                // (at once, an exhausted process would spin and log).
                 Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    continue;
+                    let wait = backoff.next_wait();
+                    if wait == ACCEPT_BACKOFF_MIN {
+                        tracing::warn!(%error, "accept failed; backing off");
+                    } else {
+                        tracing::debug!(%error, ?wait, "accept failed again");
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => continue,
+                        () = &mut shutdown => break,
+                    }
                 }
             },
             () = &mut shutdown => break,
@@ -72,14 +175,60 @@ where
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");
             }
+            drop(slot);
         });
     }
+    drain.begin();
     drop(listener);
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+    let finished = graceful.shutdown();
+    tokio::pin!(finished);
+    if tokio::time::timeout(config.drain_timeout, &mut finished)
         .await
         .is_err()
     {
-        tracing::warn!("connections still open after the shutdown grace; closing");
+        tracing::warn!(
+            "answers still open after the drain timeout ({:?}); cutting them",
+            config.drain_timeout
+        );
+        drain.cut();
+        if tokio::time::timeout(CUT_GRACE, finished).await.is_err() {
+            tracing::warn!("connections still open after the cut; closing");
+        }
     }
     Ok(())
+}
+
+/// The wait after each accept error in a row: 5 ms, doubled each time,
+/// at most 1 s.
+#[derive(Debug, Default)]
+struct Backoff {
+    errors: u32,
+}
+
+impl Backoff {
+    fn next_wait(&mut self) -> Duration {
+        let wait = ACCEPT_BACKOFF_MIN.saturating_mul(1 << self.errors.min(16));
+        self.errors = self.errors.saturating_add(1);
+        wait.min(ACCEPT_BACKOFF_MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_errors_in_a_row_double_the_wait_up_to_a_second() {
+        let mut backoff = Backoff::default();
+        let waits: Vec<u64> = (0..12)
+            .map(|_| backoff.next_wait().as_millis() as u64)
+            .collect();
+        assert_eq!(
+            waits,
+            [5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000, 1000]
+        );
+        for _ in 0..100 {
+            assert_eq!(backoff.next_wait(), ACCEPT_BACKOFF_MAX);
+        }
+    }
 }

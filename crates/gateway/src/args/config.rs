@@ -35,6 +35,10 @@ impl Args {
             Config::new(backends.collect())
         };
         config.body_limit = self.body_limit;
+        config.json_body_limit = self.json_body_limit;
+        config.timeouts = self.timeouts;
+        config.max_requests = self.max_requests;
+        config.max_buffered_bytes = self.max_buffered_bytes;
         config.admission_limit = self.admission_limit;
         config.model_slots = self.model_slots;
         config.owners = self.owners;

@@ -103,18 +103,57 @@ async fn run(args: Args) -> Result<(), String> {
             list.join(", ")
         }
     };
+    let admin = TcpListener::bind(args.admin_listen).await.map_err(|e| {
+        format!(
+            "cannot listen on {} (--admin-listen): {e}",
+            args.admin_listen
+        )
+    })?;
+    let admin_addr = admin.local_addr().map_err(|e| e.to_string())?;
     let gateway = Gateway::new(config).map_err(|e| e.to_string())?;
     say!("gateway on http://{addr} → {backends}");
+    say!("admin on http://{admin_addr}: /metrics, /ready, /live");
     if args.down {
         say!("every simulated backend answers 503 (--down)");
     }
-    say!("{}", try_it(&addr.to_string(), args.down));
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
+    say!(
+        "{}",
+        try_it(&addr.to_string(), &admin_addr.to_string(), args.down)
+    );
+    let signalled = std::sync::Arc::new(std::sync::OnceLock::new());
+    let signal = shutdown_signal()?;
+    let signal = {
+        let signalled = signalled.clone();
+        async move {
+            signal.await;
+            let _ = signalled.set(tokio::time::Instant::now());
+        }
     };
-    app::serve(listener, gateway.router.clone(), ctrl_c)
+    // The admin listener serves through the drain (readiness says 503),
+    // and stops once the gateway's own listener is done.
+    let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    let admin_config = app::ServeConfig::default();
+    let admin_drain = app::Drain::new();
+    let admin_router = gateway.admin.clone();
+    let admin_task = tokio::spawn(async move {
+        let stopped = async {
+            let _ = admin_stopped.await;
+        };
+        app::serve_with(admin, admin_router, stopped, admin_config, &admin_drain).await
+    });
+    let drain = gateway.drain.clone();
+    app::serve_with(listener, gateway.router.clone(), signal, args.serve, &drain)
         .await
         .map_err(|e| format!("serving: {e}"))?;
+    if let Some(at) = signalled.get() {
+        let cut = match drain.is_cut() {
+            true => " (answers still open at --drain-timeout were cut)",
+            false => "",
+        };
+        say!("drained in {:.1} s{cut}", at.elapsed().as_secs_f64());
+    }
+    let _ = admin_stop.send(());
+    let _ = admin_task.await;
     let s = gateway.handle.stats();
     say!(
         "routed: {} to a resident owner, {} to a cold owner, {} spilled, {} without a backend, {} invalid; {} breaker trips",
@@ -149,8 +188,23 @@ async fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
+/// Resolves at the first SIGTERM (Kubernetes' and systemd's stop) or
+/// SIGINT (Ctrl-C), which begins the drain.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT: {e}"))?;
+    Ok(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        say!("{name}: draining (readiness 503, no new connections)");
+    })
+}
+
 /// The curl lines printed on start.
-fn try_it(addr: &str, down: bool) -> String {
+fn try_it(addr: &str, admin: &str, down: bool) -> String {
     let chat = format!(
         "curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\": \"llama-3-8b\", \"messages\": [{{\"role\": \"user\", \"content\": \"hi\"}}]}}'"
     );
@@ -161,6 +215,6 @@ fn try_it(addr: &str, down: bool) -> String {
         );
     }
     format!(
-        "\nTry it (Ctrl-C stops):\n\n  {chat}\n  curl -s http://{addr}/v2/models/resnet-50/infer \\\n    -d '{{\"inputs\": [{{\"name\": \"input0\", \"datatype\": \"FP32\", \"shape\": [1], \"data\": [1.0]}}]}}'\n  # a bad model ID (holds a space): 400\n  curl -si http://{addr}/v1/completions -d '{{\"model\": \"llama 3\", \"prompt\": \"hi\"}}'\n  curl -s http://{addr}/metrics | grep '^model_balance_'\n\n  # every owner down: restart with --down\n"
+        "\nTry it (Ctrl-C stops):\n\n  {chat}\n  curl -s http://{addr}/v2/models/resnet-50/infer \\\n    -d '{{\"inputs\": [{{\"name\": \"input0\", \"datatype\": \"FP32\", \"shape\": [1], \"data\": [1.0]}}]}}'\n  # a bad model ID (holds a space): 400\n  curl -si http://{addr}/v1/completions -d '{{\"model\": \"llama 3\", \"prompt\": \"hi\"}}'\n  curl -s http://{admin}/metrics | grep '^model_balance_'\n\n  # every owner down: restart with --down\n"
     )
 }

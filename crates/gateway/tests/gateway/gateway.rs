@@ -24,6 +24,8 @@ use crate::app::{self, Config, Gateway};
 /// A gateway serving on loopback, its backends and a client.
 pub struct Running {
     pub addr: SocketAddr,
+    /// The admin listener: `/metrics`, readiness.
+    pub admin: SocketAddr,
     pub sims: Vec<ModelServer>,
     pub handle: BalancerHandle,
     pub hedge: HedgeHandle,
@@ -90,18 +92,23 @@ pub async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
     let gateway = Gateway::new(config).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = admin_listener.local_addr().unwrap();
     let handle = gateway.handle.clone();
     let hedge = gateway.hedge.clone();
     let etcd = gateway.etcd.clone();
     let server = tokio::spawn(async move {
         // The gateway's probes live as long as the server.
-        let Gateway { router, .. } = &gateway;
-        app::serve(listener, router.clone(), std::future::pending())
-            .await
-            .unwrap();
+        let Gateway { router, admin, .. } = &gateway;
+        let admin = app::serve(admin_listener, admin.clone(), std::future::pending());
+        let public = app::serve(listener, router.clone(), std::future::pending());
+        let (a, b) = tokio::join!(admin, public);
+        a.unwrap();
+        b.unwrap();
     });
     Running {
         addr,
+        admin,
         sims,
         handle,
         hedge,
@@ -116,6 +123,15 @@ impl Running {
         let req = http::Request::post(format!("http://{}{path}", self.addr))
             .header(header::CONTENT_TYPE, "application/json")
             .body(Full::new(body.into()))
+            .unwrap();
+        self.send(req).await
+    }
+
+    /// A GET on the admin listener (`/metrics`, readiness).
+    pub async fn admin_get(&self, path: &str) -> Reply {
+        let uri = format!("http://{}{path}", self.admin);
+        let req = http::Request::get(uri)
+            .body(Full::new(Bytes::new()))
             .unwrap();
         self.send(req).await
     }

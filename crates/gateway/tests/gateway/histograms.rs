@@ -99,7 +99,7 @@ async fn ttft_and_tpot_are_histograms_with_the_streams_p50() {
         assert!(reply.body.ends_with("data: [DONE]\n\n"), "{}", reply.body);
         // A scrape between streams: each stream is counted once however
         // often the gateway is scraped.
-        assert_eq!(gw.get("/metrics").await.status, 200);
+        assert_eq!(gw.admin_get("/metrics").await.status, 200);
     }
     // The balancer records a stream when its body ends, as the last frame
     // goes out: wait for its count.
@@ -109,7 +109,7 @@ async fn ttft_and_tpot_are_histograms_with_the_streams_p50() {
         }
     };
     tokio::time::timeout(BOUND, recorded).await.unwrap();
-    let scrape = gw.get("/metrics").await;
+    let scrape = gw.admin_get("/metrics").await;
     assert_eq!(scrape.status, 200);
     let scrape = scrape.body;
 

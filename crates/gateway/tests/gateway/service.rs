@@ -111,11 +111,11 @@ fn errors_counted(scrape: &str, code: &str) -> u64 {
 #[tokio::test]
 async fn refusals_before_the_balancer_are_counted() {
     let gw = start("counted", 2, |config| config.body_limit = 1024).await;
-    let before = gw.get("/metrics").await.body;
+    let before = gw.admin_get("/metrics").await.body;
     let big = format!(r#"{{"model": "m", "prompt": "{}"}}"#, "x".repeat(2000));
     assert_eq!(gw.post("/v1/completions", big).await.status, 413);
     assert_eq!(gw.post("/v1/completions", "not json").await.status, 400);
-    let after = gw.get("/metrics").await.body;
+    let after = gw.admin_get("/metrics").await.body;
     assert!(after.contains("# HELP gateway_errors_total"), "{after}");
     for code in ["payload_too_large", "invalid_json"] {
         let (was, now) = (errors_counted(&before, code), errors_counted(&after, code));
@@ -215,7 +215,7 @@ async fn metrics_lists_the_documented_names() {
     let reply = gw.post("/v1/chat/completions", streamed).await;
     assert!(reply.body.ends_with("data: [DONE]\n\n"), "{}", reply.body);
 
-    let reply = gw.get("/metrics").await;
+    let reply = gw.admin_get("/metrics").await;
     assert_eq!(reply.status, 200);
     assert!(reply.headers[header::CONTENT_TYPE]
         .to_str()
@@ -369,7 +369,7 @@ async fn a_backend_at_its_admission_limit_is_a_429_with_retry_after() {
     assert_eq!(error["type"], "rate_limit_error");
     assert_eq!(gw.backend_work(), work, "the shed request was never sent");
     assert_eq!(gw.handle.stats().shed_normal, 1);
-    let scrape = gw.get("/metrics").await.body;
+    let scrape = gw.admin_get("/metrics").await.body;
     assert!(
         scrape.contains("model_balance_shed_total{urgency=\"normal\"}"),
         "{scrape}"

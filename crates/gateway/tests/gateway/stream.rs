@@ -75,6 +75,7 @@ async fn next(body: &mut Incoming) -> Option<Result<String, String>> {
 fn tokens(text: &str) -> usize {
     text.lines()
         .filter(|l| l.starts_with("data: ") && !l.starts_with("data: [DONE]"))
+        .filter(|l| !l.starts_with(r#"data: {"error""#))
         .count()
 }
 
@@ -196,7 +197,12 @@ async fn a_stream_cut_after_its_first_token_is_not_retried() {
         }
     }
     assert_eq!(tokens(&text), 2, "{text}");
-    assert!(failed.is_some(), "the client sees the cut");
+    // The client sees the cut: an SSE error event, no `[DONE]`, as the
+    // stream's last event (not a bare EOF or a transport error).
+    assert!(failed.is_none(), "{failed:?}");
+    let last = text.lines().rfind(|l| l.starts_with("data: ")).unwrap();
+    assert!(last.contains(r#""code":"stream_failed""#), "{text}");
+    assert!(!text.contains("[DONE]"), "{text}");
     assert_eq!(total(&gw, |s| s.streams), 1, "sent once, never again");
     assert_eq!(gw.hedge.stats().hedges, 0);
 }
