@@ -34,6 +34,10 @@ pub struct Running {
     pub etcd: Option<EtcdHandle>,
     pub client: Client<HttpConnector, Full<Bytes>>,
     pub server: JoinHandle<()>,
+    /// The gateway's drain.
+    pub drain: app::Drain,
+    /// Resolves the shutdown future: the drain begins.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Drop for Running {
@@ -89,7 +93,19 @@ pub async fn start_with(
 }
 
 pub async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
+    serve_with(config, sims, app::ServeConfig::default()).await
+}
+
+/// As [`serve`], the gateway's listener served with `serve`: its drain
+/// begins at [`Running::shut_down`].
+pub async fn serve_with(
+    config: Config,
+    sims: Vec<ModelServer>,
+    serve: app::ServeConfig,
+) -> Running {
     let gateway = Gateway::new(config).unwrap();
+    let drain = gateway.drain.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -101,10 +117,14 @@ pub async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
         // The gateway's probes live as long as the server.
         let Gateway { router, admin, .. } = &gateway;
         let admin = app::serve(admin_listener, admin.clone(), std::future::pending());
-        let public = app::serve(listener, router.clone(), std::future::pending());
-        let (a, b) = tokio::join!(admin, public);
-        a.unwrap();
-        b.unwrap();
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        let public = app::serve_with(listener, router.clone(), stopped, serve, &gateway.drain);
+        tokio::select! {
+            served = public => served.unwrap(),
+            served = admin => served.unwrap(),
+        }
     });
     Running {
         addr,
@@ -115,6 +135,8 @@ pub async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
         etcd,
         client: Client::builder(TokioExecutor::new()).build_http(),
         server,
+        drain,
+        stop: Some(stop),
     }
 }
 
@@ -158,6 +180,13 @@ impl Running {
         tokio::time::timeout(Duration::from_secs(10), exchange)
             .await
             .expect("the gateway answers within 10 s")
+    }
+
+    /// Begins the drain, as SIGTERM does the binary's.
+    pub fn shut_down(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
     }
 
     /// Inference and update requests the backends received, in all.

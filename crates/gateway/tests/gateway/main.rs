@@ -4,6 +4,7 @@
 //! (`tower_model_balance_gateway`), the code the binaries run.
 
 mod bare;
+mod drain;
 mod histograms;
 mod openai;
 mod owners;
