@@ -92,6 +92,27 @@ pub async fn start_with(
     serve(config, servers).await
 }
 
+/// One simulated backend and the gateway in front, its listener served
+/// with `serve`.
+pub async fn start_served(name: &str, sims: usize, serve: app::ServeConfig) -> Running {
+    let mut servers = Vec::new();
+    let mut backends = Vec::new();
+    for i in 0..sims {
+        let server = ModelServer::start(&format!("{name}-{i}"), ServerConfig::default())
+            .await
+            .unwrap();
+        backends.push((
+            BackendId::new(server.name()).unwrap(),
+            Origin::http(server.addr()),
+        ));
+        servers.push(server);
+    }
+    let mut config = Config::new(backends);
+    config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
+    config.placement = false;
+    serve_with(config, servers, serve).await
+}
+
 pub async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
     serve_with(config, sims, app::ServeConfig::default()).await
 }

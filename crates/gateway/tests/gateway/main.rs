@@ -6,11 +6,13 @@
 mod bare;
 mod drain;
 mod histograms;
+mod limits;
 mod openai;
 mod owners;
 mod prefix;
 mod service;
 mod stream;
+mod timeouts;
 mod with_etcd;
 
 // Support shared by the modules above (the support files name one

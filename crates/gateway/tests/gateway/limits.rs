@@ -1,0 +1,137 @@
+//! The gateway's bounds over real sockets: requests in flight past the
+//! limit get a 503 with `Retry-After`; JSON routes have a body limit of
+//! their own; connections past the limit wait, and a connection holding
+//! no request is closed at the header timeout; `/metrics` answers on the
+//! admin listener only; an error names no backend address.
+
+use crate::gateway;
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::endpoint::Origin;
+use tower_model_balance_sim::{InferenceTimes, ServerConfig};
+
+use gateway::{start, start_with};
+
+fn chat(stream: bool) -> String {
+    format!(
+        r#"{{"model": "m", "stream": {stream}, "max_tokens": 5, "messages": [{{"role": "user", "content": "hi"}}]}}"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_requests_in_flight_a_503_with_retry_after() {
+    // Answers take 2 s: the first is in flight while the second comes.
+    let server = ServerConfig::builder()
+        .inference(InferenceTimes::new(0, 2_000, 2_000).unwrap())
+        .build()
+        .unwrap();
+    let gw = start_with("inflight", 1, server, |c| c.max_requests = 1).await;
+    let first = gw.post("/v1/chat/completions", chat(false));
+    let second = async {
+        // Sent once the first is in flight on the server.
+        while gw.sims[0].stats().work == 0 {
+            tokio::task::yield_now().await;
+        }
+        gw.post("/v1/chat/completions", chat(false)).await
+    };
+    let (first, second) = tokio::join!(first, second);
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(second.status, 503, "{}", second.body);
+    assert_eq!(second.json()["error"]["code"], "gateway_overloaded");
+    assert_eq!(second.headers["retry-after"], "1");
+    // The slot came back with the first answer's end.
+    assert_eq!(
+        gw.post("/v1/chat/completions", chat(false)).await.status,
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_routes_have_a_body_limit_of_their_own() {
+    let gw = start("bodies", 1, |c| {
+        c.json_body_limit = 1024;
+        c.body_limit = 64 * 1024;
+    })
+    .await;
+    let padding = "x".repeat(2048);
+    let big_chat =
+        format!(r#"{{"model": "m", "messages": [{{"role": "user", "content": "{padding}"}}]}}"#);
+    let reply = gw.post("/v1/chat/completions", big_chat).await;
+    assert_eq!(reply.status, 413, "{}", reply.body);
+    let tensor = format!(
+        r#"{{"inputs": [{{"name": "t", "datatype": "BYTES", "shape": [1], "data": ["{padding}"]}}]}}"#
+    );
+    let reply = gw.post("/v2/models/m/infer", tensor).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_answer_on_the_admin_listener_only() {
+    let gw = start("admin", 1, |_| {}).await;
+    assert_eq!(gw.get("/metrics").await.status, 404);
+    let scrape = gw.admin_get("/metrics").await;
+    assert_eq!(scrape.status, 200);
+    assert!(scrape.body.contains("model_balance_"), "{}", scrape.body);
+    for path in ["/ready", "/health", "/v2/health/ready", "/live"] {
+        assert_eq!(gw.admin_get(path).await.status, 200, "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_names_no_backend_address() {
+    // A backend named by its origin, as `--backend URL` names it, and
+    // gone: a port that was free a moment ago.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let origin = Origin::http(addr);
+    let id = BackendId::new(&origin.to_string()).unwrap();
+    for placement in [true, false] {
+        let mut config = crate::app::Config::new(vec![(id.clone(), origin.clone())]);
+        config.placement = placement;
+        let gw = gateway::serve(config, Vec::new()).await;
+        let reply = gw.post("/v1/chat/completions", chat(false)).await;
+        // Placement's load fails first (503), else the request (502).
+        assert!(
+            [502, 503].contains(&reply.status.as_u16()),
+            "{}",
+            reply.body
+        );
+        for leaked in [addr.to_string(), addr.port().to_string()] {
+            assert!(!reply.body.contains(&leaked), "{leaked} in {}", reply.body);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_connection_limit_a_client_waits_until_an_idle_connection_is_closed() {
+    let mut serve = crate::app::ServeConfig::default();
+    serve.max_connections = 4;
+    serve.header_timeout = Duration::from_secs(1);
+    let gw = gateway::start_served("conns", 1, serve).await;
+    // Four connections that never send a request hold every slot.
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(tokio::net::TcpStream::connect(gw.addr).await.unwrap());
+    }
+    let started = tokio::time::Instant::now();
+    let reply = gw.get("/v2/health/live").await;
+    assert_eq!(reply.status, 200);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900),
+        "served past the limit after {waited:?}"
+    );
+    // The idle ones were closed by the gateway.
+    for mut stream in idle {
+        let mut buf = [0; 64];
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf));
+        let n = read.await.expect("closed").unwrap_or(0);
+        let _ = stream.write_all(b"").await;
+        let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(n == 0 || answer.starts_with("HTTP/1.1 408"), "{answer}");
+    }
+}
