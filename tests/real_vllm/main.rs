@@ -17,6 +17,7 @@
 
 mod affinity;
 mod api;
+mod drain;
 mod fixture;
 mod fleet;
 mod gateway;
@@ -42,7 +43,7 @@ struct Fleet {
 
 /// The checks, in the order they run: those that stop or kill a server
 /// come last.
-const CHECKS: [&str; 12] = [
+const CHECKS: [&str; 13] = [
     "openai_client_sees_no_difference",
     "client_stack_streams_from_vllm",
     "routes_pass_through",
@@ -52,6 +53,7 @@ const CHECKS: [&str; 12] = [
     "a_lost_hedge_is_aborted_on_the_server",
     "prefix_affinity_raises_vllm_s_hit_rate",
     "ttft_and_tpot_are_histograms",
+    "sigterm_drains_every_stream",
     "a_stopped_server_is_ejected",
     "a_killed_server_fails_only_its_own_streams",
     "a_restarted_server_gets_traffic_within_5_s",
@@ -131,6 +133,7 @@ async fn run(python: std::path::PathBuf, selected: Vec<&'static str>) -> ExitCod
                     affinity::prefix_affinity_raises_vllm_s_hit_rate(s, m, p).await
                 }
                 "ttft_and_tpot_are_histograms" => api::ttft_and_tpot_are_histograms(m).await,
+                "sigterm_drains_every_stream" => drain::sigterm_drains_every_stream(s).await,
                 "a_stopped_server_is_ejected" => fleet::a_stopped_server_is_ejected(s, p).await,
                 "a_killed_server_fails_only_its_own_streams" => {
                     fleet::a_killed_server_fails_only_its_own_streams(s, p).await

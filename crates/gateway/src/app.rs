@@ -18,11 +18,13 @@
 //! and `GET /v2/models/{name}` (`/versions/{v}`, `/ready`) forwarded to an
 //! owner of the model, which loads it first with placement on.
 
+pub mod access_log;
 mod catalog;
 mod client;
 mod config;
 pub mod drain;
 mod errors;
+mod forward;
 mod limits;
 pub mod phases;
 pub mod reply_body;
@@ -57,6 +59,7 @@ use tower_model_balance::hedge::{
 use tower_model_balance::placement::{KServeV2Loader, PlacementConfig, WhenCold};
 use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 
+use access_log::AccessLog;
 use catalog::{Catalog, Catalogued};
 pub use client::{backend_client, POOL_IDLE_TIMEOUT};
 pub use config::{
@@ -188,7 +191,8 @@ impl Gateway {
         if let Some(limit) = config.admission_limit {
             balance = balance.admission(AdmissionConfig::builder(Limit::fixed(limit)).build()?);
         }
-        balance = balance.receipts(config.receipt_header);
+        // Receipts for the header and the access log's backend and reason.
+        balance = balance.receipts(config.receipt_header || config.access_log != AccessLog::Off);
         let (balancer, etcd) = match &config.etcd {
             None => (
                 ModelBalancer::new(ServiceList::new(backends), balance.build()?)?,
@@ -254,6 +258,7 @@ impl Gateway {
             timeouts: config.timeouts,
             receipt_header: config.receipt_header,
             drain: drain.clone(),
+            access_log: config.access_log,
         };
         Ok(Self {
             router: router(app.clone()),

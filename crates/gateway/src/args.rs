@@ -6,113 +6,14 @@ use std::time::Duration;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 
+use crate::app::access_log::AccessLog;
 use crate::app::{
     ServeConfig, Timeouts, DEFAULT_JSON_BODY_LIMIT, DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_REQUESTS,
 };
 use crate::cli::{etcd_url, http_origin, key_prefix, number, Stop};
 
-/// The usage, printed for `--help` and after a bad flag.
-pub const USAGE: &str = "\
-usage: gateway [FLAGS]
-
-  --listen ADDR        address to serve on (default 127.0.0.1:8080)
-  --backend [NAME=]URL a backend's origin, e.g. http://10.0.0.1:8000 (repeatable),
-                       and the name its owners are hashed by (default: the
-                       origin itself), e.g. vllm-0=http://10.0.0.1:8000: a
-                       server that comes back at another address keeps its
-                       models; without it (or --etcd), simulated backends
-                       start on 127.0.0.1
-  --etcd URL           take the backends from etcd instead: a client URL such
-                       as http://127.0.0.1:2379 (repeatable, one per member);
-                       each record under --prefix is a backend, sent to at
-                       its address
-  --prefix P           the key prefix of the backends' records, e.g.
-                       /models/backends/ (with --etcd, and only with it)
-  --sims N             how many simulated backends (1..=16, default 3)
-  --down               the simulated backends answer 503 (every owner down):
-                       after a few requests the gateway answers 503 itself,
-                       with Retry-After
-  --probe API          what the health probes ask: kserve (KServe v2 readiness
-                       and repository, default) or openai (/v1/models); both
-                       read vLLM-style /metrics
-  --metrics-port PORT  the backends serve /metrics on this port of their host
-                       (MLServer: 8082, Triton: 8002), not on their own port;
-                       without it, on their own (a 404 there: no metrics)
-  --metrics URL        where the --backend just before serves /metrics (for
-                       servers sharing a host, each on a port of its own)
-  --no-placement       do not load models: for servers that load on demand
-                       (default with kserve: the gateway loads a model on the
-                       owner it routes to, through the KServe v2 repository
-                       API, as servers in explicit model-control mode need)
-  --body-limit BYTES   most body bytes a KServe v2 request may send (1..=67108864,
-                       default 67108864, 64 MiB: tensors travel in the body;
-                       each request's body is held whole while it is routed):
-                       past it, 413
-  --admission-limit N  at most N requests in flight on each backend (1..=1000000;
-                       default: no limit): past it a request is shed at once
-                       with 429 and Retry-After (the gateway ignores clients'
-                       x-urgency, as their other routing headers: every
-                       request is Normal urgency)
-  --model-slots N      the models each --backend holds at once, its LRU
-                       (1..=16, default 4): a model counts as resident on a
-                       backend until N others were sent there since
-  --owners K           the most backends a model is spread over as its demand
-                       grows (1..=1024, default 2)
-  --owner-load X       how much of the mean load per backend one owner takes
-                       from its model before the model gets another owner
-                       (above 0, up to 1.25; default 1.25): lower gives the
-                       popular models more warm copies sooner
-  --prefix-bytes N     prefix affinity for LLM fleets: the first N bytes of an
-                       OpenAI prompt (1..=65536) pick its owners, as the model
-                       does without it (default: by the model alone)
-  --session-header H   the header naming a request's conversation (as
-                       x-session-id): its turns go back to the backend that
-                       served the last one
-  --receipt-header     each answer says why it went where it went, in
-                       x-route-receipt (backend, reason, owners, predicted
-                       prefix hit, runner-up)
-
-Operations (docs/operations.md):
-  --admin-listen ADDR  where /metrics and readiness (/ready, /health,
-                       /v2/health/ready) and liveness (/live) are served,
-                       apart from client traffic (default 127.0.0.1:8081)
-  --drain-timeout S    on SIGTERM or SIGINT: readiness answers 503 at once,
-                       no new connection is accepted, and answers in flight
-                       get S seconds to finish (1..=86400, default 300: a
-                       9,000-token stream at 30 tokens/s); what is still open
-                       then ends with an error its client sees (an event
-                       stream: an SSE error event); exit 0
-  --connect-timeout S  most seconds to connect to a backend (1..=300,
-                       default 5); counted against the backend
-  --first-token-timeout S
-                       most seconds from a streamed request (\"stream\": true) to
-                       its first token (1..=3600, default 60); counted
-                       against the backend
-  --idle-timeout S     most seconds between two frames of an answer (1..=3600,
-                       default 60): a stalled stream ends with an SSE error
-                       event; counted against the backend
-  --request-timeout S  most seconds for a whole request, answer included
-                       (1..=86400, default 1800: a non-streamed generation's
-                       head comes with its last token); never counted against
-                       a backend (504, or an SSE error event mid-stream)
-  --max-connections N  most client connections open at once (1..=1000000,
-                       default 10000); a connection without a request for 10 s
-                       is closed
-  --max-requests N     most requests in flight at once (1..=1000000, default
-                       10000): past it, 503 with Retry-After
-  --max-buffered-bytes BYTES
-                       most request-body bytes held at once over all requests
-                       (1024..=68719476736, default 1073741824, 1 GiB): past
-                       it, 503 with Retry-After
-  --json-body-limit BYTES
-                       most body bytes of a request on a route other than
-                       KServe v2's /v2/... (1..=67108864, default 16777216,
-                       16 MiB; --body-limit is KServe v2's): past it, 413
-  -V, --version        the gateway's version
-  -h, --help           this text
-
-Each flag but --backend, --etcd and --metrics may be given once.";
+pub use usage::USAGE;
 
 /// The flags that may be given more than once (one backend or etcd
 /// endpoint each, `--metrics` for the `--backend` before it).
@@ -173,6 +74,8 @@ pub struct Args {
     pub max_buffered_bytes: usize,
     /// `--json-body-limit`.
     pub json_body_limit: usize,
+    /// `--access-log`.
+    pub access_log: AccessLog,
 }
 
 impl Args {
@@ -208,6 +111,7 @@ impl Args {
             max_requests: DEFAULT_MAX_REQUESTS,
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             json_body_limit: DEFAULT_JSON_BODY_LIMIT,
+            access_log: AccessLog::Off,
         };
         let mut sims_given = false;
         let mut seen: Vec<String> = Vec::new();
@@ -255,6 +159,18 @@ impl Args {
                 }
                 "--max-buffered-bytes" => {
                     parsed.max_buffered_bytes = number(&value(&flag)?, &flag, 1024, 64 << 30)?;
+                }
+                "--access-log" => {
+                    parsed.access_log = match value(&flag)?.as_str() {
+                        "off" => AccessLog::Off,
+                        "text" => AccessLog::Text,
+                        "json" => AccessLog::Json,
+                        other => {
+                            return Err(Stop::Error(format!(
+                                "--access-log: `{other}` is none of off, text, json"
+                            )))
+                        }
+                    };
                 }
                 "--json-body-limit" => {
                     parsed.json_body_limit = number(&value(&flag)?, &flag, 1, 64 * 1024 * 1024)?;
@@ -494,3 +410,4 @@ fn same_backend(a: &Origin, b: &Origin) -> bool {
 mod config;
 #[cfg(test)]
 mod tests;
+mod usage;

@@ -6,6 +6,7 @@ use axum::http::HeaderName;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 
+use super::access_log::AccessLog;
 use super::phases::Timeouts;
 
 /// Which model-server API the health probes ask.
@@ -99,6 +100,8 @@ pub struct Config {
     pub session_header: Option<HeaderName>,
     /// Each answer carries its routing receipt in `x-route-receipt`.
     pub receipt_header: bool,
+    /// The access log's format (default: none).
+    pub access_log: AccessLog,
 }
 
 /// The default body limit of OpenAI-shaped JSON requests: 16 MiB, a
@@ -147,6 +150,7 @@ impl Config {
             prefix_bytes: None,
             session_header: None,
             receipt_header: false,
+            access_log: AccessLog::Off,
         }
     }
 }

@@ -18,6 +18,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tower_model_balance::error::BoxError;
 
+use super::access_log::Entry;
 use super::phases::{Phase, PhaseElapsed};
 
 pin_project! {
@@ -33,30 +34,72 @@ pin_project! {
         event_stream: bool,
         done: bool,
         slot: Option<OwnedSemaphorePermit>,
+        log: Logged,
+    }
+}
+
+/// The request's access-log line, written once: when the answer ends, or
+/// when the body is dropped before (the client went away).
+#[derive(Debug, Default)]
+struct Logged(Option<Entry>);
+
+impl Logged {
+    fn frame(&mut self) {
+        if let Some(entry) = self.0.as_mut() {
+            entry.first_frame.get_or_insert_with(Instant::now);
+        }
+    }
+
+    fn end(&mut self, ended: &str) {
+        if let Some(entry) = self.0.take() {
+            entry.write(ended);
+        }
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        self.end("client_gone");
     }
 }
 
 impl<B> ReplyBody<B> {
     /// `inner`, ended at `cut` or at `deadline` (the request's total
-    /// `timeout` from its start); `event_stream`: it is one, and ends
-    /// early with an SSE error event; `slot`: released when it ends.
+    /// `timeout` from its start).
     pub fn new(
         inner: B,
         cut: WaitForCancellationFutureOwned,
         deadline: Instant,
         timeout: Duration,
-        event_stream: bool,
-        slot: Option<OwnedSemaphorePermit>,
     ) -> Self {
         Self {
             inner,
             cut,
             deadline: tokio::time::sleep_until(deadline),
             timeout,
-            event_stream,
+            event_stream: false,
             done: false,
-            slot,
+            slot: None,
+            log: Logged::default(),
         }
+    }
+
+    /// It is an event stream: it ends early with an SSE error event.
+    pub fn event_stream(mut self, event_stream: bool) -> Self {
+        self.event_stream = event_stream;
+        self
+    }
+
+    /// Holds `slot` (a request's in flight) until it ends.
+    pub fn slot(mut self, slot: OwnedSemaphorePermit) -> Self {
+        self.slot = Some(slot);
+        self
+    }
+
+    /// Writes `entry`, the request's access-log line, when it ends.
+    pub fn log(mut self, entry: Option<Entry>) -> Self {
+        self.log = Logged(entry);
+        self
     }
 }
 
@@ -155,26 +198,39 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
+        let mut this = self.project();
         if *this.done {
             return Poll::Ready(None);
         }
-        let ending = match this.inner.poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => return Poll::Ready(Some(Ok(frame))),
+        let ending = match this.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.log.frame();
+                // A body of known length is not polled past its last
+                // frame: it ends here.
+                if this.inner.is_end_stream() {
+                    *this.done = true;
+                    this.slot.take();
+                    this.log.end("complete");
+                }
+                return Poll::Ready(Some(Ok(frame)));
+            }
             Poll::Ready(None) => {
                 *this.done = true;
                 this.slot.take();
+                this.log.end("complete");
                 return Poll::Ready(None);
             }
             Poll::Ready(Some(Err(error))) => {
                 let error = error.into();
                 tracing::debug!(%error, "a backend's answer failed mid-body");
+                let ending = Ending::of(&error);
                 if !*this.event_stream {
                     *this.done = true;
                     this.slot.take();
+                    this.log.end(ending.code());
                     return Poll::Ready(Some(Err(error)));
                 }
-                Ending::of(&error)
+                ending
             }
             Poll::Pending => {
                 if this.cut.poll(cx).is_ready() {
@@ -188,6 +244,7 @@ where
         };
         *this.done = true;
         this.slot.take();
+        this.log.end(ending.code());
         if *this.event_stream {
             Poll::Ready(Some(Ok(Frame::data(ending.event()))))
         } else {

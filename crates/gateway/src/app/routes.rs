@@ -9,31 +9,27 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::Path;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use http_body_util::Full;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tokio::time::Instant;
-use tower::ServiceExt;
-use tower_model_balance::balance::{BalancerHandle, RoutingReceipt};
+use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance::breaker::BreakerState;
-use tower_model_balance::endpoint::strip_hop_by_hop;
 use tower_model_balance::error::BoxError;
-use tower_model_balance::error::{InvalidReason, PayloadTooLarge};
+use tower_model_balance::error::InvalidReason;
 use tower_model_balance::hedge::HedgeHandle;
 use tower_model_balance::route::{ModelId, RouteInfo};
 
+use super::access_log::AccessLog;
 use super::catalog::Catalog;
 use super::drain::Drain;
 use super::errors::{self, ErrorReply};
+use super::forward::forward;
 use super::limits::Limits;
-use super::phases::{Streamed, Timeouts};
-use super::reply_body::{Ending, ReplyBody};
+use super::phases::Timeouts;
 use super::{Stack, INFERENCE_ROUTES};
 
 /// What every handler shares.
@@ -51,6 +47,8 @@ pub struct App {
     pub timeouts: Timeouts,
     /// The drain: readiness is 503 once it begins.
     pub drain: Drain,
+    /// The access log's format.
+    pub access_log: AccessLog,
     /// Whether each answer carries its routing receipt in
     /// `x-route-receipt`.
     pub receipt_header: bool,
@@ -115,129 +113,15 @@ pub fn admin_router(app: App) -> Router {
         .with_state(app)
 }
 
-/// Sends the request through the stack and the backend's answer back; an
-/// error of the stack becomes the gateway's own answer.
-async fn forward(State(app): State<App>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    // Errors in the shape of the route's protocol (KServe v2 or OpenAI).
-    let path = parts.uri.path().to_owned();
-    let reply = |reply: errors::ErrorReply| reply.for_path(&path).into_response();
-    // A slot among the requests in flight, held until the answer ends.
-    let slot = match app.limits.request_slot() {
-        Ok(slot) => slot,
-        Err(refused) => return reply(refused),
-    };
-    let deadline = Instant::now() + app.timeouts.request;
-    let limit = app.limits.body_limit(&path);
-    // A body announced over the limit is refused before it is read.
-    let announced = parts.headers.get(header::CONTENT_LENGTH);
-    let announced = announced.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if announced.is_some_and(|length| length > limit as u64) {
-        return reply(errors::classify(&PayloadTooLarge::new(limit)));
-    }
-    // Room for the body among those held at once: its announced length,
-    // else the most it may be.
-    let held = announced.map_or(limit, |length| length as usize);
-    let buffered = match app.limits.buffer(held) {
-        Ok(room) => room,
-        Err(refused) => return reply(refused),
-    };
-    // The whole body first, under the limit and the deadline: a body the
-    // client trickles is its error (408), found here, never a failure the
-    // balancer would count against a backend. (The route layer reads the
-    // body under the limit too, but has no deadline.)
-    let read = axum::body::to_bytes(body, limit);
-    let bytes = match tokio::time::timeout(app.body_timeout, read).await {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(error)) => return reply(errors::unreadable_body(&error, limit)),
-        Err(_) => return reply(errors::body_timeout(app.body_timeout)),
-    };
-    let streamed = asks_for_stream(&path, &bytes);
-    let mut req = Request::from_parts(parts, Full::new(bytes));
-    if streamed {
-        req.extensions_mut().insert(Streamed);
-    }
-    let answer = tokio::select! {
-        answer = app.stack.oneshot(req) => answer,
-        () = tokio::time::sleep_until(deadline) => {
-            return reply(ended(Ending::RequestTimeout(app.timeouts.request)));
-        }
-        () = app.drain.when_cut() => return reply(ended(Ending::Draining)),
-    };
-    drop(buffered);
-    match answer {
-        Ok(response) => {
-            let (mut parts, body) = response.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            if app.receipt_header {
-                if let Some(receipt) = parts.extensions.get::<RoutingReceipt>() {
-                    parts.headers.insert(RECEIPT_HEADER, receipt.header_value());
-                }
-            }
-            let event_stream = parts
-                .headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.starts_with("text/event-stream"));
-            // The body streams on; the balancer counts the request done
-            // when it ends.
-            let body = ReplyBody::new(
-                body,
-                app.drain.when_cut(),
-                deadline,
-                app.timeouts.request,
-                event_stream,
-                Some(slot),
-            );
-            Response::from_parts(parts, Body::new(body))
-        }
-        // A body without `model` while no backend serves any model (all
-        // down, or before the first probes): the fleet's outage, not the
-        // client's error.
-        Err(error) if is_missing_model(&*error) && app.catalog.models().is_empty() => {
-            reply(no_model_served())
-        }
-        Err(error) => reply(errors::classify(&*error)),
-    }
-}
-
-/// Whether a request asks for its answer as an event stream: the JSON
-/// body's `stream` is `true` (OpenAI's routes; KServe v2's `/v2/…` carry
-/// tensors and never stream).
-fn asks_for_stream(path: &str, body: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Stream {
-        #[serde(default)]
-        stream: bool,
-    }
-    if path.starts_with("/v2/") {
-        return false;
-    }
-    serde_json::from_slice::<Stream>(body).is_ok_and(|s| s.stream)
-}
-
-/// The answer for a request whose head had not come when it ended.
-fn ended(ending: Ending) -> ErrorReply {
-    let (status, kind) = match ending {
-        Ending::Draining => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
-        _ => (StatusCode::GATEWAY_TIMEOUT, "upstream_error"),
-    };
-    let mut reply = ErrorReply::new(status, kind, ending.code(), ending.message());
-    if ending == Ending::Draining {
-        reply.retry_after = Some(1);
-    }
-    reply
-}
-
 /// Whether `error` is a body that names no model.
-fn is_missing_model(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(super) fn is_missing_model(error: &(dyn std::error::Error + 'static)) -> bool {
     error
         .downcast_ref::<tower_model_balance::error::InvalidRoute>()
         .is_some_and(|r| r.source == "body" && r.reason == InvalidReason::Missing)
 }
 
 /// A 503 with `Retry-After` while no backend serves a model.
-fn no_model_served() -> ErrorReply {
+pub(super) fn no_model_served() -> ErrorReply {
     let mut reply = ErrorReply::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "service_unavailable",

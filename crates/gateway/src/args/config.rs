@@ -36,6 +36,7 @@ impl Args {
         };
         config.body_limit = self.body_limit;
         config.json_body_limit = self.json_body_limit;
+        config.access_log = self.access_log;
         config.timeouts = self.timeouts;
         config.max_requests = self.max_requests;
         config.max_buffered_bytes = self.max_buffered_bytes;

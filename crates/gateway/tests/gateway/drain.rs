@@ -165,36 +165,8 @@ async fn answers_still_open_at_the_drain_timeout_end_with_an_sse_error_event() {
 /// finishes with `[DONE]`, and it exits 0, saying so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_the_binary_which_exits_0() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
-        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .args(["--sims", "2", "--drain-timeout", "20"])
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut addr = None;
-    let mut admin = None;
-    while addr.is_none() || admin.is_none() {
-        let line = tokio::time::timeout(BOUND, lines.next_line())
-            .await
-            .unwrap()
-            .unwrap();
-        let line = line.expect("the gateway prints its addresses");
-        let url = |prefix: &str| {
-            let rest = line.strip_prefix(prefix)?;
-            rest.split_whitespace()
-                .next()?
-                .trim_end_matches(':')
-                .parse()
-                .ok()
-        };
-        addr = addr.or_else(|| url("gateway on http://"));
-        admin = admin.or_else(|| url("admin on http://"));
-    }
-    let (addr, admin): (std::net::SocketAddr, std::net::SocketAddr) =
-        (addr.unwrap(), admin.unwrap());
+    let mut gateway = crate::binary::start(&["--sims", "2", "--drain-timeout", "20"]).await;
+    let (addr, admin) = (gateway.addr, gateway.admin);
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Full<Bytes>>();
     // The simulated servers decode a token every 5 ms: 400 tokens, 2 s.
@@ -208,7 +180,7 @@ async fn sigterm_drains_the_binary_which_exits_0() {
         .unwrap();
     let mut stream = response.into_body();
     let first = read(&mut stream, 1).await;
-    let pid = child.id().unwrap().to_string();
+    let pid = gateway.child.id().unwrap().to_string();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status()
@@ -225,13 +197,13 @@ async fn sigterm_drains_the_binary_which_exits_0() {
     assert_eq!(ready.status(), 503);
     let text = first + &read(&mut stream, usize::MAX).await;
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
-    let status = tokio::time::timeout(BOUND, child.wait())
+    let status = tokio::time::timeout(BOUND, gateway.child.wait())
         .await
         .unwrap()
         .unwrap();
     assert!(status.success(), "{status}");
     let mut said = Vec::new();
-    while let Ok(Some(line)) = lines.next_line().await {
+    while let Ok(Some(line)) = gateway.stdout.next_line().await {
         said.push(line);
     }
     assert!(

@@ -3,6 +3,7 @@
 //! streams; the bare proxy. The gateway's app, flags and sidecar are the library's
 //! (`tower_model_balance_gateway`), the code the binaries run.
 
+mod access_log;
 mod bare;
 mod drain;
 mod histograms;
@@ -17,6 +18,8 @@ mod with_etcd;
 
 // Support shared by the modules above (the support files name one
 // another by `crate::`).
+#[allow(dead_code)]
+mod binary;
 mod etcd;
 #[allow(dead_code)]
 mod gateway;

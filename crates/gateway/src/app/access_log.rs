@@ -1,0 +1,182 @@
+//! The access log: one line per request on standard output, written when
+//! its answer ends (or at once for an answer of the gateway's own), as
+//! text (`key=value`) or JSON (`--access-log`).
+//!
+//! | key | what |
+//! | --- | --- |
+//! | `id` | the request's ID: the client's `x-request-id` (up to 128 visible ASCII characters), else one the gateway makes; sent to the backend and back to the client in `x-request-id` |
+//! | `method`, `path` | the request's |
+//! | `model` | the body's `model` (or the KServe v2 path's), if it names one |
+//! | `status` | the answer's status |
+//! | `backend`, `reason` | the backend the balancer picked and why (`resident_owner`, `cold_owner`, `spill`, `panic`, `update`): the routing receipt's |
+//! | `ttft_ms` | from the request's arrival to the answer's first body frame (an event stream's first token) |
+//! | `duration_ms` | from the request's arrival to the answer's end |
+//! | `ended` | `complete`, or why it ended early: the error code (`backend_stalled`, `gateway_draining`, `request_timeout`, `stream_failed`, `client_gone`) |
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use http::HeaderValue;
+use tokio::time::Instant;
+use tower_model_balance::balance::RoutingReceipt;
+
+/// The access log's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum AccessLog {
+    /// No access log (the default).
+    #[default]
+    Off,
+    /// `key=value` pairs, space-separated.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+/// The header carrying the request's ID.
+pub const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+
+/// A request's ID: the client's `x-request-id` when it is usable (1 to
+/// 128 visible ASCII characters), else `gw-` and a number unique in this
+/// process.
+pub fn request_id(given: Option<&HeaderValue>) -> HeaderValue {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    if let Some(value) = given {
+        let bytes = value.as_bytes();
+        if (1..=128).contains(&bytes.len()) && bytes.iter().all(|b| b.is_ascii_graphic()) {
+            return value.clone();
+        }
+    }
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    HeaderValue::try_from(format!("gw-{n:x}")).unwrap_or(HeaderValue::from_static("gw"))
+}
+
+/// One request's line, filled in as the request goes.
+#[derive(Debug)]
+pub struct Entry {
+    pub format: AccessLog,
+    pub id: HeaderValue,
+    pub method: http::Method,
+    pub path: String,
+    pub model: Option<String>,
+    pub started: Instant,
+    pub status: u16,
+    pub backend: Option<String>,
+    pub reason: Option<&'static str>,
+    pub first_frame: Option<Instant>,
+}
+
+impl Entry {
+    /// Notes the routing receipt of the answer, if it carries one.
+    pub fn receipt(&mut self, receipt: Option<&RoutingReceipt>) {
+        if let Some(receipt) = receipt {
+            self.backend = Some(receipt.backend.to_string());
+            self.reason = Some(receipt.reason.as_str());
+        }
+    }
+
+    /// Writes the line, the answer having ended as `ended` says.
+    pub fn write(&self, ended: &str) {
+        let line = match self.format {
+            AccessLog::Off => return,
+            AccessLog::Text => self.text(ended),
+            AccessLog::Json => self.json(ended),
+        };
+        let _ = writeln!(std::io::stdout().lock(), "{line}");
+    }
+
+    fn millis(&self, at: Option<Instant>) -> Option<f64> {
+        at.map(|at| (at - self.started).as_secs_f64() * 1e3)
+    }
+
+    fn text(&self, ended: &str) -> String {
+        let mut line = format!(
+            "access id={} method={} path={} status={}",
+            String::from_utf8_lossy(self.id.as_bytes()),
+            self.method,
+            self.path,
+            self.status
+        );
+        let mut field = |key: &str, value: Option<String>| {
+            if let Some(value) = value {
+                let _ = write!(line, " {key}={value}");
+            }
+        };
+        field("model", self.model.clone());
+        field("backend", self.backend.clone());
+        field("reason", self.reason.map(str::to_owned));
+        field(
+            "ttft_ms",
+            self.millis(self.first_frame).map(|ms| format!("{ms:.1}")),
+        );
+        field(
+            "duration_ms",
+            self.millis(Some(Instant::now()))
+                .map(|ms| format!("{ms:.1}")),
+        );
+        field("ended", Some(ended.to_owned()));
+        line
+    }
+
+    fn json(&self, ended: &str) -> String {
+        serde_json::json!({
+            "id": String::from_utf8_lossy(self.id.as_bytes()),
+            "method": self.method.as_str(),
+            "path": self.path,
+            "model": self.model,
+            "status": self.status,
+            "backend": self.backend,
+            "reason": self.reason,
+            "ttft_ms": self.millis(self.first_frame),
+            "duration_ms": self.millis(Some(Instant::now())),
+            "ended": ended,
+        })
+        .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_usable_client_id_is_kept_else_one_is_made() {
+        let given = HeaderValue::from_static("abc-123");
+        assert_eq!(request_id(Some(&given)), given);
+        let long = HeaderValue::try_from("x".repeat(129)).unwrap();
+        for bad in [
+            HeaderValue::from_static(""),
+            HeaderValue::from_static("a b"),
+            long,
+        ] {
+            let made = request_id(Some(&bad));
+            assert!(made.to_str().unwrap().starts_with("gw-"), "{made:?}");
+        }
+        assert_ne!(request_id(None), request_id(None));
+    }
+
+    #[tokio::test]
+    async fn a_line_in_each_format() {
+        let entry = Entry {
+            format: AccessLog::Text,
+            id: HeaderValue::from_static("r1"),
+            method: http::Method::POST,
+            path: "/v1/completions".into(),
+            model: Some("tiny".into()),
+            started: Instant::now(),
+            status: 200,
+            backend: Some("vllm-0".into()),
+            reason: Some("resident_owner"),
+            first_frame: Some(Instant::now()),
+        };
+        let text = entry.text("complete");
+        assert!(text.starts_with("access id=r1 method=POST path=/v1/completions status=200 model=tiny backend=vllm-0 reason=resident_owner ttft_ms="), "{text}");
+        assert!(text.ends_with(" ended=complete"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&entry.json("backend_stalled")).unwrap();
+        assert_eq!(json["id"], "r1");
+        assert_eq!(json["backend"], "vllm-0");
+        assert_eq!(json["ended"], "backend_stalled");
+        assert!(json["duration_ms"].as_f64().unwrap() >= 0.0);
+    }
+}

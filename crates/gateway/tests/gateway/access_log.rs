@@ -1,0 +1,65 @@
+//! The access log of the `gateway` binary (`--access-log json`): a line
+//! per request with its ID (the client's, sent back), model, status,
+//! backend and reason, times and how it ended — for an answer forwarded
+//! and for one of the gateway's own.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_gets_a_json_line_with_its_id_model_backend_and_times() {
+    let mut gateway = crate::binary::start(&["--sims", "2", "--access-log", "json"]).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let addr = gateway.addr;
+    let send = |body: &'static str, id: Option<&'static str>| {
+        let mut req = http::Request::post(format!("http://{addr}/v1/chat/completions"));
+        if let Some(id) = id {
+            req = req.header("x-request-id", id);
+        }
+        let req = req.body(Full::new(Bytes::from(body))).unwrap();
+        let client = client.clone();
+        async move {
+            let response = client.request(req).await.unwrap();
+            let id = response.headers()["x-request-id"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let status = response.status().as_u16();
+            response.into_body().collect().await.unwrap();
+            (status, id)
+        }
+    };
+    let chat = r#"{"model": "llama-3-8b", "messages": [{"role": "user", "content": "hi"}]}"#;
+    let (status, id) = send(chat, Some("req-42")).await;
+    assert_eq!((status, id.as_str()), (200, "req-42"));
+    let line = gateway.line_starting("{").await;
+    let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(entry["id"], "req-42", "{line}");
+    assert_eq!(entry["method"], "POST");
+    assert_eq!(entry["path"], "/v1/chat/completions");
+    assert_eq!(entry["model"], "llama-3-8b");
+    assert_eq!(entry["status"], 200);
+    assert!(
+        entry["backend"].as_str().unwrap().starts_with("sim-"),
+        "{line}"
+    );
+    assert!(entry["reason"].is_string(), "{line}");
+    let (ttft, total) = (
+        entry["ttft_ms"].as_f64().unwrap(),
+        entry["duration_ms"].as_f64().unwrap(),
+    );
+    assert!(ttft > 0.0 && ttft <= total, "{line}");
+    assert_eq!(entry["ended"], "complete");
+    // The gateway's own answer (a model ID with a space): a line too, an
+    // ID made for it.
+    let (status, id) = send(r#"{"model": "llama 3", "prompt": "hi"}"#, None).await;
+    assert_eq!(status, 400);
+    assert!(id.starts_with("gw-"), "{id}");
+    let line = gateway.line_starting("{").await;
+    let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(entry["id"], id.as_str(), "{line}");
+    assert_eq!(entry["status"], 400);
+    assert_eq!(entry["ended"], "invalid_route");
+    assert!(entry["backend"].is_null(), "{line}");
+}

@@ -1,0 +1,71 @@
+//! The `gateway` binary started as an operator starts it, on ports the
+//! system picks: its addresses read from what it prints, its standard
+//! output read on.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// A running `gateway` process.
+pub struct Binary {
+    pub child: Child,
+    /// Its standard output, past the lines that gave its addresses.
+    pub stdout: Lines<BufReader<ChildStdout>>,
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+/// Starts `gateway` with `args` and `--listen`, `--admin-listen` on ports
+/// of the system's choosing; waits (bounded) for it to print them.
+pub async fn start(args: &[&str]) -> Binary {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut addr, mut admin) = (None, None);
+    while addr.is_none() || admin.is_none() {
+        let line = tokio::time::timeout(Duration::from_secs(20), stdout.next_line());
+        let line = line.await.expect("its addresses within 20 s").unwrap();
+        let line = line.expect("the gateway prints its addresses");
+        let url = |prefix: &str| {
+            let rest = line.strip_prefix(prefix)?;
+            rest.split_whitespace()
+                .next()?
+                .trim_end_matches(':')
+                .parse()
+                .ok()
+        };
+        addr = addr.or_else(|| url("gateway on http://"));
+        admin = admin.or_else(|| url("admin on http://"));
+    }
+    Binary {
+        child,
+        stdout,
+        addr: addr.unwrap(),
+        admin: admin.unwrap(),
+    }
+}
+
+impl Binary {
+    /// The next line it prints that starts with `prefix` (bounded: 20 s).
+    pub async fn line_starting(&mut self, prefix: &str) -> String {
+        let find = async {
+            loop {
+                let line = self.stdout.next_line().await.unwrap().expect("more output");
+                if line.starts_with(prefix) {
+                    return line;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), find)
+            .await
+            .unwrap_or_else(|_| panic!("no line starting with {prefix:?}"))
+    }
+}
