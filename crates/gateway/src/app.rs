@@ -22,6 +22,7 @@ pub mod access_log;
 mod catalog;
 mod client;
 mod config;
+mod connection;
 pub mod drain;
 mod errors;
 mod forward;

@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use hyper::body::{Body, Incoming};
 use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
+use hyper_util::rt::TokioTimer;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
+use super::connection::{self, Signals};
 use super::drain::Drain;
 
 /// The most a client may take to send a request's headers, and the most
@@ -30,6 +29,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// How long connections may take to close once the drain cut what was
 /// still open (each answer ends at the cut: this is for the bytes to go).
 pub const CUT_GRACE: Duration = Duration::from_secs(5);
+/// How long a connection accepted at the bound waits for room.
+const ROOM_WAIT: Duration = Duration::from_secs(1);
 /// The first wait after an accept error, doubled at each error in a row.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// The longest wait after an accept error.
@@ -40,8 +41,8 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 #[non_exhaustive]
 pub struct ServeConfig {
     /// The most connections open at once (default 10,000): at the bound
-    /// the listener accepts no more until one closes; the kernel's backlog
-    /// holds the rest.
+    /// a new connection takes the slot of one without a request in flight
+    /// (closed for it), else is closed itself.
     pub max_connections: usize,
     /// The most a connection may take to send a request's head, or sit
     /// idle waiting for one (default [`HEADER_TIMEOUT`], 10 s).
@@ -101,8 +102,10 @@ where
 ///    its client can see (the gateway's bodies watch the cut), and the
 ///    connections get [`CUT_GRACE`] more to close.
 ///
-/// Unlike `axum::serve`, at most `config.max_connections` are open at once,
-/// each has a header-read timeout (a client that trickles its headers,
+/// Unlike `axum::serve`, at most `config.max_connections` are open at once
+/// (past it, connections with no request in flight close to make room:
+/// a client holding idle connections cannot lock others out), each has a
+/// header-read timeout (a client that trickles its headers,
 /// or holds a connection without a request, is cut off), an accept error
 /// (out of file descriptors) is retried after a wait that doubles from
 /// 5 ms to 1 s instead of at once, and the drain is bounded: a client that
@@ -124,22 +127,20 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let graceful = GracefulShutdown::new();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout);
-    let slots = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    let max = config.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+    let slots = Arc::new(Semaphore::new(max));
+    let (draining, draining_rx) = watch::channel(false);
+    let (make_room, make_room_rx) = watch::channel(0u64);
+    let signals = Signals {
+        draining: draining_rx,
+        make_room: make_room_rx,
+    };
     let mut backoff = Backoff::default();
     tokio::pin!(shutdown);
     loop {
-        // A connection slot first: at the bound, nothing is accepted.
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break, // never closed
-            },
-            () = &mut shutdown => break,
-        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
@@ -168,21 +169,37 @@ where
             },
             () = &mut shutdown => break,
         };
-        let service = TowerToHyperService::new(router.clone());
-        let connection = http.serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "connection ended with an error");
+        // A slot for it: at the bound, the connections without a request
+        // in flight close to make room; if none frees one in time, every
+        // connection is busy and this one is closed.
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                make_room.send_modify(|n| *n = n.wrapping_add(1));
+                let freed = tokio::time::timeout(ROOM_WAIT, slots.clone().acquire_owned());
+                match freed.await {
+                    Ok(Ok(slot)) => slot,
+                    _ => {
+                        tracing::debug!(
+                            "at the connection bound, every connection busy: closing a new one"
+                        );
+                        continue;
+                    }
+                }
             }
-            drop(slot);
-        });
+        };
+        let connection =
+            connection::serve(http.clone(), stream, router.clone(), signals.clone(), slot);
+        tokio::spawn(connection);
     }
     drain.begin();
     drop(listener);
-    let finished = graceful.shutdown();
-    tokio::pin!(finished);
-    if tokio::time::timeout(config.drain_timeout, &mut finished)
+    let _ = draining.send(true);
+    // Every connection closed: every slot back.
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
+    let closed = slots.acquire_many(all);
+    tokio::pin!(closed);
+    if tokio::time::timeout(config.drain_timeout, &mut closed)
         .await
         .is_err()
     {
@@ -191,7 +208,7 @@ where
             config.drain_timeout
         );
         drain.cut();
-        if tokio::time::timeout(CUT_GRACE, finished).await.is_err() {
+        if tokio::time::timeout(CUT_GRACE, closed).await.is_err() {
             tracing::warn!("connections still open after the cut; closing");
         }
     }

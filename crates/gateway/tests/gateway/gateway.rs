@@ -92,13 +92,18 @@ pub async fn start_with(
     serve(config, servers).await
 }
 
-/// One simulated backend and the gateway in front, its listener served
-/// with `serve`.
-pub async fn start_served(name: &str, sims: usize, serve: app::ServeConfig) -> Running {
+/// `sims` simulated backends running `server` and the gateway in front,
+/// its listener served with `serve`.
+pub async fn start_served(
+    name: &str,
+    sims: usize,
+    server: ServerConfig,
+    serve: app::ServeConfig,
+) -> Running {
     let mut servers = Vec::new();
     let mut backends = Vec::new();
     for i in 0..sims {
-        let server = ModelServer::start(&format!("{name}-{i}"), ServerConfig::default())
+        let server = ModelServer::start(&format!("{name}-{i}"), server.clone())
             .await
             .unwrap();
         backends.push((
