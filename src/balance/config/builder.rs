@@ -370,4 +370,22 @@ impl BalanceConfig {
             config: Self::default(),
         }
     }
+
+    /// A builder starting from this config's settings, to change some of
+    /// them in code: a config read from a file (`config::StackConfig`)
+    /// given what a file has no key for (a residency header, a
+    /// breaker-transition hook). The builder validates again.
+    ///
+    /// ```
+    /// use tower_model_balance::balance::BalanceConfig;
+    ///
+    /// let read = BalanceConfig::builder().owners(3).build().unwrap();
+    /// let changed = read.to_builder().receipts(true).build().unwrap();
+    /// assert_eq!(changed, BalanceConfig::builder().owners(3).receipts(true).build().unwrap());
+    /// ```
+    pub fn to_builder(&self) -> BalanceConfigBuilder {
+        BalanceConfigBuilder {
+            config: self.clone(),
+        }
+    }
 }
