@@ -31,8 +31,7 @@ pub mod phases;
 pub mod reply_body;
 mod routes;
 pub mod server;
-
-use std::time::Duration;
+mod stack;
 
 use axum::Router;
 use bytes::Bytes;
@@ -43,21 +42,16 @@ use tower::retry::{Retry, RetryLayer};
 use tower::ServiceBuilder;
 use tower_model_balance::balance::BackgroundTask;
 use tower_model_balance::balance::{
-    AdmissionConfig, Backend, BackendMeta, BalanceConfig, BalancerHandle, BreakerScope, Limit,
-    ModelBalancer, ResidencyHeader,
+    AdmissionConfig, Backend, BackendMeta, BalancerHandle, Limit, ModelBalancer, ResidencyHeader,
 };
-use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::discover::etcd::{Etcd, EtcdHandle};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::BoxError;
-use tower_model_balance::health::probe::{
-    KServeV2, MetricNames, OpenAiModels, ProbeConfig, PrometheusMetrics,
-};
+use tower_model_balance::health::probe::{KServeV2, MetricNames, OpenAiModels, PrometheusMetrics};
 use tower_model_balance::hedge::{
-    BalancerLoad, FirstFrame, FirstFrameLayer, Hedge, HedgeConfig, HedgeHandle, HedgeLayer,
-    RetryPolicy,
+    BalancerLoad, FirstFrame, FirstFrameLayer, Hedge, HedgeHandle, HedgeLayer, RetryPolicy,
 };
-use tower_model_balance::placement::{KServeV2Loader, PlacementConfig, WhenCold};
+use tower_model_balance::placement::KServeV2Loader;
 use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 
 use access_log::AccessLog;
@@ -73,6 +67,7 @@ use phases::Phases;
 pub use phases::Timeouts;
 use routes::{admin_router, prometheus, router, App};
 pub use server::{serve, serve_with, ServeConfig};
+pub use stack::{default_stack, over_defaults, stack_config, DEFAULTS as STACK_DEFAULTS};
 
 /// One backend's endpoint: the shared client pointed at its origin, under
 /// the phase timeouts where the backend is at fault (inside the balancer's
@@ -161,25 +156,9 @@ impl Gateway {
                 Ok(Backend::with_meta(meta, endpoint(origin)))
             })
             .collect::<Result<_, BoxError>>()?;
-        let mut balance = BalanceConfig::builder()
-            // Three 5xx in a row open a breaker (the default failure rate
-            // needs 10 calls first): a gateway in front of a few backends
-            // fails fast sooner.
-            .breaker(BreakerConfig::builder().consecutive_failures(3).build()?)
-            // One breaker per (backend, model): a model that fails on
-            // every server (a broken runtime, a model answering 500 to
-            // every inference) opens its own breakers, not the servers'
-            // — with one breaker per backend, a few clients sending it
-            // opened every breaker and the fleet answered 503 to healthy
-            // models. A server that is down fails every model's pair, and
-            // its probes fail: health ejects it within a probe round.
-            .breaker_scope(BreakerScope::BackendModel { max_pairs: 100_000 })
-            // No panic mode: the backends whose breakers admit take the
-            // traffic, and when none does the gateway answers 503 with
-            // Retry-After at once, rather than route over backends that
-            // are failing. (Health alone ejects at most 30% of the fleet,
-            // so it cannot empty it.)
-            .panic_threshold(0.0);
+        // The gateway's breaker policy and scope, its panic threshold, its
+        // probes, placement and hedge: `config.stack` (`app/stack.rs`).
+        let mut balance = config.stack.balance.to_builder();
         if let Some(name) = config.residency_header.clone() {
             balance = balance.residency_header(ResidencyHeader::ResidentModels(name));
         }
@@ -192,8 +171,11 @@ impl Gateway {
         if let Some(limit) = config.admission_limit {
             balance = balance.admission(AdmissionConfig::builder(Limit::fixed(limit)).build()?);
         }
-        // Receipts for the header and the access log's backend and reason.
-        balance = balance.receipts(config.receipt_header || config.access_log != AccessLog::Off);
+        // Receipts for the header and the access log's backend and reason;
+        // a file's `receipts = true` stays.
+        if config.receipt_header || config.access_log != AccessLog::Off {
+            balance = balance.receipts(true);
+        }
         let (balancer, etcd) = match &config.etcd {
             None => (
                 ModelBalancer::new(ServiceList::new(backends), balance.build()?)?,
@@ -211,10 +193,7 @@ impl Gateway {
             }
         };
         let handle = balancer.handle();
-        let probes = ProbeConfig::builder()
-            .interval(config.probe_interval)
-            .timeout(config.probe_interval.min(Duration::from_millis(500)))
-            .build()?;
+        let probes = config.stack.probe.clone();
         let metrics = PrometheusMetrics::new(MetricNames::vllm());
         // What the probes find is noted in the catalog too: the models
         // `GET /v1/models` lists, and the only one, if there is one.
@@ -236,17 +215,16 @@ impl Gateway {
         // model, if one can take it (`PreferWarm`).
         let placement = match (config.placement, config.probe) {
             (true, Probe::KServe) => {
-                let policy = PlacementConfig::builder()
-                    .when_cold(WhenCold::PreferWarm)
-                    .build()?;
+                let policy = config.stack.placement.clone();
                 Some(handle.enable_placement(KServeV2Loader::new(), policy)?)
             }
             _ => None,
         };
         // A backup after the model's p95, within 5% of the requests, and
-        // none while the fleet is over 80% of its serving slots.
+        // none while the fleet is over 80% of its serving slots (the
+        // library's defaults, unless `[hedge]` says otherwise).
         let gate = BalancerLoad::new(handle.clone(), config.backend_slots);
-        let hedge = HedgeLayer::with_load_gate(HedgeConfig::default(), gate);
+        let hedge = HedgeLayer::with_load_gate(config.stack.hedge.clone(), gate);
         let drain = Drain::new();
         let app = App {
             stack: stack(balancer, &hedge, &config, &catalog)?,

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use axum::http::HeaderName;
 use tower_model_balance::backend::BackendId;
+use tower_model_balance::config::StackConfig;
 use tower_model_balance::endpoint::Origin;
 
 use super::access_log::AccessLog;
@@ -56,8 +57,16 @@ pub struct Config {
     pub max_buffered_bytes: usize,
     /// The API the probes ask.
     pub probe: Probe,
-    /// How often each backend is probed.
-    pub probe_interval: Duration,
+    /// The layers' settings: the balancer with its breakers and health
+    /// (`balance`, `breaker`, `health`), the probes' interval and timeout
+    /// (`probe`), placement and hedging. Default
+    /// [`default_stack`](super::default_stack): the library's defaults
+    /// but where the gateway chose otherwise (`app/stack.rs`); a
+    /// `--config` file's tables go over those, key by key
+    /// ([`stack_config`](super::stack_config)). The fields below that
+    /// are set (`owners`, `owner_load`, `admission_limit`,
+    /// `receipt_header`) go over the balancer's.
+    pub stack: StackConfig,
     /// A response header listing the models resident on the backend (the
     /// simulator's), if the backends send one.
     pub residency_header: Option<HeaderName>,
@@ -125,8 +134,9 @@ pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024 * 1024;
 impl Config {
     /// Defaults for `backends`: 64 MiB bodies on KServe v2 routes, 16 MiB
     /// on the others, [`Timeouts::default`], 10,000 requests and 1 GiB of
-    /// bodies in flight, KServe v2 probes every second, placement on, no
-    /// residency header.
+    /// bodies in flight, KServe v2 probes, the gateway's layer settings
+    /// ([`default_stack`](super::default_stack): probes every second),
+    /// placement on, no residency header.
     pub fn new(backends: Vec<(BackendId, Origin)>) -> Self {
         Self {
             backends,
@@ -137,7 +147,7 @@ impl Config {
             max_requests: DEFAULT_MAX_REQUESTS,
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             probe: Probe::KServe,
-            probe_interval: Duration::from_secs(1),
+            stack: super::stack::default_stack(),
             residency_header: None,
             body_timeout: Duration::from_secs(30),
             backend_slots: 4,

@@ -83,7 +83,8 @@ async fn the_model_slots_flag_sets_what_a_backend_holds() {
             config.model_slots = slots;
             config.receipt_header = true;
             config.residency_header = None;
-            config.probe_interval = Duration::from_secs(3600);
+            let hourly = "[probe]\ninterval_ms = 3600000".parse().unwrap();
+            config.stack = crate::app::stack_config(&hourly).unwrap();
         })
         .await;
         assert_eq!(reason(&gw, "a").await, "cold_owner");
