@@ -76,15 +76,27 @@ pub struct Args {
     pub json_body_limit: usize,
     /// `--access-log`.
     pub access_log: AccessLog,
+    /// The `--config` file's tables for the layers (`[balance]`,
+    /// `[breaker]`, …; empty without a file), checked; the flags
+    /// `--owners`, `--owner-load` and `--admission-limit` go over them in
+    /// [`config`](Self::config).
+    pub tables: toml::Table,
 }
 
 impl Args {
-    /// The flags in `args` (the program's name left out).
+    /// The flags in `args` (the program's name left out); with
+    /// `--config FILE`, the file's settings under them (`args/file.rs`).
     ///
     /// # Errors
     ///
-    /// `--help`, or a bad flag (the message names it).
+    /// `--help`, or a bad flag (the message names it), or a bad file (the
+    /// message names it and its key).
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
+        file::parse(args.into_iter().collect())
+    }
+
+    /// The flags in `args`, `--config` taken out.
+    fn parse_flags(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
         let mut parsed = Args {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             backends: Vec::new(),
@@ -112,6 +124,7 @@ impl Args {
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             json_body_limit: DEFAULT_JSON_BODY_LIMIT,
             access_log: AccessLog::Off,
+            tables: toml::Table::new(),
         };
         let mut sims_given = false;
         let mut seen: Vec<String> = Vec::new();
@@ -408,6 +421,7 @@ fn same_backend(a: &Origin, b: &Origin) -> bool {
 }
 
 mod config;
+mod file;
 #[cfg(test)]
 mod tests;
 mod usage;

@@ -15,7 +15,8 @@ impl Args {
     ///
     /// # Errors
     ///
-    /// A `--metrics-port` that makes no origin with a backend's host.
+    /// A `--metrics-port` that makes no origin with a backend's host; a
+    /// layers' setting out of range (checked by [`Args::parse`] already).
     pub fn config(&self, simulated: Vec<(BackendId, Origin)>) -> Result<Config, String> {
         let sims = !simulated.is_empty();
         let mut config = if let Some(prefix) = &self.prefix {
@@ -40,10 +41,10 @@ impl Args {
         config.timeouts = self.timeouts;
         config.max_requests = self.max_requests;
         config.max_buffered_bytes = self.max_buffered_bytes;
-        config.admission_limit = self.admission_limit;
         config.model_slots = self.model_slots;
-        config.owners = self.owners;
-        config.owner_load = self.owner_load;
+        // `--owners`, `--owner-load`, `--admission-limit` and the file's
+        // layers' tables, over the gateway's defaults.
+        config.stack = crate::app::stack_config(&self.stack_tables()).map_err(|e| e.to_string())?;
         config.prefix_bytes = self.prefix_bytes;
         config.session_header = self.session_header.clone();
         config.receipt_header = self.receipt_header;
@@ -70,5 +71,42 @@ impl Args {
                 .collect::<Result<_, String>>()?;
         }
         Ok(config)
+    }
+
+    /// The `--config` file's layers' tables with the flags that set a key
+    /// of theirs over them: `--owners` and `--owner-load` (`[balance]`),
+    /// `--admission-limit` (`[admission] limit`, a fixed limit in place of
+    /// the file's, its other keys kept).
+    pub(crate) fn stack_tables(&self) -> toml::Table {
+        let mut tables = self.tables.clone();
+        let mut set = |name: &str, key: &str, value: toml::Value, replaces: &[&str]| {
+            let table = tables
+                .entry(name)
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            // The file's table is a table: `Args::parse` checked it.
+            if let toml::Value::Table(table) = table {
+                for key in replaces {
+                    table.remove(*key);
+                }
+                table.insert(key.into(), value);
+            }
+        };
+        if let Some(k) = self.owners {
+            set("balance", "owners", toml::Value::Integer(k as i64), &[]);
+        }
+        if let Some(load) = self.owner_load {
+            set("balance", "owner_load", toml::Value::Float(load), &[]);
+        }
+        if let Some(limit) = self.admission_limit {
+            // A fixed limit in place of an adaptive one.
+            let aimd = ["limit_min", "limit_max", "backoff", "latency_threshold_ms"];
+            set(
+                "admission",
+                "limit",
+                toml::Value::Integer(limit as i64),
+                &aimd,
+            );
+        }
+        tables
     }
 }

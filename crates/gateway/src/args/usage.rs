@@ -4,6 +4,18 @@
 pub const USAGE: &str = "\
 usage: gateway [FLAGS]
 
+  --config FILE        the settings of the flags below, and the layers' own
+                       tables ([balance], [breaker], [health], [probe],
+                       [placement], [hedge], [admission]: the library's
+                       StackConfig), from a TOML file; a flag given here
+                       overrides its key. A flag's key is its name in
+                       [gateway], `-` as `_`, seconds in `_s` (--drain-timeout
+                       60: drain_timeout_s = 60; --no-placement: placement =
+                       false), but --backend and --metrics: [[gateway.backends]]
+                       name, url, metrics; --etcd, --prefix: [gateway.etcd]
+                       endpoints, prefix; --owners, --owner-load: [balance]
+                       owners, owner_load; --admission-limit: [admission]
+                       limit. Example: crates/gateway/examples/gateway.toml
   --listen ADDR        address to serve on (default 127.0.0.1:8080)
   --backend [NAME=]URL a backend's origin, e.g. http://10.0.0.1:8000 (repeatable),
                        and the name its owners are hashed by (default: the

@@ -5,6 +5,7 @@
 
 mod access_log;
 mod bare;
+mod config_file;
 mod drain;
 mod histograms;
 mod limits;
