@@ -1,5 +1,5 @@
 //! The gateway over simulated fleets: its HTTP surface, etcd membership,
-//! TTFT histograms, the OpenAI API, the owners flag, prefix affinity and
+//! TTFT histograms, the OpenAI API, the owners flag, a config file, prefix affinity and
 //! streams; the bare proxy. The gateway's app, flags and sidecar are the library's
 //! (`tower_model_balance_gateway`), the code the binaries run.
 

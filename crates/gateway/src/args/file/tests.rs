@@ -119,6 +119,33 @@ fn the_example_file_reads_as_the_flags_it_stands_for() {
     assert_eq!(stack["probe"]["interval_ms"].as_integer(), Some(2000));
 }
 
+/// The example of `docs/operations.md`'s "Config file" reads, and its
+/// tables reach the stack over the gateway's defaults.
+#[test]
+fn the_example_of_the_docs_reads() {
+    let docs = include_str!("../../../../../docs/operations.md");
+    let section = docs.split("## Config file").nth(1).unwrap();
+    let text = section
+        .split("```toml\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let args = parse(&["--config", &file("docs", text)]).unwrap();
+    assert_eq!(args.ids.len(), 2);
+    let stack = stack(&args);
+    assert_eq!(
+        stack["breaker"]["open_duration_ms"].as_integer(),
+        Some(10_000)
+    );
+    assert_eq!(
+        stack["breaker"]["consecutive_failures"].as_integer(),
+        Some(3)
+    );
+    assert_eq!(stack["hedge"]["percentile"].as_float(), Some(0.99));
+}
+
 /// The keys of `USAGE`'s flags: each flag but `--help`, `--version` and
 /// `--config` has one ([`KEYS`]), named by the rule `--config` states in
 /// the usage (its name in `[gateway]`, `_s` for seconds) or else named
