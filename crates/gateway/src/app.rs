@@ -67,7 +67,7 @@ use phases::Phases;
 pub use phases::Timeouts;
 use routes::{admin_router, prometheus, router, App};
 pub use server::{serve, serve_with, ServeConfig};
-pub use stack::{default_stack, over_defaults, stack_config, DEFAULTS as STACK_DEFAULTS};
+pub use stack::{default_stack, stack_config, DEFAULTS as STACK_DEFAULTS};
 
 /// One backend's endpoint: the shared client pointed at its origin, under
 /// the phase timeouts where the backend is at fault (inside the balancer's

@@ -78,7 +78,7 @@ pub fn default_stack() -> StackConfig {
 }
 
 /// [`DEFAULTS`] with `file`'s tables over them, key by key.
-pub fn over_defaults(file: &toml::Table) -> toml::Table {
+fn over_defaults(file: &toml::Table) -> toml::Table {
     let mut merged: toml::Table = DEFAULTS.parse().expect("the gateway's defaults are TOML");
     for (name, value) in file {
         match (merged.get_mut(name), value) {
