@@ -58,7 +58,7 @@
 //! | `model_balance_hedges_won_total` | counter | | requests answered by their backup's success |
 //! | `model_balance_hedges_after_failure_total` | counter | | backups sent at once because the first attempt failed fast (counted in `hedges_sent` too) |
 //! | `model_balance_hedges_suppressed_total` | counter | `reason` | backups due but not sent: `budget` (the budget was spent), `load` (the load gate reported the fleet over its threshold), `no_alternative` (no backend where a backup could help: see `Exclude`), `unready` (the backup's service failed its readiness) |
-//! | `model_balance_hedges_skipped_total` | counter | `reason` | requests that needed or could take no backup: `ended_before_delay` (the first attempt ended, or was dropped, before the delay), `warming_up` (too few samples for a delay), `update`, `uncopyable`, `disabled` (`max_attempts` 1) |
+//! | `model_balance_hedges_skipped_total` | counter | `reason` | requests that needed or could take no backup: `ended_before_delay` (the first attempt ended, or was dropped, before the delay), `warming_up` (too few samples for a delay), `update`, `send_once` (marked `SendOnce`: not safe to send twice), `uncopyable`, `disabled` (`max_attempts` 1) |
 //!
 //! ## Histograms, not summaries
 //!
@@ -292,7 +292,7 @@ const SERIES: [(&str, Kind, &str); 22] = [
     (
         "model_balance_hedges_skipped_total",
         Kind::Counter,
-        "Requests that needed or could take no backup, by reason: ended_before_delay, warming_up, update, uncopyable or disabled.",
+        "Requests that needed or could take no backup, by reason: ended_before_delay, warming_up, update, send_once, uncopyable or disabled.",
     ),
 ];
 
@@ -332,6 +332,7 @@ pub fn record_hedge(handle: &HedgeHandle) {
         ("ended_before_delay", stats.ended_before_delay),
         ("warming_up", stats.warming_up),
         ("update", stats.updates),
+        ("send_once", stats.send_once),
         ("uncopyable", stats.uncopyable),
         ("disabled", stats.disabled),
     ] {

@@ -95,7 +95,12 @@
 //!   attempt that lost is no failure of its backend: the balancer counts
 //!   it a slow call (see [`Guard`](crate::balance::Guard)).
 //! * Updates (`x-request-kind: update`) are never hedged: a write is not
-//!   idempotent. Requests whose route cannot be read share one histogram.
+//!   idempotent. Nor is a request marked
+//!   [`SendOnce`](crate::route::SendOnce) (a Responses API call that
+//!   stores its answer, say): its latency is timed as its model's, and it
+//!   is sent once ([`HedgeStats::send_once`]); a [`RetryPolicy`] sends it
+//!   again only when its connection was refused. Requests whose route
+//!   cannot be read share one histogram.
 //! * **Accounting**: every request is counted in [`HedgeStats`] as hedged
 //!   or, for one reason, not ([`HedgeStats::not_hedged`]); read them
 //!   through [`HedgeLayer::handle`], or [`Hedge::handle`] on the built

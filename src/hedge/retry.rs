@@ -45,6 +45,11 @@ use crate::error::{BoxError, StreamFailed};
 ///   backend's tokens would not continue it (a sampled generation differs
 ///   from one run to the next).
 ///
+/// A request marked [`SendOnce`](crate::route::SendOnce) (a write, or a
+/// call that stores its answer) is retried only when its connection was
+/// refused: a 503, a 404 or a reset may come after the server acted on
+/// it.
+///
 /// Never anything once a response has begun other than that 503 and 404:
 /// other statuses, and errors after the headers (a body's), are not retried;
 /// nor a timeout (no transport error). At most `max_retries` (default 1)
@@ -206,7 +211,14 @@ where
             .and_then(PickedSlot::get)
             .cloned();
         let update = super::service::route_of(&*req).1;
-        let wait = self.safe_wait(result, picked.is_some(), update)?;
+        let wait = match super::service::is_send_once(&*req) {
+            // Sent once: again only if it never left.
+            true => match result {
+                Err(error) if connect_refused(error.as_ref()) => Duration::ZERO,
+                _ => return None,
+            },
+            false => self.safe_wait(result, picked.is_some(), update)?,
+        };
         let now = Instant::now();
         // A 404 is the balancer's stale belief, not load the backend
         // carried: its retry draws nothing from the budget (which a down

@@ -14,7 +14,7 @@ use super::shared::{Counters, HedgeHandle, Shared, Unplanned};
 use crate::backend::PickedSlot;
 use crate::classify::{Classify, ServerErrorsAsFailures};
 use crate::error::BoxError;
-use crate::route::RequestKind;
+use crate::route::{RequestKind, SendOnce};
 
 /// Sends a backup attempt when the first is slow; see the
 /// [module docs](super). Made by [`HedgeLayer`](super::HedgeLayer).
@@ -104,6 +104,12 @@ pub(crate) fn route_of<Req: CloneRequest>(req: &Req) -> (Option<u64>, bool) {
     }
 }
 
+/// Whether the request is marked [`SendOnce`]: never hedged, retried only
+/// when its connection was refused.
+pub(crate) fn is_send_once<Req: CloneRequest>(req: &Req) -> bool {
+    req.extensions().is_some_and(SendOnce::is_marked)
+}
+
 impl<S, C, Req> Service<Req> for Hedge<S, C>
 where
     S: Service<Req> + Clone,
@@ -141,6 +147,8 @@ where
         let backup = match place {
             None => Err(Unplanned::Update),
             Some(_) if !hedges => Err(Unplanned::Disabled),
+            // Timed as any other request of its model, never copied.
+            Some(_) if is_send_once(&req) => Err(Unplanned::SendOnce),
             Some(place) => self.backup(&mut req, place, now),
         };
         let backup = backup

@@ -26,6 +26,7 @@ pub(crate) struct Counters {
     pub(crate) in_time: AtomicU64,
     pub(crate) warming_up: AtomicU64,
     pub(crate) updates: AtomicU64,
+    pub(crate) send_once: AtomicU64,
     pub(crate) uncopyable: AtomicU64,
     pub(crate) disabled: AtomicU64,
     pub(crate) unready: AtomicU64,
@@ -35,6 +36,7 @@ pub(crate) struct Counters {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unplanned {
     Update,
+    SendOnce,
     Disabled,
     WarmingUp,
     Uncopyable,
@@ -49,6 +51,7 @@ impl Counters {
     pub(crate) fn unplanned(&self, why: Unplanned) {
         Self::add(match why {
             Unplanned::Update => &self.updates,
+            Unplanned::SendOnce => &self.send_once,
             Unplanned::Disabled => &self.disabled,
             Unplanned::WarmingUp => &self.warming_up,
             Unplanned::Uncopyable => &self.uncopyable,
@@ -131,7 +134,8 @@ impl Shared {
 /// was hedged (`hedges`), or not, for one reason — suppressed
 /// (`suppressed_by_budget`, `suppressed_by_load`,
 /// `suppressed_by_no_alternative`), not needed (`ended_before_delay`),
-/// never planned (`warming_up`, `updates`, `uncopyable`, `disabled`), or
+/// never planned (`warming_up`, `updates`, `send_once`, `uncopyable`,
+/// `disabled`), or
 /// its backup could not be sent (`backup_unready`). So, with no request
 /// in flight, `requests == hedges + not_hedged()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -167,6 +171,9 @@ pub struct HedgeStats {
     /// Updates (`x-request-kind: update`): never hedged, a write is not
     /// idempotent.
     pub updates: u64,
+    /// Requests marked [`SendOnce`](crate::route::SendOnce): never
+    /// hedged, they are not safe to send twice.
+    pub send_once: u64,
     /// Requests the hedge cannot copy
     /// ([`CloneRequest::clone_request`](super::CloneRequest::clone_request)
     /// gave `None`).
@@ -188,6 +195,7 @@ impl HedgeStats {
             + self.ended_before_delay
             + self.warming_up
             + self.updates
+            + self.send_once
             + self.uncopyable
             + self.disabled
             + self.backup_unready
@@ -217,6 +225,7 @@ impl HedgeHandle {
             ended_before_delay: read(&c.in_time),
             warming_up: read(&c.warming_up),
             updates: read(&c.updates),
+            send_once: read(&c.send_once),
             uncopyable: read(&c.uncopyable),
             disabled: read(&c.disabled),
             backup_unready: read(&c.unready),

@@ -65,7 +65,7 @@ mod tests;
 mod view;
 
 pub use self::header::{MODEL_ID_HEADER, REQUEST_KIND_HEADER, URGENCY_HEADER};
-pub use self::kind::{RequestKind, Urgency};
+pub use self::kind::{RequestKind, SendOnce, Urgency};
 pub use self::model::ModelId;
 pub use self::prefix::PrefixKey;
 pub use self::routable::Routable;

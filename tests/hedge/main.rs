@@ -1,7 +1,7 @@
 //! The hedge: the layer over mock and loopback services, beside the
 //! balancer, the documented recipes (axum, tonic), retries from the same
-//! budget, first frames, the superseded first attempt, and a call made
-//! before readiness.
+//! budget, first frames, the superseded first attempt, a call made
+//! before readiness, and requests marked to be sent once.
 
 mod balance;
 mod first_frame;
@@ -10,6 +10,7 @@ mod loopback;
 mod not_ready;
 mod recipe;
 mod retry;
+mod send_once;
 mod supersede;
 mod tonic;
 
