@@ -41,6 +41,8 @@
 //! | `model_balance_backend_breaker_state` | gauge | `backend` | its breaker: 0 closed, 1 half-open, 2 open |
 //! | `model_balance_backend_breaker_trips_total` | counter | `backend` | times its breaker opened on the evidence of its calls |
 //! | `model_balance_backend_breaker_transitions_total` | counter | `backend`, `to` | times its breaker entered a state: `to` is `closed`, `half_open` or `open` (by hand included) |
+//! | `model_balance_backend_pair_breaker_trips_total` | counter | `backend` | in `BreakerScope::BackendModel`: times one of its (backend, model) pair breakers opened, summed over its models |
+//! | `model_balance_backend_pair_breakers_open` | gauge | `backend` | in `BreakerScope::BackendModel`: its pair breakers not closed now (open or half-open) |
 //! | `model_balance_backend_health_score` | gauge | `backend` | its health score, a fraction in [0, 1] |
 //! | `model_balance_backend_ejected` | gauge | `backend` | 1 while health ejects it, else 0 |
 //! | `model_balance_backend_ejections_total` | counter | `backend` | times health ejected it |
@@ -92,7 +94,9 @@
 //! ```
 //!
 //! Labels are backend IDs and fixed words only — never model IDs, whose
-//! number a client does not bound. A backend that leaves keeps its last
+//! number a client does not bound: the pair breakers (up to `max_pairs`,
+//! 100,000 in the gateway) are summed per backend, never a series per
+//! pair; read one pair with `BalancerHandle::breaker_state`. A backend that leaves keeps its last
 //! values in the recorder until the recorder drops idle series.
 
 use std::time::Duration;
@@ -183,7 +187,7 @@ enum Kind {
 }
 
 /// Every series of the [module docs](self): name, kind, help text.
-const SERIES: [(&str, Kind, &str); 22] = [
+const SERIES: [(&str, Kind, &str); 24] = [
     (
         "model_balance_requests_total",
         Kind::Counter,
@@ -233,6 +237,16 @@ const SERIES: [(&str, Kind, &str); 22] = [
         "model_balance_backend_breaker_transitions_total",
         Kind::Counter,
         "Times the backend's breaker entered a state.",
+    ),
+    (
+        "model_balance_backend_pair_breaker_trips_total",
+        Kind::Counter,
+        "Times one of the backend's (backend, model) pair breakers opened, over all its models.",
+    ),
+    (
+        "model_balance_backend_pair_breakers_open",
+        Kind::Gauge,
+        "The backend's (backend, model) pair breakers open or half-open now.",
     ),
     (
         "model_balance_backend_health_score",
@@ -391,6 +405,10 @@ pub fn record(handle: &BalancerHandle) {
             let labels = [("backend", id.clone()), ("to", to.to_owned())];
             counter!("model_balance_backend_breaker_transitions_total", &labels).absolute(value);
         }
+        counter!("model_balance_backend_pair_breaker_trips_total", &label())
+            .absolute(b.pair_breaker_trips);
+        gauge!("model_balance_backend_pair_breakers_open", &label())
+            .set(b.pair_breakers_open as f64);
         gauge!("model_balance_backend_health_score", &label()).set(b.health);
         gauge!("model_balance_backend_ejected", &label()).set(f64::from(u8::from(b.ejected)));
         counter!("model_balance_backend_ejections_total", &label()).absolute(b.ejections);

@@ -84,6 +84,13 @@ pub struct BackendStatus {
     pub breaker_trips: u64,
     /// Times its backend-level breaker entered each state.
     pub breaker_transitions: TransitionCounts,
+    /// Trips (closed to open) of its (backend, model) pair breakers since
+    /// it joined, pairs evicted since included; 0 in
+    /// [`BreakerScope::Backend`](crate::balance::BreakerScope::Backend).
+    pub pair_breaker_trips: u64,
+    /// Its pair breakers not closed now (open, or half-open until their
+    /// probe succeeds); a pair evicted from the map leaves the count.
+    pub pair_breakers_open: usize,
     /// Requests sent to it since it joined (a counter that wraps after
     /// 2^40, about a trillion).
     pub picked: u64,
@@ -130,6 +137,8 @@ impl BackendStatus {
             breaker: b.breaker.state(),
             breaker_trips: b.breaker.trips(),
             breaker_transitions: b.breaker.transitions(),
+            pair_breaker_trips: b.pairs.trips(),
+            pair_breakers_open: b.pairs.not_closed(),
             picked: b.traffic.picked(),
             health: b.health.status(policy).score,
             ejected: b.health.is_ejected(),

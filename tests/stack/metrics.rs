@@ -209,6 +209,11 @@ async fn the_hedge_series_carry_the_hedge_layers_counters() {
         .headers_mut()
         .insert("x-request-kind", "update".parse().unwrap());
     layer.layer(slow_first().0).oneshot(update).await.unwrap();
+    // One marked to be sent once: never hedged, counted as such.
+    let mut once = inference();
+    once.extensions_mut()
+        .insert(tower_model_balance::route::SendOnce);
+    layer.layer(slow_first().0).oneshot(once).await.unwrap();
 
     let recorder = DebuggingRecorder::new();
     let handle = layer.handle();
@@ -217,8 +222,9 @@ async fn the_hedge_series_carry_the_hedge_layers_counters() {
     });
     let got = snapshot(&recorder);
     let get = |name: &str, label: &str| got[&(name.to_string(), label.to_string())];
-    assert_eq!(get("model_balance_hedge_requests_total", ""), 4.0);
+    assert_eq!(get("model_balance_hedge_requests_total", ""), 5.0);
     assert_eq!(get("model_balance_hedges_skipped_total", "update"), 1.0);
+    assert_eq!(get("model_balance_hedges_skipped_total", "send_once"), 1.0);
     assert_eq!(get("model_balance_hedges_skipped_total", "warming_up"), 0.0);
     assert_eq!(get("model_balance_hedges_sent_total", ""), 1.0);
     assert_eq!(get("model_balance_hedges_won_total", ""), 1.0);
@@ -227,7 +233,7 @@ async fn the_hedge_series_carry_the_hedge_layers_counters() {
     let stats = handle.stats();
     assert_eq!(
         (stats.requests, stats.hedges, stats.hedges_won),
-        (4, 1, 1),
+        (5, 1, 1),
         "the figures come from the handle"
     );
 }
@@ -294,7 +300,7 @@ fn every_documented_series_is_described() {
         .filter_map(|rest| rest.split('`').next())
         .map(str::to_string)
         .collect();
-    assert_eq!(documented.len(), 22, "{documented:?}");
+    assert_eq!(documented.len(), 24, "{documented:?}");
     for name in &documented {
         assert!(
             described
@@ -308,4 +314,55 @@ fn every_documented_series_is_described() {
         documented.len(),
         "no series described twice or undocumented"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn pair_breakers_are_summed_per_backend_never_a_series_per_pair() {
+    use tower_model_balance::balance::BreakerScope;
+    use tower_model_balance::breaker::BreakerConfig;
+
+    let ok = Node::new("ok", Behavior::Serve(std::time::Duration::from_millis(5)));
+    let bad = Node::new("bad", Behavior::Fail);
+    let list = ServiceList::new(vec![ok.backend(), bad.backend()]);
+    let breaker = BreakerConfig::builder().consecutive_failures(1).build();
+    let config = BalanceConfig::builder()
+        .breaker(breaker.unwrap())
+        .breaker_scope(BreakerScope::BackendModel { max_pairs: 100 })
+        .build()
+        .unwrap();
+    let balancer = ModelBalancer::new(list, config).unwrap();
+    for model in ["llama", "mistral", "qwen", "phi"] {
+        worker(balancer.clone(), model.into(), false, 10).await;
+    }
+
+    let recorder = DebuggingRecorder::new();
+    let handle = balancer.handle();
+    metrics::with_local_recorder(&recorder, || tower_model_balance::metrics::record(&handle));
+    let got = snapshot(&recorder);
+    let get = |name: &str, label: &str| got[&(name.to_string(), label.to_string())];
+    let trips = "model_balance_backend_pair_breaker_trips_total";
+    let open = "model_balance_backend_pair_breakers_open";
+    let status = |id: &str| {
+        let all = handle.backends();
+        all.into_iter().find(|b| b.id.as_str() == id).unwrap()
+    };
+    let bad = status("bad");
+    assert!(bad.pair_breaker_trips >= 1, "{bad:?}");
+    assert_eq!(get(trips, "bad"), bad.pair_breaker_trips as f64);
+    assert_eq!(get(open, "bad"), bad.pair_breakers_open as f64);
+    assert_eq!(bad.pair_breakers_open as u64, bad.pair_breaker_trips);
+    assert_eq!((get(trips, "ok"), get(open, "ok")), (0.0, 0.0));
+    assert_eq!(
+        handle.stats().pair_breaker_trips,
+        bad.pair_breaker_trips,
+        "the fleet's sum"
+    );
+    assert_eq!(
+        bad.breaker_trips, 0,
+        "the backend-level breaker takes no traffic"
+    );
+    for name in [trips, open] {
+        let series = got.keys().filter(|(n, _)| n == name).count();
+        assert_eq!(series, 2, "{name}: one per backend");
+    }
 }

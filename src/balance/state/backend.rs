@@ -15,6 +15,7 @@ use crate::balance::state::health::{BackendHealth, WarmUp};
 use crate::balance::state::limit::BackendLimit;
 use crate::balance::state::prefix::PrefixRecord;
 use crate::balance::state::residency::Residency;
+use crate::balance::state::scoped::PairCounts;
 use crate::balance::state::stream::StreamTimes;
 use crate::balance::state::traffic::Traffic;
 use crate::breaker::{Breaker, BreakerConfig, OnTransition, Ticket, Transition};
@@ -74,6 +75,9 @@ pub(crate) struct BackendState {
     pub(crate) prefixes: PrefixRecord,
     /// Set when discovery removes the backend: not picked again.
     pub(crate) removed: AtomicBool,
+    /// Its pair breakers' trips and those not closed, in `BackendModel`
+    /// scope.
+    pub(crate) pairs: Arc<PairCounts>,
 }
 
 impl BackendState {
@@ -98,6 +102,7 @@ impl BackendState {
             limit: BackendLimit::new(fleet.settings.admission.as_ref()),
             stream: StreamTimes::new(),
             prefixes: PrefixRecord::default(),
+            pairs: Arc::default(),
             fleet,
         }
     }
@@ -219,7 +224,7 @@ impl BackendState {
                 .ok()
                 .map(Admission::Backend),
             Some(pairs) => pairs
-                .try_acquire(self.uid, key, now.get())
+                .try_acquire(self.uid, key, &self.pairs, now.get())
                 .map(|(breaker, ticket)| Admission::Pair(breaker, ticket)),
         }
     }

@@ -26,7 +26,7 @@
 //! own breaker, never through the map.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::time::Instant;
@@ -52,14 +52,66 @@ pub(crate) struct Scoped {
     trips: Arc<Trips>,
 }
 
-/// Counts the trips of the pair breakers it is the hook of.
+/// Counts the trips of every pair breaker (their hooks add to it).
 #[derive(Debug, Default)]
 struct Trips(AtomicU64);
 
-impl OnTransition for Trips {
+/// One backend's pair breakers, summed: what the metrics export per
+/// backend (a series per pair would be up to `max_pairs` of them).
+#[derive(Debug, Default)]
+pub(crate) struct PairCounts {
+    /// Trips (closed to open) of its pairs, evicted pairs' included.
+    trips: AtomicU64,
+    /// Its pair breakers not closed (open or half-open), tracked or held
+    /// by a permit still in flight.
+    not_closed: AtomicUsize,
+}
+
+impl PairCounts {
+    /// Trips of the backend's pairs so far.
+    pub(crate) fn trips(&self) -> u64 {
+        self.trips.load(Ordering::Relaxed)
+    }
+
+    /// The backend's pair breakers open or half-open now.
+    pub(crate) fn not_closed(&self) -> usize {
+        self.not_closed.load(Ordering::Relaxed)
+    }
+}
+
+/// The hook of one pair breaker: counts its trips for the fleet and its
+/// backend, and keeps the backend's count of pairs not closed — its own
+/// share given back when the breaker is dropped (evicted) not closed.
+/// Hooks run after the breaker's lock is released, so two transitions
+/// racing may be seen out of order: the count is then off by this
+/// breaker's share until its next transition, never for good.
+struct PairHook {
+    fleet: Arc<Trips>,
+    backend: Arc<PairCounts>,
+    /// This breaker is counted in `backend.not_closed`.
+    counted: AtomicBool,
+}
+
+impl OnTransition for PairHook {
     fn on_transition(&self, t: &Transition) {
         if t.from == BreakerState::Closed && t.to == BreakerState::Open {
-            self.0.fetch_add(1, Ordering::Relaxed);
+            self.fleet.0.fetch_add(1, Ordering::Relaxed);
+            self.backend.trips.fetch_add(1, Ordering::Relaxed);
+        }
+        let not_closed = t.to != BreakerState::Closed;
+        if self.counted.swap(not_closed, Ordering::Relaxed) != not_closed {
+            match not_closed {
+                true => self.backend.not_closed.fetch_add(1, Ordering::Relaxed),
+                false => self.backend.not_closed.fetch_sub(1, Ordering::Relaxed),
+            };
+        }
+    }
+}
+
+impl Drop for PairHook {
+    fn drop(&mut self) {
+        if *self.counted.get_mut() {
+            self.backend.not_closed.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -98,16 +150,22 @@ impl Scoped {
     /// keeps it is smaller, and no second clone of the breaker is made.
     ///
     /// [`Permit`]: crate::breaker::Permit
+    /// `counts`: the backend's sums, which a new pair breaker's hook keeps.
     pub(crate) fn try_acquire(
         &self,
         uid: u64,
         key: u64,
+        counts: &Arc<PairCounts>,
         now: Instant,
     ) -> Option<(Breaker, Ticket)> {
         let (breaker, evicted) = {
             let mut pairs = self.lock();
             let (breaker, evicted) = pairs.get_or_insert_with((uid, key), || {
-                let hook: Box<dyn OnTransition> = Box::new(self.trips.clone());
+                let hook: Box<dyn OnTransition> = Box::new(PairHook {
+                    fleet: self.trips.clone(),
+                    backend: counts.clone(),
+                    counted: AtomicBool::new(false),
+                });
                 Breaker::with_gauge(self.policy.clone(), self.slot(uid, key).clone(), Some(hook))
             });
             (breaker.clone(), evicted)

@@ -1,4 +1,5 @@
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -21,7 +22,9 @@ fn scoped(max_pairs: usize) -> Scoped {
 }
 
 fn trip(scoped: &Scoped, uid: u64, key: u64, now: Instant) {
-    let (breaker, ticket) = scoped.try_acquire(uid, key, now).expect("closed");
+    let (breaker, ticket) = scoped
+        .try_acquire(uid, key, &Arc::default(), now)
+        .expect("closed");
     breaker.record_ticket_at(ticket, Outcome::Failure, None, now);
 }
 
@@ -39,7 +42,7 @@ fn a_pair_trips_alone() {
     assert!(pairs.admits(1, A, now), "untracked pairs start closed");
     trip(&pairs, 1, A, now);
     assert!(!pairs.admits(1, A, now));
-    assert!(pairs.try_acquire(1, A, now).is_none());
+    assert!(pairs.try_acquire(1, A, &Arc::default(), now).is_none());
     assert_eq!(pairs.state(1, A, now), BreakerState::Open);
     assert!(pairs.admits(1, B, now), "same backend, other model");
     assert!(pairs.admits(2, A, now), "same model, other backend");
@@ -53,7 +56,7 @@ fn never_more_pairs_than_the_bound() {
     let (pairs, now) = (scoped(10), Instant::now());
     for uid in 0..10 {
         for key in 0..10 {
-            drop(pairs.try_acquire(uid, key, now));
+            drop(pairs.try_acquire(uid, key, &Arc::default(), now));
             assert!(pairs.len() <= 10);
         }
     }
@@ -64,13 +67,13 @@ fn never_more_pairs_than_the_bound() {
 fn an_open_pair_still_asked_for_stays_tracked() {
     let (pairs, now) = (scoped(2), Instant::now());
     trip(&pairs, 1, A, now);
-    drop(pairs.try_acquire(2, B, now));
+    drop(pairs.try_acquire(2, B, &Arc::default(), now));
     // (1, A) is the least recently used, but a request checks it.
     assert!(!pairs.admits(1, A, now));
-    drop(pairs.try_acquire(3, C, now));
+    drop(pairs.try_acquire(3, C, &Arc::default(), now));
     assert_eq!(pairs.state(1, A, now), BreakerState::Open, "(2, B) went");
-    drop(pairs.try_acquire(2, B, now));
-    drop(pairs.try_acquire(3, C, now));
+    drop(pairs.try_acquire(2, B, &Arc::default(), now));
+    drop(pairs.try_acquire(3, C, &Arc::default(), now));
     assert_eq!(
         pairs.state(1, A, now),
         BreakerState::Closed,
@@ -83,8 +86,10 @@ fn an_open_pair_still_asked_for_stays_tracked() {
 #[test]
 fn an_evicted_pair_records_harmlessly() {
     let (pairs, now) = (scoped(1), Instant::now());
-    let (held, ticket) = pairs.try_acquire(1, A, now).expect("closed");
-    drop(pairs.try_acquire(2, B, now));
+    let (held, ticket) = pairs
+        .try_acquire(1, A, &Arc::default(), now)
+        .expect("closed");
+    drop(pairs.try_acquire(2, B, &Arc::default(), now));
     assert_eq!(pairs.len(), 1);
     // The evicted breaker opens on this failure, then goes with the ticket's
     // holder.
@@ -92,7 +97,10 @@ fn an_evicted_pair_records_harmlessly() {
     drop(held);
     assert_eq!(gauges(&pairs), 0);
     assert!(pairs.admits(1, A, now));
-    assert!(pairs.try_acquire(1, A, now).is_some(), "a fresh breaker");
+    assert!(
+        pairs.try_acquire(1, A, &Arc::default(), now).is_some(),
+        "a fresh breaker"
+    );
     assert_eq!(pairs.state(1, A, now), BreakerState::Closed);
 }
 
@@ -101,4 +109,36 @@ fn slots_scale_with_the_bound() {
     assert_eq!(scoped(1).not_closed.len(), 1);
     assert_eq!(scoped(100).not_closed.len(), 128);
     assert_eq!(scoped(MAX_PAIRS).not_closed.len(), MAX_SLOTS);
+}
+
+#[test]
+fn each_backend_counts_its_pairs_trips_and_those_not_closed() {
+    let (pairs, now) = (scoped(3), Instant::now());
+    let (one, two) = (Arc::<PairCounts>::default(), Arc::<PairCounts>::default());
+    let fail = |uid, key, counts: &Arc<PairCounts>| {
+        let (breaker, ticket) = pairs.try_acquire(uid, key, counts, now).expect("closed");
+        breaker.record_ticket_at(ticket, Outcome::Failure, None, now);
+    };
+    fail(1, A, &one);
+    fail(1, B, &one);
+    fail(2, A, &two);
+    assert_eq!((one.trips(), one.not_closed()), (2, 2));
+    assert_eq!((two.trips(), two.not_closed()), (1, 1));
+    assert_eq!(pairs.trips(), 3, "the fleet's sum");
+    // The open (1, A) is evicted by a new pair: it no longer counts open,
+    // its trip stays counted.
+    drop(pairs.try_acquire(2, C, &two, now));
+    assert_eq!((one.trips(), one.not_closed()), (2, 1));
+    // A pair that closes again leaves the count.
+    let later = now + Duration::from_secs(60);
+    for _ in 0..10 {
+        if pairs.state(2, A, later) == BreakerState::Closed {
+            break;
+        }
+        assert_eq!(two.not_closed(), 1, "half-open is not closed");
+        let (breaker, ticket) = pairs.try_acquire(2, A, &two, later).expect("half-open");
+        breaker.record_ticket_at(ticket, Outcome::Success, None, later);
+    }
+    assert_eq!(pairs.state(2, A, later), BreakerState::Closed);
+    assert_eq!((two.trips(), two.not_closed()), (1, 0));
 }
