@@ -63,9 +63,12 @@ async fn a_send_once_request_feeds_its_models_delay() {
     assert!(layer.handle().delay(&model).is_some(), "3 samples timed");
 }
 
+/// What a scripted attempt gives back.
+type Answer = fn() -> Result<http::Response<()>, BoxError>;
+
 /// A service answering every call with `answer`, counting its calls.
 fn answering(
-    answer: fn() -> Result<http::Response<()>, BoxError>,
+    answer: Answer,
 ) -> (
     impl tower::Service<
             http::Request<()>,
@@ -105,7 +108,7 @@ fn io(kind: std::io::ErrorKind) -> Result<http::Response<()>, BoxError> {
 #[tokio::test(start_paused = true)]
 async fn a_send_once_request_is_retried_only_when_its_connection_was_refused() {
     let generous = || RetryPolicy::new(1.0, Duration::from_secs(10));
-    let answers: [fn() -> Result<http::Response<()>, BoxError>; 4] = [
+    let answers: [Answer; 4] = [
         || status(503),
         || status(404),
         || io(std::io::ErrorKind::ConnectionReset),
