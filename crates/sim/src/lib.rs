@@ -30,7 +30,7 @@
 //! [`Fault`] while it runs — or killed and started again on its port
 //! ([`ModelServer::stop`], [`ModelServer::start_on`]). It speaks a subset of the KServe v2 protocol,
 //! Triton's repository index, the OpenAI-compatible inference routes
-//! (chat completions, completions, embeddings), the OpenAI model list and
+//! (chat completions, completions, embeddings, responses), the OpenAI model list and
 //! Prometheus metrics
 //! in vLLM's and Triton's names, so the probers of
 //! `tower_model_balance::health::probe` (feature `probe`) can ask it what they ask real servers; all of it is

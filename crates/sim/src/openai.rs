@@ -19,6 +19,8 @@ pub(super) enum Route {
     Completions,
     /// `POST /v1/embeddings`.
     Embeddings,
+    /// `POST /v1/responses`: one answer, never a stream.
+    Responses,
 }
 
 impl Route {
@@ -28,6 +30,7 @@ impl Route {
             protocol::CHAT_COMPLETIONS_PATH => Some(Self::ChatCompletions),
             protocol::COMPLETIONS_PATH => Some(Self::Completions),
             protocol::EMBEDDINGS_PATH => Some(Self::Embeddings),
+            protocol::RESPONSES_PATH => Some(Self::Responses),
             _ => None,
         }
     }
@@ -38,23 +41,44 @@ impl Route {
             Self::ChatCompletions => protocol::chat_completion_response(model),
             Self::Completions => protocol::completion_response(model),
             Self::Embeddings => protocol::embedding_response(model),
+            Self::Responses => response_object(model),
         }
     }
 
     /// The body of a successful chat or completion answer for `model`
-    /// reporting `usage` (a JSON object); embeddings as [`response`](Self::response).
+    /// reporting `usage` (a JSON object); embeddings and responses as
+    /// [`response`](Self::response).
     pub(super) fn response_with_usage(self, model: &str, usage: &str) -> String {
         match self {
             Self::ChatCompletions => protocol::chat_completion_with_usage(model, usage),
             Self::Completions => protocol::completion_with_usage(model, usage),
-            Self::Embeddings => protocol::embedding_response(model),
+            Self::Embeddings | Self::Responses => self.response(model),
         }
     }
 
-    /// Chat completions or completions: a route that generates tokens.
+    /// Chat completions or completions: a route that generates tokens (a
+    /// prompt read for the prefix cache, usage reported, a stream when
+    /// asked).
     pub(super) fn generates(self) -> bool {
-        self != Self::Embeddings
+        matches!(self, Self::ChatCompletions | Self::Completions)
     }
+}
+
+/// A Responses API answer for `model` (`"object": "response"`), one
+/// output message.
+fn response_object(model: &str) -> String {
+    serde_json::json!({
+        "id": "resp_sim",
+        "object": "response",
+        "status": "completed",
+        "model": model,
+        "output": [{
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "simulated"}],
+        }],
+    })
+    .to_string()
 }
 
 /// Why a request body names no model the server could serve.
@@ -142,6 +166,7 @@ mod tests {
         );
         assert_eq!(Route::of("/v1/completions"), Some(Route::Completions));
         assert_eq!(Route::of("/v1/embeddings"), Some(Route::Embeddings));
+        assert_eq!(Route::of("/v1/responses"), Some(Route::Responses));
         assert_eq!(Route::of("/v1/models"), None);
         assert_eq!(Route::of("/v1/chat/completions/"), None);
     }

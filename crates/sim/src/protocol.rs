@@ -22,7 +22,7 @@
 //! | `GET` or `HEAD /v2/health/ready` | 200 when serving, 503 while a fault makes the server unavailable |
 //! | `GET` or `HEAD /health` (vLLM's health route) | 200 with an empty body when serving, 503 while unavailable, as `/v2/health/ready` |
 //! | `POST /v2/models/{name}/infer`, `POST /v2/models/{name}/versions/{version}/infer` (the name percent-decoded; any JSON body, read whole; every version is the one model) | 200 with a v2 inference response; 503 while unavailable; 400 for an unreadable body or invalid model name; 404 with a KServe error body when the model is not in the [repository](super::ServerConfigBuilder::repository) or, in the [explicit mode](super::ServerConfigBuilder::explicit_load), not loaded (see below) |
-//! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings` (OpenAI-compatible, as vLLM serves them; a JSON object body, read whole, naming the model in its top-level `"model"` string) | 200 with an OpenAI-shaped body (`"object": "chat.completion"`, `"text_completion"` or `"list"`) — with `"stream": true` (chat and completions) a stream of server-sent events, see [Streaming](#streaming) — served as a KServe v2 inference of that model is; 503 while unavailable; 400 with a vLLM error body (`BadRequestError`) for a body that is not such an object; 404 with a vLLM error body (`NotFoundError`, ``The model `{name}` does not exist.``) for an invalid model ID and where the KServe v2 route answers 404 |
+//! | `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`, `POST /v1/responses` (OpenAI-compatible, as vLLM serves them; a JSON object body, read whole, naming the model in its top-level `"model"` string) | 200 with an OpenAI-shaped body (`"object": "chat.completion"`, `"text_completion"`, `"list"` or `"response"`) — with `"stream": true` (chat and completions) a stream of server-sent events, see [Streaming](#streaming) — served as a KServe v2 inference of that model is; 503 while unavailable; 400 with a vLLM error body (`BadRequestError`) for a body that is not such an object; 404 with a vLLM error body (`NotFoundError`, ``The model `{name}` does not exist.``) for an invalid model ID and where the KServe v2 route answers 404 |
 //! | `POST /v2/repository/index` (any body, read whole; `{"ready": true}` asks for ready models only) | 200 with a JSON array, see below; 503 while unavailable |
 //! | `POST /v2/repository/models/{name}/load` (explicit mode; body empty or JSON; `{name}` percent-decoded, as [`load_path`] encodes it) | 200 with an empty body once the model is loaded, see below |
 //! | `POST /v2/repository/models/{name}/unload` (explicit mode; body empty or JSON) | 200 with an empty body; the model, loaded or loading, is removed (a model not resident: 200 too, as Triton answers) |
@@ -192,6 +192,8 @@ pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
 pub const COMPLETIONS_PATH: &str = "/v1/completions";
 /// The OpenAI-compatible embeddings path (POST).
 pub const EMBEDDINGS_PATH: &str = "/v1/embeddings";
+/// OpenAI's Responses API path (POST): answered at once, never streamed.
+pub const RESPONSES_PATH: &str = "/v1/responses";
 /// vLLM's path to load a LoRA adapter (POST).
 pub const LOAD_LORA_PATH: &str = "/v1/load_lora_adapter";
 /// vLLM's path to unload a LoRA adapter (POST).
