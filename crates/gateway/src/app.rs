@@ -13,8 +13,8 @@
 //! Besides the inference routes it answers KServe v2's health and
 //! metadata routes, so that a KServe v2 client (tritonclient) works
 //! through it as against one server: `GET /v2/health/live` (the gateway is
-//! up), `GET /v2/health/ready` (some backend can take requests: its
-//! breaker not open, not ejected), `GET /v2` (the gateway's own metadata),
+//! up), `GET /v2/health/ready` (the gateway can serve some model: see
+//! `app/readiness.rs`), `GET /v2` (the gateway's own metadata),
 //! and `GET /v2/models/{name}` (`/versions/{v}`, `/ready`) forwarded to an
 //! owner of the model, which loads it first with placement on.
 
@@ -28,8 +28,10 @@ mod errors;
 mod forward;
 mod limits;
 pub mod phases;
+mod readiness;
 pub mod reply_body;
 mod routes;
+pub mod send_once;
 pub mod server;
 mod stack;
 

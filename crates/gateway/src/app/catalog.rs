@@ -76,6 +76,12 @@ impl Catalog {
             .collect()
     }
 
+    /// The models `backend`'s last probe listed (maybe none); `None` when
+    /// its last probe failed or it was never probed.
+    pub fn models_of(&self, backend: &BackendId) -> Option<Vec<ModelId>> {
+        self.lock().by_backend.get(backend).cloned()
+    }
+
     /// The fleet's model while it serves exactly one; `None` with none or
     /// several.
     pub fn only_model(&self) -> Option<ModelId> {

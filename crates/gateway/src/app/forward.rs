@@ -22,6 +22,7 @@ use super::errors::{self, ErrorReply};
 use super::phases::Streamed;
 use super::reply_body::{Ending, ReplyBody};
 use super::routes::{is_missing_model, no_model_served, App, RECEIPT_HEADER};
+use super::send_once;
 
 /// The stack's answer, before its body goes on.
 struct Answer {
@@ -149,6 +150,10 @@ async fn proxy(
     if let Some(entry) = entry {
         entry.model = peek.model;
     }
+    let mut parts = parts;
+    // Not safe to send twice (a stored response): no hedge, no retry but
+    // of a refused connection.
+    send_once::mark(path, &bytes, &mut parts.extensions);
     let mut req = Request::from_parts(parts, Full::new(bytes));
     if peek.stream {
         req.extensions_mut().insert(Streamed);

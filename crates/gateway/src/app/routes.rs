@@ -17,7 +17,6 @@ use axum::routing::{get, post};
 use axum::Router;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tower_model_balance::balance::BalancerHandle;
-use tower_model_balance::breaker::BreakerState;
 use tower_model_balance::error::BoxError;
 use tower_model_balance::error::InvalidReason;
 use tower_model_balance::hedge::HedgeHandle;
@@ -30,6 +29,7 @@ use super::errors::{self, ErrorReply};
 use super::forward::forward;
 use super::limits::Limits;
 use super::phases::Timeouts;
+use super::readiness;
 use super::{Stack, INFERENCE_ROUTES};
 
 /// What every handler shares.
@@ -137,19 +137,13 @@ async fn live() -> StatusCode {
     StatusCode::OK
 }
 
-/// `GET /v2/health/ready`: 200 while some backend can take requests (its
-/// breaker not open, health not ejected), else 503; 503 from the start of
-/// the drain.
+/// `GET /v2/health/ready`: 200 while the gateway can serve some model
+/// (`readiness.rs`), else 503; 503 from the start of the drain.
 async fn ready(State(app): State<App>) -> StatusCode {
     if app.drain.is_draining() {
         return StatusCode::SERVICE_UNAVAILABLE;
     }
-    let serving = app
-        .handle
-        .backends()
-        .iter()
-        .any(|b| b.breaker != BreakerState::Open && !b.ejected);
-    match serving {
+    match readiness::can_serve(&app.handle, &app.catalog) {
         true => StatusCode::OK,
         false => StatusCode::SERVICE_UNAVAILABLE,
     }

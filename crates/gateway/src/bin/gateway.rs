@@ -156,13 +156,15 @@ async fn run(args: Args) -> Result<(), String> {
     let _ = admin_task.await;
     let s = gateway.handle.stats();
     say!(
-        "routed: {} to a resident owner, {} to a cold owner, {} spilled, {} without a backend, {} invalid; {} breaker trips",
+        "routed: {} to a resident owner, {} to a cold owner, {} spilled, {} without a backend, {} invalid; {} breaker trips, {} of (backend, model) pairs ({} open now)",
         s.resident_owner,
         s.cold_owner,
         s.spill,
         s.no_backend,
         s.invalid_route,
-        gateway.handle.stats().breaker_trips
+        s.breaker_trips,
+        s.pair_breaker_trips,
+        gateway.handle.backends().iter().map(|b| b.pair_breakers_open).sum::<usize>()
     );
     if let Some(etcd) = gateway.etcd.as_ref().map(|h| h.stats()) {
         say!(
@@ -176,14 +178,15 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let h = gateway.hedge.stats();
     say!(
-        "hedged: {} of {} requests ({} after a fast failure), {} won; suppressed by budget {}, by load {}, by no alternative {}",
+        "hedged: {} of {} requests ({} after a fast failure), {} won; suppressed by budget {}, by load {}, by no alternative {}; {} sent once (not safe to send twice)",
         h.hedges,
         h.requests,
         h.hedges_after_failure,
         h.hedges_won,
         h.suppressed_by_budget,
         h.suppressed_by_load,
-        h.suppressed_by_no_alternative
+        h.suppressed_by_no_alternative,
+        h.send_once
     );
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! The gateway over simulated fleets: its HTTP surface, etcd membership,
-//! TTFT histograms, the OpenAI API, the owners flag, a config file, prefix affinity and
-//! streams; the bare proxy. The gateway's app, flags and sidecar are the library's
+//! TTFT histograms, the OpenAI API, the owners flag, a config file, prefix affinity,
+//! readiness, requests sent once and streams; the bare proxy. The gateway's app, flags and sidecar are the library's
 //! (`tower_model_balance_gateway`), the code the binaries run.
 
 mod access_log;
@@ -12,6 +12,8 @@ mod limits;
 mod openai;
 mod owners;
 mod prefix;
+mod readiness;
+mod send_once;
 mod service;
 mod stream;
 mod timeouts;
