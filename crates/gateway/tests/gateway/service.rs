@@ -230,7 +230,7 @@ async fn metrics_lists_the_documented_names() {
         .filter_map(|rest| rest.split('`').next())
         .filter(|name| !matches!(*name, "placement_total" | "backend_admission_limit"))
         .collect();
-    assert_eq!(documented.len(), 20, "{documented:?}");
+    assert_eq!(documented.len(), 22, "{documented:?}");
     for name in documented {
         let name = format!("model_balance_{name}");
         // A histogram's series are its `_bucket`s, `_sum` and `_count`.
