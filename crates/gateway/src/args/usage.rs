@@ -32,7 +32,7 @@ usage: gateway [FLAGS]
   --sims N             how many simulated backends (1..=16, default 3)
   --down               the simulated backends answer 503 (every owner down):
                        after a few requests the gateway answers 503 itself,
-                       with Retry-After
+                       with Retry-After, and so does its readiness (/health)
   --probe API          what the health probes ask: kserve (KServe v2 readiness
                        and repository, default) or openai (/v1/models); both
                        read vLLM-style /metrics
@@ -116,4 +116,11 @@ Operations (docs/operations.md):
   -V, --version        the gateway's version
   -h, --help           this text
 
-Each flag but --backend, --etcd and --metrics may be given once.";
+Each flag but --backend, --etcd and --metrics may be given once.
+
+Readiness (/health, /v2/health/ready, /ping) is 503 while no backend can serve
+a model: each ejected, or its (backend, model) breakers open and its probe
+failing or listing only models whose breakers are open. /v1/responses calls
+that are stored (store: true unless false) or run in the background, and chat
+completions with store: true, are sent once: never hedged, retried only when
+the connection was refused.";
