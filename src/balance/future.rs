@@ -33,7 +33,7 @@ use crate::balance::choose::decide::Picked;
 use crate::balance::completion::finish::{Finish, Sent};
 use crate::balance::completion::guard::Guard;
 use crate::balance::queued::Queued;
-use crate::balance::state::placement::{self, Placement, Prepared, Status};
+use crate::balance::state::placement::{Placement, Prepared, Status};
 use crate::classify::{AtEndOfBody, Outcome};
 use crate::error::BoxError;
 use crate::placement::error::{ModelLoadFailed, UnknownModel};
@@ -191,7 +191,7 @@ where
     };
     match placement.prepare(guard.state(), model.clone()) {
         Prepared::Wait(load) => State::Loading {
-            load: Box::pin(placement::wait(load)),
+            load,
             waiting: Some(Box::new((endpoint, req))),
             guard: Some(guard),
             model,

@@ -35,7 +35,11 @@
 //!    Placement assumes the backends share one model repository (as a
 //!    Triton fleet over one object store does): a model the picked backend's
 //!    repository lacks fails there, even if another backend's holds it.
-//! 2. **One load per (backend, model).** The first request starts the load;
+//!    A backend whose repository was never read (just added, or its index
+//!    call failing) loads nothing: a request for it waits for the first
+//!    read, within `load_timeout`, then is refused or loads as above; it
+//!    starts no task and takes no place among the running loads.
+//! 2. **One load per (backend, model), and bounds.** The first request starts the load;
 //!    every request that arrives while it runs waits for the same load (no
 //!    thundering herd of load calls). A backend loads one model at a time:
 //!    a load waits for the one before it, and the wait counts against its
@@ -43,6 +47,14 @@
 //!    that backend time out too). With [`WhenCold::PreferWarm`] a
 //!    request goes instead to a backend past the owners where the model is
 //!    served, if one admits, and the owner's load still starts.
+//!    At most 8 loads run or wait on one backend (running loads are so at
+//!    most 8 × the backends), and a model starts at most 3 loads on one
+//!    backend within a minute (a model loaded, evicted and reloaded in a
+//!    loop is thrashing); a request that needs a load past either bound
+//!    fails at once with [`ModelLoadFailed`](crate::error::ModelLoadFailed)
+//!    saying which, and
+//!    [`PlacementStats::loads_limited`](crate::balance::PlacementStats::loads_limited)
+//!    counts it.
 //! 3. **Room first.** When the backend already holds as many models as its
 //!    [`model_slots`](crate::balance::BackendMeta::with_model_slots), or its
 //!    probes (of the last 30 s) report 90% of its GPU memory used — of the

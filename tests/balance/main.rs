@@ -19,6 +19,7 @@ mod p2c_choice;
 mod pick;
 mod pick_urgency;
 mod placement;
+mod placement_bounds;
 mod prefix_affinity;
 mod race;
 mod scoped_breaker;

@@ -46,6 +46,9 @@ pub struct Server {
     pub max_loading: HashMap<String, u32>,
     pub unloads: Vec<String>,
     pub served: u64,
+    /// The repository index answers 503 (the server not in explicit
+    /// mode, or not up yet): its repository is never read.
+    pub index_down: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -68,6 +71,7 @@ impl Fleet {
                     max_loading: HashMap::new(),
                     unloads: Vec::new(),
                     served: 0,
+                    index_down: false,
                 };
                 (n.to_string(), server)
             })
@@ -215,6 +219,9 @@ impl ModelLoader for Loader {
             let ids = |names: &mut dyn Iterator<Item = &String>| {
                 names.map(|m| ModelId::new(m).unwrap()).collect::<Vec<_>>()
             };
+            if fleet.with(&name, |s| s.index_down) {
+                return Err(ProbeError::Status(http::StatusCode::SERVICE_UNAVAILABLE));
+            }
             let known = ids(&mut fleet.repository.iter());
             let resident = fleet.with(&name, |s| {
                 let mut loaded: Vec<_> = s.loaded.iter().cloned().collect();

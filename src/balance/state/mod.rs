@@ -18,6 +18,7 @@
 //! | `residency.rs` | which models a backend holds, as far as the balancer knows |
 //! | `health.rs` | a backend's health as the request path records and reads it |
 //! | `placement.rs` | the book of on-demand model loads |
+//! | `load_limits.rs` | the bounds on those loads: per backend at once, per model over time |
 //! | `scoped.rs` | breakers per (backend, model) pair |
 //! | `lru.rs` | a bounded least-recently-used map (for `scoped.rs`) |
 //! | `clock.rs` | one pick's time, read only if a step needs it |
@@ -35,6 +36,7 @@ pub(crate) mod demand;
 pub(crate) mod fleet;
 pub(crate) mod health;
 pub(crate) mod limit;
+pub(crate) mod load_limits;
 pub(crate) mod lru;
 pub(crate) mod placement;
 pub(crate) mod prefix;

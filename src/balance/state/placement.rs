@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::balance::state::load_limits::LoadRate;
 use crate::health::probe::ProbeTarget;
 use crate::placement::{LoadError, ModelLoader, PlacementConfig, Repository};
 use crate::route::ModelId;
@@ -26,6 +27,8 @@ pub(crate) const MEMORY_FULL: f64 = 0.9;
 pub(crate) const MEMORY_SIGNALS_MAX_AGE: Duration = Duration::from_secs(30);
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, LoadError>> + Send>>;
+/// What a request waits on for its model's load.
+pub(crate) type Waiting = Pin<Box<dyn Future<Output = Status> + Send>>;
 
 /// [`ModelLoader`] behind a pointer.
 pub(crate) trait Loader: Send + Sync {
@@ -88,10 +91,10 @@ impl Status {
 }
 
 /// What a request routed to a backend where its model is not served does.
-#[derive(Debug)]
 pub(crate) enum Prepared {
-    /// Waits for the load (started now, or already running).
-    Wait(watch::Receiver<Status>),
+    /// Waits for the load (started now, or already running), or, on a
+    /// backend whose repository was never read, for that first read.
+    Wait(Waiting),
     /// Fails at once: the repository does not know the model.
     Unknown,
     /// Fails at once: a load of the model there failed less than
@@ -117,6 +120,11 @@ pub struct PlacementStats {
     pub unknown_models: u64,
     /// Reloads started by a 404 from a backend believed to hold the model.
     pub reloads: u64,
+    /// Loads not started because of a bound: the backend had its most
+    /// loads running or queued (8), or the model had started its most
+    /// loads there within the minute (3). The requests that needed them
+    /// failed at once with [`ModelLoadFailed`](crate::error::ModelLoadFailed).
+    pub loads_limited: u64,
 }
 
 #[derive(Debug, Default)]
@@ -126,6 +134,7 @@ pub(crate) struct Counters {
     pub(crate) unloads: AtomicU64,
     pub(crate) unknown_models: AtomicU64,
     pub(crate) reloads: AtomicU64,
+    pub(crate) loads_limited: AtomicU64,
 }
 
 /// Placement on one balancer.
@@ -140,6 +149,11 @@ pub(crate) struct Placement {
     pub(crate) known: Mutex<HashMap<u64, HashMap<u64, ModelId>>>,
     /// Loads that failed, by (backend uid, model hash): when, and why.
     pub(crate) failed: Mutex<HashMap<(u64, u64), (Instant, String)>>,
+    /// Load starts per (backend uid, model hash) (see `load_limits.rs`).
+    pub(crate) rate: Mutex<LoadRate>,
+    /// Bumped each time a repository is read: requests for a backend whose
+    /// repository was never read wait on it.
+    pub(crate) indexed: watch::Sender<u64>,
     /// One load at a time per backend (by uid): a load decides what to
     /// unload from the repository as it is once the one before has ended,
     /// and two loads never evict each other on the server. (Measured in
@@ -173,6 +187,8 @@ impl Placement {
             loads: Mutex::default(),
             known: Mutex::default(),
             failed: Mutex::default(),
+            rate: Mutex::default(),
+            indexed: watch::Sender::new(0),
             turns: Mutex::default(),
             counters: Counters::default(),
         }
@@ -191,6 +207,7 @@ impl Placement {
             unloads: get(&c.unloads),
             unknown_models: get(&c.unknown_models),
             reloads: get(&c.reloads),
+            loads_limited: get(&c.loads_limited),
         }
     }
 

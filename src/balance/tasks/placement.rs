@@ -4,6 +4,7 @@
 //! that waits for it; and the repository refresh, started by
 //! [`BalancerHandle::enable_placement`](crate::balance::BalancerHandle::enable_placement).
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -13,8 +14,9 @@ use tokio::time::{timeout_at, Instant};
 
 use super::start::sleep_or_gone;
 use crate::balance::state::backend::BackendState;
+use crate::balance::state::load_limits::Limited;
 use crate::balance::state::placement::{
-    choose_victim, lock, Candidate, Placement, Prepared, Status, MEMORY_FULL,
+    choose_victim, lock, wait, Candidate, Placement, Prepared, Status, MEMORY_FULL,
     MEMORY_SIGNALS_MAX_AGE,
 };
 use crate::balance::state::shared::View;
@@ -25,23 +27,62 @@ use crate::route::ModelId;
 impl Placement {
     /// A request for `model` was routed to `state`, where the model is not
     /// known to be served: refuse it if the repository (as last read) does
-    /// not know the model, else join the load running there or start one.
+    /// not know the model, else join the load running there or start one
+    /// (within the bounds of `load_limits.rs`). A backend whose repository
+    /// was never read loads nothing: the request waits for that first read
+    /// (within the load timeout), then is prepared again.
     pub(crate) fn prepare(self: &Arc<Self>, state: &Arc<BackendState>, model: ModelId) -> Prepared {
         let key = model.hash64();
-        if let Some(known) = lock(&self.known).get(&state.uid) {
-            if !known.contains_key(&key) {
+        match lock(&self.known).get(&state.uid) {
+            None => {
+                let first_read = self.clone().after_first_read(state.clone(), model);
+                return Prepared::Wait(Box::pin(first_read));
+            }
+            Some(known) if !known.contains_key(&key) => {
                 self.counters.unknown_models.fetch_add(1, Ordering::Relaxed);
                 return Prepared::Unknown;
             }
+            Some(_) => {}
         }
         if let Some(reason) = self.failed_recently(state.uid, key, Instant::now()) {
             return Prepared::Failed(reason);
         }
-        Prepared::Wait(self.start(state, model))
+        match self.start(state, model) {
+            Ok(load) => Prepared::Wait(Box::pin(wait(load))),
+            Err(limited) => Prepared::Failed(limited.reason()),
+        }
+    }
+
+    /// Waits until `state`'s repository was read once (no task, no entry
+    /// in the loads: the waiting request's own future), then prepares the
+    /// request again.
+    fn after_first_read(
+        self: Arc<Self>,
+        state: Arc<BackendState>,
+        model: ModelId,
+    ) -> impl Future<Output = Status> + Send + 'static {
+        let mut indexed = self.indexed.subscribe();
+        async move {
+            let timeout = self.policy.load_timeout;
+            let deadline = Instant::now() + timeout;
+            while !lock(&self.known).contains_key(&state.uid) {
+                if !matches!(timeout_at(deadline, indexed.changed()).await, Ok(Ok(()))) {
+                    return Status::Failed(format!(
+                        "the backend's repository was not read within {timeout:?}"
+                    ));
+                }
+            }
+            match self.prepare(&state, model) {
+                Prepared::Wait(load) => load.await,
+                Prepared::Unknown => Status::Unknown,
+                Prepared::Failed(reason) => Status::Failed(reason),
+            }
+        }
     }
 
     /// A 404 from `state` for the model with hash `key`, believed served
-    /// there: not resident after all; one reload starts (unless one runs).
+    /// there: not resident after all; one reload starts (unless one runs,
+    /// or a bound holds it back).
     pub(crate) fn not_found(self: &Arc<Self>, state: &Arc<BackendState>, key: u64) {
         state.residency.forget(key);
         let model = lock(&self.known)
@@ -49,35 +90,43 @@ impl Placement {
             .and_then(|known| known.get(&key).cloned());
         // A model the repository never listed is not reloaded.
         if let Some(model) = model {
-            if !lock(&self.loads).contains_key(&(state.uid, key)) {
+            let running = lock(&self.loads).contains_key(&(state.uid, key));
+            if self.start(state, model).is_ok() && !running {
                 self.counters.reloads.fetch_add(1, Ordering::Relaxed);
             }
-            drop(self.start(state, model));
         }
     }
 
     /// With [`WhenCold::PreferWarm`](crate::placement::WhenCold): the
-    /// request went elsewhere, the owner loads the model anyway.
+    /// request went elsewhere, the owner loads the model anyway — if its
+    /// repository, read, lists it.
     pub(crate) fn prefetch(self: &Arc<Self>, state: &Arc<BackendState>, model: ModelId) {
         let key = model.hash64();
-        let refused = lock(&self.known)
+        let listed = lock(&self.known)
             .get(&state.uid)
-            .is_some_and(|known| !known.contains_key(&key));
-        if !refused {
-            drop(self.start(state, model));
+            .is_some_and(|known| known.contains_key(&key));
+        if listed {
+            let _ = self.start(state, model);
         }
     }
 
-    /// The load of `model` on `state`: the one running, or a new one.
+    /// The load of `model` on `state`: the one running, or a new one if
+    /// the bounds allow it.
     fn start(
         self: &Arc<Self>,
         state: &Arc<BackendState>,
         model: ModelId,
-    ) -> watch::Receiver<Status> {
+    ) -> Result<watch::Receiver<Status>, Limited> {
         let slot = (state.uid, model.hash64());
         let mut loads = lock(&self.loads);
         if let Some(running) = loads.get(&slot) {
-            return running.clone();
+            return Ok(running.clone());
+        }
+        let here = loads.keys().filter(|(uid, _)| *uid == state.uid).count();
+        if let Err(limited) = lock(&self.rate).take(slot, here, Instant::now()) {
+            self.counters.loads_limited.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(backend = %state.id, model = %model, ?limited, "load not started");
+            return Err(limited);
         }
         let (tx, rx) = watch::channel(Status::Pending);
         loads.insert(slot, rx.clone());
@@ -112,7 +161,7 @@ impl Placement {
             // Nobody waiting is fine.
             let _ = tx.send(status);
         });
-        rx
+        Ok(rx)
     }
 
     /// Reads the repository, makes room, loads: all within the load
@@ -181,6 +230,8 @@ impl Placement {
             .map(|m| (m.hash64(), m.clone()))
             .collect();
         lock(&self.known).insert(state.uid, known);
+        self.indexed
+            .send_modify(|reads| *reads = reads.wrapping_add(1));
         let now = state.fleet.millis(Instant::now());
         state
             .residency
