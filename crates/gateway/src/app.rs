@@ -15,8 +15,10 @@
 //! through it as against one server: `GET /v2/health/live` (the gateway is
 //! up), `GET /v2/health/ready` (the gateway can serve some model: see
 //! `app/readiness.rs`), `GET /v2` (the gateway's own metadata),
-//! and `GET /v2/models/{name}` (`/versions/{v}`, `/ready`) forwarded to an
-//! owner of the model, which loads it first with placement on.
+//! and `GET /v2/models/{name}` (`/versions/{v}`, `/ready`) asked of a
+//! backend the probes saw holding the model (`app/metadata.rs`): never
+//! routed as inference, so never a load; 404 at once for a model no
+//! backend holds.
 
 pub mod access_log;
 mod catalog;
@@ -27,6 +29,7 @@ pub mod drain;
 mod errors;
 mod forward;
 mod limits;
+mod metadata;
 pub mod phases;
 mod readiness;
 pub mod reply_body;
@@ -141,6 +144,7 @@ impl Gateway {
     pub fn new(config: Config) -> Result<Self, BoxError> {
         let client = backend_client::<Full<Bytes>>(config.timeouts.connect);
         let timeouts = config.timeouts;
+        let metadata_client = client.clone();
         let endpoint = move |origin: &Origin| {
             Phases::new(SetOrigin::to(client.clone(), origin.clone()), &timeouts)
         };
@@ -240,6 +244,10 @@ impl Gateway {
             receipt_header: config.receipt_header,
             drain: drain.clone(),
             access_log: config.access_log,
+            client: metadata_client,
+            // A metadata answer comes at once from a server holding the
+            // model: as long as a stream's first token may take.
+            backend_timeout: config.timeouts.first_token,
         };
         Ok(Self {
             router: router(app.clone()),

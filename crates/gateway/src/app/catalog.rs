@@ -5,8 +5,9 @@
 //!
 //! [`Catalogued`] wraps the gateway's prober: each probe's report is
 //! passed on to the balancer unchanged and its resident models noted
-//! here, per backend; a failed probe drops the backend's models until it
-//! answers again.
+//! here, per backend, with the origin it was probed at; a failed probe
+//! drops the backend until it answers again. The KServe v2 metadata and
+//! readiness routes ask the backends it names ([`Catalog::holders`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -14,6 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tower_model_balance::backend::BackendId;
+use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{ProbeError, ProbeReport, ProbeTarget, Prober};
 use tower_model_balance::route::ModelId;
 
@@ -23,8 +25,10 @@ pub struct Catalog(Arc<Mutex<Inner>>);
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Each backend's models, as its last successful probe listed them.
-    by_backend: BTreeMap<BackendId, Vec<ModelId>>,
+    /// Each backend that answered its last probe: where, and its models
+    /// as that probe listed them (`None`: the backend does not list them,
+    /// e.g. a KServe v2 server without a repository index).
+    by_backend: BTreeMap<BackendId, (Origin, Option<Vec<ModelId>>)>,
     /// When each model was first seen, in Unix seconds (OpenAI's
     /// `created`).
     first_seen: HashMap<ModelId, u64>,
@@ -40,19 +44,21 @@ impl Catalog {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Notes what a probe of `backend` found: its models, or none when the
-    /// probe failed.
-    pub fn note(&self, backend: &BackendId, models: Option<&[ModelId]>) {
+    /// Notes what a probe of `backend` found: where it answered and the
+    /// models it listed (`None` inside: it lists none), or `None` when
+    /// the probe failed.
+    pub fn note(&self, backend: &BackendId, seen: Option<(&Origin, Option<&[ModelId]>)>) {
         let mut inner = self.lock();
-        match models {
-            Some(models) => {
+        match seen {
+            Some((origin, models)) => {
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
-                for model in models {
+                for model in models.unwrap_or_default() {
                     inner.first_seen.entry(model.clone()).or_insert(now);
                 }
-                inner.by_backend.insert(backend.clone(), models.to_vec());
+                let entry = (origin.clone(), models.map(<[ModelId]>::to_vec));
+                inner.by_backend.insert(backend.clone(), entry);
             }
             None => {
                 inner.by_backend.remove(backend);
@@ -60,11 +66,31 @@ impl Catalog {
         }
     }
 
+    /// The backends that may answer for `model` now, as the last probes
+    /// saw them: those that listed it, then those that list nothing (a
+    /// server whose models are not known). A backend that listed its
+    /// models without `model` is neither. Allocates only for the backends
+    /// it returns.
+    pub fn holders(&self, model: &ModelId) -> Holders {
+        let inner = self.lock();
+        let mut holders = Holders::default();
+        for (id, (origin, models)) in &inner.by_backend {
+            match models {
+                Some(models) if models.contains(model) => {
+                    holders.listed.push((id.clone(), origin.clone()))
+                }
+                Some(_) => {}
+                None => holders.unlisted.push((id.clone(), origin.clone())),
+            }
+        }
+        holders
+    }
+
     /// Every model some backend serves, sorted, each with when it was
     /// first seen (Unix seconds).
     pub fn models(&self) -> Vec<(ModelId, u64)> {
         let inner = self.lock();
-        let mut models: Vec<ModelId> = inner.by_backend.values().flatten().cloned().collect();
+        let mut models: Vec<ModelId> = listed(&inner).cloned().collect();
         models.sort_by(|a, b| a.as_str().cmp(b.as_str()));
         models.dedup();
         models
@@ -79,14 +105,16 @@ impl Catalog {
     /// The models `backend`'s last probe listed (maybe none); `None` when
     /// its last probe failed or it was never probed.
     pub fn models_of(&self, backend: &BackendId) -> Option<Vec<ModelId>> {
-        self.lock().by_backend.get(backend).cloned()
+        let inner = self.lock();
+        let (_, models) = inner.by_backend.get(backend)?;
+        Some(models.clone().unwrap_or_default())
     }
 
     /// The fleet's model while it serves exactly one; `None` with none or
     /// several.
     pub fn only_model(&self) -> Option<ModelId> {
         let inner = self.lock();
-        let mut models = inner.by_backend.values().flatten();
+        let mut models = listed(&inner);
         let first = models.next()?;
         models.all(|m| m == first).then(|| first.clone())
     }
@@ -111,6 +139,24 @@ impl Catalog {
             .find(|(m, _)| m.as_str() == name)
             .map(|(model, created)| openai_model(&model, created))
     }
+}
+
+/// Where a model may be asked about (see [`Catalog::holders`]), each
+/// backend with the origin its probe answered at, in ID order.
+#[derive(Debug, Default)]
+pub struct Holders {
+    /// Backends whose last probe listed the model.
+    pub listed: Vec<(BackendId, Origin)>,
+    /// Backends that answered their probe without listing their models.
+    pub unlisted: Vec<(BackendId, Origin)>,
+}
+
+/// Every model each backend listed, repeated across backends.
+fn listed(inner: &Inner) -> impl Iterator<Item = &ModelId> {
+    inner
+        .by_backend
+        .values()
+        .flat_map(|(_, m)| m.iter().flatten())
 }
 
 fn openai_model(model: &ModelId, created: u64) -> serde_json::Value {
@@ -145,15 +191,16 @@ impl<P: Prober> Prober for Catalogued<P> {
         let probe = self.prober.probe(target);
         let catalog = self.catalog.clone();
         let id = target.id.clone();
+        let origin = target.address.clone();
         async move {
             let report = probe.await;
-            let models = match &report {
+            let seen = match &report {
                 Ok(report) if !report.is_failure() => {
-                    Some(report.resident_models.as_deref().unwrap_or_default())
+                    Some((&origin, report.resident_models.as_deref()))
                 }
                 _ => None,
             };
-            catalog.note(&id, models);
+            catalog.note(&id, seen);
             report
         }
     }
@@ -171,14 +218,21 @@ mod tests {
         ModelId::new(name).unwrap()
     }
 
+    fn at(port: u16) -> Origin {
+        Origin::http(([127, 0, 0, 1], port).into())
+    }
+
     #[test]
     fn lists_the_union_and_knows_an_only_model() {
         let catalog = Catalog::new();
         assert_eq!(catalog.only_model(), None, "nothing probed yet");
-        catalog.note(&id("a"), Some(&[model("tiny")]));
-        catalog.note(&id("b"), Some(&[model("tiny")]));
+        catalog.note(&id("a"), Some((&at(1), Some(&[model("tiny")]))));
+        catalog.note(&id("b"), Some((&at(2), Some(&[model("tiny")]))));
         assert_eq!(catalog.only_model(), Some(model("tiny")));
-        catalog.note(&id("b"), Some(&[model("tiny"), model("big")]));
+        catalog.note(
+            &id("b"),
+            Some((&at(2), Some(&[model("tiny"), model("big")]))),
+        );
         assert_eq!(catalog.only_model(), None, "two models");
         let ids: Vec<_> = catalog.openai_list()["data"]
             .as_array()
@@ -192,5 +246,20 @@ mod tests {
         assert_eq!(catalog.only_model(), Some(model("tiny")));
         assert!(catalog.openai_model("big").is_none());
         assert_eq!(catalog.openai_model("tiny").unwrap()["object"], "model");
+    }
+
+    #[test]
+    fn holders_are_the_backends_listing_the_model_then_those_listing_none() {
+        let catalog = Catalog::new();
+        catalog.note(&id("a"), Some((&at(1), Some(&[model("tiny")]))));
+        catalog.note(&id("b"), Some((&at(2), None)));
+        catalog.note(&id("c"), Some((&at(3), Some(&[model("big")]))));
+        let holders = catalog.holders(&model("tiny"));
+        assert_eq!(holders.listed, [(id("a"), at(1))]);
+        assert_eq!(holders.unlisted, [(id("b"), at(2))]);
+        let none = catalog.holders(&model("other"));
+        assert!(none.listed.is_empty());
+        assert_eq!(none.unlisted.len(), 1, "b may hold anything");
+        assert_eq!(catalog.models().len(), 2, "an unlisted backend adds none");
     }
 }

@@ -15,6 +15,9 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance::error::BoxError;
@@ -54,6 +57,11 @@ pub struct App {
     pub receipt_header: bool,
     /// The fleet's models, as the probes last saw them.
     pub catalog: Catalog,
+    /// The backends' client, for the metadata routes (`metadata.rs`),
+    /// which are sent straight to a backend holding the model.
+    pub client: Client<HttpConnector, Full<Bytes>>,
+    /// The most a backend may take to answer (its response head).
+    pub backend_timeout: Duration,
 }
 
 /// The response header with the routing receipt (`--receipt-header`).
@@ -64,8 +72,8 @@ pub const RECEIPT_HEADER: http::HeaderName = http::HeaderName::from_static("x-ro
 /// that serves one of the fleet's models (an owner of it).
 pub const SERVER_ROUTES: [&str; 4] = ["/version", "/info", "/get_model_info", "/get_server_info"];
 
-/// KServe v2 model metadata and readiness, forwarded to an owner of the
-/// model.
+/// KServe v2 model metadata and readiness, asked of a backend that holds
+/// the model (`metadata.rs`); never routed as inference, never a load.
 pub const MODEL_ROUTES: [&str; 4] = [
     "/v2/models/{name}",
     "/v2/models/{name}/ready",
@@ -164,12 +172,12 @@ fn json(body: &serde_json::Value) -> Response {
     ([(header::CONTENT_TYPE, json)], body.to_string()).into_response()
 }
 
-/// `GET /v2/models/{name}…`: forwarded to an owner of the model, as an
-/// inference request of that model is (placement loads it there first).
+/// `GET /v2/models/{name}…`: asked of a backend the probes saw holding
+/// the model, or 404 at once when none does (`metadata.rs`).
 async fn model_metadata(
     State(app): State<App>,
     params: Result<Path<Vec<(String, String)>>, axum::extract::rejection::PathRejection>,
-    mut req: Request,
+    req: Request,
 ) -> Response {
     let path = req.uri().path().to_owned();
     let name = match &params {
@@ -185,8 +193,7 @@ async fn model_metadata(
         Some(Err(error)) => return errors::classify(&error).for_path(&path).into_response(),
         None => return no_route(req).await,
     };
-    req.extensions_mut().insert(RouteInfo::new(model));
-    forward(State(app), req).await
+    super::metadata::answer(&app, &model, req).await
 }
 
 /// `GET /v1/models`: the models the fleet serves (the union of what each

@@ -9,6 +9,7 @@ mod config_file;
 mod drain;
 mod histograms;
 mod limits;
+mod metadata;
 mod openai;
 mod owners;
 mod prefix;
