@@ -57,6 +57,12 @@ mod receiver {
             let _ = chunks;
         }
 
+        /// A frame of the body carried `bytes` of data (the first contiguous
+        /// run of it); called before [`frame`](Self::frame).
+        fn data(&mut self, bytes: &[u8]) {
+            let _ = bytes;
+        }
+
         /// The body ended (its last frame, trailers, an error), rather than
         /// being dropped; called once, just before
         /// [`complete`](Self::complete).
@@ -90,6 +96,9 @@ struct Pending<Eos, R: Complete> {
 
 impl<Eos, R: Complete> Pending<Eos, R> {
     fn frame<D: bytes::Buf>(&mut self, data: Option<&D>) {
+        if let (Some((receiver, _)), Some(data)) = (&mut self.open, data) {
+            receiver.data(data.chunk());
+        }
         let chunks = match (&mut self.scan, data) {
             (Some(scan), Some(data)) => {
                 let before = scan.events();

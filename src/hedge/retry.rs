@@ -26,9 +26,9 @@ use crate::error::{BoxError, StreamFailed};
 ///   there — and the balancer, told of the 404, sends the retry to another
 ///   backend that serves the model (or, with placement, has it loaded).
 ///   A model no backend serves gets the second backend's 404. This
-///   retry draws nothing from the budget: the backend did no work, and a
-///   backend that was down just before may have spent the budget on
-///   refused connections;
+///   retry draws from the budget like any other: a 404 may as well be a
+///   version or a route that exists nowhere (the head cannot say which),
+///   and a client asking for one must not double its calls for free;
 /// * for requests that are not updates, any other transport failure before
 ///   the response's head — an I/O error in the source chain (a reset), or
 ///   hyper's `IncompleteMessage` (a kept-alive connection closed before any
@@ -220,11 +220,7 @@ where
             false => self.safe_wait(result, picked.is_some(), update)?,
         };
         let now = Instant::now();
-        // A 404 is the balancer's stale belief, not load the backend
-        // carried: its retry draws nothing from the budget (which a down
-        // backend's refused connections may have spent just before).
-        let stale = matches!(result, Ok(r) if r.status() == http::StatusCode::NOT_FOUND);
-        if !stale && !self.budget.try_withdraw(now) {
+        if !self.budget.try_withdraw(now) {
             return None;
         }
         if let Some(backend) = picked {

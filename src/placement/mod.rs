@@ -73,10 +73,13 @@
 //!    files missing) is the model's failure and counts nothing against the
 //!    backend — one model that cannot load must not open every breaker it
 //!    is tried on.
-//!    A 404 from a backend believed to serve the model marks it not
-//!    resident there and starts one reload; the request that got the 404
-//!    gets it (its body may not be cloneable, so it is not sent again), and
-//!    the requests after it wait for the reload.
+//!    A 404 from a backend believed to serve the model, whose body says
+//!    the model is absent, marks it not resident there and starts one
+//!    reload; the request that got the 404 gets it (its body may not be
+//!    cloneable, so it is not sent again), and the requests after it wait
+//!    for the reload. A 404 for a version or a route that does not exist,
+//!    or one dropped unread, changes nothing (what servers answer for
+//!    each: `balance/completion/not_found.rs`).
 //!
 //! A request that waited for a load carries [`WaitedForLoad`] in its
 //! response extensions: it was a cold start, however fast the server

@@ -13,6 +13,7 @@ mod duplicate_id;
 mod grpc;
 mod hash_flood;
 mod loopback;
+mod not_found;
 mod not_ready;
 mod owner_plan;
 mod p2c_choice;

@@ -241,17 +241,29 @@ async fn a_404_from_a_known_backend_is_retried_elsewhere_unless_an_update() {
         .await;
     assert_eq!(result.unwrap().status(), 404, "update: returned as it is");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
-    // With no budget left (a backend down just before spent it on refused
-    // connections), the 404 is retried all the same: the backend did no
-    // work. Once only.
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_404s_retry_draws_from_the_budget_like_any_other() {
+    // A 404 may be a version or a route that exists nowhere (issue 51): a
+    // client asking for one must not double its calls for free.
+    let policy = generous();
+    let (service, calls) = scripted(vec![Answer::Status(404, None), Answer::Status(200, None)]);
+    let result = Retry::new(policy.clone(), service)
+        .oneshot(picked("inference"))
+        .await;
+    assert_eq!(result.unwrap().status(), 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(policy.budget().granted(), 1, "one retry drawn");
+    // With no budget left, the 404 is returned as it is.
     let spent = RetryPolicy::new(0.0, Duration::from_secs(10));
     let (service, calls) = scripted(vec![Answer::Status(404, None), Answer::Status(200, None)]);
     let result = Retry::new(spent.clone(), service)
         .oneshot(picked("inference"))
         .await;
-    assert_eq!(result.unwrap().status(), 200);
-    assert_eq!(calls.load(Ordering::SeqCst), 2);
-    assert_eq!(spent.budget().granted(), 0, "nothing drawn");
+    assert_eq!(result.unwrap().status(), 404, "not retried");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!((spent.budget().granted(), spent.budget().refused()), (0, 1));
 }
 
 #[tokio::test(start_paused = true)]

@@ -145,7 +145,22 @@ impl Service<http::Request<String>> for Endpoint {
             s.served += 1;
             s.loaded.contains(&model)
         });
+        let path = req.uri().path().to_owned();
         Box::pin(async move {
+            // What MLServer answers for a version it does not hold, and
+            // FastAPI for a route it does not serve.
+            let missing = match path.split_once("/versions/") {
+                Some((_, v)) => Some(format!(
+                    r#"{{"error":"Model {model} with version {v} not found"}}"#
+                )),
+                None if path == "/nope" => Some(r#"{"detail":"Not Found"}"#.to_owned()),
+                None => None,
+            };
+            if let Some(body) = missing {
+                let mut rsp = http::Response::new(body);
+                *rsp.status_mut() = http::StatusCode::NOT_FOUND;
+                return Ok(rsp);
+            }
             if !loaded {
                 let mut rsp = http::Response::new(format!("model '{model}' is not found"));
                 *rsp.status_mut() = http::StatusCode::NOT_FOUND;
@@ -234,7 +249,12 @@ impl ModelLoader for Loader {
 }
 
 pub fn request(model: &str) -> http::Request<String> {
-    http::Request::post("/infer")
+    request_to("/infer", model)
+}
+
+/// A request for `model` on `path`.
+pub fn request_to(path: &str, model: &str) -> http::Request<String> {
+    http::Request::post(path)
         .header("x-model-id", model)
         .body(String::new())
         .unwrap()
@@ -255,7 +275,12 @@ pub async fn burst(balancer: &ModelBalancer<Endpoint>, model: &str, n: usize) ->
     for _ in 0..n {
         let b = balancer.clone();
         let req = request(model);
-        tasks.spawn(async move { b.oneshot(req).await.map(read) });
+        tasks.spawn(async move {
+            match b.oneshot(req).await {
+                Ok(rsp) => Ok(read(rsp).await),
+                Err(error) => Err(error),
+            }
+        });
     }
     let mut out = Vec::new();
     while let Some(answer) = tasks.join_next().await {
@@ -264,12 +289,16 @@ pub async fn burst(balancer: &ModelBalancer<Endpoint>, model: &str, n: usize) ->
     out
 }
 
-/// The response with its body dropped (its outcome recorded) and its
-/// status and extensions kept.
-pub fn read<B>(rsp: http::Response<B>) -> http::Response<String> {
+/// The response with its body read to its end (its outcome recorded),
+/// as text.
+pub async fn read<B: http_body::Body>(rsp: http::Response<B>) -> http::Response<String> {
+    use http_body_util::BodyExt;
     let (parts, body) = rsp.into_parts();
-    drop(body);
-    http::Response::from_parts(parts, String::new())
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => Default::default(),
+    };
+    http::Response::from_parts(parts, String::from_utf8_lossy(&bytes).into_owned())
 }
 
 pub fn owner(balancer: &ModelBalancer<Endpoint>, model: &str) -> String {

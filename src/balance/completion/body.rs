@@ -2,6 +2,7 @@
 //! request's [`Guard`].
 
 use crate::balance::completion::guard::Guard;
+use crate::balance::completion::not_found::Missing;
 use crate::classify::body::{Complete, CompletionBody};
 use crate::classify::{Classified, ClassifierEos, Outcome};
 
@@ -23,12 +24,51 @@ impl Complete for Guard {
         self.frame(chunks);
     }
 
+    fn data(&mut self, bytes: &[u8]) {
+        if let Some(peek) = self.not_found() {
+            peek.data(bytes);
+        }
+    }
+
     fn ended(&mut self) {
+        if let Some(peek) = self.not_found() {
+            peek.end();
+        }
         self.ended();
     }
 
-    fn complete(self, outcome: Outcome) {
+    fn complete(mut self, outcome: Outcome) {
+        if let Some(peek) = self.take_not_found() {
+            if peek.missing() == Missing::Model {
+                model_absent(&self);
+            }
+        }
         self.finish(outcome);
+    }
+}
+
+/// A 404 that says the model is absent (`not_found.rs`): KServe v2 and
+/// OpenAI-compatible servers answer it for a model they do not hold now,
+/// so it is absent there, whatever the balancer believed (served, or sent
+/// there and maybe loading): the next picks see it absent. With placement
+/// on, one reload starts (if the repository knows the model); without,
+/// the server did not load it on demand, so for a while the backend is no
+/// place to send the model cold: the picks go where it is served. A 404
+/// for a version or a route, or one dropped unread, changes nothing.
+#[cold]
+fn model_absent(guard: &Guard) {
+    let Some(key) = guard.model() else {
+        return;
+    };
+    let state = guard.state();
+    match state.fleet.placement.get() {
+        Some(placement) => placement.not_found(state, key),
+        // Nobody will load it there: a server that answers 404 rather
+        // than load on demand gets the model cold no more for a while.
+        None => {
+            let now = state.fleet.millis(tokio::time::Instant::now());
+            state.residency.refuse(key, now);
+        }
     }
 }
 

@@ -5,14 +5,17 @@
 //! classified by the one given, to record when it arrives
 //! ([`AtResponse`]).
 
-use http::StatusCode;
+use http::{HeaderMap, StatusCode};
 use http_body::Body;
+use tokio::time::Instant;
 
 use crate::balance::completion::body::{ResponseBody, Verdict};
 use crate::balance::completion::guard::Guard;
+use crate::balance::config::fields::ResidencyHeader;
 use crate::classify::completion::TrackCompletion;
 use crate::classify::{AtEndOfBody, AtResponse, Classified, Classify, Outcome};
 use crate::placement::WaitedForLoad;
+use crate::route::ModelId;
 
 pub(crate) use self::sealed::{Finish, Sent};
 
@@ -69,9 +72,10 @@ impl<B: Body, E> Finish<http::Response<B>, E> for AtEndOfBody {
             response.extensions_mut().insert(receipt);
         }
         if response.status() == StatusCode::NOT_FOUND {
-            not_found(&guard);
+            // Read when its body ends: what it says is missing.
+            guard.watch_not_found();
         }
-        guard.read_residency(response.headers());
+        read_residency(&guard, response.headers());
         let verdict = guard
             .classifier()
             .classify_head(response.status(), response.headers());
@@ -98,26 +102,33 @@ impl<T, E, C: Classify<T, E>> Finish<T, E> for AtResponse<C> {
     }
 }
 
-/// A 404 for an inference request: KServe v2 and OpenAI-compatible
-/// servers answer it for a model they do not hold now, so the model is
-/// absent there, whatever the balancer believed (served, or sent there
-/// and maybe loading): the next picks see it absent. With placement on,
-/// one reload starts (if the repository knows the model); without, the
-/// server did not load it on demand, so for a while the backend is no
-/// place to send the model cold: the picks go where it is served.
-#[cold]
-fn not_found(guard: &Guard) {
-    let Some(key) = guard.model() else {
-        return;
-    };
+/// Learns residency from the response's headers, if the balancer is
+/// configured with a [`ResidencyHeader`].
+#[inline]
+pub(crate) fn read_residency(guard: &Guard, headers: &HeaderMap) {
+    if let Some(header) = &guard.state().fleet.settings.residency_header {
+        read_residency_header(guard, header, headers);
+    }
+}
+
+/// [`read_residency`] with a header configured (out of line).
+fn read_residency_header(guard: &Guard, header: &ResidencyHeader, headers: &HeaderMap) {
     let state = guard.state();
-    match state.fleet.placement.get() {
-        Some(placement) => placement.not_found(state, key),
-        // Nobody will load it there: a server that answers 404 rather
-        // than load on demand gets the model cold no more for a while.
-        None => {
-            let now = state.fleet.millis(tokio::time::Instant::now());
-            state.residency.refuse(key, now);
+    let residency = &state.residency;
+    match header {
+        ResidencyHeader::ResidentModels(name) => {
+            let Some(list) = headers.get(name).and_then(|v| v.to_str().ok()) else {
+                return;
+            };
+            let keys = list.split(',').map(str::trim).filter_map(ModelId::hash_of);
+            residency.sync(keys, state.fleet.millis(Instant::now()));
+        }
+        ResidencyHeader::ColdLoad(name) => {
+            // Loaded now or resident before: resident and served.
+            if let (Some(key), true) = (guard.model(), headers.contains_key(name)) {
+                residency.touch(key, state.fleet.millis(Instant::now()));
+                residency.confirm(key);
+            }
         }
     }
 }

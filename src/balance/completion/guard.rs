@@ -6,10 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use http::HeaderMap;
-
 use crate::backend::{BackendId, PickedSlot};
-use crate::balance::config::fields::ResidencyHeader;
+use crate::balance::completion::not_found::Peek;
 use crate::balance::receipt::RoutingReceipt;
 #[cfg(test)]
 use crate::balance::state::backend::Start;
@@ -20,7 +18,6 @@ use crate::breaker::BreakerState;
 use crate::classify::timing::{StopPoint, Timing};
 use crate::classify::Classifier;
 use crate::classify::Outcome;
-use crate::route::ModelId;
 
 /// One request in flight on a picked backend, from the pick until its
 /// outcome is recorded with [`Guard::finish`].
@@ -85,6 +82,9 @@ pub struct Guard {
     events: bool,
     /// Why it went there, with receipts on.
     receipt: Option<Box<RoutingReceipt>>,
+    /// Its answer's body, once the head said 404 (inference only): what
+    /// is missing is read when it ends.
+    not_found: Option<Box<Peek>>,
 }
 
 impl Guard {
@@ -112,6 +112,7 @@ impl Guard {
             timing: Timing::default(),
             events: false,
             receipt: None,
+            not_found: None,
         }
     }
 
@@ -177,6 +178,24 @@ impl Guard {
         self.timing.ended();
     }
 
+    /// The answer is a 404: its body's first bytes are kept, to read what
+    /// it says is missing when it ends (`not_found.rs`).
+    pub(crate) fn watch_not_found(&mut self) {
+        if self.inference {
+            self.not_found = Some(Box::default());
+        }
+    }
+
+    /// The 404's body so far, while watched.
+    pub(crate) fn not_found(&mut self) -> Option<&mut Peek> {
+        self.not_found.as_deref_mut()
+    }
+
+    /// The 404's body, no longer watched.
+    pub(crate) fn take_not_found(&mut self) -> Option<Box<Peek>> {
+        self.not_found.take()
+    }
+
     fn stop_point(&self) -> StopPoint {
         self.state.fleet.settings.stop_point
     }
@@ -219,36 +238,6 @@ impl Guard {
     /// An inference request's model hash.
     pub(crate) fn model(&self) -> Option<u64> {
         self.inference.then_some(self.model)
-    }
-
-    /// Learns residency from the response's headers, if the balancer is
-    /// configured with a [`ResidencyHeader`].
-    #[inline]
-    pub(crate) fn read_residency(&self, headers: &HeaderMap) {
-        if let Some(header) = &self.state.fleet.settings.residency_header {
-            self.read_residency_header(header, headers);
-        }
-    }
-
-    /// [`Guard::read_residency`] with a header configured (out of line).
-    fn read_residency_header(&self, header: &ResidencyHeader, headers: &HeaderMap) {
-        let residency = &self.state.residency;
-        match header {
-            ResidencyHeader::ResidentModels(name) => {
-                let Some(list) = headers.get(name).and_then(|v| v.to_str().ok()) else {
-                    return;
-                };
-                let keys = list.split(',').map(str::trim).filter_map(ModelId::hash_of);
-                residency.sync(keys, self.state.fleet.millis(Instant::now()));
-            }
-            ResidencyHeader::ColdLoad(name) => {
-                // Loaded now or resident before: resident and served.
-                if let (Some(key), true) = (self.model(), headers.contains_key(name)) {
-                    residency.touch(key, self.state.fleet.millis(Instant::now()));
-                    residency.confirm(key);
-                }
-            }
-        }
     }
 
     /// What the response's outcome is read from.

@@ -1,6 +1,10 @@
 //! The guard's unit tests.
 
+use http::HeaderMap;
+
 use super::*;
+use crate::balance::completion::finish::read_residency;
+use crate::balance::config::fields::ResidencyHeader;
 use crate::balance::state::fleet::Fleet;
 use crate::balance::state::residency::Presence;
 use crate::breaker::BreakerConfig;
@@ -38,7 +42,7 @@ async fn a_cold_load_header_marks_the_model_served_even_if_the_body_is_dropped()
         Some(KEY),
         Warmth::Cold,
     );
-    guard.read_residency(&HeaderMap::new());
+    read_residency(&guard, &HeaderMap::new());
     assert_eq!(
         state.residency.presence(KEY, || 0),
         Presence::Loading,
@@ -46,7 +50,7 @@ async fn a_cold_load_header_marks_the_model_served_even_if_the_body_is_dropped()
     );
     let mut headers = HeaderMap::new();
     headers.insert("x-cold", http::HeaderValue::from_static("true"));
-    guard.read_residency(&headers);
+    read_residency(&guard, &headers);
     drop(guard); // cancelled: only the header confirmed it
     assert_eq!(state.residency.presence(KEY, || 0), Presence::Served);
 }
