@@ -28,7 +28,11 @@ use crate::error::{BoxError, StreamFailed};
 ///   A model no backend serves gets the second backend's 404. This
 ///   retry draws from the budget like any other: a 404 may as well be a
 ///   version or a route that exists nowhere (the head cannot say which),
-///   and a client asking for one must not double its calls for free;
+///   and a client asking for one must not double its calls for free. A
+///   404 to a request that names a version (a KServe v2 path with
+///   `/versions/`) is not retried at all: the backends share one
+///   repository, so a version one lacks they all lack (and MLServer's
+///   answer cannot tell a missing version from a missing model);
 /// * for requests that are not updates, any other transport failure before
 ///   the response's head — an I/O error in the source chain (a reset), or
 ///   hyper's `IncompleteMessage` (a kept-alive connection closed before any
@@ -133,6 +137,7 @@ impl RetryPolicy {
         result: &Result<http::Response<B>, BoxError>,
         elsewhere: bool,
         update: bool,
+        path: &str,
     ) -> Option<Duration> {
         match result {
             Ok(response) if response.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
@@ -145,7 +150,8 @@ impl RetryPolicy {
                 (wait <= self.max_wait).then_some(wait)
             }
             Ok(response) if response.status() == http::StatusCode::NOT_FOUND => {
-                (elsewhere && !update).then_some(Duration::ZERO)
+                let version = path.starts_with("/v2/models/") && path.contains("/versions/");
+                (elsewhere && !update && !version).then_some(Duration::ZERO)
             }
             Ok(_) => None,
             Err(error) => {
@@ -217,7 +223,7 @@ where
                 Err(error) if connect_refused(error.as_ref()) => Duration::ZERO,
                 _ => return None,
             },
-            false => self.safe_wait(result, picked.is_some(), update)?,
+            false => self.safe_wait(result, picked.is_some(), update, req.uri().path())?,
         };
         let now = Instant::now();
         if !self.budget.try_withdraw(now) {

@@ -264,6 +264,15 @@ async fn a_404s_retry_draws_from_the_budget_like_any_other() {
     assert_eq!(result.unwrap().status(), 404, "not retried");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!((spent.budget().granted(), spent.budget().refused()), (0, 1));
+    // A 404 for a version: every backend lacks it; not retried.
+    let policy = generous();
+    let (service, calls) = scripted(vec![Answer::Status(404, None), Answer::Status(200, None)]);
+    let mut req = picked("inference");
+    *req.uri_mut() = "/v2/models/m/versions/3/infer".parse().unwrap();
+    let result = Retry::new(policy.clone(), service).oneshot(req).await;
+    assert_eq!(result.unwrap().status(), 404, "a missing version");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(policy.budget().granted(), 0);
 }
 
 #[tokio::test(start_paused = true)]
