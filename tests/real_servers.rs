@@ -231,8 +231,9 @@ async fn mlserver_fleet_in_explicit_mode_through_the_gateway() {
 }
 
 /// tritonclient, the real KServe v2 client, through the gateway in front
-/// of two MLServer instances in explicit mode: server and model readiness
-/// (the gateway loads the model on its owner), metadata, JSON tensors.
+/// of two MLServer instances in explicit mode: server readiness, JSON
+/// tensors (the gateway loads the model on its owner), then model
+/// readiness and metadata from the server that holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tritonclient_through_the_gateway() {
     let _serial = SERIAL.lock().await;

@@ -2,8 +2,10 @@
 
 Usage: python triton_client.py HOST:PORT [--binary] MODEL [MODEL...]
 
-Checks what a tritonclient user does: server live and ready, model
-ready and metadata, then inference with JSON tensors or, with --binary,
+Checks what a tritonclient user does: server live and ready, then
+inference (which, through the gateway, loads a model not loaded: a
+metadata or readiness GET never does), model ready and metadata, with
+JSON tensors or, with --binary,
 with the binary tensor extension (inputs and outputs as raw bytes after
 a JSON header, `Inference-Header-Content-Length`), each answer compared
 with what was sent (the runtime echoes its inputs). Prints one line per
@@ -15,6 +17,7 @@ KServe 0.21 does, but reads a JSON body sent without `Content-Type`
 MLServer, binary against KServe.
 """
 import sys
+import time
 
 import numpy as np
 import tritonclient.http as httpclient
@@ -38,11 +41,6 @@ def main() -> int:
     except InferenceServerException as error:
         assert "no-such-model" in str(error), str(error)
     for i, model in enumerate(models):
-        # With placement on, the gateway loads the model on its owner
-        # before the owner answers.
-        assert client.is_model_ready(model), f"{model} not ready"
-        meta = client.get_model_metadata(model)
-        assert meta["name"] == model, meta
         data = np.arange(6, dtype=np.float32).reshape(2, 3) + i
         for binary in binaries:
             tensor = httpclient.InferInput("x", list(data.shape), "FP32")
@@ -52,8 +50,20 @@ def main() -> int:
             got = result.as_numpy("echo_x")
             assert got is not None, f"{model}: no echo_x in {result.get_response()}"
             assert np.array_equal(got.reshape(data.shape), data), f"{model}: {got} != {data}"
+        # Only inference loads a model (with placement on, the gateway
+        # loads it on its owner first); readiness and metadata then come
+        # from the server that holds it, once the gateway knows it there
+        # (at once from its own load, else by its next probe: waited for,
+        # at most 5 s).
+        for _ in range(50):
+            if client.is_model_ready(model):
+                break
+            time.sleep(0.1)
+        assert client.is_model_ready(model), f"{model} not ready"
+        meta = client.get_model_metadata(model)
+        assert meta["name"] == model, meta
         kinds = " and ".join("binary" if b else "JSON" for b in binaries)
-        print(f"tritonclient: {model} ready, metadata, {kinds} inference ok")
+        print(f"tritonclient: {model} {kinds} inference ok, ready, metadata")
     client.close()
     return 0
 

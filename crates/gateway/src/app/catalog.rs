@@ -67,10 +67,9 @@ impl Catalog {
     }
 
     /// The backends that may answer for `model` now, as the last probes
-    /// saw them: those that listed it, then those that list nothing (a
-    /// server whose models are not known). A backend that listed its
-    /// models without `model` is neither. Allocates only for the backends
-    /// it returns.
+    /// saw them: those that listed it, those that list nothing (a server
+    /// whose models are not known), and the others. Allocates only for
+    /// the backends it returns.
     pub fn holders(&self, model: &ModelId) -> Holders {
         let inner = self.lock();
         let mut holders = Holders::default();
@@ -79,7 +78,7 @@ impl Catalog {
                 Some(models) if models.contains(model) => {
                     holders.listed.push((id.clone(), origin.clone()))
                 }
-                Some(_) => {}
+                Some(_) => holders.others.push((id.clone(), origin.clone())),
                 None => holders.unlisted.push((id.clone(), origin.clone())),
             }
         }
@@ -149,6 +148,9 @@ pub struct Holders {
     pub listed: Vec<(BackendId, Origin)>,
     /// Backends that answered their probe without listing their models.
     pub unlisted: Vec<(BackendId, Origin)>,
+    /// Backends whose last probe listed models, not this one (it may have
+    /// been loaded there since).
+    pub others: Vec<(BackendId, Origin)>,
 }
 
 /// Every model each backend listed, repeated across backends.
@@ -260,6 +262,7 @@ mod tests {
         let none = catalog.holders(&model("other"));
         assert!(none.listed.is_empty());
         assert_eq!(none.unlisted.len(), 1, "b may hold anything");
+        assert_eq!(none.others.len(), 2);
         assert_eq!(catalog.models().len(), 2, "an unlisted backend adds none");
     }
 }

@@ -9,7 +9,8 @@
 //! and clients' start-up checks, with any name in it; routed as inference,
 //! every distinct name was a load (or a task queued for one). Here it is
 //! asked of the backends the probes last saw holding the model (the
-//! [`Catalog`]), sent straight to one of them: nothing in the balancer
+//! [`Catalog`](super::catalog::Catalog)), or that the balancer has loaded
+//! it on since, sent straight to one of them: nothing in the balancer
 //! moves, nothing is loaded, and a name no backend holds is answered 404
 //! at once without a call — so a client asking about a million names grows
 //! nothing and loads nothing.
@@ -29,6 +30,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::Full;
 use tower::ServiceExt;
+use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::{strip_hop_by_hop, Origin, SetOrigin};
 use tower_model_balance::route::ModelId;
 
@@ -49,6 +51,10 @@ pub async fn answer(app: &App, model: &ModelId, req: Request) -> Response {
     let path = req.uri().path().to_owned();
     let holders = app.catalog.holders(model);
     let mut order = holders.listed;
+    // Loaded since the last probe (the balancer learns of its own loads
+    // at once): served there too.
+    let loaded = |(id, _): &(BackendId, Origin)| app.handle.is_resident(id, model);
+    order.extend(holders.others.into_iter().filter(loaded));
     if !order.is_empty() {
         let turn = NEXT.fetch_add(1, Ordering::Relaxed) % order.len();
         order.rotate_left(turn);
