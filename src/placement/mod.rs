@@ -48,13 +48,13 @@
 //!    request goes instead to a backend past the owners where the model is
 //!    served, if one admits, and the owner's load still starts.
 //!    At most 8 loads run or wait on one backend (running loads are so at
-//!    most 8 × the backends), and a model starts at most 3 loads on one
-//!    backend within a minute (a model loaded, evicted and reloaded in a
-//!    loop is thrashing); a request that needs a load past either bound
-//!    fails at once with [`ModelLoadFailed`](crate::error::ModelLoadFailed)
-//!    saying which, and
+//!    most 8 × the backends): a request that needs a load past it fails at
+//!    once with [`ModelLoadFailed`](crate::error::ModelLoadFailed) saying
+//!    so. A model starts at most one load per 2 s on one backend (a model
+//!    loaded, evicted and reloaded in a loop is thrashing): a request that
+//!    needs it loaded sooner waits for the gap (within `load_timeout`).
 //!    [`PlacementStats::loads_limited`](crate::balance::PlacementStats::loads_limited)
-//!    counts it.
+//!    counts both.
 //! 3. **Room first.** When the backend already holds as many models as its
 //!    [`model_slots`](crate::balance::BackendMeta::with_model_slots), or its
 //!    probes (of the last 30 s) report 90% of its GPU memory used — of the

@@ -50,6 +50,8 @@ async fn a_404_dropped_unread_forgets_nothing_and_one_read_does() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     let owner = owner(&balancer, "m7");
     burst(&balancer, "m7", 1).await;
+    // Past the least gap between two loads of a model on a backend.
+    tokio::time::advance(Duration::from_secs(2)).await;
     fleet.with(&owner, |s| s.loaded.remove("m7"));
     // A retry elsewhere drops the 404 unread: it says nothing.
     let unread = balancer.clone().oneshot(request_to("/infer", "m7")).await;

@@ -173,6 +173,8 @@ async fn a_404_for_a_model_believed_resident_starts_one_reload() {
     let owner = owner(&balancer, "m4");
     burst(&balancer, "m4", 1).await;
     assert_eq!(fleet.load_calls(&owner, "m4"), 1);
+    // Past the least gap between two loads of a model on a backend.
+    tokio::time::advance(Duration::from_secs(2)).await;
 
     // The server drops the model behind the balancer's back.
     fleet.with(&owner, |s| s.loaded.remove("m4"));

@@ -1,15 +1,18 @@
 //! The bounds on placement's loads (pure logic: takes `now`, no IO): how
-//! many loads may run or wait on one backend at once, and how often one
-//! model may start a load on one backend.
+//! many loads may run or wait on one backend at once, and how soon one
+//! model may load again on one backend.
 //!
 //! Why both: a load is the most expensive thing a request can make a model
 //! server do (seconds to minutes of GPU memory traffic), and the one a
 //! client controls by the model name it sends. The allow-list (the
 //! backend's repository index) keeps a name it does not list from loading
-//! at all; these keep the names it does list from being used to make the
-//! server thrash — load a model, evict it for another, load it again —
-//! or to queue more loads behind one backend's turn than could run within
-//! the load timeout.
+//! at all; these keep the names it does list from queueing more loads
+//! behind one backend's turn than could run within the load timeout, and
+//! from making the server load, evict and reload one model in a loop.
+//! The first bound refuses (a request past it fails at once); the second
+//! delays (a request that needs the model sooner waits for the gap, on
+//! its own future: no task, no entry), so that eviction churn in an
+//! ordinary workload costs time, not errors.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -21,25 +24,23 @@ use tokio::time::Instant;
 /// would time out anyway; a request that would start another fails at
 /// once. Running loads are so at most this × the backends.
 pub(crate) const MAX_LOADS_PER_BACKEND: usize = 8;
-/// The most loads one model starts on one backend within [`LOAD_WINDOW`].
-pub(crate) const LOADS_PER_WINDOW: u32 = 3;
-/// The window of [`LOADS_PER_WINDOW`]: a model that needed more loads on
-/// one backend than that within a minute is thrashing there.
-pub(crate) const LOAD_WINDOW: Duration = Duration::from_secs(60);
-/// The most (backend, model) windows remembered; past it, those expired
-/// go, and while it stays full a new pair starts no load (each entry is
-/// 32 bytes: 2 MiB at most). Only models a repository lists reach here.
-pub(crate) const MAX_WINDOWS: usize = 65_536;
+/// The least time between two load starts of one model on one backend.
+pub(crate) const LOAD_GAP: Duration = Duration::from_secs(2);
+/// The most (backend, model) pairs remembered; past it, those whose gap
+/// has passed go, and while it stays full a new pair starts no load (each
+/// entry is 24 bytes: 1.5 MiB at most). Only models a repository lists
+/// reach here, and an entry lives [`LOAD_GAP`].
+pub(crate) const MAX_PAIRS: usize = 65_536;
 
 /// Why a load may not start now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Limited {
     /// [`MAX_LOADS_PER_BACKEND`] loads run or wait on the backend.
     Busy,
-    /// The model started [`LOADS_PER_WINDOW`] loads there within the last
-    /// [`LOAD_WINDOW`].
-    TooOften,
-    /// [`MAX_WINDOWS`] pairs are tracked and none has expired.
+    /// The model started a load there less than [`LOAD_GAP`] ago: not
+    /// before this instant.
+    TooSoon(Instant),
+    /// [`MAX_PAIRS`] pairs are tracked and none has passed its gap.
     Full,
 }
 
@@ -47,23 +48,22 @@ impl Limited {
     /// The reason the waiting requests read.
     pub(crate) fn reason(self) -> String {
         match self {
-            Limited::Busy => format!(
-                "{MAX_LOADS_PER_BACKEND} loads already running or queued on this backend"
-            ),
-            Limited::TooOften => format!(
-                "{LOADS_PER_WINDOW} loads of this model on this backend within {}s: not loaded again yet",
-                LOAD_WINDOW.as_secs()
+            Limited::Busy => {
+                format!("{MAX_LOADS_PER_BACKEND} loads already running or queued on this backend")
+            }
+            Limited::TooSoon(_) => format!(
+                "loaded on this backend less than {}s ago: not loaded again yet",
+                LOAD_GAP.as_secs()
             ),
             Limited::Full => "too many models loading across the fleet".to_owned(),
         }
     }
 }
 
-/// Load starts per (backend uid, model hash): the window's start and the
-/// loads started in it.
+/// When each (backend uid, model hash) last started a load.
 #[derive(Debug, Default)]
 pub(crate) struct LoadRate {
-    windows: HashMap<(u64, u64), (Instant, u32)>,
+    started: HashMap<(u64, u64), Instant>,
 }
 
 impl LoadRate {
@@ -78,32 +78,24 @@ impl LoadRate {
         if running >= MAX_LOADS_PER_BACKEND {
             return Err(Limited::Busy);
         }
-        let expired = |at: Instant| now.saturating_duration_since(at) >= LOAD_WINDOW;
-        if let Some((start, count)) = self.windows.get_mut(&slot) {
-            if expired(*start) {
-                (*start, *count) = (now, 1);
-                return Ok(());
+        if let Some(&at) = self.started.get(&slot) {
+            if now < at + LOAD_GAP {
+                return Err(Limited::TooSoon(at + LOAD_GAP));
             }
-            if *count >= LOADS_PER_WINDOW {
-                return Err(Limited::TooOften);
-            }
-            *count += 1;
-            return Ok(());
-        }
-        if self.windows.len() >= MAX_WINDOWS {
-            self.windows.retain(|_, (start, _)| !expired(*start));
-            if self.windows.len() >= MAX_WINDOWS {
+        } else if self.started.len() >= MAX_PAIRS {
+            self.started.retain(|_, at| now < *at + LOAD_GAP);
+            if self.started.len() >= MAX_PAIRS {
                 return Err(Limited::Full);
             }
         }
-        self.windows.insert(slot, (now, 1));
+        self.started.insert(slot, now);
         Ok(())
     }
 
     /// The pairs tracked now.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.windows.len()
+        self.started.len()
     }
 }
 
@@ -112,22 +104,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_model_starts_three_loads_a_minute_on_a_backend() {
+    fn a_model_loads_at_most_once_per_gap_on_a_backend() {
         let t0 = Instant::now();
         let mut rate = LoadRate::default();
-        for _ in 0..LOADS_PER_WINDOW {
-            assert_eq!(rate.take((1, 7), 0, t0), Ok(()));
-        }
-        assert_eq!(rate.take((1, 7), 0, t0), Err(Limited::TooOften));
-        let later = t0 + LOAD_WINDOW - Duration::from_millis(1);
-        assert_eq!(rate.take((1, 7), 0, later), Err(Limited::TooOften));
+        assert_eq!(rate.take((1, 7), 0, t0), Ok(()));
+        let soon = t0 + LOAD_GAP - Duration::from_millis(1);
+        assert_eq!(
+            rate.take((1, 7), 0, soon),
+            Err(Limited::TooSoon(t0 + LOAD_GAP))
+        );
         assert_eq!(rate.take((2, 7), 0, t0), Ok(()), "another backend");
         assert_eq!(rate.take((1, 8), 0, t0), Ok(()), "another model");
-        assert_eq!(
-            rate.take((1, 7), 0, t0 + LOAD_WINDOW),
-            Ok(()),
-            "a new window"
-        );
+        assert_eq!(rate.take((1, 7), 0, t0 + LOAD_GAP), Ok(()), "past the gap");
     }
 
     #[test]
@@ -143,15 +131,15 @@ mod tests {
     }
 
     #[test]
-    fn the_windows_are_bounded_and_expired_ones_make_room() {
+    fn the_pairs_are_bounded_and_those_past_their_gap_make_room() {
         let t0 = Instant::now();
         let mut rate = LoadRate::default();
-        for key in 0..MAX_WINDOWS as u64 {
+        for key in 0..MAX_PAIRS as u64 {
             assert_eq!(rate.take((1, key), 0, t0), Ok(()));
         }
         assert_eq!(rate.take((2, 0), 0, t0), Err(Limited::Full));
-        assert_eq!(rate.len(), MAX_WINDOWS);
-        assert_eq!(rate.take((2, 0), 0, t0 + LOAD_WINDOW), Ok(()));
-        assert_eq!(rate.len(), 1, "the expired ones went");
+        assert_eq!(rate.len(), MAX_PAIRS);
+        assert_eq!(rate.take((2, 0), 0, t0 + LOAD_GAP), Ok(()));
+        assert_eq!(rate.len(), 1, "the old ones went");
     }
 }

@@ -120,10 +120,11 @@ pub struct PlacementStats {
     pub unknown_models: u64,
     /// Reloads started by a 404 from a backend believed to hold the model.
     pub reloads: u64,
-    /// Loads not started because of a bound: the backend had its most
-    /// loads running or queued (8), or the model had started its most
-    /// loads there within the minute (3). The requests that needed them
-    /// failed at once with [`ModelLoadFailed`](crate::error::ModelLoadFailed).
+    /// Loads not started, or not yet, because of a bound: the backend had
+    /// its most loads running or queued (8: the request failed at once
+    /// with [`ModelLoadFailed`](crate::error::ModelLoadFailed)), or the
+    /// model had started a load there less than 2 s before (the request
+    /// waited for the gap; a reload after a 404 was not started).
     pub loads_limited: u64,
 }
 

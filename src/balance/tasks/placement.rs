@@ -47,9 +47,36 @@ impl Placement {
         if let Some(reason) = self.failed_recently(state.uid, key, Instant::now()) {
             return Prepared::Failed(reason);
         }
-        match self.start(state, model) {
+        match self.start(state, model.clone()) {
             Ok(load) => Prepared::Wait(Box::pin(wait(load))),
+            // Too soon after its last load there: waits for the gap, on
+            // its own future, within the load timeout.
+            Err(Limited::TooSoon(at)) if at <= Instant::now() + self.policy.load_timeout => {
+                let this = self.clone();
+                let state = state.clone();
+                Prepared::Wait(Box::pin(async move {
+                    tokio::time::sleep_until(at).await;
+                    this.prepare_again(&state, model).await
+                }))
+            }
             Err(limited) => Prepared::Failed(limited.reason()),
+        }
+    }
+
+    /// [`Placement::prepare`] once more, after a wait, as the status the
+    /// request reads.
+    fn prepare_again(
+        self: &Arc<Self>,
+        state: &Arc<BackendState>,
+        model: ModelId,
+    ) -> impl Future<Output = Status> + Send + 'static {
+        let prepared = self.prepare(state, model);
+        async move {
+            match prepared {
+                Prepared::Wait(load) => load.await,
+                Prepared::Unknown => Status::Unknown,
+                Prepared::Failed(reason) => Status::Failed(reason),
+            }
         }
     }
 
@@ -72,11 +99,7 @@ impl Placement {
                     ));
                 }
             }
-            match self.prepare(&state, model) {
-                Prepared::Wait(load) => load.await,
-                Prepared::Unknown => Status::Unknown,
-                Prepared::Failed(reason) => Status::Failed(reason),
-            }
+            self.prepare_again(&state, model).await
         }
     }
 
