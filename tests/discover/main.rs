@@ -1,11 +1,12 @@
-//! Discovery: DNS, etcd (watch, registration, replicas that agree), the
-//! static and watch sources, the balancer's reaction to membership, and the
-//! etcd tests' own tools.
+//! Discovery: DNS, etcd (watch, registration, replicas that agree, TLS
+//! and auth), the static and watch sources, the balancer's reaction to
+//! membership, and the etcd tests' own tools.
 
 mod discovery;
 mod dns;
 mod etcd_agreement;
 mod etcd_registration;
+mod etcd_tls;
 mod etcd_tools;
 mod etcd_watch;
 mod sources;
@@ -44,6 +45,8 @@ mod sim_explicit;
 mod sim_http;
 #[path = "../support/tcp_cut.rs"]
 mod tcp_cut;
+#[path = "../support/tls_certs.rs"]
+mod tls_certs;
 #[allow(dead_code)]
 #[path = "../support/until.rs"]
 mod until;

@@ -40,7 +40,20 @@ pub struct EtcdServer {
     dir: PathBuf,
     client: u16,
     peer: u16,
+    /// Where `/health` is served over plain http when the client port
+    /// speaks TLS (0: on the client port).
+    metrics: u16,
+    tls: Option<EtcdTls>,
     child: Option<Child>,
+}
+
+/// TLS on etcd's client port: its certificate and key (PEM files), and a
+/// CA whose certificates clients must present (`--client-cert-auth`).
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 /// The etcd executable, or `None` (with a message) when it is not installed
@@ -116,17 +129,29 @@ impl EtcdServer {
     /// A start that lost a port between its choice and etcd's bind is
     /// retried on new ports.
     pub fn start() -> Option<Self> {
+        Self::start_with(None)
+    }
+
+    /// As [`start`](Self::start), its client port over TLS
+    /// (`https://`), `/health` on a plain metrics port.
+    pub fn start_tls(tls: EtcdTls) -> Option<Self> {
+        Self::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<EtcdTls>) -> Option<Self> {
         let program = installed()?;
         let mut server = Self {
             program,
             dir: scratch(),
             client: 0,
             peer: 0,
+            metrics: 0,
+            tls,
             child: None,
         };
         for attempt in 1..=PORT_TRIES {
             // 10000..20000: apart from the model servers' 20000..32000.
-            [server.client, server.peer] = free_ports(10_000, 10_000);
+            [server.client, server.peer, server.metrics] = free_ports(10_000, 10_000);
             server.spawn();
             match server.wait_ready() {
                 Ok(()) => return Some(server),
@@ -140,9 +165,11 @@ impl EtcdServer {
         unreachable!("the last try panics")
     }
 
-    /// `http://127.0.0.1:PORT`, where clients reach it.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS), where clients
+    /// reach it.
     pub fn client_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client)
     }
 
     /// The client port's address.
@@ -185,7 +212,7 @@ impl EtcdServer {
     }
 
     fn spawn(&mut self) {
-        let client = format!("http://127.0.0.1:{}", self.client);
+        let client = self.client_url();
         let peer = format!("http://127.0.0.1:{}", self.peer);
         let name = "tmb";
         let log = std::fs::OpenOptions::new()
@@ -195,7 +222,18 @@ impl EtcdServer {
             .expect("etcd's log file");
         let err = log.try_clone().expect("etcd's log file");
         let data: &Path = &self.data_dir();
-        let child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        if let Some(tls) = &self.tls {
+            let metrics = format!("http://127.0.0.1:{}", self.metrics);
+            command.args(["--listen-metrics-urls", &metrics]);
+            command.arg("--cert-file").arg(&tls.cert);
+            command.arg("--key-file").arg(&tls.key);
+            if let Some(ca) = &tls.client_ca {
+                command.arg("--trusted-ca-file").arg(ca);
+                command.arg("--client-cert-auth");
+            }
+        }
+        let child = command
             .args(["--name", name])
             .arg("--data-dir")
             .arg(data)
@@ -227,7 +265,12 @@ impl EtcdServer {
                     return Err(format!("{status}: {}", self.log_tail()));
                 }
             }
-            if healthy(self.client) {
+            let health = if self.tls.is_some() {
+                self.metrics
+            } else {
+                self.client
+            };
+            if healthy(health) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -7,6 +7,8 @@ use etcd_client::{Client, ConnectOptions};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::access::EtcdAccess;
+use super::allow::AllowList;
 use crate::error::InvalidConfig;
 
 /// Where etcd is and how to reach it.
@@ -17,6 +19,10 @@ pub(super) struct Settings {
     pub(super) timeout: Duration,
     pub(super) backoff_min: Duration,
     pub(super) backoff_max: Duration,
+    /// The user and TLS settings.
+    pub(super) access: EtcdAccess,
+    /// The address ranges a record may name (a source's; empty: any).
+    pub(super) allow: AllowList,
 }
 
 impl Settings {
@@ -31,6 +37,8 @@ impl Settings {
             timeout: Self::TIMEOUT,
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
+            access: EtcdAccess::default(),
+            allow: AllowList::default(),
         }
     }
 
@@ -62,6 +70,12 @@ impl Settings {
         if self.timeout.is_zero() || self.timeout > Duration::from_secs(300) {
             return Err(InvalidConfig::new("timeout", "above 0, up to 300 s"));
         }
+        self.access.validate(&self.endpoints)?;
+        if self.access.user_over_http(&self.endpoints) {
+            tracing::warn!(
+                "etcd: a user's password sent over http://, in the clear: give https:// endpoints"
+            );
+        }
         Ok(())
     }
 
@@ -78,7 +92,9 @@ impl Settings {
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
             .with_keep_alive_while_idle(true)
             .with_require_leader(true);
-        let endpoint = [&self.endpoints[i % self.endpoints.len()]];
+        let endpoint = &self.endpoints[i % self.endpoints.len()];
+        let options = self.access.apply(options, endpoint);
+        let endpoint = [endpoint];
         within(self.timeout, Client::connect(endpoint, Some(options))).await
     }
 

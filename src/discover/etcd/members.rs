@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use tower::discover::Change;
 
+use super::allow::AllowList;
 use super::record::{decode_record, key_id, RecordError};
 use crate::backend::BackendId;
 use crate::backend::BackendMeta;
@@ -41,6 +42,7 @@ pub(super) struct Members {
     prefix: Vec<u8>,
     metas: BTreeMap<BackendId, BackendMeta>,
     revision: i64,
+    allow: AllowList,
 }
 
 impl Members {
@@ -50,7 +52,14 @@ impl Members {
             prefix,
             metas: BTreeMap::new(),
             revision: 0,
+            allow: AllowList::default(),
         }
+    }
+
+    /// Records whose addresses are outside `allow` are invalid.
+    pub(super) fn with_allow(mut self, allow: AllowList) -> Self {
+        self.allow = allow;
+        self
     }
 
     /// The last revision applied: a resumed watch starts after it.
@@ -168,7 +177,9 @@ impl Members {
             tracing::warn!(%key, %error, "etcd: skipping a key that names no backend");
             (None, error)
         })?;
-        decode_record(id.clone(), value).map_err(|error| {
+        let meta = decode_record(id.clone(), value);
+        meta.and_then(|meta| self.allow.check(&meta).map(|()| meta))
+            .map_err(|error| {
             let key = shown(key);
             tracing::warn!(%key, %error, "etcd: an invalid backend record; that backend is out of the fleet until it is valid");
             (Some(id), error)

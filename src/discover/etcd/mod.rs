@@ -49,11 +49,16 @@
 //! A value that does not decode ([`RecordError`]) is skipped, logged and
 //! counted, and that backend is out of the fleet until its record is valid:
 //! the fleet is a function of the store's records alone, so a replica that
-//! has watched for a day and one started a second ago agree. [`Registration`] is the
+//! has watched for a day and one started a second ago agree. With an
+//! allow-list ([`EtcdBuilder::allow`]), a record naming an address outside
+//! it is refused the same way. [`EtcdAccess`] reaches an etcd with TLS
+//! (feature `etcd-tls`) and users. [`Registration`] is the
 //! writer's side: a record under a lease that is kept alive, so a backend
 //! that dies leaves every replica's ring at most a TTL after its last
 //! renewal (plus etcd's expiry check, every 500 ms).
 
+mod access;
+mod allow;
 mod builder;
 mod connect;
 mod counters;
@@ -64,6 +69,7 @@ mod register;
 mod source;
 mod task;
 
+pub use self::access::EtcdAccess;
 pub use self::builder::EtcdBuilder;
 pub use self::counters::{EtcdHandle, EtcdStats};
 pub use self::error::EtcdError;

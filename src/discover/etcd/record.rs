@@ -38,6 +38,10 @@ pub enum RecordError {
     /// Encoding only: the metadata has no address, and a record must say
     /// where the backend is reached.
     NoAddress,
+    /// The record's address (or metrics address), given here, is not in
+    /// the source's allow-list ([`EtcdBuilder::allow`](super::EtcdBuilder::allow)):
+    /// outside its ranges, or a host name where the list takes addresses.
+    NotAllowed(String),
 }
 
 impl fmt::Display for RecordError {
@@ -51,6 +55,10 @@ impl fmt::Display for RecordError {
             Self::Invalid(invalid) => write!(f, "invalid backend record: {invalid}"),
             Self::InvalidKey => f.write_str("the key under the prefix is not a backend ID"),
             Self::NoAddress => f.write_str("a backend record needs an address"),
+            Self::NotAllowed(address) => write!(
+                f,
+                "the backend record's address {address} is outside the allowed address ranges"
+            ),
         }
     }
 }

@@ -39,6 +39,13 @@ impl RegistrationBuilder {
         self
     }
 
+    /// The user and TLS settings (default: plain `http://`, no user); see
+    /// [`EtcdAccess`](super::EtcdAccess).
+    pub fn access(mut self, access: super::EtcdAccess) -> Self {
+        self.settings.access = access;
+        self
+    }
+
     /// How long connecting, and each request, may take (default 5 s, up
     /// to 300 s).
     pub fn timeout(mut self, timeout: Duration) -> Self {
@@ -53,8 +60,8 @@ impl RegistrationBuilder {
     ///
     /// [`EtcdError::Config`] for a setting out of range (`endpoints`,
     /// `prefix`, `timeout`, `ttl`), [`EtcdError::Record`] for metadata
-    /// without an address, [`EtcdError::Client`] when etcd cannot be
-    /// reached or refuses.
+    /// without an address, [`EtcdError::Auth`] when etcd refuses the
+    /// user, [`EtcdError::Client`] when etcd cannot be reached or refuses.
     pub async fn register(self) -> Result<Registration, EtcdError> {
         self.settings.validate()?;
         if self.ttl.is_zero() || self.ttl > Duration::from_secs(3600) {

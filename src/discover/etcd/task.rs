@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 
 use super::connect::{within, Backoff, Settings};
 use super::counters::EtcdHandle;
+use super::error::EtcdError;
 use super::members::{Event, Members, MetaChange, Outcome};
 
 /// The changes that bring the announced set to `revision`.
@@ -27,6 +28,17 @@ enum End {
     Compacted,
     /// The connection or the watch broke: resume after a backoff.
     Broken(String),
+    /// etcd refused the user: resume after a backoff too (the password may
+    /// be fixed in etcd), logged as an error.
+    Refused(String),
+}
+
+/// How a failed call ends the session.
+fn broken(error: etcd_client::Error) -> End {
+    match EtcdError::from(error) {
+        error @ EtcdError::Auth(_) => End::Refused(error.to_string()),
+        error => End::Broken(error.to_string()),
+    }
 }
 
 pub(super) struct Task {
@@ -43,7 +55,7 @@ pub(super) struct Task {
 
 impl Task {
     pub(super) fn new(settings: Settings, counters: EtcdHandle, out: mpsc::Sender<Batch>) -> Self {
-        let members = Members::new(settings.prefix.clone());
+        let members = Members::new(settings.prefix.clone()).with_allow(settings.allow.clone());
         Self {
             settings,
             members,
@@ -68,6 +80,15 @@ impl Task {
                         revision = self.members.revision(),
                         "etcd: the watch's revision was compacted; reading a fresh snapshot"
                     );
+                }
+                End::Refused(error) => {
+                    self.at = self.at.wrapping_add(1);
+                    let wait = backoff.next_wait();
+                    tracing::error!(%error, retry_ms = wait.as_millis() as u64, "etcd: the user was refused; the fleet stays as it is");
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.out.closed() => return,
+                    }
                 }
                 End::Broken(error) => {
                     self.at = self.at.wrapping_add(1);
@@ -96,7 +117,7 @@ impl Task {
     async fn session(&mut self, backoff: &mut Backoff) -> End {
         let mut client = match self.settings.connect(self.at).await {
             Ok(client) => client,
-            Err(error) => return End::Broken(error.to_string()),
+            Err(error) => return broken(error),
         };
         // A watch that starts without a snapshot takes up where a broken
         // one left off: a resume, counted once etcd has created it.
@@ -108,7 +129,7 @@ impl Task {
                         return End::Closed;
                     }
                 }
-                Err(error) => return End::Broken(error.to_string()),
+                Err(error) => return broken(error),
             }
             self.snapshot = false;
         }
@@ -120,7 +141,7 @@ impl Task {
         let watch = within(self.settings.timeout, client.watch(prefix, Some(options)));
         let mut stream = match watch.await {
             Ok(stream) => stream,
-            Err(error) => return End::Broken(error.to_string()),
+            Err(error) => return broken(error),
         };
         loop {
             let message = tokio::select! {
@@ -130,7 +151,7 @@ impl Task {
             let response = match message {
                 Ok(Some(response)) => response,
                 Ok(None) => return End::Broken("the watch stream ended".into()),
-                Err(error) => return End::Broken(error.to_string()),
+                Err(error) => return broken(error),
             };
             if response.compact_revision() > 0 {
                 return End::Compacted;
