@@ -7,116 +7,60 @@
 //! is no backend, counted with the invalid records. Certificates are made
 //! at test time (`support/tls_certs.rs`).
 
-use crate::etcd;
+use crate::etcd_secure;
 use crate::etcd_source;
 use crate::tls_certs;
 
 use std::time::Duration;
 
-use etcd::{EtcdServer, EtcdTls};
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, Permission, TlsOptions};
-use etcd_source::{next_changes, put, record};
-use tls_certs::{Issued, PemDir, TestCa};
-use tower_model_balance::discover::etcd::{Etcd, EtcdAccess, EtcdError};
+use etcd_secure::{secured, Secured, PASSWORD, USER};
+use etcd_source::{next_changes, record};
+use tls_certs::TestCa;
+use tower_model_balance::discover::etcd::{Etcd, EtcdAccess, EtcdBuilder, EtcdError};
 use tower_model_balance::endpoint::Origin;
 
 const PREFIX: &str = "/secure/";
 
-/// A secured etcd, its CA and a client certificate, with records under
-/// [`PREFIX`] and the user `gateway` (password `gw-pass`) allowed to
-/// read them; `None` where etcd is not installed (outside CI).
-struct Secured {
-    server: EtcdServer,
-    ca: TestCa,
-    client: Issued,
-    _dir: PemDir,
+fn source(etcd: &Secured, access: EtcdAccess) -> EtcdBuilder {
+    Etcd::builder([etcd.server.client_url()], PREFIX)
+        .backoff(Duration::from_millis(20), Duration::from_millis(200))
+        .access(access)
 }
 
-impl Secured {
-    /// What every access here shares: the CA and the client certificate.
-    fn access(&self) -> EtcdAccess {
-        EtcdAccess::new().ca_pem(self.ca.pem()).client_identity_pem(
-            self.client.certificate_pem.clone(),
-            self.client.key_pem.clone(),
-        )
-    }
-
-    fn source(&self, access: EtcdAccess) -> tower_model_balance::discover::etcd::EtcdBuilder {
-        Etcd::builder([self.server.client_url()], PREFIX)
-            .backoff(Duration::from_millis(20), Duration::from_millis(200))
-            .access(access)
-    }
-}
-
-async fn secured() -> Option<Secured> {
-    let ca = TestCa::new("etcd test CA");
-    let dir = PemDir::new();
-    let etcd_cert = ca.issue(&["127.0.0.1", "localhost"]);
-    let tls = EtcdTls {
-        cert: dir.write("etcd.pem", &etcd_cert.certificate_pem),
-        key: dir.write("etcd-key.pem", &etcd_cert.key_pem),
-        client_ca: Some(dir.write("ca.pem", &ca.pem())),
-    };
-    let server = tokio::task::spawn_blocking(move || EtcdServer::start_tls(tls))
-        .await
-        .unwrap()?;
-    let client = ca.issue(&["gateway"]);
-    // The administrator: over TLS with the client certificate, then root.
-    let tls = TlsOptions::new()
-        .ca_certificate(Certificate::from_pem(ca.pem()))
-        .identity(Identity::from_pem(&client.certificate_pem, &client.key_pem));
-    let options = ConnectOptions::new().with_tls(tls.clone());
-    let mut admin = Client::connect([server.client_url()], Some(options))
-        .await
-        .unwrap();
-    put(&mut admin, "/secure/gpu-0", &record(2)).await;
-    put(
-        &mut admin,
-        "/secure/far",
-        r#"{"version":1,"address":"http://10.9.9.9:8000"}"#,
+async fn start() -> Option<Secured> {
+    let far = r#"{"version":1,"address":"http://10.9.9.9:8000"}"#;
+    secured(
+        PREFIX,
+        &[("/secure/gpu-0", &record(2)), ("/secure/far", far)],
     )
-    .await;
-    admin.user_add("root", "root-pass", None).await.unwrap();
-    admin.user_grant_role("root", "root").await.unwrap();
-    admin.role_add("reader").await.unwrap();
-    let read = Permission::read(PREFIX).with_prefix();
-    admin.role_grant_permission("reader", read).await.unwrap();
-    admin.user_add("gateway", "gw-pass", None).await.unwrap();
-    admin.user_grant_role("gateway", "reader").await.unwrap();
-    admin.auth_enable().await.unwrap();
-    Some(Secured {
-        server,
-        ca,
-        client,
-        _dir: dir,
-    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_are_read_over_tls_as_a_user_and_bad_access_is_typed() {
-    let Some(etcd) = secured().await else {
+    let Some(etcd) = start().await else {
         return;
     };
-    let right = etcd.access().user("gateway", "gw-pass");
-    etcd.source(right.clone()).check().await.unwrap();
+    let right = etcd.access().user(USER, PASSWORD);
+    source(&etcd, right.clone()).check().await.unwrap();
 
     // The records, over TLS, as `gateway`: both are backends without an
     // allow-list.
-    let mut source = etcd.source(right.clone()).build(|_: &Origin| ()).unwrap();
+    let mut source = source(&etcd, right.clone()).build(|_: &Origin| ()).unwrap();
     let mut seen = next_changes(&mut source, 2).await;
     seen.sort();
     assert_eq!(seen, ["+far:1", "+gpu-0:2"]);
 
     // With one, the record naming 10.9.9.9 is no backend, and counted.
-    let allowed = etcd.source(right).allow("127.0.0.0/8").allow("fd00::/8");
+    let allowed = source(&etcd, right).allow("127.0.0.0/8").allow("fd00::/8");
     let mut source = allowed.build(|_: &Origin| ()).unwrap();
     let counters = source.handle();
     assert_eq!(next_changes(&mut source, 1).await, ["+gpu-0:2"]);
     assert_eq!(counters.stats().invalid_records, 1);
 
     // A wrong password, and no user at all: etcd refuses, typed.
-    for access in [etcd.access().user("gateway", "wrong"), etcd.access()] {
-        let error = etcd.source(access).check().await.unwrap_err();
+    for access in [etcd.access().user(USER, "wrong"), etcd.access()] {
+        let error = source(&etcd, access).check().await.unwrap_err();
         assert!(matches!(error, EtcdError::Auth(_)), "{error:?}");
     }
 
@@ -127,8 +71,8 @@ async fn records_are_read_over_tls_as_a_user_and_bad_access_is_typed() {
             etcd.client.certificate_pem.clone(),
             etcd.client.key_pem.clone(),
         )
-        .user("gateway", "gw-pass");
-    let error = etcd.source(system).check().await.unwrap_err();
+        .user(USER, PASSWORD);
+    let error = source(&etcd, system).check().await.unwrap_err();
     assert!(matches!(error, EtcdError::Client(_)), "{error:?}");
     // Its text names the cause, not only "transport error".
     assert!(error.to_string().contains("certificate"), "{error}");

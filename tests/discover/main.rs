@@ -21,6 +21,8 @@ mod etcd_fleet;
 mod etcd_replica;
 #[path = "../support/etcd_run.rs"]
 mod etcd_run;
+#[path = "../support/etcd_secure.rs"]
+mod etcd_secure;
 #[path = "../support/etcd_source.rs"]
 mod etcd_source;
 #[path = "../support/etcd_truth.rs"]

@@ -7,7 +7,8 @@
 //! a missing etcd is a failure (as for the real model servers in
 //! `mlserver.rs`): CI must not pass by skipping the store.
 //!
-//! The gateway's tests have a copy (`crates/gateway/tests/gateway/etcd.rs`).
+//! The gateway's tests use it too (`crates/gateway/tests/gateway/main.rs`
+//! names this file).
 //!
 //! The calls block (they start, kill and wait for a process); from async
 //! code, call them on a multi-thread runtime or in `spawn_blocking`.

@@ -27,6 +27,7 @@ mod config;
 mod connection;
 pub mod drain;
 mod errors;
+mod etcd;
 mod forward;
 mod limits;
 mod metadata;
@@ -37,11 +38,12 @@ mod routes;
 pub mod send_once;
 pub mod server;
 mod stack;
+pub mod tls;
 
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::client::legacy::Client;
 use tower::discover::ServiceList;
 use tower::retry::{Retry, RetryLayer};
 use tower::ServiceBuilder;
@@ -49,7 +51,7 @@ use tower_model_balance::balance::BackgroundTask;
 use tower_model_balance::balance::{
     AdmissionConfig, Backend, BackendMeta, BalancerHandle, Limit, ModelBalancer, ResidencyHeader,
 };
-use tower_model_balance::discover::etcd::{Etcd, EtcdHandle};
+use tower_model_balance::discover::etcd::EtcdHandle;
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::BoxError;
 use tower_model_balance::health::probe::{KServeV2, MetricNames, OpenAiModels, PrometheusMetrics};
@@ -61,12 +63,13 @@ use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 
 use access_log::AccessLog;
 use catalog::{Catalog, Catalogued};
-pub use client::{backend_client, POOL_IDLE_TIMEOUT};
+pub use client::{backend_client, backend_tls_client, BackendConnector, POOL_IDLE_TIMEOUT};
 pub use config::{
-    Config, EtcdMembers, Probe, DEFAULT_BODY_LIMIT, DEFAULT_JSON_BODY_LIMIT,
-    DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_REQUESTS,
+    Config, Probe, DEFAULT_BODY_LIMIT, DEFAULT_JSON_BODY_LIMIT, DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_REQUESTS,
 };
 pub use drain::Drain;
+pub use etcd::EtcdMembers;
 use limits::Limits;
 use phases::Phases;
 pub use phases::Timeouts;
@@ -77,7 +80,7 @@ pub use stack::{default_stack, stack_config, DEFAULTS as STACK_DEFAULTS};
 /// One backend's endpoint: the shared client pointed at its origin, under
 /// the phase timeouts where the backend is at fault (inside the balancer's
 /// breaker, so a stalled stream is a failure).
-pub type Endpoint = Phases<SetOrigin<Client<HttpConnector, Full<Bytes>>>>;
+pub type Endpoint = Phases<SetOrigin<Client<BackendConnector, Full<Bytes>>>>;
 /// The whole request path.
 pub type Stack = ModelFromBody<Hedge<Retry<RetryPolicy, FirstFrame<ModelBalancer<Endpoint>>>>>;
 
@@ -142,7 +145,8 @@ impl Gateway {
     /// An invalid setting (the crate's `InvalidConfig` names it), or a
     /// metrics recorder of another kind already installed.
     pub fn new(config: Config) -> Result<Self, BoxError> {
-        let client = backend_client::<Full<Bytes>>(config.timeouts.connect);
+        let roots = tls::backend_roots(config.backend_ca.as_deref())?;
+        let client = backend_tls_client::<Full<Bytes>>(roots, config.timeouts.connect);
         let timeouts = config.timeouts;
         let metadata_client = client.clone();
         let endpoint = move |origin: &Origin| {
@@ -189,8 +193,7 @@ impl Gateway {
             ),
             // Each record's address, as `--backend`'s origin: its endpoint.
             Some(etcd) => {
-                let source =
-                    Etcd::builder(etcd.endpoints.clone(), etcd.prefix.clone()).build(endpoint)?;
+                let source = etcd.builder()?.build(endpoint)?;
                 let counters = source.handle();
                 (
                     ModelBalancer::new(source, balance.build()?)?,

@@ -11,13 +11,13 @@ use crate::app::{
     ServeConfig, Timeouts, DEFAULT_JSON_BODY_LIMIT, DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_REQUESTS,
 };
-use crate::cli::{etcd_url, http_origin, key_prefix, number, Stop};
+use crate::cli::{etcd_url, key_prefix, number, origin, Stop};
 
 pub use usage::USAGE;
 
 /// The flags that may be given more than once (one backend or etcd
 /// endpoint each, `--metrics` for the `--backend` before it).
-const REPEATABLE: [&str; 3] = ["--backend", "--etcd", "--metrics"];
+const REPEATABLE: [&str; 4] = ["--backend", "--etcd", "--metrics", "--etcd-allow"];
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +61,8 @@ pub struct Args {
     pub session_header: Option<http::HeaderName>,
     /// `--receipt-header`.
     pub receipt_header: bool,
+    /// The TLS and trust flags (`--backend-ca`, `--etcd-ca`, …).
+    pub trust: Trust,
     /// `--admin-listen`.
     pub admin_listen: SocketAddr,
     /// `--drain-timeout`, `--max-connections`.
@@ -117,6 +119,7 @@ impl Args {
             prefix_bytes: None,
             session_header: None,
             receipt_header: false,
+            trust: Trust::default(),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             serve: ServeConfig::default(),
             timeouts: Timeouts::default(),
@@ -287,6 +290,9 @@ impl Args {
                     parsed.session_header = Some(name);
                 }
                 "--receipt-header" => parsed.receipt_header = true,
+                trust if Trust::FLAGS.contains(&trust) => {
+                    parsed.trust.parse(trust, value(trust)?)?;
+                }
                 "--admission-limit" => {
                     let limit = value("--admission-limit")?;
                     parsed.admission_limit =
@@ -353,6 +359,7 @@ impl Args {
             }
             _ => {}
         }
+        parsed.trust.check(&parsed.etcd)?;
         if !parsed.etcd.is_empty() {
             if !parsed.backends.is_empty() {
                 return Err(Stop::Error(
@@ -391,7 +398,7 @@ fn named_backend(text: &str) -> Result<(BackendId, Origin), Stop> {
         Some((name, url)) if !name.contains([':', '/']) => (Some(name), url),
         _ => (None, text),
     };
-    let origin = http_origin("--backend", url)?;
+    let origin = origin("--backend", url)?;
     let id = match name {
         Some(name) => BackendId::new(name),
         None => BackendId::new(&origin.to_string()),
@@ -421,6 +428,8 @@ fn same_backend(a: &Origin, b: &Origin) -> bool {
 }
 
 mod config;
+mod trust;
+pub use trust::Trust;
 mod file;
 #[cfg(test)]
 mod tests;

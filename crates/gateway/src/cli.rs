@@ -88,7 +88,17 @@ pub fn number(text: &str, flag: &str, min: usize, max: usize) -> Result<usize, S
     }
 }
 
-/// A plain `http://host[:port]` origin (the binaries' clients have no TLS).
+/// An `http://` or `https://` origin (the gateway's backends).
+///
+/// # Errors
+///
+/// Not an origin: the message names `flag`.
+pub fn origin(flag: &str, text: &str) -> Result<Origin, Stop> {
+    Origin::parse(text).map_err(|e| Stop::Error(format!("{flag} `{text}`: {e}")))
+}
+
+/// A plain `http://host[:port]` origin (the bare proxy's and the
+/// sidecar's clients have no TLS).
 ///
 /// # Errors
 ///
@@ -97,20 +107,21 @@ pub fn http_origin(flag: &str, text: &str) -> Result<Origin, Stop> {
     let origin = Origin::parse(text).map_err(|e| Stop::Error(format!("{flag} `{text}`: {e}")))?;
     if origin.scheme() != &http::uri::Scheme::HTTP {
         return Err(Stop::Error(format!(
-            "{flag} `{text}`: only http:// (the gateway's clients have no TLS)"
+            "{flag} `{text}`: only http:// (this program's client has no TLS)"
         )));
     }
     Ok(origin)
 }
 
-/// An etcd client URL (`--etcd`): `http://host:port`, etcd's port (2379
-/// by default) written out, as the client takes it.
+/// An etcd client URL (`--etcd`): `http://host:port` or
+/// `https://host:port`, etcd's port (2379 by default) written out, as the
+/// client takes it.
 ///
 /// # Errors
 ///
 /// Not such a URL: the message says why.
 pub fn etcd_url(text: &str) -> Result<Origin, Stop> {
-    let origin = http_origin("--etcd", text)?;
+    let origin = origin("--etcd", text)?;
     if origin.authority().port_u16().is_none() {
         return Err(Stop::Error(format!(
             "--etcd `{text}`: give the port (etcd's client port is 2379 by default)"

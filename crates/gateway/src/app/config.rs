@@ -1,5 +1,6 @@
 //! How the gateway is set up: [`Config`], its defaults and its parts.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::http::HeaderName;
@@ -8,6 +9,7 @@ use tower_model_balance::config::StackConfig;
 use tower_model_balance::endpoint::Origin;
 
 use super::access_log::AccessLog;
+use super::etcd::EtcdMembers;
 use super::phases::Timeouts;
 
 /// Which model-server API the health probes ask.
@@ -20,16 +22,6 @@ pub enum Probe {
     OpenAi,
 }
 
-/// Where the backends come from when etcd has them: every gateway replica
-/// watching the same prefix sees the same fleet, in the same order.
-#[derive(Debug, Clone)]
-pub struct EtcdMembers {
-    /// etcd's client URLs (`http://127.0.0.1:2379`).
-    pub endpoints: Vec<String>,
-    /// The key prefix of the backends' records: `<prefix><backend id>`.
-    pub prefix: String,
-}
-
 /// How the gateway is set up.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -39,6 +31,9 @@ pub struct Config {
     /// record's address is where its backend is sent to, its
     /// `metrics_address` where it is scraped, its `models` what it holds.
     pub etcd: Option<EtcdMembers>,
+    /// A CA file (PEM) the `https://` backends' certificates are checked
+    /// against, instead of the system's roots.
+    pub backend_ca: Option<PathBuf>,
     /// The most body bytes a KServe v2 request (`/v2/…`, tensors in the
     /// body) may send (413 past it); also the route layer's bound.
     pub body_limit: usize,
@@ -141,6 +136,7 @@ impl Config {
         Self {
             backends,
             etcd: None,
+            backend_ca: None,
             body_limit: DEFAULT_BODY_LIMIT,
             json_body_limit: DEFAULT_JSON_BODY_LIMIT,
             timeouts: Timeouts::default(),

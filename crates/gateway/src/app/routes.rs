@@ -17,7 +17,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::client::legacy::Client;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance::error::BoxError;
@@ -59,7 +59,7 @@ pub struct App {
     pub catalog: Catalog,
     /// The backends' client, for the metadata routes (`metadata.rs`),
     /// which are sent straight to a backend holding the model.
-    pub client: Client<HttpConnector, Full<Bytes>>,
+    pub client: Client<super::BackendConnector, Full<Bytes>>,
     /// The most a backend may take to answer (its response head).
     pub backend_timeout: Duration,
 }

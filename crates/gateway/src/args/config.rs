@@ -21,10 +21,10 @@ impl Args {
         let sims = !simulated.is_empty();
         let mut config = if let Some(prefix) = &self.prefix {
             let mut config = Config::new(Vec::new());
-            config.etcd = Some(EtcdMembers {
-                endpoints: self.etcd.iter().map(ToString::to_string).collect(),
-                prefix: prefix.clone(),
-            });
+            let endpoints = self.etcd.iter().map(ToString::to_string).collect();
+            let mut members = EtcdMembers::new(endpoints, prefix.clone());
+            self.trust.apply(&mut members);
+            config.etcd = Some(members);
             config
         } else if self.backends.is_empty() {
             let mut config = Config::new(simulated);
@@ -35,6 +35,7 @@ impl Args {
             let backends = self.ids.iter().cloned().zip(self.backends.iter().cloned());
             Config::new(backends.collect())
         };
+        config.backend_ca.clone_from(&self.trust.backend_ca);
         config.body_limit = self.body_limit;
         config.json_body_limit = self.json_body_limit;
         config.access_log = self.access_log;

@@ -62,7 +62,6 @@ fn bad_flags_are_errors_not_panics() {
         &["--listen"][..],
         &["--listen", "localhost"],
         &["--backend", "not a url"],
-        &["--backend", "https://10.0.0.1:8443"],
         &["--backend", "=http://10.0.0.1:8000"],
         &["--backend", "vllm 0=http://10.0.0.1:8000"],
         &["--backend", "vllm-0=not a url"],
@@ -194,8 +193,8 @@ fn etcd_is_the_alternative_to_backend() {
             "--etcd `127.0.0.1:2379`",
         ),
         (
-            vec![&["--etcd", "https://h:2379"][..], &prefix],
-            "only http://",
+            vec![&["--etcd", "https://h:2379"][..], &etcd, &prefix],
+            "all http:// or all https://",
         ),
         (vec![&["--etcd", "http://h"][..], &prefix], "give the port"),
         (vec![&etcd[..], &["--prefix", ""]], "not a key prefix"),
@@ -371,4 +370,62 @@ fn every_flag_but_the_repeatable_ones_is_given_once() {
         Err(Stop::Error(message)) => assert!(message.starts_with("--sims applies"), "{message}"),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn trust_flags_are_read_and_checked() {
+    let tls = [
+        "--etcd",
+        "https://127.0.0.1:2379",
+        "--prefix",
+        "/p/",
+        "--etcd-ca",
+        "/ca.pem",
+        "--etcd-cert",
+        "/c.pem",
+        "--etcd-key",
+        "/k.pem",
+        "--etcd-user",
+        "gw",
+        "--etcd-password-file",
+        "/pw",
+        "--etcd-allow",
+        "10.0.0.0/8",
+        "--etcd-allow",
+        "fd00::/8",
+        "--backend-ca",
+        "/backends.pem",
+    ];
+    let args = parse(&tls).unwrap();
+    assert_eq!(args.trust.etcd_allow, ["10.0.0.0/8", "fd00::/8"]);
+    let config = args.config(Vec::new()).unwrap();
+    let etcd = config.etcd.unwrap();
+    assert_eq!(etcd.user.as_deref(), Some("gw"));
+    assert_eq!(etcd.ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
+    assert!(etcd.client_identity.is_some() && etcd.password_file.is_some());
+    assert_eq!(
+        config.backend_ca.as_deref(),
+        Some(std::path::Path::new("/backends.pem"))
+    );
+    let https = parse(&["--backend", "https://10.0.0.1:8443"]).unwrap();
+    assert_eq!(https.backends[0].to_string(), "https://10.0.0.1:8443");
+    let plain = ["--etcd", "http://127.0.0.1:2379", "--prefix", "/p/"];
+    for (extra, message) in [
+        (&["--etcd-allow", "10.0.0.0/33"][..], "not an address range"),
+        (&["--etcd-allow", "example.com"], "not an address range"),
+        (&["--etcd-ca", "/ca.pem"], "need https://"),
+        (&["--etcd-user", "gw", "--etcd-user", "x"], "given twice"),
+        (&["--etcd-password-file", "/pw"], "goes with --etcd-user"),
+    ] {
+        let flags: Vec<&str> = plain.iter().chain(extra).copied().collect();
+        let error = parse(&flags).unwrap_err();
+        assert!(
+            matches!(&error, Stop::Error(m) if m.contains(message)),
+            "{flags:?}: {error:?}"
+        );
+    }
+    let error = parse(&["--etcd-user", "gw"]).unwrap_err();
+    assert_eq!(error, Stop::Error("--etcd-user goes with --etcd".into()));
+    let cert_alone = [&tls[..4], &["--etcd-cert", "/c.pem"]].concat();
+    assert!(parse(&cert_alone).is_err());
 }

@@ -29,6 +29,21 @@ usage: gateway [FLAGS]
                        its address
   --prefix P           the key prefix of the backends' records, e.g.
                        /models/backends/ (with --etcd, and only with it)
+  --backend-ca FILE    the CA certificates (PEM) that https:// backends'
+                       certificates are checked against, instead of the
+                       system's roots (https:// backends from --backend or
+                       from etcd records)
+  --etcd-ca FILE       the CA certificates (PEM) etcd's is checked against
+                       (with https:// --etcd URLs; default: the system's)
+  --etcd-cert FILE     a client certificate (PEM) for an etcd that checks
+  --etcd-key FILE      clients' (--client-cert-auth), and its private key
+  --etcd-user NAME     the etcd user to authenticate as; its password from
+  --etcd-password-file FILE, else from GATEWAY_ETCD_PASSWORD in the
+                       environment (never a flag's value: others can list it)
+  --etcd-allow CIDR    send only to records whose address (and metrics
+                       address) is in this range, e.g. 10.0.0.0/8
+                       (repeatable); a record outside every range, or naming
+                       a host name, is refused, logged and counted invalid
   --sims N             how many simulated backends (1..=16, default 3)
   --down               the simulated backends answer 503 (every owner down):
                        after a few requests the gateway answers 503 itself,
@@ -116,7 +131,7 @@ Operations (docs/operations.md):
   -V, --version        the gateway's version
   -h, --help           this text
 
-Each flag but --backend, --etcd and --metrics may be given once.
+Each flag but --backend, --etcd, --metrics and --etcd-allow may be given once.
 
 Readiness (/health, /v2/health/ready, /ping) is 503 while no backend can serve
 a model: each ejected, or its (backend, model) breakers open and its probe

@@ -110,6 +110,10 @@ async fn run(args: Args) -> Result<(), String> {
         )
     })?;
     let admin_addr = admin.local_addr().map_err(|e| e.to_string())?;
+    // A wrong etcd password stops the gateway here, named.
+    if let Some(etcd) = &config.etcd {
+        etcd.check().await.map_err(|e| e.to_string())?;
+    }
     let gateway = Gateway::new(config).map_err(|e| e.to_string())?;
     say!("gateway on http://{addr} → {backends}");
     say!("admin on http://{admin_addr}: /metrics, /ready, /live");

@@ -106,6 +106,8 @@ impl Args {
             };
             match flag.as_str() {
                 "--etcd" => {
+                    // No TLS flags here yet: plain http:// only.
+                    http_origin("--etcd", &text)?;
                     let url = etcd_url(&text)?;
                     if etcd.contains(&url) {
                         return Err(error(format!("--etcd `{text}` given twice")));

@@ -19,7 +19,8 @@ async fn explicit_fleet() -> Running {
         .unwrap();
     let gw = start_with("meta", 2, server, |config| {
         config.placement = true;
-        config.probe_interval = Duration::from_millis(100);
+        let fast = "[probe]\ninterval_ms = 100".parse().unwrap();
+        config.stack = crate::app::stack_config(&fast).unwrap();
     })
     .await;
     // The probes' first round: the backends and their (empty) lists known.

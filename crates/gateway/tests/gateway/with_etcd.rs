@@ -66,10 +66,7 @@ async fn backend(etcd: &EtcdServer, prefix: &str, name: &str, ttl: u64) -> (Mode
 /// A gateway whose backends are the records under `prefix`.
 async fn gateway(etcd: &EtcdServer, prefix: &str) -> Running {
     let mut config = Config::new(Vec::new());
-    config.etcd = Some(EtcdMembers {
-        endpoints: vec![etcd.client_url()],
-        prefix: prefix.into(),
-    });
+    config.etcd = Some(EtcdMembers::new(vec![etcd.client_url()], prefix.into()));
     config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
     // The simulated servers load a model when a request names it.
     config.placement = false;
