@@ -21,7 +21,7 @@ use tower_model_balance::endpoint::Origin;
 
 const PREFIX: &str = "/secure/";
 
-fn source(etcd: &Secured, access: EtcdAccess) -> EtcdBuilder {
+fn builder(etcd: &Secured, access: EtcdAccess) -> EtcdBuilder {
     Etcd::builder([etcd.server.client_url()], PREFIX)
         .backoff(Duration::from_millis(20), Duration::from_millis(200))
         .access(access)
@@ -42,17 +42,19 @@ async fn records_are_read_over_tls_as_a_user_and_bad_access_is_typed() {
         return;
     };
     let right = etcd.access().user(USER, PASSWORD);
-    source(&etcd, right.clone()).check().await.unwrap();
+    builder(&etcd, right.clone()).check().await.unwrap();
 
     // The records, over TLS, as `gateway`: both are backends without an
     // allow-list.
-    let mut source = source(&etcd, right.clone()).build(|_: &Origin| ()).unwrap();
+    let mut source = builder(&etcd, right.clone())
+        .build(|_: &Origin| ())
+        .unwrap();
     let mut seen = next_changes(&mut source, 2).await;
     seen.sort();
     assert_eq!(seen, ["+far:1", "+gpu-0:2"]);
 
     // With one, the record naming 10.9.9.9 is no backend, and counted.
-    let allowed = source(&etcd, right).allow("127.0.0.0/8").allow("fd00::/8");
+    let allowed = builder(&etcd, right).allow("127.0.0.0/8").allow("fd00::/8");
     let mut source = allowed.build(|_: &Origin| ()).unwrap();
     let counters = source.handle();
     assert_eq!(next_changes(&mut source, 1).await, ["+gpu-0:2"]);
@@ -60,7 +62,7 @@ async fn records_are_read_over_tls_as_a_user_and_bad_access_is_typed() {
 
     // A wrong password, and no user at all: etcd refuses, typed.
     for access in [etcd.access().user(USER, "wrong"), etcd.access()] {
-        let error = source(&etcd, access).check().await.unwrap_err();
+        let error = builder(&etcd, access).check().await.unwrap_err();
         assert!(matches!(error, EtcdError::Auth(_)), "{error:?}");
     }
 
@@ -72,7 +74,7 @@ async fn records_are_read_over_tls_as_a_user_and_bad_access_is_typed() {
             etcd.client.key_pem.clone(),
         )
         .user(USER, PASSWORD);
-    let error = source(&etcd, system).check().await.unwrap_err();
+    let error = builder(&etcd, system).check().await.unwrap_err();
     assert!(matches!(error, EtcdError::Client(_)), "{error:?}");
     // Its text names the cause, not only "transport error".
     assert!(error.to_string().contains("certificate"), "{error}");

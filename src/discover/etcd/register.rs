@@ -7,6 +7,7 @@ use etcd_client::{Client, GetOptions, PutOptions};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
+use super::access::EtcdAccess;
 use super::connect::{within, Settings};
 use super::error::EtcdError;
 use super::members::shown;
@@ -40,8 +41,8 @@ impl RegistrationBuilder {
     }
 
     /// The user and TLS settings (default: plain `http://`, no user); see
-    /// [`EtcdAccess`](super::EtcdAccess).
-    pub fn access(mut self, access: super::EtcdAccess) -> Self {
+    /// [`EtcdAccess`].
+    pub fn access(mut self, access: EtcdAccess) -> Self {
         self.settings.access = access;
         self
     }
