@@ -1,7 +1,8 @@
 //! A real etcd secured as in production (`etcd.rs`, `tls_certs.rs`): TLS on
 //! its client port with a test CA's certificate, clients' certificates
 //! required, and auth on — `root`, and the user [`USER`] whose role may
-//! read one prefix, made through etcd's API before `auth enable`.
+//! read one prefix and [`WRITER`], whose role may write it, made through
+//! etcd's API before `auth enable`.
 //!
 //! The gateway's tests use it too (`crates/gateway/tests/gateway/`).
 
@@ -16,6 +17,10 @@ use crate::tls_certs::{Issued, PemDir, TestCa};
 /// The user allowed to read the prefix, and its password.
 pub const USER: &str = "gateway";
 pub const PASSWORD: &str = "gw-pass";
+/// The user allowed to write under the prefix (a registration's), and its
+/// password.
+pub const WRITER: &str = "register";
+pub const WRITER_PASSWORD: &str = "reg-pass";
 
 /// The etcd, its CA, a client certificate and the folder of their PEM
 /// files (`ca.pem`, `client.pem`, `client-key.pem`).
@@ -71,6 +76,11 @@ pub async fn secured(prefix: &str, records: &[(&str, &str)]) -> Option<Secured> 
     admin.role_grant_permission("reader", read).await.unwrap();
     admin.user_add(USER, PASSWORD, None).await.unwrap();
     admin.user_grant_role(USER, "reader").await.unwrap();
+    admin.role_add("writer").await.unwrap();
+    let write = Permission::read_write(prefix).with_prefix();
+    admin.role_grant_permission("writer", write).await.unwrap();
+    admin.user_add(WRITER, WRITER_PASSWORD, None).await.unwrap();
+    admin.user_grant_role(WRITER, "writer").await.unwrap();
     admin.auth_enable().await.unwrap();
     Some(Secured {
         server,

@@ -48,6 +48,15 @@ impl EtcdMembers {
         }
     }
 
+    /// The user and TLS settings, from the files.
+    ///
+    /// # Errors
+    ///
+    /// As [`builder`](Self::builder).
+    pub fn access(&self) -> Result<EtcdAccess, TrustError> {
+        access(self)
+    }
+
     /// The source's builder: the access and the allow-list set.
     ///
     /// # Errors

@@ -30,7 +30,7 @@ pub struct Trust {
 
 impl Trust {
     /// The flags read here, each with a value.
-    pub(super) const FLAGS: [&'static str; 7] = [
+    pub(crate) const FLAGS: [&'static str; 7] = [
         "--backend-ca",
         "--etcd-ca",
         "--etcd-cert",
@@ -41,7 +41,7 @@ impl Trust {
     ];
 
     /// Reads `flag`'s `value` (a flag of [`FLAGS`](Self::FLAGS)).
-    pub(super) fn parse(&mut self, flag: &str, value: String) -> Result<(), Stop> {
+    pub(crate) fn parse(&mut self, flag: &str, value: String) -> Result<(), Stop> {
         let path = || {
             if value.is_empty() {
                 Err(Stop::Error(format!("{flag} needs a file")))
@@ -78,7 +78,7 @@ impl Trust {
 
     /// Checks the flags against the etcd endpoints given (none: no
     /// `--etcd`).
-    pub(super) fn check(&self, etcd: &[Origin]) -> Result<(), Stop> {
+    pub(crate) fn check(&self, etcd: &[Origin]) -> Result<(), Stop> {
         let etcd_flags = [
             (self.etcd_ca.is_some(), "--etcd-ca"),
             (self.etcd_cert.is_some(), "--etcd-cert"),
@@ -118,7 +118,7 @@ impl Trust {
     }
 
     /// `members` with these settings.
-    pub(super) fn apply(&self, members: &mut EtcdMembers) {
+    pub(crate) fn apply(&self, members: &mut EtcdMembers) {
         members.ca.clone_from(&self.etcd_ca);
         if let (Some(cert), Some(key)) = (&self.etcd_cert, &self.etcd_key) {
             members.client_identity = Some((cert.clone(), key.clone()));

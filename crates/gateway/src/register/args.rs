@@ -6,6 +6,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::BackendMeta;
 use tower_model_balance::endpoint::Origin;
 
+use crate::args::Trust;
 use crate::cli::{etcd_url, http_origin, key_prefix, number, Stop};
 
 /// The usage, printed for `--help` and after a bad flag.
@@ -37,6 +38,13 @@ the record's resident models as the server lists them, and deregisters
   --probe API            how its resident models are read: kserve (the KServe
                          v2 repository index, default) or openai (/v1/models)
   --interval MS          how often (10..=3600000, default 1000)
+  --etcd-ca FILE         the CA certificates (PEM) etcd's is checked against
+                         (with https:// --etcd URLs; default: the system's)
+  --etcd-cert FILE       a client certificate (PEM) for an etcd that checks
+  --etcd-key FILE        clients' (--client-cert-auth), and its private key
+  --etcd-user NAME       the etcd user to write as; its password from
+  --etcd-password-file FILE, else from GATEWAY_ETCD_PASSWORD in the
+                         environment
   -h, --help             this text";
 
 /// Which list of resident models the sidecar follows.
@@ -66,6 +74,9 @@ pub struct Args {
     pub probe: Probe,
     /// `--interval`: how often the resident models are read.
     pub interval: Duration,
+    /// `--etcd-ca`, `--etcd-cert`, `--etcd-key`, `--etcd-user`,
+    /// `--etcd-password-file` (the gateway's own flags).
+    pub trust: Trust,
 }
 
 impl Args {
@@ -80,6 +91,8 @@ impl Args {
         let (mut ttl, mut weight, mut slots, mut probe, mut interval) =
             (None, None, None, None, None);
         let mut sim = false;
+        let mut trust = Trust::default();
+        let mut trust_seen: Vec<String> = Vec::new();
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
             match flag.as_str() {
@@ -92,10 +105,21 @@ impl Args {
             }
             let Some(text) = args.next() else {
                 return Err(match flag.as_str() {
-                    "--etcd" | "--prefix" | "--id" | "--address" | "--ttl" | "--weight"
-                    | "--model-slots" | "--metrics-address" | "--probe" | "--interval" => {
-                        error(format!("{flag} needs a value"))
-                    }
+                    "--etcd"
+                    | "--prefix"
+                    | "--id"
+                    | "--address"
+                    | "--ttl"
+                    | "--weight"
+                    | "--model-slots"
+                    | "--metrics-address"
+                    | "--probe"
+                    | "--interval"
+                    | "--etcd-ca"
+                    | "--etcd-cert"
+                    | "--etcd-key"
+                    | "--etcd-user"
+                    | "--etcd-password-file" => error(format!("{flag} needs a value")),
                     _ => error(format!("unknown flag `{flag}`")),
                 });
             };
@@ -106,8 +130,6 @@ impl Args {
             };
             match flag.as_str() {
                 "--etcd" => {
-                    // No TLS flags here yet: plain http:// only.
-                    http_origin("--etcd", &text)?;
                     let url = etcd_url(&text)?;
                     if etcd.contains(&url) {
                         return Err(error(format!("--etcd `{text}` given twice")));
@@ -123,12 +145,22 @@ impl Args {
                 "--model-slots" => once(&mut slots)?,
                 "--probe" => once(&mut probe)?,
                 "--interval" => once(&mut interval)?,
+                // The gateway's etcd flags, but the allow-list (a writer
+                // names its own address).
+                etcd_flag if Trust::FLAGS[1..6].contains(&etcd_flag) => {
+                    if trust_seen.contains(&flag) {
+                        return Err(error(format!("{flag} given twice")));
+                    }
+                    trust_seen.push(flag.clone());
+                    trust.parse(etcd_flag, text)?;
+                }
                 other => return Err(error(format!("unknown flag `{other}`"))),
             }
         }
         if etcd.is_empty() {
             return Err(error("--etcd is required: where etcd is".into()));
         }
+        trust.check(&etcd)?;
         let required = |value: Option<String>, flag: &str| {
             value.ok_or_else(|| error(format!("{flag} is required")))
         };
@@ -187,6 +219,7 @@ impl Args {
             ttl: Duration::from_secs(ttl as u64),
             probe,
             interval: Duration::from_millis(interval as u64),
+            trust,
         })
     }
 }

@@ -10,6 +10,7 @@ use tower_model_balance::task::BackgroundTask;
 use tower_model_balance_sim::{ModelServer, ServerConfig};
 
 use super::args::{Args, Probe};
+use crate::app::EtcdMembers;
 
 /// The models a simulated server (`--sim`) can load: those the gateway's
 /// usage examples ask for.
@@ -57,8 +58,12 @@ impl Sidecar {
             meta = meta.with_address(Origin::http(server.addr()));
             sim = Some(server);
         }
+        let mut members = EtcdMembers::new(args.etcd.clone(), args.prefix.clone());
+        args.trust.apply(&mut members);
+        let access = members.access().map_err(|e| e.to_string())?;
         let registration =
             Registration::builder(args.etcd.iter().cloned(), args.prefix.clone(), meta)
+                .access(access)
                 .ttl(args.ttl)
                 .register()
                 .await

@@ -2,10 +2,11 @@
 //! client certificates, auth on: `support/etcd_secure.rs`), set up by its
 //! own flags (`--etcd https://…`, `--etcd-ca`, `--etcd-cert`,
 //! `--etcd-key`, `--etcd-user`, `--etcd-password-file`, `--etcd-allow`):
-//! it routes to the record inside the allow-list, never connects to the
-//! one outside it (a listener on 127.0.0.2 counts every connection,
-//! probes included), and a wrong password stops it at start with
-//! `EtcdError::Auth`.
+//! it routes to the backend inside the allow-list — registered by the
+//! sidecar's code over TLS as a user allowed to write (`etcd-register`'s
+//! same flags) — never connects to the one outside it (a listener on
+//! 127.0.0.2 counts every connection, probes included), and a wrong
+//! password stops it at start with `EtcdError::Auth`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,8 +21,9 @@ use tower_model_balance::endpoint::Origin;
 use tower_model_balance_gateway::args::Args;
 use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
 
-use crate::etcd_secure::{secured, Secured, PASSWORD, USER};
+use crate::etcd_secure::{secured, Secured, PASSWORD, USER, WRITER, WRITER_PASSWORD};
 use crate::gateway::{self, Running};
+use crate::{args, sidecar};
 
 const PREFIX: &str = "/trusted/";
 const COMPLETION: &str = r#"{"model": "llama-3-8b", "prompt": "hi"}"#;
@@ -46,11 +48,11 @@ fn record(id: &str, origin: Origin) -> String {
     encode_record(&meta).unwrap()
 }
 
-/// The gateway's flags for `etcd`, the password in a file holding
-/// `password`.
-fn flags(etcd: &Secured, password: &str) -> Vec<String> {
+/// The etcd flags the gateway and the sidecar share for `etcd`, as
+/// `user`, the password in a file holding `password`.
+fn etcd_flags(etcd: &Secured, user: &str, password: &str) -> Vec<String> {
     let file = |name: &str| etcd.dir.path().join(name).display().to_string();
-    let password_file = etcd.dir.write("password", &format!("{password}\n"));
+    let password_file = etcd.dir.write(user, &format!("{password}\n"));
     [
         "--etcd",
         &etcd.server.client_url(),
@@ -63,14 +65,19 @@ fn flags(etcd: &Secured, password: &str) -> Vec<String> {
         "--etcd-key",
         &file("client-key.pem"),
         "--etcd-user",
-        USER,
+        user,
         "--etcd-password-file",
         &password_file.display().to_string(),
-        "--etcd-allow",
-        "127.0.0.1/32",
     ]
     .map(String::from)
     .to_vec()
+}
+
+/// The gateway's flags: [`etcd_flags`] as [`USER`], and the allow-list.
+fn flags(etcd: &Secured, password: &str) -> Vec<String> {
+    let mut flags = etcd_flags(etcd, USER, password);
+    flags.extend(["--etcd-allow", "127.0.0.1/32"].map(String::from));
+    flags
 }
 
 /// Waits until `gw` routes over `want` alone; fails, never hangs, past
@@ -99,15 +106,18 @@ async fn a_gateway_reads_etcd_over_tls_as_a_user_and_sends_only_inside_its_allow
         .await
         .unwrap();
     let (far, accepted) = outsider().await;
-    let inside = record("inside", Origin::http(server.addr()));
     let outside = record("outside", far);
-    let records = [
-        ("/trusted/inside", &*inside),
-        ("/trusted/outside", &*outside),
-    ];
-    let Some(etcd) = secured(PREFIX, &records).await else {
+    let Some(etcd) = secured(PREFIX, &[("/trusted/outside", &outside)]).await else {
         return;
     };
+    // The sidecar registers `inside` over TLS as the writer.
+    let mut register = etcd_flags(&etcd, WRITER, WRITER_PASSWORD);
+    let address = format!("http://{}", server.addr());
+    register
+        .extend(["--id", "inside", "--address", &address, "--interval", "50"].map(String::from));
+    let registered = sidecar::Sidecar::start(&args::Args::parse(register).unwrap())
+        .await
+        .unwrap();
 
     let args = Args::parse(flags(&etcd, PASSWORD)).unwrap();
     let mut config = args.config(Vec::new()).unwrap();
@@ -124,6 +134,7 @@ async fn a_gateway_reads_etcd_over_tls_as_a_user_and_sends_only_inside_its_allow
         assert_eq!(reply.headers[protocol::BACKEND_HEADER], "inside");
     }
     assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    drop(registered);
 
     // A wrong password: the gateway's start-up check names it.
     let args = Args::parse(flags(&etcd, "wrong")).unwrap();

@@ -94,7 +94,16 @@ fn bad_flags_are_errors_that_name_them() {
             "--etcd `127.0.0.1:2379`",
         ),
         (with(&["--etcd", "http://h"]), "give the port"),
-        (with(&["--etcd", "https://h:2379"]), "only http://"),
+        (with(&["--etcd-ca", "/ca.pem"]), "need https://"),
+        (with(&["--etcd-allow", "10.0.0.0/8"]), "unknown flag"),
+        (
+            with(&["--etcd-user", "a", "--etcd-user", "b"]),
+            "--etcd-user given twice",
+        ),
+        (
+            with(&["--etcd-password-file", "/pw"]),
+            "goes with --etcd-user",
+        ),
         (with(&["--address", "x"]), "--address given twice"),
         (with(&["--ttl", "0"]), "--ttl"),
         (with(&["--ttl", "3601"]), "--ttl"),
