@@ -6,7 +6,7 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -16,6 +16,11 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::time::Instant;
+
+/// How long a new connection without a request is spared when room is
+/// needed: its request may be on the way.
+pub const FRESH: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What every connection watches: the drain's start, and the calls for
 /// idle connections to make room.
@@ -43,10 +48,13 @@ pub async fn serve<S, B>(
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let opened = Instant::now();
     let in_flight = Arc::new(AtomicUsize::new(0));
+    let served = Arc::new(AtomicBool::new(false));
     let service = Counted {
         inner: router,
         in_flight: in_flight.clone(),
+        served: served.clone(),
     };
     let connection = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
     tokio::pin!(connection);
@@ -72,7 +80,12 @@ pub async fn serve<S, B>(
                 closing = true;
             }
             called = signals.make_room.changed(), if !closing => {
-                if called.is_err() || in_flight.load(Ordering::Acquire) == 0 {
+                // Idle: no request in flight, and kept alive after one
+                // (or open a while without one). A connection just opened
+                // may have its request on the way.
+                let idle = in_flight.load(Ordering::Acquire) == 0
+                    && (served.load(Ordering::Acquire) || opened.elapsed() >= FRESH);
+                if called.is_err() || idle {
                     connection.as_mut().graceful_shutdown();
                     closing = true;
                 }
@@ -88,6 +101,7 @@ pub async fn serve<S, B>(
 struct Counted<S> {
     inner: S,
     in_flight: Arc<AtomicUsize>,
+    served: Arc<AtomicBool>,
 }
 
 impl<S, Q, B> tower::Service<http::Request<Q>> for Counted<S>
@@ -106,6 +120,7 @@ where
 
     fn call(&mut self, req: http::Request<Q>) -> Self::Future {
         let guard = InFlight::new(self.in_flight.clone());
+        self.served.store(true, Ordering::Release);
         let answer = self.inner.call(req);
         Box::pin(async move {
             let response = answer.await?;

@@ -174,19 +174,15 @@ where
         // connection is busy and this one is closed.
         let slot = match slots.clone().try_acquire_owned() {
             Ok(slot) => slot,
-            Err(_) => {
-                make_room.send_modify(|n| *n = n.wrapping_add(1));
-                let freed = tokio::time::timeout(ROOM_WAIT, slots.clone().acquire_owned());
-                match freed.await {
-                    Ok(Ok(slot)) => slot,
-                    _ => {
-                        tracing::debug!(
-                            "at the connection bound, every connection busy: closing a new one"
-                        );
-                        continue;
-                    }
+            Err(_) => match make_room_for(&slots, &make_room).await {
+                Some(slot) => slot,
+                None => {
+                    tracing::debug!(
+                        "at the connection bound, every connection busy: closing a new one"
+                    );
+                    continue;
                 }
-            }
+            },
         };
         let connection =
             connection::serve(http.clone(), stream, router.clone(), signals.clone(), slot);
@@ -213,6 +209,26 @@ where
         }
     }
     Ok(())
+}
+
+/// A slot freed by the idle connections, asked every quarter of
+/// [`connection::FRESH`] (those just opened become idle meanwhile) for
+/// at most [`ROOM_WAIT`]; `None` if none frees one.
+async fn make_room_for(
+    slots: &Arc<Semaphore>,
+    make_room: &watch::Sender<u64>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let deadline = tokio::time::Instant::now() + ROOM_WAIT;
+    loop {
+        make_room.send_modify(|n| *n = n.wrapping_add(1));
+        let ask_again = (tokio::time::Instant::now() + connection::FRESH / 4).min(deadline);
+        match tokio::time::timeout_at(ask_again, slots.clone().acquire_owned()).await {
+            Ok(Ok(slot)) => return Some(slot),
+            Ok(Err(_)) => return None,
+            Err(_) if ask_again >= deadline => return None,
+            Err(_) => {}
+        }
+    }
 }
 
 /// The wait after each accept error in a row: 5 ms, doubled each time,

@@ -26,39 +26,7 @@ use tower_model_balance::config::{ConfigError, StackConfig};
 use super::Args;
 use crate::cli::Stop;
 
-/// Each flag's key in the file (a test fails for a flag of `USAGE`
-/// missing here). `[]`: a key of each `[[gateway.backends]]` entry.
-pub(crate) const KEYS: [(&str, &str); 29] = [
-    ("--listen", "gateway.listen"),
-    ("--backend", "gateway.backends[].url"),
-    ("--etcd", "gateway.etcd.endpoints"),
-    ("--prefix", "gateway.etcd.prefix"),
-    ("--sims", "gateway.sims"),
-    ("--down", "gateway.down"),
-    ("--probe", "gateway.probe"),
-    ("--metrics-port", "gateway.metrics_port"),
-    ("--metrics", "gateway.backends[].metrics"),
-    ("--no-placement", "gateway.placement"),
-    ("--body-limit", "gateway.body_limit"),
-    ("--admission-limit", "admission.limit"),
-    ("--model-slots", "gateway.model_slots"),
-    ("--owners", "balance.owners"),
-    ("--owner-load", "balance.owner_load"),
-    ("--prefix-bytes", "gateway.prefix_bytes"),
-    ("--session-header", "gateway.session_header"),
-    ("--receipt-header", "gateway.receipt_header"),
-    ("--admin-listen", "gateway.admin_listen"),
-    ("--drain-timeout", "gateway.drain_timeout_s"),
-    ("--connect-timeout", "gateway.connect_timeout_s"),
-    ("--first-token-timeout", "gateway.first_token_timeout_s"),
-    ("--idle-timeout", "gateway.idle_timeout_s"),
-    ("--request-timeout", "gateway.request_timeout_s"),
-    ("--max-connections", "gateway.max_connections"),
-    ("--max-requests", "gateway.max_requests"),
-    ("--max-buffered-bytes", "gateway.max_buffered_bytes"),
-    ("--json-body-limit", "gateway.json_body_limit"),
-    ("--access-log", "gateway.access_log"),
-];
+pub(crate) use keys::KEYS;
 
 /// The file: `[gateway]` and the layers' tables, nothing else (an unknown
 /// table is refused with its line and column). The layers' tables are
@@ -107,6 +75,13 @@ struct Gateway {
     max_requests: Option<i64>,
     max_buffered_bytes: Option<i64>,
     access_log: Option<String>,
+    backend_ca: Option<String>,
+    etcd_ca: Option<String>,
+    etcd_cert: Option<String>,
+    etcd_key: Option<String>,
+    etcd_user: Option<String>,
+    etcd_password_file: Option<String>,
+    etcd_allow: Option<Vec<String>>,
 }
 
 /// A `[[gateway.backends]]` entry: `--backend [NAME=]URL` and the
@@ -339,11 +314,20 @@ impl Gateway {
             ("--max-buffered-bytes", number(self.max_buffered_bytes)),
             ("--json-body-limit", number(self.json_body_limit)),
             ("--access-log", text(self.access_log)),
+            ("--backend-ca", text(self.backend_ca)),
+            ("--etcd-ca", text(self.etcd_ca)),
+            ("--etcd-cert", text(self.etcd_cert)),
+            ("--etcd-key", text(self.etcd_key)),
+            ("--etcd-user", text(self.etcd_user)),
+            ("--etcd-password-file", text(self.etcd_password_file)),
         ];
         for (flag, value) in values {
             if let Some(value) = value {
                 one(flag, value);
             }
+        }
+        for range in self.etcd_allow.into_iter().flatten() {
+            one("--etcd-allow", Some(range));
         }
         for (i, backend) in self.backends.into_iter().flatten().enumerate() {
             let key = |leaf: &str| format!("gateway.backends[{i}].{leaf}");
@@ -425,5 +409,6 @@ fn layers_text(text: &str, tables: &toml::Table) -> String {
     }
 }
 
+mod keys;
 #[cfg(test)]
 mod tests;

@@ -66,7 +66,7 @@ async fn every_backend_failing_makes_readiness_503_and_metrics_show_the_trips() 
     // The probes fail too: once they drop the backends' models, no
     // backend can serve any.
     until_ready_is(&gw, StatusCode::SERVICE_UNAVAILABLE).await;
-    let scrape = gw.get("/metrics").await.body;
+    let scrape = gw.admin_get("/metrics").await.body;
     for sim in &gw.sims {
         let trips = "model_balance_backend_pair_breaker_trips_total";
         let open = "model_balance_backend_pair_breakers_open";
