@@ -155,6 +155,9 @@ pub async fn start(
         Kind::Gateway => {
             let mut command = Command::new(&programs.gateway);
             command.args(["--listen", &addr.to_string()]);
+            // Its admin listener (`/metrics`) on a port of the system's
+            // choosing: the default 8081 may be taken.
+            command.args(["--admin-listen", "127.0.0.1:0"]);
             // Named as the servers name themselves (`run.rs`): every
             // run hashes the models onto the same ring, wherever the
             // servers' ports fell.
