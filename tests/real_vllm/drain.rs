@@ -91,9 +91,15 @@ pub async fn sigterm_drains_every_stream(servers: &[Vllm]) {
         .args(["-TERM", &pid])
         .status();
     assert!(kill.expect("kill runs").success());
-    // Readiness 503 and new connections refused, while the streams run.
-    let (status, _) = get(&format!("{admin}/ready")).await;
-    assert_eq!(status, 503, "readiness during the drain");
+    // Readiness 503 (once the signal is delivered: within 5 s) and new
+    // connections refused, while the streams run.
+    while get(&format!("{admin}/ready")).await.0 != 503 {
+        assert!(
+            signalled.elapsed() < Duration::from_secs(5),
+            "readiness still 200"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let fresh = reqwest::Client::new();
     let started = Instant::now();
     while fresh.get(format!("{url}/v1/models")).send().await.is_ok() {

@@ -142,8 +142,9 @@ impl Drop for Continue<'_> {
     }
 }
 
-/// kill -9 of one server: only the streams in flight on it fail; every
-/// request started after succeeds.
+/// kill -9 of one server: only the streams in flight on it fail, each
+/// with an SSE error event its client reads; every request started after
+/// succeeds.
 pub async fn a_killed_server_fails_only_its_own_streams(servers: &[Vllm], gw: &Running) {
     let victim = &servers[0];
     let url = format!("{}/v1/chat/completions", gw.url);
@@ -172,7 +173,24 @@ pub async fn a_killed_server_fails_only_its_own_streams(servers: &[Vllm], gw: &R
     victim.kill();
     let mut outcomes = Vec::new();
     for (stream, on_victim) in streams.into_iter().zip(&on) {
-        outcomes.push((*on_victim, stream.finish().await.is_ok()));
+        // Completed: `[DONE]`. Cut: the gateway's SSE error event as the
+        // last event, which the client sees (never a bare EOF).
+        let text = stream
+            .finish()
+            .await
+            .expect("an event, not a transport error");
+        let completed = text.contains("data: [DONE]");
+        let last = text
+            .lines()
+            .rfind(|l| l.starts_with("data: "))
+            .unwrap_or_default();
+        if !completed {
+            assert!(
+                last.starts_with(r#"data: {"error""#),
+                "cut without an error event: {last}"
+            );
+        }
+        outcomes.push((*on_victim, completed));
     }
     println!("  streams (on the killed server, completed): {outcomes:?}");
     for (on_victim, completed) in &outcomes {
