@@ -16,13 +16,14 @@ use tower::ServiceExt;
 use tower_model_balance::balance::RoutingReceipt;
 use tower_model_balance::endpoint::strip_hop_by_hop;
 use tower_model_balance::error::PayloadTooLarge;
+use tower_model_balance::route::SendOnce;
 
 use super::access_log::{request_id, AccessLog, Entry, REQUEST_ID};
 use super::errors::{self, ErrorReply};
 use super::phases::Streamed;
 use super::reply_body::{Ending, ReplyBody};
 use super::routes::{is_missing_model, no_model_served, App, RECEIPT_HEADER};
-use super::send_once;
+use super::send_once::Keeps;
 
 /// The stack's answer, before its body goes on.
 struct Answer {
@@ -69,12 +70,11 @@ pub async fn forward(State(app): State<App>, mut req: Request) -> Response {
     let answer = proxy(&app, req, &path, entry.as_mut()).await;
     match answer {
         Ok(Answer {
-            parts,
+            mut parts,
             body,
             slot,
             deadline,
         }) => {
-            let (mut parts, body) = http::Response::from_parts(parts, body).into_parts();
             strip_hop_by_hop(&mut parts.headers);
             let receipt = parts.extensions.get::<RoutingReceipt>();
             if app.receipt_header {
@@ -150,13 +150,14 @@ async fn proxy(
     if let Some(entry) = entry {
         entry.model = peek.model;
     }
-    let mut parts = parts;
-    // Not safe to send twice (a stored response): no hedge, no retry but
-    // of a refused connection.
-    send_once::mark(path, &bytes, &mut parts.extensions);
     let mut req = Request::from_parts(parts, Full::new(bytes));
     if peek.stream {
         req.extensions_mut().insert(Streamed);
+    }
+    // Not safe to send twice (a stored response): no hedge, no retry but
+    // of a refused connection.
+    if peek.send_once {
+        req.extensions_mut().insert(SendOnce);
     }
     let answer = tokio::select! {
         answer = app.stack.clone().oneshot(req) => answer,
@@ -186,38 +187,54 @@ async fn proxy(
     }
 }
 
-/// What the gateway reads of a request's body itself: whether it asks
-/// for an event stream (the JSON body's `stream` is `true`; KServe v2's
-/// `/v2/…` carry tensors and never stream) and, for the access log, its
-/// model.
+/// What the gateway reads of a request's body itself, in one pass over
+/// it: whether it asks for an event stream (the JSON body's `stream` is
+/// `true`; KServe v2's `/v2/…` carry tensors and never stream), whether it
+/// must be sent once (`send_once`), and, for the access log, its model.
 #[derive(Debug, Default)]
 struct Peek {
     stream: bool,
+    send_once: bool,
     model: Option<String>,
 }
 
 impl Peek {
     fn of(path: &str, body: &[u8], model: bool) -> Self {
         #[derive(serde::Deserialize)]
-        struct Fields {
+        struct Fields<'a> {
             #[serde(default)]
             stream: bool,
+            #[serde(default, borrow)]
+            model: Option<std::borrow::Cow<'a, str>>,
             #[serde(default)]
-            model: Option<String>,
+            store: Option<serde_json::Value>,
+            #[serde(default)]
+            background: Option<serde_json::Value>,
         }
         if let Some(rest) = path.strip_prefix("/v2/models/") {
             let name = rest.split('/').next().filter(|_| model);
             return Peek {
-                stream: false,
                 model: name.map(str::to_owned),
+                ..Peek::default()
             };
         }
-        match serde_json::from_slice::<Fields>(body) {
-            Ok(fields) => Peek {
-                stream: fields.stream,
-                model: fields.model.filter(|_| model),
+        match serde_json::from_slice::<Fields<'_>>(body) {
+            Ok(fields) => {
+                let keeps = Keeps {
+                    store: fields.store,
+                    background: fields.background,
+                };
+                Peek {
+                    stream: fields.stream,
+                    send_once: Keeps::send_once(Some(&keeps), path),
+                    // Owned only for the log.
+                    model: fields.model.filter(|_| model).map(|m| m.into_owned()),
+                }
+            }
+            Err(_) => Peek {
+                send_once: Keeps::send_once(None, path),
+                ..Peek::default()
             },
-            Err(_) => Peek::default(),
         }
     }
 }

@@ -31,39 +31,55 @@
 //! it, hedged or not.
 
 use serde::Deserialize;
-use tower_model_balance::route::SendOnce;
 
 /// The OpenAI Responses API route.
 const RESPONSES: &str = "/v1/responses";
 /// The OpenAI chat completions route.
 const CHAT: &str = "/v1/chat/completions";
 
-/// The top-level flags of a body that ask the server to keep something.
-#[derive(Deserialize)]
-struct Keeps {
-    store: Option<bool>,
-    background: Option<bool>,
+/// The top-level flags of a body that ask the server to keep something,
+/// as they were written (a value not `true`, `false` or `null` is read as
+/// unreadable: sent once).
+#[derive(Debug, Default, Deserialize)]
+pub struct Keeps {
+    #[serde(default)]
+    pub store: Option<serde_json::Value>,
+    #[serde(default)]
+    pub background: Option<serde_json::Value>,
+}
+
+impl Keeps {
+    /// Whether a request for `path` whose body had these flags (`None`:
+    /// the body could not be read) must be sent at most once.
+    pub fn send_once(keeps: Option<&Self>, path: &str) -> bool {
+        let stores_by_default = match path {
+            RESPONSES => true,
+            CHAT => false,
+            _ => return false,
+        };
+        let Some(keeps) = keeps else { return true };
+        let flag = |value: &Option<serde_json::Value>, default: bool| match value {
+            None | Some(serde_json::Value::Null) => Some(default),
+            Some(serde_json::Value::Bool(b)) => Some(*b),
+            Some(_) => None,
+        };
+        match (
+            flag(&keeps.store, stores_by_default),
+            flag(&keeps.background, false),
+        ) {
+            (Some(store), Some(background)) => store || background,
+            _ => true,
+        }
+    }
 }
 
 /// Whether a request for `path` with `body` must be sent at most once
 /// (see the [module docs](self)).
 pub fn is_send_once(path: &str, body: &[u8]) -> bool {
-    let stores_by_default = match path {
-        RESPONSES => true,
-        CHAT => false,
-        _ => return false,
-    };
-    match serde_json::from_slice::<Keeps>(body) {
-        Ok(keeps) => keeps.store.unwrap_or(stores_by_default) || keeps.background.unwrap_or(false),
-        Err(_) => true,
+    if path != RESPONSES && path != CHAT {
+        return false;
     }
-}
-
-/// Marks `extensions` [`SendOnce`] when the request must be sent once.
-pub fn mark(path: &str, body: &[u8], extensions: &mut http::Extensions) {
-    if is_send_once(path, body) {
-        extensions.insert(SendOnce);
-    }
+    Keeps::send_once(serde_json::from_slice::<Keeps>(body).ok().as_ref(), path)
 }
 
 #[cfg(test)]
@@ -124,14 +140,5 @@ mod tests {
             assert!(!is_send_once(path, br#"{"store": true}"#), "{path}");
             assert!(!is_send_once(path, b"\x00 binary tensors"), "{path}");
         }
-    }
-
-    #[test]
-    fn the_mark_is_the_librarys_extension() {
-        let mut extensions = http::Extensions::new();
-        mark(CHAT, br#"{"model": "m"}"#, &mut extensions);
-        assert!(!SendOnce::is_marked(&extensions));
-        mark(RESPONSES, br#"{"model": "m"}"#, &mut extensions);
-        assert!(SendOnce::is_marked(&extensions));
     }
 }

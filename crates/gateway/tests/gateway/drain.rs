@@ -14,7 +14,7 @@ use http::header;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
-use tower_model_balance_sim::{InferenceTimes, ModelServer, ServerConfig};
+use tower_model_balance_sim::{InferenceTimes, ServerConfig};
 
 use crate::app::ServeConfig;
 use gateway::Running;
@@ -31,27 +31,9 @@ async fn fleet(name: &str, decode: Duration, drain_timeout: Duration) -> Running
         .decode_time(decode)
         .build()
         .unwrap();
-    let mut sims = Vec::new();
-    for i in 0..2 {
-        sims.push(
-            ModelServer::start(&format!("{name}-{i}"), server.clone())
-                .await
-                .unwrap(),
-        );
-    }
-    let backends = sims
-        .iter()
-        .map(|s| {
-            let id = tower_model_balance::backend::BackendId::new(s.name()).unwrap();
-            (id, tower_model_balance::endpoint::Origin::http(s.addr()))
-        })
-        .collect();
-    let mut config = crate::app::Config::new(backends);
-    config.residency_header = Some(tower_model_balance_sim::protocol::RESIDENT_MODELS_HEADER);
-    config.placement = false;
     let mut serve = ServeConfig::default();
     serve.drain_timeout = drain_timeout;
-    gateway::serve_with(config, sims, serve).await
+    gateway::start_served(name, 2, server, serve).await
 }
 
 /// Opens a stream of `tokens` and reads its first event.

@@ -72,6 +72,26 @@ pub async fn start_with(
     server: ServerConfig,
     edit: impl FnOnce(&mut Config),
 ) -> Running {
+    let (mut config, servers) = fleet(name, sims, server).await;
+    edit(&mut config);
+    serve(config, servers).await
+}
+
+/// `sims` simulated backends running `server` and the gateway in front,
+/// its listener served with `serve`.
+pub async fn start_served(
+    name: &str,
+    sims: usize,
+    server: ServerConfig,
+    serve: app::ServeConfig,
+) -> Running {
+    let (config, servers) = fleet(name, sims, server).await;
+    serve_with(config, servers, serve).await
+}
+
+/// `sims` simulated backends named `{name}-{i}` running `server`, and the
+/// gateway's config for them.
+async fn fleet(name: &str, sims: usize, server: ServerConfig) -> (Config, Vec<ModelServer>) {
     let mut servers = Vec::new();
     let mut backends = Vec::new();
     for i in 0..sims {
@@ -88,34 +108,7 @@ pub async fn start_with(
     config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
     // The simulated servers load a model when a request names it.
     config.placement = false;
-    edit(&mut config);
-    serve(config, servers).await
-}
-
-/// `sims` simulated backends running `server` and the gateway in front,
-/// its listener served with `serve`.
-pub async fn start_served(
-    name: &str,
-    sims: usize,
-    server: ServerConfig,
-    serve: app::ServeConfig,
-) -> Running {
-    let mut servers = Vec::new();
-    let mut backends = Vec::new();
-    for i in 0..sims {
-        let server = ModelServer::start(&format!("{name}-{i}"), server.clone())
-            .await
-            .unwrap();
-        backends.push((
-            BackendId::new(server.name()).unwrap(),
-            Origin::http(server.addr()),
-        ));
-        servers.push(server);
-    }
-    let mut config = Config::new(backends);
-    config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
-    config.placement = false;
-    serve_with(config, servers, serve).await
+    (config, servers)
 }
 
 pub async fn serve(config: Config, sims: Vec<ModelServer>) -> Running {
