@@ -4,7 +4,7 @@
 //! is harmless for inference — the client gets one answer, the loser is
 //! cancelled — and wrong for a request that leaves state on the server:
 //! it would be done, stored and billed twice. Such a request is marked
-//! [`SendOnce`] here, before the stack; the hedge then sends no backup
+//! [`SendOnce`](tower_model_balance::route::SendOnce) here, before the stack; the hedge then sends no backup
 //! and the retry policy retries it only when its connection was refused
 //! (it never left).
 //!
