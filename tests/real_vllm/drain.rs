@@ -48,11 +48,12 @@ pub async fn sigterm_drains_every_stream(servers: &[Vllm]) {
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .args(["--drain-timeout", "300", "--first-token-timeout", "120"])
         .args(["--idle-timeout", "120"])
-        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("the gateway starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Its messages, addresses among them, on standard error.
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let (mut url, mut admin) = (None, None);
     while url.is_none() || admin.is_none() {
         let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line());
@@ -67,6 +68,8 @@ pub async fn sigterm_drains_every_stream(servers: &[Vllm]) {
         admin = admin.or_else(|| found("admin on http://"));
     }
     let (url, admin) = (url.unwrap(), admin.unwrap());
+    // Read on, so that its messages never fill the pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     // Both servers listed by the probes before the streams.
     let started = Instant::now();
     while !get(&format!("{url}/v1/models"))

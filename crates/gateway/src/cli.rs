@@ -1,7 +1,7 @@
 //! What the two binaries' command lines share: why parsing stopped, the
 //! checks of a number, an `http://` origin, an etcd client URL and a key
 //! prefix (each error naming its flag), the usage on `--help` or a bad
-//! flag, the warnings on stderr, and `say!`.
+//! flag, the warnings on stderr, `say!` and `note!`.
 
 use std::process::ExitCode;
 
@@ -14,6 +14,17 @@ macro_rules! say {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
         let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that ignores a closed stderr: the gateway's own messages
+/// (its addresses, the drain, the exit summary), apart from the access
+/// log on stdout.
+#[macro_export]
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
     }};
 }
 

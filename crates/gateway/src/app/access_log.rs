@@ -1,6 +1,9 @@
-//! The access log: one line per request on standard output, written when
-//! its answer ends (or at once for an answer of the gateway's own), as
-//! text (`key=value`) or JSON (`--access-log`).
+//! The access log: one line per request of the client listener, every
+//! route, on standard output (the gateway's own messages go to standard
+//! error), as text (`key=value`) or JSON (`--access-log`). An inference
+//! request's line is written when its answer's body ends; any other's when
+//! its answer is made. Every answer carries the request's ID in
+//! `x-request-id`, with the access log on or off.
 //!
 //! | key | what |
 //! | --- | --- |
@@ -11,12 +14,16 @@
 //! | `backend`, `reason` | the backend the balancer picked and why (`resident_owner`, `cold_owner`, `spill`, `panic`, `update`): the routing receipt's |
 //! | `ttft_ms` | from the request's arrival to the answer's first body frame (an event stream's first token) |
 //! | `duration_ms` | from the request's arrival to the answer's end |
-//! | `ended` | `complete`, or why it ended early: the error code (`backend_stalled`, `gateway_draining`, `request_timeout`, `stream_failed`, `client_gone`) |
+//! | `ended` | `complete`, or the gateway's error code: why it answered itself (`not_found`, `invalid_route`, …) or ended the answer early (`backend_stalled`, `gateway_draining`, `request_timeout`, `stream_failed`, `client_gone`) |
 
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
 use http::HeaderValue;
 use tokio::time::Instant;
 use tower_model_balance::balance::RoutingReceipt;
@@ -38,22 +45,83 @@ pub enum AccessLog {
 pub const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
 
 /// A request's ID: the client's `x-request-id` when it is usable (1 to
-/// 128 visible ASCII characters), else `gw-` and a number unique in this
-/// process.
+/// 128 visible ASCII characters), else `gw-`, this process's random tag
+/// (16 hex digits, drawn at its first ID) and a count: unique across the
+/// replicas of a fleet and their restarts.
 pub fn request_id(given: Option<&HeaderValue>) -> HeaderValue {
     static NEXT: AtomicU64 = AtomicU64::new(1);
+    static TAG: OnceLock<u64> = OnceLock::new();
     if let Some(value) = given {
         let bytes = value.as_bytes();
         if (1..=128).contains(&bytes.len()) && bytes.iter().all(|b| b.is_ascii_graphic()) {
             return value.clone();
         }
     }
+    let tag = TAG.get_or_init(process_tag);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    HeaderValue::try_from(format!("gw-{n:x}")).unwrap_or(HeaderValue::from_static("gw"))
+    HeaderValue::try_from(format!("gw-{tag:016x}-{n:x}")).unwrap_or(HeaderValue::from_static("gw"))
+}
+
+/// 64 random bits: std's per-process random hash keys (`RandomState`,
+/// seeded from the OS), over the process ID and the time.
+fn process_tag() -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    std::process::id().hash(&mut hasher);
+    std::time::SystemTime::now().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// A response whose access-log line its body writes when it ends (the
+/// inference routes', `forward.rs`): [`log_requests`] leaves it be.
+#[derive(Debug, Clone, Copy)]
+pub struct Deferred;
+
+/// The error code of an answer the gateway made itself, for its line's
+/// `ended` (set by `ErrorReply`).
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorCode(pub &'static str);
+
+/// The client listener's middleware: gives the request its ID (sent on to
+/// a backend, and back in the answer), and with the log on an [`Entry`] in
+/// its extensions, which the inference handler takes; for any other route
+/// writes the line once the answer is made.
+pub async fn log_requests(
+    State(format): State<AccessLog>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let id = request_id(req.headers().get(&REQUEST_ID));
+    req.headers_mut().insert(REQUEST_ID, id.clone());
+    let entry = (format != AccessLog::Off).then(|| Entry {
+        format,
+        id: id.clone(),
+        method: req.method().clone(),
+        path: req.uri().path().to_owned(),
+        model: None,
+        started: Instant::now(),
+        status: 0,
+        backend: None,
+        reason: None,
+        first_frame: None,
+    });
+    if let Some(entry) = &entry {
+        req.extensions_mut().insert(entry.clone());
+    }
+    let mut response = next.run(req).await;
+    response.headers_mut().insert(REQUEST_ID, id);
+    if let Some(mut entry) = entry {
+        if response.extensions().get::<Deferred>().is_none() {
+            entry.status = response.status().as_u16();
+            let code = response.extensions().get::<ErrorCode>();
+            entry.write(code.map_or("complete", |code| code.0));
+        }
+    }
+    response
 }
 
 /// One request's line, filled in as the request goes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Entry {
     pub format: AccessLog,
     pub id: HeaderValue,

@@ -336,6 +336,9 @@ impl IntoResponse for ErrorReply {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
+            .extensions_mut()
+            .insert(super::access_log::ErrorCode(self.code));
+        response
     }
 }
 

@@ -18,7 +18,7 @@ use tower_model_balance::endpoint::strip_hop_by_hop;
 use tower_model_balance::error::PayloadTooLarge;
 use tower_model_balance::route::SendOnce;
 
-use super::access_log::{request_id, AccessLog, Entry, REQUEST_ID};
+use super::access_log::{Deferred, Entry};
 use super::errors::{self, ErrorReply};
 use super::phases::Streamed;
 use super::reply_body::{Ending, ReplyBody};
@@ -51,24 +51,10 @@ impl<B> BodyOf for http::Response<B> {
 /// own answer, in the route's protocol's shape.
 pub async fn forward(State(app): State<App>, mut req: Request) -> Response {
     let path = req.uri().path().to_owned();
-    let mut entry = (app.access_log != AccessLog::Off).then(|| {
-        let id = request_id(req.headers().get(&REQUEST_ID));
-        req.headers_mut().insert(REQUEST_ID, id.clone());
-        Entry {
-            format: app.access_log,
-            id,
-            method: req.method().clone(),
-            path: path.clone(),
-            model: None,
-            started: Instant::now(),
-            status: 0,
-            backend: None,
-            reason: None,
-            first_frame: None,
-        }
-    });
+    // The line `log_requests` began; written here, or when the body ends.
+    let mut entry = req.extensions_mut().remove::<Entry>();
     let answer = proxy(&app, req, &path, entry.as_mut()).await;
-    match answer {
+    let mut response = match answer {
         Ok(Answer {
             mut parts,
             body,
@@ -85,7 +71,6 @@ pub async fn forward(State(app): State<App>, mut req: Request) -> Response {
             if let Some(entry) = entry.as_mut() {
                 entry.status = parts.status.as_u16();
                 entry.receipt(receipt);
-                parts.headers.insert(REQUEST_ID, entry.id.clone());
             }
             let event_stream = parts
                 .headers
@@ -104,13 +89,12 @@ pub async fn forward(State(app): State<App>, mut req: Request) -> Response {
             if let Some(mut entry) = entry {
                 entry.status = reply.status.as_u16();
                 entry.write(reply.code);
-                let mut response = reply.for_path(&path).into_response();
-                response.headers_mut().insert(REQUEST_ID, entry.id);
-                return response;
             }
             reply.for_path(&path).into_response()
         }
-    }
+    };
+    response.extensions_mut().insert(Deferred);
+    response
 }
 
 /// The request through the gateway's bounds and the stack, to its

@@ -25,7 +25,7 @@ use tower_model_balance::error::InvalidReason;
 use tower_model_balance::hedge::HedgeHandle;
 use tower_model_balance::route::{ModelId, RouteInfo};
 
-use super::access_log::AccessLog;
+use super::access_log::{log_requests, AccessLog};
 use super::catalog::Catalog;
 use super::drain::Drain;
 use super::errors::{self, ErrorReply};
@@ -100,10 +100,12 @@ pub fn router(app: App) -> Router {
     for path in MODEL_ROUTES {
         router = router.route(path, get(model_metadata));
     }
+    let log = axum::middleware::from_fn_with_state(app.access_log, log_requests);
     router
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .with_state(app)
+        .layer(log)
 }
 
 /// The admin listener's routes: `GET /metrics`, readiness (`/ready`,

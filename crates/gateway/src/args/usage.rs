@@ -124,10 +124,11 @@ Operations (docs/operations.md):
                        most body bytes of a request on a route other than
                        KServe v2's /v2/... (1..=67108864, default 16777216,
                        16 MiB; --body-limit is KServe v2's): past it, 413
-  --access-log FORMAT  a line per request on stdout, when its answer ends: text
-                       (key=value) or json; off by default (id, method, path,
-                       model, status, backend, reason, ttft_ms, duration_ms,
-                       ended: docs/operations.md)
+  --access-log FORMAT  a line per request on stdout (the gateway's messages
+                       go to stderr), when its answer ends: text (key=value)
+                       or json; off by default (id, method, path, model,
+                       status, backend, reason, ttft_ms, duration_ms, ended:
+                       docs/operations.md)
   -V, --version        the gateway's version
   -h, --help           this text
 

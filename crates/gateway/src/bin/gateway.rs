@@ -47,7 +47,7 @@ use tower_model_balance_sim::{Fault, ModelServer, ServerConfig};
 
 use tower_model_balance_gateway::app::{self, Gateway};
 use tower_model_balance_gateway::args::{self, Args};
-use tower_model_balance_gateway::{cli, say};
+use tower_model_balance_gateway::{cli, note};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -115,14 +115,15 @@ async fn run(args: Args) -> Result<(), String> {
         etcd.check().await.map_err(|e| e.to_string())?;
     }
     let gateway = Gateway::new(config).map_err(|e| e.to_string())?;
-    say!("gateway on http://{addr} → {backends}");
-    say!("admin on http://{admin_addr}: /metrics, /ready, /live");
+    note!("gateway on http://{addr} → {backends}");
+    note!("admin on http://{admin_addr}: /metrics, /ready, /live");
     if args.down {
-        say!("every simulated backend answers 503 (--down)");
+        note!("every simulated backend answers 503 (--down)");
     }
-    say!(
+    let simulated = !sims.is_empty();
+    note!(
         "{}",
-        try_it(&addr.to_string(), &admin_addr.to_string(), args.down)
+        try_it(reachable(addr), reachable(admin_addr), simulated, args.down)
     );
     let signalled = std::sync::Arc::new(std::sync::OnceLock::new());
     let signal = shutdown_signal()?;
@@ -154,12 +155,12 @@ async fn run(args: Args) -> Result<(), String> {
             true => " (answers still open at --drain-timeout were cut)",
             false => "",
         };
-        say!("drained in {:.1} s{cut}", at.elapsed().as_secs_f64());
+        note!("drained in {:.1} s{cut}", at.elapsed().as_secs_f64());
     }
     let _ = admin_stop.send(());
     let _ = admin_task.await;
     let s = gateway.handle.stats();
-    say!(
+    note!(
         "routed: {} to a resident owner, {} to a cold owner, {} spilled, {} without a backend, {} invalid; {} breaker trips, {} of (backend, model) pairs ({} open now)",
         s.resident_owner,
         s.cold_owner,
@@ -171,7 +172,7 @@ async fn run(args: Args) -> Result<(), String> {
         gateway.handle.backends().iter().map(|b| b.pair_breakers_open).sum::<usize>()
     );
     if let Some(etcd) = gateway.etcd.as_ref().map(|h| h.stats()) {
-        say!(
+        note!(
             "etcd: at revision {}, {} changes applied, {} snapshots, {} watches resumed, {} invalid records",
             etcd.revision,
             etcd.events,
@@ -181,7 +182,7 @@ async fn run(args: Args) -> Result<(), String> {
         );
     }
     let h = gateway.hedge.stats();
-    say!(
+    note!(
         "hedged: {} of {} requests ({} after a fast failure), {} won; suppressed by budget {}, by load {}, by no alternative {}; {} sent once (not safe to send twice)",
         h.hedges,
         h.requests,
@@ -206,12 +207,34 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
         };
-        say!("{name}: draining (readiness 503, no new connections)");
+        note!("{name}: draining (readiness 503, no new connections)");
     })
 }
 
-/// The curl lines printed on start.
-fn try_it(addr: &str, admin: &str, down: bool) -> String {
+/// `addr` as a client on this host reaches it: a wildcard listen address
+/// (`0.0.0.0`, `[::]`) as the loopback.
+fn reachable(addr: std::net::SocketAddr) -> std::net::SocketAddr {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, addr.port()).into(),
+        IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, addr.port()).into(),
+        _ => addr,
+    }
+}
+
+/// The curl lines printed on start: for the simulated backends, requests
+/// of their models; for real ones, the fleet's model list and metrics.
+fn try_it(
+    addr: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+    simulated: bool,
+    down: bool,
+) -> String {
+    if !simulated {
+        return format!(
+            "\nTry it (Ctrl-C or SIGTERM drains and stops):\n\n  curl -s http://{addr}/v1/models    # the models the backends' probes found\n  curl -s http://{admin}/ready\n  curl -s http://{admin}/metrics | grep '^model_balance_'\n"
+        );
+    }
     let chat = format!(
         "curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\": \"llama-3-8b\", \"messages\": [{{\"role\": \"user\", \"content\": \"hi\"}}]}}'"
     );

@@ -63,3 +63,47 @@ async fn each_request_gets_a_json_line_with_its_id_model_backend_and_times() {
     assert_eq!(entry["ended"], "invalid_route");
     assert!(entry["backend"].is_null(), "{line}");
 }
+
+/// Every route of the client listener has its line and its ID: the model
+/// list, a route that does not exist, a wrong method; and the ID made is
+/// the process's own (`gw-`, a random tag, a count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_routes_and_the_gateways_own_404_are_logged_with_an_id() {
+    let mut gateway = crate::binary::start(&["--sims", "2", "--access-log", "json"]).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let addr = gateway.addr;
+    let mut ids = Vec::new();
+    for (method, path, status, ended) in [
+        ("GET", "/v1/models", 200, "complete"),
+        ("GET", "/no/such/route", 404, "not_found"),
+        ("GET", "/v1/completions", 405, "method_not_allowed"),
+    ] {
+        let req = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{addr}{path}"))
+            .body(Full::default())
+            .unwrap();
+        let response = client.request(req).await.unwrap();
+        assert_eq!(response.status(), status, "{path}");
+        let id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        response.into_body().collect().await.unwrap();
+        let line = gateway.line_starting("{").await;
+        let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(entry["path"], path, "{line}");
+        assert_eq!(entry["status"], status, "{line}");
+        assert_eq!(entry["ended"], ended, "{line}");
+        assert_eq!(entry["id"], id.as_str(), "{line}");
+        ids.push(id);
+    }
+    // gw-<16 hex digits>-<count>: one tag, counts that differ.
+    let tags: Vec<&str> = ids.iter().map(|id| id.split('-').nth(1).unwrap()).collect();
+    assert!(
+        tags.iter().all(|t| t.len() == 16 && *t == tags[0]),
+        "{ids:?}"
+    );
+    assert_ne!(ids[0], ids[1]);
+}

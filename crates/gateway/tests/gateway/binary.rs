@@ -1,19 +1,21 @@
 //! The `gateway` binary started as an operator starts it, on ports the
-//! system picks: its addresses read from what it prints, its standard
-//! output read on.
+//! system picks: its addresses read from its messages (standard error),
+//! both its outputs read on (the access log is its standard output).
 
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
 /// A running `gateway` process.
 pub struct Binary {
     pub child: Child,
-    /// Its standard output, past the lines that gave its addresses.
+    /// Its standard output: the access log.
     pub stdout: Lines<BufReader<ChildStdout>>,
+    /// Its standard error, past the lines that gave its addresses.
+    pub stderr: Lines<BufReader<ChildStderr>>,
     pub addr: SocketAddr,
     pub admin: SocketAddr,
 }
@@ -25,13 +27,15 @@ pub async fn start(args: &[&str]) -> Binary {
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .args(args)
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
     let (mut addr, mut admin) = (None, None);
     while addr.is_none() || admin.is_none() {
-        let line = tokio::time::timeout(Duration::from_secs(20), stdout.next_line());
+        let line = tokio::time::timeout(Duration::from_secs(20), stderr.next_line());
         let line = line.await.expect("its addresses within 20 s").unwrap();
         let line = line.expect("the gateway prints its addresses");
         let url = |prefix: &str| {
@@ -48,13 +52,15 @@ pub async fn start(args: &[&str]) -> Binary {
     Binary {
         child,
         stdout,
+        stderr,
         addr: addr.unwrap(),
         admin: admin.unwrap(),
     }
 }
 
 impl Binary {
-    /// The next line it prints that starts with `prefix` (bounded: 20 s).
+    /// The next line of its access log (standard output) that starts with
+    /// `prefix` (bounded: 20 s).
     pub async fn line_starting(&mut self, prefix: &str) -> String {
         let find = async {
             loop {

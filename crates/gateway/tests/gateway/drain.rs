@@ -185,7 +185,7 @@ async fn sigterm_drains_the_binary_which_exits_0() {
         .unwrap();
     assert!(status.success(), "{status}");
     let mut said = Vec::new();
-    while let Ok(Some(line)) = gateway.stdout.next_line().await {
+    while let Ok(Some(line)) = gateway.stderr.next_line().await {
         said.push(line);
     }
     assert!(
