@@ -91,6 +91,11 @@ async fn serve(
         );
         return Ok(json(StatusCode::OK, &index));
     }
+    if req.method() == Method::GET {
+        if let Some((model, ready)) = protocol::parse_model_path(req.uri().path()) {
+            return Ok(model_metadata(&state, fault, &model, ready));
+        }
+    }
     if let Some(response) = info(&state, fault, req.method(), req.uri().path()) {
         // Read a POST's body whole, so the connection stays usable.
         let _ = req.into_body().collect().await;
@@ -354,6 +359,32 @@ fn info(state: &State, fault: Option<Fault>, method: &Method, path: &str) -> Opt
         http::HeaderValue::from_static(content_type),
     );
     Some(response)
+}
+
+/// `GET /v2/models/{model}` (metadata) or `…/ready`: answered for a model
+/// loaded, 404 for any other, as MLServer answers.
+fn model_metadata(state: &State, fault: Option<Fault>, model: &str, ready: bool) -> SimResponse {
+    if fault == Some(Fault::Unavailable) {
+        return unavailable(state);
+    }
+    let loaded = lock(&state.residency)
+        .states(Instant::now())
+        .any(|(name, loaded)| loaded && name == model);
+    if !loaded {
+        let message = format!("Model {model} not found");
+        return json(StatusCode::NOT_FOUND, &protocol::kserve_error(&message));
+    }
+    if ready {
+        return plain(StatusCode::OK, "");
+    }
+    let metadata = serde_json::json!({
+        "name": model,
+        "versions": ["1"],
+        "platform": "sim",
+        "inputs": [],
+        "outputs": [],
+    });
+    json(StatusCode::OK, &metadata.to_string())
 }
 
 /// What the metrics show now.

@@ -28,6 +28,7 @@
 //! | `POST /v2/repository/models/{name}/unload` (explicit mode; body empty or JSON) | 200 with an empty body; the model, loaded or loading, is removed (a model not resident: 200 too, as Triton answers) |
 //! | `POST /v1/load_lora_adapter` (explicit mode; `{"lora_name", "lora_path"}`) | 200 `Success: LoRA adapter '{name}' added successfully.` (text), see below |
 //! | `POST /v1/unload_lora_adapter` (explicit mode; `{"lora_name"}`) | 200 `Success: LoRA adapter '{name}' removed successfully.` (text); 404 `NotFoundError` when the adapter is not loaded; waits for a load of it in progress first |
+//! | `GET /v2/models/{name}`, `GET /v2/models/{name}/ready` (and their `/versions/{version}` forms; the name percent-decoded) | for a model loaded (not loading): 200 with KServe v2 model metadata `{"name", "versions": ["1"], "platform": "sim", "inputs": [], "outputs": []}`, or for readiness 200 with an empty body; else 404 with a KServe error body; 503 while unavailable |
 //! | `GET /v1/models` | 200 with an OpenAI model list `{"object": "list", "data": [{"id", "object": "model", "created": 0, "owned_by": "sim"}]}` of the loaded models (not those loading); 503 while unavailable |
 //! | `GET /metrics` | 200 with Prometheus text (see below); 503 while unavailable |
 //! | anything else | 404 |
@@ -227,6 +228,27 @@ pub(crate) fn parse_control_path(path: &str) -> Option<(String, bool)> {
     Some((decode_segment(name)?, load))
 }
 
+/// The model a KServe v2 metadata or readiness path names
+/// (`/v2/models/{name}`, `…/ready`, and their `/versions/{version}` forms;
+/// the name percent-decoded), and whether it asks readiness; `None` for
+/// any other path.
+pub(crate) fn parse_model_path(path: &str) -> Option<(String, bool)> {
+    let rest = path.strip_prefix("/v2/models/")?;
+    let (rest, ready) = match rest.strip_suffix("/ready") {
+        Some(rest) => (rest, true),
+        None => (rest, false),
+    };
+    let name = match rest.split_once("/versions/") {
+        Some((name, version)) if !version.is_empty() && !version.contains('/') => name,
+        Some(_) => return None,
+        None => rest,
+    };
+    if name.is_empty() || name.contains('/') {
+        return None;
+    }
+    Some((decode_segment(name)?, ready))
+}
+
 /// `text` with every byte but `A-Z a-z 0-9 - . _ ~` percent-encoded.
 fn encode_segment(text: &str) -> String {
     let mut encoded = String::with_capacity(text.len());
@@ -396,6 +418,26 @@ mod tests {
         assert_eq!(parse_infer_path("/v2/models/a/versions//infer"), None);
         assert_eq!(parse_infer_path("/v2/models/a/versions/2/3/infer"), None);
         assert_eq!(parse_infer_path("/v2/models//versions/2/infer"), None);
+        let model = |name: &str, ready| Some((name.to_owned(), ready));
+        assert_eq!(parse_model_path("/v2/models/a%2Fb"), model("a/b", false));
+        assert_eq!(parse_model_path("/v2/models/a/ready"), model("a", true));
+        assert_eq!(
+            parse_model_path("/v2/models/a/versions/2"),
+            model("a", false)
+        );
+        assert_eq!(
+            parse_model_path("/v2/models/a/versions/2/ready"),
+            model("a", true)
+        );
+        for bad in [
+            "/v2/models/",
+            "/v2/models/a/infer",
+            "/v2/models/a/versions/",
+            "/v2/models/%FF",
+            "/v2/models//ready",
+        ] {
+            assert_eq!(parse_model_path(bad), None, "{bad}");
+        }
         let parsed = parse_control_path;
         assert_eq!(parsed(&load_path("m")), Some(("m".to_owned(), true)));
         assert_eq!(parsed(&unload_path("m")), Some(("m".to_owned(), false)));

@@ -130,3 +130,41 @@ async fn every_answer_says_how_long_the_server_took() {
     let (status, _) = get(&server, protocol::HEALTH_PATH).await;
     assert_eq!(status, 200);
 }
+
+/// KServe v2 model metadata and readiness, as MLServer answers them: a
+/// model loaded answers, one not loaded is a 404 with a KServe error body.
+#[tokio::test]
+async fn model_metadata_and_readiness_answer_for_a_loaded_model_only() {
+    let config = ServerConfig::builder()
+        .inference(InferenceTimes::new(0, 1, 1).unwrap())
+        .cold_load(Duration::from_millis(1))
+        .build()
+        .unwrap();
+    let server = ModelServer::start("node-0", config).await.unwrap();
+    let (status, body) = get(&server, "/v2/models/resnet-50").await;
+    assert_eq!(status, 404);
+    assert_eq!(body, r#"{"error":"Model resnet-50 not found"}"#);
+    assert_eq!(get(&server, "/v2/models/resnet-50/ready").await.0, 404);
+    // An inference loads it.
+    let infer = http::Request::post(format!(
+        "http://{}{}",
+        server.addr(),
+        protocol::infer_path("resnet-50")
+    ))
+    .body(Full::<Bytes>::from("{}"))
+    .unwrap();
+    assert_eq!(send(infer).await.status(), 200);
+    let (status, body) = get(&server, "/v2/models/resnet-50").await;
+    assert_eq!(status, 200);
+    let metadata: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(metadata["name"], "resnet-50");
+    assert_eq!(metadata["versions"][0], "1");
+    for path in [
+        "/v2/models/resnet-50/ready",
+        "/v2/models/resnet-50/versions/1/ready",
+    ] {
+        assert_eq!(get(&server, path).await, (200, Bytes::new()), "{path}");
+    }
+    server.set_fault(Some(Fault::Unavailable));
+    assert_eq!(get(&server, "/v2/models/resnet-50/ready").await.0, 503);
+}
