@@ -39,6 +39,7 @@ pub mod send_once;
 pub mod server;
 mod stack;
 pub mod tls;
+pub mod unresponsive;
 
 use axum::Router;
 use bytes::Bytes;
@@ -76,6 +77,7 @@ pub use phases::Timeouts;
 use routes::{admin_router, prometheus, router, App};
 pub use server::{serve, serve_with, ServeConfig};
 pub use stack::{default_stack, stack_config, DEFAULTS as STACK_DEFAULTS};
+use unresponsive::Unresponsive;
 
 /// One backend's endpoint: the shared client pointed at its origin, under
 /// the phase timeouts where the backend is at fault (inside the balancer's
@@ -149,8 +151,12 @@ impl Gateway {
         let client = backend_tls_client::<Full<Bytes>>(roots, config.timeouts.connect);
         let timeouts = config.timeouts;
         let metadata_client = client.clone();
+        // Backends whose probes go unanswered: their waiting requests cut.
+        let unresponsive = Unresponsive::new();
+        let cuts = unresponsive.clone();
         let endpoint = move |origin: &Origin| {
-            Phases::new(SetOrigin::to(client.clone(), origin.clone()), &timeouts)
+            let backend = SetOrigin::to(client.clone(), origin.clone());
+            Phases::new(backend, &timeouts, cuts.watch(origin))
         };
         let backends: Vec<_> = config
             .backends
@@ -209,11 +215,15 @@ impl Gateway {
         let catalog = Catalog::new();
         let probes = match config.probe {
             Probe::KServe => handle.spawn_probes(
-                Catalogued::new((KServeV2::new(), metrics), catalog.clone()),
+                Catalogued::new((KServeV2::new(), metrics), catalog.clone(), unresponsive),
                 probes,
             )?,
             Probe::OpenAi => handle.spawn_probes(
-                Catalogued::new((OpenAiModels::new(), metrics), catalog.clone()),
+                Catalogued::new(
+                    (OpenAiModels::new(), metrics),
+                    catalog.clone(),
+                    unresponsive,
+                ),
                 probes,
             )?,
         };

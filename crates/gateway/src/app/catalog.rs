@@ -5,8 +5,10 @@
 //!
 //! [`Catalogued`] wraps the gateway's prober: each probe's report is
 //! passed on to the balancer unchanged and its resident models noted
-//! here, per backend, with the origin it was probed at; a failed probe
-//! drops the backend until it answers again. The KServe v2 metadata and
+//! here, per backend, with the origin it was probed at; a failed probe,
+//! or one that timed out (dropped unfinished by the probe task), drops the
+//! backend until it answers again, and how each probe went is noted for
+//! the unresponsive-backend rule (`unresponsive.rs`). The KServe v2 metadata and
 //! readiness routes ask the backends it names ([`Catalog::holders`]).
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,6 +20,8 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{ProbeError, ProbeReport, ProbeTarget, Prober};
 use tower_model_balance::route::ModelId;
+
+use super::unresponsive::{ProbeOutcome, Unresponsive};
 
 /// The fleet's models by backend; cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
@@ -171,17 +175,22 @@ fn openai_model(model: &ModelId, created: u64) -> serde_json::Value {
 }
 
 /// A prober whose reports are noted in a [`Catalog`] on their way to the
-/// balancer.
+/// balancer, and how each went in an [`Unresponsive`].
 #[derive(Debug, Clone)]
 pub struct Catalogued<P> {
     prober: P,
     catalog: Catalog,
+    unresponsive: Unresponsive,
 }
 
 impl<P> Catalogued<P> {
-    /// `prober`, noting what it finds in `catalog`.
-    pub fn new(prober: P, catalog: Catalog) -> Self {
-        Self { prober, catalog }
+    /// `prober`, noting what it finds in `catalog` and `unresponsive`.
+    pub fn new(prober: P, catalog: Catalog, unresponsive: Unresponsive) -> Self {
+        Self {
+            prober,
+            catalog,
+            unresponsive,
+        }
     }
 }
 
@@ -191,19 +200,57 @@ impl<P: Prober> Prober for Catalogued<P> {
         target: &ProbeTarget,
     ) -> impl Future<Output = Result<ProbeReport, ProbeError>> + Send + 'static {
         let probe = self.prober.probe(target);
-        let catalog = self.catalog.clone();
-        let id = target.id.clone();
-        let origin = target.address.clone();
+        let mut pending = Pending {
+            catalog: self.catalog.clone(),
+            unresponsive: self.unresponsive.clone(),
+            id: target.id.clone(),
+            origin: target.address.clone(),
+            done: false,
+        };
         async move {
             let report = probe.await;
-            let seen = match &report {
-                Ok(report) if !report.is_failure() => {
-                    Some((&origin, report.resident_models.as_deref()))
-                }
-                _ => None,
-            };
-            catalog.note(&id, seen);
+            pending.done(&report);
             report
+        }
+    }
+}
+
+/// A probe on its way: noted when it ends, or, dropped unfinished (the
+/// probe task's timeout), as one that timed out.
+struct Pending {
+    catalog: Catalog,
+    unresponsive: Unresponsive,
+    id: BackendId,
+    origin: Origin,
+    done: bool,
+}
+
+impl Pending {
+    fn done(&mut self, report: &Result<ProbeReport, ProbeError>) {
+        self.done = true;
+        let seen = match report {
+            Ok(report) if !report.is_failure() => {
+                Some((&self.origin, report.resident_models.as_deref()))
+            }
+            _ => None,
+        };
+        self.catalog.note(&self.id, seen);
+        let outcome = match report {
+            Ok(_) | Err(ProbeError::Status(_) | ProbeError::Malformed { .. }) => {
+                ProbeOutcome::Answered
+            }
+            Err(ProbeError::Timeout) => ProbeOutcome::TimedOut,
+            Err(_) => ProbeOutcome::Failed,
+        };
+        let now = tokio::time::Instant::now();
+        self.unresponsive.note(&self.id, &self.origin, outcome, now);
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.done {
+            self.done(&Err(ProbeError::Timeout));
         }
     }
 }

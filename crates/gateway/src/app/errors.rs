@@ -14,6 +14,7 @@
 //! | `BreakerOpen { retry_after }` | 503 | `retry_after` rounded up, at least 1 s |
 //! | `ModelLoadFailed` | 503 | |
 //! | `PhaseElapsed` (no first token in time: `first_token_timeout`; a stall: `backend_stalled`) | 504 | |
+//! | `BackendUnresponsive` (its probes went unanswered while the request waited: `backend_unresponsive`) | 504 | |
 //! | tower's `Elapsed` (a timeout of a layer's) | 504 | |
 //! | anything else (connect, transport) | 502 | |
 //!
@@ -29,6 +30,7 @@ use axum::response::{IntoResponse, Response};
 use tower::timeout::error::Elapsed;
 
 use super::phases::{Phase, PhaseElapsed};
+use super::unresponsive::BackendUnresponsive;
 use tower_model_balance::error::{
     BreakerOpen, InvalidReason, InvalidRoute, ModelLoadFailed, NoHealthyBackend, Overloaded,
     PayloadTooLarge, StreamFailed, UnknownModel,
@@ -197,6 +199,13 @@ fn known(err: &(dyn Error + 'static)) -> Option<ErrorReply> {
             StatusCode::BAD_GATEWAY,
             "upstream_error",
             "stream_failed",
+            err,
+        )
+    } else if err.is::<BackendUnresponsive>() {
+        reply(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            "backend_unresponsive",
             err,
         )
     } else if let Some(elapsed) = err.downcast_ref::<PhaseElapsed>() {

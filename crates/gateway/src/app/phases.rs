@@ -6,7 +6,9 @@
 //! total ([`Timeouts::request`]) is the gateway's own, above the stack
 //! (`routes`): a client that asks for a long generation cannot open a
 //! breaker or lower a health score, and a non-streamed answer, whose head
-//! comes only with its last token, has no other bound.
+//! comes only with its last token, has no other timeout — but a backend
+//! whose health probes go unanswered has its waiting requests cut
+//! (`unresponsive.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,8 +17,11 @@ use std::time::Duration;
 
 use hyper::body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tower_model_balance::error::BoxError;
+
+use super::unresponsive::BackendUnresponsive;
 
 /// The gateway's timeouts, one per phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,23 +95,40 @@ impl std::error::Error for PhaseElapsed {}
 
 /// A backend's endpoint under the phase timeouts: an event stream's head
 /// and first token within `first_token` of the request's start, every
-/// frame after within `idle` of the one before.
+/// frame after within `idle` of the one before; and a request still
+/// waiting for its head when the backend is found unresponsive
+/// (`unresponsive.rs`) cut.
 #[derive(Debug, Clone)]
 pub struct Phases<S> {
     inner: S,
     first_token: Duration,
     idle: Duration,
+    cuts: watch::Receiver<u64>,
 }
 
 impl<S> Phases<S> {
-    /// `inner` under `timeouts`' first-token and idle timeouts.
-    pub fn new(inner: S, timeouts: &Timeouts) -> Self {
+    /// `inner` under `timeouts`' first-token and idle timeouts, its
+    /// waiting requests cut when `cuts` changes.
+    pub fn new(inner: S, timeouts: &Timeouts, cuts: watch::Receiver<u64>) -> Self {
         Self {
             inner,
             first_token: timeouts.first_token,
             idle: timeouts.idle,
+            cuts,
         }
     }
+}
+
+/// Resolves at the next cut after now (never, once nothing can cut).
+type Cut = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+fn next_cut(mut cuts: watch::Receiver<u64>) -> Cut {
+    cuts.borrow_and_update();
+    Box::pin(async move {
+        if cuts.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    })
 }
 
 impl<S, Q, B> tower::Service<http::Request<Q>> for Phases<S>
@@ -132,19 +154,29 @@ where
             first_token: first_token.map(|at| (at, Box::pin(tokio::time::sleep_until(at)))),
             after: self.first_token,
             idle: self.idle,
+            cut: next_cut(self.cuts.clone()),
         }
     }
 }
 
 pin_project! {
     /// [`Phases`]' response future.
-    #[derive(Debug)]
     pub struct PhasesFuture<F> {
         #[pin]
         inner: F,
         first_token: Option<(Instant, Pin<Box<Sleep>>)>,
         after: Duration,
         idle: Duration,
+        cut: Cut,
+    }
+}
+
+impl<F> std::fmt::Debug for PhasesFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PhasesFuture")
+            .field("first_token", &self.first_token.as_ref().map(|(at, _)| at))
+            .field("idle", &self.idle)
+            .finish_non_exhaustive()
     }
 }
 
@@ -172,6 +204,9 @@ where
                 idle,
                 done: false,
             })));
+        }
+        if this.cut.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(BackendUnresponsive::new().into()));
         }
         if let Some((_, sleep)) = this.first_token {
             ready!(sleep.as_mut().poll(cx));

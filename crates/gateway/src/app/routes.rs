@@ -296,6 +296,11 @@ pub fn prometheus() -> Result<PrometheusHandle, BoxError> {
         errors::ERRORS_SERIES,
         "error answers the gateway gave itself, by OpenAI error code"
     );
+    metrics::describe_counter!(
+        super::unresponsive::CUTS_SERIES,
+        "cuts of a backend's requests waiting for their response head, its health probes \
+         unanswered while a peer answered, by backend"
+    );
     *slot = Some(handle.clone());
     Ok(handle)
 }

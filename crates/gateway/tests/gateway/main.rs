@@ -1,7 +1,7 @@
 //! The gateway over simulated fleets: its HTTP surface, etcd membership
 //! (over TLS with a user, and its allow-list), `https://` backends, TTFT
 //! histograms, the OpenAI API, the owners flag, a config file, prefix affinity,
-//! readiness, requests sent once and streams; the bare proxy. The gateway's app, flags and sidecar are the library's
+//! readiness, requests sent once and streams, a backend that hangs; the bare proxy. The gateway's app, flags and sidecar are the library's
 //! (`tower_model_balance_gateway`), the code the binaries run.
 
 mod access_log;
@@ -21,6 +21,7 @@ mod service;
 mod stream;
 mod timeouts;
 mod tls;
+mod unresponsive;
 mod with_etcd;
 
 // Support shared by the modules above (the support files name one

@@ -37,7 +37,7 @@ fn each_error_has_its_status() {
         Duration::ZERO,
         Duration::from_millis(1_500),
     );
-    let cases: [(BoxError, u16, Option<u64>, &str); 10] = [
+    let cases: [(BoxError, u16, Option<u64>, &str); 11] = [
         (shed.into(), 429, Some(2), "overloaded"),
         (invalid_route(), 400, None, "invalid_route"),
         (
@@ -71,6 +71,12 @@ fn each_error_has_its_status() {
             "model_load_failed",
         ),
         (Elapsed::new().into(), 504, None, "upstream_timeout"),
+        (
+            BackendUnresponsive::new().into(),
+            504,
+            None,
+            "backend_unresponsive",
+        ),
         ("connection refused".into(), 502, None, "bad_gateway"),
         (
             std::io::Error::other("reset").into(),

@@ -1,0 +1,288 @@
+//! Backends that stopped answering: the rule that cuts the requests a hung
+//! server holds.
+//!
+//! A server that accepts connections and never answers (a deadlocked
+//! process, a wedged GPU, a SIGSTOP) holds each request sent to it until
+//! a timeout ends it — for a non-streamed generation, whose response head
+//! comes only with its last token, the request's total (30 minutes by
+//! default), as no shorter bound can tell it from a long generation. Its
+//! health probes can: they ask a route a server answers in milliseconds
+//! however long its generations are (`/v2/health/ready`,
+//! `/v2/repository/index`, `/v1/models`). So once
+//! [`UNRESPONSIVE_PROBES`] probes of a backend in a row got no answer
+//! within the probe timeout, while some other backend's last probe was
+//! answered (a fleet silent as a whole is the gateway's own network, not
+//! one sick server), every request still waiting for that backend's
+//! response head is cut ([`BackendUnresponsive`], counted against it by
+//! its breaker, retried on another backend within the retry budget), and
+//! so is each one sent to it later, at its next probe that goes
+//! unanswered. A probe that is answered, with any status, ends the run; a
+//! peer counts if it answered since the run began.
+//! The same rule as active health checking's in Envoy or HAProxy, which
+//! act on the checks' failures rather than on requests' timeouts; here
+//! applied to the requests in flight too.
+//!
+//! The rule is kept apart from its IO: [`Unresponsive::note`] takes each
+//! probe's outcome (from the catalog's prober, `catalog.rs`), and each
+//! backend's endpoint (`phases.rs`) holds a [`watch::Receiver`] that
+//! changes at every cut.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::endpoint::Origin;
+
+/// Probes in a row without an answer after which a backend's waiting
+/// requests are cut: at the gateway's probe interval (1 s) and timeout
+/// (500 ms), about 2.5 s of silence.
+pub const UNRESPONSIVE_PROBES: u32 = 3;
+
+/// The Prometheus series counting the cuts, by backend.
+pub const CUTS_SERIES: &str = "gateway_backend_unresponsive_cuts_total";
+
+/// How long a backend no endpoint watches (removed from the fleet) is
+/// kept after its last probe.
+const FORGET_AFTER: Duration = Duration::from_secs(60);
+
+/// How one probe of a backend went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    /// The server answered (any status, any body): it is not hung.
+    Answered,
+    /// No answer within the probe timeout.
+    TimedOut,
+    /// The connection failed (refused, reset): requests to it fail on
+    /// their own, without waiting.
+    Failed,
+}
+
+/// Every backend's run of unanswered probes, and the signal its endpoint
+/// watches; cheap to clone (shared).
+#[derive(Debug, Clone, Default)]
+pub struct Unresponsive(Arc<Mutex<HashMap<Origin, Backend>>>);
+
+#[derive(Debug)]
+struct Backend {
+    /// Probes in a row that got no answer.
+    in_row: u32,
+    /// When the first of them was sent back (noted).
+    run_began: Instant,
+    /// When a probe of it was last answered.
+    answered: Option<Instant>,
+    /// When a probe of it was last noted.
+    noted: Instant,
+    /// Bumped at each cut.
+    cuts: watch::Sender<u64>,
+}
+
+impl Backend {
+    fn new(now: Instant) -> Self {
+        Self {
+            in_row: 0,
+            run_began: now,
+            answered: None,
+            noted: now,
+            cuts: watch::Sender::new(0),
+        }
+    }
+}
+
+impl Unresponsive {
+    /// No backend noted yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Origin, Backend>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What the endpoint of the backend at `origin` watches: it changes
+    /// at each cut of that backend's waiting requests.
+    pub fn watch(&self, origin: &Origin) -> watch::Receiver<u64> {
+        let mut backends = self.lock();
+        let now = Instant::now();
+        let backend = backends
+            .entry(origin.clone())
+            .or_insert_with(|| Backend::new(now));
+        backend.cuts.subscribe()
+    }
+
+    /// Notes how a probe of `backend`, at `origin`, went at `now`; true
+    /// when it cut that backend's waiting requests.
+    pub fn note(
+        &self,
+        backend: &BackendId,
+        origin: &Origin,
+        outcome: ProbeOutcome,
+        now: Instant,
+    ) -> bool {
+        let mut backends = self.lock();
+        backends.retain(|_, b| b.cuts.receiver_count() > 0 || now - b.noted < FORGET_AFTER);
+        let this = backends
+            .entry(origin.clone())
+            .or_insert_with(|| Backend::new(now));
+        this.noted = now;
+        match outcome {
+            ProbeOutcome::Answered => {
+                this.answered = Some(now);
+                this.in_row = 0;
+            }
+            ProbeOutcome::Failed => this.in_row = 0,
+            ProbeOutcome::TimedOut => {
+                if this.in_row == 0 {
+                    this.run_began = now;
+                }
+                this.in_row = this.in_row.saturating_add(1);
+            }
+        }
+        if this.in_row < UNRESPONSIVE_PROBES {
+            return false;
+        }
+        let began = this.run_began;
+        let peer_answered = backends
+            .iter()
+            .any(|(other, b)| other != origin && b.answered.is_some_and(|at| at >= began));
+        if !peer_answered {
+            return false;
+        }
+        if let Some(this) = backends.get(origin) {
+            this.cuts.send_modify(|cuts| *cuts += 1);
+        }
+        metrics::counter!(CUTS_SERIES, "backend" => backend.to_string()).increment(1);
+        true
+    }
+}
+
+/// The backend stopped answering: [`UNRESPONSIVE_PROBES`] probes in a row
+/// went unanswered while a request waited for its response head. The
+/// gateway gave up on the request's connection: its source is that
+/// aborted connection's I/O error, so that the retry policy sends the
+/// request (one not marked send-once) to another backend.
+#[derive(Debug)]
+pub struct BackendUnresponsive {
+    aborted: std::io::Error,
+}
+
+impl BackendUnresponsive {
+    /// The error, with its aborted connection.
+    pub fn new() -> Self {
+        Self {
+            aborted: std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the gateway closed the connection to a backend that stopped answering",
+            ),
+        }
+    }
+}
+
+impl Default for BackendUnresponsive {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Display for BackendUnresponsive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the backend stopped answering: its last {UNRESPONSIVE_PROBES} health probes got no answer"
+        )
+    }
+}
+
+impl std::error::Error for BackendUnresponsive {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.aborted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ProbeOutcome::{Answered, Failed, TimedOut};
+
+    fn at(port: u16) -> Origin {
+        Origin::http(([127, 0, 0, 1], port).into())
+    }
+
+    /// Notes of a fleet, a second apart.
+    struct Probes {
+        fleet: Unresponsive,
+        now: Instant,
+        id: BackendId,
+    }
+
+    impl Probes {
+        fn new() -> Self {
+            Self {
+                fleet: Unresponsive::new(),
+                now: Instant::now(),
+                id: BackendId::new("b").unwrap(),
+            }
+        }
+
+        fn note(&mut self, origin: &Origin, outcome: ProbeOutcome) -> bool {
+            self.now += Duration::from_secs(1);
+            self.fleet.note(&self.id, origin, outcome, self.now)
+        }
+    }
+
+    #[test]
+    fn cut_after_the_third_unanswered_probe_while_a_peer_answers() {
+        let mut probes = Probes::new();
+        let (hung, peer) = (at(1), at(2));
+        let mut seen = probes.fleet.watch(&hung);
+        // Rounds: each backend probed once.
+        for round in 1..=2 {
+            assert!(!probes.note(&hung, TimedOut), "round {round}");
+            probes.note(&peer, Answered);
+        }
+        assert!(!seen.has_changed().unwrap());
+        assert!(probes.note(&hung, TimedOut), "the third in a row");
+        assert!(seen.has_changed().unwrap());
+        seen.borrow_and_update();
+        // Each one after cuts again (requests sent to it since).
+        probes.note(&peer, Answered);
+        assert!(probes.note(&hung, TimedOut));
+        assert!(seen.has_changed().unwrap());
+    }
+
+    #[test]
+    fn an_answer_or_a_failed_connection_ends_the_run() {
+        let mut probes = Probes::new();
+        let (hung, peer) = (at(1), at(2));
+        for end in [Answered, Failed] {
+            probes.note(&hung, TimedOut);
+            probes.note(&hung, TimedOut);
+            probes.note(&hung, end);
+            probes.note(&peer, Answered);
+            assert!(!probes.note(&hung, TimedOut), "after {end:?}");
+            probes.note(&hung, Answered);
+        }
+    }
+
+    #[test]
+    fn no_cut_unless_a_peer_answered_during_the_silence() {
+        let mut probes = Probes::new();
+        let (a, b) = (at(1), at(2));
+        // A lone backend.
+        for _ in 0..5 {
+            assert!(!probes.note(&a, TimedOut));
+        }
+        probes.note(&a, Answered);
+        // A peer that answered before the silence began, then went quiet
+        // (or was removed from the fleet): no cut.
+        probes.note(&b, Answered);
+        for _ in 0..5 {
+            assert!(!probes.note(&a, TimedOut));
+            probes.note(&b, TimedOut);
+        }
+        probes.note(&b, Answered);
+        assert!(probes.note(&a, TimedOut), "the peer answers again");
+    }
+}
