@@ -96,12 +96,21 @@ pub async fn a_stopped_server_is_ejected(servers: &[Vllm], gw: &Running) {
         .expect("answered while the server is stopped");
         served.push((answer.status, answer.backend));
     }
-    victim.signal("CONT");
-    // Those sent to it before it was out are answered once it runs again.
+    // Those sent to it before it was out, still waiting: cut once its
+    // probes have gone unanswered for the gateway's `unresponsive` (10 s)
+    // and retried on the other server — answered while it is still
+    // stopped (bounded at 40 s: 10 s, a probe round, a retry, and a loaded
+    // machine's slack).
+    let cuts_before = cuts(gw, &victim.name).await as u64;
     let mut before = Vec::new();
     for request in sent {
-        before.push(request.await.expect("a request").status);
+        let answer = tokio::time::timeout(Duration::from_secs(40), request)
+            .await
+            .expect("cut and answered elsewhere while the server is stopped");
+        before.push(answer.expect("a request").status);
     }
+    let cut = cuts(gw, &victim.name).await as u64;
+    victim.signal("CONT");
     // Back once its ejection time (30 s for a first) has passed and it
     // answers: bounded at 90 s.
     let continued = Instant::now();
@@ -116,7 +125,8 @@ pub async fn a_stopped_server_is_ejected(servers: &[Vllm], gw: &Running) {
     }
     println!(
         "  {} out of rotation {took:?} after SIGSTOP (its p99 before, {p99_ms:.0?} ms; {} requests \
-         sent meanwhile, {picked} of them to it, {} answered 200); then {served:?}; back in \
+         sent meanwhile, {picked} of them to it, {} answered 200, its waiting requests cut \
+         {cut} times while stopped, {cuts_before} of them by then); then {served:?}; back in \
          rotation {:?} after SIGCONT",
         victim.name,
         before.len(),
@@ -131,6 +141,14 @@ pub async fn a_stopped_server_is_ejected(servers: &[Vllm], gw: &Running) {
         before.iter().all(|&status| status == 200),
         "those sent while it was stopped: {before:?}"
     );
+}
+
+/// The gateway's cuts of `backend`'s waiting requests so far
+/// (`gateway_backend_unresponsive_cuts_total`, on its admin listener).
+async fn cuts(gw: &Running, backend: &str) -> f64 {
+    let (_, scrape) = crate::gateway::get(&format!("{}/metrics", gw.admin_url)).await;
+    let series = format!("gateway_backend_unresponsive_cuts_total{{backend=\"{backend}\"}}");
+    crate::fixture::sum_of(&scrape, &series)
 }
 
 /// Sends SIGCONT to its server when dropped.

@@ -152,7 +152,7 @@ impl Gateway {
         let timeouts = config.timeouts;
         let metadata_client = client.clone();
         // Backends whose probes go unanswered: their waiting requests cut.
-        let unresponsive = Unresponsive::new();
+        let unresponsive = Unresponsive::new(config.timeouts.unresponsive);
         let cuts = unresponsive.clone();
         let endpoint = move |origin: &Origin| {
             let backend = SetOrigin::to(client.clone(), origin.clone());

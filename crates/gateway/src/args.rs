@@ -68,7 +68,7 @@ pub struct Args {
     /// `--drain-timeout`, `--max-connections`.
     pub serve: ServeConfig,
     /// `--connect-timeout`, `--first-token-timeout`, `--idle-timeout`,
-    /// `--request-timeout`.
+    /// `--request-timeout`, `--unresponsive-after`.
     pub timeouts: Timeouts,
     /// `--max-requests`.
     pub max_requests: usize,
@@ -166,6 +166,10 @@ impl Args {
                 }
                 "--request-timeout" => {
                     parsed.timeouts.request = seconds(&value(&flag)?, &flag, 86_400)?;
+                }
+                "--unresponsive-after" => {
+                    let secs = number(&value(&flag)?, &flag, 0, 3_600)?;
+                    parsed.timeouts.unresponsive = Duration::from_secs(secs as u64);
                 }
                 "--max-connections" => {
                     parsed.serve.max_connections = number(&value(&flag)?, &flag, 1, 1_000_000)?;

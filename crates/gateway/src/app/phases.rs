@@ -40,9 +40,14 @@ pub struct Timeouts {
     pub idle: Duration,
     /// The most a request may take in all, its answer's last byte
     /// included (default 30 min: 50,000 tokens at 30 a second; not
-    /// counted against the backend). The only bound on a non-streamed
+    /// counted against the backend). The only timeout on a non-streamed
     /// answer's head, which comes with its last token.
     pub request: Duration,
+    /// How long a backend's health probes may go unanswered (three in a
+    /// row at least) while a peer's are answered before its requests
+    /// waiting for a response head are cut (default 10 s; zero: never;
+    /// counted against the backend; `unresponsive.rs`).
+    pub unresponsive: Duration,
 }
 
 impl Default for Timeouts {
@@ -52,6 +57,7 @@ impl Default for Timeouts {
             first_token: Duration::from_secs(60),
             idle: Duration::from_secs(60),
             request: Duration::from_secs(30 * 60),
+            unresponsive: Duration::from_secs(10),
         }
     }
 }

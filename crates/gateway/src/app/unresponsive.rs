@@ -9,15 +9,18 @@
 //! health probes can: they ask a route a server answers in milliseconds
 //! however long its generations are (`/v2/health/ready`,
 //! `/v2/repository/index`, `/v1/models`). So once
-//! [`UNRESPONSIVE_PROBES`] probes of a backend in a row got no answer
-//! within the probe timeout, while some other backend's last probe was
-//! answered (a fleet silent as a whole is the gateway's own network, not
+//! [`UNRESPONSIVE_PROBES`] probes of a backend in a row, over at least
+//! [`Timeouts::unresponsive`](super::Timeouts::unresponsive) (10 s by
+//! default), got no answer within the probe timeout, while some other
+//! backend's probe was answered meanwhile (a fleet silent as a whole is the gateway's own network, not
 //! one sick server), every request still waiting for that backend's
 //! response head is cut ([`BackendUnresponsive`], counted against it by
 //! its breaker, retried on another backend within the retry budget), and
 //! so is each one sent to it later, at its next probe that goes
-//! unanswered. A probe that is answered, with any status, ends the run; a
-//! peer counts if it answered since the run began.
+//! unanswered. A probe that is answered, with any status, ends the run.
+//! The 10 s are longer than health's silence rule takes to eject a
+//! stopped server (3 to 7 s): the cut's failures, each counted at the
+//! failure penalty in the backend's latency, would slow that rule.
 //! The same rule as active health checking's in Envoy or HAProxy, which
 //! act on the checks' failures rather than on requests' timeouts; here
 //! applied to the requests in flight too.
@@ -36,9 +39,8 @@ use tokio::time::Instant;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 
-/// Probes in a row without an answer after which a backend's waiting
-/// requests are cut: at the gateway's probe interval (1 s) and timeout
-/// (500 ms), about 2.5 s of silence.
+/// The fewest probes in a row without an answer after which a backend's
+/// waiting requests may be cut.
 pub const UNRESPONSIVE_PROBES: u32 = 3;
 
 /// The Prometheus series counting the cuts, by backend.
@@ -62,8 +64,11 @@ pub enum ProbeOutcome {
 
 /// Every backend's run of unanswered probes, and the signal its endpoint
 /// watches; cheap to clone (shared).
-#[derive(Debug, Clone, Default)]
-pub struct Unresponsive(Arc<Mutex<HashMap<Origin, Backend>>>);
+#[derive(Debug, Clone)]
+pub struct Unresponsive {
+    backends: Arc<Mutex<HashMap<Origin, Backend>>>,
+    after: Duration,
+}
 
 #[derive(Debug)]
 struct Backend {
@@ -92,13 +97,17 @@ impl Backend {
 }
 
 impl Unresponsive {
-    /// No backend noted yet.
-    pub fn new() -> Self {
-        Self::default()
+    /// No backend noted yet; a backend's run of unanswered probes must
+    /// last `after` (zero: no cut ever).
+    pub fn new(after: Duration) -> Self {
+        Self {
+            backends: Arc::default(),
+            after,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Origin, Backend>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.backends.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// What the endpoint of the backend at `origin` watches: it changes
@@ -140,10 +149,11 @@ impl Unresponsive {
                 this.in_row = this.in_row.saturating_add(1);
             }
         }
-        if this.in_row < UNRESPONSIVE_PROBES {
+        let began = this.run_began;
+        let lasted = now.saturating_duration_since(began);
+        if this.in_row < UNRESPONSIVE_PROBES || self.after.is_zero() || lasted < self.after {
             return false;
         }
-        let began = this.run_began;
         let peer_answered = backends
             .iter()
             .any(|(other, b)| other != origin && b.answered.is_some_and(|at| at >= began));
@@ -220,7 +230,7 @@ mod tests {
     impl Probes {
         fn new() -> Self {
             Self {
-                fleet: Unresponsive::new(),
+                fleet: Unresponsive::new(Duration::from_secs(2)),
                 now: Instant::now(),
                 id: BackendId::new("b").unwrap(),
             }
@@ -250,6 +260,33 @@ mod tests {
         probes.note(&peer, Answered);
         assert!(probes.note(&hung, TimedOut));
         assert!(seen.has_changed().unwrap());
+    }
+
+    #[test]
+    fn the_run_must_last_its_time_and_zero_never_cuts() {
+        let mut probes = Probes::new();
+        let (hung, peer) = (at(1), at(2));
+        // Three unanswered probes within 2 s (a second apart: the third 2 s
+        // after the first) cut; a fleet whose rule is off never does.
+        let off = Unresponsive::new(Duration::ZERO);
+        for n in 1..=6 {
+            probes.note(&peer, Answered);
+            off.note(&probes.id, &peer, Answered, probes.now);
+            let cut = probes.note(&hung, TimedOut);
+            assert!(!off.note(&probes.id, &hung, TimedOut, probes.now));
+            // Notes at 2 s, 4 s, 6 s…: the third lasted 4 s.
+            assert_eq!(cut, n >= 3, "probe {n}");
+        }
+        let mut slow = Probes::new();
+        slow.fleet = Unresponsive::new(Duration::from_secs(9));
+        let cuts: Vec<bool> = (0..6)
+            .map(|_| {
+                slow.note(&peer, Answered);
+                slow.note(&hung, TimedOut)
+            })
+            .collect();
+        // The first at 2 s, then 4, 6, 8, 10 (lasted 8), 12 (lasted 10).
+        assert_eq!(cuts, [false, false, false, false, false, true]);
     }
 
     #[test]

@@ -107,6 +107,12 @@ Operations (docs/operations.md):
   --idle-timeout S     most seconds between two frames of an answer (1..=3600,
                        default 60): a stalled stream ends with an SSE error
                        event; counted against the backend
+  --unresponsive-after S
+                       seconds a backend's health probes may go unanswered
+                       (3 in a row at least) while a peer's are answered
+                       before its requests waiting for a response head are
+                       cut: 504 backend_unresponsive, retried elsewhere
+                       (0..=3600, default 10; 0: never); counted against it
   --request-timeout S  most seconds for a whole request, answer included
                        (1..=86400, default 1800: a non-streamed generation's
                        head comes with its last token); never counted against

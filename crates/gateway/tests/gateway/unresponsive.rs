@@ -20,6 +20,7 @@ async fn a_request_on_a_hung_backend_is_cut_and_retried_on_its_peer() {
         .unwrap();
     let gw = gateway::start_with("hung", 2, server, |c| {
         c.timeouts.request = Duration::from_secs(120);
+        c.timeouts.unresponsive = Duration::from_millis(500);
         // No hedge: only the cut can free the request.
         let file = "[probe]\ninterval_ms = 200\ntimeout_ms = 100\n[hedge]\nmax_attempts = 1\n";
         c.stack = stack_config(&file.parse().unwrap()).unwrap();
@@ -36,8 +37,8 @@ async fn a_request_on_a_hung_backend_is_cut_and_retried_on_its_peer() {
         .expect("one backend loaded m");
     gw.sims[owner].set_fault(Some(Fault::Hang));
     // `post` waits 10 s at most, far under the request timeout (120 s):
-    // the cut comes within three probes (200 ms apart, 100 ms each) of
-    // the hang, about 1 s.
+    // the cut comes within three probes (200 ms apart, 100 ms each) and
+    // 500 ms of the hang, about 1 s.
     let sent = Instant::now();
     let reply = gw.post("/v1/chat/completions", chat).await;
     assert_eq!(reply.status, 200, "{}", reply.body);

@@ -2,7 +2,7 @@
 
 /// Each flag's key in the file (a test fails for a flag of `USAGE`
 /// missing here). `[]`: a key of each `[[gateway.backends]]` entry.
-pub(crate) const KEYS: [(&str, &str); 36] = [
+pub(crate) const KEYS: [(&str, &str); 37] = [
     ("--listen", "gateway.listen"),
     ("--backend", "gateway.backends[].url"),
     ("--etcd", "gateway.etcd.endpoints"),
@@ -26,6 +26,7 @@ pub(crate) const KEYS: [(&str, &str); 36] = [
     ("--connect-timeout", "gateway.connect_timeout_s"),
     ("--first-token-timeout", "gateway.first_token_timeout_s"),
     ("--idle-timeout", "gateway.idle_timeout_s"),
+    ("--unresponsive-after", "gateway.unresponsive_after_s"),
     ("--request-timeout", "gateway.request_timeout_s"),
     ("--max-connections", "gateway.max_connections"),
     ("--max-requests", "gateway.max_requests"),
