@@ -322,6 +322,29 @@ impl ErrorReply {
         })
         .to_string()
     }
+
+    /// The reply as a whole HTTP/1.1 response that closes its connection,
+    /// for a connection no router serves (refused at the connection
+    /// bound, `connection.rs`): the status line, `Content-Type`,
+    /// `Content-Length`, `Retry-After` when set, `Connection: close`, and
+    /// the [`body`](Self::body). Counted in [`ERRORS_SERIES`], as the
+    /// router's answers are.
+    pub fn into_http1_close(self) -> Vec<u8> {
+        metrics::counter!(ERRORS_SERIES, "code" => self.code).increment(1);
+        let body = self.body();
+        let mut head = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            self.status.as_u16(),
+            self.status.canonical_reason().unwrap_or_default(),
+            body.len()
+        );
+        if let Some(secs) = self.retry_after {
+            head.push_str(&format!("retry-after: {secs}\r\n"));
+        }
+        head.push_str("connection: close\r\n\r\n");
+        head.push_str(&body);
+        head.into_bytes()
+    }
 }
 
 /// The series counting the gateway's own error answers, by `code` (the

@@ -89,8 +89,10 @@ fn kib(bytes: usize) -> usize {
     bytes.div_ceil(1024)
 }
 
-/// A 503 with `Retry-After`: this replica is full, another may not be.
-fn overloaded(message: String) -> ErrorReply {
+/// A 503 with `Retry-After`: this replica is full, another may not be
+/// (a request past a bound here, a connection past the connection bound,
+/// `connection.rs`).
+pub fn overloaded(message: String) -> ErrorReply {
     let mut reply = ErrorReply::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "service_unavailable",

@@ -10,6 +10,32 @@ fn kserve_v2_routes_get_the_protocols_error_shape() {
     let openai = reply.for_path("/v1/chat/completions");
     assert!(openai.body().contains(r#""code":"c""#), "{}", openai.body());
 }
+
+#[test]
+fn a_reply_written_raw_is_a_whole_http1_response_that_closes() {
+    let mut reply = ErrorReply::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "service_unavailable",
+        "gateway_overloaded",
+        "full".into(),
+    );
+    reply.retry_after = Some(1);
+    let body = reply.body();
+    let raw = String::from_utf8(reply.into_http1_close()).unwrap();
+    let (head, rest) = raw.split_once("\r\n\r\n").unwrap();
+    assert_eq!(rest, body);
+    let lines: Vec<&str> = head.split("\r\n").collect();
+    assert_eq!(
+        lines,
+        [
+            "HTTP/1.1 503 Service Unavailable",
+            "content-type: application/json",
+            &format!("content-length: {}", body.len()),
+            "retry-after: 1",
+            "connection: close",
+        ]
+    );
+}
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::error::BoxError;
 use tower_model_balance::route::{ModelId, RouteInfo};
