@@ -2,25 +2,85 @@
 //! hyper over HTTP/1, its requests in flight counted, closed gracefully
 //! when the drain begins, and closed at once when the gateway needs its
 //! slot while it has no request in flight (as nginx reuses idle
-//! keep-alive connections when it runs out).
+//! keep-alive connections when it runs out); or, at the bound with every
+//! connection busy, answered 503 and closed without being served
+//! ([`refuse`]).
+//!
+//! What the gateway closes itself is counted, by listener
+//! (`ServeConfig::listener`: `public`, or `admin` for the binary's admin
+//! listener):
+//!
+//! | series | counts |
+//! | --- | --- |
+//! | `gateway_connections_closed_total{listener, reason="connection_limit"}` | connections refused at the bound (every connection busy for the accept loop's wait for room, 1 s), each answered 503 `gateway_overloaded` first |
+//! | `gateway_connections_closed_total{listener, reason="idle_for_room"}` | idle connections closed to make room for a new one |
+//! | `gateway_connections_closed_total{listener, reason="header_timeout"}` | connections hyper closed at its header read timeout: a request head not whole in time, or a kept-alive connection without a next request for as long (hyper runs one timer for both, and answers neither) |
+//! | `gateway_connections_open{listener}` | connections open and served, each holding a slot of the bound |
 
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
+use super::limits;
+
 /// How long a new connection without a request is spared when room is
 /// needed: its request may be on the way.
-pub const FRESH: std::time::Duration = std::time::Duration::from_millis(500);
+pub const FRESH: Duration = Duration::from_millis(500);
+/// The most a refused connection's 503 may take to be written: a client
+/// that never reads cannot hold the task.
+const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a refused connection is read after its 503, what its client
+/// sent discarded, until the client closes (nginx's `lingering_close`).
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+/// The most bytes read from a refused connection after its 503.
+const REFUSAL_LINGER_BYTES: usize = 64 * 1024;
+
+/// The series counting connections the gateway closed itself, by
+/// `listener` and `reason` ([`Closed`]).
+pub const CLOSED_SERIES: &str = "gateway_connections_closed_total";
+/// The gauge of connections open and served, by `listener`.
+pub const OPEN_SERIES: &str = "gateway_connections_open";
+
+/// Why the gateway closed a connection itself: the `reason` label of
+/// [`CLOSED_SERIES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    /// Refused at the bound, every connection busy: answered 503.
+    ConnectionLimit,
+    /// Idle (no request in flight), closed to make room for a new one.
+    IdleForRoom,
+    /// hyper's header read timeout: no whole request head in time.
+    HeaderTimeout,
+}
+
+impl Closed {
+    /// The `reason` label.
+    fn reason(self) -> &'static str {
+        match self {
+            Self::ConnectionLimit => "connection_limit",
+            Self::IdleForRoom => "idle_for_room",
+            Self::HeaderTimeout => "header_timeout",
+        }
+    }
+
+    /// Counts one connection closed for this reason on `listener`.
+    fn count(self, listener: &'static str) {
+        metrics::counter!(CLOSED_SERIES, "listener" => listener, "reason" => self.reason())
+            .increment(1);
+    }
+}
 
 /// What every connection watches: the drain's start, and the calls for
 /// idle connections to make room.
@@ -31,13 +91,14 @@ pub struct Signals {
 }
 
 /// Serves `stream` with `router` until the connection ends; `slot` is
-/// released then.
+/// released then. Counted open on `listener` meanwhile.
 pub async fn serve<S, B>(
     http: http1::Builder,
     stream: TcpStream,
     router: S,
     mut signals: Signals,
     slot: OwnedSemaphorePermit,
+    listener: &'static str,
 ) where
     S: tower::Service<http::Request<Incoming>, Response = http::Response<B>, Error = Infallible>
         + Clone
@@ -48,6 +109,7 @@ pub async fn serve<S, B>(
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let _open = Open::new(listener);
     let opened = Instant::now();
     let in_flight = Arc::new(AtomicUsize::new(0));
     let served = Arc::new(AtomicBool::new(false));
@@ -68,6 +130,12 @@ pub async fn serve<S, B>(
         tokio::select! {
             ended = connection.as_mut() => {
                 if let Err(error) = ended {
+                    // hyper 1.x ends the connection with a `Kind::HeaderTimeout`
+                    // error, which `is_timeout` reports, when its header read
+                    // timer fires (the only timer it runs for a server).
+                    if error.is_timeout() {
+                        Closed::HeaderTimeout.count(listener);
+                    }
                     tracing::debug!(%error, "connection ended with an error");
                 }
                 break;
@@ -86,6 +154,9 @@ pub async fn serve<S, B>(
                 let idle = in_flight.load(Ordering::Acquire) == 0
                     && (served.load(Ordering::Acquire) || opened.elapsed() >= FRESH);
                 if called.is_err() || idle {
+                    if called.is_ok() {
+                        Closed::IdleForRoom.count(listener);
+                    }
                     connection.as_mut().graceful_shutdown();
                     closing = true;
                 }
@@ -93,6 +164,75 @@ pub async fn serve<S, B>(
         }
     }
     drop(slot);
+}
+
+/// Answers a connection refused at the bound (`max` connections open,
+/// each with a request in flight) and closes it, counted in
+/// [`CLOSED_SERIES`] (`connection_limit`) on `listener`: the gateway's
+/// 503 `gateway_overloaded` with `Retry-After: 1` and `Connection: close`,
+/// written at once within [`REFUSAL_WRITE_TIMEOUT`], then the write side
+/// shut (FIN).
+///
+/// The request is not read first: the answer does not depend on it, and
+/// waiting for a head that comes slowly, or never, would hold the task.
+/// (nginx's `limit_conn` answers 503 only once it has read a request head;
+/// Envoy's connection limit closes without a word. An HTTP client reads
+/// an answer sent before its request is whole, and backs off.) After the
+/// 503, what the client sent is read and discarded until it closes, for
+/// at most [`REFUSAL_LINGER`] and 64 KiB, as nginx's `lingering_close`
+/// does and RFC 9112 §9.6 advises: closing a socket with unread bytes
+/// sends a reset, which may destroy the 503 in the client's receive
+/// buffer before it is read. The task lives at most 2 s, and the accept
+/// loop refuses at most one connection per wait for room (1 s), so a
+/// flood holds no more than a few.
+pub async fn refuse(mut stream: TcpStream, listener: &'static str, max: usize) {
+    Closed::ConnectionLimit.count(listener);
+    let reply = limits::overloaded(format!(
+        "the gateway has {max} connections open, its limit, each with a request in flight"
+    ));
+    let answer = reply.into_http1_close();
+    let write = async {
+        stream.write_all(&answer).await?;
+        stream.shutdown().await
+    };
+    match tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, write).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "a refused connection's 503 not written");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("a refused connection's 503 not written in time");
+            return;
+        }
+    }
+    let until = Instant::now() + REFUSAL_LINGER;
+    let mut discarded = 0;
+    let mut buf = vec![0; 4096];
+    while discarded < REFUSAL_LINGER_BYTES {
+        match tokio::time::timeout_at(until, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => discarded += n,
+            // Closed by the client, an error, or the linger over.
+            _ => break,
+        }
+    }
+}
+
+/// One connection counted in [`OPEN_SERIES`] until dropped.
+#[derive(Debug)]
+struct Open(&'static str);
+
+impl Open {
+    fn new(listener: &'static str) -> Self {
+        metrics::gauge!(OPEN_SERIES, "listener" => listener).increment(1.0);
+        Self(listener)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        metrics::gauge!(OPEN_SERIES, "listener" => self.0).decrement(1.0);
+    }
 }
 
 /// The router with the connection's requests in flight counted: from the

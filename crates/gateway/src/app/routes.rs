@@ -27,6 +27,7 @@ use tower_model_balance::route::{ModelId, RouteInfo};
 
 use super::access_log::{log_requests, AccessLog};
 use super::catalog::Catalog;
+use super::connection;
 use super::drain::Drain;
 use super::errors::{self, ErrorReply};
 use super::forward::forward;
@@ -300,6 +301,16 @@ pub fn prometheus() -> Result<PrometheusHandle, BoxError> {
         super::unresponsive::CUTS_SERIES,
         "cuts of a backend's requests waiting for their response head, its health probes \
          unanswered while a peer answered, by backend"
+    );
+    metrics::describe_counter!(
+        connection::CLOSED_SERIES,
+        "connections the gateway closed itself, by listener and reason: connection_limit \
+         (refused at the bound with a 503), idle_for_room (idle, closed to make room), \
+         header_timeout (no whole request head within the header timeout)"
+    );
+    metrics::describe_gauge!(
+        connection::OPEN_SERIES,
+        "connections open and served, by listener"
     );
     *slot = Some(handle.clone());
     Ok(handle)

@@ -2,6 +2,15 @@
 //! bound on the connections open at once, a header-read timeout per
 //! connection, accept errors backed off, and the drain (`drain`) when the
 //! shutdown future resolves.
+//!
+//! The connections the accept loop closes itself are counted on the
+//! admin listener's `/metrics` (`connection.rs` has the table):
+//! `gateway_connections_closed_total{listener, reason}` with reasons
+//! `connection_limit` (refused at the bound, after a 503),
+//! `idle_for_room` (an idle connection closed to make room) and
+//! `header_timeout` (no whole request head within
+//! [`ServeConfig::header_timeout`]), and the gauge
+//! `gateway_connections_open{listener}`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -42,7 +51,8 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 pub struct ServeConfig {
     /// The most connections open at once (default 10,000): at the bound
     /// a new connection takes the slot of one without a request in flight
-    /// (closed for it), else is closed itself.
+    /// (closed for it), else is answered 503 `gateway_overloaded` with
+    /// `Retry-After: 1` and closed.
     pub max_connections: usize,
     /// The most a connection may take to send a request's head, or sit
     /// idle waiting for one (default [`HEADER_TIMEOUT`], 10 s).
@@ -51,6 +61,10 @@ pub struct ServeConfig {
     /// begins (default [`DEFAULT_DRAIN_TIMEOUT`], 300 s); past it they
     /// are cut.
     pub drain_timeout: Duration,
+    /// The `listener` label of the connection series
+    /// (`gateway_connections_*`): `public` by default; the binary serves
+    /// its admin listener as `admin`.
+    pub listener: &'static str,
 }
 
 impl Default for ServeConfig {
@@ -59,6 +73,7 @@ impl Default for ServeConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_timeout: HEADER_TIMEOUT,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            listener: "public",
         }
     }
 }
@@ -104,7 +119,8 @@ where
 ///
 /// Unlike `axum::serve`, at most `config.max_connections` are open at once
 /// (past it, connections with no request in flight close to make room:
-/// a client holding idle connections cannot lock others out), each has a
+/// a client holding idle connections cannot lock others out; with none
+/// for 1 s, the new connection is answered 503 and closed), each has a
 /// header-read timeout (a client that trickles its headers,
 /// or holds a connection without a request, is cut off), an accept error
 /// (out of file descriptors) is retried after a wait that doubles from
@@ -171,21 +187,29 @@ where
         };
         // A slot for it: at the bound, the connections without a request
         // in flight close to make room; if none frees one in time, every
-        // connection is busy and this one is closed.
+        // connection is busy and this one is answered 503 and closed, in
+        // a task of its own (its client may not read).
         let slot = match slots.clone().try_acquire_owned() {
             Ok(slot) => slot,
             Err(_) => match make_room_for(&slots, &make_room).await {
                 Some(slot) => slot,
                 None => {
                     tracing::debug!(
-                        "at the connection bound, every connection busy: closing a new one"
+                        "at the connection bound, every connection busy: refusing a new one"
                     );
+                    tokio::spawn(connection::refuse(stream, config.listener, max));
                     continue;
                 }
             },
         };
-        let connection =
-            connection::serve(http.clone(), stream, router.clone(), signals.clone(), slot);
+        let connection = connection::serve(
+            http.clone(),
+            stream,
+            router.clone(),
+            signals.clone(),
+            slot,
+            config.listener,
+        );
         tokio::spawn(connection);
     }
     drain.begin();

@@ -137,7 +137,8 @@ async fn run(args: Args) -> Result<(), String> {
     // The admin listener serves through the drain (readiness says 503),
     // and stops once the gateway's own listener is done.
     let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-    let admin_config = app::ServeConfig::default();
+    let mut admin_config = app::ServeConfig::default();
+    admin_config.listener = "admin";
     let admin_drain = app::Drain::new();
     let admin_router = gateway.admin.clone();
     let admin_task = tokio::spawn(async move {

@@ -1,14 +1,12 @@
 //! The gateway's bounds over real sockets: requests in flight past the
 //! limit get a 503 with `Retry-After`; JSON routes have a body limit of
-//! their own; connections past the limit wait, and a connection holding
-//! no request is closed at the header timeout; `/metrics` answers on the
-//! admin listener only; an error names no backend address.
+//! their own; `/metrics` answers on the admin listener only; an error
+//! names no backend address. The connection bound: `connections.rs`.
 
 use crate::gateway;
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance_sim::{InferenceTimes, ServerConfig};
@@ -107,85 +105,5 @@ async fn an_error_names_no_backend_address() {
         for leaked in [addr.to_string(), addr.port().to_string()] {
             assert!(!reply.body.contains(&leaked), "{leaked} in {}", reply.body);
         }
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_the_connection_bound_idle_connections_make_room_busy_ones_do_not() {
-    let mut serve = crate::app::ServeConfig::default();
-    serve.max_connections = 4;
-    let server = ServerConfig::builder()
-        .inference(InferenceTimes::new(0, 1_500, 1_500).unwrap())
-        .build()
-        .unwrap();
-    let gw = gateway::start_served("conns", 1, server, serve).await;
-    // Four kept-alive connections, each idle after a request, hold every
-    // slot: the next client is served at once, one of them closed for it.
-    let mut idle = Vec::new();
-    for _ in 0..4 {
-        let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-        stream
-            .write_all(b"GET /v2/health/live HTTP/1.1\r\nhost: g\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0; 256];
-        let n = stream.read(&mut buf).await.unwrap();
-        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-        idle.push(stream);
-    }
-    let started = tokio::time::Instant::now();
-    assert_eq!(gw.get("/v2/health/live").await.status, 200);
-    let waited = started.elapsed();
-    assert!(
-        waited < Duration::from_millis(900),
-        "served after {waited:?}"
-    );
-    let mut closed = 0;
-    for mut stream in idle {
-        let mut buf = [0; 16];
-        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf));
-        if matches!(read.await, Ok(Ok(0)) | Ok(Err(_))) {
-            closed += 1;
-        }
-    }
-    assert!(closed >= 1, "no idle connection closed");
-    // Four connections with a request in flight are never closed for a
-    // fifth: it is, and the four are answered.
-    let mut busy = Vec::new();
-    for _ in 0..4 {
-        let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-        let body = chat(false);
-        let head = format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        busy.push(stream);
-    }
-    let sent = tokio::time::Instant::now();
-    while gw.sims[0].stats().work < 4 {
-        assert!(
-            sent.elapsed() < Duration::from_secs(10),
-            "{:?}",
-            gw.sims[0].stats()
-        );
-        tokio::task::yield_now().await;
-    }
-    let mut fifth = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    let _ = fifth
-        .write_all(b"GET /v2/health/live HTTP/1.1\r\nhost: g\r\n\r\n")
-        .await;
-    let mut buf = [0; 64];
-    let read = tokio::time::timeout(Duration::from_secs(5), fifth.read(&mut buf));
-    assert!(
-        matches!(read.await, Ok(Ok(0)) | Ok(Err(_))),
-        "the fifth is closed"
-    );
-    for mut stream in busy {
-        let mut buf = [0; 64];
-        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf));
-        let n = read.await.expect("answered").unwrap();
-        let status = String::from_utf8_lossy(&buf[..n]).into_owned();
-        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
     }
 }

@@ -1,12 +1,14 @@
 //! The gateway over simulated fleets: its HTTP surface, etcd membership
 //! (over TLS with a user, and its allow-list), `https://` backends, TTFT
 //! histograms, the OpenAI API, the owners flag, a config file, prefix affinity,
-//! readiness, requests sent once and streams, a backend that hangs; the bare proxy. The gateway's app, flags and sidecar are the library's
+//! readiness, requests sent once and streams, a backend that hangs, the
+//! connections the gateway closes itself; the bare proxy. The gateway's app, flags and sidecar are the library's
 //! (`tower_model_balance_gateway`), the code the binaries run.
 
 mod access_log;
 mod bare;
 mod config_file;
+mod connections;
 mod drain;
 mod etcd_trust;
 mod histograms;
