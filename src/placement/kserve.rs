@@ -52,13 +52,15 @@ impl Default for KServeV2Loader {
 }
 
 impl KServeV2Loader {
-    /// A loader with its own HTTP client.
+    /// A loader with its own plain-HTTP client
+    /// ([`ProbeClient::new`]: `http://` origins only).
     pub fn new() -> Self {
-        Self::with_client(fetch::client())
+        Self::with_client(ProbeClient::new())
     }
 
     /// A loader sending through `client` (clones share its connection
-    /// pool, e.g. with the probers).
+    /// pool, e.g. with the probers; for `https://` origins, one
+    /// [from a TLS client](ProbeClient::from_client)).
     pub fn with_client(client: ProbeClient) -> Self {
         Self { client }
     }

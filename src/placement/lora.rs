@@ -45,12 +45,14 @@ pub struct VllmLoraLoader {
 impl VllmLoraLoader {
     /// A loader of `adapters` (each adapter's name and its path as the
     /// server sees it, e.g. `("sql-lora", "/adapters/sql-lora")`), with
-    /// its own HTTP client.
+    /// its own plain-HTTP client
+    /// ([`ProbeClient::new`]: `http://` origins only).
     pub fn new(adapters: impl IntoIterator<Item = (ModelId, String)>) -> Self {
-        Self::with_client(adapters, fetch::client())
+        Self::with_client(adapters, ProbeClient::new())
     }
 
-    /// As [`VllmLoraLoader::new`], sending through `client`.
+    /// As [`VllmLoraLoader::new`], sending through `client` (for `https://`
+    /// origins, one [from a TLS client](ProbeClient::from_client)).
     pub fn with_client(
         adapters: impl IntoIterator<Item = (ModelId, String)>,
         client: ProbeClient,

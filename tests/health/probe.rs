@@ -11,20 +11,36 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{
-    self, KServeV2, MetricNames, OpenAiModels, ProbeClient, ProbeError, ProbeReport, ProbeTarget,
-    Prober, PrometheusMetrics,
+    KServeV2, MetricNames, OpenAiModels, ProbeClient, ProbeError, ProbeReport, ProbeTarget, Prober,
+    PrometheusMetrics,
 };
 use tower_model_balance::route::ModelId;
 use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
 /// A bound so that a broken server fails a test instead of hanging it.
 const BOUND: Duration = Duration::from_secs(10);
+
+/// The tests' HTTP client: inference requests go through it, and the
+/// probers share its pool ([`ProbeClient::from_client`]).
+type Http = Client<HttpConnector, Full<Bytes>>;
+
+fn http() -> Http {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// A prober's client, sharing `http`'s pool.
+fn shared(http: &Http) -> ProbeClient {
+    ProbeClient::from_client(http.clone())
+}
 
 fn target(addr: SocketAddr) -> ProbeTarget {
     ProbeTarget::new(BackendId::new("probed").unwrap(), Origin::http(addr))
@@ -51,7 +67,7 @@ async fn server(slots: usize, concurrency: usize, ms: u64) -> ModelServer {
 
 /// One inference request to `server`; its status and resident-models
 /// header.
-async fn infer(client: &ProbeClient, server: &ModelServer, model: &str) -> (u16, String) {
+async fn infer(client: &Http, server: &ModelServer, model: &str) -> (u16, String) {
     let uri = format!("http://{}{}", server.addr(), protocol::infer_path(model));
     let req = http::Request::post(uri).body(Full::from("{}")).unwrap();
     let rsp = tokio::time::timeout(BOUND, client.request(req))
@@ -107,9 +123,9 @@ async fn fixed(status: u16, body: &'static [u8]) -> SocketAddr {
 #[tokio::test]
 async fn model_lists_are_the_resident_models() {
     let server = server(2, 4, 1).await;
-    let client = probe::client();
-    let kserve = KServeV2::with_client(client.clone());
-    let openai = OpenAiModels::with_client(client.clone());
+    let client = http();
+    let kserve = KServeV2::with_client(shared(&client));
+    let openai = OpenAiModels::with_client(shared(&client));
 
     let report = probe(&kserve, server.addr()).await.unwrap();
     assert_eq!(report.ready, Some(true));
@@ -146,12 +162,12 @@ async fn model_lists_are_the_resident_models() {
 #[tokio::test]
 async fn metrics_match_the_servers_state() {
     let server = server(3, 4, 1).await;
-    let client = probe::client();
+    let client = http();
     for model in ["a", "b"] {
         assert_eq!(infer(&client, &server, model).await.0, 200);
     }
     let names = MetricNames::vllm().and(MetricNames::triton());
-    let prober = PrometheusMetrics::with_client(client, names);
+    let prober = PrometheusMetrics::with_client(shared(&client), names);
     let report = probe(&prober, server.addr()).await.unwrap();
     assert_eq!((report.ready, report.resident_models.clone()), (None, None));
     let gib = (1u64 << 30) as f64;
@@ -190,8 +206,8 @@ async fn queue_depth_is_reported_truthfully() {
     // One slot, minute-long inferences: the first request holds the slot,
     // the second waits for it, for as long as the test runs.
     let server = server(2, 1, 60_000).await;
-    let client = probe::client();
-    let prober = PrometheusMetrics::with_client(client.clone(), MetricNames::vllm());
+    let client = http();
+    let prober = PrometheusMetrics::with_client(shared(&client), MetricNames::vllm());
     let mut held = Vec::new();
     for model in ["a", "b"] {
         let (client, uri) = (client.clone(), server.addr());
@@ -226,7 +242,7 @@ async fn queue_depth_is_reported_truthfully() {
 async fn backlog_and_slow_faults_delay_requests() {
     // Two slots, 20 ms inferences.
     let server = server(4, 2, 20).await;
-    let client = probe::client();
+    let client = http();
     assert_eq!(infer(&client, &server, "m").await.0, 200);
 
     // Four phantoms ahead, two at once: two rounds of 20 ms first.
@@ -257,23 +273,23 @@ async fn backlog_and_slow_faults_delay_requests() {
 #[tokio::test]
 async fn an_unavailable_server_is_not_ready() {
     let server = server(2, 4, 1).await;
-    let client = probe::client();
+    let client = http();
     assert_eq!(infer(&client, &server, "a").await.0, 200);
     server.set_fault(Some(Fault::Unavailable));
 
     // "Not ready" is an answer, not a failure; the index is not asked.
-    let report = probe(&KServeV2::with_client(client.clone()), server.addr())
+    let report = probe(&KServeV2::with_client(shared(&client)), server.addr())
         .await
         .unwrap();
     assert_eq!((report.ready, report.resident_models), (Some(false), None));
-    let error = probe(&OpenAiModels::with_client(client.clone()), server.addr())
+    let error = probe(&OpenAiModels::with_client(shared(&client)), server.addr())
         .await
         .unwrap_err();
     assert!(
         matches!(error, ProbeError::Status(s) if s == 503),
         "{error}"
     );
-    let metrics = PrometheusMetrics::with_client(client, MetricNames::vllm());
+    let metrics = PrometheusMetrics::with_client(shared(&client), MetricNames::vllm());
     let error = probe(&metrics, server.addr()).await.unwrap_err();
     assert!(
         matches!(error, ProbeError::Status(s) if s == 503),
@@ -289,12 +305,12 @@ async fn an_unavailable_server_is_not_ready() {
 async fn a_malformed_answer_fails_that_probe_only() {
     let garbage = fixed(200, b"<html>gateway says hi</html>").await;
     let good = server(2, 4, 1).await;
-    let client = probe::client();
+    let client = http();
     assert_eq!(infer(&client, &good, "a").await.0, 200);
 
-    let kserve = KServeV2::with_client(client.clone());
-    let openai = OpenAiModels::with_client(client.clone());
-    let metrics = PrometheusMetrics::with_client(client.clone(), MetricNames::vllm());
+    let kserve = KServeV2::with_client(shared(&client));
+    let openai = OpenAiModels::with_client(shared(&client));
+    let metrics = PrometheusMetrics::with_client(shared(&client), MetricNames::vllm());
     // KServe v2: readiness (200) stands; the index is a signal of its own,
     // left out when it cannot be read.
     let report = probe(&kserve, garbage).await.unwrap();
@@ -387,8 +403,8 @@ async fn metrics_on_a_port_of_their_own() {
 
 #[tokio::test]
 async fn absent_metrics_are_no_metrics_and_never_fail_the_probe() {
-    let client = probe::client();
-    let metrics = PrometheusMetrics::with_client(client.clone(), MetricNames::vllm());
+    let client = http();
+    let metrics = PrometheusMetrics::with_client(shared(&client), MetricNames::vllm());
     // MLServer's HTTP port has no /metrics: 404.
     let absent = fixed(404, br#"{"detail":"Not Found"}"#).await;
     assert_eq!(
@@ -400,7 +416,7 @@ async fn absent_metrics_are_no_metrics_and_never_fail_the_probe() {
     // origin (MLServer's metrics port): the pair asks each where it is.
     let good = server(2, 4, 1).await;
     assert_eq!(infer(&client, &good, "a").await.0, 200);
-    let pair = (KServeV2::with_client(client.clone()), metrics.clone());
+    let pair = (KServeV2::with_client(shared(&client)), metrics.clone());
     let at = |metrics: SocketAddr| target(good.addr()).with_metrics_address(Origin::http(metrics));
     let report = pair.probe(&at(good.addr())).await.unwrap();
     assert_eq!(sorted(&report.resident_models.unwrap()), ["a"]);

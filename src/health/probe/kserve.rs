@@ -64,13 +64,16 @@ impl Default for KServeV2 {
 }
 
 impl KServeV2 {
-    /// A prober with its own HTTP client, asking the repository index.
+    /// A prober with its own plain-HTTP client
+    /// ([`ProbeClient::new`]: `http://` origins only), asking the repository index.
     pub fn new() -> Self {
-        Self::with_client(fetch::client())
+        Self::with_client(ProbeClient::new())
     }
 
     /// A prober sending through `client` (clones share its connection
-    /// pool), asking the repository index.
+    /// pool; for `https://` origins, one
+    /// [from a TLS client](ProbeClient::from_client)), asking the
+    /// repository index.
     pub fn with_client(client: ProbeClient) -> Self {
         Self {
             client,

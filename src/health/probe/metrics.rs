@@ -49,13 +49,15 @@ pub struct PrometheusMetrics {
 }
 
 impl PrometheusMetrics {
-    /// A prober reading `names`, with its own HTTP client.
+    /// A prober reading `names`, with its own plain-HTTP client
+    /// ([`ProbeClient::new`]: `http://` origins only).
     pub fn new(names: MetricNames) -> Self {
-        Self::with_client(fetch::client(), names)
+        Self::with_client(ProbeClient::new(), names)
     }
 
     /// A prober reading `names`, sending through `client` (clones share its
-    /// connection pool).
+    /// connection pool; for `https://` origins, one
+    /// [from a TLS client](ProbeClient::from_client)).
     pub fn with_client(client: ProbeClient, names: MetricNames) -> Self {
         Self {
             client,

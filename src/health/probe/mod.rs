@@ -43,7 +43,10 @@
 //! Probers apply no timeout — the caller does (a probe that hangs must
 //! count as failed, and only the caller knows its interval) — and share
 //! one [`ProbeClient`] when built [`with_client`](KServeV2::with_client).
-//! Each is `Clone` and cheap to clone.
+//! Each is `Clone` and cheap to clone. [`ProbeClient::new`] speaks plain
+//! `http://`; for `https://` backends, give them
+//! [`ProbeClient::from_client`] over the TLS client the traffic goes
+//! through (its roots, its pool).
 //!
 //! Against a simulated server, which serves all three APIs:
 
@@ -61,7 +64,11 @@ pub(crate) mod warn;
 
 #[cfg(feature = "probe")]
 #[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
-pub use self::fetch::{client, ProbeClient};
+#[allow(deprecated)] // Re-exported as it is, until it is removed.
+pub use self::fetch::client;
+#[cfg(feature = "probe")]
+#[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
+pub use self::fetch::ProbeClient;
 #[cfg(feature = "probe")]
 #[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
 pub use self::kserve::KServeV2;

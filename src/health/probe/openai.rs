@@ -41,13 +41,15 @@ impl Default for OpenAiModels {
 }
 
 impl OpenAiModels {
-    /// A prober with its own HTTP client.
+    /// A prober with its own plain-HTTP client
+    /// ([`ProbeClient::new`]: `http://` origins only).
     pub fn new() -> Self {
-        Self::with_client(fetch::client())
+        Self::with_client(ProbeClient::new())
     }
 
     /// A prober sending through `client` (clones share its connection
-    /// pool).
+    /// pool; for `https://` origins, one
+    /// [from a TLS client](ProbeClient::from_client)).
     pub fn with_client(client: ProbeClient) -> Self {
         Self { client }
     }
