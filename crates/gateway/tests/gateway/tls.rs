@@ -3,8 +3,11 @@
 //! `--backend-ca`), refuses the same backend on the system's roots, and
 //! names a CA file that holds no certificate. The backend is a small
 //! HTTP/1 server over rustls in this test, on 127.0.0.1 port 0; its
-//! certificate and the CA are made at test time (`tls_certs.rs`).
+//! certificate and the CA are made at test time (`tls_certs.rs`). The
+//! same listener relays to a simulated server (`tls_front`) for
+//! `tls_probes.rs`.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,8 +18,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
+use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
@@ -29,11 +33,12 @@ use crate::tls_certs::{Issued, PemDir, TestCa};
 const COMPLETION: &str = r#"{"model": "llama-3-8b", "prompt": "hi"}"#;
 const ANSWER: &str = r#"{"id":"cmpl-tls","object":"text_completion","model":"llama-3-8b","choices":[{"index":0,"text":"over tls","finish_reason":"stop"}]}"#;
 
-/// An OpenAI-shaped backend over TLS, counting what it served and the
-/// handshakes that failed.
-struct TlsBackend {
-    addr: SocketAddr,
-    served: Arc<AtomicUsize>,
+/// A server over TLS, counting what it served.
+pub(crate) struct TlsBackend {
+    pub(crate) addr: SocketAddr,
+    /// Requests answered (`tls_backend`), or connections relayed
+    /// (`tls_front`).
+    pub(crate) served: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -43,7 +48,15 @@ impl Drop for TlsBackend {
     }
 }
 
-async fn tls_backend(issued: &Issued) -> TlsBackend {
+/// A TLS listener on 127.0.0.1 port 0 with `issued`'s certificate: each
+/// connection whose handshake completes is handed to `serve` on a task of
+/// its own. A client that does not trust the certificate breaks the
+/// handshake off: nothing is served.
+async fn tls_listener<F, Fut>(issued: &Issued, serve: F) -> (SocketAddr, JoinHandle<()>)
+where
+    F: Fn(TlsStream<TcpStream>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let certificates: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(issued.certificate_pem.as_bytes())
             .collect::<Result<_, _>>()
@@ -60,36 +73,66 @@ async fn tls_backend(issued: &Issued) -> TlsBackend {
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let served = Arc::new(AtomicUsize::new(0));
-    let counted = served.clone();
     let task = tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
                 return;
             };
-            let (acceptor, served) = (acceptor.clone(), counted.clone());
+            let (acceptor, serve) = (acceptor.clone(), serve.clone());
             tokio::spawn(async move {
-                // A client that does not trust the certificate breaks the
-                // handshake off: nothing is served.
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let service = service_fn(move |_request| {
-                    served.fetch_add(1, Ordering::SeqCst);
-                    async {
-                        let response = http::Response::builder()
-                            .header(http::header::CONTENT_TYPE, "application/json")
-                            .body(Full::new(Bytes::from_static(ANSWER.as_bytes())))
-                            .unwrap();
-                        Ok::<_, std::convert::Infallible>(response)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
+                if let Ok(tls) = acceptor.accept(tcp).await {
+                    serve(tls).await;
+                }
             });
         }
     });
+    (addr, task)
+}
+
+/// An OpenAI-shaped backend over TLS that answers every request with
+/// [`ANSWER`], counting the requests.
+async fn tls_backend(issued: &Issued) -> TlsBackend {
+    let served = Arc::new(AtomicUsize::new(0));
+    let counted = served.clone();
+    let (addr, task) = tls_listener(issued, move |tls| {
+        let served = counted.clone();
+        async move {
+            let service = service_fn(move |_request| {
+                served.fetch_add(1, Ordering::SeqCst);
+                async {
+                    let response = http::Response::builder()
+                        .header(http::header::CONTENT_TYPE, "application/json")
+                        .body(Full::new(Bytes::from_static(ANSWER.as_bytes())))
+                        .unwrap();
+                    Ok::<_, std::convert::Infallible>(response)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service)
+                .await;
+        }
+    })
+    .await;
+    TlsBackend { addr, served, task }
+}
+
+/// `upstream` (a simulated server, plain HTTP) behind TLS: each
+/// connection's bytes relayed both ways over a connection of its own to
+/// `upstream`, so that every API the server speaks (inference, probes,
+/// the repository's loads) is served over `https://`.
+pub(crate) async fn tls_front(issued: &Issued, upstream: SocketAddr) -> TlsBackend {
+    let served = Arc::new(AtomicUsize::new(0));
+    let counted = served.clone();
+    let (addr, task) = tls_listener(issued, move |mut tls| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async move {
+            let Ok(mut plain) = TcpStream::connect(upstream).await else {
+                return;
+            };
+            let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+        }
+    })
+    .await;
     TlsBackend { addr, served, task }
 }
 
