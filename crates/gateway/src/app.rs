@@ -55,7 +55,9 @@ use tower_model_balance::balance::{
 use tower_model_balance::discover::etcd::EtcdHandle;
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::BoxError;
-use tower_model_balance::health::probe::{KServeV2, MetricNames, OpenAiModels, PrometheusMetrics};
+use tower_model_balance::health::probe::{
+    KServeV2, MetricNames, OpenAiModels, ProbeClient, PrometheusMetrics,
+};
 use tower_model_balance::hedge::{
     BalancerLoad, FirstFrame, FirstFrameLayer, Hedge, HedgeHandle, HedgeLayer, RetryPolicy,
 };
@@ -154,6 +156,10 @@ impl Gateway {
         // Backends whose probes go unanswered: their waiting requests cut.
         let unresponsive = Unresponsive::new(config.timeouts.unresponsive);
         let cuts = unresponsive.clone();
+        // The probes and placement's loads go through the same client as
+        // the traffic: `https://` backends are probed and loaded on with
+        // the same trust, connect timeout and pool.
+        let probe_client = ProbeClient::from_client(client.clone());
         let endpoint = move |origin: &Origin| {
             let backend = SetOrigin::to(client.clone(), origin.clone());
             Phases::new(backend, &timeouts, cuts.watch(origin))
@@ -209,18 +215,22 @@ impl Gateway {
         };
         let handle = balancer.handle();
         let probes = config.stack.probe.clone();
-        let metrics = PrometheusMetrics::new(MetricNames::vllm());
+        let metrics = PrometheusMetrics::with_client(probe_client.clone(), MetricNames::vllm());
         // What the probes find is noted in the catalog too: the models
         // `GET /v1/models` lists, and the only one, if there is one.
         let catalog = Catalog::new();
         let probes = match config.probe {
             Probe::KServe => handle.spawn_probes(
-                Catalogued::new((KServeV2::new(), metrics), catalog.clone(), unresponsive),
+                Catalogued::new(
+                    (KServeV2::with_client(probe_client.clone()), metrics),
+                    catalog.clone(),
+                    unresponsive,
+                ),
                 probes,
             )?,
             Probe::OpenAi => handle.spawn_probes(
                 Catalogued::new(
-                    (OpenAiModels::new(), metrics),
+                    (OpenAiModels::with_client(probe_client.clone()), metrics),
                     catalog.clone(),
                     unresponsive,
                 ),
@@ -235,7 +245,7 @@ impl Gateway {
         let placement = match (config.placement, config.probe) {
             (true, Probe::KServe) => {
                 let policy = config.stack.placement.clone();
-                Some(handle.enable_placement(KServeV2Loader::new(), policy)?)
+                Some(handle.enable_placement(KServeV2Loader::with_client(probe_client), policy)?)
             }
             _ => None,
         };

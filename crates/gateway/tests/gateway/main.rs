@@ -1,9 +1,10 @@
 //! The gateway over simulated fleets: its HTTP surface, etcd membership
-//! (over TLS with a user, and its allow-list), `https://` backends, TTFT
-//! histograms, the OpenAI API, the owners flag, a config file, prefix affinity,
-//! readiness, requests sent once and streams, a backend that hangs, the
-//! connections the gateway closes itself; the bare proxy. The gateway's app, flags and sidecar are the library's
-//! (`tower_model_balance_gateway`), the code the binaries run.
+//! (over TLS with a user, and its allow-list), `https://` backends (sent
+//! to, probed, loaded on), TTFT histograms, the OpenAI API, the owners
+//! flag, a config file, prefix affinity, readiness, requests sent once and
+//! streams, a backend that hangs, the connections the gateway closes
+//! itself; the bare proxy. The gateway's app, flags and sidecar are the
+//! library's (`tower_model_balance_gateway`), the code the binaries run.
 
 mod access_log;
 mod bare;
@@ -23,6 +24,7 @@ mod service;
 mod stream;
 mod timeouts;
 mod tls;
+mod tls_probes;
 mod unresponsive;
 mod with_etcd;
 
