@@ -25,7 +25,7 @@ use crate::endpoint::Origin;
 /// * [`ProbeClient::new`] (and [`Default`]): hyper-util's legacy client
 ///   over plain HTTP/1 — `http://` origins only; a probe of an `https://`
 ///   origin fails with [`ProbeError::Transport`] (a loader's with
-///   `LoadError::Transport`).
+///   [`LoadError::Transport`](crate::placement::LoadError::Transport)).
 /// * [`ProbeClient::from_client`]: any hyper-util client, on the caller's
 ///   connector. For `https://` origins, a TLS connector such as
 ///   `hyper_rustls::HttpsConnector<HttpConnector>`: the probes then check
@@ -80,7 +80,8 @@ impl ProbeClient {
     ///
     /// What `client` fails with (a refused connection, a failed handshake,
     /// a scheme its connector does not speak) is the probe's
-    /// [`ProbeError::Transport`], the loader's `LoadError::Transport`.
+    /// [`ProbeError::Transport`], the loader's
+    /// [`LoadError::Transport`](crate::placement::LoadError::Transport).
     pub fn from_client<C>(client: Client<C, Full<Bytes>>) -> Self
     where
         C: Connect + Clone + Send + Sync + 'static,
