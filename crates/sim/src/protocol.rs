@@ -238,6 +238,12 @@ pub(crate) fn parse_model_path(path: &str) -> Option<(String, bool)> {
         Some(rest) => (rest, true),
         None => (rest, false),
     };
+    Some((model_segment(rest)?, ready))
+}
+
+/// The model of `{name}` or `{name}/versions/{version}` (a path's part
+/// after `/v2/models/`), percent-decoded.
+fn model_segment(rest: &str) -> Option<String> {
     let name = match rest.split_once("/versions/") {
         Some((name, version)) if !version.is_empty() && !version.contains('/') => name,
         Some(_) => return None,
@@ -246,7 +252,7 @@ pub(crate) fn parse_model_path(path: &str) -> Option<(String, bool)> {
     if name.is_empty() || name.contains('/') {
         return None;
     }
-    Some((decode_segment(name)?, ready))
+    decode_segment(name)
 }
 
 /// `text` with every byte but `A-Z a-z 0-9 - . _ ~` percent-encoded.
@@ -307,16 +313,7 @@ pub fn infer_path(model: &str) -> String {
 /// is `a/b`, as the balancer's route layer reads it); `None` if `path` is
 /// not one, or its name is not validly encoded UTF-8.
 pub(crate) fn parse_infer_path(path: &str) -> Option<String> {
-    let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
-    let name = match rest.split_once("/versions/") {
-        Some((name, version)) if !version.is_empty() && !version.contains('/') => name,
-        Some(_) => return None,
-        None => rest,
-    };
-    if name.is_empty() || name.contains('/') {
-        return None;
-    }
-    decode_segment(name)
+    model_segment(path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?)
 }
 
 /// A KServe v2 inference response body for `model`, valid JSON whatever

@@ -14,8 +14,7 @@ use crate::gateway;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -85,22 +84,11 @@ async fn closed(gw: &Running, listener: &str, reason: &str, want: f64) -> f64 {
 /// Opens a stream of 1,000 tokens (20 s) and reads its first event: a
 /// request in flight on a connection of its own.
 async fn open(gw: &Running) -> Incoming {
-    let body = r#"{"model": "m", "stream": true, "max_tokens": 1000, "messages": [{"role": "user", "content": "hi"}]}"#;
-    let req = http::Request::post(format!("http://{}/v1/chat/completions", gw.addr))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .unwrap();
-    let response = tokio::time::timeout(BOUND, gw.client.request(req))
-        .await
-        .expect("a head")
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let mut body = response.into_body();
+    let mut body = gw.open_stream("m", 1_000).await;
     next_data(&mut body).await;
     body
 }
 
-/// The next data frame of `body`.
 async fn next_data(body: &mut Incoming) -> Bytes {
     loop {
         let frame = tokio::time::timeout(BOUND, body.frame()).await;

@@ -10,7 +10,6 @@ use crate::gateway;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
@@ -38,24 +37,11 @@ async fn fleet(name: &str, decode: Duration, drain_timeout: Duration) -> Running
 
 /// Opens a stream of `tokens` and reads its first event.
 async fn open(gw: &Running, tokens: u32) -> (Incoming, String) {
-    let body = format!(
-        r#"{{"model": "llama-3-8b", "stream": true, "max_tokens": {tokens}, "messages": [{{"role": "user", "content": "hi"}}]}}"#
-    );
-    let req = http::Request::post(format!("http://{}/v1/chat/completions", gw.addr))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .unwrap();
-    let response = tokio::time::timeout(BOUND, gw.client.request(req))
-        .await
-        .expect("a head")
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let mut body = response.into_body();
+    let mut body = gw.open_stream("llama-3-8b", tokens).await;
     let first = read(&mut body, 1).await;
     (body, first)
 }
 
-/// The text of the next `frames` data frames, or of all to the end.
 async fn read(body: &mut Incoming, frames: usize) -> String {
     let mut text = String::new();
     let mut seen = 0;

@@ -184,6 +184,24 @@ impl Running {
         self.send(req).await
     }
 
+    /// Opens a chat completion stream of `model` asking `tokens` tokens:
+    /// its answer's body, after a 200 head (bounded: 20 s).
+    pub async fn open_stream(&self, model: &str, tokens: u32) -> hyper::body::Incoming {
+        let body = format!(
+            r#"{{"model": "{model}", "stream": true, "max_tokens": {tokens}, "messages": [{{"role": "user", "content": "hi"}}]}}"#
+        );
+        let req = http::Request::post(format!("http://{}/v1/chat/completions", self.addr))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(20), self.client.request(req))
+            .await
+            .expect("a head")
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.into_body()
+    }
+
     /// Sends `req` and reads the whole answer; fails, never hangs.
     pub async fn send(&self, req: http::Request<Full<Bytes>>) -> Reply {
         let exchange = async {
