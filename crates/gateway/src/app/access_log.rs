@@ -120,6 +120,38 @@ pub async fn log_requests(
     response
 }
 
+/// An inference request's line until its answer's head: written on drop
+/// as `client_gone` with status 499 (nginx's "client closed request") if
+/// the client hung up before then, as the handler's future is dropped.
+#[derive(Debug)]
+pub struct Pending(Option<Entry>);
+
+impl Pending {
+    /// `entry`, written on drop unless taken.
+    pub fn new(entry: Option<Entry>) -> Self {
+        Self(entry)
+    }
+
+    /// The line, to fill in.
+    pub fn get_mut(&mut self) -> Option<&mut Entry> {
+        self.0.as_mut()
+    }
+
+    /// The line, no longer written on drop.
+    pub fn take(&mut self) -> Option<Entry> {
+        self.0.take()
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(mut entry) = self.0.take() {
+            entry.status = 499;
+            entry.write("client_gone");
+        }
+    }
+}
+
 /// One request's line, filled in as the request goes.
 #[derive(Debug, Clone)]
 pub struct Entry {

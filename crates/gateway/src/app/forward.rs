@@ -18,7 +18,7 @@ use tower_model_balance::endpoint::strip_hop_by_hop;
 use tower_model_balance::error::PayloadTooLarge;
 use tower_model_balance::route::SendOnce;
 
-use super::access_log::{Deferred, Entry};
+use super::access_log::{Deferred, Entry, Pending};
 use super::errors::{self, ErrorReply};
 use super::phases::Streamed;
 use super::reply_body::{Ending, ReplyBody};
@@ -52,8 +52,8 @@ impl<B> BodyOf for http::Response<B> {
 pub async fn forward(State(app): State<App>, mut req: Request) -> Response {
     let path = req.uri().path().to_owned();
     // The line `log_requests` began; written here, or when the body ends.
-    let mut entry = req.extensions_mut().remove::<Entry>();
-    let answer = proxy(&app, req, &path, entry.as_mut()).await;
+    let mut entry = Pending::new(req.extensions_mut().remove::<Entry>());
+    let answer = proxy(&app, req, &path, entry.get_mut()).await;
     let mut response = match answer {
         Ok(Answer {
             mut parts,
@@ -68,7 +68,7 @@ pub async fn forward(State(app): State<App>, mut req: Request) -> Response {
                     parts.headers.insert(RECEIPT_HEADER, receipt.header_value());
                 }
             }
-            if let Some(entry) = entry.as_mut() {
+            if let Some(entry) = entry.get_mut() {
                 entry.status = parts.status.as_u16();
                 entry.receipt(receipt);
             }
@@ -82,11 +82,11 @@ pub async fn forward(State(app): State<App>, mut req: Request) -> Response {
             let body = ReplyBody::new(body, app.drain.when_cut(), deadline, app.timeouts.request)
                 .event_stream(event_stream)
                 .slot(slot)
-                .log(entry);
+                .log(entry.take());
             Response::from_parts(parts, Body::new(body))
         }
         Err(reply) => {
-            if let Some(mut entry) = entry {
+            if let Some(mut entry) = entry.take() {
                 entry.status = reply.status.as_u16();
                 entry.write(reply.code);
             }

@@ -17,11 +17,10 @@ use std::time::Duration;
 
 use hyper::body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tower_model_balance::error::BoxError;
 
-use super::unresponsive::BackendUnresponsive;
+use super::unresponsive::{BackendUnresponsive, Cuts};
 
 /// The gateway's timeouts, one per phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,13 +108,13 @@ pub struct Phases<S> {
     inner: S,
     first_token: Duration,
     idle: Duration,
-    cuts: watch::Receiver<u64>,
+    cuts: Cuts,
 }
 
 impl<S> Phases<S> {
     /// `inner` under `timeouts`' first-token and idle timeouts, its
-    /// waiting requests cut when `cuts` changes.
-    pub fn new(inner: S, timeouts: &Timeouts, cuts: watch::Receiver<u64>) -> Self {
+    /// waiting requests cut at each of `cuts`.
+    pub fn new(inner: S, timeouts: &Timeouts, cuts: Cuts) -> Self {
         Self {
             inner,
             first_token: timeouts.first_token,
@@ -125,17 +124,8 @@ impl<S> Phases<S> {
     }
 }
 
-/// Resolves at the next cut after now (never, once nothing can cut).
+/// Resolves at the next cut after the request was sent.
 type Cut = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-fn next_cut(mut cuts: watch::Receiver<u64>) -> Cut {
-    cuts.borrow_and_update();
-    Box::pin(async move {
-        if cuts.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    })
-}
 
 impl<S, Q, B> tower::Service<http::Request<Q>> for Phases<S>
 where
@@ -160,7 +150,7 @@ where
             first_token: first_token.map(|at| (at, Box::pin(tokio::time::sleep_until(at)))),
             after: self.first_token,
             idle: self.idle,
-            cut: next_cut(self.cuts.clone()),
+            cut: self.cuts.next(),
         }
     }
 }

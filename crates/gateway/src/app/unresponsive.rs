@@ -31,6 +31,8 @@
 //! changes at every cut.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -43,7 +45,7 @@ use tower_model_balance::endpoint::Origin;
 /// waiting requests may be cut.
 pub const UNRESPONSIVE_PROBES: u32 = 3;
 
-/// The Prometheus series counting the cuts, by backend.
+/// The Prometheus series counting the requests cut, by backend.
 pub const CUTS_SERIES: &str = "gateway_backend_unresponsive_cuts_total";
 
 /// How long a backend no endpoint watches (removed from the fleet) is
@@ -80,6 +82,8 @@ struct Backend {
     answered: Option<Instant>,
     /// When a probe of it was last noted.
     noted: Instant,
+    /// Its ID, as its probes name it.
+    id: Option<BackendId>,
     /// Bumped at each cut.
     cuts: watch::Sender<u64>,
 }
@@ -91,6 +95,7 @@ impl Backend {
             run_began: now,
             answered: None,
             noted: now,
+            id: None,
             cuts: watch::Sender::new(0),
         }
     }
@@ -110,15 +115,26 @@ impl Unresponsive {
         self.backends.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// What the endpoint of the backend at `origin` watches: it changes
-    /// at each cut of that backend's waiting requests.
-    pub fn watch(&self, origin: &Origin) -> watch::Receiver<u64> {
+    /// What the endpoint of the backend at `origin` watches: the cuts of
+    /// that backend's waiting requests.
+    pub fn watch(&self, origin: &Origin) -> Cuts {
         let mut backends = self.lock();
         let now = Instant::now();
         let backend = backends
             .entry(origin.clone())
             .or_insert_with(|| Backend::new(now));
-        backend.cuts.subscribe()
+        Cuts {
+            changed: backend.cuts.subscribe(),
+            fleet: self.clone(),
+            origin: origin.clone(),
+        }
+    }
+
+    /// Counts a request cut on the backend at `origin`.
+    fn count_cut(&self, origin: &Origin) {
+        let id = self.lock().get(origin).and_then(|b| b.id.clone());
+        let backend = id.map_or_else(|| origin.to_string(), |id| id.to_string());
+        metrics::counter!(CUTS_SERIES, "backend" => backend).increment(1);
     }
 
     /// Notes how a probe of `backend`, at `origin`, went at `now`; true
@@ -136,6 +152,9 @@ impl Unresponsive {
             .entry(origin.clone())
             .or_insert_with(|| Backend::new(now));
         this.noted = now;
+        if this.id.as_ref() != Some(backend) {
+            this.id = Some(backend.clone());
+        }
         match outcome {
             ProbeOutcome::Answered => {
                 this.answered = Some(now);
@@ -163,8 +182,31 @@ impl Unresponsive {
         if let Some(this) = backends.get(origin) {
             this.cuts.send_modify(|cuts| *cuts += 1);
         }
-        metrics::counter!(CUTS_SERIES, "backend" => backend.to_string()).increment(1);
         true
+    }
+}
+
+/// What a backend's endpoint watches: each cut of its waiting requests.
+#[derive(Debug, Clone)]
+pub struct Cuts {
+    changed: watch::Receiver<u64>,
+    fleet: Unresponsive,
+    origin: Origin,
+}
+
+impl Cuts {
+    /// Resolves at the next cut after now, counting the request it cuts
+    /// ([`CUTS_SERIES`]); never, once nothing can cut.
+    pub fn next(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let mut changed = self.changed.clone();
+        changed.borrow_and_update();
+        let (fleet, origin) = (self.fleet.clone(), self.origin.clone());
+        Box::pin(async move {
+            if changed.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            fleet.count_cut(&origin);
+        })
     }
 }
 
@@ -246,7 +288,7 @@ mod tests {
     fn cut_after_the_third_unanswered_probe_while_a_peer_answers() {
         let mut probes = Probes::new();
         let (hung, peer) = (at(1), at(2));
-        let mut seen = probes.fleet.watch(&hung);
+        let mut seen = probes.fleet.watch(&hung).changed;
         // Rounds: each backend probed once.
         for round in 1..=2 {
             assert!(!probes.note(&hung, TimedOut), "round {round}");

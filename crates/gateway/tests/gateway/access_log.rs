@@ -107,3 +107,39 @@ async fn get_routes_and_the_gateways_own_404_are_logged_with_an_id() {
     );
     assert_ne!(ids[0], ids[1]);
 }
+
+/// A client that hangs up before its answer's head (its backend accepts
+/// and never answers) still has its line: status 499, `client_gone`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_before_the_head_gets_its_line() {
+    let hung = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = format!("hung=http://{}", hung.local_addr().unwrap());
+    // Accepts, holds every connection, answers nothing.
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = hung.accept().await {
+            held.push(socket);
+        }
+    });
+    let args = ["--backend", &backend, "--probe", "openai", "--no-placement"];
+    let mut gateway = crate::binary::start(&[&args[..], &["--access-log", "json"]].concat()).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let body = r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
+    let req = http::Request::post(format!("http://{}/v1/chat/completions", gateway.addr))
+        .header("x-request-id", "gone-1")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    // Dropped unanswered: its connection closes.
+    let sent = tokio::time::timeout(std::time::Duration::from_millis(500), client.request(req));
+    assert!(
+        sent.await.is_err(),
+        "no head from a backend that never answers"
+    );
+    let line = gateway.line_starting("{").await;
+    let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(entry["id"], "gone-1", "{line}");
+    assert_eq!(entry["status"], 499, "{line}");
+    assert_eq!(entry["ended"], "client_gone", "{line}");
+    assert_eq!(entry["model"], "m", "{line}");
+}

@@ -49,9 +49,17 @@ async fn a_request_on_a_hung_backend_is_cut_and_retried_on_its_peer() {
         .find(|b| b.id.as_str() == gw.sims[owner].name())
         .unwrap();
     assert_eq!(hung.failures, 1, "the cut counts against it ({took:?})");
+    // One request cut, counted once — and not again as its probes go on
+    // unanswered with nothing waiting: five more probes later, still 1.
+    let probes = gw.sims[owner].stats().requests;
+    let waited = Instant::now();
+    while gw.sims[owner].stats().requests < probes + 5 {
+        assert!(waited.elapsed() < Duration::from_secs(10), "no probes");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let metrics = gw.admin_get("/metrics").await.body;
     let cuts = format!(
-        "gateway_backend_unresponsive_cuts_total{{backend=\"{}\"}}",
+        "gateway_backend_unresponsive_cuts_total{{backend=\"{}\"}} 1\n",
         gw.sims[owner].name()
     );
     assert!(metrics.contains(&cuts), "{metrics}");
