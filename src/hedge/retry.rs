@@ -18,6 +18,10 @@ use crate::error::{BoxError, StreamFailed};
 ///
 /// * a connection refused (the connection never opened: nothing was
 ///   processed), for any request;
+/// * a [`ModelLoadFailed`](crate::error::ModelLoadFailed) (feature
+///   `balance`): the balancer never sent the request — its model's load
+///   on the backend picked failed, or that backend's repository could not
+///   be read — for any request, to another backend;
 /// * a `503` answer (the server refused it), for any request;
 /// * a `404` answer to a request that is not an update, when the retry
 ///   goes to another backend (below): KServe v2 and OpenAI-compatible
@@ -181,6 +185,26 @@ fn connect_refused(error: &(dyn std::error::Error + 'static)) -> bool {
 /// hyper's text for a connection closed before any response came (its
 /// `IncompleteMessage` error kind, which has no I/O source to match and no
 /// type outside hyper's own).
+/// Whether the request never reached the backend: its connection was
+/// refused, or the balancer did not send it (its model's load there
+/// failed: [`ModelLoadFailed`](crate::error::ModelLoadFailed)).
+fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
+    if connect_refused(error) {
+        return true;
+    }
+    #[cfg(feature = "balance")]
+    {
+        let mut next = Some(error);
+        while let Some(error) = next {
+            if error.is::<crate::error::ModelLoadFailed>() {
+                return true;
+            }
+            next = error.source();
+        }
+    }
+    false
+}
+
 const CLOSED_BEFORE_ANSWER: &str = "connection closed before message completed";
 
 /// Whether `error`'s source chain says the transport failed: an I/O
@@ -220,10 +244,13 @@ where
         let wait = match super::service::is_send_once(&*req) {
             // Sent once: again only if it never left.
             true => match result {
-                Err(error) if connect_refused(error.as_ref()) => Duration::ZERO,
+                Err(error) if never_sent(error.as_ref()) => Duration::ZERO,
                 _ => return None,
             },
-            false => self.safe_wait(result, picked.is_some(), update, req.uri().path())?,
+            false => match result {
+                Err(error) if never_sent(error.as_ref()) => Duration::ZERO,
+                _ => self.safe_wait(result, picked.is_some(), update, req.uri().path())?,
+            },
         };
         let now = Instant::now();
         if !self.budget.try_withdraw(now) {

@@ -37,8 +37,12 @@
 //!    repository lacks fails there, even if another backend's holds it.
 //!    A backend whose repository was never read (just added, or its index
 //!    call failing) loads nothing: a request for it waits for the first
-//!    read, within `load_timeout`, then is refused or loads as above; it
-//!    starts no task and takes no place among the running loads.
+//!    read, within `load_timeout`, then is refused or loads as above — or
+//!    fails at once with [`ModelLoadFailed`](crate::error::ModelLoadFailed)
+//!    once a read has failed (a backend down since it joined), unsent, so
+//!    that [`RetryPolicy`](crate::hedge::RetryPolicy) sends it to another
+//!    backend; it starts no task and takes no place among the running
+//!    loads.
 //! 2. **One load per (backend, model), and bounds.** The first request starts the load;
 //!    every request that arrives while it runs waits for the same load (no
 //!    thundering herd of load calls). A backend loads one model at a time:

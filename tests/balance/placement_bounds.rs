@@ -39,9 +39,11 @@ async fn a_backend_whose_repository_was_never_read_loads_nothing() {
         };
         answers.extend(burst(&balancer, &name, 1).await);
     }
+    // Refused at once: its read failed (a request waits for a first read
+    // only while none has failed).
     for answer in &answers {
         assert!(
-            reason(answer).contains("was not read"),
+            reason(answer).contains("repository could not be read"),
             "{}",
             reason(answer)
         );

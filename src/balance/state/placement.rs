@@ -152,9 +152,13 @@ pub(crate) struct Placement {
     pub(crate) failed: Mutex<HashMap<(u64, u64), (Instant, String)>>,
     /// Load starts per (backend uid, model hash) (see `load_limits.rs`).
     pub(crate) rate: Mutex<LoadRate>,
-    /// Bumped each time a repository is read: requests for a backend whose
-    /// repository was never read wait on it.
+    /// Bumped each time a repository is read, or its read fails: requests
+    /// for a backend whose repository was never read wait on it.
     pub(crate) indexed: watch::Sender<u64>,
+    /// Backends (by uid) whose last repository read failed: a request
+    /// waiting for their first read fails at once (and its retry goes
+    /// elsewhere: nothing was sent).
+    pub(crate) unreadable: Mutex<std::collections::HashSet<u64>>,
     /// One load at a time per backend (by uid): a load decides what to
     /// unload from the repository as it is once the one before has ended,
     /// and two loads never evict each other on the server. (Measured in
@@ -190,6 +194,7 @@ impl Placement {
             failed: Mutex::default(),
             rate: Mutex::default(),
             indexed: watch::Sender::new(0),
+            unreadable: Mutex::default(),
             turns: Mutex::default(),
             counters: Counters::default(),
         }

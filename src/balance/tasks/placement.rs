@@ -30,7 +30,8 @@ impl Placement {
     /// not know the model, else join the load running there or start one
     /// (within the bounds of `load_limits.rs`). A backend whose repository
     /// was never read loads nothing: the request waits for that first read
-    /// (within the load timeout), then is prepared again.
+    /// (within the load timeout), then is prepared again — or fails at
+    /// once if that read failed (a backend down since it joined).
     pub(crate) fn prepare(self: &Arc<Self>, state: &Arc<BackendState>, model: ModelId) -> Prepared {
         let key = model.hash64();
         match lock(&self.known).get(&state.uid) {
@@ -93,6 +94,9 @@ impl Placement {
             let timeout = self.policy.load_timeout;
             let deadline = Instant::now() + timeout;
             while !lock(&self.known).contains_key(&state.uid) {
+                if lock(&self.unreadable).contains(&state.uid) {
+                    return Status::Failed("the backend's repository could not be read".into());
+                }
                 if !matches!(timeout_at(deadline, indexed.changed()).await, Ok(Ok(()))) {
                     return Status::Failed(format!(
                         "the backend's repository was not read within {timeout:?}"
@@ -244,6 +248,15 @@ impl Placement {
         Status::Loaded
     }
 
+    /// Notes that `state`'s repository could not be read: the requests
+    /// waiting for its first read fail (and are retried elsewhere).
+    fn unreadable(&self, state: &BackendState) {
+        if lock(&self.unreadable).insert(state.uid) {
+            self.indexed
+                .send_modify(|reads| *reads = reads.wrapping_add(1));
+        }
+    }
+
     /// Keeps `repository` as `state`'s allow-list; its resident models are
     /// the server's own list.
     fn remember(&self, state: &BackendState, repository: &Repository) {
@@ -253,6 +266,7 @@ impl Placement {
             .map(|m| (m.hash64(), m.clone()))
             .collect();
         lock(&self.known).insert(state.uid, known);
+        lock(&self.unreadable).remove(&state.uid);
         self.indexed
             .send_modify(|reads| *reads = reads.wrapping_add(1));
         let now = state.fleet.millis(Instant::now());
@@ -307,9 +321,13 @@ pub(crate) async fn refresh(
             match tokio::time::timeout(wait, placement.loader.repository(&target)).await {
                 Ok(Ok(repository)) => placement.remember(state, &repository),
                 Ok(Err(error)) => {
-                    tracing::debug!(backend = %state.id, %error, "repository not read")
+                    tracing::debug!(backend = %state.id, %error, "repository not read");
+                    placement.unreadable(state);
                 }
-                Err(_) => tracing::debug!(backend = %state.id, "repository read timed out"),
+                Err(_) => {
+                    tracing::debug!(backend = %state.id, "repository read timed out");
+                    placement.unreadable(state);
+                }
             }
         }
         drop(table);

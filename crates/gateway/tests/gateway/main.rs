@@ -17,6 +17,7 @@ mod limits;
 mod metadata;
 mod openai;
 mod owners;
+mod placement;
 mod prefix;
 mod readiness;
 mod send_once;
