@@ -40,6 +40,12 @@ pub struct Figures {
     pub p95_ms: f64,
     pub p99_ms: f64,
     pub p999_ms: f64,
+    /// Answers that took more than ten times the run's median (`p50_ms`):
+    /// in `slow-tail`, the slow server's 10× answers that no backup beat.
+    /// The guard's measure of hedging, where the p999 of 10,000 requests
+    /// stands on ten answers and flips between the slow and the hedged
+    /// time as a few more or fewer of them are left.
+    pub slow_answers: u64,
     /// `None` (JSON `null`) when no request was served warm.
     pub warm_p99_ms: Option<f64>,
     pub cold_loads: u64,
@@ -92,6 +98,11 @@ pub fn figures(
         }
     }
     let ok = records.iter().filter(|r| r.ok).count() as u64;
+    let slow_bar = all.value_at_quantile(0.50).saturating_mul(10);
+    let slow_answers = records
+        .iter()
+        .filter(|r| r.latency.as_micros() as u64 > slow_bar)
+        .count() as u64;
     let mean_load = loads.iter().sum::<u64>() as f64 / loads.len().max(1) as f64;
     let max_load = loads.iter().copied().max().unwrap_or(0) as f64;
     Figures {
@@ -105,6 +116,7 @@ pub fn figures(
         p95_ms: ms(all.value_at_quantile(0.95)),
         p99_ms: ms(all.value_at_quantile(0.99)),
         p999_ms: ms(all.value_at_quantile(0.999)),
+        slow_answers,
         warm_p99_ms: (!warm.is_empty()).then(|| ms(warm.value_at_quantile(0.99))),
         cold_loads,
         breaker_trips,
