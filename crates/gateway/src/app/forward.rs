@@ -9,7 +9,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tower::ServiceExt;
@@ -20,6 +20,7 @@ use tower_model_balance::route::SendOnce;
 
 use super::access_log::{Deferred, Entry, Pending};
 use super::errors::{self, ErrorReply};
+use super::limits::Reservation;
 use super::phases::Streamed;
 use super::reply_body::{Ending, ReplyBody};
 use super::routes::{is_missing_model, no_model_served, App, RECEIPT_HEADER};
@@ -116,18 +117,15 @@ async fn proxy(
     if announced.is_some_and(|length| length > limit as u64) {
         return Err(errors::classify(&PayloadTooLarge::new(limit)));
     }
-    // Room for the body among those held at once: its announced length,
-    // else the most it may be.
-    let held = announced.map_or(limit, |length| length as usize);
-    let buffered = app.limits.buffer(held)?;
-    // The whole body first, under the limit and the deadline: a body the
+    // The whole body first, under the limit and the deadline, its room
+    // among the bodies held at once taken as its bytes arrive: a body the
     // client trickles is its error (408), found here, never a failure the
     // balancer would count against a backend. (The route layer reads the
     // body under the limit too, but has no deadline.)
-    let read = axum::body::to_bytes(body, limit);
+    let mut buffered = app.limits.reserve();
+    let read = read_body(body, limit, &mut buffered);
     let bytes = match tokio::time::timeout(app.body_timeout, read).await {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(error)) => return Err(errors::unreadable_body(&error, limit)),
+        Ok(read) => read?,
         Err(_) => return Err(errors::body_timeout(app.body_timeout)),
     };
     let peek = Peek::of(path, &bytes, entry.is_some());
@@ -169,6 +167,29 @@ async fn proxy(
         }
         Err(error) => Err(errors::classify(&*error)),
     }
+}
+
+/// `body` whole, at most `limit` bytes (413 past it), `room` grown to
+/// what has arrived before each frame is kept (503 past the gateway's
+/// bound on bytes held at once).
+async fn read_body(body: Body, limit: usize, room: &mut Reservation) -> Result<Bytes, ErrorReply> {
+    let mut body = http_body_util::Limited::new(body, limit);
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut len = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| errors::unreadable_body(&*error, limit))?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers: nothing to forward in a buffered body
+        };
+        len += data.len();
+        room.grow_to(len)?;
+        chunks.push(data);
+    }
+    Ok(match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => chunks.concat().into(),
+    })
 }
 
 /// What the gateway reads of a request's body itself, in one pass over

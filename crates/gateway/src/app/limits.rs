@@ -2,7 +2,10 @@
 //! flight, request-body bytes buffered, and each route family's body
 //! limit. Past a bound a request is answered 503 with `Retry-After` at
 //! once (an outer load balancer may send it to another replica), never
-//! queued: a flood waits in no memory of the gateway's.
+//! queued: a flood waits in no memory of the gateway's. A body's bytes
+//! count against the bound as they arrive ([`Reservation`]), not as
+//! announced: a client announcing 64 MiB and sending slowly holds what it
+//! sent ([`HELD_SERIES`]).
 
 use std::sync::Arc;
 
@@ -11,6 +14,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::errors::{retry_after_secs, ErrorReply, NO_BACKEND_RETRY_AFTER};
 use super::Config;
+
+/// The gauge of request-body bytes held now, in all (whole KiB per
+/// request), against `--max-buffered-bytes`.
+pub const HELD_SERIES: &str = "gateway_request_body_bytes_held";
 
 /// The bounds, shared by every request.
 #[derive(Debug, Clone)]
@@ -65,22 +72,66 @@ impl Limits {
         })
     }
 
-    /// Room for `bytes` of request body, held until the answer's head.
+    /// Room for a request's body among those held at once, empty until
+    /// its bytes arrive ([`Reservation::grow_to`]): a client that
+    /// announces a large body and sends it slowly holds what it sent, not
+    /// what it announced.
+    pub fn reserve(&self) -> Reservation {
+        Reservation {
+            buffered: Arc::clone(&self.buffered),
+            max_buffered_bytes: self.max_buffered_bytes,
+            held: None,
+            kib: 0,
+        }
+    }
+}
+
+/// A request's room among the body bytes held at once, in KiB, grown as
+/// its body arrives and given back when dropped (at the answer's head).
+#[derive(Debug)]
+pub struct Reservation {
+    buffered: Arc<Semaphore>,
+    max_buffered_bytes: usize,
+    held: Option<OwnedSemaphorePermit>,
+    kib: usize,
+}
+
+impl Reservation {
+    /// Room for `bytes` in all: what is held, grown by the difference.
     ///
     /// # Errors
     ///
-    /// Not that much room: the 503 to answer.
-    pub fn buffer(&self, bytes: usize) -> Result<OwnedSemaphorePermit, ErrorReply> {
-        let kib = u32::try_from(kib(bytes)).unwrap_or(u32::MAX);
-        self.buffered
-            .clone()
-            .try_acquire_many_owned(kib)
+    /// Not that much room left among every request's: the 503 to answer
+    /// (what the request held is given back when it is dropped).
+    pub fn grow_to(&mut self, bytes: usize) -> Result<(), ErrorReply> {
+        let more = kib(bytes).saturating_sub(self.kib);
+        if more == 0 {
+            return Ok(());
+        }
+        let permits = u32::try_from(more).unwrap_or(u32::MAX);
+        let grown = Arc::clone(&self.buffered)
+            .try_acquire_many_owned(permits)
             .map_err(|_| {
                 overloaded(format!(
                     "the gateway holds its limit of {} request-body bytes",
                     self.max_buffered_bytes
                 ))
-            })
+            })?;
+        match &mut self.held {
+            Some(held) => held.merge(grown),
+            None => self.held = Some(grown),
+        }
+        self.kib += more;
+        metrics::gauge!(HELD_SERIES).increment((more * 1024) as f64);
+        Ok(())
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.kib > 0 {
+            metrics::gauge!(HELD_SERIES).decrement((self.kib * 1024) as f64);
+        }
     }
 }
 
@@ -138,12 +189,21 @@ mod tests {
     }
 
     #[test]
-    fn bodies_held_at_once_are_bounded_in_bytes() {
+    fn bodies_held_at_once_are_bounded_in_bytes_as_they_arrive() {
         let limits = limits(|c| c.max_buffered_bytes = 10 * 1024);
-        let a = limits.buffer(6 * 1024).unwrap();
-        assert!(limits.buffer(5 * 1024).is_err());
-        let _small = limits.buffer(4 * 1024).unwrap();
+        // Nothing held before a byte arrives.
+        let mut a = limits.reserve();
+        let mut b = limits.reserve();
+        a.grow_to(2 * 1024).unwrap();
+        a.grow_to(6 * 1024).unwrap();
+        a.grow_to(5 * 1024).unwrap();
+        assert!(b.grow_to(5 * 1024).is_err());
+        b.grow_to(4 * 1024).unwrap();
+        // Partial KiB round up: 10 KiB held, not a byte more.
+        let mut c = limits.reserve();
+        assert!(c.grow_to(1).is_err());
         drop(a);
-        assert!(limits.buffer(6 * 1024).is_ok());
+        c.grow_to(6 * 1024).unwrap();
+        assert!(b.grow_to(4 * 1024 + 1).is_err());
     }
 }

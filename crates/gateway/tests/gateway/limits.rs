@@ -1,17 +1,24 @@
 //! The gateway's bounds over real sockets: requests in flight past the
 //! limit get a 503 with `Retry-After`; JSON routes have a body limit of
 //! their own; `/metrics` answers on the admin listener only; an error
-//! names no backend address. The connection bound: `connections.rs`.
+//! names no backend address; a body counts against the bound on bytes held
+//! as it arrives, not as announced. The connection bound: `connections.rs`.
 
 use crate::gateway;
 
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance_sim::{InferenceTimes, ServerConfig};
 
 use gateway::{start, start_with};
+
+/// A bound so that a broken bound fails the test instead of hanging it.
+const BOUND: Duration = Duration::from_secs(20);
 
 fn chat(stream: bool) -> String {
     format!(
@@ -105,5 +112,55 @@ async fn an_error_names_no_backend_address() {
         for leaked in [addr.to_string(), addr.port().to_string()] {
             assert!(!reply.body.contains(&leaked), "{leaked} in {}", reply.body);
         }
+    }
+}
+
+/// The gateway's gauge of request-body bytes held now (every gateway in
+/// the process: the tests beside this one may add to it).
+async fn held(gw: &gateway::Running) -> f64 {
+    let scrape = gw.admin_get("/metrics").await;
+    let series = "gateway_request_body_bytes_held ";
+    let line = scrape.body.lines().find_map(|l| l.strip_prefix(series));
+    line.map_or(0.0, |value| value.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_count_against_the_bound_as_they_arrive_not_as_announced() {
+    // Room for 256 KiB of bodies in all. Two clients announce 128 KiB
+    // each and send 1 KiB: reserved as announced, they would hold it all
+    // and every other request would read 503 until their body timeout.
+    let gw = start("held", 1, |c| {
+        c.max_buffered_bytes = 256 * 1024;
+        c.body_limit = 128 * 1024;
+    })
+    .await;
+    let mut body = r#"{"inputs":[]}"#.to_owned();
+    body.push_str(&" ".repeat(128 * 1024 - body.len()));
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(gw.addr).await.unwrap();
+        let head = format!(
+            "POST /v2/models/m/infer HTTP/1.1\r\nhost: g\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(&body.as_bytes()[..1024]).await.unwrap();
+        slow.push(stream);
+    }
+    // Their first KiB each held (bounded).
+    let started = Instant::now();
+    while held(&gw).await < 2048.0 {
+        assert!(started.elapsed() < BOUND, "the two bodies never held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let reply = gw.post("/v1/chat/completions", chat(false)).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // The rest of each: both fit, and are answered.
+    for stream in &mut slow {
+        stream.write_all(&body.as_bytes()[1024..]).await.unwrap();
+        let mut head = [0; 12];
+        let read = tokio::time::timeout(BOUND, stream.read_exact(&mut head));
+        read.await.expect("an answer").unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200", "{}", String::from_utf8_lossy(&head));
     }
 }
