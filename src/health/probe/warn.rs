@@ -3,6 +3,8 @@
 //! keeps failing (each at `debug`); a success re-arms the first warning.
 
 use std::collections::HashMap;
+use std::error::Error;
+use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -36,12 +38,36 @@ fn due(backend: &BackendId, signal: &'static str, now: Instant) -> bool {
 }
 
 /// Logs a failed probe of `signal` (`"readiness"`, `"repository index"`,
-/// `"metrics"`) on `backend`.
-pub(crate) fn failed(backend: &BackendId, signal: &'static str, error: &dyn std::fmt::Display) {
+/// `"metrics"`) on `backend`, with the error's whole `source()` chain: a
+/// transport error's cause (`invalid peer certificate: UnknownIssuer`) is
+/// in its sources, not in its message (`client error (Connect)`).
+pub(crate) fn failed(backend: &BackendId, signal: &'static str, error: &(dyn Error + 'static)) {
+    let error = Chain(error);
     if due(backend, signal, Instant::now()) {
         tracing::warn!(backend = %backend, signal, %error, "probe failed (warned at most once a minute per backend and signal)");
     } else {
         tracing::debug!(backend = %backend, signal, %error, "probe failed");
+    }
+}
+
+/// An error and its sources, `: `-separated; a source whose message
+/// already ends the line (an error that prints its cause too) is not
+/// repeated.
+struct Chain<'a>(&'a (dyn Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut line = self.0.to_string();
+        let mut next = self.0.source();
+        while let Some(source) = next {
+            let message = source.to_string();
+            if !line.ends_with(&message) {
+                line.push_str(": ");
+                line.push_str(&message);
+            }
+            next = source.source();
+        }
+        f.write_str(&line)
     }
 }
 
@@ -56,6 +82,28 @@ pub(crate) fn recovered(backend: &BackendId, signal: &'static str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_is_logged_with_its_causes_each_once() {
+        let tls = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+        #[derive(Debug)]
+        struct Connect(std::io::Error);
+        impl fmt::Display for Connect {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("client error (Connect)")
+            }
+        }
+        impl Error for Connect {
+            fn source(&self) -> Option<&(dyn Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let error = crate::health::probe::ProbeError::Transport(Box::new(Connect(tls)));
+        assert_eq!(
+            Chain(&error).to_string(),
+            "probe transport error: client error (Connect): invalid peer certificate: UnknownIssuer"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn one_warning_a_minute_per_backend_and_signal() {

@@ -1,6 +1,8 @@
 //! The access log: one line per request of the client listener, every
 //! route, on standard output (the gateway's own messages go to standard
-//! error), as text (`key=value`) or JSON (`--access-log`). An inference
+//! error), as text (`key=value`, a value quoted with Rust's string
+//! escapes when it has a space, `=`, `"`, `\\` or a control character) or
+//! JSON (`--access-log`). An inference
 //! request's line is written when its answer's body ends; any other's when
 //! its answer is made. Every answer carries the request's ID in
 //! `x-request-id`, with the access log on or off.
@@ -195,12 +197,12 @@ impl Entry {
             "access id={} method={} path={} status={}",
             String::from_utf8_lossy(self.id.as_bytes()),
             self.method,
-            self.path,
+            logfmt(&self.path),
             self.status
         );
         let mut field = |key: &str, value: Option<String>| {
             if let Some(value) = value {
-                let _ = write!(line, " {key}={value}");
+                let _ = write!(line, " {key}={}", logfmt(&value));
             }
         };
         field("model", self.model.clone());
@@ -236,9 +238,35 @@ impl Entry {
     }
 }
 
+/// `value` as a logfmt value: as it is when it is plain, else quoted
+/// with `"`, `\\` and control characters escaped (Rust's string escapes),
+/// so that a model name from a client's body cannot forge a field or a
+/// line.
+fn logfmt(value: &str) -> std::borrow::Cow<'_, str> {
+    let plain = !value.is_empty()
+        && !value
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '=' | '\\'));
+    if plain {
+        value.into()
+    } else {
+        format!("{value:?}").into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_value_that_could_forge_a_field_or_a_line_is_quoted() {
+        assert_eq!(logfmt("llama-3.1-8b"), "llama-3.1-8b");
+        assert_eq!(logfmt("a b"), r#""a b""#);
+        assert_eq!(logfmt("m status=200"), r#""m status=200""#);
+        assert_eq!(logfmt("m\naccess id=forged"), r#""m\naccess id=forged""#);
+        assert_eq!(logfmt(r#"say "hi""#), r#""say \"hi\"""#);
+        assert_eq!(logfmt(""), r#""""#);
+    }
 
     #[test]
     fn a_usable_client_id_is_kept_else_one_is_made() {

@@ -12,7 +12,7 @@
 //! | `Overloaded { retry_after }` (every candidate at its admission limit: shed) | 429 | `retry_after` rounded up, at least 1 s |
 //! | `NoHealthyBackend` (every candidate's breaker open) | 503 | 1 s |
 //! | `BreakerOpen { retry_after }` | 503 | `retry_after` rounded up, at least 1 s |
-//! | `ModelLoadFailed` | 503 | |
+//! | `ModelLoadFailed` | 503 | 1 s |
 //! | `PhaseElapsed` (no first token in time: `first_token_timeout`; a stall: `backend_stalled`) | 504 | |
 //! | `BackendUnresponsive` (its probes went unanswered while the request waited: `backend_unresponsive`) | 504 | |
 //! | tower's `Elapsed` (a timeout of a layer's) | 504 | |
@@ -57,6 +57,9 @@ pub struct ErrorReply {
     pub message: String,
     /// The body in KServe v2's shape, `{"error": "message"}`.
     pub kserve: bool,
+    /// The backend the error came from, when the error names it: for the
+    /// access log only, never in the answer.
+    pub backend: Option<String>,
 }
 
 /// A request body that could not be read whole: over `limit` bytes (413,
@@ -192,6 +195,10 @@ fn known(err: &(dyn Error + 'static)) -> Option<ErrorReply> {
     } else if let Some(failed) = err.downcast_ref::<ModelLoadFailed>() {
         let mut r = reply(unavailable, "service_unavailable", "model_load_failed", err);
         r.message = format!("loading the model `{}` failed", failed.model);
+        // Another replica, or this one a second later (a load queue full,
+        // a load just failed), may serve it.
+        r.retry_after = Some(retry_after_secs(NO_BACKEND_RETRY_AFTER));
+        r.backend = Some(failed.backend.to_string());
         r
     } else if err.is::<StreamFailed>() {
         // Nothing of the stream reached the client: a plain error answer.
@@ -267,6 +274,7 @@ fn reply(
         param: None,
         message: err.to_string(),
         kserve: false,
+        backend: None,
     }
 }
 
@@ -295,6 +303,7 @@ impl ErrorReply {
             param: None,
             message,
             kserve: false,
+            backend: None,
         }
     }
 

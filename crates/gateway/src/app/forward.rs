@@ -89,6 +89,7 @@ pub async fn forward(State(app): State<App>, mut req: Request) -> Response {
         Err(reply) => {
             if let Some(mut entry) = entry.take() {
                 entry.status = reply.status.as_u16();
+                entry.backend.clone_from(&reply.backend);
                 entry.write(reply.code);
             }
             reply.for_path(&path).into_response()

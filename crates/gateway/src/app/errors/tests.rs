@@ -93,7 +93,7 @@ fn each_error_has_its_status() {
         (
             ModelLoadFailed::new(backend, model(), "HTTP 500").into(),
             503,
-            None,
+            Some(1),
             "model_load_failed",
         ),
         (Elapsed::new().into(), 504, None, "upstream_timeout"),
@@ -114,6 +114,9 @@ fn each_error_has_its_status() {
     for (err, status, retry_after, code) in cases {
         let text = err.to_string();
         let reply = classified(err);
+        // The access log names the backend a load failed on.
+        let named = (code == "model_load_failed").then(|| "gpu-0".to_owned());
+        assert_eq!(reply.backend, named, "{text}");
         assert_eq!(reply.status, status, "{text}");
         assert_eq!(reply.retry_after, retry_after, "{text}");
         assert_eq!(reply.code, code, "{text}");
