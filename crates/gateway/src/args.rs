@@ -65,7 +65,7 @@ pub struct Args {
     pub trust: Trust,
     /// `--admin-listen`.
     pub admin_listen: SocketAddr,
-    /// `--drain-timeout`, `--max-connections`.
+    /// `--drain-timeout`, `--max-connections`, `--header-timeout`.
     pub serve: ServeConfig,
     /// `--connect-timeout`, `--first-token-timeout`, `--idle-timeout`,
     /// `--request-timeout`, `--unresponsive-after`.
@@ -173,6 +173,9 @@ impl Args {
                 }
                 "--max-connections" => {
                     parsed.serve.max_connections = number(&value(&flag)?, &flag, 1, 1_000_000)?;
+                }
+                "--header-timeout" => {
+                    parsed.serve.header_timeout = seconds(&value(&flag)?, &flag, 3_600)?;
                 }
                 "--max-requests" => {
                     parsed.max_requests = number(&value(&flag)?, &flag, 1, 1_000_000)?;

@@ -1,7 +1,7 @@
 //! The access log: one line per request of the client listener, every
 //! route, on standard output (the gateway's own messages go to standard
 //! error), as text (`key=value`, a value quoted with Rust's string
-//! escapes when it has a space, `=`, `"`, `\\` or a control character) or
+//! escapes when it has a space, `=`, `"`, `\` or a control character) or
 //! JSON (`--access-log`). An inference
 //! request's line is written when its answer's body ends; any other's when
 //! its answer is made. Every answer carries the request's ID in

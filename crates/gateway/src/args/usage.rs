@@ -118,8 +118,11 @@ Operations (docs/operations.md):
                        head comes with its last token); never counted against
                        a backend (504, or an SSE error event mid-stream)
   --max-connections N  most client connections open at once (1..=1000000,
-                       default 10000); a connection without a request for 10 s
-                       is closed
+                       default 10000); a connection without a request for
+                       --header-timeout is closed
+  --header-timeout S   most seconds for a request's head to arrive whole, and
+                       for a kept-alive connection's next request (1..=3600,
+                       default 10): the connection is closed
   --max-requests N     most requests in flight at once (1..=1000000, default
                        10000): past it, 503 with Retry-After
   --max-buffered-bytes BYTES

@@ -2,7 +2,7 @@
 
 /// Each flag's key in the file (a test fails for a flag of `USAGE`
 /// missing here). `[]`: a key of each `[[gateway.backends]]` entry.
-pub(crate) const KEYS: [(&str, &str); 37] = [
+pub(crate) const KEYS: [(&str, &str); 38] = [
     ("--listen", "gateway.listen"),
     ("--backend", "gateway.backends[].url"),
     ("--etcd", "gateway.etcd.endpoints"),
@@ -29,6 +29,7 @@ pub(crate) const KEYS: [(&str, &str); 37] = [
     ("--unresponsive-after", "gateway.unresponsive_after_s"),
     ("--request-timeout", "gateway.request_timeout_s"),
     ("--max-connections", "gateway.max_connections"),
+    ("--header-timeout", "gateway.header_timeout_s"),
     ("--max-requests", "gateway.max_requests"),
     ("--max-buffered-bytes", "gateway.max_buffered_bytes"),
     ("--json-body-limit", "gateway.json_body_limit"),

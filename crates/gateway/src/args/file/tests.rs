@@ -70,6 +70,8 @@ fn the_example_file_reads_as_the_flags_it_stands_for() {
         "16777216",
         "--max-connections",
         "10000",
+        "--header-timeout",
+        "10",
         "--max-requests",
         "10000",
         "--max-buffered-bytes",
