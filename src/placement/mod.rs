@@ -77,6 +77,17 @@
 //!    files missing) is the model's failure and counts nothing against the
 //!    backend — one model that cannot load must not open every breaker it
 //!    is tried on.
+//!    A wait ends sooner when its backend leaves: once health ejects it
+//!    (a backend that hangs, its probes unanswered) or discovery removes
+//!    it, every request waiting there for a load (or for its first
+//!    repository read) fails at once with
+//!    [`ModelLoadFailed`](crate::error::ModelLoadFailed), unsent, so that
+//!    [`RetryPolicy`](crate::hedge::RetryPolicy) sends it elsewhere, and
+//!    the load running there ends — counted nothing more against the
+//!    backend, and not remembered: once readmitted, the model loads there
+//!    again. A backend ejected already when the request was picked for
+//!    it (panic mode) or kept in by the ejection cap holds its waits to
+//!    the load timeout.
 //!    A 404 from a backend believed to serve the model, whose body says
 //!    the model is absent, marks it not resident there and starts one
 //!    reload; the request that got the 404 gets it (its body may not be

@@ -21,6 +21,7 @@ mod pick;
 mod pick_urgency;
 mod placement;
 mod placement_bounds;
+mod placement_gone;
 mod prefix_affinity;
 mod race;
 mod scoped_breaker;

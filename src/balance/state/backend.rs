@@ -1,9 +1,11 @@
 //! One backend's live state, which outlives snapshot swaps and metadata
 //! updates: in flight, breaker, residency, latency, health.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::BackendId;
@@ -75,6 +77,10 @@ pub(crate) struct BackendState {
     pub(crate) prefixes: PrefixRecord,
     /// Set when discovery removes the backend: not picked again.
     pub(crate) removed: AtomicBool,
+    /// Bumped each time the backend leaves the set the picks choose from
+    /// (ejected by health, or removed): what the waits placement holds on
+    /// it race against (see [`BackendState::gone`]).
+    pub(crate) left: watch::Sender<u64>,
     /// Its pair breakers' trips and those not closed, in `BackendModel`
     /// scope.
     pub(crate) pairs: Arc<PairCounts>,
@@ -99,6 +105,7 @@ impl BackendState {
             latency: LatencyEwma::starting_at(start.latency_ms),
             health: BackendHealth::new(&fleet.settings.health, start.warm_up),
             removed: AtomicBool::new(false),
+            left: watch::Sender::new(0),
             limit: BackendLimit::new(fleet.settings.admission.as_ref()),
             stream: StreamTimes::new(),
             prefixes: PrefixRecord::default(),
@@ -162,6 +169,35 @@ impl BackendState {
     pub(crate) fn mark_removed(&self) {
         if !self.removed.swap(true, Ordering::Relaxed) {
             self.fleet.gauges.removed.fetch_add(1, Ordering::Relaxed);
+            self.leave();
+        }
+    }
+
+    /// Tells what waits on the backend (see [`BackendState::gone`]) that
+    /// it left: health ejected it, or discovery removed it.
+    pub(crate) fn leave(&self) {
+        self.left.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Resolves, with why, once the backend leaves after now: ejected by
+    /// health or removed — at once if it is removed already. Not for an
+    /// ejection before now: a request picked here while it is ejected was
+    /// sent on purpose (panic mode) and waits as it would have. The waits
+    /// placement holds on a backend race it, so that a backend that hangs
+    /// (a load call never answered) holds them only until health ejects
+    /// it, not for the load timeout. Off the hot path: a cold request's.
+    pub(crate) fn gone(self: &Arc<Self>) -> impl Future<Output = String> + Send + 'static {
+        let mut left = self.left.subscribe();
+        let state = Arc::downgrade(self);
+        async move {
+            let removed = |state: &std::sync::Weak<BackendState>| {
+                state.upgrade().is_none_or(|s| s.is_removed())
+            };
+            // An `Err`: the state was dropped, so the backend removed.
+            if !removed(&state) && left.changed().await.is_ok() && !removed(&state) {
+                return "the backend was ejected by health while the request waited".to_owned();
+            }
+            "the backend was removed from the fleet while the request waited".to_owned()
         }
     }
 

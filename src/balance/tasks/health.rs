@@ -102,6 +102,8 @@ pub(crate) fn evaluate_fleet(
                 Some(why) => {
                     b.health.ejections.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(backend = %b.id, ?why, score = state.score(), "backend ejected");
+                    // Placement's waits on it end (see `BackendState::gone`).
+                    b.leave();
                 }
                 None => {
                     tracing::info!(backend = %b.id, score = state.score(), "backend readmitted")

@@ -7,6 +7,7 @@
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -32,7 +33,24 @@ impl Placement {
     /// was never read loads nothing: the request waits for that first read
     /// (within the load timeout), then is prepared again — or fails at
     /// once if that read failed (a backend down since it joined).
+    ///
+    /// Every wait ends, failed, once the backend leaves (health ejects it,
+    /// or discovery removes it: [`BackendState::gone`]): a backend that
+    /// hangs holds the requests it owns only until then, not for the load
+    /// timeout, and their retries go elsewhere (nothing was sent).
     pub(crate) fn prepare(self: &Arc<Self>, state: &Arc<BackendState>, model: ModelId) -> Prepared {
+        match self.prepare_here(state, model) {
+            Prepared::Wait(waiting) => {
+                let gone = state.gone();
+                Prepared::Wait(Box::pin(async move { or_gone(gone, waiting).await.0 }))
+            }
+            done => done,
+        }
+    }
+
+    /// [`Placement::prepare`], its waits not raced against the backend's
+    /// leaving.
+    fn prepare_here(self: &Arc<Self>, state: &Arc<BackendState>, model: ModelId) -> Prepared {
         let key = model.hash64();
         match lock(&self.known).get(&state.uid) {
             None => {
@@ -71,7 +89,7 @@ impl Placement {
         state: &Arc<BackendState>,
         model: ModelId,
     ) -> impl Future<Output = Status> + Send + 'static {
-        let prepared = self.prepare(state, model);
+        let prepared = self.prepare_here(state, model);
         async move {
             match prepared {
                 Prepared::Wait(load) => load.await,
@@ -160,9 +178,13 @@ impl Placement {
         drop(loads);
         self.counters.loads.fetch_add(1, Ordering::Relaxed);
         let this = self.clone();
+        let gone = state.gone();
         let state = state.clone();
         super::start::spawn(&self.runtime, async move {
-            let status = this.load(&state, &model).await;
+            // Ends, its waiters failed, once the backend leaves: the turn
+            // it holds or waits for goes with it, and nothing stays in
+            // the loads to be joined after the backend is back.
+            let (status, left) = or_gone(gone, this.load(&state, &model)).await;
             let key = model.hash64();
             match &status {
                 Status::Loaded | Status::Resident => {
@@ -175,10 +197,15 @@ impl Placement {
                     tracing::warn!(backend = %state.id, model = %model, reason, "model load failed");
                     state.residency.forget(key);
                     let now = Instant::now();
-                    this.remember_failure(state.uid, key, now, reason);
+                    // Cut because the backend left: health has counted
+                    // its failure already, and once it is back the model
+                    // loads there again at once.
+                    if !left {
+                        this.remember_failure(state.uid, key, now, reason);
+                    }
                     // One failure, however many requests waited for it;
                     // none when the backend answered (the model's fault).
-                    if matches!(status, Status::Failed(_)) {
+                    if matches!(status, Status::Failed(_)) && !left {
                         state.record_failure(key, now);
                     }
                 }
@@ -293,6 +320,24 @@ impl Placement {
             .collect();
         choose_victim(&candidates).map(|i| &resident[i])
     }
+}
+
+/// `waiting`'s status, or a failure with `gone`'s reason if it comes
+/// first; true when it did.
+async fn or_gone(
+    gone: impl Future<Output = String>,
+    waiting: impl Future<Output = Status>,
+) -> (Status, bool) {
+    let (mut gone, mut waiting) = (std::pin::pin!(gone), std::pin::pin!(waiting));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(status) = waiting.as_mut().poll(cx) {
+            return Poll::Ready((status, false));
+        }
+        gone.as_mut()
+            .poll(cx)
+            .map(|reason| (Status::Failed(reason), true))
+    })
+    .await
 }
 
 /// Re-reads every backend's repository, an interval apart, until the
