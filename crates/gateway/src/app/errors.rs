@@ -208,19 +208,23 @@ fn known(err: &(dyn Error + 'static)) -> Option<ErrorReply> {
             "stream_failed",
             err,
         )
-    } else if err.is::<BackendUnresponsive>() {
-        reply(
+    } else if let Some(cut) = err.downcast_ref::<BackendUnresponsive>() {
+        let mut r = reply(
             StatusCode::GATEWAY_TIMEOUT,
             "upstream_error",
             "backend_unresponsive",
             err,
-        )
+        );
+        r.backend = cut.backend.as_ref().map(ToString::to_string);
+        r
     } else if let Some(elapsed) = err.downcast_ref::<PhaseElapsed>() {
         let code = match elapsed.phase {
             Phase::FirstToken => "first_token_timeout",
             _ => "backend_stalled",
         };
-        reply(StatusCode::GATEWAY_TIMEOUT, "upstream_error", code, err)
+        let mut r = reply(StatusCode::GATEWAY_TIMEOUT, "upstream_error", code, err);
+        r.backend = elapsed.backend.as_ref().map(ToString::to_string);
+        r
     } else if err.is::<Elapsed>() {
         reply(
             StatusCode::GATEWAY_TIMEOUT,

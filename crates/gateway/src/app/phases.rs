@@ -12,15 +12,17 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use hyper::body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
+use tower_model_balance::backend::BackendId;
 use tower_model_balance::error::BoxError;
 
-use super::unresponsive::{BackendUnresponsive, Cuts};
+use super::unresponsive::{BackendUnresponsive, Cuts, Watched};
 
 /// The gateway's timeouts, one per phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,13 +79,16 @@ pub enum Phase {
 }
 
 /// A backend overran a phase's timeout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PhaseElapsed {
     /// Which phase.
     pub phase: Phase,
     /// Its timeout.
     pub after: Duration,
+    /// The backend, when known (before the answer's head: the receipt
+    /// names it after), for the access log; never in the answer.
+    pub backend: Option<BackendId>,
 }
 
 impl std::fmt::Display for PhaseElapsed {
@@ -151,6 +156,7 @@ where
             after: self.first_token,
             idle: self.idle,
             cut: self.cuts.next(),
+            watched: self.cuts.watched(),
         }
     }
 }
@@ -164,6 +170,7 @@ pin_project! {
         after: Duration,
         idle: Duration,
         cut: Cut,
+        watched: Arc<Watched>,
     }
 }
 
@@ -202,13 +209,15 @@ where
             })));
         }
         if this.cut.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Err(BackendUnresponsive::new().into()));
+            let cut = BackendUnresponsive::new().on(this.watched.backend());
+            return Poll::Ready(Err(cut.into()));
         }
         if let Some((_, sleep)) = this.first_token {
             ready!(sleep.as_mut().poll(cx));
             let elapsed = PhaseElapsed {
                 phase: Phase::FirstToken,
                 after: *this.after,
+                backend: this.watched.backend(),
             };
             return Poll::Ready(Err(elapsed.into()));
         }
@@ -267,6 +276,7 @@ where
                 let elapsed = PhaseElapsed {
                     phase: this.phase,
                     after: this.after,
+                    backend: None,
                 };
                 Poll::Ready(Some(Err(elapsed.into())))
             }

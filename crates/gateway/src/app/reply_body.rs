@@ -104,7 +104,7 @@ impl<B> ReplyBody<B> {
 }
 
 /// Why an answer ended early, for its client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
     /// The gateway's drain ended before the answer.
     Draining,
@@ -165,7 +165,7 @@ impl Ending {
         let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&**error);
         while let Some(error) = next {
             if let Some(elapsed) = error.downcast_ref::<PhaseElapsed>() {
-                return Ending::Backend(*elapsed);
+                return Ending::Backend(elapsed.clone());
             }
             next = error.source();
         }
@@ -285,6 +285,7 @@ mod tests {
             &PhaseElapsed {
                 phase: Phase::Idle,
                 after: Duration::from_secs(2),
+                backend: None,
             }
             .into(),
         );

@@ -125,8 +125,10 @@ impl Unresponsive {
             .or_insert_with(|| Backend::new(now));
         Cuts {
             changed: backend.cuts.subscribe(),
-            fleet: self.clone(),
-            origin: origin.clone(),
+            of: Arc::new(Watched {
+                fleet: self.clone(),
+                origin: origin.clone(),
+            }),
         }
     }
 
@@ -190,8 +192,22 @@ impl Unresponsive {
 #[derive(Debug, Clone)]
 pub struct Cuts {
     changed: watch::Receiver<u64>,
+    of: Arc<Watched>,
+}
+
+/// The backend a [`Cuts`] watches, shared by its requests.
+#[derive(Debug)]
+pub struct Watched {
     fleet: Unresponsive,
     origin: Origin,
+}
+
+impl Watched {
+    /// The backend's ID, as its probes name it (none before its first).
+    pub fn backend(&self) -> Option<BackendId> {
+        let backends = self.fleet.lock();
+        backends.get(&self.origin).and_then(|b| b.id.clone())
+    }
 }
 
 impl Cuts {
@@ -200,13 +216,18 @@ impl Cuts {
     pub fn next(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         let mut changed = self.changed.clone();
         changed.borrow_and_update();
-        let (fleet, origin) = (self.fleet.clone(), self.origin.clone());
+        let of = Arc::clone(&self.of);
         Box::pin(async move {
             if changed.changed().await.is_err() {
                 std::future::pending::<()>().await;
             }
-            fleet.count_cut(&origin);
+            of.fleet.count_cut(&of.origin);
         })
+    }
+
+    /// The backend watched, for its requests' errors to name.
+    pub fn watched(&self) -> Arc<Watched> {
+        Arc::clone(&self.of)
     }
 }
 
@@ -218,6 +239,8 @@ impl Cuts {
 #[derive(Debug)]
 pub struct BackendUnresponsive {
     aborted: std::io::Error,
+    /// The backend, for the access log (never in the answer).
+    pub backend: Option<BackendId>,
 }
 
 impl BackendUnresponsive {
@@ -228,7 +251,14 @@ impl BackendUnresponsive {
                 std::io::ErrorKind::ConnectionAborted,
                 "the gateway closed the connection to a backend that stopped answering",
             ),
+            backend: None,
         }
+    }
+
+    /// The error on `backend`.
+    pub fn on(mut self, backend: Option<BackendId>) -> Self {
+        self.backend = backend;
+        self
     }
 }
 
@@ -260,6 +290,16 @@ mod tests {
 
     fn at(port: u16) -> Origin {
         Origin::http(([127, 0, 0, 1], port).into())
+    }
+
+    #[test]
+    fn a_cut_names_its_backend_once_a_probe_named_it() {
+        let fleet = Unresponsive::new(Duration::from_secs(10));
+        let watched = fleet.watch(&at(1)).watched();
+        assert_eq!(watched.backend(), None);
+        let id = BackendId::new("vllm-0").unwrap();
+        fleet.note(&id, &at(1), Answered, Instant::now());
+        assert_eq!(watched.backend(), Some(id));
     }
 
     /// Notes of a fleet, a second apart.

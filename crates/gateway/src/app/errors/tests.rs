@@ -91,14 +91,14 @@ fn each_error_has_its_status() {
             "breaker_open",
         ),
         (
-            ModelLoadFailed::new(backend, model(), "HTTP 500").into(),
+            ModelLoadFailed::new(backend.clone(), model(), "HTTP 500").into(),
             503,
             Some(1),
             "model_load_failed",
         ),
         (Elapsed::new().into(), 504, None, "upstream_timeout"),
         (
-            BackendUnresponsive::new().into(),
+            BackendUnresponsive::new().on(Some(backend.clone())).into(),
             504,
             None,
             "backend_unresponsive",
@@ -115,7 +115,8 @@ fn each_error_has_its_status() {
         let text = err.to_string();
         let reply = classified(err);
         // The access log names the backend a load failed on.
-        let named = (code == "model_load_failed").then(|| "gpu-0".to_owned());
+        let named = matches!(code, "model_load_failed" | "backend_unresponsive")
+            .then(|| "gpu-0".to_owned());
         assert_eq!(reply.backend, named, "{text}");
         assert_eq!(reply.status, status, "{text}");
         assert_eq!(reply.retry_after, retry_after, "{text}");
@@ -180,4 +181,18 @@ fn the_body_has_the_openai_error_shape() {
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()[header::RETRY_AFTER], "1");
     assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+}
+
+#[test]
+fn a_first_token_timeout_names_its_backend_for_the_log_only() {
+    let backend = BackendId::new("gpu-0").unwrap();
+    let elapsed = PhaseElapsed {
+        phase: Phase::FirstToken,
+        after: Duration::from_secs(60),
+        backend: Some(backend),
+    };
+    let reply = classified(elapsed.into());
+    assert_eq!(reply.code, "first_token_timeout");
+    assert_eq!(reply.backend.as_deref(), Some("gpu-0"));
+    assert!(!reply.message.contains("gpu-0"), "{}", reply.message);
 }
