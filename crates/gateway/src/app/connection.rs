@@ -12,10 +12,11 @@
 //!
 //! | series | counts |
 //! | --- | --- |
-//! | `gateway_connections_closed_total{listener, reason="connection_limit"}` | connections refused at the bound (every connection busy for the accept loop's wait for room, 1 s), each answered 503 `gateway_overloaded` first |
+//! | `gateway_connections_closed_total{listener, reason="connection_limit"}` | connections refused at the bound (every connection busy for the wait for room, 1 s; or 64 already waiting; or waiting when the drain began), each answered 503 `gateway_overloaded` first |
 //! | `gateway_connections_closed_total{listener, reason="idle_for_room"}` | idle connections closed to make room for a new one |
 //! | `gateway_connections_closed_total{listener, reason="header_timeout"}` | connections hyper closed at its header read timeout: a request head not whole in time, or a kept-alive connection without a next request for as long (hyper runs one timer for both, and answers neither) |
 //! | `gateway_connections_open{listener}` | connections open and served, each holding a slot of the bound |
+//! | `gateway_connections_waiting{listener}` | connections accepted at the bound and waiting for room (1 s at most, 64 at most at once), each then served or refused |
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -52,6 +53,9 @@ const REFUSAL_LINGER_BYTES: usize = 64 * 1024;
 pub const CLOSED_SERIES: &str = "gateway_connections_closed_total";
 /// The gauge of connections open and served, by `listener`.
 pub const OPEN_SERIES: &str = "gateway_connections_open";
+/// The gauge of connections accepted at the bound and waiting for room,
+/// by `listener`.
+pub const WAITING_SERIES: &str = "gateway_connections_waiting";
 
 /// Why the gateway closed a connection itself: the `reason` label of
 /// [`CLOSED_SERIES`].
@@ -109,7 +113,7 @@ pub async fn serve<S, B>(
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let _open = Open::new(listener);
+    let _open = Gauged::open(listener);
     let opened = Instant::now();
     let in_flight = Arc::new(AtomicUsize::new(0));
     let served = Arc::new(AtomicBool::new(false));
@@ -182,9 +186,9 @@ pub async fn serve<S, B>(
 /// at most [`REFUSAL_LINGER`] and 64 KiB, as nginx's `lingering_close`
 /// does and RFC 9112 §9.6 advises: closing a socket with unread bytes
 /// sends a reset, which may destroy the 503 in the client's receive
-/// buffer before it is read. The task lives at most 2 s, and the accept
-/// loop refuses at most one connection per wait for room (1 s), so a
-/// flood holds no more than a few.
+/// buffer before it is read. The task lives at most 2 s: a flood at the
+/// bound holds the connections of the last 2 s's refusals (the accept
+/// loop no longer waits for room itself, see `server.rs`).
 pub async fn refuse(mut stream: TcpStream, listener: &'static str, max: usize) {
     Closed::ConnectionLimit.count(listener);
     let reply = limits::overloaded(format!(
@@ -218,20 +222,34 @@ pub async fn refuse(mut stream: TcpStream, listener: &'static str, max: usize) {
     }
 }
 
-/// One connection counted in [`OPEN_SERIES`] until dropped.
+/// One connection counted in a gauge ([`OPEN_SERIES`],
+/// [`WAITING_SERIES`]) until dropped.
 #[derive(Debug)]
-struct Open(&'static str);
+pub struct Gauged {
+    series: &'static str,
+    listener: &'static str,
+}
 
-impl Open {
-    fn new(listener: &'static str) -> Self {
-        metrics::gauge!(OPEN_SERIES, "listener" => listener).increment(1.0);
-        Self(listener)
+impl Gauged {
+    /// Counted open and served on `listener`.
+    fn open(listener: &'static str) -> Self {
+        Self::new(OPEN_SERIES, listener)
+    }
+
+    /// Counted waiting for room on `listener`.
+    pub fn waiting(listener: &'static str) -> Self {
+        Self::new(WAITING_SERIES, listener)
+    }
+
+    fn new(series: &'static str, listener: &'static str) -> Self {
+        metrics::gauge!(series, "listener" => listener).increment(1.0);
+        Self { series, listener }
     }
 }
 
-impl Drop for Open {
+impl Drop for Gauged {
     fn drop(&mut self) {
-        metrics::gauge!(OPEN_SERIES, "listener" => self.0).decrement(1.0);
+        metrics::gauge!(self.series, "listener" => self.listener).decrement(1.0);
     }
 }
 

@@ -9,8 +9,10 @@
 //! `connection_limit` (refused at the bound, after a 503),
 //! `idle_for_room` (an idle connection closed to make room) and
 //! `header_timeout` (no whole request head within
-//! [`ServeConfig::header_timeout`]), and the gauge
-//! `gateway_connections_open{listener}`.
+//! [`ServeConfig::header_timeout`]), and the gauges
+//! `gateway_connections_open{listener}` and
+//! `gateway_connections_waiting{listener}` (accepted at the bound, waiting
+//! for room).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -20,8 +22,8 @@ use std::time::Duration;
 use hyper::body::{Body, Incoming};
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioTimer;
-use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::connection::{self, Signals};
 use super::drain::Drain;
@@ -40,6 +42,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 pub const CUT_GRACE: Duration = Duration::from_secs(5);
 /// How long a connection accepted at the bound waits for room.
 const ROOM_WAIT: Duration = Duration::from_secs(1);
+/// The most connections waiting for room at once, each in a task of its
+/// own; past it a new connection at the bound is refused at once.
+const MAX_WAITING: usize = 64;
 /// The first wait after an accept error, doubled at each error in a row.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// The longest wait after an accept error.
@@ -120,7 +125,10 @@ where
 /// Unlike `axum::serve`, at most `config.max_connections` are open at once
 /// (past it, connections with no request in flight close to make room:
 /// a client holding idle connections cannot lock others out; with none
-/// for 1 s, the new connection is answered 503 and closed), each has a
+/// for 1 s, the new connection is answered 503 and closed; it waits in a
+/// task of its own, so that the accept loop goes on: at most
+/// [`MAX_WAITING`] at once, past it refused at once, and refused when the
+/// drain begins), each has a
 /// header-read timeout (a client that trickles its headers,
 /// or holds a connection without a request, is cut off), an accept error
 /// (out of file descriptors) is retried after a wait that doubles from
@@ -149,7 +157,9 @@ where
     let max = config.max_connections.clamp(1, Semaphore::MAX_PERMITS);
     let slots = Arc::new(Semaphore::new(max));
     let (draining, draining_rx) = watch::channel(false);
-    let (make_room, make_room_rx) = watch::channel(0u64);
+    let make_room = Arc::new(watch::Sender::new(0u64));
+    let make_room_rx = make_room.subscribe();
+    let waiting = Arc::new(Semaphore::new(MAX_WAITING));
     let signals = Signals {
         draining: draining_rx,
         make_room: make_room_rx,
@@ -186,21 +196,36 @@ where
             () = &mut shutdown => break,
         };
         // A slot for it: at the bound, the connections without a request
-        // in flight close to make room; if none frees one in time, every
-        // connection is busy and this one is answered 503 and closed, in
-        // a task of its own (its client may not read).
-        let slot = match slots.clone().try_acquire_owned() {
-            Ok(slot) => slot,
-            Err(_) => match make_room_for(&slots, &make_room).await {
-                Some(slot) => slot,
-                None => {
-                    tracing::debug!(
-                        "at the connection bound, every connection busy: refusing a new one"
+        // in flight close to make room, and the new one waits for it in a
+        // task of its own, so that the loop goes on accepting (and the
+        // next refusal, or the drain, is not held up by this wait).
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            match waiting.clone().try_acquire_owned() {
+                Ok(waiter) => {
+                    let room = Room {
+                        slots: slots.clone(),
+                        make_room: make_room.clone(),
+                        max,
+                    };
+                    let wait = room.wait_then_serve(
+                        http.clone(),
+                        stream,
+                        router.clone(),
+                        signals.clone(),
+                        config.listener,
                     );
-                    tokio::spawn(connection::refuse(stream, config.listener, max));
-                    continue;
+                    tokio::spawn(async move {
+                        wait.await;
+                        drop(waiter);
+                    });
                 }
-            },
+                // As many waiting as may: refused at once.
+                Err(_) => {
+                    tracing::debug!("at the connection bound, too many waiting: refusing");
+                    tokio::spawn(connection::refuse(stream, config.listener, max));
+                }
+            }
+            continue;
         };
         let connection = connection::serve(
             http.clone(),
@@ -235,22 +260,79 @@ where
     Ok(())
 }
 
-/// A slot freed by the idle connections, asked every quarter of
-/// [`connection::FRESH`] (those just opened become idle meanwhile) for
-/// at most [`ROOM_WAIT`]; `None` if none frees one.
-async fn make_room_for(
-    slots: &Arc<Semaphore>,
-    make_room: &watch::Sender<u64>,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    let deadline = tokio::time::Instant::now() + ROOM_WAIT;
-    loop {
-        make_room.send_modify(|n| *n = n.wrapping_add(1));
-        let ask_again = (tokio::time::Instant::now() + connection::FRESH / 4).min(deadline);
-        match tokio::time::timeout_at(ask_again, slots.clone().acquire_owned()).await {
-            Ok(Ok(slot)) => return Some(slot),
-            Ok(Err(_)) => return None,
-            Err(_) if ask_again >= deadline => return None,
-            Err(_) => {}
+/// What a connection accepted at the bound waits on: the slots, and the
+/// calls for idle connections to close.
+struct Room {
+    slots: Arc<Semaphore>,
+    make_room: Arc<watch::Sender<u64>>,
+    max: usize,
+}
+
+impl Room {
+    /// Waits for a slot for `stream` (see [`Room::make`]), then serves
+    /// it; refuses it (503, `connection_limit`) if none comes, or once
+    /// the drain begins: a draining gateway takes no new connection, and
+    /// its drain does not wait for those waiting.
+    async fn wait_then_serve<S, B>(
+        self,
+        http: http1::Builder,
+        stream: TcpStream,
+        router: S,
+        signals: Signals,
+        listener: &'static str,
+    ) where
+        S: tower::Service<
+                http::Request<Incoming>,
+                Response = http::Response<B>,
+                Error = Infallible,
+            > + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let waiting = connection::Gauged::waiting(listener);
+        let mut draining = signals.draining.clone();
+        // The drain begun, or the accept loop gone (its sender dropped).
+        let drained = async move {
+            let _ = draining.wait_for(|draining| *draining).await;
+        };
+        let slot = tokio::select! {
+            biased;
+            () = drained => None,
+            slot = self.make() => slot,
+        };
+        drop(waiting);
+        match slot {
+            Some(slot) if !*signals.draining.borrow() => {
+                connection::serve(http, stream, router, signals, slot, listener).await;
+            }
+            _ => {
+                tracing::debug!(
+                    "at the connection bound, every connection busy (or draining): refusing"
+                );
+                connection::refuse(stream, listener, self.max).await;
+            }
+        }
+    }
+
+    /// A slot freed by the idle connections, asked every quarter of
+    /// [`connection::FRESH`] (those just opened become idle meanwhile) for
+    /// at most [`ROOM_WAIT`]; `None` if none frees one.
+    async fn make(&self) -> Option<OwnedSemaphorePermit> {
+        let deadline = tokio::time::Instant::now() + ROOM_WAIT;
+        loop {
+            self.make_room.send_modify(|n| *n = n.wrapping_add(1));
+            let ask_again = (tokio::time::Instant::now() + connection::FRESH / 4).min(deadline);
+            let slot = self.slots.clone().acquire_owned();
+            match tokio::time::timeout_at(ask_again, slot).await {
+                Ok(Ok(slot)) => return Some(slot),
+                Ok(Err(_)) => return None,
+                Err(_) if ask_again >= deadline => return None,
+                Err(_) => {}
+            }
         }
     }
 }

@@ -3,7 +3,9 @@
 //! idle kept-alive connections are closed to make room
 //! (`idle_for_room`), and with every connection busy a new one reads a
 //! 503 `gateway_overloaded` with `Retry-After` (`connection_limit`) while
-//! the busy ones go on; a connection that sends half a request head is
+//! the busy ones go on — a burst of them all within one wait for room,
+//! not one a wait, and those waiting at the drain's start at once; a
+//! connection that sends half a request head is
 //! closed at the header timeout (`header_timeout`). Each gateway serves
 //! under a `listener` label of its own, so that the tests running beside
 //! it in the process (one recorder for all) do not move its counts. Waits
@@ -218,4 +220,102 @@ async fn half_a_request_head_is_closed_at_the_header_timeout_and_counted() {
     // hyper answers nothing (as nginx at its client_header_timeout).
     assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
     assert_eq!(closed(&gw, "conns-head", "header_timeout", 1.0).await, 1.0);
+}
+
+/// How long a connection accepted at the bound waits for room
+/// (`server.rs`'s `ROOM_WAIT`).
+const ROOM_WAIT: Duration = Duration::from_secs(1);
+
+/// Connects to `gw` and sends a request head: a connection the gateway
+/// must serve or refuse.
+async fn connect_and_ask(gw: &Running) -> TcpStream {
+    let mut stream = TcpStream::connect(gw.addr).await.unwrap();
+    stream
+        .write_all(b"GET /v2/health/live HTTP/1.1\r\nhost: g\r\n\r\n")
+        .await
+        .unwrap();
+    stream
+}
+
+/// The status line `stream` is answered with, read to its end (bounded);
+/// empty when it was closed without an answer.
+async fn status_line(mut stream: TcpStream) -> String {
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(BOUND, stream.read_to_end(&mut answer));
+    let _ = read.await.expect("answered or closed");
+    let answer = String::from_utf8_lossy(&answer);
+    answer.lines().next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_connection_bound_a_burst_of_new_connections_is_refused_together_not_one_a_second() {
+    let gw = fleet("conns-burst", 2, Duration::from_secs(10)).await;
+    let mut streams = [open(&gw).await, open(&gw).await];
+    // Eight at once, every slot busy: each waits for room in a task of
+    // its own, so all are refused after one wait, not one a wait each.
+    let started = Instant::now();
+    let mut asked = Vec::new();
+    for _ in 0..8 {
+        asked.push(tokio::spawn(status_line(connect_and_ask(&gw).await)));
+    }
+    for answer in asked {
+        let line = answer.await.unwrap();
+        assert_eq!(line, "HTTP/1.1 503 Service Unavailable");
+    }
+    let took = started.elapsed();
+    println!("8 connections refused at the bound in {took:?}");
+    assert!(
+        took < 2 * ROOM_WAIT,
+        "8 refusals took {took:?}: one per wait for room"
+    );
+    assert_eq!(
+        closed(&gw, "conns-burst", "connection_limit", 8.0).await,
+        8.0
+    );
+    for stream in &mut streams {
+        assert!(!next_data(stream).await.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_waiting_for_room_when_the_drain_begins_are_refused_at_once() {
+    let mut gw = fleet("conns-wait-drain", 2, Duration::from_secs(10)).await;
+    let _streams = [open(&gw).await, open(&gw).await];
+    let mut waiting = Vec::new();
+    for _ in 0..4 {
+        waiting.push(connect_and_ask(&gw).await);
+    }
+    // All four accepted and waiting for room (each for 1 s at most).
+    let labels = [("listener", "conns-wait-drain")];
+    let series = "gateway_connections_waiting";
+    let polled = Instant::now();
+    while scraped(&gw, series, &labels).await < 4.0 {
+        assert!(polled.elapsed() < ROOM_WAIT, "never 4 waiting");
+        tokio::task::yield_now().await;
+    }
+    gw.shut_down();
+    let drained = Instant::now();
+    // The drain does not wait for them: each is answered 503 at once, and
+    // the listener closes meanwhile.
+    for stream in waiting {
+        assert_eq!(
+            status_line(stream).await,
+            "HTTP/1.1 503 Service Unavailable"
+        );
+    }
+    while TcpStream::connect(gw.addr).await.is_ok() {
+        assert!(drained.elapsed() < BOUND, "the listener still accepts");
+        tokio::task::yield_now().await;
+    }
+    let took = drained.elapsed();
+    println!("4 waiting connections refused {took:?} after the drain began");
+    assert!(
+        took < ROOM_WAIT / 2,
+        "refused {took:?} after the drain began"
+    );
+    assert_eq!(
+        closed(&gw, "conns-wait-drain", "connection_limit", 4.0).await,
+        4.0
+    );
+    assert_eq!(scraped(&gw, series, &labels).await, 0.0);
 }
