@@ -65,7 +65,7 @@ use tower_model_balance::placement::KServeV2Loader;
 use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
 
 use access_log::AccessLog;
-use catalog::{Catalog, Catalogued};
+use catalog::{Catalog, Catalogued, RepositoryReads};
 pub use client::{backend_client, backend_tls_client, BackendConnector, POOL_IDLE_TIMEOUT};
 pub use config::{
     Config, Probe, DEFAULT_BODY_LIMIT, DEFAULT_JSON_BODY_LIMIT, DEFAULT_MAX_BUFFERED_BYTES,
@@ -154,8 +154,12 @@ impl Gateway {
         let timeouts = config.timeouts;
         let metadata_client = client.clone();
         // Backends whose probes go unanswered: their waiting requests cut.
-        let unresponsive = Unresponsive::new(config.timeouts.unresponsive);
+        // With placement a backend is reached (readiness) by a read of
+        // its repository, not by a probe: it loads nothing without one.
+        let placing = config.placement && config.probe == Probe::KServe;
+        let unresponsive = Unresponsive::new(config.timeouts.unresponsive).probes_reach(!placing);
         let cuts = unresponsive.clone();
+        let reached = unresponsive.clone();
         // The probes and placement's loads go through the same client as
         // the traffic: `https://` backends are probed and loaded on with
         // the same trust, connect timeout and pool.
@@ -242,12 +246,14 @@ impl Gateway {
         // unloading what that backend does not own to make room. A request
         // whose owner is still loading goes to a backend that holds the
         // model, if one can take it (`PreferWarm`).
-        let placement = match (config.placement, config.probe) {
-            (true, Probe::KServe) => {
+        let placement = match placing {
+            true => {
                 let policy = config.stack.placement.clone();
-                Some(handle.enable_placement(KServeV2Loader::with_client(probe_client), policy)?)
+                let loader = KServeV2Loader::with_client(probe_client);
+                let loader = RepositoryReads::new(loader, reached.clone());
+                Some(handle.enable_placement(loader, policy)?)
             }
-            _ => None,
+            false => None,
         };
         // A backup after the model's p95, within 5% of the requests, and
         // none while the fleet is over 80% of its serving slots (the
@@ -258,6 +264,7 @@ impl Gateway {
         let app = App {
             stack: stack(balancer, &hedge, &config, &catalog)?,
             catalog,
+            unresponsive: reached,
             handle: handle.clone(),
             hedge: hedge.handle(),
             prometheus: prometheus()?,

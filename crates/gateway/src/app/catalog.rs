@@ -8,7 +8,8 @@
 //! here, per backend, with the origin it was probed at; a failed probe,
 //! or one that timed out (dropped unfinished by the probe task), drops the
 //! backend until it answers again, and how each probe went is noted for
-//! the unresponsive-backend rule (`unresponsive.rs`). The KServe v2 metadata and
+//! the unresponsive-backend rule (`unresponsive.rs`); [`RepositoryReads`]
+//! notes placement's repository reads there too. The KServe v2 metadata and
 //! readiness routes ask the backends it names ([`Catalog::holders`]).
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,6 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{ProbeError, ProbeReport, ProbeTarget, Prober};
+use tower_model_balance::placement::{LoadError, ModelLoader, Repository};
 use tower_model_balance::route::ModelId;
 
 use super::unresponsive::{ProbeOutcome, Unresponsive};
@@ -251,6 +253,55 @@ impl Drop for Pending {
     fn drop(&mut self) {
         if !self.done {
             self.done(&Err(ProbeError::Timeout));
+        }
+    }
+}
+
+/// A placement loader whose repository reads, when they succeed, are
+/// noted in an [`Unresponsive`]: the backend reached (readiness).
+#[derive(Debug, Clone)]
+pub struct RepositoryReads<L> {
+    loader: L,
+    reached: Unresponsive,
+}
+
+impl<L> RepositoryReads<L> {
+    /// `loader`, its repository reads noted in `reached`.
+    pub fn new(loader: L, reached: Unresponsive) -> Self {
+        Self { loader, reached }
+    }
+}
+
+impl<L: ModelLoader> ModelLoader for RepositoryReads<L> {
+    fn load(
+        &self,
+        target: &ProbeTarget,
+        model: &ModelId,
+    ) -> impl Future<Output = Result<(), LoadError>> + Send + 'static {
+        self.loader.load(target, model)
+    }
+
+    fn unload(
+        &self,
+        target: &ProbeTarget,
+        model: &ModelId,
+    ) -> impl Future<Output = Result<(), LoadError>> + Send + 'static {
+        self.loader.unload(target, model)
+    }
+
+    fn repository(
+        &self,
+        target: &ProbeTarget,
+    ) -> impl Future<Output = Result<Repository, LoadError>> + Send + 'static {
+        let read = self.loader.repository(target);
+        let reached = self.reached.clone();
+        let (id, origin) = (target.id.clone(), target.address.clone());
+        async move {
+            let repository = read.await;
+            if repository.is_ok() {
+                reached.note_reached(&id, &origin);
+            }
+            repository
         }
     }
 }

@@ -194,6 +194,8 @@ where
         let this = self.project();
         if let Poll::Ready(result) = this.inner.poll(cx) {
             let response = result.map_err(Into::into)?;
+            // A response head: the backend is reached (readiness).
+            this.watched.reached().note();
             let (deadline, phase, after) = match this.first_token.take() {
                 Some((at, _)) => (at, Phase::FirstToken, *this.after),
                 None => (Instant::now() + *this.idle, Phase::Idle, *this.idle),

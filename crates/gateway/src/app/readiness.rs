@@ -4,7 +4,10 @@
 //! gateway's own 503 `no_healthy_backend`.
 //!
 //! A backend can serve when it is not ejected by health, its own breaker
-//! is not open (a backend drained by hand is forced open), and
+//! is not open (a backend drained by hand is forced open), it was ever
+//! reached (a request's response head came back, or a probe answered,
+//! with any status — with placement, a read of its repository instead,
+//! without which it loads nothing: `unresponsive.rs`), and
 //!
 //! * none of its (backend, model) pair breakers is open or half-open — it
 //!   serves whatever it serves; or
@@ -19,30 +22,50 @@
 //! either fails its probes (down: the full outage) or holds only models
 //! whose pairs are open (up, but failing everything it serves). A
 //! backend that comes back is ready again at its first probe that
-//! succeeds. Before any pair breaker has tripped, readiness is as it was:
-//! some backend not ejected, its breaker not open.
+//! succeeds. Before any pair breaker has tripped, readiness is: some
+//! backend reached, not ejected, its breaker not open.
 //!
-//! Cost: a read of each backend's status; the catalog's lock, and the
-//! pair map's once per model listed, only for a backend with a pair
-//! open, until one can serve.
+//! Why reached: a backend never reached opens no breaker — with
+//! placement, requests fail unsent (`ModelLoadFailed`: its repository
+//! could not be read); without, a refused connection is retried
+//! elsewhere, and light traffic opens none — and health ejects only a
+//! share of the fleet,
+//! so a gateway whose backends were all down from the start said ready
+//! while every request failed. So the gateway is not ready until some
+//! backend has answered: a few milliseconds after start for a fleet that
+//! is up (the first probe round runs at once), which is what a Kubernetes
+//! readiness probe should see — no traffic to a pod that cannot serve
+//! it. Reached is never undone: a fleet whose probes fail for a while,
+//! its requests succeeding, does not flap to 503 for it (health and the
+//! breakers judge a backend once it was reached).
+//!
+//! Cost: a read of each backend's status and the probes' lock, until one
+//! can serve; the catalog's lock, and the pair map's once per model
+//! listed, only for a backend with a pair open.
 
 use tower_model_balance::balance::{BackendStatus, BalancerHandle};
 use tower_model_balance::breaker::BreakerState;
 
 use super::catalog::Catalog;
+use super::unresponsive::Unresponsive;
 
 /// Whether some backend can serve some model now (see the
-/// [module docs](self)).
-pub fn can_serve(handle: &BalancerHandle, catalog: &Catalog) -> bool {
+/// [module docs](self)); `probes` knows which backends were ever reached.
+pub fn can_serve(handle: &BalancerHandle, catalog: &Catalog, probes: &Unresponsive) -> bool {
     handle
         .backends()
         .iter()
-        .any(|backend| backend_can_serve(handle, catalog, backend))
+        .any(|backend| backend_can_serve(handle, catalog, probes, backend))
 }
 
 /// Whether `backend` can serve some model now.
-fn backend_can_serve(handle: &BalancerHandle, catalog: &Catalog, backend: &BackendStatus) -> bool {
-    if backend.ejected || backend.breaker == BreakerState::Open {
+fn backend_can_serve(
+    handle: &BalancerHandle,
+    catalog: &Catalog,
+    probes: &Unresponsive,
+    backend: &BackendStatus,
+) -> bool {
+    if backend.ejected || backend.breaker == BreakerState::Open || !probes.reached(&backend.id) {
         return false;
     }
     if backend.pair_breakers_open == 0 {

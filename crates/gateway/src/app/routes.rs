@@ -34,6 +34,7 @@ use super::forward::forward;
 use super::limits::Limits;
 use super::phases::Timeouts;
 use super::readiness;
+use super::unresponsive::Unresponsive;
 use super::{Stack, INFERENCE_ROUTES};
 
 /// What every handler shares.
@@ -58,6 +59,9 @@ pub struct App {
     pub receipt_header: bool,
     /// The fleet's models, as the probes last saw them.
     pub catalog: Catalog,
+    /// How the probes went, by backend: which backends were ever reached
+    /// (readiness).
+    pub unresponsive: Unresponsive,
     /// The backends' client, for the metadata routes (`metadata.rs`),
     /// which are sent straight to a backend holding the model.
     pub client: Client<super::BackendConnector, Full<Bytes>>,
@@ -154,7 +158,7 @@ async fn ready(State(app): State<App>) -> StatusCode {
     if app.drain.is_draining() {
         return StatusCode::SERVICE_UNAVAILABLE;
     }
-    match readiness::can_serve(&app.handle, &app.catalog) {
+    match readiness::can_serve(&app.handle, &app.catalog, &app.unresponsive) {
         true => StatusCode::OK,
         false => StatusCode::SERVICE_UNAVAILABLE,
     }

@@ -25,6 +25,9 @@
 //! act on the checks' failures rather than on requests' timeouts; here
 //! applied to the requests in flight too.
 //!
+//! The same notes keep which backends were ever reached
+//! ([`Unresponsive::reached`]): readiness says no while none was.
+//!
 //! The rule is kept apart from its IO: [`Unresponsive::note`] takes each
 //! probe's outcome (from the catalog's prober, `catalog.rs`), and each
 //! backend's endpoint (`phases.rs`) holds a [`watch::Receiver`] that
@@ -33,6 +36,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -70,6 +74,9 @@ pub enum ProbeOutcome {
 pub struct Unresponsive {
     backends: Arc<Mutex<HashMap<Origin, Backend>>>,
     after: Duration,
+    /// Whether a probe answered reaches a backend (not with placement:
+    /// its repository read does, see [`Unresponsive::reached`]).
+    probes_reach: bool,
 }
 
 #[derive(Debug)]
@@ -86,6 +93,9 @@ struct Backend {
     id: Option<BackendId>,
     /// Bumped at each cut.
     cuts: watch::Sender<u64>,
+    /// Whether it ever answered: a probe (any status) or a request
+    /// (a response head, noted by its endpoint).
+    reached: Reached,
 }
 
 impl Backend {
@@ -97,6 +107,7 @@ impl Backend {
             noted: now,
             id: None,
             cuts: watch::Sender::new(0),
+            reached: Reached::default(),
         }
     }
 }
@@ -108,7 +119,16 @@ impl Unresponsive {
         Self {
             backends: Arc::default(),
             after,
+            probes_reach: true,
         }
+    }
+
+    /// As is, a probe answered reaching its backend or not (with
+    /// placement, a backend whose repository was never read loads
+    /// nothing: [`Unresponsive::note_reached`] notes its reads instead).
+    pub fn probes_reach(mut self, reach: bool) -> Self {
+        self.probes_reach = reach;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Origin, Backend>> {
@@ -128,8 +148,34 @@ impl Unresponsive {
             of: Arc::new(Watched {
                 fleet: self.clone(),
                 origin: origin.clone(),
+                reached: backend.reached.clone(),
             }),
         }
+    }
+
+    /// Whether `backend` ever answered: a request sent to it, with a
+    /// response head; a probe, with any status — or, with placement
+    /// ([`Unresponsive::probes_reach`] false), a read of its repository,
+    /// without which it loads nothing. A backend never reached cannot
+    /// serve (readiness, `readiness.rs`); once reached, probes that fail
+    /// later do not undo it (health and the breakers judge it then).
+    pub fn reached(&self, backend: &BackendId) -> bool {
+        self.lock()
+            .values()
+            .any(|b| b.id.as_ref() == Some(backend) && b.reached.get())
+    }
+
+    /// Notes that `backend`, at `origin`, answered (its repository read).
+    pub fn note_reached(&self, backend: &BackendId, origin: &Origin) {
+        let mut backends = self.lock();
+        let now = Instant::now();
+        let this = backends
+            .entry(origin.clone())
+            .or_insert_with(|| Backend::new(now));
+        if this.id.as_ref() != Some(backend) {
+            this.id = Some(backend.clone());
+        }
+        this.reached.note();
     }
 
     /// Counts a request cut on the backend at `origin`.
@@ -159,6 +205,9 @@ impl Unresponsive {
         }
         match outcome {
             ProbeOutcome::Answered => {
+                if self.probes_reach {
+                    this.reached.note();
+                }
                 this.answered = Some(now);
                 this.in_row = 0;
             }
@@ -188,7 +237,25 @@ impl Unresponsive {
     }
 }
 
-/// What a backend's endpoint watches: each cut of its waiting requests.
+/// Whether a backend ever answered, set once; cheap to clone (shared).
+#[derive(Debug, Clone, Default)]
+pub struct Reached(Arc<AtomicBool>);
+
+impl Reached {
+    /// Notes an answer.
+    pub fn note(&self) {
+        if !self.get() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// What a backend's endpoint watches: each cut of its waiting requests;
+/// and where it notes that the backend answered.
 #[derive(Debug, Clone)]
 pub struct Cuts {
     changed: watch::Receiver<u64>,
@@ -200,9 +267,16 @@ pub struct Cuts {
 pub struct Watched {
     fleet: Unresponsive,
     origin: Origin,
+    reached: Reached,
 }
 
 impl Watched {
+    /// Where the endpoint notes each response head (see
+    /// [`Unresponsive::reached`]).
+    pub fn reached(&self) -> &Reached {
+        &self.reached
+    }
+
     /// The backend's ID, as its probes name it (none before its first).
     pub fn backend(&self) -> Option<BackendId> {
         let backends = self.fleet.lock();

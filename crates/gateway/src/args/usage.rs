@@ -144,8 +144,9 @@ Operations (docs/operations.md):
 Each flag but --backend, --etcd, --metrics and --etcd-allow may be given once.
 
 Readiness (/health, /v2/health/ready, /ping) is 503 while no backend can serve
-a model: each ejected, or its (backend, model) breakers open and its probe
-failing or listing only models whose breakers are open. /v1/responses calls
+a model: each never reached (no probe answered, nor a request; with placement,
+its repository never read), ejected, or its (backend, model) breakers open and
+its probe failing or listing only models whose breakers are open. /v1/responses calls
 that are stored (store: true unless false) or run in the background, and chat
 completions with store: true, are sent once: never hedged, retried only when
 the connection was refused.";

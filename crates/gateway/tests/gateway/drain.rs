@@ -76,7 +76,9 @@ async fn until_refused(addr: std::net::SocketAddr) {
 async fn a_drain_lets_streams_in_flight_finish_and_refuses_new_connections() {
     // 60 tokens 20 ms apart: over a second of generation each.
     let mut gw = fleet("drain", Duration::from_millis(20), BOUND).await;
-    assert_eq!(gw.admin_get("/ready").await.status, 200);
+    // Ready once the first probe is answered (not before: no backend
+    // reached yet).
+    gw.until_ready().await;
     let mut streams = Vec::new();
     for _ in 0..3 {
         streams.push(open(&gw, 60).await);

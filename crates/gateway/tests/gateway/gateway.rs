@@ -219,6 +219,18 @@ impl Running {
             .expect("the gateway answers within 10 s")
     }
 
+    /// Waits (bounded: 10 s) until the admin listener's `/ready` answers
+    /// 200: a backend answered (the first probe round runs at the start).
+    pub async fn until_ready(&self) {
+        for _ in 0..200 {
+            if self.admin_get("/ready").await.status == StatusCode::OK {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("never ready: {:?}", self.handle.backends());
+    }
+
     /// Begins the drain, as SIGTERM does the binary's.
     pub fn shut_down(&mut self) {
         if let Some(stop) = self.stop.take() {

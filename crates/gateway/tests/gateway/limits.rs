@@ -82,6 +82,9 @@ async fn metrics_answer_on_the_admin_listener_only() {
     let scrape = gw.admin_get("/metrics").await;
     assert_eq!(scrape.status, 200);
     assert!(scrape.body.contains("model_balance_"), "{}", scrape.body);
+    // Ready once the first probe is answered (not before: no backend
+    // reached yet).
+    gw.until_ready().await;
     for path in ["/ready", "/health", "/v2/health/ready", "/live"] {
         assert_eq!(gw.admin_get(path).await.status, 200, "{path}");
     }

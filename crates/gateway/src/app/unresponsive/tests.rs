@@ -1,4 +1,4 @@
-//! The unresponsive-backend rule, without IO.
+//! The unresponsive-backend rule and the backends reached, without IO.
 
 use super::*;
 use ProbeOutcome::{Answered, Failed, TimedOut};
@@ -118,4 +118,29 @@ fn no_cut_unless_a_peer_answered_during_the_silence() {
     }
     probes.note(&b, Answered);
     assert!(probes.note(&a, TimedOut), "the peer answers again");
+}
+
+#[test]
+fn a_backend_is_reached_by_an_answer_and_stays_reached() {
+    let mut probes = Probes::new();
+    let b = at(1);
+    let _cuts = probes.fleet.watch(&b);
+    probes.note(&b, Failed);
+    probes.note(&b, TimedOut);
+    assert!(!probes.fleet.reached(&probes.id), "never answered");
+    probes.note(&b, Answered);
+    probes.note(&b, Failed);
+    probes.note(&b, TimedOut);
+    assert!(probes.fleet.reached(&probes.id), "undone by probes failing");
+    // With placement a probe does not reach it; its repository's read does.
+    let placing = Unresponsive::new(Duration::ZERO).probes_reach(false);
+    placing.note(&probes.id, &b, Answered, probes.now);
+    assert!(!placing.reached(&probes.id), "reached by a probe");
+    placing.note_reached(&probes.id, &b);
+    assert!(placing.reached(&probes.id));
+    // A response head (the endpoint's note) reaches it too.
+    let fleet = Unresponsive::new(Duration::ZERO);
+    fleet.note(&probes.id, &at(2), Failed, probes.now);
+    fleet.watch(&at(2)).reached().note();
+    assert!(fleet.reached(&probes.id));
 }
