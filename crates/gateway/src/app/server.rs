@@ -305,6 +305,10 @@ impl Room {
             slot = self.make() => slot,
         };
         drop(waiting);
+        // Served, it holds no call for room: the calls end with the
+        // accept loop (and those waiting).
+        let max = self.max;
+        drop(self);
         match slot {
             Some(slot) if !*signals.draining.borrow() => {
                 connection::serve(http, stream, router, signals, slot, listener).await;
@@ -313,7 +317,7 @@ impl Room {
                 tracing::debug!(
                     "at the connection bound, every connection busy (or draining): refusing"
                 );
-                connection::refuse(stream, listener, self.max).await;
+                connection::refuse(stream, listener, max).await;
             }
         }
     }
