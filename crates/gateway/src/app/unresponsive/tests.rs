@@ -141,6 +141,6 @@ fn a_backend_is_reached_by_an_answer_and_stays_reached() {
     // A response head (the endpoint's note) reaches it too.
     let fleet = Unresponsive::new(Duration::ZERO);
     fleet.note(&probes.id, &at(2), Failed, probes.now);
-    fleet.watch(&at(2)).reached().note();
+    fleet.watch(&at(2)).watched().reached().note();
     assert!(fleet.reached(&probes.id));
 }
