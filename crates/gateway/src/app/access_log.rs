@@ -14,14 +14,15 @@
 //! | `model` | the body's `model` (or the KServe v2 path's), if it names one |
 //! | `status` | the answer's status |
 //! | `backend`, `reason` | the backend the balancer picked and why (`resident_owner`, `cold_owner`, `spill`, `panic`, `update`): the routing receipt's |
+//! | `attempts` | how many times the request went to a backend: 1, more with a hedge's backup or a retry, 0 when it was never sent (inference routes) |
 //! | `ttft_ms` | from the request's arrival to the answer's first body frame (an event stream's first token) |
 //! | `duration_ms` | from the request's arrival to the answer's end |
 //! | `ended` | `complete`, or the gateway's error code: why it answered itself (`not_found`, `invalid_route`, …) or ended the answer early (`backend_stalled`, `gateway_draining`, `request_timeout`, `stream_failed`, `client_gone`) |
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -105,6 +106,7 @@ pub async fn log_requests(
         status: 0,
         backend: None,
         reason: None,
+        attempts: None,
         first_frame: None,
     });
     if let Some(entry) = &entry {
@@ -166,7 +168,27 @@ pub struct Entry {
     pub status: u16,
     pub backend: Option<String>,
     pub reason: Option<&'static str>,
+    /// Counted by the backends' endpoints (inference routes only).
+    pub attempts: Option<Attempts>,
     pub first_frame: Option<Instant>,
+}
+
+/// How many times a request went to a backend — its first attempt, a
+/// hedge's backup, each retry — counted by the backend's endpoint
+/// (`phases.rs`) from the request's extensions, which its copies share.
+#[derive(Debug, Clone, Default)]
+pub struct Attempts(Arc<AtomicU32>);
+
+impl Attempts {
+    /// One more attempt sent.
+    pub fn note(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The attempts sent so far.
+    pub fn count(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 impl Entry {
@@ -209,6 +231,10 @@ impl Entry {
         field("backend", self.backend.clone());
         field("reason", self.reason.map(str::to_owned));
         field(
+            "attempts",
+            self.attempts.as_ref().map(|a| a.count().to_string()),
+        );
+        field(
             "ttft_ms",
             self.millis(self.first_frame).map(|ms| format!("{ms:.1}")),
         );
@@ -230,6 +256,7 @@ impl Entry {
             "status": self.status,
             "backend": self.backend,
             "reason": self.reason,
+            "attempts": self.attempts.as_ref().map(Attempts::count),
             "ttft_ms": self.millis(self.first_frame),
             "duration_ms": self.millis(Some(Instant::now())),
             "ended": ended,
@@ -296,14 +323,19 @@ mod tests {
             status: 200,
             backend: Some("vllm-0".into()),
             reason: Some("resident_owner"),
+            attempts: Some(Attempts::default()),
             first_frame: Some(Instant::now()),
         };
+        let attempts = entry.attempts.clone().unwrap();
+        attempts.note();
+        attempts.note();
         let text = entry.text("complete");
-        assert!(text.starts_with("access id=r1 method=POST path=/v1/completions status=200 model=tiny backend=vllm-0 reason=resident_owner ttft_ms="), "{text}");
+        assert!(text.starts_with("access id=r1 method=POST path=/v1/completions status=200 model=tiny backend=vllm-0 reason=resident_owner attempts=2 ttft_ms="), "{text}");
         assert!(text.ends_with(" ended=complete"), "{text}");
         let json: serde_json::Value = serde_json::from_str(&entry.json("backend_stalled")).unwrap();
         assert_eq!(json["id"], "r1");
         assert_eq!(json["backend"], "vllm-0");
+        assert_eq!(json["attempts"], 2);
         assert_eq!(json["ended"], "backend_stalled");
         assert!(json["duration_ms"].as_f64().unwrap() >= 0.0);
     }

@@ -18,7 +18,7 @@ use tower_model_balance::endpoint::strip_hop_by_hop;
 use tower_model_balance::error::PayloadTooLarge;
 use tower_model_balance::route::SendOnce;
 
-use super::access_log::{Deferred, Entry, Pending};
+use super::access_log::{Attempts, Deferred, Entry, Pending};
 use super::errors::{self, ErrorReply};
 use super::limits::Reservation;
 use super::phases::Streamed;
@@ -130,10 +130,13 @@ async fn proxy(
         Err(_) => return Err(errors::body_timeout(app.body_timeout)),
     };
     let peek = Peek::of(path, &bytes, entry.is_some());
+    let mut req = Request::from_parts(parts, Full::new(bytes));
     if let Some(entry) = entry {
         entry.model = peek.model;
+        let attempts = Attempts::default();
+        req.extensions_mut().insert(attempts.clone());
+        entry.attempts = Some(attempts);
     }
-    let mut req = Request::from_parts(parts, Full::new(bytes));
     if peek.stream {
         req.extensions_mut().insert(Streamed);
     }

@@ -22,6 +22,7 @@ use tokio::time::{Instant, Sleep};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::error::BoxError;
 
+use super::access_log::Attempts;
 use super::unresponsive::{BackendUnresponsive, Cuts, Watched};
 
 /// The gateway's timeouts, one per phase.
@@ -146,6 +147,9 @@ where
     }
 
     fn call(&mut self, req: http::Request<Q>) -> Self::Future {
+        if let Some(attempts) = req.extensions().get::<Attempts>() {
+            attempts.note();
+        }
         let first_token = req
             .extensions()
             .get::<Streamed>()
@@ -291,5 +295,34 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::unresponsive::Unresponsive;
+    use tower::{Service, ServiceExt};
+    use tower_model_balance::endpoint::Origin;
+
+    #[tokio::test]
+    async fn each_attempt_through_an_endpoint_is_counted_on_the_requests_copies() {
+        let inner = tower::service_fn(|_: http::Request<()>| async {
+            Ok::<_, BoxError>(http::Response::new(
+                http_body_util::Empty::<bytes::Bytes>::new(),
+            ))
+        });
+        let origin = Origin::http(([127, 0, 0, 1], 1).into());
+        let cuts = Unresponsive::new(Duration::from_secs(10)).watch(&origin);
+        let mut endpoint = Phases::new(inner, &Timeouts::default(), cuts);
+        let attempts = Attempts::default();
+        let mut first = http::Request::new(());
+        first.extensions_mut().insert(attempts.clone());
+        // A hedge's backup or a retry: a copy of the request.
+        let again = first.clone();
+        for req in [first, again] {
+            endpoint.ready().await.unwrap().call(req).await.unwrap();
+        }
+        assert_eq!(attempts.count(), 2);
     }
 }

@@ -38,6 +38,8 @@ async fn each_request_gets_a_json_line_with_its_id_model_backend_and_times() {
     assert_eq!(entry["id"], "req-42", "{line}");
     assert_eq!(entry["method"], "POST");
     assert_eq!(entry["path"], "/v1/chat/completions");
+    // Sent to a backend once: no hedge, no retry.
+    assert_eq!(entry["attempts"], 1, "{line}");
     assert_eq!(entry["model"], "llama-3-8b");
     assert_eq!(entry["status"], 200);
     assert!(
