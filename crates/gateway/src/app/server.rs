@@ -127,7 +127,7 @@ where
 /// a client holding idle connections cannot lock others out; with none
 /// for 1 s, the new connection is answered 503 and closed; it waits in a
 /// task of its own, so that the accept loop goes on: at most
-/// [`MAX_WAITING`] at once, past it refused at once, and refused when the
+/// 64 at once, past it refused at once, and refused when the
 /// drain begins), each has a
 /// header-read timeout (a client that trickles its headers,
 /// or holds a connection without a request, is cut off), an accept error
