@@ -30,6 +30,7 @@ mod errors;
 mod etcd;
 mod forward;
 mod limits;
+mod log_sink;
 mod metadata;
 pub mod phases;
 mod readiness;

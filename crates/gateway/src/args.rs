@@ -131,7 +131,7 @@ impl Args {
         };
         let mut sims_given = false;
         let mut seen: Vec<String> = Vec::new();
-        let mut args = args.into_iter();
+        let mut args = args.into_iter().peekable();
         while let Some(flag) = args.next() {
             // Every flag but the repeatable ones once: a second value would
             // silently replace the first.
@@ -141,8 +141,10 @@ impl Args {
                 }
                 seen.push(flag.clone());
             }
+            // A flag's value; the next flag is none (`--listen --admin-listen
+            // X` names `--listen`, not `--admin-listen`).
             let mut value = |name: &str| {
-                args.next()
+                args.next_if(|next| !next.starts_with("--"))
                     .ok_or_else(|| Stop::Error(format!("{name} needs a value")))
             };
             match flag.as_str() {

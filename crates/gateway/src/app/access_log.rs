@@ -1,7 +1,7 @@
 //! The access log: one line per request of the client listener, every
 //! route, on standard output (the gateway's own messages go to standard
 //! error), as text (`key=value`, a value quoted with Rust's string
-//! escapes when it has a space, `=`, `"`, `\` or a control character) or
+//! escapes when it has anything but visible ASCII, or `=`, `"`, `\`) or
 //! JSON (`--access-log`). An inference
 //! request's line is written when its answer's body ends; any other's when
 //! its answer is made. Every answer carries the request's ID in
@@ -19,8 +19,8 @@
 //! | `duration_ms` | from the request's arrival to the answer's end |
 //! | `ended` | `complete`, or the gateway's error code: why it answered itself (`not_found`, `invalid_route`, …) or ended the answer early (`backend_stalled`, `gateway_draining`, `request_timeout`, `stream_failed`, `client_gone`) |
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -207,7 +207,8 @@ impl Entry {
             AccessLog::Text => self.text(ended),
             AccessLog::Json => self.json(ended),
         };
-        let _ = writeln!(std::io::stdout().lock(), "{line}");
+        // Never blocks on a reader of standard output (`log_sink.rs`).
+        super::log_sink::stdout().send(line);
     }
 
     fn millis(&self, at: Option<Instant>) -> Option<f64> {
@@ -219,7 +220,7 @@ impl Entry {
             "access id={} method={} path={} status={}",
             String::from_utf8_lossy(self.id.as_bytes()),
             self.method,
-            logfmt(&self.path),
+            logfmt(&clip(&self.path, MAX_PATH)),
             self.status
         );
         let mut field = |key: &str, value: Option<String>| {
@@ -227,7 +228,12 @@ impl Entry {
                 let _ = write!(line, " {key}={}", logfmt(&value));
             }
         };
-        field("model", self.model.clone());
+        field(
+            "model",
+            self.model
+                .as_deref()
+                .map(|m| clip(m, MAX_MODEL).into_owned()),
+        );
         field("backend", self.backend.clone());
         field("reason", self.reason.map(str::to_owned));
         field(
@@ -251,8 +257,8 @@ impl Entry {
         serde_json::json!({
             "id": String::from_utf8_lossy(self.id.as_bytes()),
             "method": self.method.as_str(),
-            "path": self.path,
-            "model": self.model,
+            "path": clip(&self.path, MAX_PATH),
+            "model": self.model.as_deref().map(|m| clip(m, MAX_MODEL)),
             "status": self.status,
             "backend": self.backend,
             "reason": self.reason,
@@ -265,15 +271,34 @@ impl Entry {
     }
 }
 
-/// `value` as a logfmt value: as it is when it is plain, else quoted
-/// with `"`, `\\` and control characters escaped (Rust's string escapes),
-/// so that a model name from a client's body cannot forge a field or a
-/// line.
-fn logfmt(value: &str) -> std::borrow::Cow<'_, str> {
+/// The most bytes of a path, and of a model name, a line keeps: a valid
+/// model ID has at most 256; a longer one (refused) is cut, so that a
+/// client's 8 MiB name makes no 8 MiB line.
+const MAX_PATH: usize = 512;
+const MAX_MODEL: usize = 256;
+
+/// `value` cut to at most `max` bytes (at a character's boundary), with
+/// `…` where it was cut.
+fn clip(value: &str, max: usize) -> Cow<'_, str> {
+    if value.len() <= max {
+        return value.into();
+    }
+    let mut end = max;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &value[..end]).into()
+}
+
+/// `value` as a logfmt value: as it is when it is plain (visible ASCII
+/// but `"`, `=` and `\\`), else quoted with Rust's string escapes
+/// (control and format characters such as U+202E escaped), so that a
+/// model name from a client's body cannot forge a field or a line.
+fn logfmt(value: &str) -> Cow<'_, str> {
     let plain = !value.is_empty()
-        && !value
+        && value
             .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '=' | '\\'));
+            .all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '=' | '\\'));
     if plain {
         value.into()
     } else {
@@ -293,6 +318,19 @@ mod tests {
         assert_eq!(logfmt("m\naccess id=forged"), r#""m\naccess id=forged""#);
         assert_eq!(logfmt(r#"say "hi""#), r#""say \"hi\"""#);
         assert_eq!(logfmt(""), r#""""#);
+        // A right-to-left override would garble the line on a terminal.
+        assert_eq!(logfmt("m\u{202e}x"), r#""m\u{202e}x""#);
+        assert_eq!(logfmt("模型"), r#""模型""#);
+    }
+
+    #[test]
+    fn a_long_value_is_cut_at_a_character() {
+        assert_eq!(clip("abc", 3), "abc");
+        assert_eq!(clip("abcd", 3), "abc…");
+        // "é" is two bytes: cut before it, not inside.
+        assert_eq!(clip("abé", 3), "ab…");
+        let huge = "m".repeat(8 << 20);
+        assert_eq!(clip(&huge, MAX_MODEL).len(), MAX_MODEL + '…'.len_utf8());
     }
 
     #[test]

@@ -200,6 +200,10 @@ fn etcd_is_the_alternative_to_backend() {
         (vec![&etcd[..], &["--prefix", ""]], "not a key prefix"),
         (vec![&etcd[..], &["--prefix", "/a\n"]], "not a key prefix"),
         (vec![&["--etcd"][..]], "--etcd needs a value"),
+        (
+            vec![&["--listen", "--admin-listen", "127.0.0.1:1"][..]],
+            "--listen needs a value",
+        ),
         (vec![&etcd[..], &["--prefix"]], "--prefix needs a value"),
     ] {
         let bad: Vec<&str> = bad.concat();

@@ -1,7 +1,10 @@
 //! The access log of the `gateway` binary (`--access-log json`): a line
 //! per request with its ID (the client's, sent back), model, status,
 //! backend and reason, times and how it ended — for an answer forwarded
-//! and for one of the gateway's own.
+//! and for one of the gateway's own; a reader of the log that stops
+//! reading blocks no request and no exit.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -144,4 +147,42 @@ async fn a_client_gone_before_the_head_gets_its_line() {
     assert_eq!(entry["status"], 499, "{line}");
     assert_eq!(entry["ended"], "client_gone", "{line}");
     assert_eq!(entry["model"], "m", "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_of_the_log_that_stops_reading_blocks_nothing() {
+    // Its standard output is never read: the pipe (64 KiB) fills after a
+    // few hundred lines. Writing lines in the request path, requests hung
+    // there, and the exit after SIGTERM waited for the reader.
+    let gateway = crate::binary::start(&["--sims", "2", "--access-log", "text"]).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let long_name = "m".repeat(300);
+    for i in 0..2_000 {
+        // Some with a long model name: a longer line, cut to 256 bytes.
+        let model = if i % 2 == 0 { "llama-3-8b" } else { &long_name };
+        let uri = format!("http://{}/v2/models/{model}/ready", gateway.addr);
+        let req = http::Request::get(uri).body(Full::default()).unwrap();
+        let reply = tokio::time::timeout(Duration::from_secs(10), client.request(req));
+        let reply = reply.await.unwrap_or_else(|_| panic!("request {i} hung"));
+        let status = reply.unwrap().status().as_u16();
+        assert!(matches!(status, 200 | 400 | 404), "request {i}: {status}");
+    }
+    let ready = http::Request::get(format!("http://{}/ready", gateway.admin))
+        .body(Full::default())
+        .unwrap();
+    let ready = tokio::time::timeout(Duration::from_secs(10), client.request(ready));
+    assert_eq!(
+        ready.await.expect("readiness answers").unwrap().status(),
+        200
+    );
+    let mut child = gateway.child;
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    assert!(killed.unwrap().success());
+    let exited = tokio::time::timeout(Duration::from_secs(30), child.wait());
+    let status = exited.await.expect("exits with its log unread").unwrap();
+    assert!(status.success(), "{status}");
 }
