@@ -42,6 +42,8 @@ mod stack;
 pub mod tls;
 pub mod unresponsive;
 
+use std::time::Duration;
+
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::Full;
@@ -137,6 +139,7 @@ pub struct Gateway {
     /// The etcd source's counters (revision, events, snapshots, resumes),
     /// with [`Config::etcd`].
     pub etcd: Option<EtcdHandle>,
+    access_log: AccessLog,
     _probes: BackgroundTask,
     _placement: Option<BackgroundTask>,
 }
@@ -262,13 +265,19 @@ impl Gateway {
         let gate = BalancerLoad::new(handle.clone(), config.backend_slots);
         let hedge = HedgeLayer::with_load_gate(config.stack.hedge.clone(), gate);
         let drain = Drain::new();
+        let prometheus = prometheus()?;
+        if config.access_log != AccessLog::Off {
+            // Its writer started, and its lost lines' series at 0, from
+            // the start.
+            log_sink::stdout();
+        }
         let app = App {
             stack: stack(balancer, &hedge, &config, &catalog)?,
             catalog,
             unresponsive: reached,
             handle: handle.clone(),
             hedge: hedge.handle(),
-            prometheus: prometheus()?,
+            prometheus,
             limits: Limits::new(&config),
             body_timeout: config.body_timeout,
             timeouts: config.timeouts,
@@ -287,9 +296,20 @@ impl Gateway {
             handle,
             hedge: hedge.handle(),
             etcd,
+            access_log: config.access_log,
             _probes: probes,
             _placement: placement,
         })
+    }
+}
+
+impl Gateway {
+    /// At the exit: waits at most `within` for the access log's queued
+    /// lines to be written; the lines lost in all (dropped with the
+    /// writer behind, unwritable, or still queued), `None` with the log
+    /// off.
+    pub fn flush_access_log(&self, within: Duration) -> Option<u64> {
+        (self.access_log != AccessLog::Off).then(|| log_sink::stdout().flush(within))
     }
 }
 

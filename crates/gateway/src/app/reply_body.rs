@@ -96,9 +96,17 @@ impl<B> ReplyBody<B> {
         self
     }
 
-    /// Writes `entry`, the request's access-log line, when it ends.
-    pub fn log(mut self, entry: Option<Entry>) -> Self {
+    /// Writes `entry`, the request's access-log line, when it ends — at
+    /// once for an answer without a body (`content-length: 0`), which
+    /// hyper sends without reading the body.
+    pub fn log(mut self, entry: Option<Entry>) -> Self
+    where
+        B: Body,
+    {
         self.log = Logged(entry);
+        if self.inner.is_end_stream() {
+            self.log.end("complete");
+        }
         self
     }
 }

@@ -39,6 +39,7 @@
 //! no backend can take the request.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tower_model_balance::backend::BackendId;
@@ -160,6 +161,16 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let _ = admin_stop.send(());
     let _ = admin_task.await;
+    // The access log's lines still queued: 2 s to be written, on a
+    // thread of the runtime's blocking pool.
+    let flushed = tokio::task::spawn_blocking(move || {
+        let lost = gateway.flush_access_log(Duration::from_secs(2));
+        (gateway, lost)
+    });
+    let (gateway, lost) = flushed.await.map_err(|e| e.to_string())?;
+    if let Some(lost @ 1..) = lost {
+        note!("access log: {lost} lines lost (the reader of standard output was behind, or gone; gateway_access_log_dropped_total)");
+    }
     let s = gateway.handle.stats();
     note!(
         "routed: {} to a resident owner, {} to a cold owner, {} spilled, {} without a backend, {} invalid; {} breaker trips, {} of (backend, model) pairs ({} open now)",
