@@ -27,6 +27,9 @@ pub struct Limits {
     /// Request-body bytes, in KiB.
     buffered: Arc<Semaphore>,
     max_buffered_bytes: usize,
+    /// [`HELD_SERIES`], looked up once (made after the recorder is
+    /// installed), not at each body frame.
+    held: metrics::Gauge,
     json_body: usize,
     tensor_body: usize,
 }
@@ -42,6 +45,7 @@ impl Limits {
             max_requests: config.max_requests,
             buffered: Arc::new(Semaphore::new(kib)),
             max_buffered_bytes: config.max_buffered_bytes,
+            held: metrics::gauge!(HELD_SERIES),
             json_body: config.json_body_limit.min(config.body_limit),
             tensor_body: config.body_limit,
         }
@@ -80,6 +84,7 @@ impl Limits {
         Reservation {
             buffered: Arc::clone(&self.buffered),
             max_buffered_bytes: self.max_buffered_bytes,
+            gauge: self.held.clone(),
             held: None,
             kib: 0,
         }
@@ -92,6 +97,7 @@ impl Limits {
 pub struct Reservation {
     buffered: Arc<Semaphore>,
     max_buffered_bytes: usize,
+    gauge: metrics::Gauge,
     held: Option<OwnedSemaphorePermit>,
     kib: usize,
 }
@@ -122,7 +128,7 @@ impl Reservation {
             None => self.held = Some(grown),
         }
         self.kib += more;
-        metrics::gauge!(HELD_SERIES).increment((more * 1024) as f64);
+        self.gauge.increment((more * 1024) as f64);
         Ok(())
     }
 }
@@ -130,7 +136,7 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if self.kib > 0 {
-            metrics::gauge!(HELD_SERIES).decrement((self.kib * 1024) as f64);
+            self.gauge.decrement((self.kib * 1024) as f64);
         }
     }
 }

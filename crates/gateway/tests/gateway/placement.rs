@@ -17,15 +17,21 @@ use tower_model_balance_sim::{Fault, ModelServer, ServerConfig};
 
 use crate::app::{stack_config, Config};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backend_down_from_the_start_takes_no_model_with_it() {
-    let models: Vec<String> = (0..8).map(|i| format!("m{i}")).collect();
-    let server = ServerConfig::builder()
+/// A server in explicit model-control mode whose repository lists
+/// `models`, each loading in 5 ms.
+fn explicit_server(models: &[String]) -> ServerConfig {
+    ServerConfig::builder()
         .explicit_load(true)
         .repository(models.iter().map(String::as_str))
         .cold_load(Duration::from_millis(5))
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_down_from_the_start_takes_no_model_with_it() {
+    let models: Vec<String> = (0..8).map(|i| format!("m{i}")).collect();
+    let server = explicit_server(&models);
     let mut sims = Vec::new();
     let mut backends = Vec::new();
     for i in 0..2 {
@@ -70,12 +76,7 @@ async fn a_backend_down_from_the_start_takes_no_model_with_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loads_waiting_on_a_hung_backend_end_when_health_ejects_it() {
     let models: Vec<String> = (0..24).map(|i| format!("m{i}")).collect();
-    let server = ServerConfig::builder()
-        .explicit_load(true)
-        .repository(models.iter().map(String::as_str))
-        .cold_load(Duration::from_millis(5))
-        .build()
-        .unwrap();
+    let server = explicit_server(&models);
     // The unresponsive rule's cut (10 s by default) reaches only requests
     // sent: the waits for a load end by health's ejection alone.
     let file = "[probe]\ninterval_ms = 100\n[placement]\nload_timeout_ms = 120000\n";
