@@ -30,9 +30,7 @@ mod unresponsive;
 mod with_etcd;
 
 // This binary's own support, shared by the modules above.
-#[allow(dead_code)]
 mod binary;
-#[allow(dead_code)]
 mod gateway;
 
 // The workspace's shared test harness (`crates/test-support`), named
