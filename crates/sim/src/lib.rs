@@ -43,6 +43,10 @@
 //! KServe v2 repository API or vLLM's LoRA adapter routes — one load per
 //! model at a time, with [`ServerStats`] counting the load calls so that
 //! a client's single-flighting can be checked from the server's side.
+//!
+//! The `sims` binary (`src/main.rs`) starts a few as a program, for a
+//! gateway to be pointed at: `sims --count 3` prints each as `NAME=URL`,
+//! a gateway's `--backend` value, and serves until Ctrl-C or SIGTERM.
 
 #![deny(
     missing_docs,
