@@ -15,6 +15,12 @@ use crate::cli::{etcd_url, key_prefix, number, origin, Stop};
 
 pub use usage::USAGE;
 
+/// Why a command line without backends is refused, and what to give.
+const NO_BACKENDS: &str =
+    "no backends: give --backend URL (repeatable), or --etcd URL --prefix P; \
+simulated ones to try the gateway with: `sims` (cargo run -p tower-model-balance-sim --bin sims) \
+prints a --backend value for each";
+
 /// The flags that may be given more than once (one backend or etcd
 /// endpoint each, `--metrics` for the `--backend` before it).
 const REPEATABLE: [&str; 4] = ["--backend", "--etcd", "--metrics", "--etcd-allow"];
@@ -33,10 +39,6 @@ pub struct Args {
     pub etcd: Vec<Origin>,
     /// `--prefix`: the key prefix of the backends' records.
     pub prefix: Option<String>,
-    /// `--sims`.
-    pub sims: usize,
-    /// `--down`.
-    pub down: bool,
     /// `--probe openai`.
     pub probe_openai: bool,
     /// `--body-limit`.
@@ -92,9 +94,14 @@ impl Args {
     /// # Errors
     ///
     /// `--help`, or a bad flag (the message names it), or a bad file (the
-    /// message names it and its key).
+    /// message names it and its key), or no backends: neither `--backend`
+    /// nor `--etcd`, on the command line or in the file.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
-        file::parse(args.into_iter().collect())
+        let args = file::parse(args.into_iter().collect())?;
+        if args.backends.is_empty() && args.etcd.is_empty() {
+            return Err(Stop::Error(NO_BACKENDS.into()));
+        }
+        Ok(args)
     }
 
     /// The flags in `args`, `--config` taken out.
@@ -105,8 +112,6 @@ impl Args {
             ids: Vec::new(),
             etcd: Vec::new(),
             prefix: None,
-            sims: 3,
-            down: false,
             probe_openai: false,
             body_limit: 64 * 1024 * 1024,
             metrics_port: None,
@@ -129,7 +134,6 @@ impl Args {
             access_log: AccessLog::Off,
             tables: toml::Table::new(),
         };
-        let mut sims_given = false;
         let mut seen: Vec<String> = Vec::new();
         let mut args = args.into_iter().peekable();
         while let Some(flag) = args.next() {
@@ -250,11 +254,6 @@ impl Args {
                         }
                     }
                 }
-                "--sims" => {
-                    parsed.sims = number(&value("--sims")?, "--sims", 1, 16)?;
-                    sims_given = true;
-                }
-                "--down" => parsed.down = true,
                 "--probe" => {
                     parsed.probe_openai = match value("--probe")?.as_str() {
                         "kserve" => false,
@@ -347,13 +346,6 @@ impl Args {
             return Err(Stop::Error(
                 "--metrics-port and --metrics: one or the other".into(),
             ));
-        }
-        let given = !parsed.backends.is_empty() || !parsed.etcd.is_empty();
-        if given && (parsed.down || sims_given) {
-            let flag = if parsed.down { "--down" } else { "--sims" };
-            return Err(Stop::Error(format!(
-                "{flag} applies to simulated backends, not with --backend or --etcd"
-            )));
         }
         match (parsed.etcd.is_empty(), parsed.prefix.is_some()) {
             (true, true) => {

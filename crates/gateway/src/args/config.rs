@@ -1,6 +1,5 @@
 //! The gateway's [`Config`] from its flags.
 
-use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 
 use super::Args;
@@ -9,27 +8,19 @@ use crate::app::{Config, EtcdMembers, Probe};
 impl Args {
     /// The gateway's configuration from these flags: the backends of
     /// `--etcd`, else those of `--backend` (each under its `NAME=`, else its
-    /// origin: the ID its models' owners are hashed by), else `simulated`
-    /// (the servers `--sims` started, whose answers name the models they
-    /// hold; with placement off, as they load a model a request names).
+    /// origin: the ID its models' owners are hashed by).
     ///
     /// # Errors
     ///
     /// A `--metrics-port` that makes no origin with a backend's host; a
     /// layers' setting out of range (checked by [`Args::parse`] already).
-    pub fn config(&self, simulated: Vec<(BackendId, Origin)>) -> Result<Config, String> {
-        let sims = !simulated.is_empty();
+    pub fn config(&self) -> Result<Config, String> {
         let mut config = if let Some(prefix) = &self.prefix {
             let mut config = Config::new(Vec::new());
             let endpoints = self.etcd.iter().map(ToString::to_string).collect();
             let mut members = EtcdMembers::new(endpoints, prefix.clone());
             self.trust.apply(&mut members);
             config.etcd = Some(members);
-            config
-        } else if self.backends.is_empty() {
-            let mut config = Config::new(simulated);
-            config.residency_header =
-                Some(tower_model_balance_sim::protocol::RESIDENT_MODELS_HEADER);
             config
         } else {
             let backends = self.ids.iter().cloned().zip(self.backends.iter().cloned());
@@ -49,8 +40,7 @@ impl Args {
         config.prefix_bytes = self.prefix_bytes;
         config.session_header = self.session_header.clone();
         config.receipt_header = self.receipt_header;
-        // Simulated backends load a model when a request names it.
-        config.placement = self.placement && !sims;
+        config.placement = self.placement;
         if self.probe_openai {
             config.probe = Probe::OpenAi;
         }

@@ -8,9 +8,9 @@
 //! the same words, the key named where the flag would be. The command
 //! line's flags come after the file's, and a flag given there drops the
 //! file's setting of it: `--backend` or `--etcd` the file's whole choice
-//! of backends (its backends, etcd, `sims`, `down`; `--etcd` keeps the
-//! file's prefix). The cross-checks of the flags (`--etcd` needs
-//! `--prefix`, …) then run once, over both.
+//! of backends (its backends and etcd; `--etcd` keeps the file's prefix).
+//! The cross-checks of the flags (`--etcd` needs `--prefix`, …) then run
+//! once, over both.
 //!
 //! The layers' tables are the library's: `StackConfig::from_toml` reads
 //! them from the file's own text, the `[gateway]` lines blanked, so an
@@ -55,8 +55,6 @@ struct Gateway {
     admin_listen: Option<String>,
     backends: Option<Vec<BackendEntry>>,
     etcd: Option<EtcdTable>,
-    sims: Option<i64>,
-    down: Option<bool>,
     probe: Option<String>,
     metrics_port: Option<i64>,
     placement: Option<bool>,
@@ -229,7 +227,7 @@ fn merge(settings: &[Setting], cli: &[String]) -> Result<Vec<String>, Stop> {
         let flag = setting[0].flag;
         let dropped = given(flag)
             || match flag {
-                "--backend" | "--etcd" | "--sims" | "--down" => backends || etcd,
+                "--backend" | "--etcd" => backends || etcd,
                 "--prefix" => backends,
                 _ => false,
             };
@@ -295,8 +293,6 @@ impl Gateway {
         let on = |v: Option<bool>, when: bool| (v == Some(when)).then_some(None);
         let values = [
             ("--listen", text(self.listen)),
-            ("--sims", number(self.sims)),
-            ("--down", on(self.down, true)),
             ("--probe", text(self.probe)),
             ("--metrics-port", number(self.metrics_port)),
             ("--no-placement", on(self.placement, false)),

@@ -7,13 +7,21 @@ fn parse(args: &[&str]) -> Result<Args, Stop> {
     Args::parse(args.iter().map(|s| s.to_string()))
 }
 
+/// A backend, for the tests of other flags: the gateway needs one.
+const BACKEND: [&str; 2] = ["--backend", "http://10.0.0.1:8000"];
+
+/// `flags` after [`BACKEND`].
+fn with_backend(flags: &[&str]) -> Result<Args, Stop> {
+    parse(&[&BACKEND[..], flags].concat())
+}
+
 #[test]
 fn defaults_and_flags() {
-    let args = parse(&[]).unwrap();
+    let args = with_backend(&[]).unwrap();
     assert_eq!(args.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(args.body_limit, 64 << 20);
     assert!(args.placement && args.metrics_port.is_none());
-    assert_eq!((args.sims, args.down, args.backends.len()), (3, false, 0));
+    assert_eq!(args.backends.len(), 1);
     let args = parse(&[
         "--listen",
         "127.0.0.1:0",
@@ -51,9 +59,30 @@ fn defaults_and_flags() {
         "http://127.0.0.1:21201"
     );
     assert!(args.metrics[1].is_none());
-    let args = parse(&["--sims", "5", "--down"]).unwrap();
-    assert_eq!((args.sims, args.down), (5, true));
     assert_eq!(parse(&["--help"]), Err(Stop::Help));
+}
+
+#[test]
+fn without_backends_it_says_what_to_give() {
+    for flags in [&[][..], &["--listen", "127.0.0.1:1", "--no-placement"]] {
+        match parse(flags) {
+            Err(Stop::Error(message)) => {
+                assert!(
+                    message.starts_with("no backends: give --backend URL"),
+                    "{message}"
+                );
+                assert!(message.contains("--etcd URL --prefix P") && message.contains("`sims`"));
+            }
+            other => panic!("{flags:?}: {other:?}"),
+        }
+    }
+    // The old flags of the simulated backends are gone.
+    for gone in ["--sims", "--down"] {
+        match with_backend(&[gone, "2"]) {
+            Err(Stop::Error(message)) => assert!(message.contains("unknown flag"), "{message}"),
+            other => panic!("{gone}: {other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -71,9 +100,6 @@ fn bad_flags_are_errors_not_panics() {
             "--backend",
             "vllm-0=http://10.0.0.2:8000",
         ],
-        &["--sims", "0"],
-        &["--sims", "17"],
-        &["--sims", "-1"],
         &["--probe", "grpc"],
         &["--body-limit", "0"],
         &["--body-limit", "67108865"],
@@ -117,8 +143,6 @@ fn bad_flags_are_errors_not_panics() {
         ],
         &["--body-limit", "99999999999999999999999"],
         &["--bogus"],
-        &["--backend", "http://10.0.0.1:8000", "--down"],
-        &["--backend", "http://10.0.0.1:8000", "--sims", "2"],
         &[
             "--backend",
             "http://10.0.0.1:8000",
@@ -172,8 +196,6 @@ fn etcd_is_the_alternative_to_backend() {
             vec![&etcd[..], &prefix, &["--backend", "http://10.0.0.1:8000"]],
             "one or the other",
         ),
-        (vec![&etcd[..], &prefix, &["--down"]], "--down applies"),
-        (vec![&etcd[..], &prefix, &["--sims", "2"]], "--sims applies"),
         (
             vec![&etcd[..], &prefix, &["--metrics-port", "8082"]],
             "metrics_address",
@@ -221,20 +243,20 @@ fn etcd_is_the_alternative_to_backend() {
 
 #[test]
 fn owner_sizing_flags() {
-    let args = parse(&[]).unwrap();
+    let args = with_backend(&[]).unwrap();
     assert_eq!(
         (args.owners, args.owner_load),
         (None, None),
         "the balancer's defaults"
     );
-    let args = parse(&["--owners", "4", "--owner-load", "1.0"]).unwrap();
+    let args = with_backend(&["--owners", "4", "--owner-load", "1.0"]).unwrap();
     assert_eq!((args.owners, args.owner_load), (Some(4), Some(1.0)));
 }
 
 #[test]
 fn model_slots_are_for_the_backends_given() {
     assert_eq!(
-        parse(&[]).unwrap().model_slots,
+        with_backend(&[]).unwrap().model_slots,
         None,
         "BackendMeta's default"
     );
@@ -293,7 +315,7 @@ fn the_config_hashes_each_backend_by_its_name_and_scrapes_by_it() {
         "9090",
     ])
     .unwrap();
-    let config = args.config(Vec::new()).unwrap();
+    let config = args.config().unwrap();
     assert_eq!(
         named(&config.backends),
         [
@@ -312,21 +334,9 @@ fn the_config_hashes_each_backend_by_its_name_and_scrapes_by_it() {
 }
 
 #[test]
-fn the_config_takes_the_simulated_backends_only_without_others() {
-    let sim = |i: u16| {
-        let id = BackendId::new(&format!("sim-{i}")).unwrap();
-        (
-            id,
-            Origin::parse(&format!("http://127.0.0.1:{}", 9000 + i)).unwrap(),
-        )
-    };
-    let config = parse(&[]).unwrap().config(vec![sim(0), sim(1)]).unwrap();
-    let ids: Vec<&str> = config.backends.iter().map(|(id, _)| id.as_str()).collect();
-    assert_eq!(ids, ["sim-0", "sim-1"]);
-    // They load a model when a request names it, and say what they hold.
-    assert!(!config.placement && config.residency_header.is_some());
+fn the_config_takes_the_backends_from_etcd() {
     let etcd = parse(&["--etcd", "http://127.0.0.1:2379", "--prefix", "/m/"]).unwrap();
-    let config = etcd.config(Vec::new()).unwrap();
+    let config = etcd.config().unwrap();
     assert!(config.backends.is_empty() && config.placement);
     let members = config.etcd.expect("etcd members");
     assert_eq!(members.prefix, "/m/");
@@ -336,8 +346,6 @@ fn the_config_takes_the_simulated_backends_only_without_others() {
 fn every_flag_but_the_repeatable_ones_is_given_once() {
     for flag in [
         &["--listen", "127.0.0.1:1"][..],
-        &["--sims", "2"],
-        &["--down"],
         &["--probe", "openai"],
         &["--body-limit", "10"],
         &["--metrics-port", "9090"],
@@ -370,10 +378,6 @@ fn every_flag_but_the_repeatable_ones_is_given_once() {
         Err(Stop::Error(message)) => assert!(message.contains("--owners 3"), "{message}"),
         other => panic!("{other:?}"),
     }
-    match parse(&["--backend", "http://127.0.0.1:1", "--sims", "2"]) {
-        Err(Stop::Error(message)) => assert!(message.starts_with("--sims applies"), "{message}"),
-        other => panic!("{other:?}"),
-    }
 }
 
 #[test]
@@ -402,7 +406,7 @@ fn trust_flags_are_read_and_checked() {
     ];
     let args = parse(&tls).unwrap();
     assert_eq!(args.trust.etcd_allow, ["10.0.0.0/8", "fd00::/8"]);
-    let config = args.config(Vec::new()).unwrap();
+    let config = args.config().unwrap();
     let etcd = config.etcd.unwrap();
     assert_eq!(etcd.user.as_deref(), Some("gw"));
     assert_eq!(etcd.ca.as_deref(), Some(std::path::Path::new("/ca.pem")));

@@ -2,7 +2,7 @@
 
 /// The usage, printed for `--help` and after a bad flag.
 pub const USAGE: &str = "\
-usage: gateway [FLAGS]
+usage: gateway (--backend URL... | --etcd URL --prefix P) [FLAGS]
 
   --config FILE        the settings of the flags below, and the layers' own
                        tables ([balance], [breaker], [health], [probe],
@@ -21,8 +21,9 @@ usage: gateway [FLAGS]
                        and the name its owners are hashed by (default: the
                        origin itself), e.g. vllm-0=http://10.0.0.1:8000: a
                        server that comes back at another address keeps its
-                       models; without it (or --etcd), simulated backends
-                       start on 127.0.0.1
+                       models. --backend or --etcd is required; to try the
+                       gateway, simulated servers: `sims` (crates/sim)
+                       prints a --backend value for each
   --etcd URL           take the backends from etcd instead: a client URL such
                        as http://127.0.0.1:2379 (repeatable, one per member);
                        each record under --prefix is a backend, sent to at
@@ -44,10 +45,6 @@ usage: gateway [FLAGS]
                        address) is in this range, e.g. 10.0.0.0/8
                        (repeatable); a record outside every range, or naming
                        a host name, is refused, logged and counted invalid
-  --sims N             how many simulated backends (1..=16, default 3)
-  --down               the simulated backends answer 503 (every owner down):
-                       after a few requests the gateway answers 503 itself,
-                       with Retry-After, and so does its readiness (/health)
   --probe API          what the health probes ask: kserve (KServe v2 readiness
                        and repository, default) or openai (/v1/models); both
                        read vLLM-style /metrics

@@ -10,9 +10,9 @@
 //! cargo install --path crates/gateway    # or, from a clone: cargo run --release -p tower-model-balance-gateway --bin etcd-register --
 //! etcd-register --etcd http://127.0.0.1:2379 \
 //!     --prefix /models/backends/ --id gpu-0 --address http://10.0.0.1:8000 --ttl 5
-//! # or a simulated model server started here, in place of --address:
+//! # or a simulated model server (`sims --explicit --count 1` prints sim-0=URL):
 //! etcd-register --etcd http://127.0.0.1:2379 \
-//!     --prefix /models/backends/ --id sim-0 --sim
+//!     --prefix /models/backends/ --id sim-0 --address http://127.0.0.1:41023
 //! ```
 //!
 //! The record is schema version 1 of `tower_model_balance::discover::etcd`
@@ -22,7 +22,7 @@
 use std::process::ExitCode;
 
 use tower_model_balance_gateway::register::args::{self, Args};
-use tower_model_balance_gateway::register::sidecar::{self, Sidecar};
+use tower_model_balance_gateway::register::sidecar::Sidecar;
 use tower_model_balance_gateway::{cli, say};
 
 #[tokio::main]
@@ -46,13 +46,6 @@ async fn run(args: &Args) -> Result<(), String> {
     let sidecar = Sidecar::start(args).await?;
     let meta = sidecar.registration.meta().await;
     let address = meta.address().map(ToString::to_string).unwrap_or_default();
-    if sidecar.sim.is_some() {
-        say!(
-            "simulated model server {} on {address}, its repository {}",
-            meta.id(),
-            sidecar::SIM_MODELS.join(", ")
-        );
-    }
     say!(
         "registered {} ({address}) as {}{} under lease {:x}, ttl {} s; its resident models every {} ms",
         meta.id(),

@@ -9,11 +9,14 @@
 //!
 //! ```text
 //! cargo install --path crates/gateway    # or, from a clone: cargo run --release -p tower-model-balance-gateway --bin gateway --
-//! gateway                                # 3 simulated backends on 127.0.0.1
-//! gateway --down                         # … answering 503: watch the gateway's own 503
 //! gateway --backend http://10.0.0.1:8000 --backend http://10.0.0.2:8000
 //! gateway --etcd http://127.0.0.1:2379 --prefix /models/backends/
 //! ```
+//!
+//! To try it without model servers, the simulated ones of `crates/sim`:
+//! `sims --count 3` prints a `--backend NAME=URL` value for each (they
+//! load a model when a request names it: `--no-placement`; `sims --down`
+//! answers 503, to watch the gateway's own 503 with `Retry-After`).
 //!
 //! With `--etcd` the backends are the records under the prefix (written by
 //! `etcd-register`, or any writer of the schema in
@@ -42,9 +45,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::endpoint::Origin;
-use tower_model_balance_sim::{Fault, ModelServer, ServerConfig};
 
 use tower_model_balance_gateway::app::{self, Gateway};
 use tower_model_balance_gateway::args::{self, Args};
@@ -67,24 +67,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    // Kept alive while the gateway serves: the servers stop when dropped.
-    let mut sims = Vec::new();
-    let mut simulated = Vec::new();
-    if args.prefix.is_none() && args.backends.is_empty() {
-        for i in 0..args.sims {
-            let name = format!("sim-{i}");
-            let server = ModelServer::start(&name, ServerConfig::default())
-                .await
-                .map_err(|e| format!("starting simulated backend {name}: {e}"))?;
-            if args.down {
-                server.set_fault(Some(Fault::Unavailable));
-            }
-            let id = BackendId::new(&name).map_err(|e| e.to_string())?;
-            simulated.push((id, Origin::http(server.addr())));
-            sims.push(server);
-        }
-    }
-    let config = args.config(simulated)?;
+    let config = args.config()?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
@@ -118,14 +101,7 @@ async fn run(args: Args) -> Result<(), String> {
     let gateway = Gateway::new(config).map_err(|e| e.to_string())?;
     note!("gateway on http://{addr} → {backends}");
     note!("admin on http://{admin_addr}: /metrics, /ready, /live");
-    if args.down {
-        note!("every simulated backend answers 503 (--down)");
-    }
-    let simulated = !sims.is_empty();
-    note!(
-        "{}",
-        try_it(reachable(addr), reachable(admin_addr), simulated, args.down)
-    );
+    note!("{}", try_it(reachable(addr), reachable(admin_addr)));
     let signalled = std::sync::Arc::new(std::sync::OnceLock::new());
     let signal = shutdown_signal()?;
     let signal = {
@@ -234,29 +210,10 @@ fn reachable(addr: std::net::SocketAddr) -> std::net::SocketAddr {
     }
 }
 
-/// The curl lines printed on start: for the simulated backends, requests
-/// of their models; for real ones, the fleet's model list and metrics.
-fn try_it(
-    addr: std::net::SocketAddr,
-    admin: std::net::SocketAddr,
-    simulated: bool,
-    down: bool,
-) -> String {
-    if !simulated {
-        return format!(
-            "\nTry it (Ctrl-C or SIGTERM drains and stops):\n\n  curl -s http://{addr}/v1/models    # the models the backends' probes found\n  curl -s http://{admin}/ready\n  curl -s http://{admin}/metrics | grep '^model_balance_'\n"
-        );
-    }
-    let chat = format!(
-        "curl -s http://{addr}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\": \"llama-3-8b\", \"messages\": [{{\"role\": \"user\", \"content\": \"hi\"}}]}}'"
-    );
-    if down {
-        return format!(
-            "\nTry it (Ctrl-C stops):\n\n  # the backends' own 503s until their breakers open (3 in a row each), then the gateway's 503 with Retry-After:\n  for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} retry-after: %header{{retry-after}}\\n' \\\n    http://{addr}/v1/completions -d '{{\"model\": \"llama-3-8b\", \"prompt\": \"hi\"}}'; done\n  {}\n",
-            chat.replacen("curl -s", "curl -si", 1)
-        );
-    }
+/// The curl lines printed on start: the fleet's model list, readiness
+/// and metrics.
+fn try_it(addr: std::net::SocketAddr, admin: std::net::SocketAddr) -> String {
     format!(
-        "\nTry it (Ctrl-C stops):\n\n  {chat}\n  curl -s http://{addr}/v2/models/resnet-50/infer \\\n    -d '{{\"inputs\": [{{\"name\": \"input0\", \"datatype\": \"FP32\", \"shape\": [1], \"data\": [1.0]}}]}}'\n  # a bad model ID (holds a space): 400\n  curl -si http://{addr}/v1/completions -d '{{\"model\": \"llama 3\", \"prompt\": \"hi\"}}'\n  curl -s http://{admin}/metrics | grep '^model_balance_'\n\n  # every owner down: restart with --down\n"
+        "\nTry it (Ctrl-C or SIGTERM drains and stops):\n\n  curl -s http://{addr}/v1/models    # the models the backends' probes found\n  curl -s http://{admin}/ready\n  curl -s http://{admin}/metrics | grep '^model_balance_'\n"
     )
 }

@@ -23,12 +23,8 @@ the record's resident models as the server lists them, and deregisters
                          (required): the record is <P><ID>
   --id ID                the backend's ID (required), e.g. gpu-0
   --address URL          where the backend serves, e.g. http://10.0.0.1:8000:
-                         what gateways send to
-  --sim                  in place of --address: start a simulated model server
-                         on 127.0.0.1 and register it (KServe v2 and OpenAI
-                         routes; bge-small, llama-3-8b and resnet-50 load
-                         through its repository API, as on Triton in
-                         explicit mode: gateways with placement load them)
+                         what gateways send to (required; a simulated server:
+                         `sims --explicit` prints its NAME=URL)
   --ttl SECS             the lease's time to live (1..=3600, default 10): a
                          backend whose sidecar dies leaves every gateway
                          within it
@@ -63,11 +59,8 @@ pub struct Args {
     pub etcd: Vec<String>,
     /// `--prefix`.
     pub prefix: String,
-    /// The record: ID, address (none with `--sim`: the simulated
-    /// server's), weight, model slots, metrics address.
+    /// The record: ID, address, weight, model slots, metrics address.
     pub meta: BackendMeta,
-    /// `--sim`: register a simulated server started here.
-    pub sim: bool,
     /// `--ttl`: the lease's time to live.
     pub ttl: Duration,
     /// `--probe`.
@@ -90,17 +83,12 @@ impl Args {
         let (mut prefix, mut id, mut address, mut metrics) = (None, None, None, None);
         let (mut ttl, mut weight, mut slots, mut probe, mut interval) =
             (None, None, None, None, None);
-        let mut sim = false;
         let mut trust = Trust::default();
         let mut trust_seen: Vec<String> = Vec::new();
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
             match flag.as_str() {
                 "-h" | "--help" => return Err(Stop::Help),
-                "--sim" => {
-                    sim = true;
-                    continue;
-                }
                 _ => {}
             }
             let Some(text) = args.next() else {
@@ -168,19 +156,8 @@ impl Args {
         key_prefix(&prefix)?;
         let id = required(id, "--id")?;
         let id = BackendId::new(&id).map_err(|e| error(format!("--id `{id}`: {e}")))?;
-        let mut meta = BackendMeta::new(id);
-        match (address, sim) {
-            (Some(text), false) => meta = meta.with_address(http_origin("--address", &text)?),
-            (None, true) => {}
-            (Some(_), true) => {
-                return Err(error("--address and --sim: one or the other".into()));
-            }
-            (None, false) => {
-                return Err(error(
-                    "--address is required (or --sim, to register a simulated server)".into(),
-                ));
-            }
-        }
+        let address = required(address, "--address")?;
+        let mut meta = BackendMeta::new(id).with_address(http_origin("--address", &address)?);
         if let Some(text) = weight {
             let n = number(&text, "--weight", 1, 10_000)?;
             meta = meta
@@ -215,7 +192,6 @@ impl Args {
             etcd: etcd.iter().map(ToString::to_string).collect(),
             prefix,
             meta,
-            sim,
             ttl: Duration::from_secs(ttl as u64),
             probe,
             interval: Duration::from_millis(interval as u64),

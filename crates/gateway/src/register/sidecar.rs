@@ -4,17 +4,11 @@
 //! followed, the lease revoked at the end.
 
 use tower_model_balance::discover::etcd::Registration;
-use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{KServeV2, OpenAiModels};
 use tower_model_balance::task::BackgroundTask;
-use tower_model_balance_sim::{ModelServer, ServerConfig};
 
 use super::args::{Args, Probe};
 use crate::app::EtcdMembers;
-
-/// The models a simulated server (`--sim`) can load: those the gateway's
-/// usage examples ask for.
-pub const SIM_MODELS: [&str; 3] = ["bge-small", "llama-3-8b", "resnet-50"];
 
 /// A registered backend whose resident models are followed.
 #[derive(Debug)]
@@ -25,8 +19,6 @@ pub struct Sidecar {
     pub registration: Registration,
     /// The task that reads the server's resident models into the record.
     pub tracker: BackgroundTask,
-    /// The simulated server registered (`--sim`), serving while this lives.
-    pub sim: Option<ModelServer>,
 }
 
 impl Sidecar {
@@ -34,30 +26,11 @@ impl Sidecar {
     /// `args.ttl`, and follows the server's list of resident models every
     /// `args.interval` (its repository index, or its OpenAI model list).
     ///
-    /// With `args.sim`, first starts a simulated server named as the
-    /// backend, in explicit model-control mode with [`SIM_MODELS`] in its
-    /// repository (a model loads through its repository API, as gateways
-    /// with placement load it), and registers its address.
-    ///
     /// # Errors
     ///
-    /// etcd cannot be reached or refuses (the message says which etcd), or
-    /// the simulated server cannot start.
+    /// etcd cannot be reached or refuses (the message says which etcd).
     pub async fn start(args: &Args) -> Result<Self, String> {
-        let mut meta = args.meta.clone();
-        let mut sim = None;
-        if args.sim {
-            let config = ServerConfig::builder()
-                .explicit_load(true)
-                .repository(SIM_MODELS)
-                .build()
-                .map_err(|e| e.to_string())?;
-            let server = ModelServer::start(meta.id().as_str(), config)
-                .await
-                .map_err(|e| format!("starting the simulated server: {e}"))?;
-            meta = meta.with_address(Origin::http(server.addr()));
-            sim = Some(server);
-        }
+        let meta = args.meta.clone();
         let mut members = EtcdMembers::new(args.etcd.clone(), args.prefix.clone());
         args.trust.apply(&mut members);
         let access = members.access().map_err(|e| e.to_string())?;
@@ -76,7 +49,6 @@ impl Sidecar {
         Ok(Self {
             registration,
             tracker,
-            sim,
         })
     }
 

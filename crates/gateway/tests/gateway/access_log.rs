@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_request_gets_a_json_line_with_its_id_model_backend_and_times() {
-    let mut gateway = crate::binary::start(&["--sims", "2", "--access-log", "json"]).await;
+    let mut gateway = crate::binary::start_with_sims(2, &["--access-log", "json"]).await;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Full<Bytes>>();
     let addr = gateway.addr;
@@ -74,7 +74,7 @@ async fn each_request_gets_a_json_line_with_its_id_model_backend_and_times() {
 /// the process's own (`gw-`, a random tag, a count).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_routes_and_the_gateways_own_404_are_logged_with_an_id() {
-    let mut gateway = crate::binary::start(&["--sims", "2", "--access-log", "json"]).await;
+    let mut gateway = crate::binary::start_with_sims(2, &["--access-log", "json"]).await;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Full<Bytes>>();
     let addr = gateway.addr;
@@ -154,7 +154,7 @@ async fn a_reader_of_the_log_that_stops_reading_blocks_nothing() {
     // Its standard output is never read: the pipe (64 KiB) fills after a
     // few hundred lines. Writing lines in the request path, requests hung
     // there, and the exit after SIGTERM waited for the reader.
-    let gateway = crate::binary::start(&["--sims", "2", "--access-log", "text"]).await;
+    let gateway = crate::binary::start_with_sims(2, &["--access-log", "text"]).await;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Full<Bytes>>();
     let long_name = "m".repeat(300);

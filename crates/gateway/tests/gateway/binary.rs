@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tower_model_balance_sim::{ModelServer, ServerConfig};
 
 /// A running `gateway` process.
 pub struct Binary {
@@ -18,6 +19,37 @@ pub struct Binary {
     pub stderr: Lines<BufReader<ChildStderr>>,
     pub addr: SocketAddr,
     pub admin: SocketAddr,
+    /// The simulated servers it sends to ([`start_with_sims`]), serving
+    /// while this lives.
+    pub sims: Vec<ModelServer>,
+}
+
+/// `sims` simulated servers (`sim-0`, …) and `gateway` in front of them
+/// with `args`, as a user runs the `sims` binary and the gateway with a
+/// `--backend NAME=URL` for each (`--no-placement`: they load a model
+/// when a request names it).
+pub async fn start_with_sims(sims: usize, args: &[&str]) -> Binary {
+    let mut servers = Vec::new();
+    let mut flags = vec!["--no-placement".to_owned()];
+    for i in 0..sims {
+        let name = format!("sim-{i}");
+        let server = ModelServer::start(&name, ServerConfig::default())
+            .await
+            .unwrap();
+        flags.extend([
+            "--backend".into(),
+            format!("{name}=http://{}", server.addr()),
+        ]);
+        servers.push(server);
+    }
+    let flags: Vec<&str> = flags
+        .iter()
+        .map(String::as_str)
+        .chain(args.iter().copied())
+        .collect();
+    let mut binary = start(&flags).await;
+    binary.sims = servers;
+    binary
 }
 
 /// Starts `gateway` with `args` and `--listen`, `--admin-listen` on ports
@@ -55,6 +87,7 @@ pub async fn start(args: &[&str]) -> Binary {
         stderr,
         addr: addr.unwrap(),
         admin: admin.unwrap(),
+        sims: Vec::new(),
     }
 }
 

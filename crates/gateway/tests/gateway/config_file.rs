@@ -36,7 +36,7 @@ async fn from_file(name: &str, tables: &str, flags: &[&str]) -> Running {
     let mut argv = vec!["--config".to_owned(), path.to_str().unwrap().to_owned()];
     argv.extend(flags.iter().map(|f| f.to_string()));
     let args = Args::parse(argv).unwrap();
-    let mut config = args.config(Vec::new()).unwrap();
+    let mut config = args.config().unwrap();
     config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
     assert_eq!(
         config.backends[0].0,

@@ -135,7 +135,7 @@ async fn answers_still_open_at_the_drain_timeout_end_with_an_sse_error_event() {
 /// finishes with `[DONE]`, and it exits 0, saying so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_the_binary_which_exits_0() {
-    let mut gateway = crate::binary::start(&["--sims", "2", "--drain-timeout", "20"]).await;
+    let mut gateway = crate::binary::start_with_sims(2, &["--drain-timeout", "20"]).await;
     let (addr, admin) = (gateway.addr, gateway.admin);
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Full<Bytes>>();

@@ -121,7 +121,7 @@ async fn a_gateway_reads_etcd_over_tls_as_a_user_and_sends_only_inside_its_allow
         .unwrap();
 
     let args = Args::parse(flags(&etcd, PASSWORD)).unwrap();
-    let mut config = args.config(Vec::new()).unwrap();
+    let mut config = args.config().unwrap();
     config.residency_header = Some(protocol::RESIDENT_MODELS_HEADER);
     config.placement = false;
     config.etcd.as_ref().unwrap().check().await.unwrap();
@@ -139,7 +139,7 @@ async fn a_gateway_reads_etcd_over_tls_as_a_user_and_sends_only_inside_its_allow
 
     // A wrong password: the gateway's start-up check names it.
     let args = Args::parse(flags(&etcd, "wrong")).unwrap();
-    let config = args.config(Vec::new()).unwrap();
+    let config = args.config().unwrap();
     let error = config.etcd.as_ref().unwrap().check().await.unwrap_err();
     let error = error.downcast_ref::<EtcdError>().expect("an EtcdError");
     assert!(matches!(error, EtcdError::Auth(_)), "{error:?}");

@@ -2,13 +2,11 @@
 
 /// Each flag's key in the file (a test fails for a flag of `USAGE`
 /// missing here). `[]`: a key of each `[[gateway.backends]]` entry.
-pub(crate) const KEYS: [(&str, &str); 38] = [
+pub(crate) const KEYS: [(&str, &str); 36] = [
     ("--listen", "gateway.listen"),
     ("--backend", "gateway.backends[].url"),
     ("--etcd", "gateway.etcd.endpoints"),
     ("--prefix", "gateway.etcd.prefix"),
-    ("--sims", "gateway.sims"),
-    ("--down", "gateway.down"),
     ("--probe", "gateway.probe"),
     ("--metrics-port", "gateway.metrics_port"),
     ("--metrics", "gateway.backends[].metrics"),

@@ -40,7 +40,7 @@ fn error(name: &str, text: &str, flags: &[&str]) -> String {
 
 /// The layers' settings `args` make, as TOML.
 fn stack(args: &Args) -> toml::Table {
-    let config = args.config(Vec::new()).unwrap();
+    let config = args.config().unwrap();
     config.stack.to_toml().parse().unwrap()
 }
 
@@ -209,16 +209,15 @@ fn every_flag_of_the_usage_has_a_key_in_the_example() {
     }
 }
 
-/// The keys the example has commented out: etcd's table, the simulated
-/// backends, one metrics port for all.
+/// The keys the example has commented out: etcd's table, one metrics
+/// port for all.
 #[test]
 fn the_other_keys_read_as_their_flags() {
-    let cases: [(&str, &[&str]); 3] = [
+    let cases: [(&str, &[&str]); 2] = [
         (
             "[gateway.etcd]\nendpoints = [\"http://10.0.0.9:2379\", \"http://10.0.0.8:2379\"]\nprefix = \"/b/\"",
             &["--etcd", "http://10.0.0.9:2379", "--etcd", "http://10.0.0.8:2379", "--prefix", "/b/"],
         ),
-        ("[gateway]\nsims = 5\ndown = true", &["--sims", "5", "--down"]),
         (
             "[gateway]\nmetrics_port = 8082\nbackends = [{ url = \"http://10.0.0.1:8000\" }]",
             &["--metrics-port", "8082", "--backend", "http://10.0.0.1:8000"],
@@ -337,9 +336,9 @@ fn a_table_keeps_the_gateways_defaults_for_the_keys_it_leaves_out() {
         "defaults",
         "[breaker]\nopen_duration_ms = 2000\n\n[balance]\nowners = 3\n\n[probe]\ninterval_ms = 200\n",
     );
-    let read = parse(&["--config", &path])
+    let read = parse(&["--config", &path, "--backend", "http://10.0.0.1:80"])
         .unwrap()
-        .config(Vec::new())
+        .config()
         .unwrap()
         .stack;
     let breaker = gateway_breaker(BreakerConfig::builder().open_duration(Duration::from_secs(2)));
@@ -356,9 +355,9 @@ fn a_table_keeps_the_gateways_defaults_for_the_keys_it_leaves_out() {
         "scope",
         "[balance]\nbreaker_scope = \"backend\"\npanic_threshold = 0.5\n",
     );
-    let read = parse(&["--config", &path])
+    let read = parse(&["--config", &path, "--backend", "http://10.0.0.1:80"])
         .unwrap()
-        .config(Vec::new())
+        .config()
         .unwrap()
         .stack;
     let balance = BalanceConfig::builder().breaker(gateway_breaker(BreakerConfig::builder()));
@@ -380,10 +379,10 @@ fn a_bad_file_is_named_with_its_key_or_line() {
         ("syntax", "[gateway]\nlisten = \n", &["line 2, column"]),
         ("unknown-key", "[gateway]\nlisten = \"127.0.0.1:1\"\nlisen = 1\n", &["line 3, column 1", "unknown field `lisen`"]),
         ("unknown-table", "\n[gatway]\nlisten = 1\n", &["line 2, column", "unknown field `gatway`", "`gateway`"]),
-        ("type", "[gateway]\nsims = \"3\"\n", &["line 2, column 8"]),
+        ("type", "[gateway]\nmodel_slots = \"3\"\n", &["line 2, column 15"]),
         ("layer-key", "[gateway]\nlisten = \"127.0.0.1:1\"\n\n[breaker]\nopen_duration = 5\n\n[[gateway.backends]]\nurl = \"http://a:1\"\n", &["line 5, column 1", "unknown field `open_duration`"]),
         ("layer-type", "[[gateway.backends]]\nurl = \"http://a:1\"\n[hedge]\nmax_attempts = \"2\"\n", &["line 4, column 16"]),
-        ("range", "[gateway]\nsims = 20\n", &["`gateway.sims`: `20` is not a whole number in 1..=16"]),
+        ("range", "[gateway]\nmodel_slots = 20\n", &["`gateway.model_slots`: `20` is not a whole number in 1..=16"]),
         ("negative", "[gateway]\nmax_requests = -1\n", &["`gateway.max_requests`: `-1` is not a whole number"]),
         ("layer-range", "[balance]\nload_factor = 0.5\n", &["`balance.load_factor` must be 1.0 ..= 100.0"]),
         ("url", "[[gateway.backends]]\nurl = \"http://a:1\"\n[[gateway.backends]]\nurl = \"ftp://b\"\n", &["`gateway.backends[1].url` `ftp://b`"]),

@@ -61,11 +61,6 @@ fn required_flags_and_defaults() {
     assert_eq!(args.probe, Probe::OpenAi);
     assert_eq!(args.interval, Duration::from_millis(250));
     assert_eq!(parse(&["--help"]), Err(Stop::Help));
-    let mut sim = REQUIRED[..6].to_vec();
-    sim.push("--sim");
-    let args = parse(&sim).unwrap();
-    assert!(args.sim && args.meta.address().is_none());
-    assert!(!parse(&REQUIRED).unwrap().sim);
 }
 
 #[test]
@@ -86,7 +81,7 @@ fn bad_flags_are_errors_that_name_them() {
         (without("--prefix"), "--prefix is required"),
         (without("--id"), "--id is required"),
         (without("--address"), "--address is required"),
-        (with(&["--sim"]), "--address and --sim: one or the other"),
+        (with(&["--sim"]), "unknown flag `--sim`"),
         (with(&["--id", "gpu-1"]), "--id given twice"),
         (with(&["--etcd", "http://127.0.0.1:2379"]), "given twice"),
         (
