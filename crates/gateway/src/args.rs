@@ -11,7 +11,7 @@ use crate::app::{
     ServeConfig, Timeouts, DEFAULT_JSON_BODY_LIMIT, DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_REQUESTS,
 };
-use crate::cli::{etcd_url, key_prefix, number, origin, Stop};
+use crate::cli::Stop;
 
 pub use usage::USAGE;
 
@@ -20,10 +20,6 @@ const NO_BACKENDS: &str =
     "no backends: give --backend URL (repeatable), or --etcd URL --prefix P; \
 simulated ones to try the gateway with: `sims` (cargo run -p tower-model-balance-sim --bin sims) \
 prints a --backend value for each";
-
-/// The flags that may be given more than once (one backend or etcd
-/// endpoint each, `--metrics` for the `--backend` before it).
-const REPEATABLE: [&str; 4] = ["--backend", "--etcd", "--metrics", "--etcd-allow"];
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,237 +100,112 @@ impl Args {
         Ok(args)
     }
 
-    /// The flags in `args`, `--config` taken out.
+    /// The flags in `args`, `--config` taken out (`args/flags.rs`).
     fn parse_flags(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
+        let (flags, follows) = flags::parse(args.into_iter().collect())?;
         let mut parsed = Args {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            listen: flags
+                .listen
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
             backends: Vec::new(),
             ids: Vec::new(),
             etcd: Vec::new(),
-            prefix: None,
-            probe_openai: false,
-            body_limit: 64 * 1024 * 1024,
-            metrics_port: None,
+            prefix: flags.prefix,
+            probe_openai: flags.probe.is_some_and(|p| p.0),
+            body_limit: flags.body_limit.unwrap_or(64 * 1024 * 1024),
+            metrics_port: flags.metrics_port.and_then(|p| u16::try_from(p).ok()),
             metrics: Vec::new(),
-            placement: true,
-            admission_limit: None,
-            model_slots: None,
-            owners: None,
-            owner_load: None,
-            prefix_bytes: None,
-            session_header: None,
-            receipt_header: false,
+            placement: !flags.no_placement,
+            admission_limit: flags.admission_limit,
+            model_slots: flags.model_slots,
+            owners: flags.owners,
+            owner_load: flags.owner_load,
+            prefix_bytes: flags.prefix_bytes,
+            session_header: flags.session_header,
+            receipt_header: flags.receipt_header,
             trust: Trust::default(),
-            admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            admin_listen: flags
+                .admin_listen
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8081))),
             serve: ServeConfig::default(),
             timeouts: Timeouts::default(),
-            max_requests: DEFAULT_MAX_REQUESTS,
-            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
-            json_body_limit: DEFAULT_JSON_BODY_LIMIT,
-            access_log: AccessLog::Off,
+            max_requests: flags.max_requests.unwrap_or(DEFAULT_MAX_REQUESTS),
+            max_buffered_bytes: flags
+                .max_buffered_bytes
+                .unwrap_or(DEFAULT_MAX_BUFFERED_BYTES),
+            json_body_limit: flags.json_body_limit.unwrap_or(DEFAULT_JSON_BODY_LIMIT),
+            access_log: flags.access_log.unwrap_or(AccessLog::Off),
             tables: toml::Table::new(),
         };
-        let mut seen: Vec<String> = Vec::new();
-        let mut args = args.into_iter().peekable();
-        while let Some(flag) = args.next() {
-            // Every flag but the repeatable ones once: a second value would
-            // silently replace the first.
-            if !REPEATABLE.contains(&flag.as_str()) && flag.starts_with("--") {
-                if seen.contains(&flag) {
-                    return Err(Stop::Error(format!("{flag} given twice")));
-                }
-                seen.push(flag.clone());
-            }
-            // A flag's value; the next flag is none (`--listen --admin-listen
-            // X` names `--listen`, not `--admin-listen`).
-            let mut value = |name: &str| {
-                args.next_if(|next| !next.starts_with("--"))
-                    .ok_or_else(|| Stop::Error(format!("{name} needs a value")))
+        let serve = &mut parsed.serve;
+        serve.drain_timeout = flags.drain_timeout.unwrap_or(serve.drain_timeout);
+        serve.max_connections = flags.max_connections.unwrap_or(serve.max_connections);
+        serve.header_timeout = flags.header_timeout.unwrap_or(serve.header_timeout);
+        let timeouts = &mut parsed.timeouts;
+        timeouts.connect = flags.connect_timeout.unwrap_or(timeouts.connect);
+        timeouts.first_token = flags.first_token_timeout.unwrap_or(timeouts.first_token);
+        timeouts.idle = flags.idle_timeout.unwrap_or(timeouts.idle);
+        timeouts.request = flags.request_timeout.unwrap_or(timeouts.request);
+        if let Some(secs) = flags.unresponsive_after {
+            timeouts.unresponsive = Duration::from_secs(secs as u64);
+        }
+        for (id, origin) in flags.backend {
+            let text = match id.as_str() == origin.to_string() {
+                true => origin.to_string(),
+                false => format!("{id}={origin}"),
             };
-            match flag.as_str() {
-                "-h" | "--help" => return Err(Stop::Help),
-                "-V" | "--version" => return Err(Stop::Version),
-                "--listen" => parsed.listen = address(&value("--listen")?, "--listen")?,
-                "--admin-listen" => {
-                    parsed.admin_listen = address(&value("--admin-listen")?, "--admin-listen")?;
+            if parsed.backends.iter().any(|b| same_backend(b, &origin)) {
+                return Err(Stop::Error(format!(
+                    "--backend `{text}` given twice: each backend once"
+                )));
+            }
+            if parsed.ids.contains(&id) {
+                return Err(Stop::Error(format!(
+                    "--backend `{text}`: another backend is named `{id}`"
+                )));
+            }
+            parsed.backends.push(origin);
+            parsed.ids.push(id);
+            parsed.metrics.push(None);
+        }
+        for (metrics, follows) in flags.metrics.into_iter().zip(follows) {
+            match follows.map(|at| &mut parsed.metrics[at]) {
+                Some(slot @ None) => *slot = Some(metrics),
+                Some(Some(_)) => {
+                    return Err(Stop::Error(format!(
+                        "--metrics `{metrics}`: the --backend before it has one already"
+                    )))
                 }
-                "--drain-timeout" => {
-                    parsed.serve.drain_timeout = seconds(&value(&flag)?, &flag, 86_400)?;
+                None => {
+                    return Err(Stop::Error(format!(
+                        "--metrics `{metrics}` goes after the --backend it is for"
+                    )))
                 }
-                "--connect-timeout" => {
-                    parsed.timeouts.connect = seconds(&value(&flag)?, &flag, 300)?;
-                }
-                "--first-token-timeout" => {
-                    parsed.timeouts.first_token = seconds(&value(&flag)?, &flag, 3_600)?;
-                }
-                "--idle-timeout" => {
-                    parsed.timeouts.idle = seconds(&value(&flag)?, &flag, 3_600)?;
-                }
-                "--request-timeout" => {
-                    parsed.timeouts.request = seconds(&value(&flag)?, &flag, 86_400)?;
-                }
-                "--unresponsive-after" => {
-                    let secs = number(&value(&flag)?, &flag, 0, 3_600)?;
-                    parsed.timeouts.unresponsive = Duration::from_secs(secs as u64);
-                }
-                "--max-connections" => {
-                    parsed.serve.max_connections = number(&value(&flag)?, &flag, 1, 1_000_000)?;
-                }
-                "--header-timeout" => {
-                    parsed.serve.header_timeout = seconds(&value(&flag)?, &flag, 3_600)?;
-                }
-                "--max-requests" => {
-                    parsed.max_requests = number(&value(&flag)?, &flag, 1, 1_000_000)?;
-                }
-                "--max-buffered-bytes" => {
-                    parsed.max_buffered_bytes = number(&value(&flag)?, &flag, 1024, 64 << 30)?;
-                }
-                "--access-log" => {
-                    parsed.access_log = match value(&flag)?.as_str() {
-                        "off" => AccessLog::Off,
-                        "text" => AccessLog::Text,
-                        "json" => AccessLog::Json,
-                        other => {
-                            return Err(Stop::Error(format!(
-                                "--access-log: `{other}` is none of off, text, json"
-                            )))
-                        }
-                    };
-                }
-                "--json-body-limit" => {
-                    parsed.json_body_limit = number(&value(&flag)?, &flag, 1, 64 * 1024 * 1024)?;
-                }
-                "--backend" => {
-                    let text = value("--backend")?;
-                    let (id, origin) = named_backend(&text)?;
-                    if parsed.backends.iter().any(|b| same_backend(b, &origin)) {
-                        return Err(Stop::Error(format!(
-                            "--backend `{text}` given twice: each backend once"
-                        )));
-                    }
-                    if parsed.ids.contains(&id) {
-                        return Err(Stop::Error(format!(
-                            "--backend `{text}`: another backend is named `{id}`"
-                        )));
-                    }
-                    parsed.backends.push(origin);
-                    parsed.ids.push(id);
-                    parsed.metrics.push(None);
-                }
-                "--etcd" => {
-                    let text = value("--etcd")?;
-                    let url = etcd_url(&text)?;
-                    if parsed.etcd.iter().any(|e| same_backend(e, &url)) {
-                        return Err(Stop::Error(format!(
-                            "--etcd `{text}` given twice: each endpoint once"
-                        )));
-                    }
-                    parsed.etcd.push(url);
-                }
-                "--prefix" => {
-                    let text = value("--prefix")?;
-                    key_prefix(&text)?;
-                    parsed.prefix = Some(text);
-                }
-                "--metrics" => {
-                    let text = value("--metrics")?;
-                    let origin = Origin::parse(&text)
-                        .map_err(|e| Stop::Error(format!("--metrics `{text}`: {e}")))?;
-                    match parsed.metrics.last_mut() {
-                        Some(slot @ None) => *slot = Some(origin),
-                        Some(Some(_)) => {
-                            return Err(Stop::Error(format!(
-                                "--metrics `{text}`: the --backend before it has one already"
-                            )))
-                        }
-                        None => {
-                            return Err(Stop::Error(format!(
-                                "--metrics `{text}` goes after the --backend it is for"
-                            )))
-                        }
-                    }
-                }
-                "--probe" => {
-                    parsed.probe_openai = match value("--probe")?.as_str() {
-                        "kserve" => false,
-                        "openai" => true,
-                        other => {
-                            return Err(Stop::Error(format!(
-                                "--probe: `{other}` is neither kserve nor openai"
-                            )))
-                        }
-                    }
-                }
-                "--body-limit" => {
-                    parsed.body_limit = number(
-                        &value("--body-limit")?,
-                        "--body-limit",
-                        1,
-                        // The route layer's largest limit: 64 MiB.
-                        64 * 1024 * 1024,
-                    )?;
-                }
-                "--metrics-port" => {
-                    let port = number(&value("--metrics-port")?, "--metrics-port", 1, 65535)?;
-                    parsed.metrics_port = u16::try_from(port).ok();
-                }
-                "--no-placement" => parsed.placement = false,
-                "--prefix-bytes" => {
-                    let n = number(&value("--prefix-bytes")?, "--prefix-bytes", 1, 65_536)?;
-                    parsed.prefix_bytes = Some(n);
-                }
-                "--session-header" => {
-                    let text = value("--session-header")?;
-                    let name = http::HeaderName::try_from(text.as_str()).map_err(|_| {
-                        Stop::Error(format!("--session-header: `{text}` is not a header name"))
-                    })?;
-                    // The gateway strips the routing headers: a session
-                    // there would never be read.
-                    if ["x-model-id", "x-request-kind", "x-urgency"].contains(&name.as_str()) {
-                        return Err(Stop::Error(format!(
-                            "--session-header: `{name}` is a routing header, which the gateway strips"
-                        )));
-                    }
-                    parsed.session_header = Some(name);
-                }
-                "--receipt-header" => parsed.receipt_header = true,
-                trust if Trust::FLAGS.contains(&trust) => {
-                    parsed.trust.parse(trust, value(trust)?)?;
-                }
-                "--admission-limit" => {
-                    let limit = value("--admission-limit")?;
-                    parsed.admission_limit =
-                        Some(number(&limit, "--admission-limit", 1, 1_000_000)?);
-                }
-                "--model-slots" => {
-                    let n = number(&value("--model-slots")?, "--model-slots", 1, 16)?;
-                    parsed.model_slots = Some(n);
-                }
-                "--owners" => {
-                    let k = number(&value("--owners")?, "--owners", 1, 1024)?;
-                    parsed.owners = Some(k);
-                }
-                "--owner-load" => {
-                    let text = value("--owner-load")?;
-                    let load = match text.parse::<f64>() {
-                        Ok(x) if x > 0.0 && x <= 1.25 => x,
-                        _ => {
-                            return Err(Stop::Error(format!(
-                                "--owner-load: `{text}` is not a number above 0 and up to 1.25"
-                            )))
-                        }
-                    };
-                    parsed.owner_load = Some(load);
-                }
-                other => {
-                    let hint = match other.split_once('=') {
-                        Some((flag, value)) if flag.starts_with("--") => {
-                            format!(" (a value follows its flag after a space: {flag} {value})")
-                        }
-                        _ => String::new(),
-                    };
-                    return Err(Stop::Error(format!("unknown flag `{other}`{hint}")));
-                }
+            }
+        }
+        for url in flags.etcd {
+            if parsed.etcd.iter().any(|e| same_backend(e, &url)) {
+                return Err(Stop::Error(format!(
+                    "--etcd `{url}` given twice: each endpoint once"
+                )));
+            }
+            parsed.etcd.push(url);
+        }
+        let trust = [
+            ("--backend-ca", flags.backend_ca),
+            ("--etcd-ca", flags.etcd_ca),
+            ("--etcd-cert", flags.etcd_cert),
+            ("--etcd-key", flags.etcd_key),
+            ("--etcd-user", flags.etcd_user),
+            ("--etcd-password-file", flags.etcd_password_file),
+        ];
+        let allow = flags
+            .etcd_allow
+            .into_iter()
+            .map(|r| ("--etcd-allow", Some(r)));
+        for (flag, value) in trust.into_iter().chain(allow) {
+            if let Some(value) = value {
+                parsed.trust.parse(flag, value)?;
             }
         }
         if parsed.model_slots.is_some() && !parsed.etcd.is_empty() {
@@ -377,37 +248,6 @@ impl Args {
     }
 }
 
-/// `text` as a socket address, for `flag`.
-fn address(text: &str, flag: &str) -> Result<SocketAddr, Stop> {
-    text.parse().map_err(|_| {
-        Stop::Error(format!(
-            "{flag}: `{text}` is not an address like 127.0.0.1:8080"
-        ))
-    })
-}
-
-/// `text` as whole seconds in `1..=max`, for `flag`.
-fn seconds(text: &str, flag: &str, max: usize) -> Result<Duration, Stop> {
-    let secs = number(text, flag, 1, max)?;
-    Ok(Duration::from_secs(secs as u64))
-}
-
-/// A `--backend`'s `[NAME=]URL`: its ID (the name, else the origin
-/// written out) and its origin. A `=` before any `:` or `/` ends a name.
-fn named_backend(text: &str) -> Result<(BackendId, Origin), Stop> {
-    let (name, url) = match text.split_once('=') {
-        Some((name, url)) if !name.contains([':', '/']) => (Some(name), url),
-        _ => (None, text),
-    };
-    let origin = origin("--backend", url)?;
-    let id = match name {
-        Some(name) => BackendId::new(name),
-        None => BackendId::new(&origin.to_string()),
-    }
-    .map_err(|e| Stop::Error(format!("--backend `{text}`: {e}")))?;
-    Ok((id, origin))
-}
-
 /// Whether two origins name the same backend (or etcd member): the same scheme, host (any
 /// case) and port, the scheme's default port when none is written
 /// (`http://a` is `http://a:80`; `http://a:01` is `http://a:1`).
@@ -432,6 +272,7 @@ mod config;
 mod trust;
 pub use trust::Trust;
 mod file;
+mod flags;
 #[cfg(test)]
 mod tests;
 mod usage;

@@ -147,7 +147,12 @@ pub(super) fn parse(args: Vec<String>) -> Result<Args, Stop> {
 /// `--config`'s value, and the other flags.
 fn take_config(args: Vec<String>) -> Result<(Option<String>, Vec<String>), Stop> {
     let (mut path, mut rest) = (None, Vec::new());
-    let mut args = args.into_iter();
+    // `--flag=value` as `--flag value`: the file's flags are dropped by
+    // the name the command line gives.
+    let mut args = args.into_iter().flat_map(|arg| match arg.split_once('=') {
+        Some((flag, value)) if flag.starts_with("--") => vec![flag.to_owned(), value.to_owned()],
+        _ => vec![arg],
+    });
     while let Some(arg) = args.next() {
         if arg != "--config" {
             rest.push(arg);
