@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use clap::Parser as _;
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -30,7 +31,7 @@ use tower::{Service, ServiceExt as _};
 use tower_model_balance::endpoint::{strip_hop_by_hop, Origin, SetOrigin};
 
 use crate::app::backend_client;
-use crate::cli::{http_origin, Stop};
+use crate::cli::{clap_error, http_origin, message, Stop};
 
 /// The usage, printed for `--help` and after a bad flag.
 pub const USAGE: &str = "\
@@ -48,6 +49,26 @@ usage: bare-proxy --backend URL [--backend URL ...] [--listen ADDR]
 /// robin).
 pub const STEER_HEADER: http::HeaderName = http::HeaderName::from_static("x-bare-backend");
 
+/// The command line as clap reads it, each value checked; `USAGE` is its
+/// help.
+#[derive(Debug, clap::Parser)]
+#[command(name = "bare-proxy", disable_version_flag = true)]
+struct Flags {
+    #[arg(long, value_parser = listen)]
+    listen: Option<SocketAddr>,
+    #[arg(long, value_parser = backend)]
+    backend: Vec<Origin>,
+}
+
+fn listen(text: &str) -> Result<SocketAddr, String> {
+    text.parse()
+        .map_err(|_| format!("--listen: `{text}` is not an address like 127.0.0.1:8080"))
+}
+
+fn backend(text: &str) -> Result<Origin, String> {
+    http_origin("--backend", text).map_err(message)
+}
+
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Args {
@@ -64,31 +85,11 @@ impl Args {
     ///
     /// `--help`, or a bad flag: the message names it.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
-        let mut listen = None;
-        let mut backends = Vec::new();
-        let mut args = args.into_iter();
-        while let Some(flag) = args.next() {
-            let mut value = |name: &str| {
-                args.next()
-                    .ok_or_else(|| Stop::Error(format!("{name} needs a value")))
-            };
-            match flag.as_str() {
-                "-h" | "--help" => return Err(Stop::Help),
-                "--listen" if listen.is_some() => {
-                    return Err(Stop::Error("--listen given twice".to_owned()))
-                }
-                "--listen" => {
-                    let text = value("--listen")?;
-                    listen = Some(text.parse().map_err(|_| {
-                        Stop::Error(format!(
-                            "--listen: `{text}` is not an address like 127.0.0.1:8080"
-                        ))
-                    })?);
-                }
-                "--backend" => backends.push(http_origin("--backend", &value("--backend")?)?),
-                other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
-            }
-        }
+        let argv = std::iter::once("bare-proxy".to_owned()).chain(args);
+        let Flags {
+            listen,
+            backend: backends,
+        } = Flags::try_parse_from(argv).map_err(clap_error)?;
         if backends.is_empty() {
             return Err(Stop::Error("give at least one --backend".to_owned()));
         }

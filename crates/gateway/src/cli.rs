@@ -1,7 +1,8 @@
-//! What the two binaries' command lines share: why parsing stopped, the
+//! What the binaries' command lines share: why parsing stopped, the
 //! checks of a number, an `http://` origin, an etcd client URL and a key
-//! prefix (each error naming its flag), the usage on `--help` or a bad
-//! flag, the warnings on stderr, `say!` and `note!`.
+//! prefix (each error naming its flag), clap's errors in the same words,
+//! the usage on `--help` or a bad flag, the warnings on stderr, `say!`
+//! and `note!`.
 
 use std::process::ExitCode;
 
@@ -71,6 +72,54 @@ pub fn parse_or_exit<T>(
             Err(ExitCode::from(2))
         }
     }
+}
+
+/// A check's error as a clap value parser returns it: its message.
+pub fn message(stop: Stop) -> String {
+    match stop {
+        Stop::Error(message) => message,
+        Stop::Help | Stop::Version => String::new(),
+    }
+}
+
+/// clap's error in the binaries' words: the message of a value's check,
+/// `FLAG needs a value`, `FLAG given twice`, `unknown flag`; `--help`
+/// and `--version` as [`Stop::Help`] and [`Stop::Version`].
+pub fn clap_error(error: clap::Error) -> Stop {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let context = |kind| match error.get(kind) {
+        Some(ContextValue::String(s)) => s.clone(),
+        Some(ContextValue::Strings(s)) => s.join(", "),
+        _ => String::new(),
+    };
+    // `--listen <ADDR>`: the flag alone.
+    let arg = context(ContextKind::InvalidArg);
+    let flag = arg.split_whitespace().next().unwrap_or_default().to_owned();
+    match error.kind() {
+        ErrorKind::DisplayHelp => return Stop::Help,
+        ErrorKind::DisplayVersion => return Stop::Version,
+        ErrorKind::ValueValidation => {
+            if let Some(source) = std::error::Error::source(&error) {
+                return Stop::Error(source.to_string());
+            }
+        }
+        ErrorKind::InvalidValue if context(ContextKind::InvalidValue).is_empty() => {
+            return Stop::Error(format!("{flag} needs a value"));
+        }
+        // No flags conflict but a flag with itself.
+        ErrorKind::ArgumentConflict => return Stop::Error(format!("{flag} given twice")),
+        ErrorKind::UnknownArgument => {
+            let hint = match context(ContextKind::SuggestedArg) {
+                hint if hint.is_empty() => String::new(),
+                hint => format!(" (did you mean {hint}?)"),
+            };
+            return Stop::Error(format!("unknown flag `{arg}`{hint}"));
+        }
+        _ => {}
+    }
+    let text = error.render().to_string();
+    let text = text.lines().next().unwrap_or_default();
+    Stop::Error(text.trim_start_matches("error: ").to_owned())
 }
 
 /// The crate's warnings (a backend discovery ignored, a probe or a load

@@ -7,13 +7,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory as _, FromArgMatches as _, Parser};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
 
 use crate::app::access_log::AccessLog;
-use crate::cli::{etcd_url, key_prefix, number, origin, Stop};
+use crate::cli::{clap_error, etcd_url, key_prefix, message, number, origin, Stop};
 
 /// The command line, each value checked; `USAGE` is its help.
 #[derive(Debug, Parser)]
@@ -106,8 +105,10 @@ pub(super) struct OpenAi(pub bool);
 /// `--metrics` the index of the `--backend` it follows.
 pub(super) fn parse(argv: Vec<String>) -> Result<(Flags, Vec<Option<usize>>), Stop> {
     let argv = std::iter::once("gateway".to_owned()).chain(argv);
-    let matches = Flags::command().try_get_matches_from(argv).map_err(stop)?;
-    let flags = Flags::from_arg_matches(&matches).map_err(stop)?;
+    let matches = Flags::command()
+        .try_get_matches_from(argv)
+        .map_err(clap_error)?;
+    let flags = Flags::from_arg_matches(&matches).map_err(clap_error)?;
     let at = |id: &str| -> Vec<usize> { matches.indices_of(id).into_iter().flatten().collect() };
     let backends = at("backend");
     let follows = at("metrics")
@@ -117,53 +118,8 @@ pub(super) fn parse(argv: Vec<String>) -> Result<(Flags, Vec<Option<usize>>), St
     Ok((flags, follows))
 }
 
-/// clap's error in the gateway's words: the message of a value's check,
-/// `FLAG needs a value`, `FLAG given twice`, `unknown flag`.
-fn stop(error: clap::Error) -> Stop {
-    let context = |kind| match error.get(kind) {
-        Some(ContextValue::String(s)) => s.clone(),
-        Some(ContextValue::Strings(s)) => s.join(", "),
-        _ => String::new(),
-    };
-    // `--listen <ADDR>`: the flag alone.
-    let arg = context(ContextKind::InvalidArg);
-    let flag = arg.split_whitespace().next().unwrap_or_default().to_owned();
-    match error.kind() {
-        ErrorKind::DisplayHelp => return Stop::Help,
-        ErrorKind::DisplayVersion => return Stop::Version,
-        ErrorKind::ValueValidation => {
-            if let Some(source) = std::error::Error::source(&error) {
-                return Stop::Error(source.to_string());
-            }
-        }
-        ErrorKind::InvalidValue if context(ContextKind::InvalidValue).is_empty() => {
-            return Stop::Error(format!("{flag} needs a value"));
-        }
-        // No flags conflict but a flag with itself.
-        ErrorKind::ArgumentConflict => return Stop::Error(format!("{flag} given twice")),
-        ErrorKind::UnknownArgument => {
-            let hint = match context(ContextKind::SuggestedArg) {
-                hint if hint.is_empty() => String::new(),
-                hint => format!(" (did you mean {hint}?)"),
-            };
-            return Stop::Error(format!("unknown flag `{arg}`{hint}"));
-        }
-        _ => {}
-    }
-    let text = error.render().to_string();
-    let text = text.lines().next().unwrap_or_default();
-    Stop::Error(text.trim_start_matches("error: ").to_owned())
-}
-
 /// A check of a value: `Stop`'s message.
 type Check<T> = Result<T, String>;
-
-fn message(stop: Stop) -> String {
-    match stop {
-        Stop::Error(message) => message,
-        Stop::Help | Stop::Version => String::new(),
-    }
-}
 
 /// `text` as a whole number in `min..=max`, for `flag`.
 fn whole(flag: &'static str, min: usize, max: usize) -> impl Fn(&str) -> Check<usize> + Clone {

@@ -29,18 +29,9 @@ pub struct Trust {
 }
 
 impl Trust {
-    /// The flags read here, each with a value.
-    pub(crate) const FLAGS: [&'static str; 7] = [
-        "--backend-ca",
-        "--etcd-ca",
-        "--etcd-cert",
-        "--etcd-key",
-        "--etcd-user",
-        "--etcd-password-file",
-        "--etcd-allow",
-    ];
-
-    /// Reads `flag`'s `value` (a flag of [`FLAGS`](Self::FLAGS)).
+    /// Reads `flag`'s `value` (`--backend-ca`, `--etcd-ca`, `--etcd-cert`,
+    /// `--etcd-key`, `--etcd-user`, `--etcd-password-file` or
+    /// `--etcd-allow`).
     pub(crate) fn parse(&mut self, flag: &str, value: String) -> Result<(), Stop> {
         let path = || {
             if value.is_empty() {

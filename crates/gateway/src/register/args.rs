@@ -2,12 +2,13 @@
 
 use std::time::Duration;
 
+use clap::Parser;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::BackendMeta;
 use tower_model_balance::endpoint::Origin;
 
 use crate::args::Trust;
-use crate::cli::{etcd_url, http_origin, key_prefix, number, Stop};
+use crate::cli::{clap_error, etcd_url, http_origin, key_prefix, message, number, Stop};
 
 /// The usage, printed for `--help` and after a bad flag.
 pub const USAGE: &str = "\
@@ -52,6 +53,49 @@ pub enum Probe {
     OpenAi,
 }
 
+/// The command line as clap reads it; each value checked in
+/// [`Args::parse`]. `USAGE` is its help.
+#[derive(Debug, Parser)]
+#[command(name = "etcd-register", disable_version_flag = true)]
+struct Flags {
+    #[arg(long, value_parser = etcd)]
+    etcd: Vec<Origin>,
+    #[arg(long)]
+    prefix: Option<String>,
+    #[arg(long)]
+    id: Option<String>,
+    #[arg(long)]
+    address: Option<String>,
+    #[arg(long)]
+    metrics_address: Option<String>,
+    #[arg(long, allow_negative_numbers = true)]
+    ttl: Option<String>,
+    #[arg(long, allow_negative_numbers = true)]
+    weight: Option<String>,
+    #[arg(long, allow_negative_numbers = true)]
+    model_slots: Option<String>,
+    #[arg(long)]
+    probe: Option<String>,
+    #[arg(long, allow_negative_numbers = true)]
+    interval: Option<String>,
+    // The gateway's etcd flags, but the allow-list (a writer names its
+    // own address).
+    #[arg(long)]
+    etcd_ca: Option<String>,
+    #[arg(long)]
+    etcd_cert: Option<String>,
+    #[arg(long)]
+    etcd_key: Option<String>,
+    #[arg(long)]
+    etcd_user: Option<String>,
+    #[arg(long)]
+    etcd_password_file: Option<String>,
+}
+
+fn etcd(text: &str) -> Result<Origin, String> {
+    etcd_url(text).map_err(message)
+}
+
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Args {
@@ -79,70 +123,38 @@ impl Args {
     ///
     /// `--help`, or a bad flag (the message names it).
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
+        let argv = std::iter::once("etcd-register".to_owned()).chain(args);
+        let flags = Flags::try_parse_from(argv).map_err(clap_error)?;
         let mut etcd: Vec<Origin> = Vec::new();
-        let (mut prefix, mut id, mut address, mut metrics) = (None, None, None, None);
-        let (mut ttl, mut weight, mut slots, mut probe, mut interval) =
-            (None, None, None, None, None);
-        let mut trust = Trust::default();
-        let mut trust_seen: Vec<String> = Vec::new();
-        let mut args = args.into_iter();
-        while let Some(flag) = args.next() {
-            match flag.as_str() {
-                "-h" | "--help" => return Err(Stop::Help),
-                _ => {}
+        for url in flags.etcd {
+            if etcd.contains(&url) {
+                return Err(error(format!("--etcd `{url}` given twice")));
             }
-            let Some(text) = args.next() else {
-                return Err(match flag.as_str() {
-                    "--etcd"
-                    | "--prefix"
-                    | "--id"
-                    | "--address"
-                    | "--ttl"
-                    | "--weight"
-                    | "--model-slots"
-                    | "--metrics-address"
-                    | "--probe"
-                    | "--interval"
-                    | "--etcd-ca"
-                    | "--etcd-cert"
-                    | "--etcd-key"
-                    | "--etcd-user"
-                    | "--etcd-password-file" => error(format!("{flag} needs a value")),
-                    _ => error(format!("unknown flag `{flag}`")),
-                });
-            };
-            // Every flag but --etcd once.
-            let once = |slot: &mut Option<String>| match slot.replace(text.clone()) {
-                Some(_) => Err(error(format!("{flag} given twice"))),
-                None => Ok(()),
-            };
-            match flag.as_str() {
-                "--etcd" => {
-                    let url = etcd_url(&text)?;
-                    if etcd.contains(&url) {
-                        return Err(error(format!("--etcd `{text}` given twice")));
-                    }
-                    etcd.push(url);
-                }
-                "--prefix" => once(&mut prefix)?,
-                "--id" => once(&mut id)?,
-                "--address" => once(&mut address)?,
-                "--metrics-address" => once(&mut metrics)?,
-                "--ttl" => once(&mut ttl)?,
-                "--weight" => once(&mut weight)?,
-                "--model-slots" => once(&mut slots)?,
-                "--probe" => once(&mut probe)?,
-                "--interval" => once(&mut interval)?,
-                // The gateway's etcd flags, but the allow-list (a writer
-                // names its own address).
-                etcd_flag if Trust::FLAGS[1..6].contains(&etcd_flag) => {
-                    if trust_seen.contains(&flag) {
-                        return Err(error(format!("{flag} given twice")));
-                    }
-                    trust_seen.push(flag.clone());
-                    trust.parse(etcd_flag, text)?;
-                }
-                other => return Err(error(format!("unknown flag `{other}`"))),
+            etcd.push(url);
+        }
+        let Flags {
+            prefix,
+            id,
+            address,
+            metrics_address: metrics,
+            ttl,
+            weight,
+            model_slots: slots,
+            probe,
+            interval,
+            ..
+        } = flags;
+        let mut trust = Trust::default();
+        let etcd_flags = [
+            ("--etcd-ca", flags.etcd_ca),
+            ("--etcd-cert", flags.etcd_cert),
+            ("--etcd-key", flags.etcd_key),
+            ("--etcd-user", flags.etcd_user),
+            ("--etcd-password-file", flags.etcd_password_file),
+        ];
+        for (flag, value) in etcd_flags {
+            if let Some(value) = value {
+                trust.parse(flag, value)?;
             }
         }
         if etcd.is_empty() {
