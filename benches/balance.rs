@@ -94,7 +94,8 @@ use tower::buffer::Buffer;
 use tower::discover::ServiceList;
 use tower::load::PeakEwmaDiscover;
 use tower::{Service, ServiceExt};
-use tower_model_balance::balance::{BackendMeta, BalancerHandle};
+use tower_model_balance::backend::BackendMeta;
+use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance_test_support::ready;
 
 use ready::Ready;

@@ -87,7 +87,7 @@ pub struct SetOrigin<S> {
 
 /// Where a backend is reached: an `http://` or `https://` scheme and a host
 /// with an optional port, nothing else. Backend metadata carries one
-/// ([`BackendMeta::with_address`](crate::balance::BackendMeta::with_address));
+/// ([`BackendMeta::with_address`](crate::backend::BackendMeta::with_address));
 /// probes and [`SetOrigin`] send to it.
 ///
 /// ```

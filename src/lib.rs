@@ -48,8 +48,8 @@
 //!
 //! ```
 //! use tower::{discover::ServiceList, service_fn, ServiceExt};
-//! use tower_model_balance::backend::BackendId;
-//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//! use tower_model_balance::backend::{Backend, BackendId};
+//! use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {
 //! // One endpoint per backend; in production a hyper-util client behind

@@ -6,8 +6,8 @@
 //! use std::time::Duration;
 //! use futures_util::stream;
 //! use tower::discover::Change;
-//! use tower_model_balance::backend::BackendId;
-//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//! use tower_model_balance::backend::{Backend, BackendId};
+//! use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let gpu = Backend::new(BackendId::new("gpu-0").unwrap(), "10.0.0.1:8000");

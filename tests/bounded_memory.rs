@@ -8,8 +8,8 @@
 
 use futures_util::stream;
 use tower::discover::Change;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, BreakerScope, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, BreakerScope, ModelBalancer};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::route::{ModelId, RouteInfo};
 use tower_model_balance_test_support::live_heap;

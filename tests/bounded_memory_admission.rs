@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tower::discover::ServiceList;
 use tower::{service_fn, BoxError, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{AdmissionConfig, Backend, BalanceConfig, Limit, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{AdmissionConfig, BalanceConfig, Limit, ModelBalancer};
 use tower_model_balance::error::Overloaded;
 use tower_model_balance_test_support::live_heap;
 

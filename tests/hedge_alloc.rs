@@ -13,8 +13,8 @@ use std::task::{Context, Poll, Waker};
 
 use tower::discover::ServiceList;
 use tower::{Layer, Service};
-use tower_model_balance::backend::{BackendId, PickedSlot};
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId, PickedSlot};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
 use tower_model_balance_test_support::counting_alloc::{Counting, ALLOCATIONS};
 use tower_model_balance_test_support::ready::{idle_runtime, request, Ready};

@@ -28,7 +28,8 @@ async fn the_client_stack_against_mlserver() {
     use http_body_util::{BodyExt, Full};
     use tower::discover::ServiceList;
     use tower::{ServiceBuilder, ServiceExt};
-    use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
+    use tower_model_balance::backend::{Backend, BackendMeta};
+    use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
     use tower_model_balance::endpoint::SetOrigin;
     use tower_model_balance::health::probe::{
         KServeV2, MetricNames, ProbeConfig, PrometheusMetrics,

@@ -8,10 +8,8 @@ use tower::balance::p2c::Balance;
 use tower::buffer::Buffer;
 use tower::discover::ServiceList;
 use tower::load::{CompleteOnResponse, PeakEwmaDiscover};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalanceStats, ModelBalancer,
-};
+use tower_model_balance::backend::{Backend, BackendId, BackendMeta};
+use tower_model_balance::balance::{BalanceConfig, BalanceStats, ModelBalancer};
 
 use crate::ready::{self, Ready};
 use crate::{P2c, P2cBuffer};

@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use tower::{Layer, ServiceBuilder, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, CircuitBreakerLayer};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::discover::Static;

@@ -9,9 +9,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng as _, RngCore, SeedableRng};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tower_model_balance::backend::BackendId;
+use tower_model_balance::backend::{Backend, BackendId, BackendMeta};
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, Guard, ModelBalancer, StagingConfig,
+    BalanceConfig, BalancerHandle, Guard, ModelBalancer, StagingConfig,
 };
 use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::classify::Outcome;

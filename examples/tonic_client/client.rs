@@ -25,10 +25,8 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 use tonic_prost::ProstCodec;
 use tower::discover::ServiceList;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ResidencyHeader,
-};
+use tower_model_balance::backend::{Backend, BackendId, BackendMeta};
+use tower_model_balance::balance::{BalanceConfig, BalancerHandle, ModelBalancer, ResidencyHeader};
 use tower_model_balance::breaker::BreakerConfig;
 use tower_model_balance::classify::Classifier;
 use tower_model_balance::error::BoxError;

@@ -18,7 +18,7 @@
 //! * [`BackendMeta`] and [`Backend`] (`backend/meta.rs`) — what a
 //!   discovery source yields: metadata (weight, model slots, resident
 //!   models, addresses) and the endpoint; the balancer takes them from
-//!   any `tower::discover::Discover` (also re-exported from `balance`);
+//!   any `tower::discover::Discover`;
 //! * [`PickedSlot`] and [`Exclude`] (`backend/extensions.rs`) — request
 //!   extensions through which a hedge or a retry and the balancer pass a
 //!   backend.

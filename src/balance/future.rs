@@ -5,7 +5,8 @@
 //! use tower::{discover::ServiceList, service_fn, Service, ServiceExt};
 //! use tower_model_balance::backend::BackendId;
 //! use tower_model_balance::balance::future::ResponseFuture;
-//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//! use tower_model_balance::backend::Backend;
+//! use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let gpu = service_fn(|_req: http::Request<String>| async {

@@ -137,7 +137,7 @@ impl BalancerHandle {
     /// request; load signals feed its capacity term
     /// until three evaluation intervals old; resident models, when listed,
     /// are the server's own list (its first `model_slots` models: see
-    /// [`BackendMeta::with_model_slots`](crate::balance::BackendMeta::with_model_slots),
+    /// [`BackendMeta::with_model_slots`](crate::backend::BackendMeta::with_model_slots),
     /// set it to what the server holds): those listed are resident and served,
     /// those the balancer took as served but not listed are dropped
     /// (evicted), those it sent there that may still be loading are kept.
@@ -153,7 +153,7 @@ impl BalancerHandle {
 
     /// Starts probing this balancer's backends with `prober`, in a task on
     /// the current Tokio runtime: every backend whose metadata has an
-    /// [`address`](crate::balance::BackendMeta::with_address) is probed once a round
+    /// [`address`](crate::backend::BackendMeta::with_address) is probed once a round
     /// (rounds `config.interval` apart, jittered, at most
     /// `config.concurrency` probes at once, each failed after
     /// `config.timeout`), and each answer taken as by
@@ -184,7 +184,7 @@ impl BalancerHandle {
     /// (the allow-list of loads) each `policy.repository_interval()`; it
     /// stops when the returned [`BackgroundTask`] is dropped (loads already
     /// started still finish) or the balancer is gone. Every backend needs
-    /// an [`address`](crate::balance::BackendMeta::with_address); a backend without
+    /// an [`address`](crate::backend::BackendMeta::with_address); a backend without
     /// one fails its loads.
     ///
     /// # Errors

@@ -2,8 +2,8 @@
 //!
 //! ```
 //! use tower::{discover::ServiceList, service_fn, ServiceExt};
-//! use tower_model_balance::backend::BackendId;
-//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//! use tower_model_balance::backend::{Backend, BackendId};
+//! use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let backends = (0..4).map(|i| {
@@ -27,7 +27,7 @@
 //!
 //! * **inference** goes to the model's *owners*, the first `k` distinct
 //!   backends on its ring walk with a model slot left
-//!   ([`BackendMeta::with_model_slots`]): every 250 ms the balancer plans
+//!   ([`BackendMeta::with_model_slots`](crate::backend::BackendMeta::with_model_slots)): every 250 ms the balancer plans
 //!   the owners of the models in demand, in order of hash, each keeping
 //!   the owners it had while they have a slot, then taking the first
 //!   backends along its walk with one (those where it is resident first;
@@ -77,9 +77,9 @@
 //! * **residency** is learned from routing — a model sent to a backend is
 //!   resident there from then on, *loading* until a request for it
 //!   succeeds there, then *served*, until `model_slots` other models were
-//!   sent there since ([`BackendMeta::with_model_slots`], the server's LRU)
+//!   sent there since ([`BackendMeta::with_model_slots`](crate::backend::BackendMeta::with_model_slots), the server's LRU)
 //!   — and declared, served, by metadata
-//!   ([`BackendMeta::with_resident_models`]) or the handle
+//!   ([`BackendMeta::with_resident_models`](crate::backend::BackendMeta::with_resident_models)) or the handle
 //!   ([`BalancerHandle::set_resident_models`]); a server's own list, from
 //!   a probe of its model repository ([`BalancerHandle::spawn_probes`]) or
 //!   a response header ([`ResidencyHeader`]), marks the listed models
@@ -143,7 +143,7 @@
 //! alike, so that a sample does not inflate the share of failures.
 //!
 //! Backends come from any [`tower::discover::Discover`] yielding
-//! [`Backend`]s, driven by a background task; each batch of changes is
+//! [`Backend`](crate::backend::Backend)s, driven by a background task; each batch of changes is
 //! published as a new snapshot (ring and backend table) swapped atomically,
 //! and the pick path reads it without a lock. A request counts as in flight
 //! from the pick until the end of its response *body* (or until the body is
@@ -211,8 +211,8 @@
 //! ```
 //! use std::time::Duration;
 //! use tower::{discover::ServiceList, service_fn, ServiceExt};
-//! use tower_model_balance::backend::BackendId;
-//! use tower_model_balance::balance::{AdmissionConfig, Backend, BalanceConfig, Limit, ModelBalancer};
+//! use tower_model_balance::backend::{Backend, BackendId};
+//! use tower_model_balance::balance::{AdmissionConfig, BalanceConfig, Limit, ModelBalancer};
 //! use tower_model_balance::error::Overloaded;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
@@ -340,6 +340,3 @@ pub use self::receipt::{PrefixHit, RouteReason, RoutingReceipt};
 pub use self::service::ModelBalancer;
 pub use self::state::placement::PlacementStats;
 pub use self::stats::{BackendStatus, BalanceStats};
-pub use crate::backend::{Backend, BackendMeta};
-#[doc(no_inline)]
-pub use crate::task::BackgroundTask;

@@ -103,8 +103,8 @@ where
     ///
     /// ```
     /// use tower::{discover::ServiceList, service_fn};
-    /// use tower_model_balance::backend::BackendId;
-    /// use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+    /// use tower_model_balance::backend::{Backend, BackendId};
+    /// use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
     /// use tower_model_balance::error::DuplicateBackend;
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -224,8 +224,8 @@ impl<E: Clone, R: Rng, K> ModelBalancer<E, R, K> {
     /// ```
     /// use futures_util::stream;
     /// use tower::discover::Change;
-    /// use tower_model_balance::backend::BackendId;
-    /// use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+    /// use tower_model_balance::backend::{Backend, BackendId};
+    /// use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
     /// use tower_model_balance::classify::Outcome;
     /// use tower_model_balance::route::{ModelId, RouteInfo};
     ///

@@ -179,7 +179,7 @@
 //! `Result<&Response, &Error>` where the given classifiers do not apply
 //! (requirements: [`CircuitBreaker`]'s docs).
 //!
-//! **Slow calls** are timed from admission to a [`StopPoint`] set on the
+//! **Slow calls** are timed from admission to a [`StopPoint`](crate::classify::StopPoint) set on the
 //! layer: the response's head, its first frame (the default: for a stream
 //! of tokens, close to the time to first token), or its end.
 //!
@@ -189,8 +189,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tower_model_balance::breaker::{CircuitBreakerLayer, BreakerConfig, StopPoint};
-//! use tower_model_balance::classify::GrpcErrorsAsFailures;
+//! use tower_model_balance::breaker::{CircuitBreakerLayer, BreakerConfig};
+//! use tower_model_balance::classify::{GrpcErrorsAsFailures, StopPoint};
 //!
 //! let policy = BreakerConfig::builder().slow_call_duration(Duration::from_secs(2)).build().unwrap();
 //! let layer = CircuitBreakerLayer::new(policy)
@@ -231,7 +231,3 @@ pub(crate) use self::state::values::Ticket;
 pub use self::state::values::{
     BreakerState, BreakerStats, Mode, Reason, Transition, TransitionCounts,
 };
-/// Where the slow-call clock stops; defined in [`classify`](crate::classify),
-/// which the balancer shares.
-#[doc(no_inline)]
-pub use crate::classify::timing::StopPoint;

@@ -5,8 +5,8 @@
 //!
 //! use tokio::sync::watch;
 //! use tower::service_fn;
-//! use tower_model_balance::backend::BackendId;
-//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//! use tower_model_balance::backend::{Backend, BackendId};
+//! use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 //! use tower_model_balance::discover::Watch;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {

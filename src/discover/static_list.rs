@@ -8,8 +8,7 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use tower::discover::Change;
 
-use crate::backend::Backend;
-use crate::backend::BackendId;
+use crate::backend::{Backend, BackendId};
 use crate::error::InvalidConfig;
 
 /// A discovery source over a fixed list of backends.
@@ -25,8 +24,7 @@ use crate::error::InvalidConfig;
 /// `NoHealthyBackend`.
 ///
 /// ```
-/// use tower_model_balance::backend::BackendId;
-/// use tower_model_balance::balance::Backend;
+/// use tower_model_balance::backend::{Backend, BackendId};
 /// use tower_model_balance::discover::Static;
 ///
 /// let backend = |name: &str| Backend::new(BackendId::new(name).unwrap(), ());

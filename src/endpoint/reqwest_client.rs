@@ -37,8 +37,8 @@ use super::future::ResponseFuture;
 ///
 /// ```no_run
 /// use tower::ServiceExt;
-/// use tower_model_balance::backend::BackendId;
-/// use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+/// use tower_model_balance::backend::{Backend, BackendId};
+/// use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 /// use tower_model_balance::discover::Static;
 /// use tower_model_balance::endpoint::{ReqwestEndpoint, SetOrigin};
 ///

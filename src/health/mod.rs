@@ -5,8 +5,8 @@
 //! use std::time::Duration;
 //!
 //! use tower::{discover::ServiceList, service_fn};
-//! use tower_model_balance::backend::BackendId;
-//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//! use tower_model_balance::backend::{Backend, BackendId};
+//! use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 //! use tower_model_balance::health::probe::ProbeReport;
 //! use tower_model_balance::health::{Ejection, HealthConfig, LoadSignals};
 //!

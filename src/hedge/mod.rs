@@ -5,8 +5,8 @@
 //! use std::time::Duration;
 //!
 //! use tower::{discover::ServiceList, service_fn, ServiceBuilder, ServiceExt};
-//! use tower_model_balance::backend::BackendId;
-//! use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+//! use tower_model_balance::backend::{Backend, BackendId};
+//! use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 //! use tower_model_balance::hedge::{BalancerLoad, HedgeLayer, HedgeConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower::BoxError> {

@@ -22,7 +22,7 @@
 //! balancer with
 //! [`BalancerHandle::enable_placement`](crate::balance::BalancerHandle::enable_placement)
 //! and a [`ModelLoader`]; every backend needs an address
-//! ([`BackendMeta::with_address`](crate::balance::BackendMeta::with_address)).
+//! ([`BackendMeta::with_address`](crate::backend::BackendMeta::with_address)).
 //!
 //! When an inference request is routed to a backend where its model is
 //! not known to be served:
@@ -60,9 +60,9 @@
 //!    [`PlacementStats::loads_limited`](crate::balance::PlacementStats::loads_limited)
 //!    counts both.
 //! 3. **Room first.** When the backend already holds as many models as its
-//!    [`model_slots`](crate::balance::BackendMeta::with_model_slots), or its
+//!    [`model_slots`](crate::backend::BackendMeta::with_model_slots), or its
 //!    probes (of the last 30 s) report 90% of its GPU memory used — of the
-//!    budget [`BackendMeta::with_gpu_memory`](crate::balance::BackendMeta::with_gpu_memory)
+//!    budget [`BackendMeta::with_gpu_memory`](crate::backend::BackendMeta::with_gpu_memory)
 //!    gave, else of the total it reports — its
 //!    least recently routed model that it does not own under the current
 //!    ring and that has no request in flight there is unloaded first.

@@ -11,8 +11,8 @@ use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 use tower::discover::ServiceList;
 use tower::{BoxError, Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{AdmissionConfig, Backend, BalanceConfig};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{AdmissionConfig, BalanceConfig};
 use tower_model_balance::error::Overloaded;
 
 /// How many requests one backend holds now, and the most it held.

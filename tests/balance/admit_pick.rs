@@ -3,8 +3,8 @@
 //! first copy.
 
 use tokio::time::Instant;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{AdmissionConfig, Backend, BalanceConfig, Limit, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{AdmissionConfig, BalanceConfig, Limit, ModelBalancer};
 use tower_model_balance::error::Overloaded;
 
 fn config(admission: AdmissionConfig) -> BalanceConfig {

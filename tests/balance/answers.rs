@@ -11,10 +11,8 @@ use std::time::Duration;
 use tower::discover::ServiceList;
 use tower::retry::RetryLayer;
 use tower::{service_fn, Layer, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{
-    Backend, BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer,
-};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::error::BoxError;
 use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};

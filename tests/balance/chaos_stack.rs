@@ -21,11 +21,8 @@ use tower::timeout::Timeout;
 use tower::util::rng::Rng;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{
-    Backend, BackendMeta, BackgroundTask, BalanceConfig, BalancerHandle, ModelBalancer,
-    ResidencyHeader,
-};
+use tower_model_balance::backend::{Backend, BackendId, BackendMeta};
+use tower_model_balance::balance::{BalanceConfig, BalancerHandle, ModelBalancer, ResidencyHeader};
 use tower_model_balance::breaker::{BreakerConfig, BreakerState, Transition};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::{BreakerOpen, NoHealthyBackend};
@@ -33,6 +30,7 @@ use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, Pro
 use tower_model_balance::health::HealthConfig;
 use tower_model_balance::hedge::{BalancerLoad, HedgeConfig, HedgeHandle, HedgeLayer};
 use tower_model_balance::route::ModelId;
+use tower_model_balance::task::BackgroundTask;
 use tower_model_balance_sim::{protocol, ModelServer};
 
 use crate::chaos_log::{Counted, Log, Marked};

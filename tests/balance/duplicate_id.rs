@@ -7,8 +7,8 @@ use crate::until;
 use futures_util::stream;
 use tower::discover::{Change, ServiceList};
 use tower::ServiceExt;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::error::{BoxError, DuplicateBackend};
 
 use balancer_fleet::{channel_discover, fleet, infer};

@@ -12,8 +12,8 @@ use http::{HeaderMap, HeaderValue};
 use http_body_util::{BodyExt, StreamBody};
 use tower::discover::ServiceList;
 use tower::{service_fn, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::classify::Classifier;
 

@@ -9,10 +9,8 @@ use std::sync::Arc;
 
 use tower::discover::ServiceList;
 use tower::{service_fn, Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{
-    Backend, BalanceConfig, BalanceStats, BalancerHandle, ModelBalancer,
-};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, BalanceStats, BalancerHandle, ModelBalancer};
 use tower_model_balance::error::{BoxError, NotReady};
 
 fn infer() -> http::Request<String> {

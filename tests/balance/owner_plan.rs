@@ -11,8 +11,8 @@ use crate::pick_api;
 use std::time::Duration;
 
 use tower::discover::ServiceList;
-use tower_model_balance::backend::BackendMeta;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendMeta};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 
 use lcg::Lcg;
 use pick_api::{id, inference, model, pick, walk, Named};

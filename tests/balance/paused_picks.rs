@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tower::discover::{Change, Discover};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::Backend;
+use tower_model_balance::backend::{Backend, BackendId};
 use tower_model_balance::balance::Picked;
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};

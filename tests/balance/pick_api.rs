@@ -9,8 +9,8 @@ use futures_util::stream;
 use tokio::time::Instant;
 use tower::discover::{Change, ServiceList};
 use tower::{Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer, Picked, ResponseBody};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer, Picked, ResponseBody};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};
 

@@ -14,14 +14,13 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tower::discover::ServiceList;
 use tower::{Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{
-    Backend, BackendMeta, BackgroundTask, BalanceConfig, ModelBalancer,
-};
+use tower_model_balance::backend::{Backend, BackendId, BackendMeta};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{ProbeError, ProbeTarget};
 use tower_model_balance::placement::{LoadError, ModelLoader, PlacementConfig, Repository};
 use tower_model_balance::route::ModelId;
+use tower_model_balance::task::BackgroundTask;
 
 pub const LOAD_TIME: Duration = Duration::from_millis(300);
 pub const SERVE_TIME: Duration = Duration::from_millis(10);

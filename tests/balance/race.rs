@@ -17,8 +17,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use tower::discover::ServiceList;
 use tower::{Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, BreakerScope, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, BreakerScope, ModelBalancer};
 
 use lcg::Lcg;
 

@@ -9,10 +9,8 @@ use std::task::{Context, Poll};
 
 use tower::discover::ServiceList;
 use tower::ServiceExt;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{
-    Backend, BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer,
-};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, BalancerHandle, BreakerScope, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::ModelId;

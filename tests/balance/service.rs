@@ -9,8 +9,8 @@ use crate::until;
 use http_body_util::BodyExt;
 use tower::discover::{Change, ServiceList};
 use tower::ServiceExt;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::classify::{Classifier, Outcome, ServerErrorsAsFailures};
 use tower_model_balance::error::{InvalidRoute, NoHealthyBackend};
@@ -260,7 +260,7 @@ async fn with_every_breaker_open_panic_mode_still_routes() {
 
 #[tokio::test(start_paused = true)]
 async fn a_backend_too_heavy_for_the_ring_is_ignored_not_fatal() {
-    use tower_model_balance::balance::BackendMeta;
+    use tower_model_balance::backend::BackendMeta;
     let f = fleet(2);
     let meta =
         |name: &str, weight| BackendMeta::new(BackendId::new(name).unwrap()).with_weight(weight);

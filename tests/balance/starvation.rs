@@ -12,8 +12,8 @@ use tokio::time::Instant;
 
 use futures_util::stream;
 use tower::discover::{Change, Discover};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::health::probe::ProbeReport;
 use tower_model_balance::route::{ModelId, RouteInfo};
 

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 use futures_util::stream;
 use tower::discover::{Change, Discover};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId, BackendMeta};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::health::probe::ProbeReport;
 use tower_model_balance::route::{ModelId, RouteInfo};

@@ -18,7 +18,8 @@ use tokio::sync::mpsc;
 use tokio::time::advance;
 use tokio_test::assert_ready_ok;
 use tower::Layer;
-use tower_model_balance::breaker::{BreakerConfig, BreakerState, CircuitBreakerLayer, StopPoint};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState, CircuitBreakerLayer};
+use tower_model_balance::classify::StopPoint;
 use tower_model_balance::classify::{
     Classify, GrpcErrorsAsFailures, Outcome, ServerErrorsAsFailures,
 };

@@ -12,8 +12,8 @@ use http_body_util::{BodyExt, Full};
 use proptest::prelude::*;
 use tower::discover::ServiceList;
 use tower::{service_fn, Layer, ServiceBuilder, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::error::{BoxError, InvalidReason, InvalidRoute, PayloadTooLarge};
 use tower_model_balance::route::{ModelFromBodyLayer, ModelId, RequestKind, RouteInfo, Urgency};
 

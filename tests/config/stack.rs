@@ -110,7 +110,7 @@ fn every_value_reaches_its_builder() {
         .breaker_scope(BreakerScope::BackendModel { max_pairs: 500 })
         .staging(StagingConfig::new(0.05, Duration::from_millis(2500)).unwrap())
         .classifier(Classifier::grpc())
-        .stop_point(tower_model_balance::breaker::StopPoint::EndOfBody)
+        .stop_point(tower_model_balance::classify::StopPoint::EndOfBody)
         .receipts(true)
         .model_owners(model("llama-3-70b"), 3)
         .model_owners(model("org/model:v2"), 1)

@@ -15,9 +15,9 @@ use tokio::time::Instant;
 use tower::discover::{Change, Discover, ServiceList};
 use tower::util::rng::Rng;
 use tower::{Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
+use tower_model_balance::backend::{Backend, BackendId, BackendMeta};
 use tower_model_balance::balance::{
-    Backend, BackendMeta, BalanceConfig, BalancerHandle, ModelBalancer, ResponseBody, StagingConfig,
+    BalanceConfig, BalancerHandle, ModelBalancer, ResponseBody, StagingConfig,
 };
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::ring::{Ring, RingConfig};

@@ -13,8 +13,8 @@ use hickory_resolver::TokioResolver;
 use tokio_test::task;
 use tower::discover::Change;
 use tower::BoxError;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::discover::{Dns, HickoryResolver, Resolve};
 use tower_model_balance::error::InvalidConfig;
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, EventType, PutOptions, WatchOptions};
 use tokio::time::Instant;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BackendMeta, ModelBalancer, StagingConfig};
+use tower_model_balance::backend::{Backend, BackendId, BackendMeta};
+use tower_model_balance::balance::{ModelBalancer, StagingConfig};
 use tower_model_balance::discover::etcd::encode_record;
 use tower_model_balance::discover::Watch;
 use tower_model_balance::endpoint::Origin;

@@ -49,7 +49,7 @@ impl Prober for Scripted {
     }
 }
 
-fn addressed(nodes: &[Node]) -> ServiceList<Vec<tower_model_balance::balance::Backend<Node>>> {
+fn addressed(nodes: &[Node]) -> ServiceList<Vec<tower_model_balance::backend::Backend<Node>>> {
     ServiceList::new(
         nodes
             .iter()
@@ -198,7 +198,7 @@ impl tower::Service<http::Request<String>> for Listing {
 
 #[tokio::test(start_paused = true)]
 async fn residency_is_learned_from_a_response_header() {
-    let backends = [tower_model_balance::balance::Backend::new(id("a"), Listing)];
+    let backends = [tower_model_balance::backend::Backend::new(id("a"), Listing)];
     let config = BalanceConfig::builder()
         .residency_header(ResidencyHeader::ResidentModels(
             http::HeaderName::from_static("x-resident"),

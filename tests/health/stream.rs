@@ -15,7 +15,7 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Full};
 use tower::ServiceExt;
 use tower_model_balance::balance::{BackendStatus, BalanceConfig, BalancerHandle, ModelBalancer};
-use tower_model_balance::breaker::StopPoint;
+use tower_model_balance::classify::StopPoint;
 use tower_model_balance_sim::{Fault, InferenceTimes, ModelServer, ServerConfig};
 
 use crate::sim_balancer;

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tower::discover::ServiceList;
 use tower::{Layer, Service, ServiceExt};
-use tower_model_balance::backend::{BackendId, Exclude, PickedSlot};
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId, Exclude, PickedSlot};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::hedge::{BalancerLoad, HedgeConfig, HedgeLayer, LoadGate};
 use tower_model_balance::route::{ModelId, RouteInfo};

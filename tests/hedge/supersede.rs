@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tower::discover::ServiceList;
 use tower::{Layer, Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, BalancerHandle, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, BalancerHandle, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, BreakerState};
 use tower_model_balance::hedge::{Hedge, HedgeConfig, HedgeHandle, HedgeLayer};
 use tower_model_balance::route::ModelId;

@@ -248,7 +248,8 @@ pub fn client_balancer(
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
     use tower::discover::ServiceList;
-    use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+    use tower_model_balance::backend::Backend;
+    use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
     use tower_model_balance::endpoint::SetOrigin;
 
     let client = Client::builder(TokioExecutor::new()).build_http();

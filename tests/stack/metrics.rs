@@ -132,8 +132,8 @@ async fn every_series_carries_the_handles_figures() {
 
 #[tokio::test(start_paused = true)]
 async fn the_shed_series_count_by_urgency() {
-    use tower_model_balance::backend::BackendId;
-    use tower_model_balance::balance::{AdmissionConfig, Backend, Limit};
+    use tower_model_balance::backend::{Backend, BackendId};
+    use tower_model_balance::balance::{AdmissionConfig, Limit};
     use tower_model_balance::route::{ModelId, RouteInfo, Urgency};
 
     let backends = (0..2u32).map(|i| {

@@ -12,8 +12,8 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 use tower::discover::ServiceList;
 use tower::{service_fn, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 
 type Chunk = Result<Frame<Bytes>, std::io::Error>;
 

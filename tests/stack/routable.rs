@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use tower::discover::ServiceList;
 use tower::{service_fn, Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::error::{BoxError, InvalidReason, InvalidRoute};
 use tower_model_balance::route::{ModelId, Routable, Route, Urgency};

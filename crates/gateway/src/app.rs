@@ -51,9 +51,9 @@ use hyper_util::client::legacy::Client;
 use tower::discover::ServiceList;
 use tower::retry::{Retry, RetryLayer};
 use tower::ServiceBuilder;
-use tower_model_balance::balance::BackgroundTask;
+use tower_model_balance::backend::{Backend, BackendMeta};
 use tower_model_balance::balance::{
-    AdmissionConfig, Backend, BackendMeta, BalancerHandle, Limit, ModelBalancer, ResidencyHeader,
+    AdmissionConfig, BalancerHandle, Limit, ModelBalancer, ResidencyHeader,
 };
 use tower_model_balance::discover::etcd::EtcdHandle;
 use tower_model_balance::endpoint::{Origin, SetOrigin};
@@ -66,6 +66,7 @@ use tower_model_balance::hedge::{
 };
 use tower_model_balance::placement::KServeV2Loader;
 use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
+use tower_model_balance::task::BackgroundTask;
 
 use access_log::AccessLog;
 use catalog::{Catalog, Catalogued, RepositoryReads};

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use tower::{Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId};
+use tower_model_balance::balance::ModelBalancer;
 
 /// What a node does with each request.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -7,8 +7,8 @@ use http_body_util::Full;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use tower::discover::ServiceList;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{Backend, BackendMeta, BalanceConfig, ModelBalancer};
+use tower_model_balance::backend::{Backend, BackendId, BackendMeta};
+use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance_sim::ModelServer;
 

@@ -2,8 +2,7 @@
 //! watching a key prefix, and the registration of backends under leases.
 //!
 //! ```
-//! use tower_model_balance::backend::BackendId;
-//! use tower_model_balance::balance::BackendMeta;
+//! use tower_model_balance::backend::{BackendId, BackendMeta};
 //! use tower_model_balance::discover::etcd::{decode_record, encode_record, Etcd};
 //! use tower_model_balance::endpoint::Origin;
 //! use tower_model_balance::route::ModelId;

@@ -115,8 +115,7 @@ impl RegistrationBuilder {
 /// ```no_run
 /// use std::time::Duration;
 ///
-/// use tower_model_balance::backend::BackendId;
-/// use tower_model_balance::balance::BackendMeta;
+/// use tower_model_balance::backend::{BackendId, BackendMeta};
 /// use tower_model_balance::discover::etcd::Registration;
 /// use tower_model_balance::endpoint::Origin;
 /// use tower_model_balance::route::ModelId;

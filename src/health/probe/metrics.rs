@@ -21,7 +21,7 @@ const MAX_METRICS_BODY: usize = 4 << 20;
 /// Where it asks: the target's
 /// [`metrics_address`](ProbeTarget::metrics_address) when it has one
 /// (MLServer serves metrics on a port of its own, 8082 by default, set per
-/// backend with [`BackendMeta::with_metrics_address`](crate::balance::BackendMeta::with_metrics_address)); else the target's
+/// backend with [`BackendMeta::with_metrics_address`](crate::backend::BackendMeta::with_metrics_address)); else the target's
 /// host on [`on_port`](Self::on_port)'s port (Triton's is 8002); else the
 /// target's own address.
 ///

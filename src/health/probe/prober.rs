@@ -24,7 +24,7 @@ pub struct ProbeTarget {
     pub address: Origin,
     /// Where it serves its Prometheus metrics, when not at `address`
     /// (MLServer's `metrics_port`; see
-    /// [`BackendMeta::with_metrics_address`](crate::balance::BackendMeta::with_metrics_address)).
+    /// [`BackendMeta::with_metrics_address`](crate::backend::BackendMeta::with_metrics_address)).
     pub metrics_address: Option<Origin>,
 }
 

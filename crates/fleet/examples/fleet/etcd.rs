@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::{BackendMeta, BalancerHandle};
+use tower_model_balance::backend::{BackendId, BackendMeta};
+use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance::discover::etcd::{Etcd, Registration};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance_sim::ModelServer;

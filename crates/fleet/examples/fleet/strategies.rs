@@ -20,10 +20,9 @@ use tower::load::{CompleteOnResponse, PeakEwmaDiscover};
 use tower::util::rng::Rng;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Layer, Service, ServiceExt};
-use tower_model_balance::backend::BackendId;
+use tower_model_balance::backend::{Backend, BackendId, BackendMeta};
 use tower_model_balance::balance::{
-    AdmissionConfig, Backend, BackendMeta, BackgroundTask, BalanceConfigBuilder, BalancerHandle,
-    Limit, ModelBalancer, ResidencyHeader,
+    AdmissionConfig, BalanceConfigBuilder, BalancerHandle, Limit, ModelBalancer, ResidencyHeader,
 };
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
@@ -33,6 +32,7 @@ use tower_model_balance::hedge::{
 use tower_model_balance::placement::{KServeV2Loader, PlacementConfig, WaitedForLoad, WhenCold};
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::{ModelFromBodyLayer, RouteInfo};
+use tower_model_balance::task::BackgroundTask;
 use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
 
 use crate::chwbl::Chwbl;

@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::BackendMeta;
+use tower_model_balance::backend::{BackendId, BackendMeta};
 use tower_model_balance::endpoint::Origin;
 
 use crate::args::Trust;

@@ -15,8 +15,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::time::Instant;
-use tower_model_balance::backend::BackendId;
-use tower_model_balance::balance::BackendMeta;
+use tower_model_balance::backend::{BackendId, BackendMeta};
 use tower_model_balance::discover::etcd::{encode_record, EtcdError};
 use tower_model_balance::endpoint::Origin;
 use tower_model_balance_gateway::args::Args;
