@@ -26,7 +26,7 @@ fn send(balancer: &mut ModelBalancer<u32>, from: usize, models: usize) {
     let now = tokio::time::Instant::now();
     for i in from..from + models {
         let route = RouteInfo::new(ModelId::new(&format!("model-{i}")).unwrap());
-        let picked = balancer.pick(&route, now).expect("eight backends admit");
+        let picked = balancer.pick_at(&route, now).expect("eight backends admit");
         let outcome = if i % 10 == 0 {
             Outcome::Failure
         } else {

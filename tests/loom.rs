@@ -224,7 +224,7 @@ fn balancer_race(tripped: bool) {
             picks.clone(),
         );
         thread::spawn(move || {
-            let Ok(picked) = balancer.pick(&route, t1) else {
+            let Ok(picked) = balancer.pick_at(&route, t1) else {
                 return;
             };
             picks.fetch_add(1, Ordering::SeqCst);

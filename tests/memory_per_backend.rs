@@ -40,7 +40,7 @@ fn heap_per_backend(n: u32) -> f64 {
         ModelBalancer::new(stream::iter(backends), BalanceConfig::default()).unwrap();
     let now = tokio::time::Instant::now();
     for route in &routes {
-        let picked = balancer.pick(route, now).expect("every backend admits");
+        let picked = balancer.pick_at(route, now).expect("every backend admits");
         picked.guard.finish_at(Outcome::Success, now);
     }
     let held = live_heap::live() - before;

@@ -338,7 +338,7 @@ impl Router for Balanced<'_> {
         };
         route.kind = kind;
         let at = self.start + Duration::from_nanos(now);
-        let picked = self.balancer.pick(route, at).ok()?;
+        let picked = self.balancer.pick_at(route, at).ok()?;
         Some((picked.endpoint, Token::Guard(picked.guard)))
     }
 

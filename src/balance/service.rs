@@ -199,20 +199,13 @@ impl<E, R, K> ModelBalancer<E, R, K> {
 }
 
 impl<E: Clone, R: Rng, K> ModelBalancer<E, R, K> {
-    /// Picks a backend for `route` at `now`, for callers that are not
+    /// Picks a backend for `route` now, for callers that are not
     /// `Service`s (a custom client, a queue consumer): the same decision,
     /// state and counters as the `Service` path. Send the request with the
     /// returned endpoint (or to [`Picked::backend`] by other means), then
     /// give the outcome back with [`Guard::finish`](crate::balance::Guard::finish); dropping the guard
-    /// counts the request as cancelled.
-    ///
-    /// `now` is the current time on Tokio's clock
-    /// (`tokio::time::Instant::now()`, or a caller's reading of it), which
-    /// the balancer's own timers and breakers run on; it is taken as given.
-    /// An instant ahead of that clock moves the times recorded with it
-    /// (a breaker opened at it, a model's last use) ahead too: a breaker
-    /// tripped by failures finished at an hour from now stays open until
-    /// then. An instant behind it counts as no time passed.
+    /// counts the request as cancelled. The time is read from Tokio's
+    /// clock, which the balancer's own timers and breakers run on.
     ///
     /// # Errors
     ///
@@ -237,14 +230,29 @@ impl<E: Clone, R: Rng, K> ModelBalancer<E, R, K> {
     /// });
     /// let mut balancer = ModelBalancer::new(stream::iter(backends), BalanceConfig::default()).unwrap();
     /// let route = RouteInfo::new(ModelId::new("llama-3-8b").unwrap());
-    /// let picked = balancer.pick(&route, tokio::time::Instant::now()).unwrap();
+    /// let picked = balancer.pick(&route).unwrap();
     /// assert_eq!(balancer.handle().in_flight(), 1);
     /// // ... send to picked.endpoint, then:
     /// picked.guard.finish(Outcome::Success);
     /// assert_eq!(balancer.handle().in_flight(), 0);
     /// # }
     /// ```
-    pub fn pick(&mut self, route: &RouteInfo, now: Instant) -> Result<Picked<E>, BoxError> {
+    pub fn pick(&mut self, route: &RouteInfo) -> Result<Picked<E>, BoxError> {
+        self.pick_with(route, Instant::now())
+    }
+
+    /// As [`ModelBalancer::pick`], at `now` (an instant ahead of Tokio's
+    /// clock moves the times recorded with it ahead too; one behind it
+    /// counts as no time passed).
+    /// A hook of the crate's own tests, benches and simulator (feature
+    /// `testing`): not part of the public API.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn pick_at(&mut self, route: &RouteInfo, now: Instant) -> Result<Picked<E>, BoxError> {
+        self.pick_with(route, now)
+    }
+
+    fn pick_with(&mut self, route: &RouteInfo, now: Instant) -> Result<Picked<E>, BoxError> {
         let (rng, salt) = (&mut self.rng, self.salt);
         let mut random = || mix(rng.next_u64() ^ salt);
         let shared = &self.shared;

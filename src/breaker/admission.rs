@@ -63,7 +63,7 @@ impl Reservation {
         let mut registered = false;
         for _ in 0..ROUNDS {
             let now = Instant::now();
-            if breaker.admits(now) {
+            if breaker.admits_with(|| now) {
                 // Only a race (the last probe taken since `admits`, a round
                 // found expired) refuses here.
                 if let Ok(permit) = breaker.acquire_at(now) {

@@ -211,12 +211,22 @@ impl Breaker {
         }
     }
 
-    /// Whether a call would likely be admitted at `now`, without taking the
+    /// Whether a call would likely be admitted now, without taking the
     /// lock or a permit: closed (or disabled, or metrics only), or
     /// half-open with a probe permit left or its round expired, or open
     /// with its time up. The balancer filters candidates with it (and
-    /// counts them for its panic mode); taking a permit decides.
-    pub fn admits(&self, now: Instant) -> bool {
+    /// counts them for its panic mode); taking a permit decides. Reads the
+    /// clock only when the breaker does not admit freely.
+    pub fn admits(&self) -> bool {
+        self.admits_with(Instant::now)
+    }
+
+    /// As [`Breaker::admits`], at `now`.
+    /// A hook of the crate's own tests, benches and simulator (feature
+    /// `testing`): not part of the public API.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn admits_at(&self, now: Instant) -> bool {
         self.admits_with(|| now)
     }
 

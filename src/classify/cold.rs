@@ -6,9 +6,8 @@ use super::traits::{Classified, Classify};
 /// A classifier that marks the responses `predicate` picks as cold model
 /// loads, and otherwise classifies as `inner` does.
 ///
-/// A cold load is recorded *untimed* (`elapsed: None` for
-/// [`Permit::record_call`](crate::breaker::Permit::record_call)): its outcome
-/// counts, but loading a model never makes it a slow call. Built by
+/// A cold load is recorded *untimed* (without the call's duration): its
+/// outcome counts, but loading a model never makes it a slow call. Built by
 /// [`CircuitBreakerLayer::cold_load`](crate::breaker::CircuitBreakerLayer::cold_load).
 ///
 /// ```

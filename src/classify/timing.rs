@@ -9,9 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Where the slow-call clock stops: the elapsed time a call is judged slow
-/// by runs from its start (the breaker's admission,
-/// [`Permit::admitted`](crate::breaker::Permit::admitted); the balancer's
-/// pick) to this point, on tokio's clock. The outcome itself is always
+/// by runs from its start (the breaker's admission of the call's
+/// [`Permit`](crate::breaker::Permit); the balancer's pick) to this point, on tokio's clock. The outcome itself is always
 /// recorded at the end of the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]

@@ -38,15 +38,15 @@ async fn a_full_owner_sheds_rather_than_make_a_cold_copy_elsewhere() {
     let handle = balancer.handle();
     let now = Instant::now();
     // The model loads on its owner, and is served there.
-    let first = balancer.pick(&route("m"), now).unwrap();
+    let first = balancer.pick_at(&route("m"), now).unwrap();
     let owner = first.backend().clone();
     first
         .guard
         .finish(tower_model_balance::classify::Outcome::Success);
-    let held = balancer.pick(&route("m"), now).unwrap();
+    let held = balancer.pick_at(&route("m"), now).unwrap();
     assert_eq!(held.backend(), &owner, "warm on its owner");
     // The owner is full: seven idle backends, none holding the model.
-    let err = match balancer.pick(&route("m"), now) {
+    let err = match balancer.pick_at(&route("m"), now) {
         Ok(picked) => panic!("sent to {} instead of shed", picked.backend()),
         Err(err) => err,
     };
@@ -58,11 +58,11 @@ async fn a_full_owner_sheds_rather_than_make_a_cold_copy_elsewhere() {
         "nothing went elsewhere: {busy:?}"
     );
     // A model held nowhere still gets its first copy.
-    let other = balancer.pick(&route("another"), now).unwrap();
+    let other = balancer.pick_at(&route("another"), now).unwrap();
     assert_ne!(other.backend(), &owner);
     drop((held, other));
     // Room again: the owner takes it.
-    let again = balancer.pick(&route("m"), now).unwrap();
+    let again = balancer.pick_at(&route("m"), now).unwrap();
     assert_eq!(again.backend(), &owner);
     assert_eq!(handle.stats().shed_normal, 1);
 }

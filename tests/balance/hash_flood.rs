@@ -62,7 +62,7 @@ async fn crafted_ids_owned_by_one_backend_do_not_push_it_past_the_cap() {
     let now = tokio::time::Instant::now();
     for i in 0..1000 {
         let honest = &honest[i % honest.len()];
-        let picked = balancer.pick(honest, now).unwrap();
+        let picked = balancer.pick_at(honest, now).unwrap();
         picked
             .guard
             .finish_at(tower_model_balance::classify::Outcome::Success, now);
@@ -71,8 +71,12 @@ async fn crafted_ids_owned_by_one_backend_do_not_push_it_past_the_cap() {
     // Held in flight, one after another, with some honest traffic beside.
     let mut held = Vec::new();
     for (i, model) in crafted.iter().enumerate() {
-        held.push(balancer.pick(&honest[i % honest.len()], now).unwrap());
-        held.push(balancer.pick(&RouteInfo::new(model.clone()), now).unwrap());
+        held.push(balancer.pick_at(&honest[i % honest.len()], now).unwrap());
+        held.push(
+            balancer
+                .pick_at(&RouteInfo::new(model.clone()), now)
+                .unwrap(),
+        );
         let total = handle.in_flight();
         let cap = (C * total as f64 / f64::from(BACKENDS)).ceil() as usize;
         let on_victim = handle

@@ -13,7 +13,6 @@ use crate::paused_picks;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tower::discover::Change;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
@@ -32,7 +31,7 @@ async fn one_at_a_time(
 ) -> BTreeMap<String, usize> {
     let mut on = BTreeMap::new();
     for _ in 0..n {
-        let picked = balancer.pick(&update(), Instant::now()).unwrap();
+        let picked = balancer.pick(&update()).unwrap();
         let name = picked.backend().to_string();
         let took = took(&name);
         finish_all(vec![picked], took);
@@ -104,7 +103,7 @@ async fn a_backend_at_health_0_takes_nothing_beside_a_healthy_one() {
     for _ in 0..1_000 {
         // Its probes keep saying not ready.
         assert!(handle.report_probe(&b, Ok(&not_ready)));
-        let picked = balancer.pick(&update(), Instant::now()).unwrap();
+        let picked = balancer.pick(&update()).unwrap();
         *on.entry(picked.backend().to_string()).or_insert(0) += 1;
         finish_all(vec![picked], Duration::from_millis(30));
         run_for(Duration::from_millis(30)).await;

@@ -221,7 +221,7 @@ async fn no_backend_is_a_typed_error_naming_the_model() {
         ModelBalancer::from_rng(stream::iter(empty), BalanceConfig::default(), Lcg(6)).unwrap();
     let handle = balancer.handle();
     for route in [inference("llama-3-8b"), update("llama-3-8b")] {
-        let err = balancer.pick(&route, Instant::now()).unwrap_err();
+        let err = balancer.pick(&route).unwrap_err();
         let err = err.downcast_ref::<NoHealthyBackend>().expect("typed");
         assert_eq!(err.model.as_str(), "llama-3-8b");
         assert!(err.to_string().contains("`llama-3-8b`"), "{err}");
@@ -252,10 +252,7 @@ async fn no_backend_is_a_typed_error_naming_the_model() {
     }
     assert_eq!(balancer.handle().stats().breaker_trips, 1);
     let err = balancer
-        .pick(
-            &RouteInfo::new(model("resnet")).with_urgency(Urgency::Critical),
-            Instant::now(),
-        )
+        .pick(&RouteInfo::new(model("resnet")).with_urgency(Urgency::Critical))
         .unwrap_err();
     let err = err.downcast_ref::<NoHealthyBackend>().expect("typed");
     assert_eq!(err.model, model("resnet"));
@@ -285,7 +282,7 @@ async fn a_now_at_the_end_of_time_is_not_a_panic() {
     let far = end_of_time();
     for kind in [RequestKind::Inference, RequestKind::Update] {
         let route = RouteInfo::new(ModelId::new("m").unwrap()).with_kind(kind);
-        let picked = balancer.pick(&route, far).unwrap();
+        let picked = balancer.pick_at(&route, far).unwrap();
         // Opening the breaker `open_duration` past the end of time.
         picked.guard.finish_at(Outcome::Failure, far);
     }

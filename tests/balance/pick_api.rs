@@ -6,7 +6,6 @@ use std::convert::Infallible;
 use std::task::{Context, Poll};
 
 use futures_util::stream;
-use tokio::time::Instant;
 use tower::discover::{Change, ServiceList};
 use tower::{Service, ServiceExt};
 use tower_model_balance::backend::{Backend, BackendId};
@@ -59,7 +58,7 @@ pub fn named(names: &[&'static str]) -> Listed {
 
 /// Picks `route` now; panics when nothing can be picked.
 pub fn pick<E: Clone>(balancer: &mut ModelBalancer<E, Lcg>, route: &RouteInfo) -> Picked<E> {
-    balancer.pick(route, Instant::now()).unwrap()
+    balancer.pick(route).unwrap()
 }
 
 /// An endpoint answering with its name, a body that is not read: the

@@ -8,7 +8,6 @@ use crate::paused_picks;
 use std::time::Duration;
 
 use std::convert::Infallible;
-use tokio::time::Instant;
 
 use futures_util::stream;
 use tower::discover::{Change, Discover};
@@ -47,12 +46,12 @@ async fn a_backend_slow_once_gets_traffic_again_in_bounded_time() {
     let mut balancer = ModelBalancer::from_rng(backends(&["a", "b", "c"]), config, Lcg(7)).unwrap();
     // Every estimate learns the normal answer.
     for _ in 0..60 {
-        let picked = balancer.pick(&update(), Instant::now()).unwrap();
+        let picked = balancer.pick(&update()).unwrap();
         finish_all(vec![picked], ANSWER);
     }
     // One answer from `a` takes 20 s.
     let slow = loop {
-        let picked = balancer.pick(&update(), Instant::now()).unwrap();
+        let picked = balancer.pick(&update()).unwrap();
         if picked.backend().as_str() == "a" {
             break picked;
         }
@@ -63,9 +62,7 @@ async fn a_backend_slow_once_gets_traffic_again_in_bounded_time() {
     // Bursts of 10 requests held at once, one a second.
     let mut first_back = None;
     for second in 0..60u32 {
-        let burst: Vec<_> = (0..10)
-            .map(|_| balancer.pick(&update(), Instant::now()).unwrap())
-            .collect();
+        let burst: Vec<_> = (0..10).map(|_| balancer.pick(&update()).unwrap()).collect();
         let on_a = burst.iter().filter(|p| p.backend().as_str() == "a").count();
         finish_all(burst, ANSWER);
         if on_a > 0 {
@@ -103,13 +100,13 @@ async fn share_of_burst(held: usize) -> f64 {
     assert_eq!(handle.backends().len(), 9);
     // Steady traffic: every estimate learns the normal answer.
     for _ in 0..200 {
-        let picked = balancer.pick(&update(), Instant::now()).unwrap();
+        let picked = balancer.pick(&update()).unwrap();
         finish_all(vec![picked], ANSWER);
     }
     run_for(Duration::from_secs(2)).await;
     let mut in_flight = Vec::new();
     while in_flight.len() < 9 * held {
-        in_flight.push(balancer.pick(&update(), Instant::now()).unwrap());
+        in_flight.push(balancer.pick(&update()).unwrap());
     }
     tx.send(insert(9, "new".to_string())).unwrap();
     for _ in 0..1_000 {
@@ -120,7 +117,7 @@ async fn share_of_burst(held: usize) -> f64 {
     }
     assert_eq!(handle.backends().len(), 10, "the new backend joined");
     let burst: Vec<_> = (0..100)
-        .map(|_| balancer.pick(&update(), Instant::now()).unwrap())
+        .map(|_| balancer.pick(&update()).unwrap())
         .collect();
     let on_new = burst
         .iter()
@@ -189,7 +186,7 @@ async fn with_every_backend_unhealthy_the_traffic_spreads_in_panic_mode() {
             0 => update(),
             _ => RouteInfo::new(ModelId::new(&format!("model-{i}")).unwrap()),
         };
-        let picked = balancer.pick(&route, Instant::now()).unwrap();
+        let picked = balancer.pick(&route).unwrap();
         *on.entry(picked.backend().to_string()).or_insert(0) += 1;
         finish_all(vec![picked], ANSWER);
     }

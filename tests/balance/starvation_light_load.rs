@@ -40,7 +40,7 @@ async fn one_at_a_time(
     let mut jitter = Lcg(17);
     let mut on = std::collections::BTreeMap::new();
     for _ in 0..n {
-        let picked = balancer.pick(route, Instant::now()).unwrap();
+        let picked = balancer.pick(route).unwrap();
         *on.entry(picked.backend().to_string()).or_insert(0) += 1;
         let took = jittered(&mut jitter);
         finish_all(vec![picked], took);
@@ -128,7 +128,7 @@ async fn in_panic_mode_two_backends_split_evenly() {
     for route in [update(), RouteInfo::new(model.clone())] {
         let mut on = std::collections::BTreeMap::new();
         for _ in 0..1_000 {
-            let picked = balancer.pick(&route, Instant::now()).unwrap();
+            let picked = balancer.pick(&route).unwrap();
             let took = match picked.backend().as_str() {
                 "a" => ANSWER,
                 _ => ANSWER * 3,
@@ -183,7 +183,7 @@ async fn until_b_is_picked(
     let start = Instant::now();
     while start.elapsed() < limit {
         let picks: Vec<_> = (0..burst)
-            .map(|_| balancer.pick(&update(), Instant::now()).unwrap())
+            .map(|_| balancer.pick(&update()).unwrap())
             .collect();
         let on_b = picks.iter().any(|p| p.backend().as_str() == "b");
         finish_all(picks, ANSWER);
@@ -199,7 +199,7 @@ async fn until_b_is_picked(
 /// Both backends learn the normal answer.
 async fn warm(balancer: &mut ModelBalancer<String, Lcg>) {
     for _ in 0..200 {
-        let picked = balancer.pick(&update(), Instant::now()).unwrap();
+        let picked = balancer.pick(&update()).unwrap();
         finish_all(vec![picked], ANSWER);
         run_for(Duration::from_millis(10)).await;
     }
@@ -249,7 +249,7 @@ async fn a_backend_back_from_unhealthy_gets_traffic_within_5_s() {
         // Its answers fail fast, and its probes say not ready.
         for _ in 0..5 {
             for _ in 0..20 {
-                let picked = balancer.pick(&update(), Instant::now()).unwrap();
+                let picked = balancer.pick(&update()).unwrap();
                 let outcome = match picked.backend() == &b {
                     true => Outcome::Failure,
                     false => Outcome::Success,
@@ -305,7 +305,7 @@ async fn a_stale_estimate_comes_back_by_its_decay_at_light_load() {
         if slow == 12 {
             break;
         }
-        let picked = balancer.pick(&update(), Instant::now()).unwrap();
+        let picked = balancer.pick(&update()).unwrap();
         let took = match picked.backend().as_str() {
             "b" => {
                 slow += 1;

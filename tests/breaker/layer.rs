@@ -220,17 +220,20 @@ async fn a_half_open_breaker_with_every_probe_out_does_not_admit() {
         breaker.try_acquire().unwrap().record(Outcome::Failure);
     }
     let now = tokio::time::Instant::now;
-    assert!(!breaker.admits(now()), "open");
+    assert!(!breaker.admits_at(now()), "open");
     tokio::time::advance(Duration::from_secs(10)).await;
-    assert!(breaker.admits(now()), "its open time is up: a probe may go");
+    assert!(
+        breaker.admits_at(now()),
+        "its open time is up: a probe may go"
+    );
     let probe = breaker.try_acquire().expect("the one probe");
-    assert!(!breaker.admits(now()), "the only probe is out");
+    assert!(!breaker.admits_at(now()), "the only probe is out");
     assert!(breaker.try_acquire().is_err());
     drop(probe); // cancelled: the permit comes back
-    assert!(breaker.admits(now()));
+    assert!(breaker.admits_at(now()));
     breaker.try_acquire().unwrap().record(Outcome::Success);
     assert_eq!(breaker.state(), BreakerState::Closed);
-    assert!(breaker.admits(now()));
+    assert!(breaker.admits_at(now()));
 }
 
 #[tokio::test(start_paused = true)]

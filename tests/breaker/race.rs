@@ -158,7 +158,7 @@ async fn permits_of_cancelled_tasks_come_back() {
         holders += usize::from(answers.recv().await.expect("every task answers"));
     }
     assert_eq!(holders, PERMITS as usize);
-    assert!(!breaker.admits(at), "every probe is out");
+    assert!(!breaker.admits_at(at), "every probe is out");
     assert!(breaker.try_acquire_at(at).is_err());
     let rejected = breaker.stats().rejected;
     assert_eq!(rejected, (TASKS - PERMITS as usize + 1) as u64);
@@ -174,7 +174,7 @@ async fn permits_of_cancelled_tasks_come_back() {
     }
     assert!(cancelled >= PERMITS as usize, "the holders were cancelled");
     assert!(answers.recv().await.is_none(), "every task answered once");
-    assert!(breaker.admits(at), "the permits came back");
+    assert!(breaker.admits_at(at), "the permits came back");
     // Same round, no transition: the next race gets all the permits again.
     let (probes, refused) = race(&breaker, at).await;
     assert_eq!(
@@ -225,7 +225,7 @@ async fn concurrent_records_all_count() {
                     } else {
                         Outcome::Success
                     };
-                    permit.record_call(outcome, Some(Duration::from_millis(1)), now);
+                    permit.record_call_at(outcome, Some(Duration::from_millis(1)), now);
                 }
             })
         })

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use futures_util::stream;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tower::discover::{Change, Discover, ServiceList};
 use tower::util::rng::Rng;
 use tower::{Service, ServiceExt};
@@ -78,9 +77,7 @@ async fn a_removed_backend_is_not_picked_and_its_requests_finish() {
     }
     until(|| handle.backends().len() == 3).await;
 
-    let held = balancer
-        .pick(&RouteInfo::new(model("m")), Instant::now())
-        .unwrap();
+    let held = balancer.pick(&RouteInfo::new(model("m"))).unwrap();
     let gone = walk(&NAMES, "m")[0];
     assert_eq!(held.backend().as_str(), gone);
     assert_eq!(handle.in_flight(), 1);
@@ -103,7 +100,7 @@ async fn a_removed_backend_is_not_picked_and_its_requests_finish() {
         } else {
             &mut stale
         };
-        let picked = bal.pick(&route, Instant::now()).unwrap();
+        let picked = bal.pick(&route).unwrap();
         assert_ne!(picked.backend().as_str(), gone, "pick {i}");
         assert_ne!(picked.endpoint, gone, "pick {i}");
         picked.guard.finish(Outcome::Success);
@@ -121,7 +118,7 @@ async fn a_removed_backend_is_not_picked_and_its_requests_finish() {
     held.guard.finish(Outcome::Success);
     assert_eq!(handle.in_flight(), 0);
     let route = RouteInfo::new(model("n"));
-    let first = balancer.pick(&route, Instant::now()).unwrap();
+    let first = balancer.pick(&route).unwrap();
     let other = handle
         .backends()
         .into_iter()
@@ -129,9 +126,9 @@ async fn a_removed_backend_is_not_picked_and_its_requests_finish() {
         .find(|b| b != first.backend())
         .unwrap();
     assert!(handle.set_resident_models(&other, [&model("n")]));
-    let second = balancer.pick(&route, Instant::now()).unwrap();
+    let second = balancer.pick(&route).unwrap();
     assert_eq!(second.backend(), first.backend(), "under the cap");
-    let third = balancer.pick(&route, Instant::now()).unwrap();
+    let third = balancer.pick(&route).unwrap();
     assert_eq!(third.backend(), &other, "the owner is at the cap");
     assert_eq!(handle.in_flight(), 3);
     drop((first, second, third));
@@ -166,7 +163,7 @@ async fn an_idle_clone_does_not_keep_a_removed_endpoint_alive() {
     for bal in [&mut balancer, &mut idle] {
         for i in 0..20 {
             let route = RouteInfo::new(model(&format!("m{i}")));
-            drop(bal.pick(&route, Instant::now()).unwrap());
+            drop(bal.pick(&route).unwrap());
         }
     }
 
@@ -178,9 +175,7 @@ async fn an_idle_clone_does_not_keep_a_removed_endpoint_alive() {
         live.strong_count()
     );
     // The clones still route, to what is left.
-    let picked = idle
-        .pick(&RouteInfo::new(model("m0")), Instant::now())
-        .unwrap();
+    let picked = idle.pick(&RouteInfo::new(model("m0"))).unwrap();
     assert_eq!(picked.backend().as_str(), "b");
 }
 
@@ -230,7 +225,7 @@ async fn churn(config: BalanceConfig, seed: u64, rounds: usize) -> HashSet<Strin
         let name = format!("m{}", rng.next_u64() % 20);
         let route = RouteInfo::new(model(&name)).with_kind(kind);
         let balancer = if round % 2 == 0 { &mut a } else { &mut b };
-        let Ok(picked) = balancer.pick(&route, Instant::now()) else {
+        let Ok(picked) = balancer.pick(&route) else {
             continue;
         };
         picks += 1;
@@ -265,7 +260,7 @@ async fn churn(config: BalanceConfig, seed: u64, rounds: usize) -> HashSet<Strin
     until(|| current() == expected).await;
     for i in 0..100 {
         let route = RouteInfo::new(model(&format!("m{i}")));
-        if let Ok(picked) = b.pick(&route, Instant::now()) {
+        if let Ok(picked) = b.pick(&route) {
             assert!(expected.contains(&picked.endpoint), "{}", picked.endpoint);
         }
     }
@@ -318,7 +313,7 @@ async fn declared_residency_steers_the_first_request() {
     // Without the declaration the first request would be a cold load on
     // the primary.
     let route = RouteInfo::new(m.clone());
-    let first = balancer.pick(&route, Instant::now()).unwrap();
+    let first = balancer.pick(&route).unwrap();
     assert_eq!(first.backend(), &secondary);
     assert_eq!(first.endpoint, owners[1]);
     let stats = handle.stats();
@@ -330,7 +325,7 @@ async fn declared_residency_steers_the_first_request() {
     assert!(handle.is_resident(&primary, &m));
     assert!(handle.set_resident_models(&secondary, []));
     assert!(!handle.is_resident(&secondary, &m));
-    let next = balancer.pick(&route, Instant::now()).unwrap();
+    let next = balancer.pick(&route).unwrap();
     assert_eq!(next.backend(), &primary);
     assert_eq!(handle.stats().resident_owner, 2);
     next.guard.finish(Outcome::Success);

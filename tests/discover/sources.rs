@@ -6,7 +6,6 @@ use crate::until;
 use std::task::Poll;
 
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tokio_test::task;
 use tower::discover::Change;
 use tower_model_balance::backend::{Backend, BackendId, BackendMeta};
@@ -179,7 +178,7 @@ async fn a_balancer_fed_by_a_watch_sees_backends_come_and_go() {
     // A request held on one backend; its weight changes: updated in place,
     // the request still counted there.
     let route = RouteInfo::new(ModelId::new("llama-3-8b").unwrap());
-    let held = balancer.pick(&route, Instant::now()).unwrap();
+    let held = balancer.pick(&route).unwrap();
     let on = held.backend().clone();
     assert_eq!(held.endpoint, on.as_str());
     tx.send_modify(|set| {
@@ -201,7 +200,7 @@ async fn a_balancer_fed_by_a_watch_sees_backends_come_and_go() {
     assert_eq!(handle.backends().len(), 2);
     for i in 0..200 {
         let route = RouteInfo::new(ModelId::new(&format!("m{i}")).unwrap());
-        let picked = balancer.pick(&route, Instant::now()).unwrap();
+        let picked = balancer.pick(&route).unwrap();
         assert_ne!(picked.backend(), &on);
         picked.guard.finish(Outcome::Success);
     }
@@ -221,7 +220,7 @@ async fn a_balancer_fed_by_a_static_list_routes_over_it() {
     let mut balancer = ModelBalancer::new(list, BalanceConfig::default()).unwrap();
     assert_eq!(sorted_ids(&balancer.handle()), ["a", "b", "c"]);
     let route = RouteInfo::new(ModelId::new("m").unwrap());
-    let picked = balancer.pick(&route, Instant::now()).unwrap();
+    let picked = balancer.pick(&route).unwrap();
     assert_eq!(picked.endpoint, picked.backend().as_str());
 }
 

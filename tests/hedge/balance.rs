@@ -189,7 +189,7 @@ async fn the_load_gate_reads_in_flight_against_capacity() {
     let route = RouteInfo::new(ModelId::new("llama").unwrap());
     let now = tokio::time::Instant::now();
     let picks: Vec<_> = (0..3)
-        .map(|_| balancer.pick(&route, now).unwrap())
+        .map(|_| balancer.pick_at(&route, now).unwrap())
         .collect();
     assert_eq!(handle.utilization(2), 0.75);
     assert_eq!(gate.utilization(), 0.75);

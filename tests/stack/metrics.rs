@@ -151,11 +151,11 @@ async fn the_shed_series_count_by_urgency() {
     let mut balancer = ModelBalancer::new(futures_util::stream::iter(backends), config).unwrap();
     let now = tokio::time::Instant::now();
     let route = |urgency| RouteInfo::new(ModelId::new("m").unwrap()).with_urgency(urgency);
-    let held = balancer.pick(&route(Urgency::Normal), now).unwrap();
+    let held = balancer.pick_at(&route(Urgency::Normal), now).unwrap();
     for _ in 0..3 {
-        assert!(balancer.pick(&route(Urgency::Normal), now).is_err());
+        assert!(balancer.pick_at(&route(Urgency::Normal), now).is_err());
     }
-    assert!(balancer.pick(&route(Urgency::Critical), now).is_err());
+    assert!(balancer.pick_at(&route(Urgency::Critical), now).is_err());
     drop(held);
 
     let recorder = DebuggingRecorder::new();

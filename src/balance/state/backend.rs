@@ -150,7 +150,7 @@ impl BackendState {
     /// Whether the backend may be picked at `now`: not removed, not
     /// ejected by health, and its breaker admitting.
     pub(crate) fn eligible(&self, now: Instant) -> bool {
-        !self.is_removed() && !self.health.is_ejected() && self.breaker.admits(now)
+        !self.is_removed() && !self.health.is_ejected() && self.breaker.admits_with(|| now)
     }
 
     /// Whether the backend counts as healthy for the panic threshold at

@@ -142,7 +142,7 @@ impl Scoped {
         }
         self.lock()
             .get(&(uid, key))
-            .is_none_or(|breaker| breaker.admits(now))
+            .is_none_or(|breaker| breaker.admits_with(|| now))
     }
 
     /// The pair's breaker (tracked from now on) with its ticket, or `None`

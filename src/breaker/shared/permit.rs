@@ -46,14 +46,24 @@ impl Permit {
     /// Records the call's outcome at `now`, with how long it took if it
     /// was timed: `None` for a call that must never count as slow (a cold
     /// model load), or that was not timed.
-    pub fn record_call(mut self, outcome: Outcome, elapsed: Option<Duration>, now: Instant) {
+    pub(crate) fn record_call(mut self, outcome: Outcome, elapsed: Option<Duration>, now: Instant) {
         if let Some(ticket) = self.ticket.take() {
             self.breaker.record_ticket_at(ticket, outcome, elapsed, now);
         }
     }
 
+    /// As `record_call`: the call's outcome at `now`, with how long it
+    /// took if it was timed.
+    /// A hook of the crate's own tests, benches and simulator (feature
+    /// `testing`): not part of the public API.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn record_call_at(self, outcome: Outcome, elapsed: Option<Duration>, now: Instant) {
+        self.record_call(outcome, elapsed, now);
+    }
+
     /// When the call was admitted (the slow-call clock's start).
-    pub fn admitted(&self) -> Instant {
+    pub(crate) fn admitted(&self) -> Instant {
         self.admitted
     }
 

@@ -135,11 +135,11 @@ fn a_half_open_probe_ignored_gives_its_permit_back_and_wakes_the_waiters() {
     let t1 = t0 + secs(10);
     let probe = b.try_acquire_at(t1).unwrap();
     assert_eq!(b.state_at(t1), BreakerState::HalfOpen);
-    assert!(!b.admits(t1), "its only probe is out");
+    assert!(!b.admits_at(t1), "its only probe is out");
     let wakes = Wakes::registered(&b);
     probe.record_at(Outcome::Ignored, t1);
     assert_eq!(wakes.count(), 1);
-    assert!(b.admits(t1), "the probe permit came back");
+    assert!(b.admits_at(t1), "the probe permit came back");
     assert!(b.try_acquire_at(t1).is_ok());
 }
 
