@@ -280,9 +280,8 @@ impl BalancerHandle {
     /// The breaker of `backend` (its backend-level breaker: the one that
     /// admits its requests in [`BreakerScope::Backend`], the default), to
     /// read its [`stats`](Breaker::stats) or run it by hand —
-    /// [`force_open`](Breaker::force_open) to drain a backend,
-    /// [`force_closed`](Breaker::force_closed), [`disable`](Breaker::disable),
-    /// [`metrics_only`](Breaker::metrics_only), [`reset`](Breaker::reset).
+    /// [`set_mode`](Breaker::set_mode)`(`[`Mode::ForcedOpen`](crate::breaker::Mode::ForcedOpen)`)` to drain a
+    /// backend, [`reset`](Breaker::reset).
     /// The same state machine the balancer's picks consult: a forced-open
     /// backend is skipped at once, in panic mode too and in either breaker
     /// scope (drained on purpose). `None` when no current backend has that

@@ -331,33 +331,22 @@ impl Breaker {
         self.lock().mode()
     }
 
-    /// Opens the breaker until the mode changes: every call fails fast.
-    pub fn force_open(&self) {
-        self.set_mode(Mode::ForcedOpen);
-    }
-
-    /// Closes the breaker now, with an empty window and the backoff reset,
-    /// and runs it by its policy again (from any mode).
-    pub fn force_closed(&self) {
-        self.set_mode(Mode::Normal);
-    }
-
-    /// Admits every call and counts nothing until the mode changes.
-    pub fn disable(&self) {
-        self.set_mode(Mode::Disabled);
-    }
-
-    /// Admits every call and counts outcomes (readable from
-    /// [`Breaker::stats`]), without ever tripping, until the mode
-    /// changes.
-    pub fn metrics_only(&self) {
-        self.set_mode(Mode::MetricsOnly);
+    /// Runs the breaker by hand until the mode changes again:
+    ///
+    /// * [`Mode::ForcedOpen`]: open, every call fails fast (not a trip);
+    /// * [`Mode::Normal`]: closed now, with an empty window and the backoff
+    ///   reset, and run by its policy again (from any mode);
+    /// * [`Mode::Disabled`]: every call admitted, nothing counted;
+    /// * [`Mode::MetricsOnly`]: every call admitted and its outcome counted
+    ///   (readable from [`Breaker::stats`]), never tripping.
+    pub fn set_mode(&self, mode: Mode) {
+        self.apply_mode(mode);
     }
 
     /// Back to a new breaker's state: closed, normal mode, empty window,
     /// backoff reset, trip and rejection counts zero.
     pub fn reset(&self) {
-        self.set_mode(Mode::Normal);
+        self.apply_mode(Mode::Normal);
         self.inner.trips.store(0, Ordering::Relaxed);
         for count in &self.inner.transitions {
             count.store(0, Ordering::Relaxed);

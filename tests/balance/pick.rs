@@ -15,7 +15,7 @@ use tower::discover::{Change, ServiceList};
 use tower::{Service, ServiceExt};
 use tower_model_balance::backend::Backend;
 use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::{BreakerConfig, BreakerState};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState, Mode};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::error::NoHealthyBackend;
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo, Urgency};
@@ -299,13 +299,13 @@ async fn a_backend_forced_open_from_the_handle_is_skipped_until_closed_again() {
     let primary = walk(&names, "llama-3-8b")[0];
     assert_eq!(pick(&mut balancer, &route).endpoint, primary);
     let breaker = handle.breaker(&id(primary)).expect("a current backend");
-    breaker.force_open();
+    breaker.set_mode(Mode::ForcedOpen);
     for _ in 0..20 {
         let picked = pick(&mut balancer, &route);
         assert_ne!(picked.endpoint, primary, "drained by hand");
         picked.guard.finish(Outcome::Success);
     }
-    breaker.force_closed();
+    breaker.set_mode(Mode::Normal);
     assert_eq!(pick(&mut balancer, &route).endpoint, primary);
     assert!(handle.breaker(&id("nope")).is_none());
 }
@@ -317,7 +317,10 @@ async fn backends_drained_by_hand_stay_out_in_panic_mode() {
         ModelBalancer::from_rng(named(&names), BalanceConfig::default(), Lcg(8)).unwrap();
     let handle = balancer.handle();
     for name in ["a", "b"] {
-        handle.breaker(&id(name)).unwrap().force_open();
+        handle
+            .breaker(&id(name))
+            .unwrap()
+            .set_mode(Mode::ForcedOpen);
     }
     // One backend of three admits: below the panic threshold (0.5).
     for i in 0..30 {

@@ -12,7 +12,7 @@ use tokio::time::advance;
 use tokio_test::{assert_pending, assert_ready_ok};
 use tower::{Service, ServiceExt};
 use tower_model_balance::breaker::{
-    Breaker, BreakerConfig, BreakerState, CircuitBreaker, WhenOpen,
+    Breaker, BreakerConfig, BreakerState, CircuitBreaker, Mode, WhenOpen,
 };
 use tower_model_balance::classify::{Outcome, ServerErrorsAsFailures};
 use tower_model_balance::error::{BreakerOpen, NotReady};
@@ -249,7 +249,7 @@ async fn a_stale_reservation_goes_through_if_the_breaker_admits_freely() {
     handle.allow(1);
     assert_ready_ok!(svc.poll_ready());
     trip(&breaker);
-    breaker.force_closed();
+    breaker.set_mode(Mode::Normal);
     let fut = svc.call(http::Request::new(()));
     let (_, send) = handle.next_request().await.expect("called");
     send.send_response(status(503));
@@ -305,11 +305,11 @@ async fn every_probe_out_waits_for_a_probe_or_the_round() {
 async fn forced_open_waits_for_a_change_of_mode() {
     let (mut svc, mut handle, breaker) = service(1);
     handle.allow(1);
-    breaker.force_open();
+    breaker.set_mode(Mode::ForcedOpen);
     assert_pending!(svc.poll_ready());
     advance(Duration::from_secs(3600)).await;
     assert!(!svc.is_woken());
-    breaker.force_closed();
+    breaker.set_mode(Mode::Normal);
     assert!(svc.is_woken());
     assert_ready_ok!(svc.poll_ready());
 }

@@ -40,7 +40,7 @@ fn logged(policy: BreakerConfigBuilder) -> (Breaker, Seen) {
 #[tokio::test(start_paused = true)]
 async fn force_open_refuses_every_call_and_is_not_a_trip() {
     let breaker = Breaker::new(base().build().unwrap());
-    breaker.force_open();
+    breaker.set_mode(Mode::ForcedOpen);
     assert_eq!(
         (breaker.state(), breaker.mode()),
         (BreakerState::Open, Mode::ForcedOpen)
@@ -57,7 +57,7 @@ async fn force_open_refuses_every_call_and_is_not_a_trip() {
 async fn force_closed_closes_at_once_and_runs_by_the_policy_again() {
     let breaker = Breaker::new(base().build().unwrap());
     fail_twice(&breaker);
-    breaker.force_closed();
+    breaker.set_mode(Mode::Normal);
     assert_eq!(
         (breaker.state(), breaker.mode()),
         (BreakerState::Closed, Mode::Normal)
@@ -72,7 +72,7 @@ async fn force_closed_closes_at_once_and_runs_by_the_policy_again() {
 async fn disable_admits_every_call_and_counts_nothing() {
     let breaker = Breaker::new(base().build().unwrap());
     fail_twice(&breaker);
-    breaker.disable();
+    breaker.set_mode(Mode::Disabled);
     for _ in 0..20 {
         breaker
             .try_acquire()
@@ -90,7 +90,7 @@ async fn disable_admits_every_call_and_counts_nothing() {
 #[tokio::test(start_paused = true)]
 async fn metrics_only_counts_outcomes_and_never_trips() {
     let breaker = Breaker::new(base().consecutive_failures(1).build().unwrap());
-    breaker.metrics_only();
+    breaker.set_mode(Mode::MetricsOnly);
     for _ in 0..20 {
         breaker
             .try_acquire()
@@ -109,7 +109,7 @@ async fn reset_zeroes_the_trip_transition_and_rejection_counts() {
     fail_twice(&breaker);
     assert!(breaker.try_acquire().is_err());
     assert!(breaker.try_acquire().is_err());
-    breaker.metrics_only();
+    breaker.set_mode(Mode::MetricsOnly);
     assert_eq!(
         (breaker.stats().trips, breaker.stats().rejected),
         (1, 2),
@@ -148,9 +148,9 @@ async fn the_hook_sees_each_transition_once_with_its_reason() {
     assert!(breaker.try_acquire().is_err(), "reopened for 20 s");
     advance(Duration::from_secs(20)).await;
     breaker.try_acquire().unwrap().record(Outcome::Success);
-    breaker.force_open();
-    breaker.force_open();
-    breaker.force_closed();
+    breaker.set_mode(Mode::ForcedOpen);
+    breaker.set_mode(Mode::ForcedOpen);
+    breaker.set_mode(Mode::Normal);
     let want = [
         (Closed, Open, Reason::FailureRate),
         (Open, HalfOpen, Reason::OpenElapsed),
@@ -216,7 +216,7 @@ fn the_hook_may_read_the_breaker_without_deadlock() {
             let breaker = Breaker::with_hook(base().build().unwrap(), hook);
             cell.set(breaker.clone()).unwrap();
             fail_twice(&breaker);
-            breaker.force_closed();
+            breaker.set_mode(Mode::Normal);
             let reads = reads.lock().unwrap().clone();
             let want = [
                 (BreakerState::Open, BreakerState::Open, 2),

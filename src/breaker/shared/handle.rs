@@ -17,12 +17,11 @@ use crate::sync::{AtomicBool, AtomicU64, Mutex};
 /// so that admission then takes no lock. Cloning shares the breaker.
 ///
 /// Read it with [`Breaker::state`], [`Breaker::stats`] (the window,
-/// the trips and refusals); run it by hand with [`Breaker::force_open`],
-/// [`Breaker::force_closed`], [`Breaker::disable`],
-/// [`Breaker::metrics_only`] and [`Breaker::reset`].
+/// the trips and refusals); run it by hand with [`Breaker::set_mode`]
+/// and [`Breaker::reset`].
 ///
 /// ```
-/// use tower_model_balance::breaker::{Breaker, BreakerState, BreakerConfig};
+/// use tower_model_balance::breaker::{Breaker, BreakerState, BreakerConfig, Mode};
 /// use tower_model_balance::classify::Outcome;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -32,7 +31,7 @@ use crate::sync::{AtomicBool, AtomicU64, Mutex};
 /// }
 /// assert_eq!(breaker.state(), BreakerState::Open);
 /// assert!(breaker.try_acquire().is_err());
-/// breaker.force_closed();
+/// breaker.set_mode(Mode::Normal);
 /// assert!(breaker.try_acquire().is_ok());
 /// # }
 /// ```

@@ -13,7 +13,7 @@ use crate::breaker::state::values::{BreakerState, Mode, Reason, Ticket, Transiti
 use crate::sync::MutexGuard;
 
 impl Breaker {
-    pub(super) fn set_mode(&self, mode: Mode) {
+    pub(super) fn apply_mode(&self, mode: Mode) {
         let mut state = self.lock();
         let transition = state.set_mode(mode, Instant::now());
         self.publish(&state, transition);

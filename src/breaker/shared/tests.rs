@@ -85,12 +85,12 @@ fn admitting_freely_reads_no_clock_in_any_epoch_or_free_mode() {
     };
     check("new (epoch 0)");
     trip(&b, t0);
-    b.force_closed();
+    b.set_mode(Mode::Normal);
     assert_eq!(b.lock().epoch(), 2);
     check("closed again (epoch 2)");
-    b.metrics_only();
+    b.set_mode(Mode::MetricsOnly);
     check("metrics only");
-    b.disable();
+    b.set_mode(Mode::Disabled);
     check("disabled");
 }
 
@@ -152,9 +152,9 @@ fn only_a_breaker_forced_open_by_hand_is_forced_open() {
     trip(&b, t0);
     assert!(!b.is_forced_open(), "open by its calls");
     assert!(!b.admits_freely());
-    b.force_open();
+    b.set_mode(Mode::ForcedOpen);
     assert!(b.is_forced_open());
-    b.force_closed();
+    b.set_mode(Mode::Normal);
     assert!(!b.is_forced_open(), "closed again");
 }
 
@@ -172,9 +172,9 @@ fn the_fleet_gauge_counts_a_breaker_once_while_it_is_not_closed() {
     assert_eq!((b.state_at(t1), count()), (BreakerState::HalfOpen, 1));
     probe.record_at(Outcome::Failure, t1);
     assert_eq!((b.state_at(t1), count()), (BreakerState::Open, 1));
-    b.force_open();
+    b.set_mode(Mode::ForcedOpen);
     assert_eq!(count(), 1, "forced open");
-    b.force_closed();
+    b.set_mode(Mode::Normal);
     assert_eq!(count(), 0, "closed");
     trip(&b, t0);
     assert_eq!(count(), 1);
@@ -202,14 +202,14 @@ fn a_stale_reservation_waits_for_what_would_admit_it() {
     );
     drop(probe);
     assert_eq!(retry_after(t1), Duration::ZERO, "a probe permit left");
-    b.force_open();
+    b.set_mode(Mode::ForcedOpen);
     assert_eq!(
         retry_after(t1),
         secs(120),
         "forced open: the maximum open duration"
     );
     assert_eq!(b.stats().rejected, 4);
-    b.force_closed();
+    b.set_mode(Mode::Normal);
     assert!(b.try_acquire_freely(t1).is_ok());
 }
 
@@ -221,7 +221,7 @@ fn a_permit_is_current_until_the_next_transition() {
     assert!(first.is_current_at(t0), "closed, epoch 0");
     drop(first);
     trip(&b, t0);
-    b.force_closed();
+    b.set_mode(Mode::Normal);
     let again = b.try_acquire_at(t0).unwrap();
     assert!(again.is_current_at(t0), "closed, epoch 2");
     trip(&b, t0);
