@@ -180,7 +180,7 @@ fn bench(c: &mut Criterion, samples: &Samples, memory: &mut Memory) {
         memory.insert(format!("ring/{n}"), bytes);
         // Maglev's nodes are the xxh3 hashes of the same backend IDs.
         let nodes: Vec<u64> = (0..n)
-            .map(|i| xxhash_rust::xxh3::xxh3_64(backend(i).as_bytes()))
+            .map(|i| xxhash_rust::xxh3::xxh3_64(backend(i).as_str().as_bytes()))
             .collect();
         let (maglev, bytes) = measured(n, || Maglev::new(&nodes));
         memory.insert(format!("maglev/{n}"), bytes);

@@ -133,7 +133,8 @@ impl Exclude {
 
     /// Whether the exclusion holds even where no other backend has the
     /// model resident.
-    pub fn is_strict(&self) -> bool {
+    #[cfg_attr(not(feature = "balance"), allow(dead_code))]
+    pub(crate) fn is_strict(&self) -> bool {
         self.strict
     }
 

@@ -51,7 +51,7 @@ impl BackendId {
     }
 
     /// The canonical bytes the ring hashes.
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         self.0.as_bytes()
     }
 }

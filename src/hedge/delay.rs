@@ -222,6 +222,7 @@ impl Delays {
 
     /// Windows held by a model (including idle ones not handed on yet): at
     /// most `max_models`.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn tracked(&self) -> usize {
         let held = |model: &&AtomicU64| model.load(Ordering::Relaxed) != 0;
         self.models.iter().filter(held).count()

@@ -249,6 +249,11 @@ impl HedgeHandle {
     /// [`max_models`](super::HedgeConfigBuilder::max_models); every other model
     /// shares one window. The memory is allocated with the layer and
     /// never grows.
+    ///
+    /// A hook of the crate's own tests (feature `testing`): not part of
+    /// the public API.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
     pub fn tracked_models(&self) -> usize {
         self.shared.delays.tracked()
     }

@@ -27,7 +27,7 @@ fn digest() -> u64 {
     for m in 0..MODELS {
         let model = ModelId::new(&format!("tenant-{}/model-{m}", m % 7)).unwrap();
         for owner in ring.owners(model.hash64(), OWNERS) {
-            bytes.extend_from_slice(ring.member(owner).as_bytes());
+            bytes.extend_from_slice(ring.member(owner).as_str().as_bytes());
             bytes.push(0xff);
         }
         bytes.push(0xfe);

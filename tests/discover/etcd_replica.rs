@@ -70,7 +70,7 @@ pub fn digest(handle: &BalancerHandle, models: &[ModelId]) -> u64 {
     let mut bytes = Vec::with_capacity(models.len() * OWNERS * 8);
     for model in models {
         for owner in handle.owners(model) {
-            bytes.extend_from_slice(owner.as_bytes());
+            bytes.extend_from_slice(owner.as_str().as_bytes());
             bytes.push(0xff);
         }
         bytes.push(0xfe);
