@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use super::id::BackendId;
+#[cfg(feature = "balance")]
+use crate::route::Route;
 
 /// A slot, shared between a request's sender and the balancer, where the
 /// balancer writes the backend it picked for the request.
@@ -136,6 +138,12 @@ impl Exclude {
     #[cfg_attr(not(feature = "balance"), allow(dead_code))]
     pub(crate) fn is_strict(&self) -> bool {
         self.strict
+    }
+
+    /// The exclusion `route`'s request carries, if any.
+    #[cfg(feature = "balance")]
+    pub(crate) fn of<'a>(route: &Route<'a>) -> Option<&'a Exclude> {
+        route.extensions?.get::<Exclude>()
     }
 
     /// The excluded backend.

@@ -23,9 +23,10 @@
 //!   extensions through which a hedge or a retry and the balancer pass a
 //!   backend.
 //!
-//! The files import one another by the file that defines an item, and
-//! `route` imports `Exclude` from `backend/extensions.rs`: `meta.rs` reads
-//! `route`'s `ModelId`, so this façade stays out of `route`'s imports.
+//! The files import one another by the file that defines an item.
+//! `backend` sits above `route`: `meta.rs` reads `route`'s `ModelId` and
+//! `extensions.rs` its `Route`, and `route` imports nothing of `backend`
+//! (a request's `Exclude` is read from its extensions by the balancer).
 
 pub(crate) mod extensions;
 pub(crate) mod id;

@@ -11,7 +11,6 @@ use super::header::{Found, Traits, MODEL};
 use super::kind::{RequestKind, Urgency};
 use super::model::ModelId;
 use super::prefix::PrefixKey;
-use crate::backend::extensions::Exclude;
 use crate::route::error::{InvalidReason, InvalidRoute};
 
 /// A request's route, borrowed from the request: what a
@@ -33,9 +32,10 @@ pub struct Route<'a> {
     pub(crate) payload_bytes: Option<u64>,
     /// The prefix key, from a [`RouteInfo`] (never from a header).
     pub(crate) prefix: Option<PrefixKey>,
-    /// A backend not to pick, from an [`Exclude`] extension (a hedge's
-    /// backup).
-    pub(crate) exclude: Option<&'a Exclude>,
+    /// The request's extensions, when it has any: where the balancer
+    /// reads a backend not to pick (`backend::Exclude`, a hedge's backup
+    /// or a retry; `backend` sits above this module).
+    pub(crate) extensions: Option<&'a Extensions>,
 }
 
 /// The crate's name for [`Route`].
@@ -79,7 +79,7 @@ impl<'a> Route<'a> {
             urgency: Urgency::default(),
             payload_bytes: None,
             prefix: None,
-            exclude: None,
+            extensions: None,
         })
     }
 
@@ -112,8 +112,8 @@ impl<'a> Route<'a> {
         self
     }
 
-    /// As [`RouteInfo::from_parts`], borrowing; also reads an [`Exclude`]
-    /// extension.
+    /// As [`RouteInfo::from_parts`], borrowing; keeps the extensions for
+    /// the balancer's exclusion.
     #[inline]
     pub(crate) fn from_parts(
         extensions: &'a Extensions,
@@ -126,7 +126,7 @@ impl<'a> Route<'a> {
             Some(route) => Self::from(route),
             None => Self::from_headers(headers)?,
         };
-        view.exclude = extensions.get::<Exclude>();
+        view.extensions = Some(extensions);
         Ok(view)
     }
 
@@ -152,7 +152,7 @@ impl<'a> Route<'a> {
             urgency: traits.urgency,
             payload_bytes: traits.payload_bytes,
             prefix: None,
-            exclude: None,
+            extensions: None,
         })
     }
 
@@ -301,7 +301,7 @@ impl<'a> From<&'a RouteInfo> for Route<'a> {
             urgency: route.urgency,
             payload_bytes: route.payload_bytes,
             prefix: route.prefix,
-            exclude: None,
+            extensions: None,
         }
     }
 }

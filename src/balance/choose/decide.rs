@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::backend::BackendId;
+use crate::backend::{BackendId, Exclude};
 use crate::balance::choose::ctx::{Ask, Miss, Rules, Scratch};
 use crate::balance::choose::pick::pick;
 use crate::balance::choose::receipt::receipt;
@@ -169,6 +169,7 @@ impl Local {
         let config = &shared.config;
         // The ring and demand are keyed by the prefix group, if any.
         let affinity = route.affinity();
+        let exclude = Exclude::of(route);
         // Read before this request counts in it.
         let unseen = route.kind != RequestKind::Update && shared.demand.unseen(affinity);
         // The owners planned for the model, if it has them (not for an
@@ -187,7 +188,7 @@ impl Local {
                 // attempt counted already, and counted again it would
                 // give a hedged model owners (cold copies) its traffic
                 // does not need.
-                let again = self.retries || route.exclude.is_some();
+                let again = self.retries || exclude.is_some();
                 let tally = match draw.counted && !again {
                     true => Tally::Count {
                         work: table.fleet.work.weight(route.hash),
@@ -209,7 +210,7 @@ impl Local {
             sampled: draw.timed,
             unseen,
             // A hedge's backup: rare, so a scan of the table.
-            exclude: route.exclude.and_then(|x| {
+            exclude: exclude.and_then(|x| {
                 let i = table.backends.iter().position(|b| &b.id == x.backend())?;
                 Some((i, x.is_strict()))
             }),
@@ -242,7 +243,7 @@ impl Local {
             }
             Err(Miss::NoAlternative) => {
                 // Only reached with an exclusion (the ask's comes from it).
-                let excluded = route.exclude.map(|x| x.backend().clone());
+                let excluded = exclude.map(|x| x.backend().clone());
                 tracing::debug!(
                     model = route.model,
                     ?excluded,
