@@ -211,6 +211,11 @@ impl Ring {
 
     /// The key's primary owner, the first member of [`Ring::walk`], found
     /// without setting up a walk; `None` when the ring is empty.
+    ///
+    /// A hook of the crate's own tests, benches and simulator (feature `testing`): not
+    /// part of the public API.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
     #[inline]
     pub fn primary(&self, key: u64) -> Option<usize> {
         let bucket = self.index.bucket(key);

@@ -67,11 +67,6 @@ impl Permit {
         self.admitted
     }
 
-    /// The breaker this permit belongs to.
-    pub fn breaker(&self) -> &Breaker {
-        &self.breaker
-    }
-
     /// Whether the breaker is still, at `now`, in the state this permit
     /// was admitted in: the same epoch (no transition or change of mode
     /// since) and, for a half-open probe, a round not past its deadline.
