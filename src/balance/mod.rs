@@ -322,6 +322,7 @@ pub(crate) mod config;
 pub(crate) mod error;
 pub mod future;
 mod handle;
+mod mix;
 mod queued;
 mod receipt;
 mod service;

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::{Instant, Sleep};
 
-use crate::balance::choose::ctx::mix;
+use crate::balance::mix::mix;
 use crate::balance::choose::decide::{Local, Picked, Refused, Timed};
 use crate::balance::error::Overloaded;
 use crate::balance::state::clock::Now;

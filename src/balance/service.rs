@@ -13,7 +13,7 @@ use tower::util::rng::{HasherRng, Rng};
 use tower_service::Service;
 
 use crate::backend::Backend;
-use crate::balance::choose::ctx::mix;
+use crate::balance::mix::mix;
 use crate::balance::choose::decide::Picked;
 use crate::balance::choose::decide::{Local, Refused, Timed};
 use crate::balance::completion::finish::Finish;

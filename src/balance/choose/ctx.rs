@@ -16,6 +16,8 @@ use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
 use crate::route::{PrefixKey, RequestKind, Urgency};
 
+use crate::balance::mix::mix;
+
 use std::cmp::Ordering;
 
 /// The most owners a model can have.
@@ -401,16 +403,6 @@ impl Ctx<'_> {
             Ordering::Equal => b,
         }
     }
-}
-
-/// SplitMix64's step and finalizer (Steele, Lea and Flood, 2014):
-/// decorrelates clones' streams and weak RNGs, and makes a stream of a
-/// counter.
-pub(crate) fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Two distinct indices in `0..n` (`n >= 2`), uniformly (Floyd's

@@ -140,7 +140,7 @@ fn lcg(seed: u64) -> impl FnMut() -> u64 {
         state = state
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        crate::balance::choose::ctx::mix(state)
+        crate::balance::mix::mix(state)
     }
 }
 
