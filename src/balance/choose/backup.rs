@@ -22,7 +22,8 @@
 //!   The pick is refused ([`Miss::NoAlternative`]) and the hedging layer
 //!   counts the backup suppressed.
 
-use crate::balance::choose::ctx::{Ask, Ctx, Miss, Pick, MAX_OWNERS, SPILL_SCAN};
+use crate::balance::choose::ask::Ask;
+use crate::balance::choose::ctx::{Ctx, Miss, Pick, MAX_OWNERS, SPILL_SCAN};
 use crate::balance::state::residency::Presence;
 use crate::balance::state::traffic::Branch;
 

@@ -1,30 +1,22 @@
-//! What one pick works on: the request's ask, the rules from the config,
-//! the result, the scratch space, and the context ([`Ctx`]) over one table
-//! through which every choice reads eligibility, cost and residency (no
+//! What one pick works on: the rules from the config, the result, and the
+//! context ([`Ctx`]) over one table through which every choice reads
+//! eligibility, cost and residency (no
 //! IO, no allocation, no lock but the breaker's on its non-closed paths —
 //! and, in the opt-in per-model breaker scope, a short one to find the
 //! pair's breaker).
 
-use crate::balance::state::assign::Assigned;
-use crate::balance::state::assigned::OwnersWalk;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::clock::Now;
-use crate::balance::state::cost::{at_floor, compare};
+use crate::balance::state::cost::at_floor;
 use crate::balance::state::prefix::PrefixHit;
 use crate::balance::state::residency::{Presence, Warmth};
 use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
-use crate::route::{PrefixKey, RequestKind, Urgency};
-
-use crate::balance::mix::mix;
-
-use std::cmp::Ordering;
+use crate::route::Urgency;
 
 /// The most owners a model can have.
 pub(crate) const MAX_OWNERS: usize =
     crate::balance::config::builder::BalanceConfigBuilder::MAX_OWNERS;
-/// Owners whose lists fit in a [`Scratch`] without a heap buffer.
-pub(crate) const INLINE_OWNERS: usize = 16;
 /// How far past its owners a spilled request looks for a backend where its
 /// model is resident, in distinct backends.
 pub(crate) const SPILL_SCAN: usize = 16;
@@ -35,54 +27,6 @@ pub(crate) const LOADING_GRACE_MS: u64 = 2_000;
 /// and, on many servers, a serving slot, so piling loads onto one backend
 /// stalls the warm traffic it serves.
 pub(crate) const LOADS_AT_ONCE: usize = 1;
-
-/// What is being routed.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Ask {
-    pub(crate) kind: RequestKind,
-    pub(crate) urgency: Urgency,
-    /// The model ID's carried xxh3 hash: residency and breakers are
-    /// keyed by it.
-    pub(crate) key: u64,
-    /// The request's prefix key, if it has one: owners that served its
-    /// session, else its group, come first.
-    pub(crate) prefix: Option<PrefixKey>,
-    /// How many owners the model has now (inference only).
-    pub(crate) owners: usize,
-    /// Whether the request is in the sample that renews its model's
-    /// recency where it is resident already (see [`Residency::touch_with`]).
-    ///
-    /// [`Residency::touch_with`]: crate::balance::state::residency::Residency::touch_with
-    pub(crate) sampled: bool,
-    /// Whether the model has no recent demand (its demand bucket is
-    /// empty): nothing to keep warm for it.
-    pub(crate) unseen: bool,
-    /// A backend not to pick: for a hedge's backup, the index of the
-    /// backend its first attempt went to — the backup goes where
-    /// [`pick_backup`](super::backup::pick_backup) says, or is refused
-    /// ([`Miss::NoAlternative`]); when strict (a retry), honoured while
-    /// any other backend is eligible. Inference only.
-    pub(crate) exclude: Option<(usize, bool)>,
-    /// The owners assigned to the model ([`Table::assigned`]; none for a
-    /// prefix key's group or an update): walked before the ring.
-    pub(crate) assigned: Assigned,
-}
-
-impl Ask {
-    /// What the ring walk is keyed by: the prefix key's group, else
-    /// [`Ask::key`].
-    #[inline]
-    pub(crate) fn affinity(&self) -> u64 {
-        self.prefix.map_or(self.key, |p| p.group())
-    }
-
-    /// The request's walk over `table`: its assigned owners, then the ring
-    /// from [`Ask::affinity`] without them.
-    #[inline]
-    pub(crate) fn walk<'t>(&self, table: &'t Table) -> OwnersWalk<'t> {
-        table.walk(self.affinity(), self.assigned)
-    }
-}
 
 /// The knobs of a pick.
 #[derive(Debug, Clone, Copy)]
@@ -116,42 +60,6 @@ pub(crate) struct Pick {
     pub(crate) hit: PrefixHit,
 }
 
-/// Room for a pick's three owner lists, kept by each balancer clone and
-/// reused, never cleared: a pick overwrites the part it reads, so no pick
-/// zeroes it. Lists of up to [`INLINE_OWNERS`] owners each fit inline (a
-/// clone whose models all have few owners — the default `owners` is 2 —
-/// never allocates for them); longer ones go to a heap buffer that grows
-/// to three times the most owners listed and is not shrunk, so a clone
-/// allocates for it once per new high.
-#[derive(Debug)]
-pub(crate) struct Scratch {
-    inline: [usize; 3 * INLINE_OWNERS],
-    pub(crate) heap: Vec<usize>,
-}
-
-impl Default for Scratch {
-    fn default() -> Self {
-        Self {
-            inline: [0; 3 * INLINE_OWNERS],
-            heap: Vec::new(),
-        }
-    }
-}
-
-impl Scratch {
-    /// `len` slots, holding whatever the last pick left there.
-    #[inline]
-    pub(crate) fn room(&mut self, len: usize) -> &mut [usize] {
-        if len <= self.inline.len() {
-            return &mut self.inline[..len];
-        }
-        if self.heap.len() < len {
-            self.heap.resize(len, 0);
-        }
-        &mut self.heap[..len]
-    }
-}
-
 /// Why a pick chose no backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Miss {
@@ -160,8 +68,8 @@ pub(crate) enum Miss {
     /// Eligible backends there are, but every one the request could go to
     /// is at its admission limit.
     Saturated,
-    /// A hedge's backup (a non-strict [`Ask::exclude`]) with nowhere it
-    /// could help (see [`pick_backup`](super::backup::pick_backup)).
+    /// A hedge's backup ([`Exclusion::Backup`](super::ask::Exclusion::Backup)) with nowhere it could
+    /// help (see [`pick_backup`](super::backup::pick_backup)).
     NoAlternative,
 }
 
@@ -233,7 +141,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) now: &'a Now,
     /// The model's hash: keys its breakers in `BackendModel` scope.
     pub(crate) key: u64,
-    /// A backend treated as not eligible (see [`Ask::exclude`]).
+    /// A backend treated as not eligible (a retry's
+    /// [`Exclusion::Retry`](super::ask::Exclusion::Retry), while another
+    /// is eligible).
     pub(crate) exclude: Option<usize>,
     /// The request's urgency: a `Critical` one has headroom above the
     /// admission limit.
@@ -334,82 +244,5 @@ impl Ctx<'_> {
             && self.table.fleet.scoped.is_none()
             && !self.state(i).breaker.admits_freely()
     }
-
-    /// Power of two choices on cost over `set`: two distinct members
-    /// sampled uniformly, then [`Ctx::choose2`].
-    pub(crate) fn p2c(&self, set: &[usize], random: &mut impl FnMut() -> u64) -> Option<usize> {
-        match set.len() {
-            0 => None,
-            1 => Some(set[0]),
-            2 => Some(self.choose2(set[0], set[1], random)),
-            n => {
-                let [a, b] = sample2(n as u64, random);
-                Some(self.choose2(set[a], set[b], random))
-            }
-        }
-    }
-
-    /// P2C's choice between eligible `a` and `b`, as tower's and
-    /// linkerd's P2C (Mitzenmacher, 2001): the cheaper of the two.
-    ///
-    /// In order: a backend to try first ([`Ctx::first`]: a half-open
-    /// breaker's probe, a backend just back from unhealthy); a backend
-    /// above the health floor over one at it (a backend at health 0 gets
-    /// nothing while its rival is healthy, however loaded the rival);
-    /// else the lower cost ([`cost`]), costs within [`TIE`] of each other
-    /// a tie broken at random ([`compare`]).
-    ///
-    /// With as many in flight on each (both idle, at light load) the
-    /// costs differ by latency estimate and health alone, and the
-    /// cheaper takes the request: a backend 20% slower than its rival
-    /// gets none by chance, only the refreshes below. What keeps a backend that
-    /// served slowly once from being priced out for good is its
-    /// estimate's relaxation toward the others' median while it is idle
-    /// ([`BalanceConfigBuilder::latency_decay`]): once within the tie
-    /// band it draws requests again, and their answers refresh it. Two
-    /// backends serving alike hold estimates within the band and split
-    /// the requests evenly (issue 39); a backend that rejoins starts at
-    /// the median (a tie), its warm-up ramp weighing only its queue
-    /// ([`cost`]); one readmitted by health is tried at once.
-    ///
-    /// In panic mode the cost is no guide (every health score is at the
-    /// floor, every estimate full of failure penalties): fewer in flight,
-    /// else uniformly at random.
-    ///
-    /// [`cost`]: crate::balance::state::cost::cost
-    /// [`TIE`]: crate::balance::state::cost::TIE
-    /// [`compare`]: crate::balance::state::cost::compare
-    /// [`BalanceConfigBuilder::latency_decay`]: crate::balance::BalanceConfigBuilder::latency_decay
-    pub(crate) fn choose2(&self, a: usize, b: usize, random: &mut impl FnMut() -> u64) -> usize {
-        let (first_a, first_b) = (self.first(a), self.first(b));
-        if first_a != first_b {
-            return if first_a { a } else { b };
-        }
-        let (sa, sb) = (self.state(a), self.state(b));
-        let order = match self.mode {
-            Mode::Panic => sa.load().cmp(&sb.load()),
-            Mode::Normal => {
-                let floor_a = at_floor(sa.health.score.get());
-                let floor_b = at_floor(sb.health.score.get());
-                floor_a
-                    .cmp(&floor_b)
-                    .then_with(|| compare(sa.cost(), sb.cost()))
-            }
-        };
-        match order {
-            Ordering::Less => a,
-            Ordering::Greater => b,
-            Ordering::Equal if mix(random()) & 1 == 0 => a,
-            Ordering::Equal => b,
-        }
-    }
 }
 
-/// Two distinct indices in `0..n` (`n >= 2`), uniformly (Floyd's
-/// combination algorithm for two).
-pub(crate) fn sample2(n: u64, random: &mut impl FnMut() -> u64) -> [usize; 2] {
-    let a = random() % (n - 1);
-    let b = random() % n;
-    let a = if a == b { n - 1 } else { a };
-    [a as usize, b as usize]
-}

@@ -4,16 +4,16 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::backend::{BackendId, Exclude};
-use crate::balance::choose::ctx::{Ask, Miss, Rules, Scratch};
+use crate::balance::choose::ask::Ask;
+use crate::balance::choose::ctx::{Miss, Rules};
 use crate::balance::choose::pick::pick;
 use crate::balance::choose::receipt::receipt;
 use crate::balance::choose::sampler::Sampler;
+use crate::balance::choose::scratch::Scratch;
 use crate::balance::completion::guard::Guard;
 use crate::balance::config::fields::BalanceConfig;
 use crate::balance::error::{NoAlternative, NoHealthyBackend, Overloaded};
-use crate::balance::state::assign::Assigned;
 use crate::balance::state::clock::Now;
-use crate::balance::state::demand::Tally;
 use crate::balance::state::residency::Warmth;
 use crate::balance::state::shared::Shared;
 use crate::balance::state::traffic::Branch;
@@ -167,55 +167,7 @@ impl Local {
         let draw = self.sampler.draw();
         let table = &snapshot.table;
         let config = &shared.config;
-        // The ring and demand are keyed by the prefix group, if any.
-        let affinity = route.affinity();
-        let exclude = Exclude::of(route);
-        // Read before this request counts in it.
-        let unseen = route.kind != RequestKind::Update && shared.demand.unseen(affinity);
-        // The owners planned for the model, if it has them (not for an
-        // update, nor for a prefix key's group).
-        let assigned = match route.kind {
-            RequestKind::Update => Assigned::default(),
-            _ if affinity != route.hash => Assigned::default(),
-            _ => table.assigned.get(route.hash),
-        };
-        let owners = match route.kind {
-            RequestKind::Update => 0,
-            _ => {
-                // A counted request counts in its model's share, weighted
-                // by the work its requests take — once: a hedge's backup
-                // or a retry (an exclusion) is a request its first
-                // attempt counted already, and counted again it would
-                // give a hedged model owners (cold copies) its traffic
-                // does not need.
-                let again = self.retries || exclude.is_some();
-                let tally = match draw.counted && !again {
-                    true => Tally::Count {
-                        work: table.fleet.work.weight(route.hash),
-                    },
-                    false => Tally::Peek,
-                };
-                // Counted whether or not the plan sized them (on the
-                // averages): demand is what the next plan reads.
-                let k = shared.owners_of(route.hash, affinity, tally, table.in_ring);
-                assigned.count_or(k)
-            }
-        };
-        let ask = Ask {
-            kind: route.kind,
-            urgency: route.urgency,
-            key: route.hash,
-            prefix: route.prefix.filter(|_| route.kind != RequestKind::Update),
-            owners,
-            sampled: draw.timed,
-            unseen,
-            // A hedge's backup: rare, so a scan of the table.
-            exclude: exclude.and_then(|x| {
-                let i = table.backends.iter().position(|b| &b.id == x.backend())?;
-                Some((i, x.is_strict()))
-            }),
-            assigned,
-        };
+        let ask = Ask::of(shared, table, route, draw, self.retries);
         // Under admission an arrival does not take room a request of its
         // urgency or higher waits for, for the same model: it joins the
         // queue behind it, or is shed (a retry of a waiting request is
@@ -234,16 +186,16 @@ impl Local {
             Ok(picked) => picked,
             Err(Miss::NoBackend) => {
                 shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(model = route.model, owners, unseen, "no healthy backend");
+                tracing::debug!(model = route.model, ask.owners, ask.unseen, "no healthy backend");
                 return Err(Refused::NoBackend(NoHealthyBackend::new(route.model_id())));
             }
             Err(Miss::Saturated) => {
-                tracing::debug!(model = route.model, owners, "saturated");
+                tracing::debug!(model = route.model, ask.owners, "saturated");
                 return Err(saturated(config, route));
             }
             Err(Miss::NoAlternative) => {
                 // Only reached with an exclusion (the ask's comes from it).
-                let excluded = exclude.map(|x| x.backend().clone());
+                let excluded = Exclude::of(route).map(|x| x.backend().clone());
                 tracing::debug!(
                     model = route.model,
                     ?excluded,
@@ -272,8 +224,8 @@ impl Local {
         tracing::trace!(
             backend = %state.id,
             branch = ?picked.branch,
-            owners,
-            unseen,
+            ask.owners,
+            ask.unseen,
             "picked"
         );
         let started = (timed == Timed::Always || draw.timed).then(|| now.get());

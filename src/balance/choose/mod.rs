@@ -12,13 +12,16 @@
 //! | `sampler.rs` | which requests feed the estimates |
 //! | `receipt.rs` | a pick's routing receipt: reason, owners, predicted prefix hit, runner-up (receipts on) |
 
+pub(crate) mod ask;
 pub(crate) mod backup;
 pub(crate) mod ctx;
 pub(crate) mod decide;
 pub(crate) mod inference;
+pub(crate) mod p2c;
 pub(crate) mod pick;
 pub(crate) mod receipt;
 pub(crate) mod sampler;
+pub(crate) mod scratch;
 pub(crate) mod spill;
 pub(crate) mod update;
 

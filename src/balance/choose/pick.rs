@@ -4,8 +4,10 @@
 //! model marked resident where it went.
 
 use crate::balance::choose::backup::pick_backup;
-use crate::balance::choose::ctx::{in_panic, Ask, Ctx, Miss, Mode, Pick, Rules, Scratch};
+use crate::balance::choose::ask::{Ask, Exclusion};
+use crate::balance::choose::ctx::{in_panic, Ctx, Miss, Mode, Pick, Rules};
 use crate::balance::choose::inference::pick_inference;
+use crate::balance::choose::scratch::Scratch;
 use crate::balance::choose::update::pick_update;
 use crate::balance::state::clock::Now;
 use crate::balance::state::residency::Warmth;
@@ -47,12 +49,16 @@ pub(crate) fn pick(
         exclude: None,
         urgency: ask.urgency,
     };
-    let exclude = ask.exclude.filter(|_| ask.kind != RequestKind::Update);
+    // An update ignores an exclusion.
+    let exclude = match ask.kind {
+        RequestKind::Update => Exclusion::None,
+        _ => ask.exclude,
+    };
     let mut picked = match exclude {
         // A hedge's backup: somewhere it can help, or nowhere.
-        Some((x, false)) => pick_backup(&ctx, ask, x)?,
-        _ => {
-            if let Some((x, _)) = exclude {
+        Exclusion::Backup(x) => pick_backup(&ctx, ask, x)?,
+        Exclusion::Retry(_) | Exclusion::None => {
+            if let Exclusion::Retry(x) = exclude {
                 // A retry: anywhere but `x` while another is eligible.
                 let elsewhere = (0..table.backends.len()).any(|i| i != x && ctx.eligible(i));
                 ctx.exclude = elsewhere.then_some(x);

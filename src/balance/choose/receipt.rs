@@ -1,7 +1,8 @@
 //! A pick's [`RoutingReceipt`]: the reason, the owners, the predicted
 //! prefix hit, and the runner-up.
 
-use crate::balance::choose::ctx::{Ask, Pick, MAX_OWNERS, SPILL_SCAN};
+use crate::balance::choose::ask::Ask;
+use crate::balance::choose::ctx::{Pick, MAX_OWNERS, SPILL_SCAN};
 use crate::balance::receipt::{RouteReason, RoutingReceipt};
 use crate::balance::state::clock::Now;
 use crate::balance::state::prefix::PrefixHit;

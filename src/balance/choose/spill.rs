@@ -2,7 +2,8 @@
 //! the ring — a backend with the model resident, else one where loading
 //! it evicts the least.
 
-use crate::balance::choose::ctx::{Ask, Ctx, SPILL_SCAN};
+use crate::balance::choose::ask::Ask;
+use crate::balance::choose::ctx::{Ctx, SPILL_SCAN};
 use crate::balance::state::prefix::PrefixHit;
 use crate::balance::state::traffic::Branch;
 

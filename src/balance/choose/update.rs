@@ -1,7 +1,8 @@
 //! Updates: the cheaper of two eligible backends sampled uniformly
 //! (power of two choices).
 
-use crate::balance::choose::ctx::{sample2, Ctx, Pick};
+use crate::balance::choose::ctx::{Ctx, Pick};
+use crate::balance::choose::p2c::sample2;
 use crate::balance::state::traffic::Branch;
 
 /// Draws after the first pair to replace an ineligible sample.
@@ -10,7 +11,7 @@ const REDRAWS: usize = 4;
 /// Power of two choices on cost (Mitzenmacher, 2001): two distinct
 /// eligible backends sampled uniformly, the cheaper taken, costs within
 /// a few percent a tie broken at random
-/// ([`Ctx::choose2`](crate::balance::choose::ctx::Ctx::choose2)). A sampled
+/// ([`Ctx::choose2`]). A sampled
 /// backend that is not eligible is replaced by another draw (up to
 /// [`REDRAWS`] each), so that an eligible backend paired with an ejected
 /// one is not taken for want of a rival; with no eligible pair found, the

@@ -6,7 +6,10 @@ use super::*;
 /// whose first attempt went to `x`.
 fn excluding(r: &RouteInfo, x: usize, strict: bool) -> Ask {
     Ask {
-        exclude: Some((x, strict)),
+        exclude: match strict {
+            true => Exclusion::Retry(x),
+            false => Exclusion::Backup(x),
+        },
         ..ask(r, 2)
     }
 }

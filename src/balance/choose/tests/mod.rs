@@ -8,7 +8,10 @@ use proptest::prelude::*;
 use tokio::time::Instant;
 
 use crate::backend::BackendId;
+use crate::balance::choose::ask::{Ask, Exclusion};
 use crate::balance::choose::ctx::*;
+use crate::balance::choose::p2c::sample2;
+use crate::balance::choose::scratch::Scratch;
 use crate::balance::choose::pick::pick;
 use crate::balance::state::backend::{BackendState, Start};
 use crate::balance::state::clock::Now;
@@ -108,7 +111,7 @@ fn ask(route: &RouteInfo, owners: usize) -> Ask {
         owners,
         sampled: true,
         unseen: false,
-        exclude: None,
+        exclude: Exclusion::None,
         assigned: Default::default(),
     }
 }
