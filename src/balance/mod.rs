@@ -325,6 +325,7 @@ mod handle;
 mod mix;
 mod queued;
 mod receipt;
+mod refused;
 mod service;
 mod state;
 mod stats;

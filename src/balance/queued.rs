@@ -10,8 +10,9 @@ use std::task::{Context, Poll};
 use tokio::time::{Instant, Sleep};
 
 use crate::balance::mix::mix;
-use crate::balance::choose::decide::{Local, Picked, Refused, Timed};
+use crate::balance::choose::decide::{Local, Picked, Timed};
 use crate::balance::error::Overloaded;
+use crate::balance::refused::Refused;
 use crate::balance::state::clock::Now;
 use crate::balance::state::queue::Waiter;
 use crate::balance::state::shared::Shared;
@@ -42,16 +43,17 @@ impl<E, Req> Queued<E, Req> {
         shed: Overloaded,
         seed: u64,
     ) -> Result<Self, (Req, Overloaded)> {
-        let wait = match &shared.config.admission {
+        let snapshot = shared.snapshot.load();
+        let fleet = &snapshot.table.fleet;
+        let wait = match fleet.admission() {
             Some(admission) => admission.max_wait(shed.urgency),
             None => return Err((req, shed)),
         };
         if wait.is_zero() {
             return Err((req, shed));
         }
-        let queue = &shared.snapshot.load().table.fleet.queue;
-        let Ok(waiter) = queue.enter(shed.urgency, shed.model.hash64(), std::task::Waker::noop())
-        else {
+        let model = shed.model.hash64();
+        let Ok(waiter) = fleet.queue.enter(shed.urgency, model, std::task::Waker::noop()) else {
             return Err((req, shed));
         };
         let arrived = Instant::now();

@@ -5,14 +5,24 @@
 //! and, in the opt-in per-model breaker scope, a short one to find the
 //! pair's breaker).
 
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::balance::choose::ask::Ask;
+use crate::balance::completion::guard::Guard;
+use crate::balance::config::fields::BalanceConfig;
+use crate::balance::receipt::RoutingReceipt;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::clock::Now;
 use crate::balance::state::cost::at_floor;
 use crate::balance::state::prefix::PrefixHit;
+use crate::balance::state::placement::Placement;
 use crate::balance::state::residency::{Presence, Warmth};
 use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
-use crate::route::Urgency;
+use crate::placement::WhenCold;
+use crate::route::{RequestKind, Urgency};
 
 /// The most owners a model can have.
 pub(crate) const MAX_OWNERS: usize =
@@ -44,6 +54,18 @@ pub(crate) struct Rules {
     pub(crate) prefer_warm: bool,
 }
 
+impl Rules {
+    /// The rules `config` gives, with `placement` on or off.
+    pub(crate) fn of(config: &BalanceConfig, placement: Option<&Arc<Placement>>) -> Self {
+        Self {
+            load_factor: config.load_factor,
+            panic_threshold: config.panic_threshold,
+            placement: placement.is_some(),
+            prefer_warm: placement.is_some_and(|p| p.policy().when_cold() == WhenCold::PreferWarm),
+        }
+    }
+}
+
 /// A chosen backend with its breaker permit.
 #[derive(Debug)]
 pub(crate) struct Pick {
@@ -58,6 +80,31 @@ pub(crate) struct Pick {
     pub(crate) prefetch: Option<usize>,
     /// What the chosen backend's prefix record said of the request's key.
     pub(crate) hit: PrefixHit,
+}
+
+impl Pick {
+    /// The guard of the request `ask` picked so over `table`: in flight on
+    /// the chosen backend from now on, holding the breaker's permit, timed
+    /// from `started` (if timed), carrying `receipt` (receipts on).
+    pub(crate) fn into_guard(
+        self,
+        table: &Table,
+        ask: &Ask,
+        started: Option<Instant>,
+        receipt: Option<RoutingReceipt>,
+    ) -> Guard {
+        let guard = Guard::new(
+            table.backends[self.index].clone(),
+            self.admission,
+            started,
+            (ask.kind != RequestKind::Update).then_some(ask.key),
+            self.warmth,
+        );
+        match receipt {
+            Some(receipt) => guard.with_receipt(receipt),
+            None => guard,
+        }
+    }
 }
 
 /// Why a pick chose no backend.

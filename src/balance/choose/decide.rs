@@ -1,25 +1,25 @@
 //! One routing decision, shared by the `Service` path and the pick API.
 
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::sync::Arc;
 
-use crate::backend::{BackendId, Exclude};
+use tokio::time::Instant;
+
+use crate::backend::BackendId;
 use crate::balance::choose::ask::Ask;
-use crate::balance::choose::ctx::{Miss, Rules};
+use crate::balance::choose::ctx::{Pick, Rules};
 use crate::balance::choose::pick::pick;
 use crate::balance::choose::receipt::receipt;
-use crate::balance::choose::sampler::Sampler;
+use crate::balance::choose::sampler::{Draw, Sampler};
 use crate::balance::choose::scratch::Scratch;
 use crate::balance::completion::guard::Guard;
-use crate::balance::config::fields::BalanceConfig;
-use crate::balance::error::{NoAlternative, NoHealthyBackend, Overloaded};
+use crate::balance::refused::Refused;
 use crate::balance::state::clock::Now;
+use crate::balance::state::placement::Placement;
 use crate::balance::state::residency::Warmth;
 use crate::balance::state::shared::Shared;
+use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
-use crate::error::BoxError;
-use crate::placement::WhenCold;
-use crate::route::{RequestKind, RouteView};
+use crate::route::RouteView;
 
 /// A backend chosen by [`ModelBalancer::pick`](crate::balance::ModelBalancer::pick):
 /// its endpoint and the guard that takes the request's outcome back.
@@ -37,28 +37,6 @@ impl<E> Picked<E> {
     /// The chosen backend.
     pub fn backend(&self) -> &BackendId {
         self.guard.backend()
-    }
-}
-
-/// Why [`Local::route`] routed nothing.
-#[derive(Debug)]
-pub(crate) enum Refused {
-    NoBackend(NoHealthyBackend),
-    /// Only a request carrying a non-strict
-    /// [`Exclude`](crate::backend::Exclude) (a hedge's backup) is refused so.
-    NoAlternative(NoAlternative),
-    /// Under admission: every backend the request could go to is at its
-    /// limit. The caller queues it, or sheds it with this error.
-    Saturated(Overloaded),
-}
-
-impl From<Refused> for BoxError {
-    fn from(refused: Refused) -> Self {
-        match refused {
-            Refused::NoBackend(e) => e.into(),
-            Refused::NoAlternative(e) => e.into(),
-            Refused::Saturated(e) => e.into(),
-        }
     }
 }
 
@@ -119,18 +97,6 @@ impl Local {
     }
 }
 
-/// Saturation: the error a request shed at once fails with.
-#[cold]
-fn saturated(config: &BalanceConfig, route: &RouteView<'_>) -> Refused {
-    let retry_after = config.admission.as_ref().map(|a| a.retry_after);
-    Refused::Saturated(Overloaded::new(
-        route.model_id(),
-        route.urgency,
-        Duration::ZERO,
-        retry_after.unwrap_or_default(),
-    ))
-}
-
 /// Which requests' guards record their latency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Timed {
@@ -164,89 +130,72 @@ impl Local {
         )
         .entered();
         let snapshot = shared.snapshot.load();
-        let draw = self.sampler.draw();
         let table = &snapshot.table;
-        let config = &shared.config;
+        let draw = self.sampler.draw();
         let ask = Ask::of(shared, table, route, draw, self.retries);
         // Under admission an arrival does not take room a request of its
         // urgency or higher waits for, for the same model: it joins the
         // queue behind it, or is shed (a retry of a waiting request is
         // that request).
         if !self.retries && table.fleet.queue.ahead(route.urgency, route.hash) {
-            return Err(saturated(config, route));
+            return Err(Refused::saturated(&table.fleet, route));
         }
-        let placement = table.fleet.placement.get();
-        let rules = Rules {
-            load_factor: config.load_factor,
-            panic_threshold: config.panic_threshold,
-            placement: placement.is_some(),
-            prefer_warm: placement.is_some_and(|p| p.policy().when_cold() == WhenCold::PreferWarm),
-        };
-        let mut picked = match pick(table, &ask, &rules, now, random, &mut self.scratch) {
-            Ok(picked) => picked,
-            Err(Miss::NoBackend) => {
-                shared.stats.no_backend.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(model = route.model, ask.owners, ask.unseen, "no healthy backend");
-                return Err(Refused::NoBackend(NoHealthyBackend::new(route.model_id())));
-            }
-            Err(Miss::Saturated) => {
-                tracing::debug!(model = route.model, ask.owners, "saturated");
-                return Err(saturated(config, route));
-            }
-            Err(Miss::NoAlternative) => {
-                // Only reached with an exclusion (the ask's comes from it).
-                let excluded = Exclude::of(route).map(|x| x.backend().clone());
-                tracing::debug!(
-                    model = route.model,
-                    ?excluded,
-                    "backup refused: no alternative"
-                );
-                return Err(match excluded {
-                    Some(x) => Refused::NoAlternative(NoAlternative::new(route.model_id(), x)),
-                    None => Refused::NoBackend(NoHealthyBackend::new(route.model_id())),
-                });
-            }
-        };
-        if placement.is_some()
-            && picked.warmth == Warmth::Cold
-            && picked.branch == Branch::ResidentOwner
-        {
-            // It waits for its model's load there: a cold request.
-            picked.branch = Branch::ColdOwner;
-        }
-        // Counts the request in the fleet's in-flight load too: the
-        // guard's drop counts it out.
-        table.fleet.gauges.traffic.start(picked.branch);
-        if let (Some(owner), Some(placement)) = (picked.prefetch, placement) {
-            placement.prefetch(&table.backends[owner], route.model_id());
-        }
-        let state = &table.backends[picked.index];
+        let placement = table.fleet.placement();
+        let rules = Rules::of(&shared.config, placement);
+        let mut picked = pick(table, &ask, &rules, now, random, &mut self.scratch)
+            .map_err(|miss| Refused::of(miss, &shared.stats, &table.fleet, route, &ask))?;
+        start(table, placement, &mut picked, route);
         tracing::trace!(
-            backend = %state.id,
+            backend = %table.backends[picked.index].id,
             branch = ?picked.branch,
-            ask.owners,
-            ask.unseen,
+            owners = ask.owners,
+            unseen = ask.unseen,
             "picked"
         );
+        let started = self.started(draw, timed, now);
+        let receipt = shared.config.receipts.then(|| receipt(table, &ask, &picked, now));
+        let index = picked.index;
+        let guard = picked.into_guard(table, &ask, started, receipt);
+        Ok(Picked {
+            endpoint: snapshot.endpoints[index].clone(),
+            guard,
+        })
+    }
+
+    /// When the request started, if its guard times it (`timed`, or the
+    /// clone's sampler drew it); a sampled start goes to the sampler.
+    fn started(&mut self, draw: Draw, timed: Timed, now: &Now) -> Option<Instant> {
         let started = (timed == Timed::Always || draw.timed).then(|| now.get());
         if draw.timed {
             // The same instant: `now` reads the clock once per pick.
             self.sampler.started(now.get());
         }
-        let receipt = config.receipts.then(|| receipt(table, &ask, &picked, now));
-        let guard = Guard::new(
-            state.clone(),
-            picked.admission,
-            started,
-            (route.kind != RequestKind::Update).then_some(route.hash),
-            picked.warmth,
-        );
-        Ok(Picked {
-            endpoint: snapshot.endpoints[picked.index].clone(),
-            guard: match receipt {
-                Some(receipt) => guard.with_receipt(receipt),
-                None => guard,
-            },
-        })
+        started
+    }
+}
+
+/// The picked request starts: counted in the fleet's traffic by the
+/// branch it takes (the guard's drop counts it out) — with placement on, a
+/// resident owner without the model served is a cold owner (the request
+/// waits for its model's load there) — and the model prefetched on the
+/// owner a warm backend was preferred to.
+fn start(
+    table: &Table,
+    placement: Option<&Arc<Placement>>,
+    picked: &mut Pick,
+    route: &RouteView<'_>,
+) {
+    if placement.is_some()
+        && picked.warmth == Warmth::Cold
+        && picked.branch == Branch::ResidentOwner
+    {
+        // It waits for its model's load there: a cold request.
+        picked.branch = Branch::ColdOwner;
+    }
+    // Counts the request in the fleet's in-flight load too: the
+    // guard's drop counts it out.
+    table.fleet.gauges.traffic.start(picked.branch);
+    if let (Some(owner), Some(placement)) = (picked.prefetch, placement) {
+        placement.prefetch(&table.backends[owner], route.model_id());
     }
 }

@@ -101,7 +101,7 @@ impl<'p, 'a> Inference<'p, 'a> {
             ask,
             rules,
             k: ask.owners.clamp(1, MAX_OWNERS),
-            admission: ctx.table.fleet.settings.admission.is_some(),
+            admission: ctx.table.fleet.admission().is_some(),
             cap: OnceCell::new(),
         }
     }

@@ -205,7 +205,7 @@ impl Guard {
     /// unloaded to make room), and returns the placement.
     #[inline]
     pub(crate) fn placement(&mut self) -> Option<Arc<Placement>> {
-        let placement = self.state.fleet.placement.get()?;
+        let placement = self.state.fleet.placement()?;
         if let (Some(key), false) = (self.model(), self.counted) {
             self.counted = self.state.residency.enter(key);
         }
@@ -350,7 +350,7 @@ impl Guard {
             _ => {}
         }
         // An adaptive admission limit learns from the timed requests.
-        if let (Some(admission), Some(_)) = (&self.state.fleet.settings.admission, elapsed) {
+        if let (Some(admission), Some(_)) = (self.state.fleet.admission(), elapsed) {
             let in_flight = self.state.load();
             self.state
                 .limit

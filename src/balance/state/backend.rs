@@ -106,7 +106,7 @@ impl BackendState {
             health: BackendHealth::new(&fleet.settings.health, start.warm_up),
             removed: AtomicBool::new(false),
             left: watch::Sender::new(0),
-            limit: BackendLimit::new(fleet.settings.admission.as_ref()),
+            limit: BackendLimit::new(fleet.admission()),
             stream: StreamTimes::new(),
             prefixes: PrefixRecord::default(),
             pairs: Arc::default(),
@@ -128,7 +128,7 @@ impl BackendState {
         if load < limit {
             return true;
         }
-        match (&self.fleet.settings.admission, urgency) {
+        match (self.fleet.admission(), urgency) {
             (Some(admission), Urgency::Critical) => {
                 load < limit.saturating_add(admission.headroom(limit))
             }

@@ -134,6 +134,19 @@ impl Fleet {
             next_uid: AtomicU64::new(0),
         }
     }
+    /// Per-backend admission, if on: the one source of its settings (the
+    /// config's, copied once).
+    #[inline]
+    pub(crate) fn admission(&self) -> Option<&AdmissionConfig> {
+        self.settings.admission.as_ref()
+    }
+
+    /// On-demand placement, once enabled.
+    #[inline]
+    pub(crate) fn placement(&self) -> Option<&Arc<Placement>> {
+        self.placement.get()
+    }
+
     /// Milliseconds from the fleet's base to `now`.
     pub(crate) fn millis(&self, now: Instant) -> u64 {
         // Not `as_millis`: its u128 arithmetic shows on the pick path.
