@@ -9,9 +9,9 @@ use std::task::{Context, Poll};
 
 use tokio::time::{Instant, Sleep};
 
-use crate::balance::mix::mix;
 use crate::balance::choose::decide::{Local, Picked, Timed};
 use crate::balance::error::Overloaded;
+use crate::balance::mix::mix;
 use crate::balance::refused::Refused;
 use crate::balance::state::clock::Now;
 use crate::balance::state::queue::Waiter;
@@ -53,7 +53,10 @@ impl<E, Req> Queued<E, Req> {
             return Err((req, shed));
         }
         let model = shed.model.hash64();
-        let Ok(waiter) = fleet.queue.enter(shed.urgency, model, std::task::Waker::noop()) else {
+        let Ok(waiter) = fleet
+            .queue
+            .enter(shed.urgency, model, std::task::Waker::noop())
+        else {
             return Err((req, shed));
         };
         let arrived = Instant::now();

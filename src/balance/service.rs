@@ -13,7 +13,6 @@ use tower::util::rng::{HasherRng, Rng};
 use tower_service::Service;
 
 use crate::backend::Backend;
-use crate::balance::mix::mix;
 use crate::balance::choose::decide::Picked;
 use crate::balance::choose::decide::{Local, Timed};
 use crate::balance::completion::finish::Finish;
@@ -21,6 +20,7 @@ use crate::balance::config::fields::BalanceConfig;
 use crate::balance::error::{DuplicateBackend, NoHealthyBackend, Overloaded};
 use crate::balance::future::ResponseFuture;
 use crate::balance::handle::BalancerHandle;
+use crate::balance::mix::mix;
 use crate::balance::queued::Queued;
 use crate::balance::refused::Refused;
 use crate::balance::state::clock::Now;

@@ -63,7 +63,7 @@ pub(crate) fn pick_backup(ctx: &Ctx<'_>, ask: &Ask, x: usize) -> Result<Pick, Mi
     if !first_warm {
         return Err(Miss::NoAlternative);
     }
-    let now_ms = || ctx.table.fleet.millis(ctx.now.get());
+    let now_ms = || ctx.now_ms();
     candidates()
         .filter(|&(_, i)| {
             let residency = &ctx.state(i).residency;

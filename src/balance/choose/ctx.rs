@@ -16,8 +16,8 @@ use crate::balance::receipt::RoutingReceipt;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::clock::Now;
 use crate::balance::state::cost::at_floor;
-use crate::balance::state::prefix::PrefixHit;
 use crate::balance::state::placement::Placement;
+use crate::balance::state::prefix::PrefixHit;
 use crate::balance::state::residency::{Presence, Warmth};
 use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
@@ -146,9 +146,7 @@ pub(crate) fn load_cap(table: &Table, c: f64) -> usize {
 pub(crate) fn in_panic(table: &Table, threshold: f64, now: &Now) -> bool {
     use std::sync::atomic::Ordering::Relaxed;
     let fleet = &table.fleet;
-    let out = fleet.gauges.not_closed.load(Relaxed)
-        + fleet.gauges.ejected.load(Relaxed)
-        + fleet.gauges.held.load(Relaxed);
+    let out = fleet.gauges.out();
     if threshold <= 0.0 || out == 0 {
         return false;
     }
@@ -248,8 +246,14 @@ impl Ctx<'_> {
     }
 
     pub(crate) fn presence(&self, i: usize, key: u64) -> Presence {
-        let now_ms = || self.table.fleet.millis(self.now.get());
-        self.state(i).residency.presence(key, now_ms)
+        self.state(i).residency.presence(key, || self.now_ms())
+    }
+
+    /// The pick's time on the fleet's millisecond clock (the clock read
+    /// on first need).
+    #[inline]
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.table.fleet.millis(self.now.get())
     }
 
     /// The cheapest of `among` (all eligible): a backend to try first
@@ -292,4 +296,3 @@ impl Ctx<'_> {
             && !self.state(i).breaker.admits_freely()
     }
 }
-

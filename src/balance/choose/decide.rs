@@ -153,7 +153,10 @@ impl Local {
             "picked"
         );
         let started = self.started(draw, timed, now);
-        let receipt = shared.config.receipts.then(|| receipt(table, &ask, &picked, now));
+        let receipt = shared
+            .config
+            .receipts
+            .then(|| receipt(table, &ask, &picked, now));
         let index = picked.index;
         let guard = picked.into_guard(table, &ask, started, receipt);
         Ok(Picked {
@@ -194,7 +197,7 @@ fn start(
     }
     // Counts the request in the fleet's in-flight load too: the
     // guard's drop counts it out.
-    table.fleet.gauges.traffic.start(picked.branch);
+    table.fleet.started(picked.branch);
     if let (Some(owner), Some(placement)) = (picked.prefetch, placement) {
         placement.prefetch(&table.backends[owner], route.model_id());
     }

@@ -129,7 +129,7 @@ impl<'p, 'a> Inference<'p, 'a> {
     /// The pick's time on the fleet's millisecond clock.
     #[inline]
     fn now_ms(&self) -> u64 {
-        self.ctx.table.fleet.millis(self.ctx.now.get())
+        self.ctx.now_ms()
     }
 
     /// Whether backend `i` may start loading the model: fewer than

@@ -3,8 +3,8 @@
 //! [inference](super::inference) or [update](super::update), and the
 //! model marked resident where it went.
 
-use crate::balance::choose::backup::pick_backup;
 use crate::balance::choose::ask::{Ask, Exclusion};
+use crate::balance::choose::backup::pick_backup;
 use crate::balance::choose::ctx::{in_panic, Ctx, Miss, Mode, Pick, Rules};
 use crate::balance::choose::inference::pick_inference;
 use crate::balance::choose::scratch::Scratch;
@@ -74,7 +74,7 @@ pub(crate) fn pick(
         let state = &table.backends[picked.index];
         // A clock already read renews the stamp for free.
         let refresh = ask.sampled || now.read().is_some();
-        let now_ms = || table.fleet.millis(now.get());
+        let now_ms = || ctx.now_ms();
         picked.warmth = match state.residency.touch_with(ask.key, refresh, now_ms) {
             true => Warmth::Warm,
             false => Warmth::Cold,

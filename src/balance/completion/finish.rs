@@ -106,7 +106,7 @@ impl<T, E, C: Classify<T, E>> Finish<T, E> for AtResponse<C> {
 /// configured with a [`ResidencyHeader`].
 #[inline]
 pub(crate) fn read_residency(guard: &Guard, headers: &HeaderMap) {
-    if let Some(header) = &guard.state().fleet.settings.residency_header {
+    if let Some(header) = &guard.state().settings().residency_header {
         read_residency_header(guard, header, headers);
     }
 }

@@ -15,7 +15,7 @@ use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::placement::Placement;
 use crate::balance::state::residency::Warmth;
 use crate::breaker::BreakerState;
-use crate::classify::timing::{StopPoint, Timing};
+use crate::classify::timing::Timing;
 use crate::classify::Classifier;
 use crate::classify::Outcome;
 
@@ -149,7 +149,7 @@ impl Guard {
         self.slot = None;
         self.state.health.answered();
         if let Some(started) = self.started {
-            let stop = self.stop_point();
+            let stop = self.state.settings().stop_point;
             self.timing.head(stop, started, Instant::now);
         }
     }
@@ -167,7 +167,7 @@ impl Guard {
         let Some(started) = self.started else {
             return;
         };
-        let stop = self.stop_point();
+        let stop = self.state.settings().stop_point;
         self.timing
             .frame(stop, self.events, started, Instant::now, chunks);
     }
@@ -194,10 +194,6 @@ impl Guard {
     /// The 404's body, no longer watched.
     pub(crate) fn take_not_found(&mut self) -> Option<Box<Peek>> {
         self.not_found.take()
-    }
-
-    fn stop_point(&self) -> StopPoint {
-        self.state.fleet.settings.stop_point
     }
 
     /// With placement on, counts the request in its model's requests in
@@ -243,7 +239,7 @@ impl Guard {
     /// What the response's outcome is read from.
     #[inline]
     pub(crate) fn classifier(&self) -> &Classifier {
-        &self.state.fleet.settings.classifier
+        &self.state.settings().classifier
     }
 
     /// The picked backend.
@@ -316,9 +312,10 @@ impl Guard {
             .map(|started| now.saturating_duration_since(started));
         // Up to the stop point (the first frame, by default): the latency
         // the breaker, health, the estimate and the limit judge.
-        let elapsed = total.map(|total| self.timing.latency(self.stop_point(), total));
+        let stop = self.state.settings().stop_point;
+        let elapsed = total.map(|total| self.timing.latency(stop, total));
         let latency = elapsed.unwrap_or(Duration::ZERO);
-        let penalty = self.state.fleet.settings.health.failure_penalty;
+        let penalty = self.state.settings().health.failure_penalty;
         match outcome {
             Outcome::Success if self.started.is_some() => {
                 self.state.latency.record(latency, outcome);
@@ -368,7 +365,7 @@ impl Guard {
     fn untimed(&mut self, outcome: Outcome) {
         self.alive(outcome);
         if matches!(outcome, Outcome::Failure | Outcome::Overload) {
-            let penalty = self.state.fleet.settings.health.failure_penalty;
+            let penalty = self.state.settings().health.failure_penalty;
             self.state.health.record(None, outcome, penalty);
         }
         self.record(outcome, None, None);
@@ -416,9 +413,8 @@ impl Drop for Guard {
             self.state.residency.leave(key);
         }
         self.state.traffic.end();
-        self.state.fleet.gauges.traffic.end();
-        // Room: a request waiting for it may take it.
-        self.state.fleet.queue.room_freed();
+        // Out of the fleet's load; its room free for a waiting request.
+        self.state.fleet.ended();
     }
 }
 

@@ -12,7 +12,7 @@ use crate::backend::BackendId;
 use crate::balance::config::fields::BreakerHook;
 use crate::balance::state::clock::Now;
 use crate::balance::state::cost::{cost, LatencyEwma};
-use crate::balance::state::fleet::Fleet;
+use crate::balance::state::fleet::{Fleet, Settings};
 use crate::balance::state::health::{BackendHealth, WarmUp};
 use crate::balance::state::limit::BackendLimit;
 use crate::balance::state::prefix::PrefixRecord;
@@ -87,6 +87,12 @@ pub(crate) struct BackendState {
 }
 
 impl BackendState {
+    /// What the config says, as the backends read it (the fleet's copy).
+    #[inline]
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.fleet.settings
+    }
+
     /// A backend that starts as `start` says.
     pub(crate) fn new(
         id: BackendId,
@@ -237,7 +243,7 @@ impl BackendState {
     /// failed) for the breaker in scope and for health: untimed, so never
     /// a slow call. A breaker that refuses (open) counts nothing more.
     pub(crate) fn record_failure(&self, key: u64, now: Instant) {
-        let penalty = self.fleet.settings.health.failure_penalty;
+        let penalty = self.settings().health.failure_penalty;
         self.health.record(None, Outcome::Failure, penalty);
         match self.try_acquire(key, &Now::at(now)) {
             Some(Admission::Backend(ticket)) => {
