@@ -50,6 +50,23 @@ impl Refused {
         ))
     }
 
+    /// The error of the pick API
+    /// ([`ModelBalancer::pick`](crate::balance::ModelBalancer::pick)),
+    /// which never queues: saturation sheds at once (counted in `stats`).
+    /// A `RouteInfo` carries no exclusion: only `NoBackend` is reached of
+    /// the other two.
+    #[cold]
+    pub(crate) fn for_pick(self, stats: &Counters) -> BoxError {
+        match self {
+            Self::NoBackend(e) => e.into(),
+            Self::NoAlternative(e) => NoHealthyBackend::new(e.model).into(),
+            Self::Saturated(shed) => {
+                stats.shed(shed.urgency);
+                shed.into()
+            }
+        }
+    }
+
     /// The refusal of `route`, asked as `ask`, whose pick missed so: a
     /// request for which no backend is healthy counts in `stats`.
     #[cold]

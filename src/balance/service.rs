@@ -17,7 +17,7 @@ use crate::balance::choose::decide::Picked;
 use crate::balance::choose::decide::{Local, Timed};
 use crate::balance::completion::finish::Finish;
 use crate::balance::config::fields::BalanceConfig;
-use crate::balance::error::{DuplicateBackend, NoHealthyBackend, Overloaded};
+use crate::balance::error::{DuplicateBackend, Overloaded};
 use crate::balance::future::ResponseFuture;
 use crate::balance::handle::BalancerHandle;
 use crate::balance::mix::mix;
@@ -258,25 +258,15 @@ impl<E: Clone, R: Rng, K> ModelBalancer<E, R, K> {
         let mut random = || mix(rng.next_u64() ^ salt);
         let shared = &self.shared;
         let now = Now::at(now);
-        // A `RouteInfo` carries no exclusion: only `NoBackend` is reached.
-        match self.local.route(
-            shared,
-            &RouteView::from(route),
-            &now,
-            Timed::Always,
-            &mut random,
-        ) {
-            Ok(picked) => Ok(picked),
-            Err(Refused::NoBackend(e)) => Err(e.into()),
-            Err(Refused::NoAlternative(_)) => {
-                Err(NoHealthyBackend::new(route.model.clone()).into())
-            }
-            // The pick API does not queue: it sheds at once.
-            Err(Refused::Saturated(shed)) => {
-                shared.stats.shed(shed.urgency);
-                Err(shed.into())
-            }
-        }
+        self.local
+            .route(
+                shared,
+                &RouteView::from(route),
+                &now,
+                Timed::Always,
+                &mut random,
+            )
+            .map_err(|refused| refused.for_pick(&shared.stats))
     }
 }
 

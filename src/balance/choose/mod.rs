@@ -2,13 +2,16 @@
 //!
 //! | File | Does |
 //! |---|---|
-//! | `decide.rs` | one routing decision, shared by the `Service` path and the pick API: reads the route, sizes the owners, picks, counts, hands back a [`Guard`](super::completion::guard::Guard) |
+//! | `decide.rs` | one routing decision, shared by the `Service` path and the pick API, in named steps: the ask, the queue's say, the rules, the pick (or the [refusal](super::refused)), the start counted, the guard |
+//! | `ask.rs` | what is being routed: the request's [`Ask`](ask::Ask) built once from its route — owners sized (and counted in demand), the [`Exclusion`](ask::Exclusion) of a hedge's backup or a retry |
 //! | `pick.rs` | the pick over one table (pure: no IO, no allocation): panic mode, a hedge's exclusion, inference or update |
-//! | `ctx.rs` | what a pick works on: the ask, the rules, the result, and the view of one table (eligibility, cost, the bounded-load cap) |
+//! | `ctx.rs` | what a pick works on and gives: the rules, the result ([`Pick`](ctx::Pick), which makes the request's guard, or [`Miss`](ctx::Miss)), and the view of one table (eligibility, room, permits, residency, the bounded-load cap, the panic threshold) |
 //! | `inference.rs` | inference: owners by residency and cost, then spill along the ring, one named step a decision |
+//! | `p2c.rs` | P2C's choice: two sampled uniformly, the cheaper taken (trial, health floor, cost) |
 //! | `spill.rs` | spills past the owners: a backend with the model resident, else one where loading it evicts the least |
 //! | `backup.rs` | a hedge's backup: a backend serving the model, else (the first attempt warm) one whose models are unknown, else none |
 //! | `update.rs` | updates: the cheaper of two random backends (P2C) |
+//! | `scratch.rs` | room for a pick's owner lists, kept by each clone |
 //! | `sampler.rs` | which requests feed the estimates |
 //! | `receipt.rs` | a pick's routing receipt: reason, owners, predicted prefix hit, runner-up (receipts on) |
 
