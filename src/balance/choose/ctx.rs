@@ -1,28 +1,17 @@
-//! What one pick works on: the rules from the config, the result, and the
-//! context ([`Ctx`]) over one table through which every choice reads
-//! eligibility, cost and residency (no
+//! What one pick works on and gives: the context ([`Ctx`]) over one table
+//! through which every choice reads eligibility, cost and residency (no
 //! IO, no allocation, no lock but the breaker's on its non-closed paths —
 //! and, in the opt-in per-model breaker scope, a short one to find the
-//! pair's breaker).
+//! pair's breaker), and the result ([`Pick`], or why none: [`Miss`]).
 
-use std::sync::Arc;
-
-use tokio::time::Instant;
-
-use crate::balance::choose::ask::Ask;
-use crate::balance::completion::guard::Guard;
-use crate::balance::config::fields::BalanceConfig;
-use crate::balance::receipt::RoutingReceipt;
 use crate::balance::state::backend::{Admission, BackendState};
 use crate::balance::state::clock::Now;
 use crate::balance::state::cost::at_floor;
-use crate::balance::state::placement::Placement;
 use crate::balance::state::prefix::PrefixHit;
 use crate::balance::state::residency::{Presence, Warmth};
 use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
-use crate::placement::WhenCold;
-use crate::route::{RequestKind, Urgency};
+use crate::route::Urgency;
 
 /// The most owners a model can have.
 pub(crate) const MAX_OWNERS: usize =
@@ -38,34 +27,6 @@ pub(crate) const LOADING_GRACE_MS: u64 = 2_000;
 /// stalls the warm traffic it serves.
 pub(crate) const LOADS_AT_ONCE: usize = 1;
 
-/// The knobs of a pick.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Rules {
-    /// Bounded-load factor `c`.
-    pub(crate) load_factor: f64,
-    /// Panic mode when fewer than this share of backends are eligible.
-    pub(crate) panic_threshold: f64,
-    /// Placement on: a cold copy costs a load call, so a request waits on
-    /// its owner's load rather than spill to another cold backend.
-    pub(crate) placement: bool,
-    /// Placement's [`WhenCold::PreferWarm`](crate::placement::WhenCold):
-    /// with no owner serving the model under the cap, a backend past the
-    /// owners that serves it comes before an owner that must load it.
-    pub(crate) prefer_warm: bool,
-}
-
-impl Rules {
-    /// The rules `config` gives, with `placement` on or off.
-    pub(crate) fn of(config: &BalanceConfig, placement: Option<&Arc<Placement>>) -> Self {
-        Self {
-            load_factor: config.load_factor,
-            panic_threshold: config.panic_threshold,
-            placement: placement.is_some(),
-            prefer_warm: placement.is_some_and(|p| p.policy().when_cold() == WhenCold::PreferWarm),
-        }
-    }
-}
-
 /// A chosen backend with its breaker permit.
 #[derive(Debug)]
 pub(crate) struct Pick {
@@ -80,31 +41,6 @@ pub(crate) struct Pick {
     pub(crate) prefetch: Option<usize>,
     /// What the chosen backend's prefix record said of the request's key.
     pub(crate) hit: PrefixHit,
-}
-
-impl Pick {
-    /// The guard of the request `ask` picked so over `table`: in flight on
-    /// the chosen backend from now on, holding the breaker's permit, timed
-    /// from `started` (if timed), carrying `receipt` (receipts on).
-    pub(crate) fn into_guard(
-        self,
-        table: &Table,
-        ask: &Ask,
-        started: Option<Instant>,
-        receipt: Option<RoutingReceipt>,
-    ) -> Guard {
-        let guard = Guard::new(
-            table.backends[self.index].clone(),
-            self.admission,
-            started,
-            (ask.kind != RequestKind::Update).then_some(ask.key),
-            self.warmth,
-        );
-        match receipt {
-            Some(receipt) => guard.with_receipt(receipt),
-            None => guard,
-        }
-    }
 }
 
 /// Why a pick chose no backend.

@@ -6,12 +6,14 @@ use tokio::time::Instant;
 
 use crate::backend::BackendId;
 use crate::balance::choose::ask::Ask;
-use crate::balance::choose::ctx::{Pick, Rules};
+use crate::balance::choose::ctx::Pick;
 use crate::balance::choose::pick::pick;
 use crate::balance::choose::receipt::receipt;
+use crate::balance::choose::rules::Rules;
 use crate::balance::choose::sampler::{Draw, Sampler};
 use crate::balance::choose::scratch::Scratch;
 use crate::balance::completion::guard::Guard;
+use crate::balance::receipt::RoutingReceipt;
 use crate::balance::refused::Refused;
 use crate::balance::state::clock::Now;
 use crate::balance::state::placement::Placement;
@@ -19,7 +21,7 @@ use crate::balance::state::residency::Warmth;
 use crate::balance::state::shared::Shared;
 use crate::balance::state::table::Table;
 use crate::balance::state::traffic::Branch;
-use crate::route::RouteView;
+use crate::route::{RequestKind, RouteView};
 
 /// A backend chosen by [`ModelBalancer::pick`](crate::balance::ModelBalancer::pick):
 /// its endpoint and the guard that takes the request's outcome back.
@@ -158,7 +160,7 @@ impl Local {
             .receipts
             .then(|| receipt(table, &ask, &picked, now));
         let index = picked.index;
-        let guard = picked.into_guard(table, &ask, started, receipt);
+        let guard = guard(picked, table, &ask, started, receipt);
         Ok(Picked {
             endpoint: snapshot.endpoints[index].clone(),
             guard,
@@ -200,5 +202,28 @@ fn start(
     table.fleet.started(picked.branch);
     if let (Some(owner), Some(placement)) = (picked.prefetch, placement) {
         placement.prefetch(&table.backends[owner], route.model_id());
+    }
+}
+
+/// The guard of the request `ask` picked as `picked` over `table`: in
+/// flight on the chosen backend from now on, holding the breaker's permit,
+/// timed from `started` (if timed), carrying `receipt` (receipts on).
+fn guard(
+    picked: Pick,
+    table: &Table,
+    ask: &Ask,
+    started: Option<Instant>,
+    receipt: Option<RoutingReceipt>,
+) -> Guard {
+    let guard = Guard::new(
+        table.backends[picked.index].clone(),
+        picked.admission,
+        started,
+        (ask.kind != RequestKind::Update).then_some(ask.key),
+        picked.warmth,
+    );
+    match receipt {
+        Some(receipt) => guard.with_receipt(receipt),
+        None => guard,
     }
 }

@@ -13,8 +13,9 @@ use std::cell::OnceCell;
 
 use crate::balance::choose::ask::Ask;
 use crate::balance::choose::ctx::{
-    load_cap, Ctx, Pick, Rules, LOADING_GRACE_MS, LOADS_AT_ONCE, MAX_OWNERS, SPILL_SCAN,
+    load_cap, Ctx, Pick, LOADING_GRACE_MS, LOADS_AT_ONCE, MAX_OWNERS, SPILL_SCAN,
 };
+use crate::balance::choose::rules::Rules;
 use crate::balance::choose::scratch::Scratch;
 use crate::balance::choose::spill::{spill_cold, spill_resident, Room};
 use crate::balance::state::prefix::PrefixHit;

@@ -2,10 +2,11 @@
 //!
 //! | File | Does |
 //! |---|---|
-//! | `decide.rs` | one routing decision, shared by the `Service` path and the pick API, in named steps: the ask, the queue's say, the rules, the pick (or the [refusal](super::refused)), the start counted, the guard |
+//! | `decide.rs` | one routing decision, shared by the `Service` path and the pick API, in named steps: the ask, the queue's say, the rules, the pick (or the [refusal](super::refused)), the start counted, the guard made of the pick |
 //! | `ask.rs` | what is being routed: the request's [`Ask`](ask::Ask) built once from its route — owners sized (and counted in demand), the [`Exclusion`](ask::Exclusion) of a hedge's backup or a retry |
+//! | `rules.rs` | the knobs of a pick, read from the config: the bounded-load factor, the panic threshold, placement |
 //! | `pick.rs` | the pick over one table (pure: no IO, no allocation): panic mode, a hedge's exclusion, inference or update |
-//! | `ctx.rs` | what a pick works on and gives: the rules, the result ([`Pick`](ctx::Pick), which makes the request's guard, or [`Miss`](ctx::Miss)), and the view of one table (eligibility, room, permits, residency, the bounded-load cap, the panic threshold) |
+//! | `ctx.rs` | what a pick works on and gives: the result ([`Pick`](ctx::Pick) or [`Miss`](ctx::Miss)), and the view of one table (eligibility, room, permits, residency, the bounded-load cap, the panic threshold) |
 //! | `inference.rs` | inference: owners by residency and cost, then spill along the ring, one named step a decision |
 //! | `p2c.rs` | P2C's choice: two sampled uniformly, the cheaper taken (trial, health floor, cost) |
 //! | `spill.rs` | spills past the owners: a backend with the model resident, else one where loading it evicts the least |
@@ -23,6 +24,7 @@ pub(crate) mod inference;
 pub(crate) mod p2c;
 pub(crate) mod pick;
 pub(crate) mod receipt;
+pub(crate) mod rules;
 pub(crate) mod sampler;
 pub(crate) mod scratch;
 pub(crate) mod spill;

@@ -5,8 +5,9 @@
 
 use crate::balance::choose::ask::{Ask, Exclusion};
 use crate::balance::choose::backup::pick_backup;
-use crate::balance::choose::ctx::{in_panic, Ctx, Miss, Mode, Pick, Rules};
+use crate::balance::choose::ctx::{in_panic, Ctx, Miss, Mode, Pick};
 use crate::balance::choose::inference::pick_inference;
+use crate::balance::choose::rules::Rules;
 use crate::balance::choose::scratch::Scratch;
 use crate::balance::choose::update::pick_update;
 use crate::balance::state::clock::Now;

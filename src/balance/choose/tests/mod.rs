@@ -12,6 +12,7 @@ use crate::balance::choose::ask::{Ask, Exclusion};
 use crate::balance::choose::ctx::*;
 use crate::balance::choose::p2c::sample2;
 use crate::balance::choose::pick::pick;
+use crate::balance::choose::rules::Rules;
 use crate::balance::choose::scratch::Scratch;
 use crate::balance::state::backend::{BackendState, Start};
 use crate::balance::state::clock::Now;
