@@ -210,8 +210,9 @@ impl<E: Clone, R: Rng, K> ModelBalancer<E, R, K> {
     ///
     /// # Errors
     ///
-    /// [`NoHealthyBackend`] naming the model when no backend admits the
-    /// request; under [admission](crate::balance::AdmissionConfig),
+    /// [`NoHealthyBackend`](crate::error::NoHealthyBackend) naming the
+    /// model when no backend admits the request; under
+    /// [admission](crate::balance::AdmissionConfig),
     /// [`Overloaded`] when every backend it could go to is at its limit
     /// (the pick API never queues: it sheds at once, whatever the urgency).
     ///
