@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::backend::Exclude;
 use crate::balance::choose::ask::Ask;
 use crate::balance::choose::ctx::Miss;
 use crate::balance::error::{NoAlternative, NoHealthyBackend, Overloaded};
@@ -94,7 +95,7 @@ impl Refused {
             }
             Miss::NoAlternative => {
                 // Only reached with an exclusion (the ask's comes from it).
-                let excluded = route.exclude.map(|x| x.backend().clone());
+                let excluded = Exclude::of(route).map(|x| x.backend().clone());
                 tracing::debug!(
                     model = route.model,
                     ?excluded,
