@@ -1,5 +1,5 @@
 //! `--workload prefix`: prompts that share long prefixes (the library's
-//! `prefix_workload`, the fleet example's `prefix` scenario): 256 system
+//! `prefix_workload`, the fleet job's `prefix` scenario): 256 system
 //! prompts and documents of 512–3,000 tokens, Zipf(1.05) popularity,
 //! one-shot questions on them and chat sessions of 2–6 turns (each turn
 //! sent once the one before it has answered, with `x-session-id`), one
@@ -19,7 +19,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tower_model_balance_fleet::prefix_workload::{self, Job, Turn, Workload};
+use tower_model_balance_eval::prefix_workload::{self, Job, Turn, Workload};
 use tower_model_balance_sim::{protocol, ModelServer, ServerStats};
 
 use crate::drive::{self, GenClient, Record};

@@ -82,11 +82,11 @@
 //! the jitter's seed is random per process by design.
 //!
 //! ```text
-//! cargo run --release --features testing --example simulate                 # both scenarios' tables
-//! cargo run --release --features testing --example simulate -- --scenario llm-batch
-//! cargo run --release --features testing --example simulate -- --json       # one JSON object per line
-//! cargo run --release --features testing --example simulate -- --svg sim.svg
-//! cargo run --release --features testing --example simulate -- --sweep      # vnodes, k, c, staging step
+//! cargo run --release --bin simulate            # both scenarios' tables
+//! cargo run --release --bin simulate -- --scenario llm-batch
+//! cargo run --release --bin simulate -- --json  # one JSON object per line
+//! cargo run --release --bin simulate -- --svg sim.svg
+//! cargo run --release --bin simulate -- --sweep # vnodes, k, c, staging step
 //! ```
 //!
 //! The same flags and seed give the same output. See `--help` for the

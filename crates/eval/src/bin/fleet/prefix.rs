@@ -31,7 +31,7 @@ use tower_model_balance_sim::{protocol, ModelServer, ServerConfig, ServerStats};
 
 use crate::strategies::{self, Fleet, Strategy};
 use crate::Args;
-use tower_model_balance_fleet::prefix_workload::{
+use tower_model_balance_eval::prefix_workload::{
     self as workload, server_config as config, Job, Turn, Workload, PREFILL_RATE,
 };
 

@@ -2,7 +2,7 @@
 //! through each routing strategy, side by side.
 //!
 //! ```text
-//! cargo run --release --example fleet [-- --requests 10000 --backends 8 --seed 1 --scenario default --load 0.3 --json]
+//! cargo run --release --bin fleet [-- --requests 10000 --backends 8 --seed 1 --scenario default --load 0.3 --json]
 //! ```
 //!
 //! Each strategy gets a fresh fleet of simulated model servers (see
@@ -78,7 +78,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_model_balance::balance::{BalanceConfig, BalancerHandle};
 use tower_model_balance::error::Overloaded;
-use tower_model_balance_fleet::workload;
+use tower_model_balance_eval::workload;
 use tower_model_balance_sim::{protocol, Fault, InferenceTimes, ModelServer, ServerConfig};
 
 pub use args::{Args, Scenario, Stop};

@@ -7,12 +7,12 @@
 //! ```text
 //! bash scripts/peer-compare                      # installs vLLM Router, builds, runs
 //! bash scripts/peer-compare --smoke              # the short check CI runs
-//! cargo run --release --example peer -- --rates 100,200 --no-max-rate
+//! cargo run --release --bin peer -- --rates 100,200 --no-max-rate
 //! ```
 //!
 //! Each run starts a fresh fleet (8 servers, nothing resident), starts
 //! the router as a subprocess on a free port pointed at them, waits for
-//! its health route, sends the fleet example's seeded plan (Poisson
+//! its health route, sends the fleet job's seeded plan (Poisson
 //! arrivals, Zipf(1.1) over 32 models) as chat completions naming the
 //! model in the body, and reads the answers' `x-sim-cold-load`, the
 //! servers' request counts and the router's CPU time from `/proc`. A
@@ -50,7 +50,7 @@ mod signals;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tower_model_balance_fleet::workload;
+use tower_model_balance_eval::workload;
 
 use args::{Args, Stop};
 use router::{Kind, Programs};
@@ -124,16 +124,15 @@ fn entry(args: impl IntoIterator<Item = String>) -> u8 {
 const GENERATOR_CHECK: &str = "direct, generator check";
 
 /// A binary of the gateway's crate: `given` (its flag's value), else the
-/// one cargo builds in the same profile's folder (`target/release/gateway`
-/// for `target/release/examples/peer`).
+/// one cargo builds beside it, in the same profile's folder
+/// (`target/release/gateway` for `target/release/peer`).
 fn built_binary(given: Option<&PathBuf>, bin: &str, flag: &str) -> Result<PathBuf, String> {
     if let Some(path) = given {
         return Ok(path.clone());
     }
     let me = std::env::current_exe().map_err(|e| format!("where am I: {e}"))?;
     let name = format!("{bin}{}", std::env::consts::EXE_SUFFIX);
-    let profile = me.parent().and_then(std::path::Path::parent);
-    let built = profile.map_or_else(|| me.with_file_name(&name), |dir| dir.join(&name));
+    let built = me.with_file_name(&name);
     match built.is_file() {
         true => Ok(built),
         false => Err(format!(
@@ -177,7 +176,7 @@ async fn compare(args: &Args, programs: Programs) -> Result<(), String> {
         ),
         args::Workload::Prefix => format!(
             "prefix workload: chat completions on {} shared prefixes, sessions, one model, prefix caches",
-            tower_model_balance_fleet::prefix_workload::PREFIXES
+            tower_model_balance_eval::prefix_workload::PREFIXES
         ),
     };
     let mut kinds = vec![Kind::Direct, Kind::Bare];

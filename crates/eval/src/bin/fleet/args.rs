@@ -1,8 +1,8 @@
-//! Command-line flags of the fleet example.
+//! Command-line flags of the fleet job.
 
 use std::fmt;
 
-use tower_model_balance_fleet::workload::DEFAULT_LOAD;
+use tower_model_balance_eval::workload::DEFAULT_LOAD;
 
 use crate::strategies::{DEFAULT, NAMES, OVERLOAD};
 
@@ -59,7 +59,7 @@ pub struct Args {
     pub prefix: Option<String>,
 }
 
-pub const USAGE: &str = "usage: cargo run --release --example fleet -- \
+pub const USAGE: &str = "usage: cargo run --release --bin fleet -- \
 [--requests N (10..=1000000, default 10000; prefix 4000)] [--backends N (2..=64, default 8)] \
 [--seed N (default 1)] [--scenario default|slow-tail|overload|prefix] [--load FRACTION (0.01..=4, default 0.3; overload runs 1.0, 1.5 and 3.0; not prefix)] \
 [--strategies NAME,... (a name given again runs again, as NAME#2; default: round_robin,p2c,consistent_hash,model_aware,model_aware_hedged; \

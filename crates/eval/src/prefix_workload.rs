@@ -2,7 +2,7 @@
 //! popularity, one-shot questions on them and multi-turn chat sessions
 //! that start from them, the oracle's bound on the prefix hit rate, and
 //! the simulated servers it runs on (a prefix cache of the working set
-//! over [`WORKING_SET_OVER_CACHE`]). The fleet example's `prefix` scenario
+//! over [`WORKING_SET_OVER_CACHE`]). The fleet job's `prefix` scenario
 //! and the peer comparison's `--workload prefix` send it.
 //!
 //! Text is pseudo-random lowercase words (a token is 4 bytes, as the sim

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use tower_model_balance_fleet::workload;
+use tower_model_balance_eval::workload;
 use tower_model_balance_sim::{InferenceTimes, ServerConfig};
 
 use crate::report::Record;

@@ -20,7 +20,7 @@ use http_body_util::{BodyExt, Full};
 use serde::Serialize;
 use tokio::time::Instant;
 use tower::BoxError;
-use tower_model_balance_fleet::workload::{self, Planned};
+use tower_model_balance_eval::workload::{self, Planned};
 use tower_model_balance_sim::{protocol, InferenceTimes, ServerConfig};
 
 use crate::report::{Figures, Record};

@@ -1,4 +1,4 @@
-//! Command-line flags of the simulate example.
+//! Command-line flags of the simulation.
 
 use std::path::PathBuf;
 
@@ -87,7 +87,7 @@ impl Default for Config {
 }
 
 pub const USAGE: &str = "\
-usage: cargo run --release --features testing --example simulate -- [flags]
+usage: cargo run --release --bin simulate -- [flags]
 
 Runs each scenario (default: both, in turn), the flags on top of its preset:
   default    4 serving slots, no batching, utilization 0.5

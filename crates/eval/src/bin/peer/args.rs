@@ -7,7 +7,7 @@ use crate::router::VLLM_POLICIES;
 
 pub const USAGE: &str = "\
 usage: bash scripts/peer-compare [FLAGS]
-       (cargo run --release --example peer -- FLAGS, with vLLM Router installed)
+       (cargo run --release --bin peer -- FLAGS, with vLLM Router installed)
 
   --rates LIST         offered loads, requests per second, comma-separated
                        (each 1..=100000; default 100,200,300)
@@ -45,7 +45,7 @@ before any run: a bad one exits 2.";
 /// What each run sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
-    /// The fleet example's plan: Zipf(1.1) over 32 models, a prompt of
+    /// The fleet job's plan: Zipf(1.1) over 32 models, a prompt of
     /// its own per request.
     Plain,
     /// Prompts sharing long prefixes (`prefix.rs`).

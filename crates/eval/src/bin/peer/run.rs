@@ -28,8 +28,8 @@ pub struct Setup {
 
 /// A run's plan, of either workload.
 enum Plan {
-    Plain(Vec<tower_model_balance_fleet::workload::Planned>),
-    Prefix(tower_model_balance_fleet::prefix_workload::Workload),
+    Plain(Vec<tower_model_balance_eval::workload::Planned>),
+    Prefix(tower_model_balance_eval::prefix_workload::Workload),
 }
 
 /// `kind` in front of a fresh fleet, sent the plan of `duration` at
@@ -53,7 +53,7 @@ pub async fn run(
         Workload::Prefix => {
             let work = prefix::plan(rate, duration, setup.seed);
             let config =
-                tower_model_balance_fleet::prefix_workload::server_config(work.cache_tokens());
+                tower_model_balance_eval::prefix_workload::server_config(work.cache_tokens());
             (config, Plan::Prefix(work))
         }
     };

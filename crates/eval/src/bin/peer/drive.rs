@@ -1,4 +1,4 @@
-//! The load: the fleet example's seeded open-loop plan (Poisson arrivals,
+//! The load: the fleet job's seeded open-loop plan (Poisson arrivals,
 //! Zipf(1.1) over 32 models), every request an OpenAI chat completion
 //! naming its model in the JSON body, sent on schedule whatever the
 //! answers before it, each within a deadline.
@@ -13,11 +13,11 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tower_model_balance_fleet::workload::Planned;
+use tower_model_balance_eval::workload::Planned;
 use tower_model_balance_sim::protocol;
 
 /// The most a request may take, answer and body, before it counts as
-/// failed (the fleet example's deadline).
+/// failed (the fleet job's deadline).
 pub const DEADLINE: Duration = Duration::from_secs(5);
 
 /// What the driver saw of one request.
@@ -156,11 +156,11 @@ fn oracle(
 }
 
 /// The plan of `duration` at `rate` requests per second, from `seed`:
-/// the fleet example's arrivals and models (its update and urgency marks
+/// the fleet job's arrivals and models (its update and urgency marks
 /// unused: every request is an inference of normal urgency).
 pub fn plan(rate: f64, duration: Duration, seed: u64) -> Vec<Planned> {
     let requests = (rate * duration.as_secs_f64()).round().max(1.0) as usize;
-    tower_model_balance_fleet::workload::plan(requests, rate, seed, 0.0)
+    tower_model_balance_eval::workload::plan(requests, rate, seed, 0.0)
 }
 
 /// The chat completion for `planned`, the `i`th request: its prompt
