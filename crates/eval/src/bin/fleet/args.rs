@@ -4,7 +4,7 @@ use std::fmt;
 
 use tower_model_balance_eval::workload::DEFAULT_LOAD;
 
-use crate::strategies::{DEFAULT, NAMES, OVERLOAD};
+use crate::names::{DEFAULT, NAMES, OVERLOAD, PREFIX};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
@@ -225,7 +225,7 @@ impl Args {
                 }
             }
             if !strategies_given {
-                parsed.strategies = crate::prefix::STRATEGIES.to_vec();
+                parsed.strategies = PREFIX.to_vec();
             }
         }
         Ok(parsed)

@@ -29,7 +29,7 @@ use tower::{BoxError, Service, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::strategies::Endpoint;
+use crate::endpoint::Endpoint;
 
 /// KubeAI's defaults.
 pub const PREFIX_CHARS: usize = 100;

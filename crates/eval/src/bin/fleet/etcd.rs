@@ -15,8 +15,8 @@ use tower_model_balance::discover::etcd::{Etcd, Registration};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance_sim::ModelServer;
 
-use crate::strategies::{client, Endpoint};
-use crate::Args;
+use crate::args::Args;
+use crate::endpoint::{client, Endpoint};
 
 /// How long the balancer may take to see every registered server.
 const SETTLE_WITHIN: Duration = Duration::from_secs(10);

@@ -24,15 +24,14 @@ use serde::Serialize;
 use tower_model_balance_eval::workload;
 use tower_model_balance_sim::{InferenceTimes, ServerConfig};
 
-use crate::report::Record;
-use crate::{Args, Run};
+use crate::args::Args;
+use crate::record::Record;
+use crate::run::{self, Run};
 
 /// The offered loads, as fractions of the fleet's warm capacity.
 pub const LOADS: [f64; 3] = [1.0, 1.5, 3.0];
 /// The share of requests sent `Critical`.
 pub const CRITICAL_SHARE: f64 = 0.1;
-/// Each request's deadline in this scenario.
-pub const DEADLINE: Duration = Duration::from_secs(1);
 /// Uncounted arrivals before each measured run, at the run's rate: the
 /// models resident on their owners (each server loads one at a time, 300
 /// ms each), so that each load measures overload, not the cold start.
@@ -83,7 +82,7 @@ pub async fn run_all(args: &Args, config: &ServerConfig, times: &InferenceTimes)
     if !args.json {
         emit!(
             "scenario overload · {} backends · {} requests at 1.0 (as many seconds at each load) · {:.0}% Critical · deadline {} ms · seed {}",
-            args.backends, args.requests, CRITICAL_SHARE * 100.0, DEADLINE.as_millis(), args.seed
+            args.backends, args.requests, CRITICAL_SHARE * 100.0, run::OVERLOAD_DEADLINE.as_millis(), args.seed
         );
     }
     let mut rows = Vec::new();
@@ -99,7 +98,7 @@ pub async fn run_all(args: &Args, config: &ServerConfig, times: &InferenceTimes)
             reset_peak_rss();
             let start_mb = memory_mb().0;
             let run =
-                match crate::run((name, name), args, config, plan.clone(), warm_up.clone()).await {
+                match run::run((name, name), args, config, plan.clone(), warm_up.clone()).await {
                     Ok(run) => run,
                     Err(error) => {
                         eprintln!("error: {name}: {error}");

@@ -29,20 +29,12 @@ use tower_model_balance::balance::BalanceConfig;
 use tower_model_balance::route::ModelFromBodyLayer;
 use tower_model_balance_sim::{protocol, ModelServer, ServerConfig, ServerStats};
 
+use crate::args::Args;
 use crate::strategies::{self, Fleet, Strategy};
-use crate::Args;
 use tower_model_balance_eval::prefix_workload::{
     self as workload, server_config as config, Job, Turn, Workload, PREFILL_RATE,
 };
 
-/// The strategies this scenario runs unless `--strategies` says otherwise.
-pub const STRATEGIES: [&str; 5] = [
-    "round_robin",
-    "p2c",
-    "consistent_hash",
-    "chwbl",
-    "model_aware",
-];
 /// Requests unless `--requests` says otherwise: 4 000, about 16 sends of
 /// each of the 256 prefixes, so that the run measures a fleet's caches in
 /// use and not only filling. (At 1 500, six sends a prefix, every copy of a

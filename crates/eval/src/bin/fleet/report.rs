@@ -1,32 +1,13 @@
 //! Figures of one strategy's run, as DESIGN.md names them.
 
-use std::time::Duration;
-
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use tower_model_balance::hedge::HedgeStats;
 
 use crate::args::Scenario;
+use crate::record::Record;
 use crate::stream::StreamFigures;
-
-/// What the driver saw of one request.
-#[derive(Debug, Clone, Copy)]
-pub struct Record {
-    pub latency: Duration,
-    pub ok: bool,
-    pub cold: bool,
-    pub inference: bool,
-    /// Sent `Critical`.
-    pub critical: bool,
-    /// Failed `Overloaded` (shed by the balancer's admission), after
-    /// waiting this long for room (zero: shed at once).
-    pub shed: Option<Duration>,
-    /// Time to the first token of a successful stream (`--stream`).
-    pub ttft: Option<Duration>,
-    /// Time per output token after the first of a successful stream.
-    pub tpot: Option<Duration>,
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Figures {
@@ -276,4 +257,49 @@ pub fn hedge_line(s: &HedgeStats) -> String {
         s.suppressed_by_load,
         s.suppressed_by_no_alternative
     )
+}
+
+/// The streaming table, and which strategy has the lowest TTFT p99.
+pub fn print_stream_table(rows: &[Figures]) {
+    emit!(
+        "{:<20} {:>8} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
+        "streams",
+        "ok",
+        "ttft_mean",
+        "ttft_p50",
+        "ttft_p99",
+        "tpot_mean",
+        "tpot_p50",
+        "tpot_p99"
+    );
+    for f in rows {
+        let Some(s) = f.stream else { continue };
+        emit!(
+            "{:<20} {:>8} {:>10.1} {:>9.1} {:>9.1} {:>10.2} {:>9.2} {:>9.2}",
+            f.strategy,
+            s.streams_ok,
+            s.ttft_mean_ms,
+            s.ttft_p50_ms,
+            s.ttft_p99_ms,
+            s.tpot_mean_ms,
+            s.tpot_p50_ms,
+            s.tpot_p99_ms
+        );
+    }
+    let best = rows
+        .iter()
+        .filter_map(|f| Some((f.strategy.as_str(), f.stream?)))
+        .filter(|(_, s)| s.streams_ok > 0)
+        .min_by(|a, b| a.1.ttft_p99_ms.total_cmp(&b.1.ttft_p99_ms));
+    if let Some((name, s)) = best {
+        emit!(
+            "lowest TTFT p99: {name} ({:.1} ms; model-aware lowest: {})",
+            s.ttft_p99_ms,
+            if name.starts_with("model_aware") {
+                "yes"
+            } else {
+                "no"
+            }
+        );
+    }
 }

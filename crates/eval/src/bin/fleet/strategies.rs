@@ -9,8 +9,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use tower::balance::p2c::Balance;
 use tower::buffer::Buffer;
@@ -25,7 +23,7 @@ use tower_model_balance::balance::{
     AdmissionConfig, Backend, BackendMeta, BackgroundTask, BalanceConfigBuilder, BalancerHandle,
     Limit, ModelBalancer, ResidencyHeader,
 };
-use tower_model_balance::endpoint::{Origin, SetOrigin};
+use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
 use tower_model_balance::hedge::{
     BalancerLoad, FirstFrameLayer, HedgeConfig, HedgeHandle, HedgeLayer,
@@ -36,10 +34,9 @@ use tower_model_balance::route::{ModelFromBodyLayer, RouteInfo};
 use tower_model_balance_sim::{protocol, ModelServer, ServerConfig};
 
 use crate::chwbl::Chwbl;
+use crate::endpoint::{endpoints, Endpoint};
 use crate::etcd::Registered;
 use crate::stream::{self, Streamed};
-
-pub type Endpoint = SetOrigin<Client<HttpConnector, Full<Bytes>>>;
 
 /// What the driver reads of a response: its status and whether the request
 /// paid a cold load. The body is read to its end inside the service, so the
@@ -58,35 +55,6 @@ type BoxFuture<T> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, BoxError>> + Send>>;
 
 pub type Strategy = BoxCloneSyncService<Request<Full<Bytes>>, Reply, BoxError>;
-
-pub const NAMES: [&str; 7] = [
-    "round_robin",
-    "p2c",
-    "consistent_hash",
-    "chwbl",
-    "model_aware",
-    "model_aware_hedged",
-    "model_aware_admission",
-];
-
-/// What runs when `--strategies` is not given.
-pub const DEFAULT: [&str; 5] = [
-    "round_robin",
-    "p2c",
-    "consistent_hash",
-    "model_aware",
-    "model_aware_hedged",
-];
-
-/// What the `overload` scenario runs when `--strategies` is not given:
-/// model-aware with and without admission, and the baselines.
-pub const OVERLOAD: [&str; 5] = [
-    "round_robin",
-    "p2c",
-    "consistent_hash",
-    "model_aware",
-    "model_aware_admission",
-];
 
 /// A strategy and the handles the report reads.
 pub struct Built {
@@ -111,33 +79,6 @@ impl<'a> Fleet<'a> {
     pub fn new(servers: &'a [ModelServer], etcd: Option<&'a Registered>) -> Self {
         Self { servers, etcd }
     }
-}
-
-/// The HTTP client every endpoint of a strategy shares.
-pub fn client() -> Client<HttpConnector, Full<Bytes>> {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        // Without a timer the idle timeout is never checked.
-        .pool_timer(TokioTimer::new())
-        .build(connector)
-}
-
-pub fn endpoints(servers: &[ModelServer]) -> Vec<(BackendId, Endpoint)> {
-    let client = client();
-    servers
-        .iter()
-        .map(|s| {
-            let id = BackendId::new(s.name()).expect("server names are valid IDs");
-            let origin = format!("http://{}", s.addr());
-            (
-                id,
-                SetOrigin::new(client.clone(), &origin)
-                    .expect("a socket address is a valid origin"),
-            )
-        })
-        .collect()
 }
 
 /// Builds strategy `name` over `fleet`, whose servers run `config` (its

@@ -23,7 +23,7 @@ use tower::BoxError;
 use tower_model_balance_eval::workload::{self, Planned};
 use tower_model_balance_sim::{protocol, InferenceTimes, ServerConfig};
 
-use crate::report::{Figures, Record};
+use crate::record::Record;
 
 /// Tokens asked of each streamed request (`max_tokens`).
 pub const TOKENS: u32 = 8;
@@ -184,50 +184,5 @@ pub fn figures(records: &[Record]) -> StreamFigures {
         tpot_mean_ms: tpot.mean() / 1000.0,
         tpot_p50_ms: ms(&tpot, 0.5),
         tpot_p99_ms: ms(&tpot, 0.99),
-    }
-}
-
-/// The streaming table, and which strategy has the lowest TTFT p99.
-pub fn print_table(rows: &[Figures]) {
-    emit!(
-        "{:<20} {:>8} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}",
-        "streams",
-        "ok",
-        "ttft_mean",
-        "ttft_p50",
-        "ttft_p99",
-        "tpot_mean",
-        "tpot_p50",
-        "tpot_p99"
-    );
-    for f in rows {
-        let Some(s) = f.stream else { continue };
-        emit!(
-            "{:<20} {:>8} {:>10.1} {:>9.1} {:>9.1} {:>10.2} {:>9.2} {:>9.2}",
-            f.strategy,
-            s.streams_ok,
-            s.ttft_mean_ms,
-            s.ttft_p50_ms,
-            s.ttft_p99_ms,
-            s.tpot_mean_ms,
-            s.tpot_p50_ms,
-            s.tpot_p99_ms
-        );
-    }
-    let best = rows
-        .iter()
-        .filter_map(|f| Some((f.strategy.as_str(), f.stream?)))
-        .filter(|(_, s)| s.streams_ok > 0)
-        .min_by(|a, b| a.1.ttft_p99_ms.total_cmp(&b.1.ttft_p99_ms));
-    if let Some((name, s)) = best {
-        emit!(
-            "lowest TTFT p99: {name} ({:.1} ms; model-aware lowest: {})",
-            s.ttft_p99_ms,
-            if name.starts_with("model_aware") {
-                "yes"
-            } else {
-                "no"
-            }
-        );
     }
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::load::Workload;
 use crate::router::VLLM_POLICIES;
 
 pub const USAGE: &str = "\
@@ -41,16 +42,6 @@ usage: bash scripts/peer-compare [FLAGS]
 
 Each flag may be given once. The programs and --logs are checked
 before any run: a bad one exits 2.";
-
-/// What each run sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Workload {
-    /// The fleet job's plan: Zipf(1.1) over 32 models, a prompt of
-    /// its own per request.
-    Plain,
-    /// Prompts sharing long prefixes (`prefix.rs`).
-    Prefix,
-}
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]

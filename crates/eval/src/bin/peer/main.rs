@@ -41,6 +41,7 @@ mod args;
 mod check;
 mod cpu;
 mod drive;
+mod load;
 mod prefix;
 mod report;
 mod router;
@@ -170,18 +171,18 @@ async fn compare(args: &Args, programs: Programs) -> Result<(), String> {
         workload: args.workload,
     };
     let load = match args.workload {
-        args::Workload::Plain => format!(
+        load::Workload::Plain => format!(
             "chat completions, Zipf(1.1) over {} models",
             workload::MODELS
         ),
-        args::Workload::Prefix => format!(
+        load::Workload::Prefix => format!(
             "prefix workload: chat completions on {} shared prefixes, sessions, one model, prefix caches",
             tower_model_balance_eval::prefix_workload::PREFIXES
         ),
     };
     let mut kinds = vec![Kind::Direct, Kind::Bare];
     // Steering follows the plain workload's oracle.
-    if args.workload == args::Workload::Plain {
+    if args.workload == load::Workload::Plain {
         kinds.push(Kind::BareOracle);
     }
     kinds.push(Kind::Gateway);

@@ -21,7 +21,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use crate::args::Workload;
+use crate::load::Workload;
 
 /// The longest a router may take to answer its health route (vLLM
 /// Router's Python launcher takes a few seconds to import).

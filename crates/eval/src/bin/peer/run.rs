@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use tower_model_balance_sim::{ModelServer, ServerConfig, ServerStats};
 
-use crate::args::Workload;
 use crate::cpu;
 use crate::drive::{self, Target};
+use crate::load::Workload;
 use crate::prefix::{self, Route};
 use crate::report::{self, Figures, MaxRate};
 use crate::router::{self, Kind, Programs};

@@ -97,6 +97,7 @@
 mod args;
 mod batching;
 mod chart;
+mod config;
 mod fleet;
 mod lru;
 mod metrics;
@@ -108,14 +109,14 @@ mod scenarios;
 mod sim;
 mod strategy;
 mod sweep;
+mod threads;
 mod workload;
 mod zipf;
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
-use args::{Config, Stop, USAGE};
+use args::{Stop, USAGE};
+use config::Config;
 use scenario::{ChurnRow, StrategyRow};
 use strategy::Names;
 use workload::Workload;
@@ -222,7 +223,7 @@ pub fn simulate(config: &Config, workload: &Workload) -> (Vec<StrategyRow>, Vec<
     }
     let mut strategies: Vec<&'static str> = config.strategies.clone();
     strategies.sort_by_key(|s| {
-        strategy::NAMES
+        config::NAMES
             .iter()
             .position(|n| n == s)
             .map(std::cmp::Reverse)
@@ -235,7 +236,7 @@ pub fn simulate(config: &Config, workload: &Workload) -> (Vec<StrategyRow>, Vec<
         jobs.insert(0, p2c);
     }
     let names = Names::new(config.backends * 2, config.models);
-    let results = run_jobs(&jobs, |job| match *job {
+    let results = threads::run_jobs(&jobs, |job| match *job {
         Job::Strategy(name) => Done::Strategy(scenario::compare(config, workload, &names, name)),
         Job::Churn(pct, staged) => {
             Done::Churn(scenario::churn(config, workload, &names, pct, staged))
@@ -268,31 +269,6 @@ pub fn simulate(config: &Config, workload: &Workload) -> (Vec<StrategyRow>, Vec<
         .map(|row| scenario::with_control(row, &control))
         .collect();
     (strategies, churn)
-}
-
-/// Runs `f` over `jobs` on the machine's threads; results in job order.
-pub fn run_jobs<J: Sync, R: Send>(jobs: &[J], f: impl Fn(&J) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(jobs.len().max(1));
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(job) = jobs.get(i) else { break };
-                let result = f(job);
-                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
-            });
-        }
-    });
-    results
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
-        .into_iter()
-        .flatten()
-        .collect()
 }
 
 #[cfg(test)]
@@ -342,7 +318,7 @@ mod tests {
         let config = Config {
             churn: false,
             strategies: vec!["bounded_load", "model_aware"],
-            ..small_of(scenarios::Scenario::LlmBatch.preset())
+            ..small_of(config::Config::preset(scenarios::Scenario::LlmBatch))
         };
         let first = lines(&config);
         assert_eq!(first.len(), 2);

@@ -4,7 +4,7 @@
 
 use tower_model_balance::ring::{Ring, RingConfig};
 
-use crate::args::Config;
+use crate::config::Config;
 use crate::strategy::Names;
 use crate::workload::Workload;
 

@@ -1,7 +1,7 @@
 //! The table on stdout, and `--json`'s one object per line.
 
-use crate::args::Config;
 use crate::batching;
+use crate::config::Config;
 use crate::scenario::{ChurnRow, StrategyRow};
 use crate::workload::Workload;
 

@@ -5,12 +5,13 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use crate::args::Config;
+use crate::config::Config;
+use crate::config::NAMES;
 use crate::metrics::Metrics;
 use crate::placement;
 use crate::queue::Nanos;
 use crate::sim::{self, Change, Plan};
-use crate::strategy::{Names, NAMES};
+use crate::strategy::Names;
 use crate::workload::Workload;
 
 const SECOND: Nanos = 1_000_000_000;

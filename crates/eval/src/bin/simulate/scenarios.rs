@@ -4,9 +4,8 @@
 //! completions of seconds, a batching service time, 16 or more requests
 //! in flight per backend, and the balancer configured for them: `c` 1.15,
 //! owners sized to carry 0.75 × the mean load each from one model).
-//! The flags given on the command line apply on top of each preset.
-
-use crate::args::Config;
+//! Each is a preset of the settings (`Config::preset`); the flags given
+//! on the command line apply on top of it.
 
 /// One simulated fleet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,23 +44,5 @@ impl Scenario {
     /// The scenario named `name` on the command line.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.name() == name)
-    }
-
-    /// The scenario's settings, before the command line's flags.
-    pub fn preset(self) -> Config {
-        let default = Config::default();
-        match self {
-            Scenario::Default => default,
-            Scenario::LlmBatch => Config {
-                scenario: self,
-                serving_slots: 32,
-                inference_scale: 10.0,
-                batch_slowdown: 0.03,
-                utilization: 0.75,
-                load_factor: 1.15,
-                owner_load: Some(0.75),
-                ..default
-            },
-        }
     }
 }

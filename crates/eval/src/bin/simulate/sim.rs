@@ -10,8 +10,8 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::time::Instant;
 
-use crate::args::Config;
 use crate::batching;
+use crate::config::Config;
 use crate::fleet::{Arrival, Server, FAIL_NS};
 use crate::metrics::Metrics;
 use crate::placement;

@@ -20,19 +20,9 @@ use tower_model_balance::health::probe::ProbeReport;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo};
 
-use crate::args::Config;
+use crate::config::Config;
 use crate::queue::Nanos;
 use crate::workload::Request;
-
-/// Strategy names, in table order.
-pub const NAMES: [&str; 6] = [
-    "round_robin",
-    "random",
-    "p2c",
-    "consistent_hash",
-    "bounded_load",
-    "model_aware",
-];
 
 /// What a strategy keeps of one request until it finishes.
 pub enum Token {

@@ -3,7 +3,7 @@
 //! `c` (each over the strategy comparison) and the staging step (over a
 //! 10% join) — to choose defaults from.
 
-use crate::args::Config;
+use crate::config::Config;
 use crate::scenario::{self, ChurnRow, StrategyRow};
 use crate::strategy::Names;
 use crate::workload::Workload;
@@ -62,7 +62,7 @@ pub fn run(config: &Config, workload: &Workload) {
     };
     jobs.insert(0, Job::Control(finest));
     let names = Names::new(config.backends * 2, config.models);
-    let results = crate::run_jobs(&jobs, |job| match job {
+    let results = crate::threads::run_jobs(&jobs, |job| match job {
         Job::Compare(what, value, c) => {
             let row = scenario::compare(c, workload, &names, "model_aware");
             let ring = crate::placement::ring_balance(c, &names);

@@ -5,8 +5,8 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::args::Config;
 use crate::batching;
+use crate::config::Config;
 use crate::queue::Nanos;
 use crate::zipf::Zipf;
 
