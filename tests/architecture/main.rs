@@ -20,6 +20,7 @@
 //!   file of code opens with its module doc (`//!`), the map below the
 //!   folders.
 
+mod crates;
 mod imports;
 
 use std::collections::{BTreeMap, BTreeSet};
