@@ -24,7 +24,8 @@
 //!
 //! The library is what `fleet` and `peer` both send: the seeded workloads
 //! ([`workload`], and [`prefix_workload`] for prompts that share long
-//! prefixes).
+//! prefixes); and the value parsers of the three binaries' command lines
+//! ([`flags`], under their clap derives).
 
 #![warn(
     missing_docs,
@@ -34,5 +35,6 @@
 )]
 #![forbid(unsafe_code)]
 
+pub mod flags;
 pub mod prefix_workload;
 pub mod workload;

@@ -2,11 +2,14 @@
 
 use std::fmt;
 
+use clap::error::ErrorKind;
+use clap::{CommandFactory as _, Parser, ValueEnum};
+use tower_model_balance_eval::flags::{self, List};
 use tower_model_balance_eval::workload::DEFAULT_LOAD;
 
 use crate::names::{DEFAULT, NAMES, OVERLOAD, PREFIX};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
     /// 5 resident slots per backend; one backend answers 503 for the middle
     /// third of the run.
@@ -29,6 +32,52 @@ impl fmt::Display for Scenario {
             Scenario::Prefix => "prefix",
         })
     }
+}
+
+/// The main job: the same inference workload, over real HTTP on loopback,
+/// through each routing strategy, side by side (docs/fleet.md).
+#[derive(Debug, Parser)]
+#[command(name = "fleet")]
+struct Flags {
+    /// Requests per strategy (10..=1000000) [default: 10000; prefix 4000]
+    #[arg(long, value_name = "N", value_parser = flags::whole(10usize, 1_000_000))]
+    requests: Option<usize>,
+    /// Simulated servers (2..=64)
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = flags::whole(2usize, 64))]
+    backends: usize,
+    /// The workload's seed
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+    /// The fleet and its fault
+    #[arg(long, value_enum, default_value_t = Scenario::Default)]
+    scenario: Scenario,
+    /// Offered load, a fraction of warm capacity (0.01..=4) [default: 0.3;
+    /// overload runs 1.0, 1.5 and 3.0; not prefix]
+    #[arg(long, value_name = "FRACTION", value_parser = flags::number(0.01, 4.0))]
+    load: Option<f64>,
+    /// Comma-separated; a name given again runs again, as NAME#2 [default:
+    /// round_robin,p2c,consistent_hash,model_aware,model_aware_hedged; in
+    /// overload round_robin,p2c,consistent_hash,model_aware,model_aware_admission;
+    /// in prefix round_robin,p2c,consistent_hash,chwbl,model_aware]
+    #[arg(long, value_name = "NAME,...", value_parser = flags::list(flags::one_of(&NAMES)))]
+    strategies: Option<List<&'static str>>,
+    /// Servers in explicit model-control mode; model_aware* place models
+    #[arg(long)]
+    explicit_load: bool,
+    /// Inference requests as streamed chat completions (TTFT, TPOT)
+    #[arg(long)]
+    stream: bool,
+    /// One JSON object per strategy instead of the table
+    #[arg(long)]
+    json: bool,
+    /// The model_aware* balancers learn the servers from the etcd at this
+    /// client URL (e.g. http://127.0.0.1:2379)
+    #[arg(long, value_name = "URL", value_parser = etcd_url)]
+    etcd: Option<String>,
+    /// The key prefix of the servers' records in etcd [default:
+    /// /tower-model-balance/fleet-PID/]
+    #[arg(long, value_name = "P", requires = "etcd", value_parser = key_prefix)]
+    prefix: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -59,146 +108,45 @@ pub struct Args {
     pub prefix: Option<String>,
 }
 
-pub const USAGE: &str = "usage: cargo run --release --bin fleet -- \
-[--requests N (10..=1000000, default 10000; prefix 4000)] [--backends N (2..=64, default 8)] \
-[--seed N (default 1)] [--scenario default|slow-tail|overload|prefix] [--load FRACTION (0.01..=4, default 0.3; overload runs 1.0, 1.5 and 3.0; not prefix)] \
-[--strategies NAME,... (a name given again runs again, as NAME#2; default: round_robin,p2c,consistent_hash,model_aware,model_aware_hedged; \
-in overload round_robin,p2c,consistent_hash,model_aware,model_aware_admission; \
-in prefix round_robin,p2c,consistent_hash,chwbl,model_aware)] [--explicit-load] [--stream] [--json] \
-[--etcd URL (the model_aware* balancers learn the servers from etcd, e.g. http://127.0.0.1:2379) [--prefix P (default /tower-model-balance/fleet-PID/)]]";
-
-/// Why parsing stopped: a help request, or an error to report.
-#[derive(Debug)]
-pub enum Stop {
-    Help,
-    Error(String),
-}
-
 impl Args {
-    pub fn parse(args: impl Iterator<Item = String>) -> Result<Self, Stop> {
+    /// The program's command line; on a bad one, the error and the usage
+    /// on stderr and exit 2 (`--help`: the help, exit 0).
+    pub fn from_env() -> Self {
+        Self::parse_from(std::env::args_os()).unwrap_or_else(|error| error.exit())
+    }
+
+    /// The flags of `args` (the program's name first).
+    pub fn parse_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let flags = Flags::try_parse_from(args)?;
+        let conflict =
+            |message: String| Flags::command().error(ErrorKind::ArgumentConflict, message);
+        let strategies_given = flags.strategies.is_some();
         let mut parsed = Args {
-            requests: 10_000,
-            requests_given: false,
-            backends: 8,
-            seed: 1,
-            scenario: Scenario::Default,
-            json: false,
-            load: DEFAULT_LOAD,
-            explicit_load: false,
-            strategies: DEFAULT.to_vec(),
-            stream: false,
-            etcd: None,
-            prefix: None,
+            requests: flags.requests.unwrap_or(10_000),
+            requests_given: flags.requests.is_some(),
+            backends: flags.backends,
+            seed: flags.seed,
+            scenario: flags.scenario,
+            json: flags.json,
+            load: flags.load.unwrap_or(DEFAULT_LOAD),
+            explicit_load: flags.explicit_load,
+            strategies: flags.strategies.map_or_else(|| DEFAULT.to_vec(), |l| l.0),
+            stream: flags.stream,
+            etcd: flags.etcd,
+            prefix: flags.prefix,
         };
-        let mut strategies_given = false;
-        // `--flag value` and `--flag=value` alike; a switch takes no value.
-        let args: Vec<String> = args.collect();
-        for arg in &args {
-            if let Some((flag @ ("--json" | "--explicit-load" | "--stream"), _)) =
-                arg.split_once('=')
-            {
-                return Err(Stop::Error(format!("`{flag}` takes no value, got `{arg}`")));
-            }
-        }
-        let mut args = args.into_iter().flat_map(|arg| match arg.split_once('=') {
-            Some((flag, value)) if arg.starts_with("--") => vec![flag.to_owned(), value.to_owned()],
-            _ => vec![arg],
-        });
-        let mut seen: Vec<String> = Vec::new();
-        while let Some(flag) = args.next() {
-            if flag.starts_with("--") && flag != "--help" {
-                if seen.contains(&flag) {
-                    return Err(Stop::Error(format!("`{flag}` given twice")));
-                }
-                seen.push(flag.clone());
-            }
-            let mut value = |name: &str| {
-                args.next()
-                    .ok_or_else(|| Stop::Error(format!("{name} needs a value")))
-            };
-            match flag.as_str() {
-                "--requests" => {
-                    parsed.requests = number(&value("--requests")?, "--requests")?;
-                    parsed.requests_given = true;
-                }
-                "--backends" => parsed.backends = number(&value("--backends")?, "--backends")?,
-                "--seed" => parsed.seed = number(&value("--seed")?, "--seed")?,
-                "--scenario" => {
-                    parsed.scenario = match value("--scenario")?.as_str() {
-                        "default" => Scenario::Default,
-                        "slow-tail" => Scenario::SlowTail,
-                        "overload" => Scenario::Overload,
-                        "prefix" => Scenario::Prefix,
-                        other => return Err(Stop::Error(format!("unknown scenario `{other}`"))),
-                    }
-                }
-                "--strategies" => {
-                    parsed.strategies = strategies(&value("--strategies")?)?;
-                    strategies_given = true;
-                }
-                "--json" => parsed.json = true,
-                "--explicit-load" => parsed.explicit_load = true,
-                "--stream" => parsed.stream = true,
-                "--load" => {
-                    let text = value("--load")?;
-                    parsed.load = match text.parse::<f64>() {
-                        Ok(load) if (0.01..=4.0).contains(&load) => load,
-                        _ => {
-                            return Err(Stop::Error(format!(
-                                "--load takes a fraction of warm capacity in 0.01..=4, got `{text}`"
-                            )))
-                        }
-                    };
-                }
-                "--etcd" => {
-                    let text = value("--etcd")?;
-                    match tower_model_balance::endpoint::Origin::parse(&text) {
-                        Ok(url)
-                            if url.scheme() == &http::uri::Scheme::HTTP
-                                && url.authority().port_u16().is_some() =>
-                        {
-                            parsed.etcd = Some(url.to_string());
-                        }
-                        _ => {
-                            return Err(Stop::Error(format!(
-                                "--etcd takes an etcd client URL, http://host:port, got `{text}`"
-                            )))
-                        }
-                    }
-                }
-                "--prefix" => {
-                    let text = value("--prefix")?;
-                    if text.is_empty() || text.chars().any(char::is_control) {
-                        return Err(Stop::Error(format!(
-                            "--prefix takes a key prefix (1 byte or more, no control characters), got `{}`",
-                            text.escape_debug()
-                        )));
-                    }
-                    parsed.prefix = Some(text);
-                }
-                "-h" | "--help" => return Err(Stop::Help),
-                other => return Err(Stop::Error(format!("unknown argument `{other}`"))),
-            }
-        }
-        if parsed.prefix.is_some() && parsed.etcd.is_none() {
-            return Err(Stop::Error(
-                "--prefix goes with --etcd (the key prefix of the servers' records)".into(),
-            ));
-        }
-        if !(10..=1_000_000).contains(&parsed.requests) {
-            return Err(Stop::Error("--requests must be in 10..=1000000".into()));
-        }
-        if !(2..=64).contains(&parsed.backends) {
-            return Err(Stop::Error("--backends must be in 2..=64".into()));
-        }
         if parsed.scenario == Scenario::Overload {
             if parsed.stream {
-                return Err(Stop::Error(
+                return Err(conflict(
                     "--stream does not apply to overload (default and slow-tail only)".into(),
                 ));
             }
-            if seen.iter().any(|f| f == "--load") {
-                return Err(Stop::Error(
+            if flags.load.is_some() {
+                return Err(conflict(
                     "--load does not apply to overload: it runs 1.0, 1.5 and 3.0 of warm capacity"
                         .into(),
                 ));
@@ -211,15 +159,19 @@ impl Args {
         if matches!(parsed.scenario, Scenario::Overload | Scenario::Prefix)
             && repeated(&parsed.strategies)
         {
-            return Err(Stop::Error(
+            return Err(conflict(
                 "a strategy given twice runs twice (an A/A pair) in default and slow-tail only"
                     .into(),
             ));
         }
         if parsed.scenario == Scenario::Prefix {
-            for flag in ["--load", "--stream", "--explicit-load"] {
-                if seen.iter().any(|f| f == flag) {
-                    return Err(Stop::Error(format!(
+            for (flag, given) in [
+                ("--load", flags.load.is_some()),
+                ("--stream", flags.stream),
+                ("--explicit-load", flags.explicit_load),
+            ] {
+                if given {
+                    return Err(conflict(format!(
                         "{flag} does not apply to prefix (its requests are streamed, its rate set by its prefill capacity)"
                     )));
                 }
@@ -232,26 +184,29 @@ impl Args {
     }
 }
 
-/// A comma-separated list of known strategy names, each at most once.
-fn strategies(list: &str) -> Result<Vec<&'static str>, Stop> {
-    let mut chosen = Vec::new();
-    for name in list.split(',') {
-        if name.is_empty() {
-            return Err(Stop::Error(format!(
-                "--strategies takes names separated by commas, got `{list}`"
-            )));
+/// `--etcd`'s value: an etcd client URL, `http://host:port`.
+fn etcd_url(text: &str) -> Result<String, String> {
+    match tower_model_balance::endpoint::Origin::parse(text) {
+        Ok(url)
+            if url.scheme() == &http::uri::Scheme::HTTP && url.authority().port_u16().is_some() =>
+        {
+            Ok(url.to_string())
         }
-        let Some(known) = NAMES.iter().find(|n| **n == name) else {
-            return Err(Stop::Error(format!(
-                "unknown strategy `{name}` (known: {})",
-                NAMES.join(", ")
-            )));
-        };
-        // A strategy given again runs again (an A/A pair: the run's own
-        // noise beside the difference between strategies).
-        chosen.push(*known);
+        _ => Err(format!(
+            "--etcd takes an etcd client URL, http://host:port, got `{text}`"
+        )),
     }
-    Ok(chosen)
+}
+
+/// `--prefix`'s value: a key prefix, 1 byte or more, no control characters.
+fn key_prefix(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.chars().any(char::is_control) {
+        return Err(format!(
+            "--prefix takes a key prefix (1 byte or more, no control characters), got `{}`",
+            text.escape_debug()
+        ));
+    }
+    Ok(text.to_owned())
 }
 
 /// Each run's row label: the strategy's name, and `name#k` for its k-th
@@ -269,21 +224,12 @@ pub fn labels(strategies: &[&'static str]) -> Vec<(&'static str, String)> {
         .collect()
 }
 
-fn number<T: std::str::FromStr>(text: &str, flag: &str) -> Result<T, Stop> {
-    text.parse().map_err(|_| {
-        let bits = std::mem::size_of::<T>() * 8;
-        Stop::Error(format!(
-            "{flag} takes a non-negative integer below 2^{bits}, got `{text}`"
-        ))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<Args, Stop> {
-        Args::parse(args.iter().map(|s| s.to_string()))
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::parse_from(std::iter::once("fleet").chain(args.iter().copied()))
     }
 
     #[test]
@@ -295,19 +241,23 @@ mod tests {
         let args = parse(&["--etcd=http://127.0.0.1:2379", "--prefix", "/fleet/"]).unwrap();
         assert_eq!(args.prefix.as_deref(), Some("/fleet/"));
         for (bad, says) in [
-            (&["--prefix", "/fleet/"][..], "--prefix goes with --etcd"),
+            (
+                &["--prefix", "/fleet/"][..],
+                "required arguments were not provided",
+            ),
             (&["--etcd", "127.0.0.1:2379"], "http://host:port"),
             (&["--etcd", "http://127.0.0.1"], "http://host:port"),
             (&["--etcd", "https://127.0.0.1:2379"], "http://host:port"),
-            (&["--etcd"], "--etcd needs a value"),
+            (&["--etcd"], "a value is required for '--etcd <URL>'"),
             (
                 &["--etcd", "http://a:1", "--etcd", "http://b:1"],
-                "given twice",
+                "cannot be used multiple times",
             ),
             (&["--etcd", "http://a:1", "--prefix", ""], "key prefix"),
         ] {
             match parse(bad) {
-                Err(Stop::Error(message)) => {
+                Err(error) => {
+                    let message = error.to_string();
                     assert!(
                         message.contains(says),
                         "{bad:?}: `{message}` lacks `{says}`"
@@ -332,8 +282,8 @@ mod tests {
         for scenario in ["overload", "prefix"] {
             let bad = parse(&["--scenario", scenario, "--strategies", "p2c,p2c"]);
             match bad {
-                Err(Stop::Error(message)) => {
-                    assert!(message.contains("default and slow-tail only"))
+                Err(error) => {
+                    assert!(error.to_string().contains("default and slow-tail only"))
                 }
                 other => panic!("{scenario}: a repeat should fail, got {other:?}"),
             }

@@ -76,21 +76,11 @@ use std::sync::Arc;
 use tower_model_balance_eval::workload;
 use tower_model_balance_sim::{InferenceTimes, ServerConfig};
 
-use args::{Args, Scenario, Stop};
+use args::{Args, Scenario};
 
 #[tokio::main]
 async fn main() {
-    let args = match Args::parse(std::env::args().skip(1)) {
-        Ok(args) => args,
-        Err(Stop::Help) => {
-            emit!("{}", args::USAGE);
-            return;
-        }
-        Err(Stop::Error(message)) => {
-            eprintln!("error: {message}\n{}", args::USAGE);
-            std::process::exit(2);
-        }
-    };
+    let args = Args::from_env();
     if args.scenario == Scenario::Prefix {
         prefix::run_all(&args).await;
         return;

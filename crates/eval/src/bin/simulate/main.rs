@@ -115,7 +115,6 @@ mod zipf;
 
 use std::process::ExitCode;
 
-use args::{Stop, USAGE};
 use config::Config;
 use scenario::{ChurnRow, StrategyRow};
 use strategy::Names;
@@ -125,17 +124,7 @@ use workload::Workload;
 const CHURN_PCTS: [u32; 3] = [1, 5, 10];
 
 fn main() -> ExitCode {
-    let configs = match Config::parse(std::env::args().skip(1)) {
-        Ok(configs) => configs,
-        Err(Stop::Help) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(Stop::Error(error)) => {
-            eprintln!("simulate: {error}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let configs = Config::from_env();
     // Outside any runtime Tokio's clock is the real one.
     let started = tokio::time::Instant::now();
     for (i, config) in configs.iter().enumerate() {
