@@ -3,45 +3,91 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::error::ErrorKind;
+use clap::{CommandFactory as _, Parser};
+use tower_model_balance_eval::flags::{self, List};
+
 use crate::load::Workload;
 use crate::router::VLLM_POLICIES;
 
-pub const USAGE: &str = "\
-usage: bash scripts/peer-compare [FLAGS]
-       (cargo run --release --bin peer -- FLAGS, with vLLM Router installed)
+/// The peer comparison: this crate's gateway beside vLLM Router in front
+/// of the same simulated servers, with a bare proxy as the floor
+/// (docs/peer-comparison.md). Run it with `bash scripts/peer-compare
+/// [FLAGS]` (`cargo run --release --bin peer -- FLAGS`, with vLLM Router
+/// installed). Each flag may be given once. The programs and --logs are
+/// checked before any run: a bad one exits 2.
+#[derive(Debug, Parser)]
+#[command(name = "peer")]
+struct Flags {
+    /// Offered loads, requests per second, comma-separated (each
+    /// 1..=100000; default 100,200,300)
+    #[arg(long, value_name = "LIST", value_parser = flags::list(flags::number(1.0, 100_000.0)))]
+    rates: Option<List<f64>>,
+    /// How long each run sends, seconds (0.5..=600, default 10)
+    #[arg(long, value_name = "SECS", value_parser = flags::seconds(0.5, 600.0))]
+    duration: Option<Duration>,
+    /// vLLM Router's policies, comma-separated, of cache_aware,
+    /// power_of_two, round_robin, consistent_hash, random (default: all
+    /// five)
+    #[arg(long, value_name = "LIST", value_parser = flags::list(flags::one_of(&VLLM_POLICIES)))]
+    policies: Option<List<&'static str>>,
+    /// Skip the search for each router's highest sustained rate
+    #[arg(long)]
+    no_max_rate: bool,
+    /// How long each step of that search sends, seconds (0.5..=600,
+    /// default 5)
+    #[arg(long, value_name = "S", value_parser = flags::seconds(0.5, 600.0))]
+    search_duration: Option<Duration>,
+    /// plain (default: Zipf(1.1) over 32 models, a prompt of its own per
+    /// request) or prefix (one model, prompts sharing long prefixes, chat
+    /// sessions; the servers with a prefix cache, the gateway with
+    /// --prefix-bytes 100 and --session-header x-session-id; the hit%
+    /// column)
+    #[arg(long, value_name = "W", value_parser = workload)]
+    workload: Option<Workload>,
+    /// Simulated servers per run (1..=64)
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = flags::whole(1usize, 64))]
+    backends: usize,
+    /// The workload's seed
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+    /// The gateway's binary (default: the one cargo builds, in this one's
+    /// profile folder: target/release/gateway)
+    #[arg(long, value_name = "PATH")]
+    gateway: Option<PathBuf>,
+    /// The bare proxy's binary (default: the one cargo builds there:
+    /// target/release/bare-proxy)
+    #[arg(long, value_name = "PATH")]
+    bare_proxy: Option<PathBuf>,
+    /// vLLM Router's launcher
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "target/venv-vllm-router/bin/vllm-router"
+    )]
+    vllm_router: PathBuf,
+    /// Where each router's output goes
+    #[arg(long, value_name = "DIR", default_value = "target/peer-logs")]
+    logs: PathBuf,
+    /// A short check: 100 req/s for 2 s, direct, bare, bare oracle (plain
+    /// workload), the gateway and vLLM Router's cache_aware, no search;
+    /// fails unless each answered and had its CPU time read. --rates,
+    /// --duration and --policies given with it replace those values
+    #[arg(long)]
+    smoke: bool,
+    /// scripts/peer-compare's flag, not this program's
+    #[arg(long, hide = true)]
+    dev: bool,
+}
 
-  --rates LIST         offered loads, requests per second, comma-separated
-                       (each 1..=100000; default 100,200,300)
-  --duration SECS      how long each run sends (0.5..=600, default 10)
-  --policies LIST      vLLM Router's policies, comma-separated, of
-                       cache_aware, power_of_two, round_robin, consistent_hash,
-                       random (default: all five)
-  --no-max-rate        skip the search for each router's highest sustained rate
-  --search-duration S  how long each step of that search sends (0.5..=600,
-                       default 5)
-  --workload W         plain (default: Zipf(1.1) over 32 models, a prompt of its
-                       own per request) or prefix (one model, prompts sharing
-                       long prefixes, chat sessions; the servers with a prefix
-                       cache, the gateway with --prefix-bytes 100 and
-                       --session-header x-session-id; the hit% column)
-  --backends N         simulated servers per run (1..=64, default 8)
-  --seed N             the workload's seed (default 1)
-  --gateway PATH       the gateway's binary (default: the one cargo builds, in
-                       this one's profile folder: target/release/gateway)
-  --bare-proxy PATH    the bare proxy's binary (default: the one cargo builds
-                       there: target/release/bare-proxy)
-  --vllm-router PATH   vLLM Router's launcher
-                       (default target/venv-vllm-router/bin/vllm-router)
-  --logs DIR           where each router's output goes (default target/peer-logs)
-  --smoke              a short check: 100 req/s for 2 s, direct, bare, bare oracle
-                       (plain workload), the gateway and vLLM Router's cache_aware,
-                       no search; fails unless each answered and had its CPU
-                       time read. --rates, --duration and --policies given
-                       with it replace those values
-  -h, --help           this text
-
-Each flag may be given once. The programs and --logs are checked
-before any run: a bad one exits 2.";
+/// `--workload`'s value.
+fn workload(text: &str) -> Result<Workload, String> {
+    match text {
+        "plain" => Ok(Workload::Plain),
+        "prefix" => Ok(Workload::Prefix),
+        other => Err(format!("`{other}` is not plain or prefix")),
+    }
+}
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,141 +107,58 @@ pub struct Args {
     pub smoke: bool,
 }
 
-/// Why parsing stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
-    Help,
-    Error(String),
-}
-
-fn seconds(text: &str, flag: &str) -> Result<Duration, Stop> {
-    match text.parse::<f64>() {
-        Ok(s) if (0.5..=600.0).contains(&s) => Ok(Duration::from_secs_f64(s)),
-        _ => Err(Stop::Error(format!(
-            "{flag}: `{text}` is not a number of seconds in 0.5..=600"
-        ))),
-    }
-}
-
 impl Args {
-    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, Stop> {
-        let mut parsed = Args {
-            workload: Workload::Plain,
-            rates: vec![100.0, 200.0, 300.0],
-            duration: Duration::from_secs(10),
-            policies: VLLM_POLICIES.iter().map(|p| (*p).to_owned()).collect(),
-            max_rate: true,
-            search_duration: Duration::from_secs(5),
-            backends: 8,
-            seed: 1,
-            gateway: None,
-            bare_proxy: None,
-            vllm_router: PathBuf::from("target/venv-vllm-router/bin/vllm-router"),
-            logs: PathBuf::from("target/peer-logs"),
-            smoke: false,
-        };
-        let mut args = args.into_iter();
-        let mut seen: Vec<String> = Vec::new();
-        while let Some(flag) = args.next() {
-            if seen.contains(&flag) {
-                return Err(Stop::Error(format!("{flag} given twice")));
-            }
-            seen.push(flag.clone());
-            let mut value = |name: &str| {
-                args.next()
-                    .ok_or_else(|| Stop::Error(format!("{name} needs a value")))
-            };
-            match flag.as_str() {
-                "-h" | "--help" => return Err(Stop::Help),
-                "--rates" => {
-                    let text = value("--rates")?;
-                    parsed.rates = text
-                        .split(',')
-                        .map(|r| match r.trim().parse::<f64>() {
-                            Ok(rate) if (1.0..=100_000.0).contains(&rate) => Ok(rate),
-                            _ => Err(Stop::Error(format!(
-                                "--rates: `{r}` is not a rate in 1..=100000"
-                            ))),
-                        })
-                        .collect::<Result<_, _>>()?;
-                }
-                "--duration" => parsed.duration = seconds(&value("--duration")?, "--duration")?,
-                "--search-duration" => {
-                    parsed.search_duration =
-                        seconds(&value("--search-duration")?, "--search-duration")?;
-                }
-                "--policies" => {
-                    let text = value("--policies")?;
-                    parsed.policies = text
-                        .split(',')
-                        .map(|p| match VLLM_POLICIES.contains(&p.trim()) {
-                            true => Ok(p.trim().to_owned()),
-                            false => Err(Stop::Error(format!(
-                                "--policies: `{p}` is not one of {}",
-                                VLLM_POLICIES.join(", ")
-                            ))),
-                        })
-                        .collect::<Result<_, _>>()?;
-                }
-                "--no-max-rate" => parsed.max_rate = false,
-                "--workload" => {
-                    parsed.workload = match value("--workload")?.as_str() {
-                        "plain" => Workload::Plain,
-                        "prefix" => Workload::Prefix,
-                        other => {
-                            return Err(Stop::Error(format!(
-                                "--workload: `{other}` is not plain or prefix"
-                            )))
-                        }
-                    };
-                }
-                "--backends" => {
-                    let text = value("--backends")?;
-                    parsed.backends = match text.parse::<usize>() {
-                        Ok(n) if (1..=64).contains(&n) => n,
-                        _ => {
-                            return Err(Stop::Error(format!(
-                                "--backends: `{text}` is not a count in 1..=64"
-                            )))
-                        }
-                    };
-                }
-                "--seed" => {
-                    let text = value("--seed")?;
-                    parsed.seed = text.parse().map_err(|_| {
-                        Stop::Error(format!("--seed: `{text}` is not a whole number"))
-                    })?;
-                }
-                "--gateway" => parsed.gateway = Some(PathBuf::from(value("--gateway")?)),
-                "--bare-proxy" => {
-                    parsed.bare_proxy = Some(PathBuf::from(value("--bare-proxy")?));
-                }
-                "--vllm-router" => parsed.vllm_router = PathBuf::from(value("--vllm-router")?),
-                "--logs" => parsed.logs = PathBuf::from(value("--logs")?),
-                "--smoke" => parsed.smoke = true,
-                "--dev" => return Err(Stop::Error(
-                    "--dev is scripts/peer-compare's flag (the debug builds), not this program's"
-                        .to_owned(),
-                )),
-                other => return Err(Stop::Error(format!("unknown flag `{other}`"))),
-            }
+    /// The flags of `args` (the program's name first).
+    pub fn parse_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let flags = Flags::try_parse_from(args)?;
+        let conflict = |message: &str| Flags::command().error(ErrorKind::ArgumentConflict, message);
+        if flags.dev {
+            return Err(conflict(
+                "--dev is scripts/peer-compare's flag (the debug builds), not this program's",
+            ));
         }
+        let (rates_given, policies_given) = (flags.rates.is_some(), flags.policies.is_some());
+        let mut parsed = Args {
+            workload: flags.workload.unwrap_or(Workload::Plain),
+            rates: flags
+                .rates
+                .map_or_else(|| vec![100.0, 200.0, 300.0], |l| l.0),
+            duration: flags.duration.unwrap_or(Duration::from_secs(10)),
+            policies: flags
+                .policies
+                .map_or(VLLM_POLICIES.to_vec(), |l| l.0)
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            max_rate: !flags.no_max_rate,
+            search_duration: flags.search_duration.unwrap_or(Duration::from_secs(5)),
+            backends: flags.backends,
+            seed: flags.seed,
+            gateway: flags.gateway,
+            bare_proxy: flags.bare_proxy,
+            vllm_router: flags.vllm_router,
+            logs: flags.logs,
+            smoke: flags.smoke,
+        };
         if parsed.smoke {
             // The smoke run's own values, where no flag gave one: 100 req/s
             // for 2 s, vLLM Router's cache_aware, no search.
-            let given = |flag: &str| seen.iter().any(|f| f == flag);
-            if !given("--rates") {
+            if !rates_given {
                 parsed.rates = vec![100.0];
             }
-            if !given("--duration") {
+            if flags.duration.is_none() {
                 parsed.duration = Duration::from_secs(2);
             }
-            if !given("--policies") {
+            if !policies_given {
                 parsed.policies = vec!["cache_aware".to_owned()];
             }
-            if given("--search-duration") {
-                return Err(Stop::Error(
-                    "--search-duration with --smoke: the smoke run has no search".to_owned(),
+            if flags.search_duration.is_some() {
+                return Err(conflict(
+                    "--search-duration with --smoke: the smoke run has no search",
                 ));
             }
             parsed.max_rate = false;
@@ -208,8 +171,8 @@ impl Args {
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<Args, Stop> {
-        Args::parse(args.iter().map(|s| (*s).to_owned()))
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::parse_from(std::iter::once("peer").chain(args.iter().copied()))
     }
 
     #[test]
@@ -260,7 +223,7 @@ mod tests {
         assert!(!args.max_rate);
         // No search in a smoke run: a flag for it is an error, not ignored.
         match parse(&["--smoke", "--search-duration", "2"]) {
-            Err(Stop::Error(message)) => assert!(message.contains("no search"), "{message}"),
+            Err(error) => assert!(error.to_string().contains("no search"), "{error}"),
             other => panic!("{other:?}"),
         }
     }
@@ -274,7 +237,10 @@ mod tests {
             &["--logs", "a", "--logs", "b"],
         ] {
             match parse(args) {
-                Err(Stop::Error(message)) => assert!(message.contains("twice"), "{message}"),
+                Err(error) => assert!(
+                    error.to_string().contains("cannot be used multiple times"),
+                    "{error}"
+                ),
                 other => panic!("{args:?}: {other:?}"),
             }
         }
@@ -289,15 +255,17 @@ mod tests {
             (&["--policies", "kv_aware"], "not one of"),
             (&["--backends", "65"], "1..=64"),
             (&["--workload", "zipf"], "not plain or prefix"),
-            (&["--seed"], "needs a value"),
-            (&["--bogus"], "unknown flag"),
+            (&["--seed"], "a value is required"),
+            (&["--bogus"], "unexpected argument"),
             (&["--dev"], "scripts/peer-compare's flag"),
         ] {
             match parse(args) {
-                Err(Stop::Error(message)) => assert!(message.contains(says), "{message}"),
+                Err(error) => assert!(error.to_string().contains(says), "{error}"),
                 other => panic!("{args:?}: {other:?}"),
             }
         }
-        assert_eq!(parse(&["-h"]), Err(Stop::Help));
+        assert!(
+            matches!(parse(&["-h"]), Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp)
+        );
     }
 }

@@ -53,7 +53,7 @@ use std::process::ExitCode;
 
 use tower_model_balance_eval::workload;
 
-use args::{Args, Stop};
+use args::Args;
 use router::{Kind, Programs};
 use run::Setup;
 
@@ -65,15 +65,13 @@ fn main() -> ExitCode {
 /// its exit code: 0 done, 1 a run failed, 2 a bad flag or path, 128 + N
 /// stopped by signal N.
 fn entry(args: impl IntoIterator<Item = String>) -> u8 {
-    let args = match Args::parse(args) {
+    let args = match Args::parse_from(std::iter::once("peer".to_owned()).chain(args)) {
         Ok(args) => args,
-        Err(Stop::Help) => {
-            emit!("{}", args::USAGE);
-            return 0;
-        }
-        Err(Stop::Error(message)) => {
-            eprintln!("error: {message}\n\n{}", args::USAGE);
-            return 2;
+        Err(error) => {
+            // The help on stdout (exit 0), an error and the usage on stderr
+            // (exit 2).
+            let _ = error.print();
+            return u8::try_from(error.exit_code()).unwrap_or(2);
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
