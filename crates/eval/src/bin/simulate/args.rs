@@ -260,13 +260,7 @@ mod tests {
         assert_eq!(one[0].batch_slowdown, 0.03);
         assert_eq!((one[0].load_factor, one[0].owner_load), (1.15, Some(0.75)));
         assert_eq!((both[0].load_factor, both[0].owner_load), (1.25, None));
-        assert!(matches!(
-            parse(&["--scenario", "default", "--owner-load", "1.5"]),
-            Err(_)
-        ));
-        assert!(matches!(
-            parse(&["--owners", "2", "--min-owners", "3"]),
-            Err(_)
-        ));
+        assert!(parse(&["--scenario", "default", "--owner-load", "1.5"]).is_err());
+        assert!(parse(&["--owners", "2", "--min-owners", "3"]).is_err());
     }
 }
