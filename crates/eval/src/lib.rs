@@ -3,13 +3,13 @@
 //!
 //! * `fleet` (`src/bin/fleet/`, the main job: `cargo run --release --bin
 //!   fleet`) — the balancing strategies side by side over simulated model
-//!   servers on loopback, real HTTP (docs/fleet.md);
+//!   servers on loopback, real HTTP (`docs/fleet.md` here);
 //! * `simulate` (`src/bin/simulate/`) — a deterministic simulation of a
 //!   fleet of 1,000 backends in virtual time, on the crate's own selection
-//!   code (docs/simulation.md);
+//!   code (`docs/simulation.md`);
 //! * `peer` (`src/bin/peer/`, `scripts/peer-compare`) — the gateway beside
 //!   vLLM Router in front of the same simulated servers
-//!   (docs/peer-comparison.md).
+//!   (`docs/peer-comparison.md`).
 //!
 //! They live here, not in `tower-model-balance`'s own `examples/`: cargo
 //! builds every dev-dependency of a package for any of its examples, and

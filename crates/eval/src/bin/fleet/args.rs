@@ -35,7 +35,7 @@ impl fmt::Display for Scenario {
 }
 
 /// The main job: the same inference workload, over real HTTP on loopback,
-/// through each routing strategy, side by side (docs/fleet.md).
+/// through each routing strategy, side by side (crates/eval/docs/fleet.md).
 #[derive(Debug, Parser)]
 #[command(name = "fleet")]
 struct Flags {

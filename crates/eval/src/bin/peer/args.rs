@@ -12,7 +12,7 @@ use crate::router::VLLM_POLICIES;
 
 /// The peer comparison: this crate's gateway beside vLLM Router in front
 /// of the same simulated servers, with a bare proxy as the floor
-/// (docs/peer-comparison.md). Run it with `bash scripts/peer-compare
+/// (crates/eval/docs/peer-comparison.md). Run it with `bash scripts/peer-compare
 /// [FLAGS]` (`cargo run --release --bin peer -- FLAGS`, with vLLM Router
 /// installed). Each flag may be given once. The programs and --logs are
 /// checked before any run: a bad one exits 2.

@@ -18,7 +18,7 @@
 //! servers' request counts and the router's CPU time from `/proc`. A
 //! `direct` row sends each request straight to a server of an oracle's
 //! placement of its model: the baseline of the added latency, and the
-//! load generator's own ceiling. See `docs/peer-comparison.md` for what
+//! load generator's own ceiling. See `crates/eval/docs/peer-comparison.md` for what
 //! each column means.
 //!
 //! SIGINT or SIGTERM (`scripts/peer-compare` `exec`s this program, so a

@@ -11,7 +11,7 @@ use crate::config::{Config, NAMES};
 use crate::scenarios::Scenario;
 
 /// A deterministic simulation of a large inference fleet in virtual time,
-/// comparing routing strategies (docs/simulation.md). Runs each scenario
+/// comparing routing strategies (crates/eval/docs/simulation.md). Runs each scenario
 /// (default: both, in turn), the flags on top of its preset:
 ///
 ///   default    4 serving slots, no batching, utilization 0.5

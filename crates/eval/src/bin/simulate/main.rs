@@ -56,7 +56,7 @@
 //! little, so a tight `c` is cheap, and owners with room under the cap
 //! for their other models keep a popular model's picks under it: the
 //! busiest backend runs at 1.19 × the mean in flight, against 1.42–1.45
-//! at the defaults (`docs/simulation.md` has the figures). The completions'
+//! at the defaults (`crates/eval/docs/simulation.md` has the figures). The completions'
 //! length is what keeps loads affordable: at the default's inference
 //! times, 16 requests in flight per backend take 105,000 requests per
 //! second, and every strategy is bound by one load at a time per backend
