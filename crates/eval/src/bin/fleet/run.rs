@@ -46,7 +46,7 @@ pub struct Run {
     pub server_queue_peak: u64,
 }
 
-/// Runs strategy `name` (its row labelled `label`: see [`args::labels`]).
+/// Runs strategy `name` (its row labelled `label`: see [`crate::args::labels`]).
 pub async fn run(
     (name, label): (&str, &str),
     args: &Args,
