@@ -72,8 +72,6 @@
 //! is `tests/memory_per_backend.rs`'s: a counting allocator here would tax
 //! the baselines that allocate per request.)
 
-#[path = "../tests/support/ready.rs"]
-mod ready;
 #[path = "balance/report.rs"]
 mod report;
 #[path = "balance/rows.rs"]
@@ -97,6 +95,7 @@ use tower::discover::ServiceList;
 use tower::load::PeakEwmaDiscover;
 use tower::{Service, ServiceExt};
 use tower_model_balance::balance::{BackendMeta, BalancerHandle};
+use tower_model_balance_test_support::ready;
 
 use ready::Ready;
 use rows::{model_balancer, tower_p2c, tower_p2c_buffer, warm_share};

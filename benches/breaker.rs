@@ -39,10 +39,6 @@
 //! skipped show `-`; with no row measured (`--list`, `--test`) there is no
 //! table.
 
-#[path = "../tests/support/ready.rs"]
-#[allow(dead_code)] // `request` builds routed requests; a breaker needs none.
-mod ready;
-
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -58,6 +54,7 @@ use tokio::time::Instant;
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_model_balance::breaker::{Breaker, BreakerConfig, CircuitBreakerLayer};
 use tower_model_balance::classify::Outcome;
+use tower_model_balance_test_support::ready;
 
 use ready::Ready;
 

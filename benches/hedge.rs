@@ -20,9 +20,6 @@
 //! this run and the ratio the done-when names: `layer_idle ÷
 //! tower_hedge_armed` (target ≤ 0.5), and the same for the timer rows.
 
-#[path = "../tests/support/ready.rs"]
-mod ready;
-
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -38,6 +35,7 @@ use tokio::runtime::Runtime;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
+use tower_model_balance_test_support::ready;
 
 use ready::{request, Ready};
 

@@ -28,9 +28,6 @@
 //! structure's heap bytes per backend (the live heap before and after it
 //! was built, by a counting global allocator).
 
-#[path = "../tests/support/live_heap.rs"]
-#[allow(dead_code)] // Its live-heap count only.
-mod live_heap;
 #[path = "ring/maglev.rs"]
 mod maglev_table;
 
@@ -47,6 +44,7 @@ use maglev::{ConsistentHasher, Maglev as MaglevCrate};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::ring::{Ring, RingConfig};
 use tower_model_balance::route::ModelId;
+use tower_model_balance_test_support::live_heap;
 
 use maglev_table::Maglev;
 

@@ -197,6 +197,11 @@ pub struct GatewayDoctests;
 
 // The Rust examples of the pages under `docs/`, compiled as doc tests too.
 
+/// `docs/balancer.md`'s examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../docs/balancer.md")]
+pub struct BalancerDocDoctests;
+
 /// `docs/breaker.md`'s examples, compiled as doc tests.
 #[cfg(all(doctest, feature = "balance"))]
 #[doc = include_str!("../docs/breaker.md")]

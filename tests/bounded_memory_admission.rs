@@ -16,9 +16,7 @@ use tower::{service_fn, BoxError, ServiceExt};
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{AdmissionConfig, Backend, BalanceConfig, Limit, ModelBalancer};
 use tower_model_balance::error::Overloaded;
-
-#[path = "support/live_heap.rs"]
-mod live_heap;
+use tower_model_balance_test_support::live_heap;
 
 #[global_allocator]
 static GLOBAL: live_heap::Counting = live_heap::Counting;

@@ -8,9 +8,7 @@
 use tower::{service_fn, Layer, ServiceExt};
 use tower_model_balance::error::BoxError;
 use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
-
-#[path = "support/live_heap.rs"]
-mod live_heap;
+use tower_model_balance_test_support::live_heap;
 
 #[global_allocator]
 static GLOBAL: live_heap::Counting = live_heap::Counting;

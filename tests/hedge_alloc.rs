@@ -6,11 +6,6 @@
 //!
 //! One test in this binary, so no other test allocates while it counts.
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
-#[path = "support/ready.rs"]
-mod ready;
-
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::Ordering;
@@ -21,9 +16,11 @@ use tower::{Layer, Service};
 use tower_model_balance::backend::{BackendId, PickedSlot};
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::hedge::{HedgeConfig, HedgeLayer};
+use tower_model_balance_test_support::counting_alloc::{Counting, ALLOCATIONS};
+use tower_model_balance_test_support::ready::{idle_runtime, request, Ready};
 
-use counting_alloc::ALLOCATIONS;
-use ready::{request, Ready};
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 const N: usize = 1_000;
 
@@ -93,7 +90,7 @@ fn a_request_that_does_not_hedge_allocates_only_its_copy_and_slot() {
     let backends: Vec<_> = (0..8)
         .map(|i| Backend::new(BackendId::new(&format!("b{i}")).unwrap(), Ready))
         .collect();
-    let runtime = ready::idle_runtime().enter();
+    let runtime = idle_runtime().enter();
     let balancer = ModelBalancer::new(ServiceList::new(backends), BalanceConfig::default())
         .expect("inside a runtime");
     drop(runtime);

@@ -13,10 +13,7 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, ModelBalancer};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::route::{ModelId, RouteInfo};
-
-#[path = "support/live_heap.rs"]
-#[allow(dead_code)] // Its live-heap count only.
-mod live_heap;
+use tower_model_balance_test_support::live_heap;
 
 #[global_allocator]
 static GLOBAL: live_heap::Counting = live_heap::Counting;

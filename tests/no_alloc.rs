@@ -7,13 +7,6 @@
 //!
 //! One test in this binary, so no other test allocates while it counts.
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
-#[path = "support/lcg.rs"]
-mod lcg;
-#[path = "support/ready.rs"]
-mod ready;
-
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::Ordering;
@@ -25,16 +18,18 @@ use tower::Service;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{Backend, BalanceConfig, BreakerScope, ModelBalancer};
 use tower_model_balance::breaker::{BreakerConfig, CircuitBreakerLayer};
+use tower_model_balance_test_support::counting_alloc::{Counting, ALLOCATIONS};
+use tower_model_balance_test_support::lcg::Lcg;
+use tower_model_balance_test_support::ready::{idle_runtime, request, Ready};
 
-use counting_alloc::ALLOCATIONS;
-use lcg::Lcg;
-use ready::{request, Ready};
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 fn balancer(backends: usize, config: BalanceConfig) -> ModelBalancer<Ready, Lcg> {
     let backends: Vec<_> = (0..backends)
         .map(|i| Backend::new(BackendId::new(&format!("b{i}")).unwrap(), Ready))
         .collect();
-    let _runtime = ready::idle_runtime().enter();
+    let _runtime = idle_runtime().enter();
     ModelBalancer::from_rng(ServiceList::new(backends), config, Lcg(3)).expect("inside a runtime")
 }
 

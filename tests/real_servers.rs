@@ -13,25 +13,12 @@
 //! The crate's client stack with no gateway in front of it:
 //! `tests/real_servers_client.rs`.
 
-#[path = "support/lcg.rs"]
-mod lcg;
-#[path = "support/mlserver.rs"]
-mod mlserver;
-#[path = "support/mlserver_http.rs"]
-mod mlserver_http;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/real_gateway.rs"]
-mod real_gateway;
-#[path = "support/real_load.rs"]
-mod real_load;
-
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::route::ModelId;
-use tower_model_balance_gateway::app;
+use tower_model_balance_test_support::{mlserver, real_gateway, real_load};
 
 use mlserver::{Fleet, Kind, Models};
 use real_gateway::{gateway, tritonclient};

@@ -9,21 +9,11 @@
 //! The test prints its figures (`real-servers: …`); under `CI` a missing
 //! server fails the test instead of skipping it.
 
-#[path = "support/lcg.rs"]
-mod lcg;
-#[path = "support/mlserver.rs"]
-mod mlserver;
-#[path = "support/mlserver_http.rs"]
-mod mlserver_http;
-#[path = "support/ports.rs"]
-mod ports;
-#[path = "support/real_load.rs"]
-mod real_load;
-
 use std::time::Duration;
 
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::endpoint::Origin;
+use tower_model_balance_test_support::{mlserver, real_load};
 
 use mlserver::{Fleet, Kind, Models};
 use real_load::{zipf, SERIAL};

@@ -2,11 +2,8 @@
 //! key of a section the text wrote, never a panic.
 #![no_main]
 
-#[path = "../../tests/support/fuzz_config.rs"]
-mod fuzz_config;
-
-use fuzz_config::*;
 use libfuzzer_sys::fuzz_target;
+use tower_model_balance_test_support::fuzz_config::*;
 
 fuzz_target!(|data: &[u8]| {
     check_config(&config_from_bytes(data));

@@ -4,13 +4,8 @@
 //! and `-malloc_limit_mb`.
 #![no_main]
 
-#[path = "../../tests/support/fuzz_body.rs"]
-mod fuzz_body;
-#[path = "../../tests/support/fuzz_layer.rs"]
-mod fuzz_layer;
-
-use fuzz_body::*;
 use libfuzzer_sys::fuzz_target;
+use tower_model_balance_test_support::fuzz_body::*;
 
 fuzz_target!(|data: &[u8]| {
     check_body(&body_from_bytes(data));

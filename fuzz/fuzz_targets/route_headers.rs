@@ -3,13 +3,8 @@
 //! passing a header route on untouched.
 #![no_main]
 
-#[path = "../../tests/support/fuzz_layer.rs"]
-mod fuzz_layer;
-#[path = "../../tests/support/fuzz_route.rs"]
-mod fuzz_route;
-
-use fuzz_route::*;
 use libfuzzer_sys::fuzz_target;
+use tower_model_balance_test_support::fuzz_route::*;
 
 fuzz_target!(|data: &[u8]| {
     check_headers(&headers_from_bytes(data));

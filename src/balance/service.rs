@@ -381,46 +381,5 @@ impl<E, R, K> ModelBalancer<E, R, K> {
     }
 }
 
-/// The always-ready endpoint the benchmark and the allocation test use.
 #[cfg(test)]
-#[path = "../../tests/support/ready.rs"]
-#[allow(unreachable_pub)] // Its items are `pub` for the test binaries.
-mod ready;
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use tower::discover::ServiceList;
-    use tower::ServiceExt;
-
-    use super::ready::{request, Ready};
-    use super::*;
-    use crate::backend::BackendId;
-    use crate::balance::choose::sampler::MAX_SHIFT;
-
-    /// Sends `n` requests for one model through `balancer`, `every` apart
-    /// on the paused clock.
-    async fn send(balancer: &mut ModelBalancer<Ready>, n: usize, every: Duration) {
-        for _ in 0..n {
-            let req = request("llama", "inference");
-            let response = balancer.ready().await.unwrap().call(req).await;
-            drop(response.unwrap());
-            tokio::time::advance(every).await;
-        }
-    }
-
-    /// The `Service` path feeds each sampled request's start time to the
-    /// clone's sampler: a burst thins the sample, light traffic restores
-    /// it.
-    #[tokio::test(start_paused = true)]
-    async fn a_clone_samples_by_its_request_rate() {
-        let backends = ServiceList::new([Backend::new(BackendId::new("gpu-0").unwrap(), Ready)]);
-        let mut balancer = ModelBalancer::new(backends, BalanceConfig::default()).unwrap();
-        assert_eq!(balancer.local.sample_shift(), 0, "a new clone samples all");
-        send(&mut balancer, 2_000, Duration::from_micros(1)).await;
-        assert_eq!(balancer.local.sample_shift(), MAX_SHIFT, "a burst");
-        send(&mut balancer, 200, Duration::from_millis(1)).await;
-        assert_eq!(balancer.local.sample_shift(), 0, "light traffic");
-    }
-}
+mod tests;

@@ -14,6 +14,8 @@
 //! * no import cycle among the files of the simulated servers
 //!   (`crates/sim/src/`);
 //! * no Rust file in the repository over 450 lines;
+//! * no file includes one from a `tests/` folder by `#[path]` (`includes`):
+//!   shared test code is `crates/test-support`'s;
 //! * `docs/ARCHITECTURE.md` names every top-level file of `src/` and every
 //!   folder of `src/` and of the companion crates' sources that holds code
 //!   (test files aside), and no file or folder that does not exist; every
@@ -22,6 +24,7 @@
 
 mod crates;
 mod imports;
+mod includes;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -29,44 +29,17 @@ mod service;
 mod starvation;
 mod starvation_light_load;
 
-// Support shared by the modules above, each file once (the support
-// files name one another by `crate::`).
-#[allow(dead_code)]
-#[path = "../support/admission.rs"]
+// This binary's own support, shared by the modules above.
 mod admission;
-#[allow(dead_code)]
-#[path = "../support/balancer_fleet.rs"]
 mod balancer_fleet;
-#[allow(dead_code)]
-#[path = "../support/chaos_episode.rs"]
 mod chaos_episode;
-#[allow(dead_code)]
-#[path = "../support/chaos_log.rs"]
 mod chaos_log;
-#[allow(dead_code)]
-#[path = "../support/chaos_script.rs"]
 mod chaos_script;
-#[allow(dead_code)]
-#[path = "../support/chaos_stack.rs"]
 mod chaos_stack;
-#[allow(dead_code)]
-#[path = "../support/held.rs"]
-mod held;
-#[allow(dead_code)]
-#[path = "../support/lcg.rs"]
-mod lcg;
-#[allow(dead_code)]
-#[path = "../support/paused_picks.rs"]
 mod paused_picks;
-#[allow(dead_code)]
-#[path = "../support/pick_api.rs"]
 mod pick_api;
-#[allow(dead_code)]
-#[path = "../support/placement_fleet.rs"]
 mod placement_fleet;
-#[allow(dead_code)]
-#[path = "../support/sim_balancer.rs"]
-mod sim_balancer;
-#[allow(dead_code)]
-#[path = "../support/until.rs"]
-mod until;
+
+// The workspace's shared test harness (`crates/test-support`), named
+// here so that the modules above name its modules by `crate::`.
+use tower_model_balance_test_support::{held, lcg, sim_balancer, until};

@@ -10,8 +10,5 @@ mod layer;
 mod not_ready;
 mod race;
 
-// Support shared by the modules above, each file once (the support
-// files name one another by `crate::`).
-#[allow(dead_code)]
-#[path = "../support/breaker.rs"]
+// This binary's own support, shared by the modules above.
 mod breaker;

@@ -3,8 +3,8 @@
 //! fuzzers find only slowly — header sets, KServe v2 paths with
 //! percent-encoding, JSON with odd escapes, duplicate keys, huge numbers
 //! and deep nesting, TOML with random keys and values. The invariants are
-//! the fuzz targets' own (`support/fuzz_route.rs`, `support/fuzz_body.rs`,
-//! `support/fuzz_layer.rs`, `support/fuzz_config.rs`).
+//! the fuzz targets' own (`fuzz_route.rs`, `fuzz_body.rs`, `fuzz_layer.rs`,
+//! `fuzz_config.rs` of `crates/test-support`).
 
 use crate::fuzz_body;
 use crate::fuzz_config;

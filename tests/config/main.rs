@@ -10,16 +10,9 @@ mod stack_hedge;
 mod stack_integers;
 mod stack_layers;
 
-// Support shared by the modules above, each file once (the support
-// files name one another by `crate::`).
-#[path = "../support/fuzz_body.rs"]
-mod fuzz_body;
-#[path = "../support/fuzz_config.rs"]
-mod fuzz_config;
-#[path = "../support/fuzz_layer.rs"]
-mod fuzz_layer;
-#[path = "../support/fuzz_route.rs"]
-mod fuzz_route;
-#[allow(dead_code)]
-#[path = "../support/fuzz_toml.rs"]
+// This binary's own support, shared by the modules above.
 mod fuzz_toml;
+
+// The workspace's shared test harness (`crates/test-support`), named
+// here so that the modules above name its modules by `crate::`.
+use tower_model_balance_test_support::{fuzz_body, fuzz_config, fuzz_layer, fuzz_route};

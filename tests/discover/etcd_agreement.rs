@@ -5,13 +5,13 @@
 //! compaction while a watch was down — within a second, with no change
 //! lost or replayed.
 //!
-//! The test runs this binary again as three replicas (`support/etcd_replica.rs`):
+//! The test runs this binary again as three replicas (`etcd_replica.rs`):
 //! two reach etcd through proxies of their own that the test can cut
-//! (`support/tcp_cut.rs`), one directly. Each digests the owner lists of
+//! (`tcp_cut.rs`), one directly. Each digests the owner lists of
 //! 10,000 models every 20 ms and prints the digest with its source's
 //! counters when either changes. The parent writes every change with its
 //! own client, computes the digest of the membership it wrote with a
-//! balancer of its own (`support/etcd_truth.rs`), and measures from each
+//! balancer of its own (`etcd_truth.rs`), and measures from each
 //! write (for an expiry: from when its own watch saw the delete) until the
 //! last replica printed that digest. The replicas stage ring changes (5% of
 //! the points a step, 50 ms apart), so a join reaches its digest in steps.

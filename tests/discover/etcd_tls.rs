@@ -5,7 +5,7 @@
 //! wrong password is `EtcdError::Auth`; etcd's certificate is refused on
 //! the system's roots; a record naming an address outside the allow-list
 //! is no backend, counted with the invalid records. Certificates are made
-//! at test time (`support/tls_certs.rs`).
+//! at test time (`tls_certs.rs` of `crates/test-support`).
 
 use crate::etcd_secure;
 use crate::etcd_source;

@@ -1,6 +1,6 @@
 //! The etcd tests' own tools, checked against the real thing: the etcd of
-//! `support/etcd.rs` keeps its keys and revision across a crash and a
-//! restart on the same ports, and `support/tcp_cut.rs` cuts live
+//! `etcd.rs` (`crates/test-support`) keeps its keys and revision across a
+//! crash and a restart on the same ports, and `tcp_cut.rs` cuts live
 //! connections and turns new ones away while paused.
 //!
 //! Keys go through etcd's JSON gateway (`POST /v3/kv/...`, keys and values

@@ -1,4 +1,4 @@
-//! The etcd source against a real etcd (`support/etcd.rs`): a snapshot,
+//! The etcd source against a real etcd (`etcd.rs` of `crates/test-support`): a snapshot,
 //! then the watch; a watch cut mid-stream resumes with nothing lost or
 //! replayed; a compacted revision is a fresh snapshot that yields only the
 //! differences; an invalid record is no backend, as a fresh replica sees it.

@@ -11,44 +11,16 @@ mod etcd_tools;
 mod etcd_watch;
 mod sources;
 
-// Support shared by the modules above, each file once (the support
-// files name one another by `crate::`).
-#[path = "../support/etcd.rs"]
-mod etcd;
-#[path = "../support/etcd_fleet.rs"]
+// This binary's own support, shared by the modules above.
 mod etcd_fleet;
-#[path = "../support/etcd_replica.rs"]
 mod etcd_replica;
-#[path = "../support/etcd_run.rs"]
 mod etcd_run;
-#[path = "../support/etcd_secure.rs"]
-mod etcd_secure;
-#[path = "../support/etcd_source.rs"]
 mod etcd_source;
-#[path = "../support/etcd_truth.rs"]
 mod etcd_truth;
-#[allow(dead_code)]
-#[path = "../support/held.rs"]
-mod held;
-#[allow(dead_code)]
-#[path = "../support/lcg.rs"]
-mod lcg;
-#[allow(dead_code)]
-#[path = "../support/ports.rs"]
-mod ports;
-#[allow(dead_code)]
-#[path = "../support/ready.rs"]
-mod ready;
-#[allow(dead_code)]
-#[path = "../support/sim_explicit.rs"]
-mod sim_explicit;
-#[allow(dead_code)]
-#[path = "../support/sim_http.rs"]
-mod sim_http;
-#[path = "../support/tcp_cut.rs"]
 mod tcp_cut;
-#[path = "../support/tls_certs.rs"]
-mod tls_certs;
-#[allow(dead_code)]
-#[path = "../support/until.rs"]
-mod until;
+
+// The workspace's shared test harness (`crates/test-support`), named
+// here so that the modules above name its modules by `crate::`.
+use tower_model_balance_test_support::{
+    etcd, etcd_secure, held, lcg, ready, sim_explicit, sim_http, tls_certs, until,
+};

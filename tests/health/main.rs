@@ -7,17 +7,9 @@ mod probes;
 mod scores;
 mod stream;
 
-// Support shared by the modules above, each file once (the support
-// files name one another by `crate::`).
-#[allow(dead_code)]
-#[path = "../support/health_fleet.rs"]
+// This binary's own support, shared by the modules above.
 mod health_fleet;
-#[allow(dead_code)]
-#[path = "../support/lcg.rs"]
-mod lcg;
-#[allow(dead_code)]
-#[path = "../support/nodes.rs"]
-mod nodes;
-#[allow(dead_code)]
-#[path = "../support/sim_balancer.rs"]
-mod sim_balancer;
+
+// The workspace's shared test harness (`crates/test-support`), named
+// here so that the modules above name its modules by `crate::`.
+use tower_model_balance_test_support::{lcg, nodes, sim_balancer};

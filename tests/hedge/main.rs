@@ -14,16 +14,13 @@ mod send_once;
 mod supersede;
 mod tonic;
 
-// Support shared by the modules above, each file once (the support
-// files name one another by `crate::`).
+// This binary's own support, shared by the modules above.
 #[allow(dead_code)]
 #[path = "../../examples/tonic_client/client.rs"]
 mod client;
 #[allow(dead_code)]
 #[path = "../../examples/tonic_client/errors.rs"]
 mod errors;
-#[allow(dead_code)]
-#[path = "../support/hedge_script.rs"]
 mod hedge_script;
 #[allow(dead_code)]
 #[path = "../../examples/tonic_client/hedged.rs"]

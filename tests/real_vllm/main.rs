@@ -22,8 +22,7 @@ mod fixture;
 mod fleet;
 mod gateway;
 mod hedge;
-#[path = "../support/ports.rs"]
-mod ports;
+use tower_model_balance_test_support::ports;
 
 use std::future::Future;
 use std::process::ExitCode;

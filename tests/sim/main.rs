@@ -8,11 +8,6 @@ mod lora;
 mod openai;
 mod placement;
 
-// Support shared by the modules above, each file once (the support
-// files name one another by `crate::`).
-#[allow(dead_code)]
-#[path = "../support/sim_explicit.rs"]
-mod sim_explicit;
-#[allow(dead_code)]
-#[path = "../support/sim_http.rs"]
-mod sim_http;
+// The workspace's shared test harness (`crates/test-support`), named
+// here so that the modules above name its modules by `crate::`.
+use tower_model_balance_test_support::{sim_explicit, sim_http};

@@ -15,8 +15,7 @@ mod routable;
 mod tonic_client;
 mod tracing;
 
-// Support shared by the modules above, each file once (the support
-// files name one another by `crate::`).
+// This binary's own support, shared by the modules above.
 #[allow(dead_code)]
 #[path = "../../examples/tonic_client/client.rs"]
 mod client;
@@ -27,11 +26,10 @@ mod errors;
 #[path = "../../examples/tonic_client/kserve.rs"]
 mod kserve;
 #[allow(dead_code)]
-#[path = "../support/nodes.rs"]
-mod nodes;
-#[allow(dead_code)]
 #[path = "../../examples/tonic_client/server.rs"]
 mod server;
-#[allow(dead_code)]
-#[path = "../support/slow_first.rs"]
 mod slow_first;
+
+// The workspace's shared test harness (`crates/test-support`), named
+// here so that the modules above name its modules by `crate::`.
+use tower_model_balance_test_support::nodes;

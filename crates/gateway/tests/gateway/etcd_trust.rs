@@ -1,7 +1,8 @@
 //! The gateway's backends from an etcd secured as in production (TLS with
-//! client certificates, auth on: `support/etcd_secure.rs`), set up by its
-//! own flags (`--etcd https://…`, `--etcd-ca`, `--etcd-cert`,
-//! `--etcd-key`, `--etcd-user`, `--etcd-password-file`, `--etcd-allow`):
+//! client certificates, auth on: `etcd_secure.rs` of
+//! `crates/test-support`), set up by its own flags (`--etcd https://…`,
+//! `--etcd-ca`, `--etcd-cert`, `--etcd-key`, `--etcd-user`,
+//! `--etcd-password-file`, `--etcd-allow`):
 //! it routes to the backend inside the allow-list — registered by the
 //! sidecar's code over TLS as a user allowed to write (`etcd-register`'s
 //! same flags) — never connects to the one outside it (a listener on

@@ -30,7 +30,6 @@ pub struct Running {
     pub handle: BalancerHandle,
     pub hedge: HedgeHandle,
     /// The etcd source's counters, when its backends come from etcd.
-    #[allow(dead_code)] // Read by `tests/gateway/with_etcd.rs` alone.
     pub etcd: Option<EtcdHandle>,
     pub client: Client<HttpConnector, Full<Bytes>>,
     pub server: JoinHandle<()>,

@@ -29,20 +29,13 @@ mod tls_probes;
 mod unresponsive;
 mod with_etcd;
 
-// Support shared by the modules above (the support files name one
-// another by `crate::`).
-#[allow(dead_code)]
+// This binary's own support, shared by the modules above.
 mod binary;
-#[path = "../../../../tests/support/etcd.rs"]
-mod etcd;
-#[path = "../../../../tests/support/etcd_secure.rs"]
-mod etcd_secure;
-#[allow(dead_code)]
 mod gateway;
-#[allow(dead_code)]
-mod ports;
-#[path = "../../../../tests/support/tls_certs.rs"]
-mod tls_certs;
+
+// The workspace's shared test harness (`crates/test-support`), named
+// here so that the modules above name its modules by `crate::`.
+use tower_model_balance_test_support::{etcd, etcd_secure, tls_certs};
 
 use tower_model_balance_gateway::app;
 use tower_model_balance_gateway::register::{args, sidecar};

@@ -4,8 +4,6 @@
 //! must reach with a balancer of its own fed that membership through
 //! `discover::Watch` (no staging: the digest of the settled ring).
 
-#![allow(dead_code)] // Each test file uses part of it.
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

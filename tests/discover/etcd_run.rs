@@ -2,8 +2,6 @@
 //! and the replicas together, each change written and waited on until the
 //! replicas agree, the waits measured, and the figures at the end.
 
-#![allow(dead_code)] // Each test file uses part of it.
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

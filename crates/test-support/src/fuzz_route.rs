@@ -1,6 +1,6 @@
 //! Route extraction from headers: its invariants on arbitrary input,
 //! shared by the `route_headers` fuzz target and `tests/config/fuzz_inputs.rs`
-//! (with `fuzz_layer.rs`, which both include beside it).
+//! (with `fuzz_layer.rs`, its harness).
 //!
 //! `headers_from_bytes` turns raw bytes into a header map (the fuzzer's
 //! and proptest's arbitrary bytes go through it); `check_headers` runs the
@@ -8,8 +8,6 @@
 //! hold: the route agrees with a reference reading of the headers, errors
 //! name their header, an accepted model ID is valid and round-trips, and
 //! `ModelFromBodyLayer` passes a header route on untouched.
-
-#![allow(dead_code)]
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -132,6 +130,8 @@ pub fn expected_route(headers: &HeaderMap) -> Expected {
 /// [`expected_route`]; through [`ModelFromBodyLayer`], a request with
 /// `x-model-id` goes on untouched (body not parsed, no route inserted), one
 /// without it fails on the same header the route names, or reads its body.
+///
+/// [`ModelFromBodyLayer`]: tower_model_balance::route::ModelFromBodyLayer
 pub fn check_headers(headers: &HeaderMap) {
     let expected = expected_route(headers);
     let got = RouteInfo::from_headers(headers);

@@ -10,8 +10,8 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance::endpoint::Origin;
 
-use crate::app::{self, Config, Gateway};
 use crate::mlserver::{self, Fleet, Kind};
+use tower_model_balance_gateway::app::{self, Config, Gateway};
 
 /// The gateway serving on loopback in front of a fleet.
 pub struct Running {

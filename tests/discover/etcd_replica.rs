@@ -7,8 +7,6 @@
 //! The digest, the models and the balancer's configuration are shared with
 //! the parent, which computes the digest every replica must reach.
 
-#![allow(dead_code)] // The parent and the children use different parts.
-
 use std::fmt;
 use std::io::Read;
 use std::str::FromStr;

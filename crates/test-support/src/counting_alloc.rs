@@ -1,6 +1,7 @@
 //! A global allocator that counts allocations, for the tests that check a
 //! path allocates nothing (one test per binary, so no other test allocates
-//! while it counts).
+//! while it counts). Each test binary installs it:
+//! `#[global_allocator] static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,6 +22,3 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
 }
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;

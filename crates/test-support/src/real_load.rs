@@ -3,8 +3,6 @@
 //! indices, and KServe v2 inferences sent at a concurrency with every
 //! answer kept.
 
-#![allow(dead_code)] // Each test file uses part of it.
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

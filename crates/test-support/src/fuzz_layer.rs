@@ -1,14 +1,12 @@
 //! The harness the route fuzz targets and their proptest cases share
 //! (`fuzz_route.rs` for headers, `fuzz_body.rs` for paths and bodies):
 //! the model ID rule, `ModelFromBodyLayer` in front of an echo service,
-//! bodies in frames. The fuzz targets include these files with `#[path]`,
-//! `tests/config/fuzz_inputs.rs` as modules: one definition of what must hold,
-//! checked by both.
+//! bodies in frames. The fuzz targets (`fuzz/`) and
+//! `tests/config/fuzz_inputs.rs` both import them from this crate: one
+//! definition of what must hold, checked by both.
 //!
 //! Nothing here needs a runtime: the bodies and the inner service are
 //! always ready, so a future is polled to its end with a no-op waker.
-
-#![allow(dead_code)]
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

@@ -2,8 +2,6 @@
 //! front of them): a kept-alive client, `GET` and `POST` answering status
 //! and body, and a KServe v2 inference body.
 
-#![allow(dead_code)] // Each test file uses part of it.
-
 use std::net::SocketAddr;
 
 use bytes::Bytes;

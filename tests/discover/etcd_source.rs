@@ -1,8 +1,6 @@
 //! What the etcd source tests share: records, writes, a source with a
 //! short backoff, and its next changes as text, each within a deadline.
 
-#![allow(dead_code)] // Each test file uses part of it.
-
 use std::time::Duration;
 
 use etcd_client::Client;

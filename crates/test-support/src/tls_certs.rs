@@ -4,8 +4,6 @@
 //!
 //! The gateway's tests use this file too (`crates/gateway/tests/gateway/`).
 
-#![allow(dead_code)] // Each test file uses part of it.
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -80,6 +78,8 @@ pub struct PemDir {
 }
 
 impl PemDir {
+    /// A new, empty folder under the system's temporary folder.
+    #[allow(clippy::new_without_default)] // It makes a folder: no default value.
     pub fn new() -> Self {
         static N: AtomicU64 = AtomicU64::new(0);
         let name = format!(

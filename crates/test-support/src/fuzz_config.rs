@@ -1,13 +1,11 @@
 //! `StackConfig::from_toml`'s invariants on arbitrary text, shared by the
-//! fuzz target (`fuzz/fuzz_targets/config_toml.rs`, which includes this
-//! file with `#[path]`) and the proptest cases of `tests/config/fuzz_inputs.rs`.
+//! fuzz target (`fuzz/fuzz_targets/config_toml.rs`) and the proptest cases
+//! of `tests/config/fuzz_inputs.rs`.
 //!
 //! Never a panic; text that is not TOML is a `Parse` error; a value out
 //! of range is an `Invalid` error naming a key the file format has, in a
 //! section the text wrote (a section left out keeps its defaults, which
 //! are valid); parsing is deterministic; every message names what failed.
-
-#![allow(dead_code)]
 
 use tower_model_balance::config::{ConfigError, StackConfig};
 

@@ -29,7 +29,6 @@ pub struct Mock {
 
 impl Mock {
     /// The status it answers with from now on.
-    #[allow(dead_code)] // Not every test binary fails its backends.
     pub fn set_status(&self, code: u16) {
         self.status.store(code, Ordering::Relaxed);
     }
@@ -92,7 +91,6 @@ impl Mocks {
     }
 
     /// Ends every open response body.
-    #[allow(dead_code)] // Not every test binary ends its bodies early.
     pub fn close_bodies(&self) {
         self.open.lock().unwrap().clear();
     }

@@ -6,8 +6,6 @@
 //!
 //! The gateway's tests use it too (`crates/gateway/tests/gateway/`).
 
-#![allow(dead_code)] // Each test file uses part of it.
-
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, Permission, TlsOptions};
 use tower_model_balance::discover::etcd::EtcdAccess;
 

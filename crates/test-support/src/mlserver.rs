@@ -13,8 +13,6 @@
 //! Their HTTP helpers are in `mlserver_http.rs`, included beside this file
 //! (and re-exported here).
 
-#![allow(dead_code)] // Each test file uses part of it.
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

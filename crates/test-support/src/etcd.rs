@@ -1,6 +1,6 @@
 //! A real etcd on 127.0.0.1 for the etcd discovery tests: Debian's
 //! `etcd-server` (`/usr/bin/etcd`, or `etcd` on `PATH`) as a child process
-//! with a temporary data directory of its own (see [`scratch`]).
+//! with a temporary data directory of its own (see `scratch`).
 //!
 //! `.ci/run` installs it. Where it is missing, [`EtcdServer::start`] returns
 //! `None` with a message and the test is skipped — except under `CI`, where
@@ -12,8 +12,6 @@
 //!
 //! The calls block (they start, kill and wait for a process); from async
 //! code, call them on a multi-thread runtime or in `spawn_blocking`.
-
-#![allow(dead_code)] // Each test file uses part of it.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -22,7 +22,6 @@ pub fn quick_trip() -> BreakerConfigBuilder {
 }
 
 /// An empty response with status `code`.
-#[allow(dead_code)] // Not every test binary answers with empty bodies.
 pub fn status(code: u16) -> Rsp {
     http::Response::builder()
         .status(code)

@@ -4,8 +4,6 @@
 //! load balancer would), [`CutProxy::pause`] also turns new connections
 //! away until [`CutProxy::resume`]. Real sockets, both ways, no mocks.
 
-#![allow(dead_code)] // Each test file uses part of it.
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -10,8 +10,6 @@
 //! `PayloadTooLarge` and never read past it; within it the inner service
 //! gets every byte unchanged and the model `serde_json` reads.
 
-#![allow(dead_code)]
-
 use bytes::Bytes;
 use http::header::HeaderValue;
 use http_body_util::Full;

@@ -24,7 +24,6 @@ pub enum Behavior {
     Fail,
     /// Answers 500 at once to every n-th request it receives, 200 at once
     /// to the others.
-    #[allow(dead_code)] // Not every test binary uses it.
     FailOneIn(u64),
 }
 
@@ -46,7 +45,6 @@ impl Node {
     }
 
     /// What it does from now on.
-    #[allow(dead_code)] // Not every test binary changes its nodes.
     pub fn set(&self, behavior: Behavior) {
         *self.behavior.lock().unwrap() = behavior;
     }

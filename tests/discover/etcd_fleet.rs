@@ -3,8 +3,6 @@
 //! they print read by a thread and stamped with the time it arrived. The
 //! parent waits on those lines, with deadlines — never on a sleep.
 
-#![allow(dead_code)] // Each test file uses part of it.
-
 use std::io::BufRead;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;

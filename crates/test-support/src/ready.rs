@@ -38,7 +38,6 @@ pub fn request(model: &str, kind: &'static str) -> http::Request<()> {
 /// A current-thread Tokio runtime that is never driven, to enter while a
 /// balancer is built outside one (its constructor spawns; the tasks never
 /// run, so they allocate nothing while allocations are counted).
-#[allow(dead_code)] // Not every includer builds a balancer.
 pub fn idle_runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
     RUNTIME.get_or_init(|| {
