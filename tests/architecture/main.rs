@@ -22,6 +22,7 @@
 //!   file of code opens with its module doc (`//!`), the map below the
 //!   folders.
 
+mod crates;
 mod imports;
 mod includes;
 
