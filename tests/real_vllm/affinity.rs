@@ -8,28 +8,10 @@ use std::sync::Arc;
 use crate::fixture::{Vllm, MODEL};
 use crate::fleet::health_of;
 use crate::gateway::{chat, client, post, Running};
+use crate::text::{line, text};
 
 const HITS: &str = "vllm:prefix_cache_hits_total";
 const QUERIES: &str = "vllm:prefix_cache_queries_total";
-
-/// A line of code-like text from `seed` and `i`: what the tokenizer was
-/// trained on, so about four bytes a token.
-fn line(seed: u64, i: u64) -> String {
-    let x = seed
-        .wrapping_mul(6_364_136_223_846_793_005)
-        .wrapping_add(i.wrapping_mul(1_442_695_040_888_963_407));
-    format!(
-        "value_{} = compute(items[{}], key=\"k{}\")\n",
-        x % 997,
-        (x >> 16) % 89,
-        (x >> 32) % 9973
-    )
-}
-
-/// `n` lines of text from `seed`.
-pub fn text(seed: u64, n: u64) -> String {
-    (0..n).map(|i| line(seed, i)).collect()
-}
 
 /// One piece of the workload.
 #[derive(Clone)]

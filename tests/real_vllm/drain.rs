@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 
-use crate::affinity::text;
 use crate::fixture::Vllm;
 use crate::gateway::{chat, get, open_stream};
+use crate::text::text;
 
 /// Tokens each stream asks for: several seconds of generation on the CPU
 /// build, so that all are in flight at the signal.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ports::free_ports;
+use tower_model_balance_test_support::ports::free_ports;
 
 /// The name the model is served under.
 pub const MODEL: &str = "tiny";

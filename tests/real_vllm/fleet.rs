@@ -7,9 +7,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower_model_balance::breaker::BreakerState;
 
-use crate::affinity::text;
 use crate::fixture::Vllm;
 use crate::gateway::{chat, open_stream, post, Running};
+use crate::text::text;
 /// Each server's status and health as `gw` last evaluated it (why it was
 /// ejected, its error rate, its latencies): what a failed check prints.
 pub fn health_of(servers: &[Vllm], gw: &Running) -> Vec<String> {

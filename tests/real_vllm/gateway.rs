@@ -13,8 +13,8 @@ use tower_model_balance::backend::BackendId;
 use tower_model_balance::balance::{BackendStatus, BalancerHandle};
 use tower_model_balance::endpoint::Origin;
 
-use crate::app::{self, Config, Gateway, Probe};
 use crate::fixture::Vllm;
+use tower_model_balance_gateway::app::{self, Config, Gateway, Probe};
 
 /// The header naming a conversation, for prefix affinity.
 pub const SESSION_HEADER: &str = "x-session-id";

@@ -22,7 +22,7 @@ mod fixture;
 mod fleet;
 mod gateway;
 mod hedge;
-use tower_model_balance_test_support::ports;
+mod text;
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -30,7 +30,6 @@ use std::sync::Arc;
 
 use fixture::Vllm;
 use gateway::Running;
-use tower_model_balance_gateway::app;
 
 /// What the checks share: the servers and two gateways in front of them,
 /// one routing by the model alone, one with prefix affinity.

@@ -38,6 +38,7 @@ pub mod reply_body;
 mod routes;
 pub mod send_once;
 pub mod server;
+mod shared;
 mod stack;
 pub mod tls;
 pub mod unresponsive;
@@ -47,9 +48,8 @@ use std::time::Duration;
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper_util::client::legacy::Client;
 use tower::discover::ServiceList;
-use tower::retry::{Retry, RetryLayer};
+use tower::retry::RetryLayer;
 use tower::ServiceBuilder;
 use tower_model_balance::backend::{Backend, BackendMeta};
 use tower_model_balance::balance::{
@@ -61,11 +61,9 @@ use tower_model_balance::error::BoxError;
 use tower_model_balance::health::probe::{
     KServeV2, MetricNames, OpenAiModels, ProbeClient, PrometheusMetrics,
 };
-use tower_model_balance::hedge::{
-    BalancerLoad, FirstFrame, FirstFrameLayer, Hedge, HedgeHandle, HedgeLayer, RetryPolicy,
-};
+use tower_model_balance::hedge::{BalancerLoad, FirstFrameLayer, HedgeHandle, HedgeLayer};
 use tower_model_balance::placement::KServeV2Loader;
-use tower_model_balance::route::{ModelFromBody, ModelFromBodyLayer};
+use tower_model_balance::route::ModelFromBodyLayer;
 use tower_model_balance::task::BackgroundTask;
 
 use access_log::AccessLog;
@@ -80,45 +78,12 @@ pub use etcd::EtcdMembers;
 use limits::Limits;
 use phases::Phases;
 pub use phases::Timeouts;
-use routes::{admin_router, prometheus, router, App};
+pub use routes::INFERENCE_ROUTES;
+use routes::{admin_router, prometheus, router};
 pub use server::{serve, serve_with, ServeConfig};
-pub use stack::{default_stack, stack_config, DEFAULTS as STACK_DEFAULTS};
+use shared::App;
+pub use stack::{default_stack, stack_config, Endpoint, Stack, DEFAULTS as STACK_DEFAULTS};
 use unresponsive::Unresponsive;
-
-/// One backend's endpoint: the shared client pointed at its origin, under
-/// the phase timeouts where the backend is at fault (inside the balancer's
-/// breaker, so a stalled stream is a failure).
-pub type Endpoint = Phases<SetOrigin<Client<BackendConnector, Full<Bytes>>>>;
-/// The whole request path.
-pub type Stack = ModelFromBody<Hedge<Retry<RetryPolicy, FirstFrame<ModelBalancer<Endpoint>>>>>;
-
-/// The routes forwarded to the backends, as they are, to an owner of the
-/// model the body (or the KServe v2 path) names: OpenAI's, and those
-/// vLLM, SGLang and TGI add (tokenizing, scoring, pooling, Anthropic's
-/// messages, TGI's and SGLang's `/generate`, SageMaker's `/invocations`).
-/// A body that names no model goes to the fleet's only model, if it
-/// serves one (`catalog`).
-pub const INFERENCE_ROUTES: [&str; 19] = [
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/responses",
-    "/v1/messages",
-    "/v1/score",
-    "/v1/rerank",
-    "/v2/rerank",
-    "/score",
-    "/rerank",
-    "/pooling",
-    "/classify",
-    "/tokenize",
-    "/detokenize",
-    "/generate",
-    "/generate_stream",
-    "/invocations",
-    "/v2/models/{name}/infer",
-    "/v2/models/{name}/versions/{version}/infer",
-];
 
 /// A built gateway: its router, and what keeps its background work alive.
 #[derive(Debug)]

@@ -389,3 +389,22 @@ impl IntoResponse for ErrorReply {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether `error` is a body that names no model.
+pub fn is_missing_model(error: &(dyn std::error::Error + 'static)) -> bool {
+    error
+        .downcast_ref::<tower_model_balance::error::InvalidRoute>()
+        .is_some_and(|r| r.source == "body" && r.reason == InvalidReason::Missing)
+}
+
+/// A 503 with `Retry-After` while no backend serves a model.
+pub fn no_model_served() -> ErrorReply {
+    let mut reply = ErrorReply::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "service_unavailable",
+        "no_healthy_backend",
+        "no backend serves a model now".to_owned(),
+    );
+    reply.retry_after = Some(retry_after_secs(NO_BACKEND_RETRY_AFTER));
+    reply
+}

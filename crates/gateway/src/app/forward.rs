@@ -20,11 +20,12 @@ use tower_model_balance::route::SendOnce;
 
 use super::access_log::{Attempts, Deferred, Entry, Pending};
 use super::errors::{self, ErrorReply};
+use super::errors::{is_missing_model, no_model_served};
 use super::limits::Reservation;
 use super::phases::Streamed;
 use super::reply_body::{Ending, ReplyBody};
-use super::routes::{is_missing_model, no_model_served, App, RECEIPT_HEADER};
 use super::send_once::Keeps;
+use super::shared::{App, RECEIPT_HEADER};
 
 /// The stack's answer, before its body goes on.
 struct Answer {
@@ -36,7 +37,7 @@ struct Answer {
 
 /// The stack's response body.
 type StackBody =
-    <<super::Stack as tower::Service<http::Request<Full<Bytes>>>>::Response as BodyOf>::Body;
+    <<super::stack::Stack as tower::Service<http::Request<Full<Bytes>>>>::Response as BodyOf>::Body;
 
 /// A response's body type.
 trait BodyOf {

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::config::Config;
 use super::errors::{retry_after_secs, ErrorReply, NO_BACKEND_RETRY_AFTER};
-use super::Config;
 
 /// The gauge of request-body bytes held now, in all (whole KiB per
 /// request), against `--max-buffered-bytes`.

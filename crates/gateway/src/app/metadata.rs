@@ -35,7 +35,7 @@ use tower_model_balance::endpoint::{strip_hop_by_hop, Origin, SetOrigin};
 use tower_model_balance::route::ModelId;
 
 use super::errors::ErrorReply;
-use super::routes::App;
+use super::shared::App;
 
 /// The most backends one metadata GET is sent to: the first, and one more
 /// when the first could not be reached or answered 404 (the probes' view

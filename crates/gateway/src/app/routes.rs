@@ -7,7 +7,6 @@
 //! are stripped here.
 
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
 
 use axum::extract::Path;
 use axum::extract::{Request, State};
@@ -15,62 +14,44 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper_util::client::legacy::Client;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tower_model_balance::balance::BalancerHandle;
 use tower_model_balance::error::BoxError;
-use tower_model_balance::error::InvalidReason;
-use tower_model_balance::hedge::HedgeHandle;
 use tower_model_balance::route::{ModelId, RouteInfo};
 
-use super::access_log::{log_requests, AccessLog};
-use super::catalog::Catalog;
+use super::access_log::log_requests;
 use super::connection;
-use super::drain::Drain;
-use super::errors::{self, ErrorReply};
+use super::errors::{self, no_model_served, ErrorReply};
 use super::forward::forward;
-use super::limits::Limits;
-use super::phases::Timeouts;
 use super::readiness;
-use super::unresponsive::Unresponsive;
-use super::{Stack, INFERENCE_ROUTES};
+use super::shared::App;
 
-/// What every handler shares.
-#[derive(Clone)]
-pub struct App {
-    pub stack: Stack,
-    pub handle: BalancerHandle,
-    pub hedge: HedgeHandle,
-    pub prometheus: PrometheusHandle,
-    /// The bounds on requests and bodies in flight, and the body limits.
-    pub limits: Limits,
-    /// The most a request's body may take to arrive.
-    pub body_timeout: Duration,
-    /// The timeouts per phase (the request's total applies here).
-    pub timeouts: Timeouts,
-    /// The drain: readiness is 503 once it begins.
-    pub drain: Drain,
-    /// The access log's format.
-    pub access_log: AccessLog,
-    /// Whether each answer carries its routing receipt in
-    /// `x-route-receipt`.
-    pub receipt_header: bool,
-    /// The fleet's models, as the probes last saw them.
-    pub catalog: Catalog,
-    /// How the probes went, by backend: which backends were ever reached
-    /// (readiness).
-    pub unresponsive: Unresponsive,
-    /// The backends' client, for the metadata routes (`metadata.rs`),
-    /// which are sent straight to a backend holding the model.
-    pub client: Client<super::BackendConnector, Full<Bytes>>,
-    /// The most a backend may take to answer (its response head).
-    pub backend_timeout: Duration,
-}
-
-/// The response header with the routing receipt (`--receipt-header`).
-pub const RECEIPT_HEADER: http::HeaderName = http::HeaderName::from_static("x-route-receipt");
+/// The routes forwarded to the backends, as they are, to an owner of the
+/// model the body (or the KServe v2 path) names: OpenAI's, and those
+/// vLLM, SGLang and TGI add (tokenizing, scoring, pooling, Anthropic's
+/// messages, TGI's and SGLang's `/generate`, SageMaker's `/invocations`).
+/// A body that names no model goes to the fleet's only model, if it
+/// serves one (`catalog`).
+pub const INFERENCE_ROUTES: [&str; 19] = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/score",
+    "/v1/rerank",
+    "/v2/rerank",
+    "/score",
+    "/rerank",
+    "/pooling",
+    "/classify",
+    "/tokenize",
+    "/detokenize",
+    "/generate",
+    "/generate_stream",
+    "/invocations",
+    "/v2/models/{name}/infer",
+    "/v2/models/{name}/versions/{version}/infer",
+];
 
 /// Information about the server, of vLLM (`/version`), TGI (`/info`) and
 /// SGLang (`/get_model_info`, `/get_server_info`): forwarded to a backend
@@ -126,25 +107,6 @@ pub fn admin_router(app: App) -> Router {
         .route("/v2/health/live", get(live))
         .fallback(no_route)
         .with_state(app)
-}
-
-/// Whether `error` is a body that names no model.
-pub(super) fn is_missing_model(error: &(dyn std::error::Error + 'static)) -> bool {
-    error
-        .downcast_ref::<tower_model_balance::error::InvalidRoute>()
-        .is_some_and(|r| r.source == "body" && r.reason == InvalidReason::Missing)
-}
-
-/// A 503 with `Retry-After` while no backend serves a model.
-pub(super) fn no_model_served() -> ErrorReply {
-    let mut reply = ErrorReply::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "service_unavailable",
-        "no_healthy_backend",
-        "no backend serves a model now".to_owned(),
-    );
-    reply.retry_after = Some(errors::retry_after_secs(errors::NO_BACKEND_RETRY_AFTER));
-    reply
 }
 
 /// `GET /v2/health/live`: the gateway is up.

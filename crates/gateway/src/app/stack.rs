@@ -16,7 +16,25 @@
 //!   gateway's rule, 500 ms or the interval if shorter (the library's
 //!   default, 1 s, would be refused above a shorter interval).
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use tower::retry::Retry;
+use tower_model_balance::balance::ModelBalancer;
 use tower_model_balance::config::{ConfigError, StackConfig};
+use tower_model_balance::endpoint::SetOrigin;
+use tower_model_balance::hedge::{FirstFrame, Hedge, RetryPolicy};
+use tower_model_balance::route::ModelFromBody;
+
+use super::client::BackendConnector;
+use super::phases::Phases;
+
+/// One backend's endpoint: the shared client pointed at its origin, under
+/// the phase timeouts where the backend is at fault (inside the balancer's
+/// breaker, so a stalled stream is a failure).
+pub type Endpoint = Phases<SetOrigin<Client<BackendConnector, Full<Bytes>>>>;
+/// The whole request path.
+pub type Stack = ModelFromBody<Hedge<Retry<RetryPolicy, FirstFrame<ModelBalancer<Endpoint>>>>>;
 
 /// The gateway's choices where they differ from the library's defaults,
 /// written as a file's tables; everything else is the library's default

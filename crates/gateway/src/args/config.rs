@@ -2,7 +2,7 @@
 
 use tower_model_balance::endpoint::Origin;
 
-use super::Args;
+use super::parsed::Args;
 use crate::app::{Config, EtcdMembers, Probe};
 
 impl Args {

@@ -23,7 +23,7 @@
 use serde::Deserialize;
 use tower_model_balance::config::{ConfigError, StackConfig};
 
-use super::Args;
+use super::parsed::Args;
 use crate::cli::Stop;
 
 pub(crate) use keys::KEYS;

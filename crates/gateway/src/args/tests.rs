@@ -2,6 +2,8 @@
 //! message rather than a panic.
 
 use super::*;
+use tower_model_balance::backend::BackendId;
+use tower_model_balance::endpoint::Origin;
 
 fn parse(args: &[&str]) -> Result<Args, Stop> {
     Args::parse(args.iter().map(|s| s.to_string()))
