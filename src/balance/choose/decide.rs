@@ -1,27 +1,19 @@
 //! One routing decision, shared by the `Service` path and the pick API.
 
-use std::sync::Arc;
-
 use tokio::time::Instant;
 
 use crate::backend::BackendId;
 use crate::balance::choose::ask::Ask;
-use crate::balance::choose::ctx::Pick;
 use crate::balance::choose::pick::pick;
-use crate::balance::choose::receipt::receipt;
 use crate::balance::choose::rules::Rules;
 use crate::balance::choose::sampler::{Draw, Sampler};
 use crate::balance::choose::scratch::Scratch;
+use crate::balance::choose::start::start;
 use crate::balance::completion::guard::Guard;
-use crate::balance::receipt::RoutingReceipt;
 use crate::balance::refused::Refused;
 use crate::balance::state::clock::Now;
-use crate::balance::state::placement::Placement;
-use crate::balance::state::residency::Warmth;
 use crate::balance::state::shared::Shared;
-use crate::balance::state::table::Table;
-use crate::balance::state::traffic::Branch;
-use crate::route::{RequestKind, RouteView};
+use crate::route::RouteView;
 
 /// A backend chosen by [`ModelBalancer::pick`](crate::balance::ModelBalancer::pick):
 /// its endpoint and the guard that takes the request's outcome back.
@@ -144,23 +136,12 @@ impl Local {
         }
         let placement = table.fleet.placement();
         let rules = Rules::of(&shared.config, placement);
-        let mut picked = pick(table, &ask, &rules, now, random, &mut self.scratch)
+        let picked = pick(table, &ask, &rules, now, random, &mut self.scratch)
             .map_err(|miss| Refused::of(miss, &shared.stats, &table.fleet, route, &ask))?;
-        start(table, placement, &mut picked, route);
-        tracing::trace!(
-            backend = %table.backends[picked.index].id,
-            branch = ?picked.branch,
-            owners = ask.owners,
-            unseen = ask.unseen,
-            "picked"
-        );
-        let started = self.started(draw, timed, now);
-        let receipt = shared
-            .config
-            .receipts
-            .then(|| receipt(table, &ask, &picked, now));
         let index = picked.index;
-        let guard = guard(picked, table, &ask, started, receipt);
+        let started = self.started(draw, timed, now);
+        let receipt_at = shared.config.receipts.then_some(now);
+        let guard = start(table, placement, picked, &ask, route, started, receipt_at);
         Ok(Picked {
             endpoint: snapshot.endpoints[index].clone(),
             guard,
@@ -176,54 +157,5 @@ impl Local {
             self.sampler.started(now.get());
         }
         started
-    }
-}
-
-/// The picked request starts: counted in the fleet's traffic by the
-/// branch it takes (the guard's drop counts it out) — with placement on, a
-/// resident owner without the model served is a cold owner (the request
-/// waits for its model's load there) — and the model prefetched on the
-/// owner a warm backend was preferred to.
-fn start(
-    table: &Table,
-    placement: Option<&Arc<Placement>>,
-    picked: &mut Pick,
-    route: &RouteView<'_>,
-) {
-    if placement.is_some()
-        && picked.warmth == Warmth::Cold
-        && picked.branch == Branch::ResidentOwner
-    {
-        // It waits for its model's load there: a cold request.
-        picked.branch = Branch::ColdOwner;
-    }
-    // Counts the request in the fleet's in-flight load too: the
-    // guard's drop counts it out.
-    table.fleet.started(picked.branch);
-    if let (Some(owner), Some(placement)) = (picked.prefetch, placement) {
-        placement.prefetch(&table.backends[owner], route.model_id());
-    }
-}
-
-/// The guard of the request `ask` picked as `picked` over `table`: in
-/// flight on the chosen backend from now on, holding the breaker's permit,
-/// timed from `started` (if timed), carrying `receipt` (receipts on).
-fn guard(
-    picked: Pick,
-    table: &Table,
-    ask: &Ask,
-    started: Option<Instant>,
-    receipt: Option<RoutingReceipt>,
-) -> Guard {
-    let guard = Guard::new(
-        table.backends[picked.index].clone(),
-        picked.admission,
-        started,
-        (ask.kind != RequestKind::Update).then_some(ask.key),
-        picked.warmth,
-    );
-    match receipt {
-        Some(receipt) => guard.with_receipt(receipt),
-        None => guard,
     }
 }

@@ -12,6 +12,7 @@ use crate::balance::receipt::RoutingReceipt;
 #[cfg(test)]
 use crate::balance::state::backend::Start;
 use crate::balance::state::backend::{Admission, BackendState};
+use crate::balance::state::in_flight::InFlight;
 use crate::balance::state::placement::Placement;
 use crate::balance::state::residency::Warmth;
 use crate::breaker::BreakerState;
@@ -56,7 +57,8 @@ use crate::classify::Outcome;
 #[derive(Debug)]
 #[must_use = "a guard dropped at once counts the request as cancelled"]
 pub struct Guard {
-    state: Arc<BackendState>,
+    /// Counted in flight on the picked backend until the guard drops.
+    in_flight: InFlight,
     admission: Option<Admission>,
     /// When the request was picked, if its latency is timed.
     started: Option<Instant>,
@@ -88,20 +90,22 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// `started`: the pick's time, for a request whose latency is timed;
-    /// `model`: an inference request's model; `warmth`: whether the model
-    /// was known served on the backend when it was picked.
+    /// The guard of a request started as `in_flight`, holding the
+    /// breaker's `admission`. `started`: the pick's time, for a request
+    /// whose latency is timed; `model`: an inference request's model;
+    /// `warmth`: whether the model was known served on the backend when it
+    /// was picked; `receipt`: why it went there, with receipts on.
     #[inline]
     pub(crate) fn new(
-        state: Arc<BackendState>,
+        in_flight: InFlight,
         admission: Admission,
         started: Option<Instant>,
         model: Option<u64>,
         warmth: Warmth,
+        receipt: Option<RoutingReceipt>,
     ) -> Self {
-        state.traffic.start();
         Self {
-            state,
+            in_flight,
             admission: Some(admission),
             started,
             model: model.unwrap_or(0),
@@ -111,15 +115,9 @@ impl Guard {
             slot: None,
             timing: Timing::default(),
             events: false,
-            receipt: None,
+            receipt: receipt.map(Box::new),
             not_found: None,
         }
-    }
-
-    /// The guard, carrying `receipt`.
-    pub(crate) fn with_receipt(mut self, receipt: RoutingReceipt) -> Self {
-        self.receipt = Some(Box::new(receipt));
-        self
     }
 
     /// Why and where the request was routed, with
@@ -147,9 +145,9 @@ impl Guard {
     #[inline]
     pub(crate) fn answered(&mut self) {
         self.slot = None;
-        self.state.health.answered();
+        self.state().health.answered();
         if let Some(started) = self.started {
-            let stop = self.state.settings().stop_point;
+            let stop = self.state().settings().stop_point;
             self.timing.head(stop, started, Instant::now);
         }
     }
@@ -167,7 +165,7 @@ impl Guard {
         let Some(started) = self.started else {
             return;
         };
-        let stop = self.state.settings().stop_point;
+        let stop = self.state().settings().stop_point;
         self.timing
             .frame(stop, self.events, started, Instant::now, chunks);
     }
@@ -201,9 +199,9 @@ impl Guard {
     /// unloaded to make room), and returns the placement.
     #[inline]
     pub(crate) fn placement(&mut self) -> Option<Arc<Placement>> {
-        let placement = self.state.fleet.placement()?;
+        let placement = self.in_flight.state().fleet.placement()?;
         if let (Some(key), false) = (self.model(), self.counted) {
-            self.counted = self.state.residency.enter(key);
+            self.counted = self.in_flight.state().residency.enter(key);
         }
         Some(placement.clone())
     }
@@ -213,7 +211,7 @@ impl Guard {
     /// panic mode, where no breaker was asked. Takes that breaker's lock.
     pub(crate) fn admitted_half_open(&self) -> bool {
         let state = match &self.admission {
-            Some(Admission::Backend(_)) => self.state.breaker.state(),
+            Some(Admission::Backend(_)) => self.state().breaker.state(),
             Some(Admission::Pair(breaker, _)) => breaker.state(),
             Some(Admission::Bypass) | None => return false,
         };
@@ -222,7 +220,7 @@ impl Guard {
 
     /// The picked backend's state.
     pub(crate) fn state(&self) -> &Arc<BackendState> {
-        &self.state
+        self.in_flight.state()
     }
 
     /// Whether the request's model was not known to be served on the
@@ -239,12 +237,12 @@ impl Guard {
     /// What the response's outcome is read from.
     #[inline]
     pub(crate) fn classifier(&self) -> &Classifier {
-        &self.state.settings().classifier
+        &self.state().settings().classifier
     }
 
     /// The picked backend.
     pub fn backend(&self) -> &BackendId {
-        &self.state.id
+        &self.state().id
     }
 
     /// When the request was picked (Tokio's clock). Always set on guards
@@ -300,7 +298,7 @@ impl Guard {
     /// ([`Guard::answered`]).
     fn alive(&self, outcome: Outcome) {
         if matches!(outcome, Outcome::Success | Outcome::Ignored) {
-            self.state.health.answered();
+            self.state().health.answered();
         }
     }
 
@@ -312,44 +310,47 @@ impl Guard {
             .map(|started| now.saturating_duration_since(started));
         // Up to the stop point (the first frame, by default): the latency
         // the breaker, health, the estimate and the limit judge.
-        let stop = self.state.settings().stop_point;
+        let stop = self.state().settings().stop_point;
         let elapsed = total.map(|total| self.timing.latency(stop, total));
         let latency = elapsed.unwrap_or(Duration::ZERO);
-        let penalty = self.state.settings().health.failure_penalty;
+        let penalty = self.state().settings().health.failure_penalty;
         match outcome {
             Outcome::Success if self.started.is_some() => {
-                self.state.latency.record(latency, outcome);
+                self.state().latency.record(latency, outcome);
                 // What the caller saw, cold starts included.
                 if let (true, Some((ttft, tpot))) = (self.events, self.timing.ended_stream()) {
-                    self.state.stream.record(ttft, tpot);
+                    self.state().stream.record(ttft, tpot);
                     #[cfg(feature = "metrics")]
-                    crate::balance::state::stream::export(&self.state.id, ttft, tpot);
+                    crate::balance::state::stream::export(&self.state().id, ttft, tpot);
                 }
                 // A request that may have waited for its model to load
                 // says nothing of the backend's health: cold loads are
                 // expected, and the balancer chose them.
                 if self.warmth == Warmth::Warm {
-                    self.state.health.record(elapsed, outcome, penalty);
+                    self.state().health.record(elapsed, outcome, penalty);
                     // A warm inference request: its model's work.
                     if let Some(key) = self.model() {
-                        self.state.fleet.work.record(key, total.unwrap_or_default());
+                        self.state()
+                            .fleet
+                            .work
+                            .record(key, total.unwrap_or_default());
                     }
                 }
             }
             Outcome::Failure | Outcome::Overload => {
                 if self.started.is_some() {
-                    self.state.latency.record(latency, outcome);
+                    self.state().latency.record(latency, outcome);
                 }
-                self.state.health.record(elapsed, outcome, penalty);
+                self.state().health.record(elapsed, outcome, penalty);
             }
             // An untimed success has no latency; the caller's error says
             // nothing of the backend's speed.
             _ => {}
         }
         // An adaptive admission limit learns from the timed requests.
-        if let (Some(admission), Some(_)) = (self.state.fleet.admission(), elapsed) {
-            let in_flight = self.state.load();
-            self.state
+        if let (Some(admission), Some(_)) = (self.state().fleet.admission(), elapsed) {
+            let in_flight = self.state().load();
+            self.state()
                 .limit
                 .record(admission, outcome, latency, in_flight);
         }
@@ -365,8 +366,8 @@ impl Guard {
     fn untimed(&mut self, outcome: Outcome) {
         self.alive(outcome);
         if matches!(outcome, Outcome::Failure | Outcome::Overload) {
-            let penalty = self.state.settings().health.failure_penalty;
-            self.state.health.record(None, outcome, penalty);
+            let penalty = self.state().settings().health.failure_penalty;
+            self.state().health.record(None, outcome, penalty);
         }
         self.record(outcome, None, None);
     }
@@ -375,12 +376,13 @@ impl Guard {
     /// is read only if the breaker's state can change.
     fn record(&mut self, outcome: Outcome, elapsed: Option<Duration>, now: Option<Instant>) {
         if let (Outcome::Success, Some(key), Warmth::Cold) = (outcome, self.model(), self.warmth) {
-            self.state.residency.confirm(key);
+            self.state().residency.confirm(key);
         }
         let now = || now.unwrap_or_else(Instant::now);
         match self.admission.take() {
             Some(Admission::Backend(ticket)) => {
-                self.state
+                self.in_flight
+                    .state()
                     .breaker
                     .record_ticket_with(ticket, outcome, elapsed, now);
             }
@@ -399,22 +401,21 @@ impl Drop for Guard {
             // Outrun by a backup: it ran at least this long.
             let now = Instant::now();
             let ran = now.saturating_duration_since(started);
-            self.state.latency.record(ran, Outcome::Success);
+            self.state().latency.record(ran, Outcome::Success);
             // Outrun: a slow call for the breaker, never a failure.
-            let slow = self.state.breaker.config().slow_call_duration();
+            let slow = self.state().breaker.config().slow_call_duration();
             self.record(Outcome::Success, Some(ran.max(slow)), Some(now));
         }
         match self.admission.take() {
-            Some(Admission::Backend(ticket)) => self.state.breaker.release_ticket(ticket),
+            Some(Admission::Backend(ticket)) => self.state().breaker.release_ticket(ticket),
             Some(Admission::Pair(breaker, ticket)) => breaker.release_ticket(ticket),
             Some(Admission::Bypass) | None => {}
         }
         if let (true, Some(key)) = (self.counted, self.model()) {
-            self.state.residency.leave(key);
+            self.state().residency.leave(key);
         }
-        self.state.traffic.end();
-        // Out of the fleet's load; its room free for a waiting request.
-        self.state.fleet.ended();
+        // `in_flight`, dropped next, counts the request out of the
+        // backend's and the fleet's load.
     }
 }
 

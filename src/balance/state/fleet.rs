@@ -14,7 +14,7 @@ use crate::balance::state::demand::Work;
 use crate::balance::state::placement::Placement;
 use crate::balance::state::queue::WaitQueue;
 use crate::balance::state::scoped::Scoped;
-use crate::balance::state::traffic::{Branch, FleetTraffic};
+use crate::balance::state::traffic::FleetTraffic;
 use crate::classify::timing::StopPoint;
 use crate::classify::Classifier;
 use crate::health::HealthConfig;
@@ -155,21 +155,6 @@ impl Fleet {
     #[inline]
     pub(crate) fn placement(&self) -> Option<&Arc<Placement>> {
         self.placement.get()
-    }
-
-    /// A request picked, by the branch it took: counted in the fleet's
-    /// traffic and in-flight load until [`Fleet::ended`].
-    #[inline]
-    pub(crate) fn started(&self, branch: Branch) {
-        self.gauges.traffic.start(branch);
-    }
-
-    /// A picked request ended (finished or dropped): out of the fleet's
-    /// in-flight load, and its room free for a request waiting for it.
-    #[inline]
-    pub(crate) fn ended(&self) {
-        self.gauges.traffic.end();
-        self.queue.room_freed();
     }
 
     /// Milliseconds from the fleet's base to `now`.

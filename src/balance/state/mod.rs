@@ -11,6 +11,7 @@
 //! | `backend.rs` | one backend's live state: in flight, breaker, residency, latency, health |
 //! | `fleet.rs` | what every backend of one balancer shares: settings from the config, gauges, pair breakers, placement |
 //! | `traffic.rs` | request counts per backend and per branch |
+//! | `in_flight.rs` | [`InFlight`](in_flight::InFlight): one picked request counted in flight, on its backend and in the fleet, until dropped |
 //! | `cost.rs` | the cost of one more request, and the latency estimate |
 //! | `assign.rs` | which backends own each model in demand: consistent hashing with bounded loads over the models' work |
 //! | `assigned.rs` | those owners as the picks read them, and a pick's walk: the assigned owners, then the ring |
@@ -35,6 +36,7 @@ pub(crate) mod cost;
 pub(crate) mod demand;
 pub(crate) mod fleet;
 pub(crate) mod health;
+pub(crate) mod in_flight;
 pub(crate) mod limit;
 pub(crate) mod load_limits;
 pub(crate) mod lru;

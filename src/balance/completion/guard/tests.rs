@@ -7,6 +7,7 @@ use crate::balance::completion::finish::read_residency;
 use crate::balance::config::fields::ResidencyHeader;
 use crate::balance::state::fleet::Fleet;
 use crate::balance::state::residency::Presence;
+use crate::balance::state::traffic::Branch;
 use crate::breaker::BreakerConfig;
 
 fn state() -> Arc<BackendState> {
@@ -18,6 +19,11 @@ fn state() -> Arc<BackendState> {
         Arc::new(Fleet::new()),
         Start::default(),
     ))
+}
+
+/// A request on `state` started.
+fn started(state: &Arc<BackendState>) -> InFlight {
+    InFlight::start(state.clone(), Branch::ResidentOwner)
 }
 
 #[tokio::test(start_paused = true)]
@@ -36,11 +42,12 @@ async fn a_cold_load_header_marks_the_model_served_even_if_the_body_is_dropped()
     ));
     state.residency.touch(KEY, 0);
     let guard = Guard::new(
-        state.clone(),
+        started(&state),
         Admission::Bypass,
         None,
         Some(KEY),
         Warmth::Cold,
+        None,
     );
     read_residency(&guard, &HeaderMap::new());
     assert_eq!(
@@ -60,7 +67,16 @@ async fn only_a_success_confirms_the_model_served() {
     const KEY: u64 = 42;
     let state = state();
     state.residency.touch(KEY, 0);
-    let guard = |warmth| Guard::new(state.clone(), Admission::Bypass, None, Some(KEY), warmth);
+    let guard = |warmth| {
+        Guard::new(
+            started(&state),
+            Admission::Bypass,
+            None,
+            Some(KEY),
+            warmth,
+            None,
+        )
+    };
     guard(Warmth::Cold).finish(Outcome::Failure);
     drop(guard(Warmth::Cold));
     guard(Warmth::Warm).finish(Outcome::Success);
