@@ -189,7 +189,7 @@ impl Ctx<'_> {
     /// on first need).
     #[inline]
     pub(crate) fn now_ms(&self) -> u64 {
-        self.table.fleet.millis(self.now.get())
+        self.table.millis(self.now.get())
     }
 
     /// The cheapest of `among` (all eligible): a backend to try first

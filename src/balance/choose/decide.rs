@@ -131,10 +131,10 @@ impl Local {
         // urgency or higher waits for, for the same model: it joins the
         // queue behind it, or is shed (a retry of a waiting request is
         // that request).
-        if !self.retries && table.fleet.queue.ahead(route.urgency, route.hash) {
+        if !self.retries && table.queued_ahead(route.urgency, route.hash) {
             return Err(Refused::saturated(&table.fleet, route));
         }
-        let placement = table.fleet.placement();
+        let placement = table.placement();
         let rules = Rules::of(&shared.config, placement);
         let picked = pick(table, &ask, &rules, now, random, &mut self.scratch)
             .map_err(|miss| Refused::of(miss, &shared.stats, &table.fleet, route, &ask))?;

@@ -102,7 +102,7 @@ impl<'p, 'a> Inference<'p, 'a> {
             ask,
             rules,
             k: ask.owners.clamp(1, MAX_OWNERS),
-            admission: ctx.table.fleet.admission().is_some(),
+            admission: ctx.table.under_admission(),
             cap: OnceCell::new(),
         }
     }

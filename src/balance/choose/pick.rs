@@ -19,7 +19,7 @@ use crate::route::RequestKind;
 /// (every candidate was at its limit), saturation; else no backend.
 #[cold]
 fn saturated_or_none(ctx: &Ctx<'_>) -> Miss {
-    let admission = ctx.table.fleet.admission().is_some();
+    let admission = ctx.table.under_admission();
     if admission && (0..ctx.table.backends.len()).any(|i| ctx.eligible(i)) {
         Miss::Saturated
     } else {

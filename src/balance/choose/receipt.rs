@@ -33,7 +33,7 @@ pub(crate) fn receipt(table: &Table, ask: &Ask, picked: &Pick, now: &Now) -> Rou
 /// prefix hit, then the lowest cost.
 fn runner_up(table: &Table, ask: &Ask, chosen: usize, now: &Now) -> Option<usize> {
     let k = ask.owners.clamp(1, MAX_OWNERS);
-    let now_ms = || table.fleet.millis(now.get());
+    let now_ms = || table.millis(now.get());
     let rank = |i: usize| {
         let state = &table.backends[i];
         let served = state.residency.presence(ask.key, now_ms) == Presence::Served;

@@ -61,13 +61,12 @@ fn model_absent(guard: &Guard) {
         return;
     };
     let state = guard.state();
-    match state.fleet.placement.get() {
+    match state.placement() {
         Some(placement) => placement.not_found(state, key),
         // Nobody will load it there: a server that answers 404 rather
         // than load on demand gets the model cold no more for a while.
         None => {
-            let now = state.fleet.millis(tokio::time::Instant::now());
-            state.residency.refuse(key, now);
+            state.residency.refuse(key, state.millis_now());
         }
     }
 }

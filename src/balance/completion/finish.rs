@@ -7,7 +7,6 @@
 
 use http::{HeaderMap, StatusCode};
 use http_body::Body;
-use tokio::time::Instant;
 
 use crate::balance::completion::body::{ResponseBody, Verdict};
 use crate::balance::completion::guard::Guard;
@@ -76,9 +75,8 @@ impl<B: Body, E> Finish<http::Response<B>, E> for AtEndOfBody {
             guard.watch_not_found();
         }
         read_residency(&guard, response.headers());
-        let verdict = guard
-            .classifier()
-            .classify_head(response.status(), response.headers());
+        let classifier = &guard.state().settings().classifier;
+        let verdict = classifier.classify_head(response.status(), response.headers());
         let verdict = answered(&guard, response.status(), verdict);
         self.track_completion(response, guard, verdict)
     }
@@ -121,12 +119,12 @@ fn read_residency_header(guard: &Guard, header: &ResidencyHeader, headers: &Head
                 return;
             };
             let keys = list.split(',').map(str::trim).filter_map(ModelId::hash_of);
-            residency.sync(keys, state.fleet.millis(Instant::now()));
+            residency.sync(keys, state.millis_now());
         }
         ResidencyHeader::ColdLoad(name) => {
             // Loaded now or resident before: resident and served.
             if let (Some(key), true) = (guard.model(), headers.contains_key(name)) {
-                residency.touch(key, state.fleet.millis(Instant::now()));
+                residency.touch(key, state.millis_now());
                 residency.confirm(key);
             }
         }

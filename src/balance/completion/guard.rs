@@ -17,7 +17,6 @@ use crate::balance::state::placement::Placement;
 use crate::balance::state::residency::Warmth;
 use crate::breaker::BreakerState;
 use crate::classify::timing::Timing;
-use crate::classify::Classifier;
 use crate::classify::Outcome;
 
 /// One request in flight on a picked backend, from the pick until its
@@ -199,7 +198,7 @@ impl Guard {
     /// unloaded to make room), and returns the placement.
     #[inline]
     pub(crate) fn placement(&mut self) -> Option<Arc<Placement>> {
-        let placement = self.in_flight.state().fleet.placement()?;
+        let placement = self.in_flight.state().placement()?;
         if let (Some(key), false) = (self.model(), self.counted) {
             self.counted = self.in_flight.state().residency.enter(key);
         }
@@ -232,12 +231,6 @@ impl Guard {
     /// An inference request's model hash.
     pub(crate) fn model(&self) -> Option<u64> {
         self.inference.then_some(self.model)
-    }
-
-    /// What the response's outcome is read from.
-    #[inline]
-    pub(crate) fn classifier(&self) -> &Classifier {
-        &self.state().settings().classifier
     }
 
     /// The picked backend.
@@ -348,11 +341,8 @@ impl Guard {
             _ => {}
         }
         // An adaptive admission limit learns from the timed requests.
-        if let (Some(admission), Some(_)) = (self.state().fleet.admission(), elapsed) {
-            let in_flight = self.state().load();
-            self.state()
-                .limit
-                .record(admission, outcome, latency, in_flight);
+        if elapsed.is_some() {
+            self.state().learn_limit(outcome, latency);
         }
         // A cold start is slow by nature: the breaker does not judge its
         // time (a 30 s model load is not a slow call).

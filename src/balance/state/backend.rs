@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -15,6 +16,7 @@ use crate::balance::state::cost::{cost, LatencyEwma};
 use crate::balance::state::fleet::{Fleet, Settings};
 use crate::balance::state::health::{BackendHealth, WarmUp};
 use crate::balance::state::limit::BackendLimit;
+use crate::balance::state::placement::Placement;
 use crate::balance::state::prefix::PrefixRecord;
 use crate::balance::state::residency::Residency;
 use crate::balance::state::scoped::PairCounts;
@@ -122,6 +124,26 @@ impl BackendState {
 
     pub(crate) fn load(&self) -> usize {
         self.traffic.in_flight()
+    }
+
+    /// On-demand placement, once enabled (the fleet's).
+    #[inline]
+    pub(crate) fn placement(&self) -> Option<&Arc<Placement>> {
+        self.fleet.placement()
+    }
+
+    /// Now, on the fleet's millisecond clock (residency stamps): reads
+    /// the clock.
+    pub(crate) fn millis_now(&self) -> u64 {
+        self.fleet.millis(Instant::now())
+    }
+
+    /// Under an adaptive admission limit, the limit learns from a timed
+    /// request's `outcome` and `latency` (at the load in flight now).
+    pub(crate) fn learn_limit(&self, outcome: Outcome, latency: Duration) {
+        if let Some(admission) = self.fleet.admission() {
+            self.limit.record(admission, outcome, latency, self.load());
+        }
     }
 
     /// Whether it has room for one more request of `urgency` under its

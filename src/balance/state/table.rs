@@ -2,11 +2,15 @@
 
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
 use crate::balance::state::assign::Assigned;
 use crate::balance::state::assigned::{AssignedTable, OwnersWalk};
 use crate::balance::state::backend::BackendState;
 use crate::balance::state::fleet::Fleet;
+use crate::balance::state::placement::Placement;
 use crate::ring::Ring;
+use crate::route::Urgency;
 
 /// Ring and backend states; `backends[i]` is ring member `i`.
 #[derive(Debug)]
@@ -42,6 +46,31 @@ impl Table {
     #[inline]
     pub(crate) fn walk(&self, affinity: u64, assigned: Assigned) -> OwnersWalk<'_> {
         OwnersWalk::new(&self.ring, affinity, assigned)
+    }
+
+    /// On-demand placement, once enabled.
+    #[inline]
+    pub(crate) fn placement(&self) -> Option<&Arc<Placement>> {
+        self.fleet.placement()
+    }
+
+    /// Whether per-backend admission is on.
+    #[inline]
+    pub(crate) fn under_admission(&self) -> bool {
+        self.fleet.admission().is_some()
+    }
+
+    /// Whether a request waits for room, under admission, that an arrival
+    /// of `urgency` for the model with hash `key` must not take.
+    #[inline]
+    pub(crate) fn queued_ahead(&self, urgency: Urgency, key: u64) -> bool {
+        self.fleet.queue.ahead(urgency, key)
+    }
+
+    /// `now` on the fleet's millisecond clock (residency stamps).
+    #[inline]
+    pub(crate) fn millis(&self, now: Instant) -> u64 {
+        self.fleet.millis(now)
     }
 
     /// Requests in flight over every backend.
