@@ -38,10 +38,9 @@ impl Complete for Guard {
     }
 
     fn complete(mut self, outcome: Outcome) {
-        if let Some(peek) = self.take_not_found() {
-            if peek.missing() == Missing::Model {
-                model_absent(&self);
-            }
+        let missing = self.not_found().map(|peek| peek.missing());
+        if missing == Some(Missing::Model) {
+            model_absent(&self);
         }
         self.finish(outcome);
     }

@@ -188,11 +188,6 @@ impl Guard {
         self.not_found.as_deref_mut()
     }
 
-    /// The 404's body, no longer watched.
-    pub(crate) fn take_not_found(&mut self) -> Option<Box<Peek>> {
-        self.not_found.take()
-    }
-
     /// With placement on, counts the request in its model's requests in
     /// flight on the backend (a model with requests in flight is never
     /// unloaded to make room), and returns the placement.
