@@ -4,11 +4,10 @@
 use tower_layer::Layer;
 
 use std::fmt;
-use std::sync::Arc;
 
 use super::admission::WhenOpen;
 use super::config::BreakerConfig;
-use super::events::OnTransition;
+use super::events::{Hook, OnTransition};
 use super::service::CircuitBreaker;
 use super::shared::handle::Breaker;
 use crate::classify::timing::StopPoint;
@@ -25,7 +24,7 @@ pub struct CircuitBreakerLayer<C = ServerErrorsAsFailures, K = AtEndOfBody> {
     classifier: C,
     when_open: WhenOpen,
     stop: StopPoint,
-    hook: Option<Arc<dyn OnTransition>>,
+    hook: Option<Hook>,
     track: K,
 }
 
@@ -132,7 +131,7 @@ impl<C, K> CircuitBreakerLayer<C, K> {
     /// [`Breaker::with_hook`]).
     pub fn on_transition(self, hook: impl OnTransition) -> Self {
         Self {
-            hook: Some(Arc::new(hook)),
+            hook: Some(Hook::new(hook)),
             ..self
         }
     }
@@ -142,10 +141,7 @@ impl<S, C: Clone, K: Clone> Layer<S> for CircuitBreakerLayer<C, K> {
     type Service = CircuitBreaker<S, C, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let breaker = match &self.hook {
-            Some(hook) => Breaker::with_hook(self.policy.clone(), hook.clone()),
-            None => Breaker::new(self.policy.clone()),
-        };
+        let breaker = Breaker::build(self.policy.clone(), None, self.hook.clone());
         CircuitBreaker::new(inner, breaker, self.classifier.clone())
             .with_when_open(self.when_open)
             .with_stop_point(self.stop)

@@ -210,7 +210,7 @@
 mod admission;
 mod body;
 mod config;
-mod events;
+pub(crate) mod events;
 pub mod future;
 mod layer;
 mod service;

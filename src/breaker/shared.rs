@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use self::handle::Inner;
 use super::config::BreakerConfig;
-use super::events::OnTransition;
+use super::events::{Hook, OnTransition};
 use super::state::machine::CircuitState;
 use super::state::values::{BreakerState, BreakerStats, Mode, Refused, Ticket, TransitionCounts};
 use crate::classify::Outcome;
@@ -43,7 +43,7 @@ impl Breaker {
     /// # }
     /// ```
     pub fn with_hook(policy: BreakerConfig, hook: impl OnTransition) -> Self {
-        Self::build(policy, None, Some(Box::new(hook)))
+        Self::build(policy, None, Some(Hook::new(hook)))
     }
 
     /// A closed breaker that keeps `not_closed` counting how many of the
@@ -52,15 +52,16 @@ impl Breaker {
     pub(crate) fn with_gauge(
         policy: BreakerConfig,
         not_closed: Arc<AtomicUsize>,
-        hook: Option<Box<dyn OnTransition>>,
+        hook: Option<Hook>,
     ) -> Self {
         Self::build(policy, Some(not_closed), hook)
     }
 
-    fn build(
+    /// A closed breaker: the one way every constructor takes.
+    pub(super) fn build(
         policy: BreakerConfig,
         not_closed: Option<Arc<AtomicUsize>>,
-        hook: Option<Box<dyn OnTransition>>,
+        hook: Option<Hook>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -136,11 +137,11 @@ impl Breaker {
     #[inline(never)]
     fn try_ticket_locked(&self, now: Instant) -> Result<Ticket, BreakerOpen> {
         let mut state = self.lock();
-        let admitted = state.try_acquire(now);
-        let transition = match admitted {
-            Ok((_, transition)) | Err(Refused { transition, .. }) => transition,
+        let mut admitted = state.try_acquire(now);
+        let transition = match &mut admitted {
+            Ok((_, transition)) | Err(Refused { transition, .. }) => transition.take(),
         };
-        self.publish(&state, transition);
+        self.publish(&state, transition.as_ref());
         drop(state);
         self.notify(transition);
         admitted.map(|(ticket, _)| ticket).map_err(|refused| {
@@ -189,10 +190,11 @@ impl Breaker {
         let now = now();
         let mut state = self.lock();
         let transition = state.record(ticket, outcome, elapsed, now);
-        self.publish(&state, transition);
+        let changed = transition.is_some();
+        self.publish(&state, transition.as_ref());
         drop(state);
         self.notify(transition);
-        if outcome == Outcome::Ignored && transition.is_none() {
+        if outcome == Outcome::Ignored && !changed {
             // A half-open permit may have come back.
             self.wake_waiters();
         }

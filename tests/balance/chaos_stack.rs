@@ -150,9 +150,10 @@ pub fn build(servers: &[&ModelServer]) -> Built {
     let transitions = Transitions::default();
     let log = transitions.clone();
     let config = BalanceConfig::builder()
-        .on_breaker_transition(move |id, t| {
+        .on_breaker_transition(move |t: &Transition| {
             let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
-            log.push((tokio::time::Instant::now(), id.clone(), *t));
+            let id = t.backend.clone().expect("a backend breaker's");
+            log.push((tokio::time::Instant::now(), id, t.clone()));
         })
         .owners(2)
         .min_owners(2)

@@ -15,7 +15,7 @@ use tower::discover::{Change, ServiceList};
 use tower::{Service, ServiceExt};
 use tower_model_balance::backend::Backend;
 use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
-use tower_model_balance::breaker::{BreakerConfig, BreakerState, Mode};
+use tower_model_balance::breaker::{BreakerConfig, BreakerState, Mode, Transition};
 use tower_model_balance::classify::Outcome;
 use tower_model_balance::error::NoHealthyBackend;
 use tower_model_balance::route::{ModelId, RequestKind, RouteInfo, Urgency};
@@ -346,7 +346,8 @@ async fn the_config_hook_hears_each_backend_breaker_transition_with_its_backend(
                 .build()
                 .unwrap(),
         )
-        .on_breaker_transition(move |backend, t| {
+        .on_breaker_transition(move |t: &Transition| {
+            let backend = t.backend.as_ref().expect("a backend breaker's");
             log.lock()
                 .unwrap()
                 .push((backend.as_str().to_owned(), t.to, t.reason));

@@ -1,14 +1,13 @@
 //! [`BalanceConfigBuilder`]: the validated way to a [`BalanceConfig`].
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::admission::AdmissionConfig;
-use super::fields::{
-    BalanceConfig, BreakerHook, BreakerScope, ResidencyHeader, StagingConfig, MAX_PAIRS,
-};
-use crate::backend::BackendId;
-use crate::breaker::{BreakerConfig, Transition};
+use super::fields::{BalanceConfig, BreakerScope, ResidencyHeader, StagingConfig, MAX_PAIRS};
+use crate::breaker::events::Hook;
+#[cfg(doc)]
+use crate::breaker::Transition;
+use crate::breaker::{BreakerConfig, OnTransition};
 use crate::classify::timing::StopPoint;
 use crate::classify::Classifier;
 use crate::error::InvalidConfig;
@@ -165,16 +164,17 @@ impl BalanceConfigBuilder {
 
     /// Tells `hook` of every transition of a backend's breaker (the
     /// backend-level breakers; in [`BreakerScope::BackendModel`] the pair
-    /// breakers are not reported), with the backend's ID, after the
-    /// breaker's lock is released. Also in `tracing` at debug level.
+    /// breakers are not reported), the backend's ID in
+    /// [`Transition::backend`], after the breaker's lock is released. Also
+    /// in `tracing` at debug level.
     ///
     /// ```
     /// use tower_model_balance::balance::BalanceConfig;
-    /// use tower_model_balance::breaker::BreakerState;
+    /// use tower_model_balance::breaker::{BreakerState, Transition};
     ///
     /// let config = BalanceConfig::builder()
-    ///     .on_breaker_transition(|backend, t| {
-    ///         if t.to == BreakerState::Open {
+    ///     .on_breaker_transition(|t: &Transition| {
+    ///         if let (BreakerState::Open, Some(backend)) = (t.to, &t.backend) {
     ///             eprintln!("{backend} opened: {:?}", t.reason);
     ///         }
     ///     })
@@ -182,11 +182,8 @@ impl BalanceConfigBuilder {
     ///     .unwrap();
     /// # drop(config);
     /// ```
-    pub fn on_breaker_transition(
-        mut self,
-        hook: impl Fn(&BackendId, &Transition) + Send + Sync + 'static,
-    ) -> Self {
-        self.config.breaker_hook = Some(BreakerHook(Arc::new(hook)));
+    pub fn on_breaker_transition(mut self, hook: impl OnTransition) -> Self {
+        self.config.breaker_hook = Some(Hook::new(hook));
         self
     }
 

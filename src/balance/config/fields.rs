@@ -1,13 +1,11 @@
 //! The balancer's validated configuration: [`BalanceConfig`] and its
 //! parts (the builder is in [`builder`](super::builder)).
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::admission::AdmissionConfig;
-use crate::backend::BackendId;
-use crate::breaker::{BreakerConfig, Transition};
+use crate::breaker::events::Hook;
+use crate::breaker::BreakerConfig;
 use crate::classify::timing::StopPoint;
 use crate::classify::Classifier;
 use crate::error::InvalidConfig;
@@ -72,7 +70,7 @@ pub struct BalanceConfig {
     /// How joins and weight changes enter the ring.
     pub(crate) staging: StagingConfig,
     /// Told of every transition of the backends' breakers.
-    pub(crate) breaker_hook: Option<BreakerHook>,
+    pub(crate) breaker_hook: Option<Hook>,
     /// How backend health is scored and when a backend is ejected.
     pub(crate) health: HealthConfig,
     /// The response header residency is learned from, if any.
@@ -146,27 +144,6 @@ pub enum ResidencyHeader {
     /// (e.g. the simulator's `x-sim-cold-load`): either way the model is
     /// resident there now, and served.
     ColdLoad(HeaderName),
-}
-
-/// A hook on the balancer's backend breakers: the backend and the
-/// transition. Compared by identity (two configs are equal when they share
-/// the same hook).
-#[derive(Clone)]
-pub(crate) struct BreakerHook(pub(crate) Arc<HookFn>);
-
-/// What a [`BreakerHook`] calls.
-type HookFn = dyn Fn(&BackendId, &Transition) + Send + Sync;
-
-impl fmt::Debug for BreakerHook {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("BreakerHook")
-    }
-}
-
-impl PartialEq for BreakerHook {
-    fn eq(&self, other: &Self) -> bool {
-        std::ptr::addr_eq(Arc::as_ptr(&self.0), Arc::as_ptr(&other.0))
-    }
 }
 
 impl Default for BalanceConfig {

@@ -10,7 +10,6 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::BackendId;
-use crate::balance::config::fields::BreakerHook;
 use crate::balance::state::clock::Now;
 use crate::balance::state::cost::{cost, LatencyEwma};
 use crate::balance::state::fleet::{Fleet, Settings};
@@ -22,15 +21,20 @@ use crate::balance::state::residency::Residency;
 use crate::balance::state::scoped::PairCounts;
 use crate::balance::state::stream::StreamTimes;
 use crate::balance::state::traffic::Traffic;
-use crate::breaker::{Breaker, BreakerConfig, OnTransition, Ticket, Transition};
+use crate::breaker::events::Hook;
+use crate::breaker::{Breaker, BreakerConfig, Ticket, Transition};
 use crate::classify::Outcome;
 use crate::route::Urgency;
 
-/// The fleet's breaker hook, told `id` with each transition.
-fn hook(id: &BackendId, fleet: &Fleet) -> Option<Box<dyn OnTransition>> {
-    let BreakerHook(hook) = fleet.settings.breaker_hook.clone()?;
+/// The fleet's breaker hook, told `id` in each transition.
+fn hook(id: &BackendId, fleet: &Fleet) -> Option<Hook> {
+    let hook = fleet.settings.breaker_hook.clone()?;
     let id = id.clone();
-    Some(Box::new(move |t: &Transition| hook(&id, t)))
+    Some(Hook::new(move |t: &Transition| {
+        let mut t = t.clone();
+        t.backend = Some(id.clone());
+        hook.call(&t)
+    }))
 }
 
 /// How a new backend state starts.

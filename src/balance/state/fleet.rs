@@ -9,12 +9,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::balance::config::admission::AdmissionConfig;
-use crate::balance::config::fields::{BalanceConfig, BreakerHook, BreakerScope, ResidencyHeader};
+use crate::balance::config::fields::{BalanceConfig, BreakerScope, ResidencyHeader};
 use crate::balance::state::demand::Work;
 use crate::balance::state::placement::Placement;
 use crate::balance::state::queue::WaitQueue;
 use crate::balance::state::scoped::Scoped;
 use crate::balance::state::traffic::FleetTraffic;
+use crate::breaker::events::Hook;
 use crate::classify::timing::StopPoint;
 use crate::classify::Classifier;
 use crate::health::HealthConfig;
@@ -45,7 +46,7 @@ pub(crate) struct Fleet {
 #[derive(Debug, Default)]
 pub(crate) struct Settings {
     /// Told of the backend breakers' transitions.
-    pub(crate) breaker_hook: Option<BreakerHook>,
+    pub(crate) breaker_hook: Option<Hook>,
     /// How health is scored.
     pub(crate) health: HealthConfig,
     /// Time constant of an idle backend's latency estimate.

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::time::Instant;
 
 use crate::balance::state::lru::Lru;
+use crate::breaker::events::Hook;
 use crate::breaker::{Breaker, BreakerConfig, BreakerState, OnTransition, Ticket, Transition};
 
 /// The most gauge slots (a power of two).
@@ -161,7 +162,7 @@ impl Scoped {
         let (breaker, evicted) = {
             let mut pairs = self.lock();
             let (breaker, evicted) = pairs.get_or_insert_with((uid, key), || {
-                let hook: Box<dyn OnTransition> = Box::new(PairHook {
+                let hook = Hook::new(PairHook {
                     fleet: self.trips.clone(),
                     backend: counts.clone(),
                     counted: AtomicBool::new(false),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::breaker::events::OnTransition;
+use crate::breaker::events::Hook;
 use crate::breaker::state::machine::CircuitState;
 use crate::sync::{AtomicBool, AtomicU64, Mutex};
 
@@ -65,7 +65,7 @@ pub(super) struct Inner {
     /// Counts the breakers of a fleet that are not closed (the balancer's
     /// panic check reads it).
     pub(super) not_closed: Option<Arc<AtomicUsize>>,
-    pub(super) hook: Option<Box<dyn OnTransition>>,
+    pub(super) hook: Option<Hook>,
     /// Tasks waiting for the breaker to admit (backpressure services),
     /// woken and cleared on every transition, change of mode or half-open
     /// permit given back.

@@ -16,14 +16,15 @@ impl Breaker {
     pub(super) fn apply_mode(&self, mode: Mode) {
         let mut state = self.lock();
         let transition = state.set_mode(mode, Instant::now());
-        self.publish(&state, transition);
-        if transition.is_none() {
+        let changed = transition.is_some();
+        self.publish(&state, transition.as_ref());
+        if !changed {
             // The epoch moved all the same (a transition republishes).
             self.republish(&state);
         }
         drop(state);
         self.notify(transition);
-        if transition.is_none() {
+        if !changed {
             self.wake_waiters();
         }
     }
@@ -47,7 +48,7 @@ impl Breaker {
 
     /// Under the lock, after every change: republishes what the lock-free
     /// paths read, and counts a transition.
-    pub(super) fn publish(&self, state: &CircuitState, transition: Option<Transition>) {
+    pub(super) fn publish(&self, state: &CircuitState, transition: Option<&Transition>) {
         let inner = &self.inner;
         inner.saturated.store(state.saturated(), Ordering::Release);
         let probes_out_until = if state.probes_out() {
@@ -114,7 +115,7 @@ impl Breaker {
     pub(super) fn notify(&self, transition: Option<Transition>) {
         let Some(transition) = transition else { return };
         if let Some(hook) = &self.inner.hook {
-            hook.on_transition(&transition);
+            hook.call(&transition);
         }
         self.wake_waiters();
     }

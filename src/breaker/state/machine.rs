@@ -338,11 +338,7 @@ impl CircuitState {
         self.state = State::Closed;
         self.epoch += 1;
         let to = self.state(now);
-        (from != to).then_some(Transition {
-            from,
-            to,
-            reason: Reason::Manual,
-        })
+        (from != to).then_some(Transition::new(from, to, Reason::Manual))
     }
 
     fn round_expired(&self, since: Instant, now: Instant) -> bool {
@@ -421,11 +417,7 @@ impl CircuitState {
         let from = kind(&self.state);
         self.state = state;
         self.epoch += 1;
-        Transition {
-            from,
-            to: kind(&self.state),
-            reason,
-        }
+        Transition::new(from, kind(&self.state), reason)
     }
 
     /// SplitMix64.

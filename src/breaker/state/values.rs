@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::backend::BackendId;
+
 /// A breaker's state, in the standard sense of the words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -70,7 +72,7 @@ impl Ticket {
 }
 
 /// A state change, returned by the call that caused it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Transition {
     /// State before.
@@ -79,10 +81,26 @@ pub struct Transition {
     pub to: BreakerState,
     /// What caused it.
     pub reason: Reason,
+    /// The backend whose breaker it is, for the balancer's backend
+    /// breakers; `None` for a standalone breaker or a layer's.
+    pub backend: Option<BackendId>,
+}
+
+impl Transition {
+    /// A transition of a breaker that names no backend (the balancer's
+    /// hook adds its backend's).
+    pub(crate) fn new(from: BreakerState, to: BreakerState, reason: Reason) -> Self {
+        Self {
+            from,
+            to,
+            reason,
+            backend: None,
+        }
+    }
 }
 
 /// A refused admission.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub(crate) struct Refused {
     /// How long until a probe may go: the rest of the open duration, or
