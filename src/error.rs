@@ -5,11 +5,10 @@
 //! `err.downcast_ref::<T>()`, as with tower's own `Elapsed` or `Overloaded`:
 //!
 //! ```
-//! use tower_model_balance::error::{BoxError, NoHealthyBackend};
-//! use tower_model_balance::route::ModelId;
+//! use tower_model_balance::error::{BoxError, PayloadTooLarge};
 //!
-//! let err: BoxError = NoHealthyBackend::new(ModelId::new("llama-3-8b").unwrap()).into();
-//! assert!(err.is::<NoHealthyBackend>());
+//! let err: BoxError = PayloadTooLarge::new(1024).into();
+//! assert!(err.is::<PayloadTooLarge>());
 //! ```
 //!
 //! This module gathers them in one place. Each error that names a value of

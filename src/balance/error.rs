@@ -22,8 +22,16 @@ pub struct NoHealthyBackend {
 
 impl NoHealthyBackend {
     /// Creates the error for `model`.
-    pub fn new(model: ModelId) -> Self {
+    pub(crate) fn new(model: ModelId) -> Self {
         Self { model }
+    }
+
+    /// `NoHealthyBackend::new` for the tests of a crate that maps the error (feature
+    /// `testing`): not part of the public API.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn for_tests(model: ModelId) -> Self {
+        Self::new(model)
     }
 }
 
@@ -58,13 +66,31 @@ pub struct Overloaded {
 
 impl Overloaded {
     /// Creates the error.
-    pub fn new(model: ModelId, urgency: Urgency, waited: Duration, retry_after: Duration) -> Self {
+    pub(crate) fn new(
+        model: ModelId,
+        urgency: Urgency,
+        waited: Duration,
+        retry_after: Duration,
+    ) -> Self {
         Self {
             model,
             urgency,
             waited,
             retry_after,
         }
+    }
+
+    /// `Overloaded::new` for the tests of a crate that maps the error (feature
+    /// `testing`): not part of the public API.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn for_tests(
+        model: ModelId,
+        urgency: Urgency,
+        waited: Duration,
+        retry_after: Duration,
+    ) -> Self {
+        Self::new(model, urgency, waited, retry_after)
     }
 }
 

@@ -119,7 +119,7 @@ impl<S, C, K> CircuitBreaker<S, C, K> {
 
     /// Stops the slow-call clock at `stop` (default
     /// [`StopPoint::FirstFrame`]).
-    pub fn with_stop_point(mut self, stop: StopPoint) -> Self {
+    pub(crate) fn with_stop_point(mut self, stop: StopPoint) -> Self {
         self.stop = stop;
         self
     }

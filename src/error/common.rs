@@ -54,8 +54,17 @@ pub struct BreakerOpen {
 
 impl BreakerOpen {
     /// Creates the error with the given wait.
-    pub const fn new(retry_after: Duration) -> Self {
+    #[cfg_attr(not(feature = "breaker"), allow(dead_code))]
+    pub(crate) const fn new(retry_after: Duration) -> Self {
         Self { retry_after }
+    }
+
+    /// `BreakerOpen::new` for the tests of a crate that maps the error (feature
+    /// `testing`): not part of the public API.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn for_tests(retry_after: Duration) -> Self {
+        Self::new(retry_after)
     }
 }
 

@@ -27,12 +27,20 @@ pub struct ModelLoadFailed {
 
 impl ModelLoadFailed {
     /// Creates the error.
-    pub fn new(backend: BackendId, model: ModelId, reason: impl Into<String>) -> Self {
+    pub(crate) fn new(backend: BackendId, model: ModelId, reason: impl Into<String>) -> Self {
         Self {
             backend,
             model,
             reason: reason.into(),
         }
+    }
+
+    /// `ModelLoadFailed::new` for the tests of a crate that maps the error (feature
+    /// `testing`): not part of the public API.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn for_tests(backend: BackendId, model: ModelId, reason: impl Into<String>) -> Self {
+        Self::new(backend, model, reason)
     }
 }
 
@@ -63,8 +71,16 @@ pub struct UnknownModel {
 
 impl UnknownModel {
     /// Creates the error.
-    pub fn new(backend: BackendId, model: ModelId) -> Self {
+    pub(crate) fn new(backend: BackendId, model: ModelId) -> Self {
         Self { backend, model }
+    }
+
+    /// `UnknownModel::new` for the tests of a crate that maps the error (feature
+    /// `testing`): not part of the public API.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn for_tests(backend: BackendId, model: ModelId) -> Self {
+        Self::new(backend, model)
     }
 }
 

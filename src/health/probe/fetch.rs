@@ -110,12 +110,6 @@ impl fmt::Debug for ProbeClient {
     }
 }
 
-/// A new [`ProbeClient`] over plain HTTP/1: [`ProbeClient::new`].
-#[deprecated(note = "use `ProbeClient::new()` (or `ProbeClient::from_client` for `https://`)")]
-pub fn client() -> ProbeClient {
-    ProbeClient::new()
-}
-
 /// Largest response body a JSON probe endpoint may send: 1 MiB.
 pub(crate) const MAX_JSON_BODY: usize = 1 << 20;
 

@@ -64,10 +64,6 @@ pub(crate) mod warn;
 
 #[cfg(feature = "probe")]
 #[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
-#[allow(deprecated)] // Re-exported as it is, until it is removed.
-pub use self::fetch::client;
-#[cfg(feature = "probe")]
-#[cfg_attr(docsrs, doc(cfg(feature = "probe")))]
 pub use self::fetch::ProbeClient;
 #[cfg(feature = "probe")]
 #[cfg_attr(docsrs, doc(cfg(feature = "probe")))]

@@ -57,7 +57,7 @@ fn classified(err: BoxError) -> ErrorReply {
 #[test]
 fn each_error_has_its_status() {
     let backend = BackendId::new("gpu-0").unwrap();
-    let shed = Overloaded::new(
+    let shed = Overloaded::for_tests(
         model(),
         tower_model_balance::route::Urgency::Normal,
         Duration::ZERO,
@@ -67,7 +67,7 @@ fn each_error_has_its_status() {
         (shed.into(), 429, Some(2), "overloaded"),
         (invalid_route(), 400, None, "invalid_route"),
         (
-            UnknownModel::new(backend.clone(), model()).into(),
+            UnknownModel::for_tests(backend.clone(), model()).into(),
             404,
             None,
             "model_not_found",
@@ -79,19 +79,19 @@ fn each_error_has_its_status() {
             "payload_too_large",
         ),
         (
-            NoHealthyBackend::new(model()).into(),
+            NoHealthyBackend::for_tests(model()).into(),
             503,
             Some(1),
             "no_healthy_backend",
         ),
         (
-            BreakerOpen::new(Duration::from_millis(4_200)).into(),
+            BreakerOpen::for_tests(Duration::from_millis(4_200)).into(),
             503,
             Some(5),
             "breaker_open",
         ),
         (
-            ModelLoadFailed::new(backend.clone(), model(), "HTTP 500").into(),
+            ModelLoadFailed::for_tests(backend.clone(), model(), "HTTP 500").into(),
             503,
             Some(1),
             "model_load_failed",
@@ -160,7 +160,7 @@ impl Error for Wrapped {
 
 #[test]
 fn a_wrapped_error_is_found_in_the_chain() {
-    let inner = BreakerOpen::new(Duration::from_secs(3));
+    let inner = BreakerOpen::for_tests(Duration::from_secs(3));
     let reply = classified(Box::new(Wrapped(Box::new(Wrapped(inner.into())))));
     assert_eq!(reply.status, 503);
     assert_eq!(reply.retry_after, Some(3));
@@ -177,7 +177,7 @@ fn the_body_has_the_openai_error_shape() {
         body["error"]["message"],
         "request body larger than 10 bytes"
     );
-    let response = classified(NoHealthyBackend::new(model()).into()).into_response();
+    let response = classified(NoHealthyBackend::for_tests(model()).into()).into_response();
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()[header::RETRY_AFTER], "1");
     assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");

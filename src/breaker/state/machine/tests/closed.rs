@@ -180,7 +180,10 @@ fn consecutive_failures_trip_before_minimum_calls() {
 fn an_overload_neither_counts_toward_nor_breaks_a_run() {
     let now = Instant::now();
     let mut s = breaker(base().window(20).minimum_calls(20).consecutive_failures(3));
-    assert_eq!(outcomes(&mut s, &[F, F, O, O], now), [None, None, None, None]);
+    assert_eq!(
+        outcomes(&mut s, &[F, F, O, O], now),
+        [None, None, None, None]
+    );
     assert_eq!(s.stats(now).consecutive_failures, 2);
     let t = call(&mut s, F, now).expect("the run of 3 goes on over overloads");
     assert_eq!(t.reason, Reason::ConsecutiveFailures);
@@ -190,7 +193,10 @@ fn an_overload_neither_counts_toward_nor_breaks_a_run() {
 fn a_success_breaks_a_run() {
     let now = Instant::now();
     let mut s = breaker(base().window(20).minimum_calls(20).consecutive_failures(3));
-    assert_eq!(outcomes(&mut s, &[F, F, S, F, F], now), [None, None, None, None, None]);
+    assert_eq!(
+        outcomes(&mut s, &[F, F, S, F, F], now),
+        [None, None, None, None, None]
+    );
     assert_eq!(s.stats(now).consecutive_failures, 2);
     assert!(call(&mut s, F, now).is_some());
 }
