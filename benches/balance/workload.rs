@@ -103,9 +103,10 @@ impl Workload {
                 Source::Prefixed(keys) => {
                     let session = (at % SESSIONS).to_le_bytes();
                     let key = keys[index].with_session(&session);
-                    let route = RouteInfo::new(ModelId::new(LLM).expect("a valid ID"));
+                    let mut route = RouteInfo::new(ModelId::new(LLM).expect("a valid ID"));
+                    route.prefix = Some(key);
                     let mut req = request(LLM, "inference");
-                    req.extensions_mut().insert(route.with_prefix(key));
+                    req.extensions_mut().insert(route);
                     req
                 }
             }

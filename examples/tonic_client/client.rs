@@ -204,5 +204,7 @@ where
 pub fn route_of(message: &ModelInferRequest) -> Result<RouteInfo, Status> {
     let model = ModelId::new(&message.model_name).map_err(errors::invalid_model_name)?;
     let size = u64::try_from(message.encoded_len()).unwrap_or(u64::MAX);
-    Ok(RouteInfo::new(model).with_payload_bytes(size))
+    let mut route = RouteInfo::new(model);
+    route.payload_bytes = Some(size);
+    Ok(route)
 }

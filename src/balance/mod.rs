@@ -259,7 +259,7 @@
 //! [`PrefixKey`](crate::route::PrefixKey) — set by
 //! [`ModelFromBodyBuilder::prefix_bytes`](crate::route::ModelFromBodyBuilder::prefix_bytes)
 //! and [`session_header`](crate::route::ModelFromBodyBuilder::session_header),
-//! or by any layer with [`RouteInfo::with_prefix`](crate::route::RouteInfo::with_prefix)
+//! or by any layer in [`RouteInfo::prefix`](crate::route::RouteInfo::prefix)
 //! — is routed by the key's group where it would be by its model: the
 //! group's owners are its ring walk, their number its demand (a hot system
 //! prompt gets more owners, a cooling one gives them back), all under the
@@ -286,7 +286,8 @@
 //! // Or from a layer of one's own.
 //! let model = ModelId::new("llama-3-8b").unwrap();
 //! let key = PrefixKey::from_prompt(&model, b"system\nYou are ACME's assistant.\n");
-//! let route = RouteInfo::new(model).with_prefix(key.with_session(b"conv-42"));
+//! let mut route = RouteInfo::new(model);
+//! route.prefix = Some(key.with_session(b"conv-42"));
 //! assert!(route.prefix.is_some());
 //! ```
 //!

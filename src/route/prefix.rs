@@ -20,7 +20,8 @@
 //! assert_eq!(turn.group(), a.group());
 //! assert!(turn.session().is_some());
 //!
-//! let route = RouteInfo::new(model).with_prefix(turn);
+//! let mut route = RouteInfo::new(model);
+//! route.prefix = Some(turn);
 //! assert_eq!(route.prefix, Some(turn));
 //! ```
 //!
@@ -34,7 +35,7 @@
 //!
 //! [`ModelFromBodyLayer`](super::ModelFromBodyLayer) (feature `body`)
 //! reads the key from an OpenAI-compatible body and a session header;
-//! any other layer can set one with [`RouteInfo::with_prefix`](super::RouteInfo::with_prefix).
+//! any other layer can set one in [`RouteInfo::prefix`](super::RouteInfo::prefix).
 
 use super::model::ModelId;
 

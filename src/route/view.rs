@@ -203,7 +203,7 @@ pub struct RouteInfo {
     /// prompt's prefix, a conversation), if known: a balancer routes by it
     /// in place of the model ID (see [`PrefixKey`]). Default `None`; set by
     /// [`ModelFromBodyBuilder::prefix_bytes`](crate::route::ModelFromBodyBuilder::prefix_bytes) or
-    /// [`RouteInfo::with_prefix`], never read from a header.
+    /// by hand, never read from a header.
     pub prefix: Option<PrefixKey>,
 }
 
@@ -220,28 +220,31 @@ impl RouteInfo {
         }
     }
 
-    /// Sets the request kind.
-    pub fn with_kind(mut self, kind: RequestKind) -> Self {
+    /// Sets the request kind (the crate's tests; users set the field).
+    #[cfg(test)]
+    pub(crate) fn with_kind(mut self, kind: RequestKind) -> Self {
         self.kind = kind;
         self
     }
 
-    /// Sets the urgency.
-    pub fn with_urgency(mut self, urgency: Urgency) -> Self {
+    /// Sets the urgency (the crate's tests).
+    #[cfg(test)]
+    pub(crate) fn with_urgency(mut self, urgency: Urgency) -> Self {
         self.urgency = urgency;
         self
     }
 
-    /// Sets the prefix key: the balancer routes the request by its group
-    /// (and session) in place of the model ID.
-    pub fn with_prefix(mut self, key: PrefixKey) -> Self {
-        self.prefix = Some(key);
+    /// Sets the payload size in bytes (the crate's tests).
+    #[cfg(test)]
+    pub(crate) fn with_payload_bytes(mut self, bytes: u64) -> Self {
+        self.payload_bytes = Some(bytes);
         self
     }
 
-    /// Sets the payload size in bytes.
-    pub fn with_payload_bytes(mut self, bytes: u64) -> Self {
-        self.payload_bytes = Some(bytes);
+    /// Sets the prefix key (the crate's tests).
+    #[cfg(test)]
+    pub(crate) fn with_prefix(mut self, key: PrefixKey) -> Self {
+        self.prefix = Some(key);
         self
     }
 

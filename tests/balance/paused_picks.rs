@@ -16,7 +16,9 @@ pub const ANSWER: Duration = Duration::from_millis(30);
 
 /// An update of model `m`: P2C over every backend.
 pub fn update() -> RouteInfo {
-    RouteInfo::new(ModelId::new("m").unwrap()).with_kind(RequestKind::Update)
+    let mut route = RouteInfo::new(ModelId::new("m").unwrap());
+    route.kind = RequestKind::Update;
+    route
 }
 
 /// Finishes every pick `latency` after now.

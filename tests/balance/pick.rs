@@ -252,7 +252,11 @@ async fn no_backend_is_a_typed_error_naming_the_model() {
     }
     assert_eq!(balancer.handle().stats().breaker_trips, 1);
     let err = balancer
-        .pick(&RouteInfo::new(model("resnet")).with_urgency(Urgency::Critical))
+        .pick(&{
+            let mut route = RouteInfo::new(model("resnet"));
+            route.urgency = Urgency::Critical;
+            route
+        })
         .unwrap_err();
     let err = err.downcast_ref::<NoHealthyBackend>().expect("typed");
     assert_eq!(err.model, model("resnet"));
@@ -281,7 +285,8 @@ async fn a_now_at_the_end_of_time_is_not_a_panic() {
     let mut balancer = ModelBalancer::new(named(&["a", "b"]), config).unwrap();
     let far = end_of_time();
     for kind in [RequestKind::Inference, RequestKind::Update] {
-        let route = RouteInfo::new(ModelId::new("m").unwrap()).with_kind(kind);
+        let mut route = RouteInfo::new(ModelId::new("m").unwrap());
+        route.kind = kind;
         let picked = balancer.pick_at(&route, far).unwrap();
         // Opening the breaker `open_duration` past the end of time.
         picked.guard.finish_at(Outcome::Failure, far);

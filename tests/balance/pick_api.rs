@@ -38,7 +38,9 @@ pub fn inference(name: &str) -> RouteInfo {
 }
 
 pub fn update(name: &str) -> RouteInfo {
-    RouteInfo::new(model(name)).with_kind(RequestKind::Update)
+    let mut route = RouteInfo::new(model(name));
+    route.kind = RequestKind::Update;
+    route
 }
 
 /// A discovery source that yields its backends at once and ends.

@@ -93,10 +93,10 @@ async fn openai_body_with_extra_and_nested_fields() {
         .body(Full::new(Bytes::from(body)))
         .unwrap();
     let seen = run(ModelFromBodyLayer::default(), req).await.unwrap();
-    let expected = RouteInfo::new(ModelId::new("llama-3-8b").unwrap())
-        .with_kind(RequestKind::Update)
-        .with_urgency(Urgency::High)
-        .with_payload_bytes(body.len() as u64);
+    let mut expected = RouteInfo::new(ModelId::new("llama-3-8b").unwrap());
+    expected.kind = RequestKind::Update;
+    expected.urgency = Urgency::High;
+    expected.payload_bytes = Some(body.len() as u64);
     assert_eq!(seen.route, Some(expected));
     assert_eq!(seen.body, body.as_bytes());
 }
@@ -226,8 +226,8 @@ async fn stripped_routing_headers_neither_route_nor_reach_the_inner_service() {
     let seen = run(stripping(), evil("/v1/completions", body))
         .await
         .unwrap();
-    let expected =
-        RouteInfo::new(ModelId::new("llama-3-8b").unwrap()).with_payload_bytes(body.len() as u64);
+    let mut expected = RouteInfo::new(ModelId::new("llama-3-8b").unwrap());
+    expected.payload_bytes = Some(body.len() as u64);
     assert_eq!(
         seen.route,
         Some(expected),
@@ -299,9 +299,9 @@ async fn kserve_v2_paths_are_not_parsed() {
             .body(Full::new(Bytes::from("tensors")))
             .unwrap();
         let seen = run(ModelFromBodyLayer::default(), req).await.unwrap();
-        let expected = RouteInfo::new(ModelId::new(name).unwrap())
-            .with_urgency(Urgency::Critical)
-            .with_payload_bytes(7);
+        let mut expected = RouteInfo::new(ModelId::new(name).unwrap());
+        expected.urgency = Urgency::Critical;
+        expected.payload_bytes = Some(7);
         assert_eq!(seen.route, Some(expected), "{path}");
         assert_eq!(seen.body, "tensors");
     }

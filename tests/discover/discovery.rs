@@ -94,7 +94,8 @@ async fn a_removed_backend_is_not_picked_and_its_requests_finish() {
         } else {
             RequestKind::Inference
         };
-        let route = RouteInfo::new(model(&name)).with_kind(kind);
+        let mut route = RouteInfo::new(model(&name));
+        route.kind = kind;
         let bal = if i % 2 == 0 {
             &mut balancer
         } else {
@@ -223,7 +224,8 @@ async fn churn(config: BalanceConfig, seed: u64, rounds: usize) -> HashSet<Strin
             RequestKind::Inference
         };
         let name = format!("m{}", rng.next_u64() % 20);
-        let route = RouteInfo::new(model(&name)).with_kind(kind);
+        let mut route = RouteInfo::new(model(&name));
+        route.kind = kind;
         let balancer = if round % 2 == 0 { &mut a } else { &mut b };
         let Ok(picked) = balancer.pick(&route) else {
             continue;

@@ -150,7 +150,11 @@ async fn the_shed_series_count_by_urgency() {
         .unwrap();
     let mut balancer = ModelBalancer::new(futures_util::stream::iter(backends), config).unwrap();
     let now = tokio::time::Instant::now();
-    let route = |urgency| RouteInfo::new(ModelId::new("m").unwrap()).with_urgency(urgency);
+    let route = |urgency| {
+        let mut route = RouteInfo::new(ModelId::new("m").unwrap());
+        route.urgency = urgency;
+        route
+    };
     let held = balancer.pick_at(&route(Urgency::Normal), now).unwrap();
     for _ in 0..3 {
         assert!(balancer.pick_at(&route(Urgency::Normal), now).is_err());

@@ -73,7 +73,7 @@ pub(super) fn session_id(
 ///   prompt's group, when it grows past `prefix_bytes`); without one, the
 ///   short prompt's group.
 pub(super) fn with_prefix(
-    route: RouteInfo,
+    mut route: RouteInfo,
     prompt: Option<Prompt>,
     by_prompt: bool,
     session: Option<&HeaderValue>,
@@ -90,5 +90,6 @@ pub(super) fn with_prefix(
         (false, None) if by_prompt => PrefixKey::from_prompt(&route.model, &prompt.bytes),
         (false, None) => return route,
     };
-    route.with_prefix(key)
+    route.prefix = Some(key);
+    route
 }
