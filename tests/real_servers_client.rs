@@ -32,7 +32,7 @@ async fn the_client_stack_against_mlserver() {
     use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
     use tower_model_balance::endpoint::SetOrigin;
     use tower_model_balance::health::probe::{
-        KServeV2, MetricNames, ProbeConfig, PrometheusMetrics,
+        KServeV2, MetricNames, ProbeClient, ProbeConfig, PrometheusMetrics,
     };
     use tower_model_balance::placement::{KServeV2Loader, PlacementConfig};
 
@@ -64,12 +64,15 @@ async fn the_client_stack_against_mlserver() {
         .unwrap();
     let _probes = handle
         .spawn_probes(
-            (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm())),
+            (
+                KServeV2::default(),
+                PrometheusMetrics::new(ProbeClient::new(), MetricNames::vllm()),
+            ),
             probes,
         )
         .expect("inside a Tokio runtime");
     let _placement = handle
-        .enable_placement(KServeV2Loader::new(), PlacementConfig::default())
+        .enable_placement(KServeV2Loader::default(), PlacementConfig::default())
         .unwrap();
     // MLServer's own metrics (route templates in label values) parse.
     let target = tower_model_balance::health::probe::ProbeTarget::new(
@@ -77,7 +80,7 @@ async fn the_client_stack_against_mlserver() {
         Origin::http(fleet.servers[0].http),
     )
     .with_metrics_address(Origin::http(fleet.servers[0].metrics));
-    let metrics = PrometheusMetrics::new(MetricNames::vllm());
+    let metrics = PrometheusMetrics::new(ProbeClient::new(), MetricNames::vllm());
     let report = tower_model_balance::health::probe::Prober::probe(&metrics, &target).await;
     assert!(report.is_ok(), "MLServer's /metrics: {report:?}");
     let plan = zipf(6, 400, 5);

@@ -47,21 +47,17 @@ pub struct KServeV2Loader {
 
 impl Default for KServeV2Loader {
     fn default() -> Self {
-        Self::new()
+        Self::new(ProbeClient::new())
     }
 }
 
 impl KServeV2Loader {
-    /// A loader with its own plain-HTTP client
-    /// ([`ProbeClient::new`]: `http://` origins only).
-    pub fn new() -> Self {
-        Self::with_client(ProbeClient::new())
-    }
-
     /// A loader sending through `client` (clones share its connection
     /// pool, e.g. with the probers; for `https://` origins, one
     /// [from a TLS client](ProbeClient::from_client)).
-    pub fn with_client(client: ProbeClient) -> Self {
+    /// [`KServeV2Loader::default()`] makes its own plain-HTTP client
+    /// ([`ProbeClient::new`]: `http://` origins only).
+    pub fn new(client: ProbeClient) -> Self {
         Self { client }
     }
 

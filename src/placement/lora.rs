@@ -44,19 +44,10 @@ pub struct VllmLoraLoader {
 
 impl VllmLoraLoader {
     /// A loader of `adapters` (each adapter's name and its path as the
-    /// server sees it, e.g. `("sql-lora", "/adapters/sql-lora")`), with
-    /// its own plain-HTTP client
-    /// ([`ProbeClient::new`]: `http://` origins only).
-    pub fn new(adapters: impl IntoIterator<Item = (ModelId, String)>) -> Self {
-        Self::with_client(adapters, ProbeClient::new())
-    }
-
-    /// As [`VllmLoraLoader::new`], sending through `client` (for `https://`
-    /// origins, one [from a TLS client](ProbeClient::from_client)).
-    pub fn with_client(
-        adapters: impl IntoIterator<Item = (ModelId, String)>,
-        client: ProbeClient,
-    ) -> Self {
+    /// server sees it, e.g. `("sql-lora", "/adapters/sql-lora")`), sending
+    /// through `client` ([`ProbeClient::new`] for `http://` origins, for
+    /// `https://` one [from a TLS client](ProbeClient::from_client)).
+    pub fn new(client: ProbeClient, adapters: impl IntoIterator<Item = (ModelId, String)>) -> Self {
         Self {
             client,
             adapters: Arc::new(adapters.into_iter().collect()),

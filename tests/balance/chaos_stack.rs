@@ -26,7 +26,9 @@ use tower_model_balance::balance::{BalanceConfig, BalancerHandle, ModelBalancer,
 use tower_model_balance::breaker::{BreakerConfig, BreakerState, Transition};
 use tower_model_balance::endpoint::{Origin, SetOrigin};
 use tower_model_balance::error::{BreakerOpen, NoHealthyBackend};
-use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
+use tower_model_balance::health::probe::{
+    KServeV2, MetricNames, ProbeClient, ProbeConfig, PrometheusMetrics,
+};
 use tower_model_balance::health::HealthConfig;
 use tower_model_balance::hedge::{BalancerLoad, HedgeConfig, HedgeHandle, HedgeLayer};
 use tower_model_balance::route::ModelId;
@@ -175,7 +177,10 @@ pub fn build(servers: &[&ModelServer]) -> Built {
         .expect("a valid probe config");
     let probes = handle
         .spawn_probes(
-            (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm())),
+            (
+                KServeV2::default(),
+                PrometheusMetrics::new(ProbeClient::new(), MetricNames::vllm()),
+            ),
             probes,
         )
         .expect("inside a Tokio runtime");

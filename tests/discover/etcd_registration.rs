@@ -151,7 +151,7 @@ async fn the_records_models_follow_the_servers_repository_index() {
         .await
         .unwrap();
     let mut tracker = registration
-        .track_residency(KServeV2::new(), Duration::from_millis(50))
+        .track_residency(KServeV2::default(), Duration::from_millis(50))
         .unwrap();
     let (mut source, _) = source(&url, "/fleet/");
     assert_eq!(next_models(&mut source).await, Vec::<String>::new());

@@ -13,7 +13,9 @@ use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
-use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
+use tower_model_balance::health::probe::{
+    KServeV2, MetricNames, ProbeClient, ProbeConfig, PrometheusMetrics,
+};
 use tower_model_balance_sim::{protocol, Fault, ModelServer, ServerConfig};
 
 use crate::sim_balancer;
@@ -62,7 +64,10 @@ async fn slow_deep_queued_and_fast_failing_backends_lose_their_update_traffic() 
         .unwrap();
     let _probes = handle
         .spawn_probes(
-            (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm())),
+            (
+                KServeV2::default(),
+                PrometheusMetrics::new(ProbeClient::new(), MetricNames::vllm()),
+            ),
             probes,
         )
         .expect("inside a Tokio runtime");

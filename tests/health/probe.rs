@@ -124,8 +124,8 @@ async fn fixed(status: u16, body: &'static [u8]) -> SocketAddr {
 async fn model_lists_are_the_resident_models() {
     let server = server(2, 4, 1).await;
     let client = http();
-    let kserve = KServeV2::with_client(shared(&client));
-    let openai = OpenAiModels::with_client(shared(&client));
+    let kserve = KServeV2::new(shared(&client));
+    let openai = OpenAiModels::new(shared(&client));
 
     let report = probe(&kserve, server.addr()).await.unwrap();
     assert_eq!(report.ready, Some(true));
@@ -167,7 +167,7 @@ async fn metrics_match_the_servers_state() {
         assert_eq!(infer(&client, &server, model).await.0, 200);
     }
     let names = MetricNames::vllm().and(MetricNames::triton());
-    let prober = PrometheusMetrics::with_client(shared(&client), names);
+    let prober = PrometheusMetrics::new(shared(&client), names);
     let report = probe(&prober, server.addr()).await.unwrap();
     assert_eq!((report.ready, report.resident_models.clone()), (None, None));
     let gib = (1u64 << 30) as f64;
@@ -188,8 +188,8 @@ async fn metrics_match_the_servers_state() {
 
     // A Triton-like pair: readiness and models, then GPU memory.
     let pair = (
-        KServeV2::new(),
-        PrometheusMetrics::new(MetricNames::triton()),
+        KServeV2::default(),
+        PrometheusMetrics::new(ProbeClient::new(), MetricNames::triton()),
     );
     let report = probe(&pair, server.addr()).await.unwrap();
     assert_eq!(report.ready, Some(true));
@@ -207,7 +207,7 @@ async fn queue_depth_is_reported_truthfully() {
     // the second waits for it, for as long as the test runs.
     let server = server(2, 1, 60_000).await;
     let client = http();
-    let prober = PrometheusMetrics::with_client(shared(&client), MetricNames::vllm());
+    let prober = PrometheusMetrics::new(shared(&client), MetricNames::vllm());
     let mut held = Vec::new();
     for model in ["a", "b"] {
         let (client, uri) = (client.clone(), server.addr());
@@ -278,18 +278,18 @@ async fn an_unavailable_server_is_not_ready() {
     server.set_fault(Some(Fault::Unavailable));
 
     // "Not ready" is an answer, not a failure; the index is not asked.
-    let report = probe(&KServeV2::with_client(shared(&client)), server.addr())
+    let report = probe(&KServeV2::new(shared(&client)), server.addr())
         .await
         .unwrap();
     assert_eq!((report.ready, report.resident_models), (Some(false), None));
-    let error = probe(&OpenAiModels::with_client(shared(&client)), server.addr())
+    let error = probe(&OpenAiModels::new(shared(&client)), server.addr())
         .await
         .unwrap_err();
     assert!(
         matches!(error, ProbeError::Status(s) if s == 503),
         "{error}"
     );
-    let metrics = PrometheusMetrics::with_client(shared(&client), MetricNames::vllm());
+    let metrics = PrometheusMetrics::new(shared(&client), MetricNames::vllm());
     let error = probe(&metrics, server.addr()).await.unwrap_err();
     assert!(
         matches!(error, ProbeError::Status(s) if s == 503),
@@ -297,7 +297,7 @@ async fn an_unavailable_server_is_not_ready() {
     );
 
     server.set_fault(None);
-    let report = probe(&KServeV2::new(), server.addr()).await.unwrap();
+    let report = probe(&KServeV2::default(), server.addr()).await.unwrap();
     assert_eq!(report.ready, Some(true));
 }
 
@@ -308,9 +308,9 @@ async fn a_malformed_answer_fails_that_probe_only() {
     let client = http();
     assert_eq!(infer(&client, &good, "a").await.0, 200);
 
-    let kserve = KServeV2::with_client(shared(&client));
-    let openai = OpenAiModels::with_client(shared(&client));
-    let metrics = PrometheusMetrics::with_client(shared(&client), MetricNames::vllm());
+    let kserve = KServeV2::new(shared(&client));
+    let openai = OpenAiModels::new(shared(&client));
+    let metrics = PrometheusMetrics::new(shared(&client), MetricNames::vllm());
     // KServe v2: readiness (200) stands; the index is a signal of its own,
     // left out when it cannot be read.
     let report = probe(&kserve, garbage).await.unwrap();
@@ -380,11 +380,14 @@ async fn a_refused_connection_is_a_transport_error() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     for error in [
-        probe(&KServeV2::new(), addr).await.unwrap_err(),
-        probe(&OpenAiModels::new(), addr).await.unwrap_err(),
-        probe(&PrometheusMetrics::new(MetricNames::triton()), addr)
-            .await
-            .unwrap_err(),
+        probe(&KServeV2::default(), addr).await.unwrap_err(),
+        probe(&OpenAiModels::default(), addr).await.unwrap_err(),
+        probe(
+            &PrometheusMetrics::new(ProbeClient::new(), MetricNames::triton()),
+            addr,
+        )
+        .await
+        .unwrap_err(),
     ] {
         assert!(matches!(error, ProbeError::Transport(_)), "{error}");
     }
@@ -396,7 +399,8 @@ async fn metrics_on_a_port_of_their_own() {
     // the inference origin, the metrics are asked on the sim's port.
     let server = server(2, 4, 1).await;
     let elsewhere = fixed(404, b"").await;
-    let prober = PrometheusMetrics::new(MetricNames::triton()).on_port(server.addr().port());
+    let prober = PrometheusMetrics::new(ProbeClient::new(), MetricNames::triton())
+        .on_port(server.addr().port());
     let report = probe(&prober, elsewhere).await.unwrap();
     assert_eq!(report.load.gpu_memory_used_bytes, Some(0.0));
 }
@@ -404,7 +408,7 @@ async fn metrics_on_a_port_of_their_own() {
 #[tokio::test]
 async fn absent_metrics_are_no_metrics_and_never_fail_the_probe() {
     let client = http();
-    let metrics = PrometheusMetrics::with_client(shared(&client), MetricNames::vllm());
+    let metrics = PrometheusMetrics::new(shared(&client), MetricNames::vllm());
     // MLServer's HTTP port has no /metrics: 404.
     let absent = fixed(404, br#"{"detail":"Not Found"}"#).await;
     assert_eq!(
@@ -416,7 +420,7 @@ async fn absent_metrics_are_no_metrics_and_never_fail_the_probe() {
     // origin (MLServer's metrics port): the pair asks each where it is.
     let good = server(2, 4, 1).await;
     assert_eq!(infer(&client, &good, "a").await.0, 200);
-    let pair = (KServeV2::with_client(shared(&client)), metrics.clone());
+    let pair = (KServeV2::new(shared(&client)), metrics.clone());
     let at = |metrics: SocketAddr| target(good.addr()).with_metrics_address(Origin::http(metrics));
     let report = pair.probe(&at(good.addr())).await.unwrap();
     assert_eq!(sorted(&report.resident_models.unwrap()), ["a"]);

@@ -82,7 +82,7 @@ async fn a_herd_for_a_cold_model_makes_one_load_call_per_backend_and_model() {
         .unwrap();
     let _task = balancer
         .handle()
-        .enable_placement(KServeV2Loader::new(), policy)
+        .enable_placement(KServeV2Loader::default(), policy)
         .unwrap();
     let herd: Vec<_> = (0..50)
         .map(|_| {
@@ -107,7 +107,7 @@ async fn a_herd_for_a_cold_model_makes_one_load_call_per_backend_and_model() {
 
 #[tokio::test]
 async fn the_lora_loader_speaks_vllms_adapter_api() {
-    use tower_model_balance::health::probe::ProbeTarget;
+    use tower_model_balance::health::probe::{ProbeClient, ProbeTarget};
     use tower_model_balance::placement::{ModelLoader, VllmLoraLoader};
     use tower_model_balance::route::ModelId;
 
@@ -117,10 +117,13 @@ async fn the_lora_loader_speaks_vllms_adapter_api() {
         Origin::http(server.addr()),
     );
     let (m1, m2) = (ModelId::new("m1").unwrap(), ModelId::new("m2").unwrap());
-    let loader = VllmLoraLoader::new([
-        (m1.clone(), "/adapters/m1".to_string()),
-        (m2.clone(), "/adapters/m2".to_string()),
-    ]);
+    let loader = VllmLoraLoader::new(
+        ProbeClient::new(),
+        [
+            (m1.clone(), "/adapters/m1".to_string()),
+            (m2.clone(), "/adapters/m2".to_string()),
+        ],
+    );
     let repository = loader.repository(&target).await.unwrap();
     assert_eq!(repository.known.len(), 2, "the configured adapters");
     assert!(repository.resident.is_empty());

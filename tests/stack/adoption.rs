@@ -146,12 +146,12 @@ fn every_constructor_that_spawns_fails_outside_a_runtime_with_no_runtime() {
         .block_on(async { ModelBalancer::new(ServiceList::new([gpu()]), BalanceConfig::default()) })
         .expect("inside a runtime");
     let handle = balancer.handle();
-    let probes = handle.spawn_probes(KServeV2::new(), ProbeConfig::default());
+    let probes = handle.spawn_probes(KServeV2::default(), ProbeConfig::default());
     assert_eq!(
         probes.map(drop).expect_err("no runtime"),
         NoRuntime::default()
     );
-    let placement = handle.enable_placement(KServeV2Loader::new(), PlacementConfig::default());
+    let placement = handle.enable_placement(KServeV2Loader::default(), PlacementConfig::default());
     let error = placement.map(drop).expect_err("no runtime");
     assert!(error.is::<NoRuntime>(), "{error}");
     let export = tower_model_balance::metrics::export(handle.clone(), Duration::from_secs(1));
@@ -161,6 +161,6 @@ fn every_constructor_that_spawns_fails_outside_a_runtime_with_no_runtime() {
     );
     // Nothing was started: placement can still be turned on, in a runtime.
     let _guard = runtime.enter();
-    let placement = handle.enable_placement(KServeV2Loader::new(), PlacementConfig::default());
+    let placement = handle.enable_placement(KServeV2Loader::default(), PlacementConfig::default());
     assert!(placement.is_ok());
 }

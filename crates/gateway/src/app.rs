@@ -189,14 +189,14 @@ impl Gateway {
         };
         let handle = balancer.handle();
         let probes = config.stack.probe.clone();
-        let metrics = PrometheusMetrics::with_client(probe_client.clone(), MetricNames::vllm());
+        let metrics = PrometheusMetrics::new(probe_client.clone(), MetricNames::vllm());
         // What the probes find is noted in the catalog too: the models
         // `GET /v1/models` lists, and the only one, if there is one.
         let catalog = Catalog::new();
         let probes = match config.probe {
             Probe::KServe => handle.spawn_probes(
                 Catalogued::new(
-                    (KServeV2::with_client(probe_client.clone()), metrics),
+                    (KServeV2::new(probe_client.clone()), metrics),
                     catalog.clone(),
                     unresponsive,
                 ),
@@ -204,7 +204,7 @@ impl Gateway {
             )?,
             Probe::OpenAi => handle.spawn_probes(
                 Catalogued::new(
-                    (OpenAiModels::with_client(probe_client.clone()), metrics),
+                    (OpenAiModels::new(probe_client.clone()), metrics),
                     catalog.clone(),
                     unresponsive,
                 ),
@@ -219,7 +219,7 @@ impl Gateway {
         let placement = match placing {
             true => {
                 let policy = config.stack.placement.clone();
-                let loader = KServeV2Loader::with_client(probe_client);
+                let loader = KServeV2Loader::new(probe_client);
                 let loader = RepositoryReads::new(loader, reached.clone());
                 Some(handle.enable_placement(loader, policy)?)
             }

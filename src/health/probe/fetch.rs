@@ -50,7 +50,7 @@ use crate::endpoint::Origin;
 /// connector.set_connect_timeout(Some(Duration::from_secs(5)));
 /// let traffic: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
 ///
-/// let prober = OpenAiModels::with_client(ProbeClient::from_client(traffic.clone()));
+/// let prober = OpenAiModels::new(ProbeClient::from_client(traffic.clone()));
 /// # drop(prober);
 /// # }
 /// ```

@@ -59,22 +59,17 @@ pub struct KServeV2 {
 
 impl Default for KServeV2 {
     fn default() -> Self {
-        Self::new()
+        Self::new(ProbeClient::new())
     }
 }
 
 impl KServeV2 {
-    /// A prober with its own plain-HTTP client
-    /// ([`ProbeClient::new`]: `http://` origins only), asking the repository index.
-    pub fn new() -> Self {
-        Self::with_client(ProbeClient::new())
-    }
-
     /// A prober sending through `client` (clones share its connection
     /// pool; for `https://` origins, one
     /// [from a TLS client](ProbeClient::from_client)), asking the
-    /// repository index.
-    pub fn with_client(client: ProbeClient) -> Self {
+    /// repository index. [`KServeV2::default()`] makes its own plain-HTTP
+    /// client ([`ProbeClient::new`]: `http://` origins only).
+    pub fn new(client: ProbeClient) -> Self {
         Self {
             client,
             repository_index: true,

@@ -49,16 +49,10 @@ pub struct PrometheusMetrics {
 }
 
 impl PrometheusMetrics {
-    /// A prober reading `names`, with its own plain-HTTP client
-    /// ([`ProbeClient::new`]: `http://` origins only).
-    pub fn new(names: MetricNames) -> Self {
-        Self::with_client(ProbeClient::new(), names)
-    }
-
     /// A prober reading `names`, sending through `client` (clones share its
-    /// connection pool; for `https://` origins, one
-    /// [from a TLS client](ProbeClient::from_client)).
-    pub fn with_client(client: ProbeClient, names: MetricNames) -> Self {
+    /// connection pool; [`ProbeClient::new`] for `http://` origins, for
+    /// `https://` one [from a TLS client](ProbeClient::from_client)).
+    pub fn new(client: ProbeClient, names: MetricNames) -> Self {
         Self {
             client,
             names: Arc::new(names),

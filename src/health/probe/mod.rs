@@ -4,7 +4,7 @@
 //! use tower_model_balance::backend::BackendId;
 //! use tower_model_balance::endpoint::Origin;
 //! use tower_model_balance::health::probe::{
-//!     KServeV2, MetricNames, Prober, ProbeTarget, PrometheusMetrics,
+//!     KServeV2, MetricNames, ProbeClient, Prober, ProbeTarget, PrometheusMetrics,
 //! };
 //! use tower_model_balance_sim::{ModelServer, ServerConfig};
 //!
@@ -13,7 +13,9 @@
 //! let target = ProbeTarget::new(BackendId::new("gpu-0").unwrap(), Origin::http(server.addr()));
 //!
 //! // Triton-like: readiness and models from KServe v2, GPU memory from metrics.
-//! let prober = (KServeV2::new(), PrometheusMetrics::new(MetricNames::triton()));
+//! // One client, its connection pool shared by both.
+//! let client = ProbeClient::new();
+//! let prober = (KServeV2::new(client.clone()), PrometheusMetrics::new(client, MetricNames::triton()));
 //! let probe = prober.probe(&target);
 //! // In production, bound it: tokio::time::timeout(Duration::from_secs(2), probe).
 //! let report = probe.await.unwrap();
@@ -42,7 +44,7 @@
 //!
 //! Probers apply no timeout — the caller does (a probe that hangs must
 //! count as failed, and only the caller knows its interval) — and share
-//! one [`ProbeClient`] when built [`with_client`](KServeV2::with_client).
+//! the [`ProbeClient`] they are built with (`default()` makes one each).
 //! Each is `Clone` and cheap to clone. [`ProbeClient::new`] speaks plain
 //! `http://`; for `https://` backends, give them
 //! [`ProbeClient::from_client`] over the TLS client the traffic goes

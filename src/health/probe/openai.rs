@@ -36,21 +36,17 @@ pub struct OpenAiModels {
 
 impl Default for OpenAiModels {
     fn default() -> Self {
-        Self::new()
+        Self::new(ProbeClient::new())
     }
 }
 
 impl OpenAiModels {
-    /// A prober with its own plain-HTTP client
-    /// ([`ProbeClient::new`]: `http://` origins only).
-    pub fn new() -> Self {
-        Self::with_client(ProbeClient::new())
-    }
-
     /// A prober sending through `client` (clones share its connection
     /// pool; for `https://` origins, one
     /// [from a TLS client](ProbeClient::from_client)).
-    pub fn with_client(client: ProbeClient) -> Self {
+    /// [`OpenAiModels::default()`] makes its own plain-HTTP client
+    /// ([`ProbeClient::new`]: `http://` origins only).
+    pub fn new(client: ProbeClient) -> Self {
         Self { client }
     }
 }

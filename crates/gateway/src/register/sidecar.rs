@@ -42,8 +42,8 @@ impl Sidecar {
                 .await
                 .map_err(|e| format!("registering in etcd at {}: {e}", args.etcd.join(", ")))?;
         let tracker = match args.probe {
-            Probe::KServe => registration.track_residency(KServeV2::new(), args.interval),
-            Probe::OpenAi => registration.track_residency(OpenAiModels::new(), args.interval),
+            Probe::KServe => registration.track_residency(KServeV2::default(), args.interval),
+            Probe::OpenAi => registration.track_residency(OpenAiModels::default(), args.interval),
         }
         .map_err(|e| format!("following the resident models: {e}"))?;
         Ok(Self {

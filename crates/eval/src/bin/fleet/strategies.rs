@@ -23,7 +23,9 @@ use tower_model_balance::balance::{
     AdmissionConfig, BalanceConfigBuilder, BalancerHandle, Limit, ModelBalancer, ResidencyHeader,
 };
 use tower_model_balance::endpoint::Origin;
-use tower_model_balance::health::probe::{KServeV2, MetricNames, ProbeConfig, PrometheusMetrics};
+use tower_model_balance::health::probe::{
+    KServeV2, MetricNames, ProbeClient, ProbeConfig, PrometheusMetrics,
+};
 use tower_model_balance::hedge::{
     BalancerLoad, FirstFrameLayer, HedgeConfig, HedgeHandle, HedgeLayer,
 };
@@ -155,7 +157,10 @@ pub fn build(
             let handle = balancer.handle();
             // Readiness and resident models from KServe v2, queue depth and
             // KV-cache usage from the vLLM-style metrics, once a second.
-            let prober = (KServeV2::new(), PrometheusMetrics::new(MetricNames::vllm()));
+            let prober = (
+                KServeV2::default(),
+                PrometheusMetrics::new(ProbeClient::new(), MetricNames::vllm()),
+            );
             let probes = ProbeConfig::builder()
                 .interval(Duration::from_secs(1))
                 .timeout(Duration::from_millis(500))
@@ -167,7 +172,7 @@ pub fn build(
             // Servers that load only when told: the balancer places models.
             let placement = explicit_load.then(|| {
                 handle
-                    .enable_placement(KServeV2Loader::new(), placement_policy())
+                    .enable_placement(KServeV2Loader::default(), placement_policy())
                     .expect("enabled once, inside the runtime")
             });
             if name != "model_aware_hedged" {
