@@ -44,7 +44,7 @@ pub enum Urgency {
 ///
 /// let mut req = http::Request::post("/v1/responses").body(()).unwrap();
 /// req.extensions_mut().insert(SendOnce);
-/// assert!(SendOnce::is_marked(req.extensions()));
+/// assert!(req.extensions().get::<SendOnce>().is_some());
 /// ```
 ///
 /// Updates ([`RequestKind::Update`]) are never hedged either, and are
@@ -56,7 +56,8 @@ pub struct SendOnce;
 
 impl SendOnce {
     /// Whether `extensions` hold the marker.
-    pub fn is_marked(extensions: &http::Extensions) -> bool {
+    #[cfg_attr(not(feature = "hedge"), allow(dead_code))]
+    pub(crate) fn is_marked(extensions: &http::Extensions) -> bool {
         extensions.get::<Self>().is_some()
     }
 }
