@@ -87,9 +87,12 @@ impl Models {
     }
 }
 
-/// The project root.
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+/// The repository's root (this crate is `crates/test-support` in it):
+/// where `.ci/run` makes the servers' virtual environments (`target/`) and
+/// where their models and scripts are (`tests/mlserver/`).
+pub fn root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors().nth(2).map_or(here.clone(), PathBuf::from)
 }
 
 /// The server's executable, or `None` (with a message) when it is not

@@ -68,8 +68,7 @@ pub async fn tritonclient(addr: SocketAddr, args: &[&str]) -> String {
     let python = mlserver::installed(Kind::MlServer)
         .expect("tritonclient is installed with MLServer")
         .with_file_name("python");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mlserver/triton_client.py");
+    let script = mlserver::root().join("tests/mlserver/triton_client.py");
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new(python)
