@@ -27,7 +27,8 @@
 //!
 //! // A probe (or your own telemetry) reports a deep queue: the capacity
 //! // term, and so the score P2C divides the cost by, drops; not ejected.
-//! let deep = ProbeReport::default().with_load(LoadSignals::default().with_requests_waiting(64.0));
+//! let mut deep = ProbeReport::default();
+//! deep.load.requests_waiting = Some(64.0);
 //! handle.report_probe(&gpu1, Ok(&deep));
 //! tokio::time::sleep(next_evaluation).await;
 //! let health = handle.health(&gpu1).unwrap();
@@ -36,7 +37,8 @@
 //!
 //! // It answers "not ready" again and again: ejected, not picked again
 //! // until its score climbs back above 0.35.
-//! let not_ready = ProbeReport::default().with_ready(false);
+//! let mut not_ready = ProbeReport::default();
+//! not_ready.ready = Some(false);
 //! for _ in 0..20 {
 //!     handle.report_probe(&gpu1, Ok(&not_ready));
 //! }

@@ -10,6 +10,8 @@ use super::config::HealthConfig;
 /// servers such as vLLM, which preallocate most GPU memory so that free
 /// memory says nothing), else free GPU memory (multi-model servers such as
 /// Triton, where it is room to load another model).
+///
+/// Build one from `LoadSignals::default()` and set the fields read.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[non_exhaustive]
 pub struct LoadSignals {
@@ -30,31 +32,6 @@ pub struct LoadSignals {
 }
 
 impl LoadSignals {
-    /// Sets the KV-cache usage, a fraction in [0, 1].
-    pub fn with_kv_cache_usage(mut self, fraction: f64) -> Self {
-        self.kv_cache_usage = Some(fraction);
-        self
-    }
-
-    /// Sets the requests being served.
-    pub fn with_requests_running(mut self, requests: f64) -> Self {
-        self.requests_running = Some(requests);
-        self
-    }
-
-    /// Sets the requests queued (the queue depth).
-    pub fn with_requests_waiting(mut self, requests: f64) -> Self {
-        self.requests_waiting = Some(requests);
-        self
-    }
-
-    /// Sets the GPU memory in use and in total, bytes.
-    pub fn with_gpu_memory(mut self, used_bytes: f64, total_bytes: f64) -> Self {
-        self.gpu_memory_used_bytes = Some(used_bytes);
-        self.gpu_memory_total_bytes = Some(total_bytes);
-        self
-    }
-
     /// Whether no signal is set.
     pub fn is_empty(&self) -> bool {
         *self == Self::default()

@@ -89,7 +89,8 @@ async fn a_backend_at_health_0_takes_nothing_beside_a_healthy_one() {
     let mut balancer = ModelBalancer::from_rng(source, config, Lcg(5)).unwrap();
     let handle = balancer.handle();
     let b = BackendId::new("b").unwrap();
-    let not_ready = ProbeReport::default().with_ready(false);
+    let mut not_ready = ProbeReport::default();
+    not_ready.ready = Some(false);
     for _ in 0..5 {
         for _ in 0..20 {
             assert!(handle.report_probe(&b, Ok(&not_ready)));

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use tower_model_balance::balance::{BalanceConfig, ModelBalancer};
 use tower_model_balance::health::probe::ProbeReport;
-use tower_model_balance::health::LoadSignals;
 
 use held::{Mock, Mocks};
 use lcg::Lcg;
@@ -117,7 +116,8 @@ async fn urgency_high_takes_the_cheapest_resident_owner_where_normal_samples() {
     let owners = &walk(&NAMES, "steady")[..3];
     // Owners 0 and 2 report a deep queue: their health, and with it the
     // weight their cost is divided by, drops at the next evaluation.
-    let deep = ProbeReport::default().with_load(LoadSignals::default().with_requests_waiting(40.0));
+    let mut deep = ProbeReport::default();
+    deep.load.requests_waiting = Some(40.0);
     for (i, &owner) in owners.iter().enumerate() {
         assert!(handle.set_resident_models(&id(owner), [&model("steady")]));
         if i != 1 {

@@ -212,7 +212,11 @@ async fn a_full_backend_unloads_a_model_it_does_not_own_to_make_room() {
     let id = BackendId::new(&target).unwrap();
     let (owned_id, foreign_id) = (ModelId::new(owned).unwrap(), ModelId::new(foreign).unwrap());
     // The server's own list, as a probe reports it: `owned` first.
-    let report = |models: Vec<ModelId>| ProbeReport::default().with_resident_models(models);
+    let report = |models: Vec<ModelId>| {
+        let mut r = ProbeReport::default();
+        r.resident_models = Some(models);
+        r
+    };
     handle.report_probe(&id, Ok(&report(vec![owned_id.clone()])));
     tokio::time::advance(Duration::from_millis(5)).await;
     handle.report_probe(&id, Ok(&report(vec![owned_id, foreign_id])));
@@ -277,7 +281,6 @@ async fn placement_is_enabled_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_backend_reporting_its_gpu_memory_full_unloads_first() {
-    use tower_model_balance::health::LoadSignals;
     // Room for 4 models by count: holding 1, it is not full by count.
     let (fleet, balancer, _task) = placed(4, policy());
     let handle = balancer.handle();
@@ -289,9 +292,11 @@ async fn a_backend_reporting_its_gpu_memory_full_unloads_first() {
     fleet.with(&target, |s| s.loaded.insert(foreign.to_string()));
     let id = BackendId::new(&target).unwrap();
     let report = |used: f64| {
-        ProbeReport::default()
-            .with_resident_models(vec![ModelId::new(foreign).unwrap()])
-            .with_load(LoadSignals::default().with_gpu_memory(used, 100e9))
+        let mut r = ProbeReport::default();
+        r.resident_models = Some(vec![ModelId::new(foreign).unwrap()]);
+        r.load.gpu_memory_used_bytes = Some(used);
+        r.load.gpu_memory_total_bytes = Some(100e9);
+        r
     };
 
     let second = *REPOSITORY[1..]

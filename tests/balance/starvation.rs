@@ -162,7 +162,8 @@ async fn with_every_backend_unhealthy_the_traffic_spreads_in_panic_mode() {
     let mut balancer =
         ModelBalancer::from_rng(backends(&names), BalanceConfig::default(), Lcg(11)).unwrap();
     let handle = balancer.handle();
-    let not_ready = ProbeReport::default().with_ready(false);
+    let mut not_ready = ProbeReport::default();
+    not_ready.ready = Some(false);
     for _ in 0..5 {
         for name in &names {
             for _ in 0..20 {

@@ -115,7 +115,8 @@ async fn in_panic_mode_two_backends_split_evenly() {
     let source = resident_on(&["a", "b"], &model);
     let mut balancer = ModelBalancer::from_rng(source, config, Lcg(11)).unwrap();
     let handle = balancer.handle();
-    let not_ready = ProbeReport::default().with_ready(false);
+    let mut not_ready = ProbeReport::default();
+    not_ready.ready = Some(false);
     for _ in 0..5 {
         for name in ["a", "b"] {
             for _ in 0..20 {
@@ -245,7 +246,8 @@ async fn a_backend_back_from_unhealthy_gets_traffic_within_5_s() {
         let handle = balancer.handle();
         warm(&mut balancer).await;
         let b = BackendId::new("b").unwrap();
-        let not_ready = ProbeReport::default().with_ready(false);
+        let mut not_ready = ProbeReport::default();
+        not_ready.ready = Some(false);
         // Its answers fail fast, and its probes say not ready.
         for _ in 0..5 {
             for _ in 0..20 {
@@ -264,7 +266,8 @@ async fn a_backend_back_from_unhealthy_gets_traffic_within_5_s() {
         let status = handle.health(&b).unwrap();
         assert!(status.ejected.is_some() || status.held_by_cap, "unhealthy");
         // Healthy again.
-        let ready = ProbeReport::default().with_ready(true);
+        let mut ready = ProbeReport::default();
+        ready.ready = Some(true);
         let mut healthy = false;
         for _ in 0..120 {
             for _ in 0..20 {

@@ -18,7 +18,7 @@ use tower_model_balance::endpoint::Origin;
 use tower_model_balance::health::probe::{
     ProbeConfig, ProbeError, ProbeReport, ProbeTarget, Prober,
 };
-use tower_model_balance::health::{Ejection, LoadSignals};
+use tower_model_balance::health::Ejection;
 use tower_model_balance::route::ModelId;
 
 use health_fleet::{balancer, id, nodes, EIGHT};
@@ -74,13 +74,15 @@ async fn probes_feed_health_and_residency_and_stop_with_their_task() {
     let prober = Scripted {
         probes: probes.clone(),
         answer: |t| match t.id.as_str() {
-            "a" => Some(Ok(ProbeReport::default().with_ready(false))),
+            "a" => Some(Ok(ready(false))),
             "b" => None,
-            "c" => Some(Ok(ProbeReport::default()
-                .with_ready(true)
-                .with_resident_models(vec![ModelId::new("llama").unwrap()])
-                .with_load(LoadSignals::default().with_requests_waiting(40.0)))),
-            _ => Some(Ok(ProbeReport::default().with_ready(true))),
+            "c" => {
+                let mut r = ready(true);
+                r.resident_models = Some(vec![ModelId::new("llama").unwrap()]);
+                r.load.requests_waiting = Some(40.0);
+                Some(Ok(r))
+            }
+            _ => Some(Ok(ready(true))),
         },
     };
     let config = ProbeConfig::builder()
@@ -158,8 +160,9 @@ async fn a_server_not_ready_because_it_is_loading_is_busy_not_sick() {
     let handle = balancer.handle();
     // MLServer answers 400 on readiness while a model loads; its index
     // lists the model LOADING.
-    let loading = ProbeReport::default().with_ready(false).with_loading(true);
-    let sick = ProbeReport::default().with_ready(false);
+    let mut loading = ready(false);
+    loading.loading = true;
+    let sick = ready(false);
     assert!(!loading.is_failure() && sick.is_failure());
     for _ in 0..10 {
         assert!(handle.report_probe(&id("a"), Ok(&loading)));
@@ -239,7 +242,7 @@ impl Prober for Slow {
             tokio::time::sleep(Duration::from_millis(100)).await;
             this.running.fetch_sub(1, Ordering::SeqCst);
             this.done.fetch_add(1, Ordering::SeqCst);
-            Ok(ProbeReport::default().with_ready(true))
+            Ok(ready(true))
         }
     }
 }
@@ -265,4 +268,11 @@ async fn probes_run_at_most_the_configured_concurrency() {
         "every backend probed each round"
     );
     assert_eq!(prober.most.load(Ordering::SeqCst), 3);
+}
+
+/// A report saying only whether the server is ready.
+fn ready(ready: bool) -> ProbeReport {
+    let mut report = ProbeReport::default();
+    report.ready = Some(ready);
+    report
 }

@@ -99,7 +99,10 @@ impl Prober for KServeV2 {
                 .await?
                 .status
                 .is_success();
-            let mut report = ProbeReport::default().with_ready(ready);
+            let mut report = ProbeReport {
+                ready: Some(ready),
+                ..ProbeReport::default()
+            };
             if index {
                 match read_index(&client, &origin).await {
                     Ok(index) => {

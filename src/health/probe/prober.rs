@@ -47,6 +47,9 @@ impl ProbeTarget {
 
 /// What one probe learned of a backend. A field is `None` when the probe
 /// does not say.
+///
+/// A custom [`Prober`] builds one from `ProbeReport::default()` and sets
+/// the fields it knows (`report.ready = Some(true)`).
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct ProbeReport {
@@ -64,34 +67,10 @@ pub struct ProbeReport {
 }
 
 impl ProbeReport {
-    /// Sets whether the server says it is ready.
-    pub fn with_ready(mut self, ready: bool) -> Self {
-        self.ready = Some(ready);
-        self
-    }
-
-    /// Sets the models resident on the server.
-    pub fn with_resident_models(mut self, models: Vec<ModelId>) -> Self {
-        self.resident_models = Some(models);
-        self
-    }
-
-    /// Sets whether the server is loading a model now.
-    pub fn with_loading(mut self, loading: bool) -> Self {
-        self.loading = loading;
-        self
-    }
-
     /// Whether the report says the backend is sick: not ready, and not
     /// because it is loading a model.
     pub fn is_failure(&self) -> bool {
         self.ready == Some(false) && !self.loading
-    }
-
-    /// Sets the server's load signals.
-    pub fn with_load(mut self, load: LoadSignals) -> Self {
-        self.load = load;
-        self
     }
 
     /// Both reports in one: ready when neither says not ready, the union

@@ -353,9 +353,9 @@ impl Router for Balanced<'_> {
         let models = loaded
             .map(|m| self.names.models[m as usize].clone())
             .collect();
-        let report = ProbeReport::default()
-            .with_ready(ready)
-            .with_resident_models(models);
+        let mut report = ProbeReport::default();
+        report.ready = Some(ready);
+        report.resident_models = Some(models);
         let id = &self.names.backends[backend as usize];
         self.handle.report_probe(id, Ok(&report));
     }
