@@ -156,7 +156,10 @@ fn malformed_metrics() {
     }
     assert!(malformed(parse_metrics(b"\xff\xfe\n", &vllm)).contains("UTF-8"));
     // A histogram where a gauge is expected.
-    let names = MetricNames::none().requests_waiting(["vllm:time_to_first_token_seconds"]);
+    let names = MetricNames {
+        requests_waiting: vec!["vllm:time_to_first_token_seconds".into()],
+        ..MetricNames::default()
+    };
     assert!(malformed(parse_metrics(VLLM.as_bytes(), &names)).contains("not a gauge"));
     // Bad values of metrics not read are no concern.
     let other = "# TYPE other gauge\nother -3\n";
