@@ -54,7 +54,7 @@ impl GrpcErrorsAsFailures {
     }
 
     /// The outcome for a gRPC status code alone (see the table above).
-    pub fn classify_code(code: i32) -> Outcome {
+    pub(crate) fn classify_code(code: i32) -> Outcome {
         match code {
             0 => Outcome::Success,
             8 => Outcome::Overload,

@@ -65,7 +65,7 @@ impl RingConfig {
 
 /// An immutable consistent-hash ring over a set of backends.
 ///
-/// Member indices (`0..len()`) follow the order the members were given in;
+/// Member indices (`0..` the member count) follow the order the members were given in;
 /// which backends own a key does not.
 #[derive(Debug, Clone)]
 pub struct Ring {
@@ -178,12 +178,14 @@ impl Ring {
     }
 
     /// Number of members.
-    pub fn len(&self) -> usize {
+    #[cfg(any(test, feature = "balance"))]
+    pub(crate) fn len(&self) -> usize {
         self.members.len()
     }
 
     /// Whether the ring has no members.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.members.is_empty()
     }
 
@@ -197,7 +199,7 @@ impl Ring {
     ///
     /// # Panics
     ///
-    /// When `index >= len()`; indices yielded by [`Ring::walk`] are always
+    /// When `index` is not below the member count; indices yielded by [`Ring::walk`] are always
     /// in range.
     pub fn member(&self, index: usize) -> &BackendId {
         &self.members[index]
