@@ -152,7 +152,7 @@ impl Classifier {
 
     /// The outcome of a response from its status and headers: ready now,
     /// or at the end of its body by the [`ClassifierEos`] returned.
-    pub(crate) fn classify_head(
+    pub fn classify_head(
         &self,
         status: StatusCode,
         headers: &HeaderMap,

@@ -75,7 +75,7 @@ pub enum Classified<Eos> {
 impl<Eos> Classified<Eos> {
     /// The same verdict, its end-of-body classifier (if deferred) mapped
     /// by `f`.
-    pub(crate) fn map_eos<T>(self, f: impl FnOnce(Eos) -> T) -> Classified<T> {
+    pub fn map_eos<T>(self, f: impl FnOnce(Eos) -> T) -> Classified<T> {
         match self {
             Self::Ready(outcome) => Classified::Ready(outcome),
             Self::AtEnd(eos) => Classified::AtEnd(f(eos)),
