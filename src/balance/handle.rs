@@ -96,14 +96,12 @@ impl BalancerHandle {
         self.view.table().backends.iter().map(|b| b.load()).sum()
     }
 
-    /// The fleet's utilization: requests in flight (sent and not finished,
-    /// as [`in_flight`](Self::in_flight)) ÷ (`per_backend` × current
-    /// backends), where `per_backend` is how many requests one backend
-    /// serves at once (its serving slots or batch size). Above 1 requests
-    /// queue at the backends. With no backend or `per_backend` 0 the
-    /// capacity counts as 1. One atomic read of the fleet's count; what a
-    /// hedging layer's load gate reads.
-    pub fn utilization(&self, per_backend: usize) -> f64 {
+    /// The fleet's utilization: requests in flight ÷ (`per_backend` ×
+    /// current backends); with no backend or `per_backend` 0 the capacity
+    /// counts as 1. One atomic read of the fleet's count; what
+    /// [`BalancerLoad`](crate::hedge::BalancerLoad) reads.
+    #[cfg(feature = "hedge")]
+    pub(crate) fn utilization(&self, per_backend: usize) -> f64 {
         let table = self.view.table();
         let capacity = per_backend.saturating_mul(table.backends.len()).max(1);
         table.fleet_load() as f64 / capacity as f64

@@ -35,9 +35,12 @@ where
 }
 
 /// The load gate of a [`ModelBalancer`](crate::balance::ModelBalancer):
-/// its requests in flight ÷ (`per_backend` × its current backends), read
-/// from its handle with
-/// [`BalancerHandle::utilization`](crate::balance::BalancerHandle::utilization).
+/// its requests in flight (sent and not finished, as
+/// [`BalancerHandle::in_flight`](crate::balance::BalancerHandle::in_flight))
+/// ÷ (`per_backend` × its current backends), where `per_backend` is how
+/// many requests one backend serves at once (its serving slots or batch
+/// size). Above 1 requests queue at the backends. One atomic read of the
+/// fleet's count, from its handle.
 #[cfg(feature = "balance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
 #[derive(Debug, Clone)]
