@@ -168,6 +168,10 @@ pub mod placement;
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
 
+#[cfg(feature = "kv-events")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kv-events")))]
+pub mod kv;
+
 #[cfg(feature = "hedge")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hedge")))]
 pub mod hedge;
