@@ -45,6 +45,7 @@ impl BalancerHandle {
             cold_owner: picked(Branch::ColdOwner),
             spill: picked(Branch::Spill),
             panic: picked(Branch::Panic),
+            cached_blocks: picked(Branch::CachedBlocks),
             update: picked(Branch::Update),
             no_backend: read(&c.no_backend),
             invalid_route: read(&c.invalid_route),

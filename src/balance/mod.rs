@@ -339,7 +339,7 @@ pub use self::config::admission::{AdmissionConfig, AdmissionConfigBuilder, Limit
 pub use self::config::builder::BalanceConfigBuilder;
 pub use self::config::fields::{BalanceConfig, BreakerScope, ResidencyHeader, StagingConfig};
 pub use self::handle::BalancerHandle;
-pub use self::receipt::{PrefixHit, RouteReason, RoutingReceipt};
+pub use self::receipt::{BlocksHeld, PrefixHit, RouteReason, RoutingReceipt};
 pub use self::service::ModelBalancer;
 pub use self::state::placement::PlacementStats;
 pub use self::stats::{BackendStatus, BalanceStats};

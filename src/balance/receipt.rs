@@ -23,6 +23,10 @@ pub enum RouteReason {
     /// Too few backends were eligible: routed over all of them, breakers
     /// bypassed.
     Panic,
+    /// The backend whose prefix cache holds the most of the request's
+    /// leading blocks, as its KV-cache events said (feature `kv-events`);
+    /// [`RoutingReceipt::cached_blocks`] says how many.
+    CachedBlocks,
     /// An update: the cheaper of two sampled backends.
     Update,
 }
@@ -35,6 +39,7 @@ impl RouteReason {
             Self::ColdOwner => "cold_owner",
             Self::Spill => "spill",
             Self::Panic => "panic",
+            Self::CachedBlocks => "cached_blocks",
             Self::Update => "update",
         }
     }
@@ -45,6 +50,7 @@ impl RouteReason {
             Branch::ColdOwner => Self::ColdOwner,
             Branch::Spill => Self::Spill,
             Branch::Panic => Self::Panic,
+            Branch::CachedBlocks => Self::CachedBlocks,
             Branch::Update => Self::Update,
         }
     }
@@ -101,11 +107,41 @@ pub struct RoutingReceipt {
     /// longest predicted prefix hit, then the lowest cost. `None` when no
     /// other backend is eligible, and for an update.
     pub runner_up: Option<BackendId>,
+    /// For a request carrying [`PromptBlocks`](crate::kv::PromptBlocks)
+    /// (feature `kv-events`): its full blocks, how many of the leading
+    /// ones the chosen backend held as its KV-cache events said, and the
+    /// backend holding the most of them after it, with its count. `None`
+    /// without prompt blocks.
+    pub cached_blocks: Option<BlocksHeld>,
+}
+
+/// A receipt's account of the request's cached blocks (see
+/// [`RoutingReceipt::cached_blocks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BlocksHeld {
+    /// The prompt's full blocks.
+    pub total: usize,
+    /// Of them, the leading ones the chosen backend held.
+    pub held: usize,
+    /// The backend holding the most after the chosen one (eligible or
+    /// not), with how many; `None` when no other backend held any.
+    pub runner_up: Option<(BackendId, usize)>,
+}
+
+impl BlocksHeld {
+    pub(crate) fn new(total: usize, held: usize, runner_up: Option<(BackendId, usize)>) -> Self {
+        Self {
+            total,
+            held,
+            runner_up,
+        }
+    }
 }
 
 impl RoutingReceipt {
     /// The receipt as one header value:
-    /// `backend=ID; reason=R; owners=K; prefix_hit=H[; runner_up=ID]`.
+    /// `backend=ID; reason=R; owners=K; prefix_hit=H[; runner_up=ID][; blocks=HELD/TOTAL[; blocks_runner_up=ID:HELD]]`.
     /// Backend IDs are visible ASCII or escaped (see [`BackendId`]), so the
     /// value is always valid.
     pub fn header_value(&self) -> HeaderValue {
@@ -124,9 +160,15 @@ impl fmt::Display for RoutingReceipt {
             self.owners,
             self.prefix_hit.as_str()
         )?;
-        match &self.runner_up {
-            Some(b) => write!(f, "; runner_up={b}"),
-            None => Ok(()),
+        if let Some(b) = &self.runner_up {
+            write!(f, "; runner_up={b}")?;
         }
+        if let Some(c) = &self.cached_blocks {
+            write!(f, "; blocks={}/{}", c.held, c.total)?;
+            if let Some((b, held)) = &c.runner_up {
+                write!(f, "; blocks_runner_up={b}:{held}")?;
+            }
+        }
+        Ok(())
     }
 }

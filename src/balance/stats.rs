@@ -26,6 +26,9 @@ pub struct BalanceStats {
     /// Requests routed in panic mode (too few eligible backends), over
     /// every backend.
     pub panic: u64,
+    /// Inference requests sent to the backend holding the most of their
+    /// prompt's cached blocks (feature `kv-events`).
+    pub cached_blocks: u64,
     /// Update requests sent by P2C.
     pub update: u64,
     /// Requests failed fast with `NoHealthyBackend`.

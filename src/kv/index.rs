@@ -123,6 +123,13 @@ impl Default for KvIndex {
     }
 }
 
+impl PartialEq for KvIndex {
+    /// The same index (clones of one).
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
 impl fmt::Debug for KvIndex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KvIndex")

@@ -3,6 +3,7 @@
 //! hedge's backup or a retry keeps off ([`Exclusion`]).
 
 use crate::backend::Exclude;
+use crate::balance::choose::cached::Cached;
 use crate::balance::choose::sampler::Draw;
 use crate::balance::state::assign::Assigned;
 use crate::balance::state::assigned::OwnersWalk;
@@ -53,6 +54,9 @@ pub(crate) struct Ask {
     /// The owners assigned to the model ([`Table::assigned`]; none for a
     /// prefix key's group or an update): walked before the ring.
     pub(crate) assigned: Assigned,
+    /// The backends holding the most of the prompt's leading blocks
+    /// (inference with [`PromptBlocks`](crate::kv::PromptBlocks) only).
+    pub(crate) cached: Cached,
 }
 
 impl Ask {
@@ -113,6 +117,10 @@ impl Ask {
             unseen,
             exclude: Exclusion::of(table, exclude),
             assigned,
+            cached: match update {
+                true => Cached::default(),
+                false => Cached::of(table, route),
+            },
         }
     }
 

@@ -3,7 +3,8 @@
 //! [balancer's docs](crate::balance) for the order).
 //!
 //! [`pick_inference`] reads top-down, one decision a step: the eligible
-//! owners gathered, the warm choice by urgency, the fallbacks in turn
+//! owners gathered, the backend holding the most of the prompt's cached
+//! blocks (feature `kv-events`), else the warm choice by urgency, the fallbacks in turn
 //! (a cold owner, a warm spill, a second copy, a cold spill for an
 //! unseen model, a wait on an owner, a backend past the owners), the
 //! admission fit, then the breaker's say. What the steps share — the
@@ -54,7 +55,7 @@ pub(crate) fn pick_inference(
 ) -> Option<Pick> {
     let p = Inference::new(ctx, ask, rules);
     let owners = p.owners(scratch);
-    let warm = p.warm(&owners, random);
+    let warm = p.cached().or_else(|| p.warm(&owners, random));
     let prefetch = p.prefetch(&owners, warm);
     let choice = warm
         .or_else(|| p.cold_owner(&owners))
@@ -192,6 +193,20 @@ impl<'p, 'a> Inference<'p, 'a> {
             served_under: &served[..served_len],
             loading_under: &loading[..loading_len],
         }
+    }
+
+    /// With prompt blocks cached somewhere (feature `kv-events`): the
+    /// backend holding the most of the prompt's leading blocks that is
+    /// eligible, has the model resident and is under the bounded-load cap
+    /// (the best few only: see [`Cached`](super::cached::Cached)).
+    fn cached(&self) -> Choice {
+        let (ctx, key) = (self.ctx, self.ask.key);
+        self.ask
+            .cached
+            .candidates()
+            .map(|(i, _)| i)
+            .find(|&i| ctx.eligible(i) && ctx.resident(i, key) && self.under(i))
+            .map(|i| (i, Branch::CachedBlocks))
     }
 
     /// The warm choice, by urgency. `Critical`: the cheapest owner serving

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `decide.rs` | one routing decision, shared by the `Service` path and the pick API, in named steps: the ask, the queue's say, the rules, the pick (or the [refusal](super::refused)), the start (`start.rs`) |
 //! | `ask.rs` | what is being routed: the request's [`Ask`](ask::Ask) built once from its route — owners sized (and counted in demand), the [`Exclusion`](ask::Exclusion) of a hedge's backup or a retry |
+//! | `cached.rs` | the backends holding the most of the prompt's leading blocks, from their KV-cache events (feature `kv-events`) |
 //! | `rules.rs` | the knobs of a pick, read from the config: the bounded-load factor, the panic threshold, placement |
 //! | `pick.rs` | the pick over one table (pure: no IO, no allocation): panic mode, a hedge's exclusion, inference or update |
 //! | `ctx.rs` | what a pick works on and gives: the result ([`Pick`](ctx::Pick) or [`Miss`](ctx::Miss)), and the view of one table (eligibility, room, permits, residency, the bounded-load cap, the panic threshold) |
@@ -19,6 +20,7 @@
 
 pub(crate) mod ask;
 pub(crate) mod backup;
+pub(crate) mod cached;
 pub(crate) mod ctx;
 pub(crate) mod decide;
 pub(crate) mod inference;

@@ -3,16 +3,22 @@
 
 use crate::balance::choose::ask::Ask;
 use crate::balance::choose::ctx::{Pick, MAX_OWNERS, SPILL_SCAN};
-use crate::balance::receipt::{RouteReason, RoutingReceipt};
+use crate::balance::receipt::{BlocksHeld, RouteReason, RoutingReceipt};
 use crate::balance::state::clock::Now;
 use crate::balance::state::prefix::PrefixHit;
 use crate::balance::state::residency::Presence;
 use crate::balance::state::table::Table;
-use crate::route::RequestKind;
+use crate::route::{RequestKind, RouteView};
 
 /// The receipt of `picked`, made for `ask` over `table` (allocates: only
 /// with receipts on).
-pub(crate) fn receipt(table: &Table, ask: &Ask, picked: &Pick, now: &Now) -> RoutingReceipt {
+pub(crate) fn receipt(
+    table: &Table,
+    ask: &Ask,
+    route: &RouteView<'_>,
+    picked: &Pick,
+    now: &Now,
+) -> RoutingReceipt {
     let update = ask.kind == RequestKind::Update;
     RoutingReceipt {
         backend: table.backends[picked.index].id.clone(),
@@ -24,7 +30,35 @@ pub(crate) fn receipt(table: &Table, ask: &Ask, picked: &Pick, now: &Now) -> Rou
         } else {
             runner_up(table, ask, picked.index, now).map(|i| table.backends[i].id.clone())
         },
+        cached_blocks: blocks_held(table, ask, route, picked.index),
     }
+}
+
+/// What the chosen backend held of the prompt's blocks, and the backend
+/// holding the most after it; `None` without prompt blocks.
+#[cfg(feature = "kv-events")]
+fn blocks_held(
+    table: &Table,
+    ask: &Ask,
+    route: &RouteView<'_>,
+    chosen: usize,
+) -> Option<BlocksHeld> {
+    let blocks = route.extensions?.get::<crate::kv::PromptBlocks>()?;
+    let held = table.backends[chosen]
+        .blocks
+        .as_ref()
+        .map_or(0, |set| set.matched(blocks.hashes()));
+    let runner_up = ask
+        .cached
+        .candidates()
+        .find(|&(i, _)| i != chosen)
+        .map(|(i, n)| (table.backends[i].id.clone(), n));
+    Some(BlocksHeld::new(blocks.len(), held, runner_up))
+}
+
+#[cfg(not(feature = "kv-events"))]
+fn blocks_held(_: &Table, _: &Ask, _: &RouteView<'_>, _: usize) -> Option<BlocksHeld> {
+    None
 }
 
 /// The backend ranked after `chosen`: among the other eligible owners —

@@ -53,7 +53,7 @@ pub(crate) fn start(
         unseen = ask.unseen,
         "picked"
     );
-    let receipt = receipt_at.map(|now| receipt(table, ask, &picked, now));
+    let receipt = receipt_at.map(|now| receipt(table, ask, route, &picked, now));
     Guard::new(
         in_flight,
         picked.admission,

@@ -187,6 +187,23 @@ impl BalanceConfigBuilder {
         self
     }
 
+    /// Routes by what each backend's prefix cache holds, as `index` says
+    /// (feature `kv-events`; default: no index, prefix affinity only). A
+    /// request carrying [`PromptBlocks`](crate::kv::PromptBlocks) in its
+    /// extensions goes to the eligible backend, serving its model and under
+    /// the bounded-load cap, that holds the most of its leading blocks; a
+    /// tie goes to the cheaper, then to the same backend on every replica
+    /// (rendezvous order on the backends' IDs). With no block held
+    /// anywhere, or no such backend, the request is routed as without
+    /// the index. The index is shared: an event source
+    /// ([`kv::subscribe`](crate::kv::subscribe)) writes it.
+    #[cfg(feature = "kv-events")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "kv-events")))]
+    pub fn kv_index(mut self, index: crate::kv::KvIndex) -> Self {
+        self.config.kv_index = Some(index);
+        self
+    }
+
     /// Sets what one breaker covers (default [`BreakerScope::Backend`]):
     /// [`BreakerScope::BackendModel`] keeps a breaker, with the `breaker`
     /// policy, per (backend, model) pair, at most `max_pairs`

@@ -71,6 +71,9 @@ pub struct BalanceConfig {
     pub(crate) staging: StagingConfig,
     /// Told of every transition of the backends' breakers.
     pub(crate) breaker_hook: Option<Hook>,
+    /// What each backend's prefix cache holds, from its KV-cache events.
+    #[cfg(feature = "kv-events")]
+    pub(crate) kv_index: Option<crate::kv::KvIndex>,
     /// How backend health is scored and when a backend is ejected.
     pub(crate) health: HealthConfig,
     /// The response header residency is learned from, if any.
@@ -161,6 +164,8 @@ impl Default for BalanceConfig {
             breaker_scope: BreakerScope::Backend,
             staging: StagingConfig::default(),
             breaker_hook: None,
+            #[cfg(feature = "kv-events")]
+            kv_index: None,
             health: HealthConfig::default(),
             residency_header: None,
             classifier: Classifier::http(),

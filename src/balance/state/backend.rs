@@ -90,6 +90,10 @@ pub(crate) struct BackendState {
     /// Its pair breakers' trips and those not closed, in `BackendModel`
     /// scope.
     pub(crate) pairs: Arc<PairCounts>,
+    /// What its prefix cache holds, from its KV-cache events (with a
+    /// [`KvIndex`](crate::kv::KvIndex)).
+    #[cfg(feature = "kv-events")]
+    pub(crate) blocks: Option<Arc<crate::kv::BlockSet>>,
 }
 
 impl BackendState {
@@ -109,7 +113,6 @@ impl BackendState {
         let breaker =
             Breaker::with_gauge(policy, fleet.gauges.not_closed.clone(), hook(&id, &fleet));
         Self {
-            id,
             uid: fleet.next_uid.fetch_add(1, Ordering::Relaxed),
             traffic: Traffic::default(),
             breaker,
@@ -122,6 +125,9 @@ impl BackendState {
             stream: StreamTimes::new(),
             prefixes: PrefixRecord::default(),
             pairs: Arc::default(),
+            #[cfg(feature = "kv-events")]
+            blocks: fleet.settings.kv_index.as_ref().map(|index| index.set(&id)),
+            id,
             fleet,
         }
     }
@@ -207,8 +213,15 @@ impl BackendState {
 
     /// Tells what waits on the backend (see [`BackendState::gone`]) that
     /// it left: health ejected it, or discovery removed it.
+    /// What its KV-cache events said it holds is forgotten: a backend
+    /// ejected may come back restarted, with an empty cache, before its
+    /// events say so (they tell of blocks stored, not of a restart).
     pub(crate) fn leave(&self) {
         self.left.send_modify(|n| *n = n.wrapping_add(1));
+        #[cfg(feature = "kv-events")]
+        if let Some(blocks) = &self.blocks {
+            blocks.clear();
+        }
     }
 
     /// Resolves, with why, once the backend leaves after now: ejected by

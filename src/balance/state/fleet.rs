@@ -59,6 +59,9 @@ pub(crate) struct Settings {
     pub(crate) admission: Option<AdmissionConfig>,
     /// Where a call's latency stops for its breaker, health and estimate.
     pub(crate) stop_point: StopPoint,
+    /// What each backend's prefix cache holds, if routed by it.
+    #[cfg(feature = "kv-events")]
+    pub(crate) kv_index: Option<crate::kv::KvIndex>,
 }
 
 /// Counts over every backend of one balancer, kept up to date by the
@@ -104,6 +107,8 @@ impl Settings {
             classifier: config.classifier.clone(),
             admission: config.admission.clone(),
             stop_point: config.stop_point,
+            #[cfg(feature = "kv-events")]
+            kv_index: config.kv_index.clone(),
         }
     }
 }

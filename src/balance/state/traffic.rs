@@ -21,6 +21,9 @@ pub(crate) enum Branch {
     Spill,
     /// Too few backends were eligible; the request was routed over all.
     Panic,
+    /// An inference request went to the backend holding the most of its
+    /// prompt's cached blocks (feature `kv-events`).
+    CachedBlocks,
     /// An update went to the cheaper of two sampled backends.
     Update,
 }

@@ -114,6 +114,7 @@ fn ask(route: &RouteInfo, owners: usize) -> Ask {
         unseen: false,
         exclude: Exclusion::None,
         assigned: Default::default(),
+        cached: Default::default(),
     }
 }
 
@@ -157,6 +158,8 @@ fn pick_now(t: &Table, ask: &Ask) -> Option<(usize, Branch)> {
 }
 
 mod backup;
+#[cfg(feature = "kv-events")]
+mod cached;
 mod inference;
 mod panic;
 mod prefix;

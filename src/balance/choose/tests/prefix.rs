@@ -129,7 +129,7 @@ async fn a_receipt_names_the_reason_the_owners_the_hit_and_the_runner_up() {
     let a = ask(&r, 3);
     let picked = pick_with(&t, &a, &mut || 0).unwrap();
     let now = Now::lazy();
-    let receipt = receipt(&t, &a, &picked, &now);
+    let receipt = receipt(&t, &a, &crate::route::Route::from(&r), &picked, &now);
     assert_eq!(receipt.backend, t.backends[order[1]].id);
     assert_eq!(receipt.reason, RouteReason::ResidentOwner);
     assert_eq!(receipt.owners, 3);

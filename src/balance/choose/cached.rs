@@ -1,0 +1,118 @@
+//! The backends whose prefix caches hold the most of a request's leading
+//! blocks, as their KV-cache events said (feature `kv-events`): read once
+//! per request, when it carries [`PromptBlocks`](crate::kv::PromptBlocks)
+//! and the balancer has a [`KvIndex`](crate::kv::KvIndex).
+//!
+//! Pure logic over the index's atomics: no lock, no allocation — one
+//! bucket read per block matched, and per backend one more.
+
+use crate::balance::state::table::Table;
+use crate::route::RouteView;
+
+/// How many of the best-holding backends an ask keeps: the pick takes the
+/// first of them that is eligible, serves the model and is under the
+/// bounded-load cap.
+pub(crate) const TOP: usize = 4;
+
+/// The request's full blocks, and the backends holding the most of its
+/// leading ones, best first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Cached {
+    /// The prompt's full blocks; 0 without [`PromptBlocks`](crate::kv::PromptBlocks).
+    pub(crate) total: u32,
+    /// `(backend index, leading blocks held, tie-break)`, best first.
+    top: [(u32, u32, u64); TOP],
+    len: u8,
+}
+
+impl Cached {
+    /// The best-holding backends of `table` for `route`'s prompt blocks;
+    /// none without them (or without the feature).
+    #[cfg(feature = "kv-events")]
+    pub(crate) fn of(table: &Table, route: &RouteView<'_>) -> Self {
+        let Some(blocks) = route
+            .extensions
+            .and_then(|e| e.get::<crate::kv::PromptBlocks>())
+        else {
+            return Self::default();
+        };
+        let chain = blocks.hashes();
+        let mut cached = Self {
+            total: chain.len() as u32,
+            ..Self::default()
+        };
+        let Some(&first) = chain.first() else {
+            return cached;
+        };
+        for (i, state) in table.backends.iter().enumerate() {
+            let Some(set) = &state.blocks else { continue };
+            let held = set.matched(chain);
+            if held > 0 {
+                // Ties: rendezvous order on the backend's ID and the
+                // prompt's first block, the same in every replica.
+                let order = xxhash_rust::xxh3::xxh3_64_with_seed(state.id.as_bytes(), first);
+                cached.offer(i as u32, held as u32, order);
+            }
+        }
+        cached
+    }
+
+    /// Without the feature: none.
+    #[cfg(not(feature = "kv-events"))]
+    pub(crate) fn of(_table: &Table, _route: &RouteView<'_>) -> Self {
+        Self::default()
+    }
+
+    /// Keeps backend `i` among the best if it holds more (or as many and
+    /// ranks first in `order`).
+    fn offer(&mut self, i: u32, held: u32, order: u64) {
+        let len = self.len as usize;
+        let better = |(_, h, o): (u32, u32, u64)| held > h || (held == h && order > o);
+        let at = self.top[..len]
+            .iter()
+            .position(|&t| better(t))
+            .unwrap_or(len);
+        if at >= TOP {
+            return;
+        }
+        let end = len.min(TOP - 1);
+        self.top.copy_within(at..end, at + 1);
+        self.top[at] = (i, held, order);
+        self.len = (len + 1).min(TOP) as u8;
+    }
+
+    /// The backends holding any leading block, best first: `(index,
+    /// blocks held)`.
+    pub(crate) fn candidates(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.top[..self.len as usize]
+            .iter()
+            .map(|&(i, held, _)| (i as usize, held as usize))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_held_come_first_and_ties_go_by_order() {
+        let mut c = Cached::default();
+        for (i, held, order) in [
+            (0, 2, 5),
+            (1, 7, 1),
+            (2, 2, 9),
+            (3, 1, 0),
+            (4, 7, 3),
+            (5, 3, 0),
+        ] {
+            c.offer(i, held, order);
+        }
+        let got: Vec<(usize, usize)> = c.candidates().collect();
+        assert_eq!(got, vec![(4, 7), (1, 7), (5, 3), (2, 2)]);
+    }
+
+    #[test]
+    fn without_blocks_there_are_no_candidates() {
+        assert_eq!(Cached::default().candidates().count(), 0);
+    }
+}
