@@ -21,8 +21,12 @@
 
 mod chain;
 mod index;
+mod layer;
 mod set;
+mod tokenize;
 
 pub use chain::{block_hash, PromptBlocks, ROOT};
 pub use index::{KvIndex, DEFAULT_BLOCKS_PER_BACKEND};
+pub use layer::{PromptBlocksFuture, PromptBlocksLayer, PromptBlocksService};
+pub use tokenize::{Tokenize, TokenizeFuture};
 pub(crate) use set::BlockSet;
