@@ -18,12 +18,16 @@ use super::chain::PromptBlocks;
 use super::index::KvIndex;
 use super::tokenize::Tokenize;
 use crate::error::common::BoxError;
-use crate::route::RouteInfo;
+use crate::route::{PrefixKey, RouteInfo};
 
 /// Adds [`PromptBlocks`] to each routed request with a prompt, once the
 /// fleet's block size is known (from the first KV-cache event): the
 /// [`Tokenize`] source gives the prompt's token IDs, cut into full blocks
-/// and hashed as the index keys them.
+/// and hashed as the index keys them. A request routed without a prefix
+/// key gets its first block's
+/// ([`PrefixKey::from_prompt`] of the block's hash), so that where no
+/// backend holds its blocks yet it goes where the ring places that
+/// block, as every replica would send it.
 ///
 /// It goes between [`ModelFromBodyLayer`](crate::route::ModelFromBodyLayer),
 /// which reads the body whole and routes it, and the balancer. A request
@@ -72,6 +76,22 @@ impl<S> Layer<S> for PromptBlocksLayer {
         PromptBlocksService {
             inner,
             layer: self.clone(),
+        }
+    }
+}
+
+/// Where no backend holds a block of the prompt, the balancer routes it by
+/// its prefix key: a request without one (no `prefix_bytes` on the body
+/// layer) gets its first block's, so that its first copy goes where the
+/// ring places that block — the same backend in every replica — and not
+/// where one replica's loads happened to point.
+fn keyed_by_first_block(extensions: &mut http::Extensions, blocks: &PromptBlocks) {
+    let Some(first) = blocks.hashes().first() else {
+        return;
+    };
+    if let Some(route) = extensions.get_mut::<RouteInfo>() {
+        if route.prefix.is_none() {
+            route.prefix = Some(PrefixKey::from_prompt(&route.model, &first.to_le_bytes()));
         }
     }
 }
@@ -128,9 +148,9 @@ where
             };
             match layer.tokenize.tokenize(parts.uri.path(), &bytes).await {
                 Ok(Some(tokens)) => {
-                    parts
-                        .extensions
-                        .insert(PromptBlocks::new(&tokens, block_size));
+                    let blocks = PromptBlocks::new(&tokens, block_size);
+                    keyed_by_first_block(&mut parts.extensions, &blocks);
+                    parts.extensions.insert(blocks);
                 }
                 Ok(None) => {}
                 Err(err) => {
@@ -141,5 +161,84 @@ where
             let req = Request::from_parts(parts, Full::new(bytes));
             inner.call(req).await.map_err(Into::into)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use tower::{service_fn, ServiceExt};
+
+    use super::*;
+    use crate::kv::tokenize::TokenizeFuture;
+    use crate::route::ModelId;
+
+    /// Token IDs from the body's bytes, one per byte; "fail" fails; a
+    /// body starting with `{` has no prompt.
+    struct Bytewise;
+
+    impl Tokenize for Bytewise {
+        fn tokenize<'a>(&'a self, _path: &'a str, body: &'a Bytes) -> TokenizeFuture<'a> {
+            Box::pin(async move {
+                match &body[..] {
+                    b"fail" => Err("no tokenizer".into()),
+                    [b'{', ..] => Ok(None),
+                    bytes => Ok(Some(bytes.iter().map(|&b| u32::from(b)).collect())),
+                }
+            })
+        }
+    }
+
+    /// What reached the inner service: its blocks and prefix key.
+    async fn through(
+        layer: &PromptBlocksLayer,
+        body: &'static str,
+        routed: bool,
+    ) -> (Option<PromptBlocks>, Option<PrefixKey>, Bytes) {
+        let inner = service_fn(|req: Request<Full<Bytes>>| async move {
+            let blocks = req.extensions().get::<PromptBlocks>().cloned();
+            let prefix = req.extensions().get::<RouteInfo>().and_then(|r| r.prefix);
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            Ok::<_, Infallible>((blocks, prefix, body))
+        });
+        let mut req = Request::new(Full::new(Bytes::from_static(body.as_bytes())));
+        if routed {
+            req.extensions_mut()
+                .insert(RouteInfo::new(ModelId::new("tiny").unwrap()));
+        }
+        layer.layer(inner).oneshot(req).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_routed_prompt_gets_its_blocks_and_a_key_from_its_first_block() {
+        let index = KvIndex::default();
+        let layer = PromptBlocksLayer::new(Bytewise, index.clone());
+        // No event gave the block size yet: untouched.
+        assert_eq!(through(&layer, "abcdefgh", true).await.0, None);
+        index.learn_block_size(4);
+        let (blocks, prefix, body) = through(&layer, "abcdefghi", true).await;
+        let blocks = blocks.unwrap();
+        assert_eq!(
+            blocks,
+            PromptBlocks::new(&[97, 98, 99, 100, 101, 102, 103, 104], 4)
+        );
+        let first = blocks.hashes()[0].to_le_bytes();
+        let model = ModelId::new("tiny").unwrap();
+        assert_eq!(prefix, Some(PrefixKey::from_prompt(&model, &first)));
+        assert_eq!(&body[..], b"abcdefghi", "the body goes on whole");
+    }
+
+    #[tokio::test]
+    async fn no_route_no_prompt_or_a_failure_goes_on_without_blocks() {
+        let index = KvIndex::default();
+        index.learn_block_size(4);
+        let layer = PromptBlocksLayer::new(Bytewise, index);
+        assert_eq!(through(&layer, "abcdefgh", false).await.0, None);
+        assert_eq!(through(&layer, "{\"input\": 1}", true).await.0, None);
+        let (blocks, prefix, body) = through(&layer, "fail", true).await;
+        assert_eq!((blocks, prefix), (None, None));
+        assert_eq!(&body[..], b"fail");
+        assert_eq!(layer.failures(), 1);
     }
 }

@@ -28,5 +28,5 @@ mod tokenize;
 pub use chain::{block_hash, PromptBlocks, ROOT};
 pub use index::{KvIndex, DEFAULT_BLOCKS_PER_BACKEND};
 pub use layer::{PromptBlocksFuture, PromptBlocksLayer, PromptBlocksService};
-pub use tokenize::{Tokenize, TokenizeFuture};
 pub(crate) use set::BlockSet;
+pub use tokenize::{Tokenize, TokenizeFuture};
