@@ -41,6 +41,7 @@ pub mod server;
 mod shared;
 mod stack;
 pub mod tls;
+mod tokenize;
 pub mod unresponsive;
 
 use std::time::Duration;
@@ -68,7 +69,9 @@ use tower_model_balance::task::BackgroundTask;
 
 use access_log::AccessLog;
 use catalog::{Catalog, Catalogued, RepositoryReads};
-pub use client::{backend_client, backend_tls_client, BackendConnector, POOL_IDLE_TIMEOUT};
+pub use client::{
+    backend_client, backend_tls_client, BackendClient, BackendConnector, POOL_IDLE_TIMEOUT,
+};
 pub use config::{
     Config, Probe, DEFAULT_BODY_LIMIT, DEFAULT_JSON_BODY_LIMIT, DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_REQUESTS,
@@ -83,6 +86,7 @@ use routes::{admin_router, prometheus, router};
 pub use server::{serve, serve_with, ServeConfig};
 use shared::App;
 pub use stack::{default_stack, stack_config, Endpoint, Stack, DEFAULTS as STACK_DEFAULTS};
+pub use tokenize::{ServerTokenize, TOKENIZE_TIMEOUT};
 use unresponsive::Unresponsive;
 
 /// A built gateway: its router, and what keeps its background work alive.

@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Full;
 use hyper::body::Body;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::{connect::HttpConnector, Builder, Client};
@@ -22,6 +24,10 @@ pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// The connector of the gateway's client: `http://` as it is, `https://`
 /// over rustls.
 pub type BackendConnector = HttpsConnector<HttpConnector>;
+
+/// The gateway's client of its backends ([`backend_tls_client`]), for
+/// its requests' whole bodies.
+pub type BackendClient = Client<BackendConnector, Full<Bytes>>;
 
 /// The backends' client over plain TCP (`http://` only), for request
 /// bodies of type `B`, giving up on a connection not made within

@@ -1,7 +1,8 @@
 //! The gateway over simulated fleets: its HTTP surface, etcd membership
 //! (over TLS with a user, and its allow-list), `https://` backends (sent
 //! to, probed, loaded on), TTFT histograms, the OpenAI API, the owners
-//! flag, a config file, prefix affinity, readiness, requests sent once and
+//! flag, a config file, prefix affinity and the prompt tokenizer of precise
+//! prefix routing, readiness, requests sent once and
 //! streams, a backend that hangs, the connections the gateway closes
 //! itself; the bare proxy. The gateway's app, flags and sidecar are the
 //! library's (`tower_model_balance_gateway`), the code the binaries run.
@@ -13,6 +14,7 @@ mod connections;
 mod drain;
 mod etcd_trust;
 mod histograms;
+mod kv;
 mod limits;
 mod metadata;
 mod openai;
