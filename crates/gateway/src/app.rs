@@ -10,6 +10,11 @@
 //!                                              the same budget
 //! ```
 //!
+//! With `--kv-events` (precise prefix routing, `app/kv.rs`), a
+//! `PromptBlocks` layer between ModelFromBody and Hedge cuts each prompt
+//! into the blocks the backends' KV-cache events index, and the balancer
+//! sends it where most of them are cached.
+//!
 //! Besides the inference routes it answers KServe v2's health and
 //! metadata routes, so that a KServe v2 client (tritonclient) works
 //! through it as against one server: `GET /v2/health/live` (the gateway is
@@ -29,6 +34,7 @@ pub mod drain;
 mod errors;
 mod etcd;
 mod forward;
+mod kv;
 mod limits;
 mod log_sink;
 mod metadata;
@@ -78,6 +84,7 @@ pub use config::{
 };
 pub use drain::Drain;
 pub use etcd::EtcdMembers;
+use kv::Kv;
 use limits::Limits;
 use phases::Phases;
 pub use phases::Timeouts;
@@ -112,6 +119,8 @@ pub struct Gateway {
     access_log: AccessLog,
     _probes: BackgroundTask,
     _placement: Option<BackgroundTask>,
+    /// The subscriptions to the backends' KV-cache events (`--kv-events`).
+    _kv_events: Vec<BackgroundTask>,
 }
 
 impl Gateway {
@@ -127,6 +136,10 @@ impl Gateway {
         let client = backend_tls_client::<Full<Bytes>>(roots, config.timeouts.connect);
         let timeouts = config.timeouts;
         let metadata_client = client.clone();
+        // Precise prefix routing (`--kv-events`): the index the events
+        // feed and the balancer reads, and the layer that cuts prompts
+        // into its blocks (`app/kv.rs`).
+        let kv = Kv::start(&config, &client)?;
         // Backends whose probes go unanswered: their waiting requests cut.
         // With placement a backend is reached (readiness) by a read of
         // its repository, not by a probe: it loads nothing without one.
@@ -175,6 +188,9 @@ impl Gateway {
         // a file's `receipts = true` stays.
         if config.receipt_header || config.access_log != AccessLog::Off {
             balance = balance.receipts(true);
+        }
+        if let Some(kv) = &kv {
+            balance = balance.kv_index(kv.index.clone());
         }
         let (balancer, etcd) = match &config.etcd {
             None => (
@@ -242,7 +258,7 @@ impl Gateway {
             log_sink::stdout();
         }
         let app = App {
-            stack: stack(balancer, &hedge, &config, &catalog)?,
+            stack: stack(balancer, &hedge, &config, &catalog, kv.as_ref())?,
             catalog,
             unresponsive: reached,
             handle: handle.clone(),
@@ -269,6 +285,7 @@ impl Gateway {
             access_log: config.access_log,
             _probes: probes,
             _placement: placement,
+            _kv_events: kv.map(|kv| kv.tasks).unwrap_or_default(),
         })
     }
 }
@@ -289,6 +306,7 @@ fn stack(
     hedge: &HedgeLayer,
     config: &Config,
     catalog: &Catalog,
+    kv: Option<&Kv>,
 ) -> Result<Stack, BoxError> {
     // The model from the body or the path, never from the client's
     // routing headers (they are removed): a client could otherwise send any
@@ -315,6 +333,10 @@ fn stack(
         // 1. Route: the model ID from the JSON body or the KServe v2 path,
         //    into the request's `RouteInfo`; 400 / 413 from here.
         .layer(route)
+        // 1b. With `--kv-events`: the prompt's blocks, for the balancer to
+        //     pick the backend caching most of them (`app/kv.rs`); without,
+        //     no layer (`Either`'s other side: the hedge itself).
+        .option_layer(kv.map(|kv| kv.layer.clone()))
         // 2. Hedge, between route and balance: its backup carries the
         //    `RouteInfo`, and the balancer sees its `Exclude` and sends it
         //    to another backend. It clones requests: every body is `Full`.

@@ -106,6 +106,15 @@ pub struct Config {
     pub receipt_header: bool,
     /// The access log's format (default: none).
     pub access_log: AccessLog,
+    /// Precise prefix routing: each backend's KV-cache event endpoint,
+    /// `tcp://HOST:PORT`, or `tcp://HOST:PORT,replay=tcp://HOST:PORT` with
+    /// its replay endpoint (`--kv-events`). Any: the balancer routes a
+    /// prompt to the backend caching most of its leading blocks.
+    pub kv_events: Vec<(BackendId, String)>,
+    /// With `kv_events`: a local model directory whose `tokenizer.json`
+    /// tokenizes the prompts (`--tokenizer`); none: the first of
+    /// `kv_events`' backends is asked (`POST /tokenize`).
+    pub tokenizer: Option<PathBuf>,
 }
 
 /// The default body limit of OpenAI-shaped JSON requests: 16 MiB, a
@@ -157,6 +166,8 @@ impl Config {
             session_header: None,
             receipt_header: false,
             access_log: AccessLog::Off,
+            kv_events: Vec::new(),
+            tokenizer: None,
         }
     }
 }

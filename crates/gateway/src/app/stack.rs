@@ -20,10 +20,12 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use tower::retry::Retry;
+use tower::util::Either;
 use tower_model_balance::balance::ModelBalancer;
 use tower_model_balance::config::{ConfigError, StackConfig};
 use tower_model_balance::endpoint::SetOrigin;
 use tower_model_balance::hedge::{FirstFrame, Hedge, RetryPolicy};
+use tower_model_balance::kv::PromptBlocksService;
 use tower_model_balance::route::ModelFromBody;
 
 use super::client::BackendConnector;
@@ -33,8 +35,11 @@ use super::phases::Phases;
 /// the phase timeouts where the backend is at fault (inside the balancer's
 /// breaker, so a stalled stream is a failure).
 pub type Endpoint = Phases<SetOrigin<Client<BackendConnector, Full<Bytes>>>>;
-/// The whole request path.
-pub type Stack = ModelFromBody<Hedge<Retry<RetryPolicy, FirstFrame<ModelBalancer<Endpoint>>>>>;
+/// The request path behind the route layer.
+type Hedged = Hedge<Retry<RetryPolicy, FirstFrame<ModelBalancer<Endpoint>>>>;
+/// The whole request path: with `--kv-events` the prompt's blocks between
+/// the route and the hedge, else nothing there (no cost per request).
+pub type Stack = ModelFromBody<Either<PromptBlocksService<Hedged>, Hedged>>;
 
 /// The gateway's choices where they differ from the library's defaults,
 /// written as a file's tables; everything else is the library's default

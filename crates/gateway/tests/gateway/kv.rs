@@ -167,3 +167,21 @@ async fn a_failed_answer_is_an_error() {
         "{error}"
     );
 }
+
+/// A gateway with `--kv-events` on its backends serves as without them
+/// while no event has given the block size: the prompt's layer is in the
+/// stack, and hands each request on as it came.
+#[tokio::test]
+async fn a_gateway_with_kv_events_serves_before_any_event() {
+    let gw = crate::gateway::start("kv", 2, |config| {
+        config.kv_events = config
+            .backends
+            .iter()
+            .map(|(id, _)| (id.clone(), "tcp://127.0.0.1:1".to_owned()))
+            .collect();
+    })
+    .await;
+    let chat = r#"{"model": "llama-3-8b", "messages": [{"role": "user", "content": "hi"}]}"#;
+    let reply = gw.post("/v1/chat/completions", chat).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
