@@ -84,6 +84,7 @@ pub use config::{
 };
 pub use drain::Drain;
 pub use etcd::EtcdMembers;
+pub(crate) use kv::endpoints as kv_endpoints;
 use kv::Kv;
 use limits::Limits;
 use phases::Phases;

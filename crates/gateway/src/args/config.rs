@@ -49,6 +49,12 @@ impl Args {
                 config.metrics_origins.push((id.clone(), metrics.clone()));
             }
         }
+        for ((id, _), events) in config.backends.iter().zip(&self.kv_events) {
+            if let Some(events) = events {
+                config.kv_events.push((id.clone(), events.clone()));
+            }
+        }
+        config.tokenizer.clone_from(&self.tokenizer);
         if let Some(port) = self.metrics_port {
             config.metrics_origins = config
                 .backends

@@ -64,6 +64,7 @@ struct Gateway {
     prefix_bytes: Option<i64>,
     session_header: Option<String>,
     receipt_header: Option<bool>,
+    tokenizer: Option<String>,
     drain_timeout_s: Option<i64>,
     connect_timeout_s: Option<i64>,
     first_token_timeout_s: Option<i64>,
@@ -85,13 +86,14 @@ struct Gateway {
 }
 
 /// A `[[gateway.backends]]` entry: `--backend [NAME=]URL` and the
-/// `--metrics URL` after it.
+/// `--metrics URL` and `--kv-events URL` after it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BackendEntry {
     name: Option<String>,
     url: String,
     metrics: Option<String>,
+    kv_events: Option<String>,
 }
 
 /// `[gateway.etcd]`: `--etcd` (each endpoint) and `--prefix`.
@@ -206,6 +208,18 @@ fn check(setting: &[Flag]) -> Result<(), String> {
     if has("--prefix") && !has("--etcd") {
         flags.extend(["--etcd".into(), "http://127.0.0.1:2379".into()]);
     }
+    // The tokenizer is for the backends' KV-cache events, elsewhere.
+    if has("--tokenizer") {
+        flags.extend(
+            [
+                "--backend",
+                "http://127.0.0.1:1",
+                "--kv-events",
+                "tcp://127.0.0.1:1",
+            ]
+            .map(String::from),
+        );
+    }
     match Args::parse_flags(flags) {
         Err(Stop::Error(message)) => {
             let keyed = setting.iter().fold(message, |m, f| {
@@ -222,10 +236,12 @@ fn check(setting: &[Flag]) -> Result<(), String> {
 fn merge(settings: &[Setting], cli: &[String]) -> Result<Vec<String>, Stop> {
     let given = |flag: &str| cli.iter().any(|a| a == flag);
     let (backends, etcd) = (given("--backend"), given("--etcd"));
-    if given("--metrics") && !backends {
-        return Err(Stop::Error(
-            "--metrics goes after the --backend it is for, on the command line (whose --backend replaces the file's backends)".into(),
-        ));
+    for flag in ["--metrics", "--kv-events"] {
+        if given(flag) && !backends {
+            return Err(Stop::Error(format!(
+                "{flag} goes after the --backend it is for, on the command line (whose --backend replaces the file's backends)"
+            )));
+        }
     }
     let mut merged = Vec::new();
     for setting in settings {
@@ -306,6 +322,7 @@ impl Gateway {
             ("--prefix-bytes", number(self.prefix_bytes)),
             ("--session-header", text(self.session_header)),
             ("--receipt-header", on(self.receipt_header, true)),
+            ("--tokenizer", text(self.tokenizer)),
             ("--admin-listen", text(self.admin_listen)),
             ("--drain-timeout", number(self.drain_timeout_s)),
             ("--connect-timeout", number(self.connect_timeout_s)),
@@ -356,6 +373,13 @@ impl Gateway {
                     flag: "--metrics",
                     key: key("metrics"),
                     value: Some(metrics),
+                });
+            }
+            if let Some(events) = backend.kv_events {
+                setting.push(Flag {
+                    flag: "--kv-events",
+                    key: key("kv_events"),
+                    value: Some(events),
                 });
             }
             out.push(setting);

@@ -5,6 +5,7 @@
 //! `Args::from_flags`'s.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser};
@@ -57,6 +58,12 @@ pub(super) struct Flags {
     /// from the positions ([`parse`]).
     #[arg(long, value_parser = metrics)]
     pub metrics: Vec<Origin>,
+    /// Each `--kv-events` in order, checked; which `--backend` it follows
+    /// is read from the positions ([`parse`]).
+    #[arg(long, value_parser = kv_events)]
+    pub kv_events: Vec<String>,
+    #[arg(long, value_parser = tokenizer)]
+    pub tokenizer: Option<PathBuf>,
     #[arg(long, value_parser = probe_openai)]
     pub probe: Option<OpenAi>,
     // The route layer's largest limit: 64 MiB.
@@ -101,9 +108,17 @@ pub(super) struct Flags {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct OpenAi(pub bool);
 
-/// The flags in `argv` (the program's name left out), and for each
-/// `--metrics` the index of the `--backend` it follows.
-pub(super) fn parse(argv: Vec<String>) -> Result<(Flags, Vec<Option<usize>>), Stop> {
+/// For each flag that goes after a `--backend`, the index of the
+/// `--backend` each of its values follows.
+#[derive(Debug)]
+pub(super) struct Follows {
+    pub metrics: Vec<Option<usize>>,
+    pub kv_events: Vec<Option<usize>>,
+}
+
+/// The flags in `argv` (the program's name left out), and which
+/// `--backend` each `--metrics` and `--kv-events` follows.
+pub(super) fn parse(argv: Vec<String>) -> Result<(Flags, Follows), Stop> {
     let argv = std::iter::once("gateway".to_owned()).chain(argv);
     let matches = Flags::command()
         .try_get_matches_from(argv)
@@ -111,10 +126,16 @@ pub(super) fn parse(argv: Vec<String>) -> Result<(Flags, Vec<Option<usize>>), St
     let flags = Flags::from_arg_matches(&matches).map_err(clap_error)?;
     let at = |id: &str| -> Vec<usize> { matches.indices_of(id).into_iter().flatten().collect() };
     let backends = at("backend");
-    let follows = at("metrics")
-        .iter()
-        .map(|m| backends.iter().rposition(|b| b < m))
-        .collect();
+    let follows = |id: &str| -> Vec<Option<usize>> {
+        at(id)
+            .iter()
+            .map(|m| backends.iter().rposition(|b| b < m))
+            .collect()
+    };
+    let follows = Follows {
+        metrics: follows("metrics"),
+        kv_events: follows("kv_events"),
+    };
     Ok((flags, follows))
 }
 
@@ -166,6 +187,25 @@ fn prefix(text: &str) -> Check<String> {
 
 fn metrics(text: &str) -> Check<Origin> {
     Origin::parse(text).map_err(|e| format!("--metrics `{text}`: {e}"))
+}
+
+fn kv_events(text: &str) -> Check<String> {
+    crate::app::kv_endpoints(text)?;
+    Ok(text.to_owned())
+}
+
+/// A local model directory with its `tokenizer.json`.
+fn tokenizer(text: &str) -> Check<PathBuf> {
+    let dir = PathBuf::from(text);
+    if !dir.is_dir() {
+        return Err(format!("--tokenizer: `{text}` is not a directory"));
+    }
+    if !dir.join("tokenizer.json").is_file() {
+        return Err(format!(
+            "--tokenizer: `{text}` has no tokenizer.json (a model's directory, as downloaded from the Hugging Face Hub)"
+        ));
+    }
+    Ok(dir)
 }
 
 fn access_log(text: &str) -> Check<AccessLog> {

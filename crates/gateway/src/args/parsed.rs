@@ -3,6 +3,7 @@
 //! without `--prefix`, one source of backends).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tower_model_balance::backend::BackendId;
@@ -39,6 +40,10 @@ pub struct Args {
     pub metrics_port: Option<u16>,
     /// Each backend's own metrics origin (`--metrics`), by index.
     pub metrics: Vec<Option<Origin>>,
+    /// Each backend's KV-cache event endpoint (`--kv-events`), by index.
+    pub kv_events: Vec<Option<String>>,
+    /// `--tokenizer`: a local model directory with its `tokenizer.json`.
+    pub tokenizer: Option<PathBuf>,
     /// Not `--no-placement`.
     pub placement: bool,
     /// `--admission-limit`: requests in flight per backend.
@@ -95,6 +100,8 @@ impl Args {
             body_limit: flags.body_limit.unwrap_or(64 * 1024 * 1024),
             metrics_port: flags.metrics_port.and_then(|p| u16::try_from(p).ok()),
             metrics: Vec::new(),
+            kv_events: Vec::new(),
+            tokenizer: flags.tokenizer,
             placement: !flags.no_placement,
             admission_limit: flags.admission_limit,
             model_slots: flags.model_slots,
@@ -147,8 +154,9 @@ impl Args {
             parsed.backends.push(origin);
             parsed.ids.push(id);
             parsed.metrics.push(None);
+            parsed.kv_events.push(None);
         }
-        for (metrics, follows) in flags.metrics.into_iter().zip(follows) {
+        for (metrics, follows) in flags.metrics.into_iter().zip(follows.metrics) {
             match follows.map(|at| &mut parsed.metrics[at]) {
                 Some(slot @ None) => *slot = Some(metrics),
                 Some(Some(_)) => {
@@ -162,6 +170,31 @@ impl Args {
                     )))
                 }
             }
+        }
+        if !flags.kv_events.is_empty() && !flags.etcd.is_empty() {
+            return Err(Stop::Error(
+                "--kv-events needs --backend: a backend from etcd has no KV-event endpoint in its record yet".into(),
+            ));
+        }
+        for (events, follows) in flags.kv_events.into_iter().zip(follows.kv_events) {
+            match follows.map(|at| &mut parsed.kv_events[at]) {
+                Some(slot @ None) => *slot = Some(events),
+                Some(Some(_)) => {
+                    return Err(Stop::Error(format!(
+                        "--kv-events `{events}`: the --backend before it has one already"
+                    )))
+                }
+                None => {
+                    return Err(Stop::Error(format!(
+                        "--kv-events `{events}` goes after the --backend it is for"
+                    )))
+                }
+            }
+        }
+        if parsed.tokenizer.is_some() && parsed.kv_events.iter().all(Option::is_none) {
+            return Err(Stop::Error(
+                "--tokenizer goes with --kv-events: it tokenizes the prompts for precise prefix routing".into(),
+            ));
         }
         for url in flags.etcd {
             if parsed.etcd.iter().any(|e| same_backend(e, &url)) {

@@ -11,11 +11,12 @@ usage: gateway (--backend URL... | --etcd URL --prefix P) [FLAGS]
                        overrides its key. A flag's key is its name in
                        [gateway], `-` as `_`, seconds in `_s` (--drain-timeout
                        60: drain_timeout_s = 60; --no-placement: placement =
-                       false), but --backend and --metrics: [[gateway.backends]]
-                       name, url, metrics; --etcd, --prefix: [gateway.etcd]
-                       endpoints, prefix; --owners, --owner-load: [balance]
-                       owners, owner_load; --admission-limit: [admission]
-                       limit. Example: crates/gateway/examples/gateway.toml
+                       false), but --backend, --metrics and --kv-events:
+                       [[gateway.backends]] name, url, metrics, kv_events;
+                       --etcd, --prefix: [gateway.etcd] endpoints, prefix;
+                       --owners, --owner-load: [balance] owners, owner_load;
+                       --admission-limit: [admission] limit. Example:
+                       crates/gateway/examples/gateway.toml
   --listen ADDR        address to serve on (default 127.0.0.1:8080)
   --backend [NAME=]URL a backend's origin, e.g. http://10.0.0.1:8000 (repeatable),
                        and the name its owners are hashed by (default: the
@@ -84,6 +85,17 @@ usage: gateway (--backend URL... | --etcd URL --prefix P) [FLAGS]
   --receipt-header     each answer says why it went where it went, in
                        x-route-receipt (backend, reason, owners, predicted
                        prefix hit, runner-up)
+  --kv-events URL      precise prefix routing (with --backend only): where the
+                       --backend just before publishes its KV-cache events,
+                       tcp://HOST:PORT (vLLM's --kv-events-config endpoint,
+                       with the server's host for its `*`), or
+                       tcp://HOST:PORT,replay=tcp://HOST:PORT with its replay
+                       endpoint; a request goes to the backend caching the
+                       most of its prompt's leading blocks
+  --tokenizer DIR      with --kv-events: the prompts' tokens from this local
+                       model directory's tokenizer.json (default: asked of
+                       the first --kv-events backend, POST /tokenize, 2 s at
+                       most; a prompt not tokenized routes without its blocks)
 
 Operations (docs/operations.md):
   --admin-listen ADDR  where /metrics and readiness (/ready, /health,
@@ -138,7 +150,8 @@ Operations (docs/operations.md):
   -V, --version        the gateway's version
   -h, --help           this text
 
-Each flag but --backend, --etcd, --metrics and --etcd-allow may be given once.
+Each flag but --backend, --etcd, --metrics, --kv-events and --etcd-allow may be
+given once.
 
 Readiness (/health, /v2/health/ready, /ping) is 503 while no backend can serve
 a model: each never reached (no probe answered, nor a request; with placement,

@@ -2,7 +2,7 @@
 
 /// Each flag's key in the file (a test fails for a flag of `USAGE`
 /// missing here). `[]`: a key of each `[[gateway.backends]]` entry.
-pub(crate) const KEYS: [(&str, &str); 36] = [
+pub(crate) const KEYS: [(&str, &str); 38] = [
     ("--listen", "gateway.listen"),
     ("--backend", "gateway.backends[].url"),
     ("--etcd", "gateway.etcd.endpoints"),
@@ -19,6 +19,8 @@ pub(crate) const KEYS: [(&str, &str); 36] = [
     ("--prefix-bytes", "gateway.prefix_bytes"),
     ("--session-header", "gateway.session_header"),
     ("--receipt-header", "gateway.receipt_header"),
+    ("--kv-events", "gateway.backends[].kv_events"),
+    ("--tokenizer", "gateway.tokenizer"),
     ("--admin-listen", "gateway.admin_listen"),
     ("--drain-timeout", "gateway.drain_timeout_s"),
     ("--connect-timeout", "gateway.connect_timeout_s"),

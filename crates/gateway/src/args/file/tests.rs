@@ -419,3 +419,5 @@ fn the_layers_keep_their_lines() {
         "\n[balance]\nowners = 3\n\n\n[hedge]\nmax_attempts = 2\n"
     );
 }
+
+mod kv;
