@@ -12,7 +12,9 @@
 //!   prompt's full blocks, each hashed with the whole prefix before it
 //!   ([`block_hash`]), so a block matches only with its whole prefix;
 //! * [`KvIndex`]: the fleet's index, one bounded, lock-free block set per
-//!   backend, read by the balancer's pick and written by the event source.
+//!   backend, read by the balancer's pick and written by the event source;
+//! * `prompt::PromptTokenizer` (feature `tokenizer`): a request's prompt
+//!   token IDs, as the vLLM server computes them.
 //!
 //! The hashes are the crate's own (xxh3 over the blocks' token IDs,
 //! chained), not vLLM's: vLLM seeds its block hashes per process, so a
@@ -22,6 +24,9 @@
 mod chain;
 mod index;
 mod layer;
+#[cfg(feature = "tokenizer")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokenizer")))]
+pub mod prompt;
 mod set;
 mod tokenize;
 
