@@ -13,7 +13,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use serde_json::{json, Value};
 use tower_model_balance::kv::prompt::{PromptError, PromptKind, PromptTokenizer};
