@@ -53,6 +53,11 @@ fn installed_or_skip() -> Option<(PathBuf, PathBuf)> {
 /// the test's temporary directory: as a string, or as a list of named
 /// templates.
 fn folder(tiny: &Path, name: &str, template: &str, listed: bool) -> PathBuf {
+    folder_with(tiny, name, template, listed, json!({}))
+}
+
+/// As [`folder`], with `extra` entries in `tokenizer_config.json`.
+fn folder_with(tiny: &Path, name: &str, template: &str, listed: bool, extra: Value) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("kv_tokenizer")
         .join(name);
@@ -69,6 +74,9 @@ fn folder(tiny: &Path, name: &str, template: &str, listed: bool) -> PathBuf {
     // The object form (transformers: an `AddedToken`).
     config["bos_token"] = json!({"__type": "AddedToken", "content": "<s>", "lstrip": false,
         "normalized": false, "rstrip": false, "single_word": false, "special": true});
+    for (k, v) in extra.as_object().unwrap() {
+        config[k] = v.clone();
+    }
     std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
     dir
 }
@@ -223,6 +231,15 @@ fn prompt_ids_are_vllms() {
     };
     let llama = folder(&tiny, "llama3", &template("llama3.jinja"), false);
     let qwen = folder(&tiny, "qwen2vl", &template("qwen2vl.jinja"), true);
+    // Flags transformers' model-specific tokenizer classes rebuild the
+    // post-processor from (its generic one does not).
+    let bos = folder_with(
+        &tiny,
+        "bos",
+        &template("qwen2vl.jinja"),
+        false,
+        json!({"add_bos_token": true, "add_eos_token": false}),
+    );
     let doc = document(630);
     let mut cases = Vec::new();
     for body in chat_cases(&doc) {
@@ -249,6 +266,23 @@ fn prompt_ids_are_vllms() {
     for body in qwen_cases() {
         cases.push(Case {
             dir: qwen.clone(),
+            kind: PromptKind::Chat,
+            body,
+        });
+    }
+    for body in completion_cases(&doc) {
+        cases.push(Case {
+            dir: bos.clone(),
+            kind: PromptKind::Completion,
+            body,
+        });
+    }
+    for body in [
+        json!({"model": "m", "messages": [user("BOS from the flag")], "add_special_tokens": true}),
+        json!({"model": "m", "messages": [user("no BOS: chat default")]}),
+    ] {
+        cases.push(Case {
+            dir: bos.clone(),
             kind: PromptKind::Chat,
             body,
         });
@@ -292,7 +326,7 @@ fn prompt_ids_are_vllms() {
     assert_eq!(answers.len(), cases.len(), "one answer a case");
 
     let tokenizers =
-        [&tiny, &llama, &qwen].map(|d| (d.clone(), PromptTokenizer::from_dir(d).unwrap()));
+        [&tiny, &llama, &qwen, &bos].map(|d| (d.clone(), PromptTokenizer::from_dir(d).unwrap()));
     let (mut ids_compared, mut errors_compared) = (0, 0);
     for (i, (case, want)) in cases.iter().zip(&answers).enumerate() {
         let tok = &tokenizers.iter().find(|(d, _)| d == &case.dir).unwrap().1;
@@ -322,7 +356,13 @@ fn prompt_ids_are_vllms() {
         }
     }
     eprintln!("{ids_compared} prompts with vLLM's IDs, {errors_compared} rejected by both");
-    assert!(ids_compared >= 30 && errors_compared >= 1);
+    assert!(ids_compared >= 37 && errors_compared >= 1);
+
+    // transformers 5's generic tokenizer class (`TokenizersBackend`, the
+    // tiny model's) leaves `tokenizer.json`'s post-processor as it is
+    // whatever `add_bos_token` says: no BOS there, none here.
+    let no_bos = tokenizers[3].1.completion(br#"{"prompt": "x"}"#).unwrap();
+    assert_eq!(no_bos, [91]);
 
     // The long chat is some 2,000 tokens.
     let long = tokenizers[0]
