@@ -3,7 +3,7 @@
 use minijinja::value::ValueKind;
 use minijinja::Value;
 
-use super::PromptError;
+use super::error::PromptError;
 
 /// A body that is not the request it should be.
 pub(super) fn bad(why: impl Into<String>) -> PromptError {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value as Json;
 use tokenizers::Tokenizer;
 
-use super::LoadError;
+use super::error::LoadError;
 
 /// The named special tokens transformers passes to chat templates
 /// (`SPECIAL_TOKENS_ATTRIBUTES`), by the names the templates know them.

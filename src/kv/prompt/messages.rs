@@ -31,8 +31,8 @@ use minijinja::value::ValueKind;
 use minijinja::Value;
 
 use super::body::{bad, field, present};
+use super::error::PromptError;
 use super::template::ContentFormat;
-use super::PromptError;
 
 const BILLING_HEADER: &str = "x-anthropic-billing-header";
 

@@ -7,8 +7,9 @@ use minijinja::value::ValueKind;
 use minijinja::{Environment, Value};
 
 use super::body::{bad, field, flag, present};
+use super::error::PromptError;
+use super::messages;
 use super::template::{self, ContentFormat};
-use super::{messages, PromptError};
 
 /// The tag transformers appends to the message to continue, to find
 /// where the template put its end.

@@ -9,8 +9,9 @@ use minijinja::Value;
 use tokenizers::Tokenizer;
 
 use super::body::{bad, field, flag, parse, present};
+use super::error::{LoadError, PromptError};
+use super::load;
 use super::render::{self, Chat};
-use super::{load, LoadError, PromptError};
 
 /// A model's prompt as its vLLM server computes it: the chat template
 /// rendered and its text tokenized for `/v1/chat/completions`, the prompt
