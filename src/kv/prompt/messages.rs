@@ -296,3 +296,61 @@ fn developer_to_system(conversation: Vec<Value>) -> Vec<Value> {
     ]);
     std::iter::once(first).chain(others).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conv(messages: &str, format: ContentFormat, knows_developer: bool) -> String {
+        let messages: Value = serde_json::from_str(messages).unwrap();
+        let out = conversation(&messages, format, knows_developer).unwrap();
+        Value::from(out).to_string()
+    }
+
+    #[test]
+    fn text_parts_are_joined_or_kept_as_the_template_reads_them() {
+        let m = r#"[{"role": "user", "content": ["a", {"type": "text", "text": "b"},
+                    {"type": "text", "text": null}, {"type": "input_text", "text": "c"}]}]"#;
+        assert_eq!(
+            conv(m, ContentFormat::String, true),
+            r#"[{"role": "user", "content": "a\nb\nc"}]"#
+        );
+        assert_eq!(
+            conv(m, ContentFormat::OpenAi, true),
+            r#"[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}, {"type": "text", "text": "c"}]}]"#
+        );
+        let image =
+            r#"[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]"#;
+        let image: Value = serde_json::from_str(image).unwrap();
+        assert!(matches!(
+            conversation(&image, ContentFormat::String, true),
+            Err(PromptError::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn tool_call_arguments_become_maps_in_their_order() {
+        let m = r#"[{"role": "assistant", "content": null, "reasoning": "r", "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"b\": 1, \"a\": 2}"}},
+            {"id": "2", "type": "function", "function": {"name": "g", "arguments": "not json"}}]}]"#;
+        assert_eq!(
+            conv(m, ContentFormat::String, true),
+            r#"[{"role": "assistant", "content": "", "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": {"b": 1, "a": 2}}}, {"id": "2", "type": "function", "function": {"name": "g", "arguments": {}}}], "reasoning": "r", "reasoning_content": "r"}]"#
+        );
+    }
+
+    #[test]
+    fn the_billing_header_line_goes_and_developers_merge_into_the_system_message() {
+        let m = r#"[{"role": "system", "content": "x-anthropic-billing-header: 1\nkept"},
+                    {"role": "user", "content": "u"},
+                    {"role": "developer", "content": "d", "tools": []}]"#;
+        assert_eq!(
+            conv(m, ContentFormat::String, false),
+            r#"[{"role": "system", "content": "kept\n\nd"}, {"role": "user", "content": "u"}]"#
+        );
+        assert_eq!(
+            conv(m, ContentFormat::String, true),
+            r#"[{"role": "system", "content": "kept"}, {"role": "user", "content": "u"}, {"role": "developer", "content": "d", "tools": []}]"#
+        );
+    }
+}
