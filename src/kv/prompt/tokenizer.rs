@@ -231,3 +231,21 @@ fn ids(prompt: &Value) -> Result<Vec<u32>, PromptError> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PromptKind;
+
+    #[test]
+    fn the_kind_of_a_path() {
+        assert_eq!(
+            PromptKind::of_path("/v1/chat/completions"),
+            Some(PromptKind::Chat)
+        );
+        assert_eq!(
+            PromptKind::of_path("/v1/completions/"),
+            Some(PromptKind::Completion)
+        );
+        assert_eq!(PromptKind::of_path("/v1/embeddings"), None);
+    }
+}
