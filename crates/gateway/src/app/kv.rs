@@ -21,6 +21,7 @@ use std::path::Path;
 
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::error::BoxError;
+use tower_model_balance::kv::prompt::PromptTokenizer;
 use tower_model_balance::kv::{KvIndex, PromptBlocksLayer, Tokenize, TokenizeFuture};
 use tower_model_balance::task::BackgroundTask;
 
@@ -108,15 +109,10 @@ fn subscribe(
 
 /// The local tokenizer of `--tokenizer DIR` (its `tokenizer.json`,
 /// checked to exist when the flags were read).
-// LEAD: wire PromptTokenizer::from_dir here (feature `tokenizer`) — until
-// it is on main, none: the server's `/tokenize` is asked instead.
 fn local_tokenizer(dir: &Path) -> Result<Option<Box<dyn Tokenize>>, BoxError> {
-    // return Ok(Some(Box::new(tower_model_balance::kv::PromptTokenizer::from_dir(dir)?)));
-    tracing::warn!(
-        dir = %dir.display(),
-        "--tokenizer: this build has no local tokenizer yet; asking the server's /tokenize"
-    );
-    Ok(None)
+    let tokenizer = PromptTokenizer::from_dir(dir)
+        .map_err(|e| format!("--tokenizer `{}`: {e}", dir.display()))?;
+    Ok(Some(Box::new(tokenizer)))
 }
 
 /// The prompts' tokenizer, local or the server's.
