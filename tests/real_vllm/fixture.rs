@@ -66,6 +66,10 @@ pub fn model(python: &Path) -> PathBuf {
 pub struct Vllm {
     pub name: String,
     pub port: u16,
+    /// Where its KV-cache events are published (its PUB binds) and
+    /// replayed from.
+    pub events_port: u16,
+    pub replay_port: u16,
     core: usize,
     python: PathBuf,
     model: PathBuf,
@@ -76,13 +80,15 @@ pub struct Vllm {
 impl Vllm {
     /// A server on core `core`, not started yet.
     pub fn new(python: &Path, model: &Path, core: usize) -> Self {
-        let [port] = free_ports::<1>(20_000, 12_000);
+        let [port, events_port, replay_port] = free_ports::<3>(20_000, 12_000);
         let logs = root().join("target").join("vllm-logs");
         std::fs::create_dir_all(&logs).expect("a folder for the logs");
         let log = logs.join(format!("{}-{core}.log", std::process::id()));
         Self {
             name: format!("vllm-{core}"),
             port,
+            events_port,
+            replay_port,
             core,
             python: python.to_owned(),
             model: model.to_owned(),
@@ -93,6 +99,14 @@ impl Vllm {
 
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Its KV-cache events, as the gateway's `--kv-events` takes them.
+    pub fn kv_events(&self) -> String {
+        format!(
+            "tcp://127.0.0.1:{},replay=tcp://127.0.0.1:{}",
+            self.events_port, self.replay_port
+        )
     }
 
     /// Starts the process (a process group of its own: the API server and
@@ -128,7 +142,19 @@ impl Vllm {
                 // on two when each serves its own share.
                 "--num-gpu-blocks-override",
                 "64",
+                // Its KV-cache events: a PUB it binds (`*`), a replay
+                // ROUTER beside it (tests/real_vllm/precise.rs).
+                "--kv-events-config",
             ])
+            .arg(
+                serde_json::json!({
+                    "enable_kv_cache_events": true,
+                    "publisher": "zmq",
+                    "endpoint": format!("tcp://*:{}", self.events_port),
+                    "replay_endpoint": format!("tcp://127.0.0.1:{}", self.replay_port),
+                })
+                .to_string(),
+            )
             .env("VLLM_CPU_KVCACHE_SPACE", "1")
             .env("VLLM_CPU_OMP_THREADS_BIND", self.core.to_string())
             .env("OMP_NUM_THREADS", "1")

@@ -68,6 +68,34 @@ impl Running {
 /// with each answer's routing receipt; `prefix`: prefix affinity on
 /// (`--prefix-bytes 256 --session-header x-session-id`).
 pub async fn start(servers: &[Vllm], prefix: bool) -> Running {
+    start_with(servers, |config| {
+        if prefix {
+            config.prefix_bytes = Some(256);
+            config.session_header = Some(HeaderName::from_static(SESSION_HEADER));
+        }
+    })
+    .await
+}
+
+/// The gateway routing by the servers' KV-cache events (`--kv-events`
+/// for each, `--tokenizer` the tiny model's folder), without
+/// `--prefix-bytes`: a prompt no server holds goes where the ring places
+/// its first block.
+pub async fn start_kv(servers: &[Vllm]) -> Running {
+    let python = crate::fixture::installed().expect("vLLM installed");
+    let model = crate::fixture::model(&python);
+    start_with(servers, |config| {
+        config.kv_events = servers
+            .iter()
+            .map(|s| (BackendId::new(&s.name).unwrap(), s.kv_events()))
+            .collect();
+        config.tokenizer = Some(model.clone());
+    })
+    .await
+}
+
+/// The gateway as a vLLM user runs it, with `tune` applied to its config.
+async fn start_with(servers: &[Vllm], tune: impl FnOnce(&mut Config)) -> Running {
     let backends = servers
         .iter()
         .map(|s| {
@@ -84,10 +112,7 @@ pub async fn start(servers: &[Vllm], prefix: bool) -> Running {
     // The CPU build's first token may wait behind others' prefill.
     config.timeouts.first_token = Duration::from_secs(120);
     config.timeouts.idle = Duration::from_secs(120);
-    if prefix {
-        config.prefix_bytes = Some(256);
-        config.session_header = Some(HeaderName::from_static(SESSION_HEADER));
-    }
+    tune(&mut config);
     let gateway = Arc::new(Gateway::new(config).expect("gateway"));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

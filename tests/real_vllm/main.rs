@@ -22,6 +22,8 @@ mod fixture;
 mod fleet;
 mod gateway;
 mod hedge;
+mod precise;
+mod router;
 mod text;
 
 use std::future::Future;
@@ -31,17 +33,19 @@ use std::sync::Arc;
 use fixture::Vllm;
 use gateway::Running;
 
-/// What the checks share: the servers and two gateways in front of them,
-/// one routing by the model alone, one with prefix affinity.
+/// What the checks share: the servers and three gateways in front of
+/// them, one routing by the model alone, one with prefix affinity, one by
+/// the servers' KV-cache events.
 struct Fleet {
     servers: Vec<Vllm>,
     model_only: Running,
     prefix: Running,
+    kv: Running,
 }
 
 /// The checks, in the order they run: those that stop or kill a server
 /// come last.
-const CHECKS: [&str; 13] = [
+const CHECKS: [&str; 15] = [
     "openai_client_sees_no_difference",
     "client_stack_streams_from_vllm",
     "routes_pass_through",
@@ -50,11 +54,13 @@ const CHECKS: [&str; 13] = [
     "closed_stream_is_aborted_on_the_server",
     "a_lost_hedge_is_aborted_on_the_server",
     "prefix_affinity_raises_vllm_s_hit_rate",
+    "kv_events_route_to_what_vllm_caches",
     "ttft_and_tpot_are_histograms",
     "sigterm_drains_every_stream",
     "a_stopped_server_is_ejected",
     "a_killed_server_fails_only_its_own_streams",
     "a_restarted_server_gets_traffic_within_5_s",
+    "kv_index_forgets_a_restarted_server",
 ];
 
 fn main() -> ExitCode {
@@ -99,6 +105,7 @@ async fn run(python: std::path::PathBuf, selected: Vec<&'static str>) -> ExitCod
     let servers = fixture::fleet(&python).await;
     let model_only = gateway::start(&servers, false).await;
     let prefix = gateway::start(&servers, true).await;
+    let kv = gateway::start_kv(&servers).await;
     println!(
         "real_vllm: 2 vLLM servers ready in {:.0} s",
         started.elapsed().as_secs_f64()
@@ -107,12 +114,18 @@ async fn run(python: std::path::PathBuf, selected: Vec<&'static str>) -> ExitCod
         servers,
         model_only,
         prefix,
+        kv,
     });
     let mut failed = Vec::new();
     for name in selected.iter().copied() {
         let fleet = fleet.clone();
         let check = async move {
-            let (s, m, p) = (&fleet.servers[..], &fleet.model_only, &fleet.prefix);
+            let (s, m, p, kv) = (
+                &fleet.servers[..],
+                &fleet.model_only,
+                &fleet.prefix,
+                &fleet.kv,
+            );
             match name {
                 "openai_client_sees_no_difference" => {
                     api::openai_client_sees_no_difference(s, m).await
@@ -129,6 +142,12 @@ async fn run(python: std::path::PathBuf, selected: Vec<&'static str>) -> ExitCod
                 }
                 "prefix_affinity_raises_vllm_s_hit_rate" => {
                     affinity::prefix_affinity_raises_vllm_s_hit_rate(s, m, p).await
+                }
+                "kv_events_route_to_what_vllm_caches" => {
+                    precise::kv_events_route_to_what_vllm_caches(s, p, kv).await
+                }
+                "kv_index_forgets_a_restarted_server" => {
+                    precise::kv_index_forgets_a_restarted_server(s, kv).await
                 }
                 "ttft_and_tpot_are_histograms" => api::ttft_and_tpot_are_histograms(m).await,
                 "sigterm_drains_every_stream" => drain::sigterm_drains_every_stream(s).await,
