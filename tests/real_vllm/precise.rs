@@ -20,16 +20,17 @@ use crate::text::{line, text};
 const HITS: &str = "vllm:prefix_cache_hits_total";
 const QUERIES: &str = "vllm:prefix_cache_queries_total";
 
-/// Rounds of the workload, each router once a round on the same texts.
-const ROUNDS: u64 = 3;
+/// Rounds of the workload, each router once a round on the same texts
+/// (a run takes about a second).
+const ROUNDS: u64 = 5;
 
 /// One piece of the workload, and the server the oracle sends it to.
 #[derive(Clone, Debug)]
 enum Job {
-    /// A question over a shared document behind one of a few system
-    /// prompts: longer than `--prefix-bytes`, so the first bytes name the
-    /// system prompt, not the document (about 1,100 tokens shared by
-    /// every question over it).
+    /// A question over a shared document behind the application's system
+    /// prompt: longer than `--prefix-bytes`, so the first bytes name the
+    /// application, not the document (about 1,100 tokens shared by every
+    /// question over it).
     Document {
         system: String,
         document: String,
@@ -47,19 +48,25 @@ enum Job {
     OneShot { prompt: String, oracle: usize },
 }
 
-/// The workload of `seed`: 8 documents (about 1,000 tokens each) behind 3
-/// system prompts of about 300 bytes, 4 questions each, interleaved; 3
-/// conversations of 4 turns from about 500 tokens; 6 one-shot prompts.
-/// About 100 KV blocks of 128 tokens in all: more than one server's 64,
-/// less than two's.
+/// The workload of `seed`: 8 documents (about 1,000 tokens each) behind
+/// one application's system prompt of about 300 bytes (a RAG service's
+/// instructions), 4 questions each, interleaved; 3 conversations of 4
+/// turns from about 500 tokens and 6 one-shot prompts, each opening with
+/// text of its own. About 100 KV blocks of 128 tokens in all: more than
+/// one server's 64, less than two's.
+///
+/// What the prompt's first bytes cannot tell: two questions over
+/// different documents share their first 256 bytes (the system prompt),
+/// two over the same document 1,000 tokens. vLLM's cache holds a prefix,
+/// so only the latter can hit.
 fn workload(seed: u64) -> Vec<Job> {
-    let systems: Vec<String> = (0..3).map(|s| text(seed * 100 + s, 7)).collect();
+    let system = text(seed * 100, 7);
     let documents: Vec<String> = (0..8).map(|d| text(seed * 1000 + 10 + d, 65)).collect();
     let mut jobs = Vec::new();
     for q in 0..4u64 {
         for (d, document) in documents.iter().enumerate() {
             jobs.push(Job::Document {
-                system: systems[d % 3].clone(),
+                system: system.clone(),
                 document: document.clone(),
                 question: line(seed * 7 + d as u64, 200 + q),
                 oracle: d % 2,
