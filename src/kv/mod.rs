@@ -22,6 +22,8 @@
 //! IDs instead.
 
 mod chain;
+mod endpoint;
+mod events;
 mod index;
 mod layer;
 #[cfg(feature = "tokenizer")]
@@ -29,9 +31,13 @@ mod layer;
 pub mod prompt;
 mod set;
 mod tokenize;
+mod subscriber;
+mod tracker;
 
 pub use chain::{block_hash, PromptBlocks, ROOT};
 pub use index::{KvIndex, DEFAULT_BLOCKS_PER_BACKEND};
 pub use layer::{PromptBlocksFuture, PromptBlocksLayer, PromptBlocksService};
 pub(crate) use set::BlockSet;
 pub use tokenize::{Tokenize, TokenizeFuture};
+pub use endpoint::KvEndpoint;
+pub use subscriber::{subscribe, REPLAY_TIMEOUT, RETRY_MAX, RETRY_MIN};
