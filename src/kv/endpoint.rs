@@ -72,7 +72,8 @@ impl KvEndpoint {
 }
 
 fn check(address: &str, field: &'static str) -> Result<(), InvalidConfig> {
-    const EXPECTED: &str = "tcp://host:port, with a host to connect to (not * or 0.0.0.0) and a port of 1 ..= 65535";
+    const EXPECTED: &str =
+        "tcp://host:port, with a host to connect to (not * or 0.0.0.0) and a port of 1 ..= 65535";
     let ok = match Endpoint::from_str(address) {
         Ok(Endpoint::Tcp(host, port)) => {
             port != 0
@@ -93,7 +94,11 @@ mod tests {
 
     #[test]
     fn only_tcp_addresses_to_connect_to() {
-        for good in ["tcp://127.0.0.1:5557", "tcp://vllm-0.svc:1", "tcp://[::1]:5557"] {
+        for good in [
+            "tcp://127.0.0.1:5557",
+            "tcp://vllm-0.svc:1",
+            "tcp://[::1]:5557",
+        ] {
             assert_eq!(KvEndpoint::new(good).unwrap().publisher(), good);
         }
         for bad in [
@@ -114,6 +119,9 @@ mod tests {
             );
         }
         let endpoint = KvEndpoint::new("tcp://a:1").unwrap();
-        assert_eq!(endpoint.with_replay("tcp://*:2").unwrap_err().field, "replay");
+        assert_eq!(
+            endpoint.with_replay("tcp://*:2").unwrap_err().field,
+            "replay"
+        );
     }
 }

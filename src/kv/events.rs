@@ -210,7 +210,10 @@ mod tests {
             event(
                 "BlockStored",
                 vec![
-                    ("block_hashes", Value::Array(vec![Value::from(11), Value::Binary(sha.clone())])),
+                    (
+                        "block_hashes",
+                        Value::Array(vec![Value::from(11), Value::Binary(sha.clone())]),
+                    ),
                     ("parent_block_hash", Value::Nil),
                     ("token_ids", Value::Array((0..4).map(Value::from).collect())),
                     ("block_size", Value::from(2)),
@@ -307,7 +310,10 @@ mod tests {
             batch(vec![Value::Map(vec![])]),
             stored_without_tokens,
             negative_token,
-            batch(vec![event("BlockRemoved", vec![("block_hashes", Value::from("x"))])]),
+            batch(vec![event(
+                "BlockRemoved",
+                vec![("block_hashes", Value::from("x"))],
+            )]),
             [batch(vec![]), vec![0]].concat(),
         ] {
             assert!(decode_batch(&payload).is_err(), "{payload:?}");

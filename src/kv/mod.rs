@@ -35,9 +35,9 @@ mod subscriber;
 mod tracker;
 
 pub use chain::{block_hash, PromptBlocks, ROOT};
+pub use endpoint::KvEndpoint;
 pub use index::{KvIndex, DEFAULT_BLOCKS_PER_BACKEND};
 pub use layer::{PromptBlocksFuture, PromptBlocksLayer, PromptBlocksService};
 pub(crate) use set::BlockSet;
 pub use tokenize::{Tokenize, TokenizeFuture};
-pub use endpoint::KvEndpoint;
 pub use subscriber::{subscribe, REPLAY_TIMEOUT, RETRY_MAX, RETRY_MIN};

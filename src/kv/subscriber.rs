@@ -181,7 +181,9 @@ async fn session(
 /// `[topic, seq, payload]`'s sequence number and payload.
 fn frames(message: &ZmqMessage) -> Option<(u64, &[u8])> {
     match (message.len(), message.get(1), message.get(2)) {
-        (3, Some(seq), Some(payload)) => Some((u64::from_be_bytes(seq[..].try_into().ok()?), payload)),
+        (3, Some(seq), Some(payload)) => {
+            Some((u64::from_be_bytes(seq[..].try_into().ok()?), payload))
+        }
         _ => None,
     }
 }
@@ -193,7 +195,10 @@ async fn fetch_replay(address: String, from: u64) -> Option<Vec<(u64, Input)>> {
         let mut socket = DealerSocket::new();
         socket.connect(&address).await.ok()?;
         let request = vec![Bytes::new(), Bytes::copy_from_slice(&from.to_be_bytes())];
-        socket.send(ZmqMessage::try_from(request).ok()?).await.ok()?;
+        socket
+            .send(ZmqMessage::try_from(request).ok()?)
+            .await
+            .ok()?;
         let mut batches = Vec::new();
         loop {
             let message = socket.recv().await.ok()?;
@@ -211,7 +216,10 @@ async fn fetch_replay(address: String, from: u64) -> Option<Vec<(u64, Input)>> {
             batches.push((seq, decode_batch(message.get(3)?)));
         }
     };
-    tokio::time::timeout(REPLAY_TIMEOUT, replay).await.ok().flatten()
+    tokio::time::timeout(REPLAY_TIMEOUT, replay)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// The monitor's next event if one is waiting; `None` if none is.

@@ -115,9 +115,7 @@ pub(crate) struct TrackerStats {
 
 enum State {
     Live,
-    Replaying {
-        pending: VecDeque<(u64, Input)>,
-    },
+    Replaying { pending: VecDeque<(u64, Input)> },
 }
 
 /// One backend's events applied to its set in [`KvIndex`].
@@ -351,7 +349,8 @@ impl Tracker {
             Some(parent) => self.blocks.get(&parent).copied(),
         };
         let shaped = block_size > 0
-            && (hashes.len() as u64).checked_mul(u64::from(block_size)) == Some(tokens.len() as u64);
+            && (hashes.len() as u64).checked_mul(u64::from(block_size))
+                == Some(tokens.len() as u64);
         let (Some(mut parent), true) = (parent, shaped && self.index.learn_block_size(block_size))
         else {
             self.stats.blocks_skipped += hashes.len() as u64;

@@ -55,24 +55,30 @@ fn stored_blocks_chain_through_parents_and_removal_unmatches() {
     tracker.live(3, batch(vec![stored(&[13], Some(99), &[7, 8])]));
     assert_eq!(tracker.stats().blocks_skipped, 1);
     // A block size of another kind, or tokens that do not fill the blocks.
-    tracker.live(4, batch(vec![Event::Stored {
-        hashes: vec![ExternalHash(14)],
-        parent: None,
-        tokens: vec![9, 9, 9],
-        block_size: 3,
-        lora_name: None,
-    }]));
+    tracker.live(
+        4,
+        batch(vec![Event::Stored {
+            hashes: vec![ExternalHash(14)],
+            parent: None,
+            tokens: vec![9, 9, 9],
+            block_size: 3,
+            lora_name: None,
+        }]),
+    );
     tracker.live(5, batch(vec![stored(&[15], None, &[9])]));
     assert_eq!(tracker.stats().blocks_skipped, 3);
     // A LoRA adapter's blocks do not match the base model's prompt.
     tracker.live(6, batch(vec![Event::Cleared]));
-    tracker.live(7, batch(vec![Event::Stored {
-        hashes: vec![ExternalHash(16)],
-        parent: None,
-        tokens: vec![1, 2],
-        block_size: BS,
-        lora_name: Some("sql".into()),
-    }]));
+    tracker.live(
+        7,
+        batch(vec![Event::Stored {
+            hashes: vec![ExternalHash(16)],
+            parent: None,
+            tokens: vec![1, 2],
+            block_size: BS,
+            lora_name: Some("sql".into()),
+        }]),
+    );
     assert_eq!(matched(&index, &prompt), 0);
     assert_eq!(index.blocks(&id()), 1);
     let stats = tracker.stats();
@@ -104,7 +110,10 @@ fn a_gap_is_repaired_by_replay_and_live_copies_are_skipped() {
     assert_eq!(tracker.connected(), Step::Replay(0));
     assert_eq!(tracker.replayed(vec![]), Step::Continue);
     tracker.live(0, batch(vec![stored(&[1], None, &[1, 2])]));
-    assert_eq!(tracker.live(2, batch(vec![stored(&[3], Some(2), &[5, 6])])), Step::Replay(1));
+    assert_eq!(
+        tracker.live(2, batch(vec![stored(&[3], Some(2), &[5, 6])])),
+        Step::Replay(1)
+    );
     // vLLM published 3 before it answered the replay.
     let replay = vec![
         (1, batch(vec![stored(&[2], Some(1), &[3, 4])])),
@@ -114,15 +123,22 @@ fn a_gap_is_repaired_by_replay_and_live_copies_are_skipped() {
     assert_eq!(tracker.replayed(replay), Step::Continue);
     assert_eq!(matched(&index, &[1, 2, 3, 4, 5, 6]), 3);
     assert_eq!(tracker.stats().duplicates, 1); // the held 2
-    // The live copy of 3, after the replay: a duplicate, not a restart.
+                                               // The live copy of 3, after the replay: a duplicate, not a restart.
     assert_eq!(tracker.live(3, batch(vec![])), Step::Continue);
     assert_eq!(tracker.live(4, batch(vec![])), Step::Continue);
     let stats = tracker.stats();
-    assert_eq!((stats.duplicates, stats.clears.lost, stats.clears.restart), (2, 0, 0));
+    assert_eq!(
+        (stats.duplicates, stats.clears.lost, stats.clears.restart),
+        (2, 0, 0)
+    );
     assert_eq!(stats.batches_applied, 5);
     // A replay that starts after the expected batch: lost for good.
     assert_eq!(tracker.live(9, batch(vec![])), Step::Replay(5));
-    tracker.replayed(vec![(6, batch(vec![])), (7, batch(vec![])), (8, batch(vec![]))]);
+    tracker.replayed(vec![
+        (6, batch(vec![])),
+        (7, batch(vec![])),
+        (8, batch(vec![])),
+    ]);
     assert_eq!(matched(&index, &[1, 2]), 0);
     assert_eq!(tracker.stats().clears.lost, 1);
 }
@@ -132,7 +148,10 @@ fn a_malformed_batch_clears_and_the_map_is_bounded() {
     let index = KvIndex::new(4);
     let mut tracker = Tracker::new(index.clone(), id(), false);
     tracker.connected();
-    tracker.live(0, batch(vec![stored(&[1, 2, 3], None, &[1, 2, 3, 4, 5, 6])]));
+    tracker.live(
+        0,
+        batch(vec![stored(&[1, 2, 3], None, &[1, 2, 3, 4, 5, 6])]),
+    );
     assert_eq!(matched(&index, &[1, 2, 3, 4, 5, 6]), 3);
     tracker.live(1, Err(KvDecodeError::for_tests()));
     assert_eq!(matched(&index, &[1, 2]), 0);
@@ -149,7 +168,10 @@ fn a_malformed_batch_clears_and_the_map_is_bounded() {
 #[derive(Clone, Debug)]
 enum Op {
     /// `n` blocks under the `parent`-th hash stored so far (or a root).
-    Store { parent: Option<usize>, n: usize },
+    Store {
+        parent: Option<usize>,
+        n: usize,
+    },
     Remove(usize),
     Clear,
 }
@@ -183,18 +205,25 @@ fn batches(ops: &[Op]) -> Vec<Batch> {
         .map(|op| {
             let event = match *op {
                 Op::Store { parent, n } => {
-                    let parent = parent.filter(|&p| (p as u64) < next - 1).map(|p| p as u64 + 1);
+                    let parent = parent
+                        .filter(|&p| (p as u64) < next - 1)
+                        .map(|p| p as u64 + 1);
                     let hashes: Vec<u64> = (next..next + n as u64).collect();
                     next += n as u64;
                     // Tokens of their own: no two blocks share our hash.
-                    let tokens: Vec<u32> =
-                        hashes.iter().flat_map(|&h| [h as u32; BS as usize]).collect();
+                    let tokens: Vec<u32> = hashes
+                        .iter()
+                        .flat_map(|&h| [h as u32; BS as usize])
+                        .collect();
                     stored(&hashes, parent, &tokens)
                 }
                 Op::Remove(h) => removed(&[h as u64 + 1]),
                 Op::Clear => Event::Cleared,
             };
-            Batch { events: vec![event], unknown: 0 }
+            Batch {
+                events: vec![event],
+                unknown: 0,
+            }
         })
         .collect()
 }
