@@ -13,7 +13,12 @@
 //!   ([`block_hash`]), so a block matches only with its whole prefix;
 //! * [`KvIndex`]: the fleet's index, one bounded, lock-free block set per
 //!   backend, read by the balancer's pick and written by the event source;
-//! * `prompt::PromptTokenizer` (feature `tokenizer`): a request's prompt
+//! * [`subscribe`]: the event source, one task a backend, on the server's
+//!   ZeroMQ publisher ([`KvEndpoint`]), which repairs lost batches from its
+//!   replay socket and clears a backend's blocks when its events cannot
+//!   be trusted (a reconnection, a restart, batches lost for good).
+//! * [`PromptBlocksLayer`] cuts each prompt into those blocks, from its
+//!   token IDs ([`Tokenize`]): `prompt::PromptTokenizer` (feature `tokenizer`): a request's prompt
 //!   token IDs, as the vLLM server computes them.
 //!
 //! The hashes are the crate's own (xxh3 over the blocks' token IDs,

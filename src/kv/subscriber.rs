@@ -1,30 +1,7 @@
 //! The IO of a backend's KV-cache events: a ZeroMQ SUB socket on vLLM's
 //! publisher, a DEALER on its replay socket, the batches handed to the
 //! tracker (`tracker.rs`) that writes the backend's set in [`KvIndex`].
-//!
-//! # Connections
-//!
-//! zeromq 0.7's SUB socket reconnects on its own: when the publisher's
-//! connection ends (vLLM stopped, or restarted on the same port), a
-//! background task of the socket reconnects with exponential backoff
-//! (100 ms doubling, at most 30 s between tries, jittered) and subscribes
-//! again, and the socket's monitor reports `Disconnected` and then
-//! `Connected`. The subscriber watches that monitor: on each
-//! reconnection it clears the backend's blocks (the server may have
-//! restarted with an empty cache, and batches were lost in between) and
-//! starts over with a replay from 0. Should the socket fail instead (its
-//! first connection refused for 30 s, or an error), the subscriber drops
-//! it and connects a new one, waiting [`RETRY_MIN`] doubling to
-//! [`RETRY_MAX`] between tries.
-//!
-//! # Replays
-//!
-//! On each connection the subscriber asks the replay socket for every
-//! batch from 0 (what vLLM published before this subscriber joined, up to
-//! its last 10,000), and on each gap in the sequence numbers for the
-//! batches from the first missing one; a replay that gets no answer within
-//! [`REPLAY_TIMEOUT`] counts as lost (the blocks are cleared). Live
-//! batches received meanwhile are held, and applied after it.
+//! How it connects and replays: [`subscribe`]'s docs.
 
 use std::future::poll_fn;
 use std::pin::Pin;
@@ -56,9 +33,53 @@ const END_SEQ: u64 = u64::MAX;
 
 /// Keeps backend `backend`'s blocks in `index` as the KV-cache events of
 /// the vLLM server at `endpoint` describe them, until the returned task
-/// is dropped. It reconnects on its own, clearing the backend's blocks on
-/// each reconnection (see the [module docs](self)); warnings go through
-/// `tracing`.
+/// is dropped. Warnings go through `tracing`.
+///
+/// # Connections
+///
+/// zeromq 0.7's SUB socket reconnects on its own: when the publisher's
+/// connection ends (vLLM stopped, or restarted on the same port), a
+/// background task of the socket reconnects with exponential backoff
+/// (100 ms doubling, at most 30 s between tries, jittered) and subscribes
+/// again, and the socket's monitor reports `Disconnected` and then
+/// `Connected`. The subscriber watches that monitor: on each
+/// reconnection it clears the backend's blocks (the server may have
+/// restarted with an empty cache, and batches were lost in between) and
+/// starts over with a replay from 0. Should the socket fail instead (its
+/// first connection refused for 30 s, or an error), the subscriber drops
+/// it and connects a new one, waiting [`RETRY_MIN`] doubling to
+/// [`RETRY_MAX`] between tries.
+///
+/// # Replays
+///
+/// On each connection the subscriber asks the replay socket for every
+/// batch from 0 (what vLLM published before this subscriber joined, up to
+/// its last 10,000), and on each gap in the sequence numbers for the
+/// batches from the first missing one; a replay that gets no answer within
+/// [`REPLAY_TIMEOUT`] counts as lost (the blocks are cleared). Live
+/// batches received meanwhile are held, and applied after it.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use tower_model_balance::backend::BackendId;
+/// use tower_model_balance::kv::{subscribe, KvEndpoint, KvIndex, PromptBlocks};
+///
+/// let index = KvIndex::default();
+/// let gpu = BackendId::new("gpu-0").unwrap();
+/// // vLLM: --kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq",
+/// //   "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}'
+/// let endpoint = KvEndpoint::new("tcp://10.0.0.7:5557")
+///     .unwrap()
+///     .with_replay("tcp://10.0.0.7:5558")
+///     .unwrap();
+/// let events = subscribe(index.clone(), gpu.clone(), endpoint).unwrap();
+/// let prompt: Vec<u32> = (0..512).collect();
+/// let blocks = PromptBlocks::new(&prompt, index.block_size().unwrap_or(16));
+/// println!("gpu-0 holds {} leading blocks", index.matched(&gpu, &blocks));
+/// drop(events); // the subscription ends
+/// # }
+/// ```
 ///
 /// # Errors
 ///

@@ -41,6 +41,11 @@
 //! size. The map is bounded by [`KvIndex::blocks_per_backend`]: past it,
 //! the backend's set and map are cleared (counted): the set errs toward
 //! "not cached", which costs a prefill, never a wrong answer.
+//!
+//! Blocks vLLM keys by more than their tokens (multimodal inputs, a cache
+//! salt: its `extra_keys`) are hashed here by their tokens alone: such a
+//! block may match a prompt of the same tokens that vLLM would not reuse
+//! (a wasted affinity, not a wrong answer).
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::RangeInclusive;
