@@ -56,7 +56,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use super::chain::{block_hash, ROOT};
 use super::events::{Batch, Event, ExternalHash, KvDecodeError};
 use super::index::KvIndex;
-use super::BlockSet;
+use super::set::BlockSet;
 use crate::backend::BackendId;
 
 /// Live batches held while a replay is under way, at most (vLLM's replay

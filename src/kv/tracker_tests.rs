@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use proptest::prelude::*;
 
 use super::*;
-use crate::kv::PromptBlocks;
+use crate::kv::chain::PromptBlocks;
 
 const BS: u32 = 2;
 
