@@ -144,6 +144,34 @@ fn a_gap_is_repaired_by_replay_and_live_copies_are_skipped() {
 }
 
 #[test]
+fn a_failed_replay_clears_and_applies_what_was_held() {
+    let index = KvIndex::new(64);
+    let mut tracker = Tracker::new(index.clone(), id(), true);
+    assert_eq!(tracker.connected(), Step::Replay(0));
+    // No answer from the replay socket on connecting: nothing to lose yet.
+    tracker.live(4, batch(vec![stored(&[1], None, &[1, 2])]));
+    assert_eq!(tracker.replay_failed(), Step::Continue);
+    assert_eq!(
+        (matched(&index, &[1, 2]), tracker.stats().clears.lost),
+        (1, 0)
+    );
+    // A gap whose replay fails: cleared, the held batch applied.
+    assert_eq!(
+        tracker.live(6, batch(vec![stored(&[2], None, &[3, 4])])),
+        Step::Replay(5)
+    );
+    assert_eq!(tracker.replay_failed(), Step::Continue);
+    assert_eq!((matched(&index, &[1, 2]), matched(&index, &[3, 4])), (0, 1));
+    assert_eq!(tracker.stats().clears.lost, 1);
+    // A stale answer, with no replay under way, is ignored.
+    assert_eq!(
+        tracker.replayed(vec![(0, batch(vec![Event::Cleared]))]),
+        Step::Continue
+    );
+    assert_eq!(matched(&index, &[3, 4]), 1);
+}
+
+#[test]
 fn a_malformed_batch_clears_and_the_map_is_bounded() {
     let index = KvIndex::new(4);
     let mut tracker = Tracker::new(index.clone(), id(), false);
