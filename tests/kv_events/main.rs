@@ -3,7 +3,8 @@
 //! `publisher.py` beside this file: stored blocks match, a chain stored
 //! in two events matches, removals unmatch, a clear and a restart clear,
 //! blocks published before the subscriber joined and a batch lost on the
-//! way come back by replay.
+//! way come back by replay, a subscriber started before vLLM connects once
+//! it binds.
 //!
 //! Needs vLLM in `target/venv-vllm` (`bash scripts/vllm-venv`): skipped
 //! with the reason when it is not there, except under `CI`, where that
@@ -127,8 +128,15 @@ async fn the_index_follows_vllm_s_own_publisher() {
         }
     };
     let [port, replay] = free_ports::<2>(15_000, 3_000);
-    let mut vllm = Publisher::start(&python, port, replay);
+    let endpoint = KvEndpoint::new(&format!("tcp://127.0.0.1:{port}"))
+        .unwrap()
+        .with_replay(&format!("tcp://127.0.0.1:{replay}"))
+        .unwrap();
     let index = KvIndex::default();
+    // A router up before its server: this one connects once vLLM binds.
+    let first = BackendId::new("vllm-first").unwrap();
+    let _first = subscribe(index.clone(), first.clone(), endpoint.clone()).unwrap();
+    let mut vllm = Publisher::start(&python, port, replay);
     let id = BackendId::new("vllm-0").unwrap();
     let matched = |tokens: &[u32]| index.matched(&id, &PromptBlocks::new(tokens, BS));
 
@@ -136,13 +144,14 @@ async fn the_index_follows_vllm_s_own_publisher() {
     // from 0 it asks for on connecting.
     let early = tokens(0, 2);
     vllm.store(&[101, 102], None, &early);
-    let endpoint = KvEndpoint::new(&format!("tcp://127.0.0.1:{port}"))
-        .unwrap()
-        .with_replay(&format!("tcp://127.0.0.1:{replay}"))
-        .unwrap();
     let _task = subscribe(index.clone(), id.clone(), endpoint).unwrap();
     eventually("the early blocks replayed", || matched(&early) == 2).await;
     assert_eq!(index.block_size(), Some(BS));
+    let early_blocks = PromptBlocks::new(&early, BS);
+    eventually("the subscriber that waited for vLLM has them", || {
+        index.matched(&first, &early_blocks) == 2
+    })
+    .await;
 
     // A chain stored in two events, the second naming the first's block
     // as its parent (as bytes, vLLM's SHA-256 form).
