@@ -35,8 +35,8 @@ mod layer;
 #[cfg_attr(docsrs, doc(cfg(feature = "tokenizer")))]
 pub mod prompt;
 mod set;
-mod tokenize;
 mod subscriber;
+mod tokenize;
 mod tracker;
 
 pub use chain::{block_hash, PromptBlocks, ROOT};
@@ -44,5 +44,5 @@ pub use endpoint::KvEndpoint;
 pub use index::{KvIndex, DEFAULT_BLOCKS_PER_BACKEND};
 pub use layer::{PromptBlocksFuture, PromptBlocksLayer, PromptBlocksService};
 pub(crate) use set::BlockSet;
-pub use tokenize::{Tokenize, TokenizeFuture};
 pub use subscriber::{subscribe, REPLAY_TIMEOUT, RETRY_MAX, RETRY_MIN};
+pub use tokenize::{Tokenize, TokenizeFuture};

@@ -123,7 +123,7 @@ const LAYERS: [&[&str]; 6] = [
         "task",
     ],
     &["breaker", "health"],
-    &["discover", "placement"],
+    &["discover", "placement", "kv"],
     &["balance"],
     &["hedge"],
     &["metrics", "config", "builder"],

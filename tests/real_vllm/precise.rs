@@ -201,9 +201,9 @@ fn requests(job: &Job) -> Vec<(serde_json::Value, Option<String>)> {
 
 fn oracle_of(job: &Job) -> usize {
     match job {
-        Job::Document { oracle, .. } | Job::Session { oracle, .. } | Job::OneShot { oracle, .. } => {
-            *oracle
-        }
+        Job::Document { oracle, .. }
+        | Job::Session { oracle, .. }
+        | Job::OneShot { oracle, .. } => *oracle,
     }
 }
 
@@ -251,7 +251,11 @@ async fn reset(servers: &[Vllm]) {
             .send()
             .await
             .expect("reset_prefix_cache");
-        assert!(reset.status().is_success(), "reset_prefix_cache: {}", reset.status());
+        assert!(
+            reset.status().is_success(),
+            "reset_prefix_cache: {}",
+            reset.status()
+        );
     }
 }
 
@@ -292,11 +296,7 @@ impl Row {
 /// least 10 above the first-bytes gateway's, over every round; no
 /// ejection; vLLM Router's `cache_aware` in the same table; then two
 /// KV-event gateways agree on at least 99% of a workload's requests.
-pub async fn kv_events_route_to_what_vllm_caches(
-    servers: &[Vllm],
-    prefix: &Running,
-    kv: &Running,
-) {
+pub async fn kv_events_route_to_what_vllm_caches(servers: &[Vllm], prefix: &Running, kv: &Running) {
     let urls: Vec<String> = servers.iter().map(Vllm::url).collect();
     let router = router::start(servers, "cache_aware").await;
     if std::env::var_os("CI").is_some() {
@@ -310,7 +310,11 @@ pub async fn kv_events_route_to_what_vllm_caches(
             Some(Target::Oracle(urls)),
             Row::default(),
         ),
-        ("gateway --kv-events".into(), Some(Target::Router(kv.url.clone())), Row::default()),
+        (
+            "gateway --kv-events".into(),
+            Some(Target::Router(kv.url.clone())),
+            Row::default(),
+        ),
         (
             "gateway --prefix-bytes 256 --session-header".into(),
             Some(Target::Router(prefix.url.clone())),
@@ -346,7 +350,10 @@ pub async fn kv_events_route_to_what_vllm_caches(
     assert_eq!(stats.ejections, 0);
     assert_eq!(prefix.handle.stats().ejections, 0);
     let (oracle, precise, first_bytes) = (rows[0].2.rate(), rows[1].2.rate(), rows[2].2.rate());
-    assert!(stats.cached_blocks > 0, "no request routed by cached blocks");
+    assert!(
+        stats.cached_blocks > 0,
+        "no request routed by cached blocks"
+    );
     assert!(
         precise >= oracle - 0.05,
         "--kv-events {precise:.3} against the oracle's {oracle:.3}"
@@ -413,7 +420,9 @@ pub async fn kv_index_forgets_a_restarted_server(servers: &[Vllm], kv: &Running)
             for _ in 0..2 {
                 let before = victim.metric(HITS).await;
                 let answer = send(&url, &messages, None).await;
-                let reason = field(&answer.receipt, "reason").unwrap_or_default().to_owned();
+                let reason = field(&answer.receipt, "reason")
+                    .unwrap_or_default()
+                    .to_owned();
                 let there = answer.backend.as_deref() == Some(victim.name.as_str());
                 routed.push(format!(
                     "{}:{reason}:{}",

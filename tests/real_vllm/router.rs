@@ -32,7 +32,10 @@ fn program() -> Result<PathBuf, String> {
     let program = venv.join("bin/vllm-router");
     match (program.exists(), venv.join(".installed").exists()) {
         (true, true) => Ok(program),
-        _ => Err(format!("vLLM Router is not installed at {}", venv.display())),
+        _ => Err(format!(
+            "vLLM Router is not installed at {}",
+            venv.display()
+        )),
     }
 }
 

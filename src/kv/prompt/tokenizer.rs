@@ -253,7 +253,11 @@ mod tests {
 impl crate::kv::Tokenize for PromptTokenizer {
     /// [`tokens_of`](Self::tokens_of), at once (no IO: the tokenizer runs
     /// on the caller's task — about 0.4 µs a token).
-    fn tokenize<'a>(&'a self, path: &'a str, body: &'a bytes::Bytes) -> crate::kv::TokenizeFuture<'a> {
+    fn tokenize<'a>(
+        &'a self,
+        path: &'a str,
+        body: &'a bytes::Bytes,
+    ) -> crate::kv::TokenizeFuture<'a> {
         let tokens = self.tokens_of(path, body).map_err(Into::into);
         Box::pin(std::future::ready(tokens))
     }

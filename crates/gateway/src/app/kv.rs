@@ -22,7 +22,9 @@ use std::path::Path;
 use tower_model_balance::backend::BackendId;
 use tower_model_balance::error::BoxError;
 use tower_model_balance::kv::prompt::PromptTokenizer;
-use tower_model_balance::kv::{KvIndex, PromptBlocksLayer, Tokenize, TokenizeFuture};
+use tower_model_balance::kv::{
+    self, KvEndpoint, KvIndex, PromptBlocksLayer, Tokenize, TokenizeFuture,
+};
 use tower_model_balance::task::BackgroundTask;
 
 use super::client::BackendClient;
@@ -84,27 +86,21 @@ impl Kv {
 
 /// `backend`'s KV-cache events at `endpoint` (`--kv-events`' value,
 /// checked: [`endpoints`]) into `index`; the task that reads them.
-// LEAD: wire kv::subscribe here — until the subscriber is on main, no
-// task: the index stays empty and every request routes as without it.
 fn subscribe(
     index: &KvIndex,
     backend: &BackendId,
     endpoint: &str,
 ) -> Result<Option<BackgroundTask>, BoxError> {
     let (publisher, replay) = endpoints(endpoint)?;
-    // let mut endpoint = tower_model_balance::kv::KvEndpoint::parse(publisher)?;
-    // if let Some(replay) = replay {
-    //     endpoint = endpoint.with_replay(replay);
-    // }
-    // return Ok(Some(tower_model_balance::kv::subscribe(index.clone(), backend.clone(), endpoint)));
-    let _ = index;
-    tracing::warn!(
-        backend = %backend,
-        publisher,
-        replay,
-        "--kv-events: this build has no KV-event subscriber yet; routed without the backend's blocks"
-    );
-    Ok(None)
+    let mut endpoint = KvEndpoint::new(publisher)?;
+    if let Some(replay) = replay {
+        endpoint = endpoint.with_replay(replay)?;
+    }
+    Ok(Some(kv::subscribe(
+        index.clone(),
+        backend.clone(),
+        endpoint,
+    )?))
 }
 
 /// The local tokenizer of `--tokenizer DIR` (its `tokenizer.json`,
