@@ -18,16 +18,12 @@ use super::chain::PromptBlocks;
 use super::index::KvIndex;
 use super::tokenize::Tokenize;
 use crate::error::common::BoxError;
-use crate::route::{PrefixKey, RouteInfo};
+use crate::route::RouteInfo;
 
 /// Adds [`PromptBlocks`] to each routed request with a prompt, once the
 /// fleet's block size is known (from the first KV-cache event): the
 /// [`Tokenize`] source gives the prompt's token IDs, cut into full blocks
-/// and hashed as the index keys them. A request routed without a prefix
-/// key gets its first block's
-/// ([`PrefixKey::from_prompt`] of the block's hash), so that where no
-/// backend holds its blocks yet it goes where the ring places that
-/// block, as every replica would send it.
+/// and hashed as the index keys them.
 ///
 /// It goes between [`ModelFromBodyLayer`](crate::route::ModelFromBodyLayer),
 /// which reads the body whole and routes it, and the balancer. A request
@@ -76,22 +72,6 @@ impl<S> Layer<S> for PromptBlocksLayer {
         PromptBlocksService {
             inner,
             layer: self.clone(),
-        }
-    }
-}
-
-/// Where no backend holds a block of the prompt, the balancer routes it by
-/// its prefix key: a request without one (no `prefix_bytes` on the body
-/// layer) gets its first block's, so that its first copy goes where the
-/// ring places that block — the same backend in every replica — and not
-/// where one replica's loads happened to point.
-fn keyed_by_first_block(extensions: &mut http::Extensions, blocks: &PromptBlocks) {
-    let Some(first) = blocks.hashes().first() else {
-        return;
-    };
-    if let Some(route) = extensions.get_mut::<RouteInfo>() {
-        if route.prefix.is_none() {
-            route.prefix = Some(PrefixKey::from_prompt(&route.model, &first.to_le_bytes()));
         }
     }
 }
@@ -149,7 +129,6 @@ where
             match layer.tokenize.tokenize(parts.uri.path(), &bytes).await {
                 Ok(Some(tokens)) => {
                     let blocks = PromptBlocks::new(&tokens, block_size);
-                    keyed_by_first_block(&mut parts.extensions, &blocks);
                     parts.extensions.insert(blocks);
                 }
                 Ok(None) => {}
@@ -195,7 +174,7 @@ mod tests {
         layer: &PromptBlocksLayer,
         body: &'static str,
         routed: bool,
-    ) -> (Option<PromptBlocks>, Option<PrefixKey>, Bytes) {
+    ) -> (Option<PromptBlocks>, Option<crate::route::PrefixKey>, Bytes) {
         let inner = service_fn(|req: Request<Full<Bytes>>| async move {
             let blocks = req.extensions().get::<PromptBlocks>().cloned();
             let prefix = req.extensions().get::<RouteInfo>().and_then(|r| r.prefix);
@@ -211,7 +190,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_routed_prompt_gets_its_blocks_and_a_key_from_its_first_block() {
+    async fn a_routed_prompt_gets_its_blocks() {
         let index = KvIndex::default();
         let layer = PromptBlocksLayer::new(Bytewise, index.clone());
         // No event gave the block size yet: untouched.
@@ -223,9 +202,7 @@ mod tests {
             blocks,
             PromptBlocks::new(&[97, 98, 99, 100, 101, 102, 103, 104], 4)
         );
-        let first = blocks.hashes()[0].to_le_bytes();
-        let model = ModelId::new("tiny").unwrap();
-        assert_eq!(prefix, Some(PrefixKey::from_prompt(&model, &first)));
+        assert_eq!(prefix, None, "the route's key is its own");
         assert_eq!(&body[..], b"abcdefghi", "the body goes on whole");
     }
 

@@ -67,7 +67,6 @@ fn a_route_from_a_str_is_the_model_ids_and_the_headers() {
         .with_payload_bytes(7)
         .with_prefix(key);
     assert_eq!(route.to_owned(), info);
-    assert_eq!(route.affinity(), key.group(), "routed by the prefix");
 }
 
 #[test]

@@ -174,17 +174,6 @@ impl<'a> Route<'a> {
             prefix: self.prefix,
         }
     }
-
-    /// What the balancer's ring and demand are keyed by: the prefix key's
-    /// group if the route has one, else the model ID's hash.
-    #[inline]
-    #[cfg_attr(not(feature = "balance"), allow(dead_code))]
-    pub(crate) fn affinity(&self) -> u64 {
-        match self.prefix {
-            Some(key) => key.group(),
-            None => self.hash,
-        }
-    }
 }
 
 /// Routing metadata of one request.

@@ -71,9 +71,23 @@ impl Ask {
         draw: Draw,
         again: bool,
     ) -> Self {
-        // The ring and demand are keyed by the prefix group, if any.
-        let affinity = route.affinity();
         let update = route.kind == RequestKind::Update;
+        // The backends holding the prompt's blocks (with prompt blocks).
+        let cached = match update {
+            true => Cached::default(),
+            false => Cached::of(table, route),
+        };
+        // A request with prompt blocks but no prefix key is keyed by its
+        // first block no backend holds (see `cached.rs`).
+        let prefix = match (route.prefix, cached.total) {
+            (None, 1..) => Some(PrefixKey::with_seed(
+                route.hash,
+                &cached.divergent.to_le_bytes(),
+            )),
+            (prefix, _) => prefix,
+        };
+        // The ring and demand are keyed by the prefix group, if any.
+        let affinity = prefix.map_or(route.hash, |p| p.group());
         // A backend not to pick, from the request's extensions (read once).
         let exclude = Exclude::of(route);
         // Read before this request counts in it.
@@ -111,16 +125,13 @@ impl Ask {
             kind: route.kind,
             urgency: route.urgency,
             key: route.hash,
-            prefix: route.prefix.filter(|_| !update),
+            prefix: prefix.filter(|_| !update),
             owners,
             sampled: draw.timed,
             unseen,
             exclude: Exclusion::of(table, exclude),
             assigned,
-            cached: match update {
-                true => Cached::default(),
-                false => Cached::of(table, route),
-            },
+            cached,
         }
     }
 

@@ -5,6 +5,17 @@
 //!
 //! Pure logic over the index's atomics: no lock, no allocation — one
 //! bucket read per block matched, and per backend one more.
+//!
+//! How the blocks weigh in the pick (`inference.rs`): the backend holding
+//! the most is taken over the one today's affinity chooses only if it
+//! holds more of the prompt than that one does. A prompt whose cached
+//! part is shared by many (an application's system prompt) is thus not
+//! drawn to whichever backend served that part first: where no backend
+//! holds more than the shared part, the request is routed as without the
+//! index, its ring walk keyed by its first block no backend holds (the
+//! [`divergent`](Cached::divergent) block): new documents behind one
+//! system prompt spread over the ring, and every replica, seeing the
+//! same events, sends each to the same backend.
 
 use crate::balance::state::table::Table;
 use crate::route::RouteView;
@@ -23,6 +34,11 @@ pub(crate) struct Cached {
     /// `(backend index, leading blocks held, tie-break)`, best first.
     top: [(u32, u32, u64); TOP],
     len: u8,
+    /// The hash of the first block no backend holds (of the last, if
+    /// every block is held somewhere): what the ring walk is keyed by
+    /// when the request goes where today's affinity sends it. 0 without
+    /// blocks.
+    pub(crate) divergent: u64,
 }
 
 impl Cached {
@@ -44,9 +60,11 @@ impl Cached {
         let Some(&first) = chain.first() else {
             return cached;
         };
+        let mut most = 0;
         for (i, state) in table.backends.iter().enumerate() {
             let Some(set) = &state.blocks else { continue };
             let held = set.matched(chain);
+            most = most.max(held);
             if held > 0 {
                 // Ties: rendezvous order on the backend's ID and the
                 // prompt's first block, the same in every replica.
@@ -54,6 +72,7 @@ impl Cached {
                 cached.offer(i as u32, held as u32, order);
             }
         }
+        cached.divergent = chain[most.min(chain.len() - 1)];
         cached
     }
 
@@ -79,6 +98,14 @@ impl Cached {
         self.top.copy_within(at..end, at + 1);
         self.top[at] = (i, held, order);
         self.len = (len + 1).min(TOP) as u8;
+    }
+
+    /// How many leading blocks backend `i` holds, if it is among the
+    /// best few (else 0: it holds fewer than the last of them).
+    pub(crate) fn held_by(&self, i: usize) -> usize {
+        self.candidates()
+            .find(|&(c, _)| c == i)
+            .map_or(0, |(_, held)| held)
     }
 
     /// The backends holding any leading block, best first: `(index,

@@ -55,7 +55,8 @@ pub(crate) fn pick_inference(
 ) -> Option<Pick> {
     let p = Inference::new(ctx, ask, rules);
     let owners = p.owners(scratch);
-    let warm = p.cached().or_else(|| p.warm(&owners, random));
+    let warm = p.warm(&owners, random);
+    let warm = p.cached(warm).or(warm);
     let prefetch = p.prefetch(&owners, warm);
     let choice = warm
         .or_else(|| p.cold_owner(&owners))
@@ -198,12 +199,14 @@ impl<'p, 'a> Inference<'p, 'a> {
     /// With prompt blocks cached somewhere (feature `kv-events`): the
     /// backend holding the most of the prompt's leading blocks that is
     /// eligible, has the model resident and is under the bounded-load cap
-    /// (the best few only: see [`Cached`](super::cached::Cached)).
-    fn cached(&self) -> Choice {
-        let (ctx, key) = (self.ctx, self.ask.key);
-        self.ask
-            .cached
+    /// (the best few only: see [`Cached`](super::cached::Cached)) — if it
+    /// holds more of them than `warm`'s choice does.
+    fn cached(&self, warm: Choice) -> Choice {
+        let (ctx, key, cached) = (self.ctx, self.ask.key, &self.ask.cached);
+        let floor = warm.map_or(0, |(i, _)| cached.held_by(i));
+        cached
             .candidates()
+            .take_while(|&(_, held)| held > floor)
             .map(|(i, _)| i)
             .find(|&i| ctx.eligible(i) && ctx.resident(i, key) && self.under(i))
             .map(|i| (i, Branch::CachedBlocks))
