@@ -213,7 +213,11 @@ async fn blocks_as_many_hold_as_today_s_choice_draw_no_request() {
         hold(&t, i, &p, 1); // a system prompt every backend has cached
     }
     let (picked, receipt) = pick_with(&t, &r, &p);
-    assert_eq!(picked.branch, Branch::ResidentOwner, "routed as without the index");
+    assert_eq!(
+        picked.branch,
+        Branch::ResidentOwner,
+        "routed as without the index"
+    );
     assert_eq!(picked.index, walk(&t, &r)[0]);
     assert_eq!(receipt.cached_blocks.unwrap().held, 1);
 }
@@ -232,7 +236,15 @@ async fn a_prompt_no_backend_holds_past_a_shared_part_is_keyed_by_its_first_new_
     let headers = http::HeaderMap::new();
     let view = Route::from_parts(&extensions, &headers).unwrap();
     let cached = Cached::of(&t, &view);
-    assert_eq!(cached.divergent, p.hashes()[1], "the first block no backend holds");
+    assert_eq!(
+        cached.divergent,
+        p.hashes()[1],
+        "the first block no backend holds"
+    );
     hold(&t, 2, &p, 4);
-    assert_eq!(Cached::of(&t, &view).divergent, p.hashes()[3], "all held: the last");
+    assert_eq!(
+        Cached::of(&t, &view).divergent,
+        p.hashes()[3],
+        "all held: the last"
+    );
 }
