@@ -23,6 +23,7 @@ mod fleet;
 mod gateway;
 mod hedge;
 mod precise;
+mod precise_workload;
 mod router;
 mod text;
 

@@ -17,7 +17,9 @@
 //! system prompt spread over the ring, and every replica, seeing the
 //! same events, sends each to the same backend.
 
+use crate::balance::choose::ctx::Ctx;
 use crate::balance::state::table::Table;
+use crate::balance::state::traffic::Branch;
 use crate::route::RouteView;
 
 /// How many of the best-holding backends an ask keeps: the pick takes the
@@ -115,6 +117,25 @@ impl Cached {
             .iter()
             .map(|&(i, held, _)| (i as usize, held as usize))
     }
+}
+
+/// With prompt blocks cached somewhere (`cached`, the ask's): the backend holding the most of
+/// the prompt's leading blocks that is eligible, has the model resident
+/// and is `under` the bounded-load cap (the best [`TOP`] only) — if it
+/// holds more of them than `warm`'s choice (today's affinity) does.
+pub(crate) fn choice(
+    ctx: &Ctx<'_>,
+    cached: &Cached,
+    warm: Option<(usize, Branch)>,
+    under: impl Fn(usize) -> bool,
+) -> Option<(usize, Branch)> {
+    let floor = warm.map_or(0, |(i, _)| cached.held_by(i));
+    cached
+        .candidates()
+        .take_while(|&(_, held)| held > floor)
+        .map(|(i, _)| i)
+        .find(|&i| ctx.eligible(i) && ctx.resident(i, ctx.key) && under(i))
+        .map(|i| (i, Branch::CachedBlocks))
 }
 
 #[cfg(test)]

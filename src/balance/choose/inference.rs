@@ -13,6 +13,7 @@
 use std::cell::OnceCell;
 
 use crate::balance::choose::ask::Ask;
+use crate::balance::choose::cached;
 use crate::balance::choose::ctx::{
     load_cap, Ctx, Pick, LOADING_GRACE_MS, LOADS_AT_ONCE, MAX_OWNERS, SPILL_SCAN,
 };
@@ -56,7 +57,7 @@ pub(crate) fn pick_inference(
     let p = Inference::new(ctx, ask, rules);
     let owners = p.owners(scratch);
     let warm = p.warm(&owners, random);
-    let warm = p.cached(warm).or(warm);
+    let warm = cached::choice(ctx, &ask.cached, warm, |i| p.under(i)).or(warm);
     let prefetch = p.prefetch(&owners, warm);
     let choice = warm
         .or_else(|| p.cold_owner(&owners))
@@ -194,22 +195,6 @@ impl<'p, 'a> Inference<'p, 'a> {
             served_under: &served[..served_len],
             loading_under: &loading[..loading_len],
         }
-    }
-
-    /// With prompt blocks cached somewhere (feature `kv-events`): the
-    /// backend holding the most of the prompt's leading blocks that is
-    /// eligible, has the model resident and is under the bounded-load cap
-    /// (the best few only: see [`Cached`](super::cached::Cached)) — if it
-    /// holds more of them than `warm`'s choice does.
-    fn cached(&self, warm: Choice) -> Choice {
-        let (ctx, key, cached) = (self.ctx, self.ask.key, &self.ask.cached);
-        let floor = warm.map_or(0, |(i, _)| cached.held_by(i));
-        cached
-            .candidates()
-            .take_while(|&(_, held)| held > floor)
-            .map(|(i, _)| i)
-            .find(|&i| ctx.eligible(i) && ctx.resident(i, key) && self.under(i))
-            .map(|i| (i, Branch::CachedBlocks))
     }
 
     /// The warm choice, by urgency. `Critical`: the cheapest owner serving

@@ -232,6 +232,19 @@ fn ids(prompt: &Value) -> Result<Vec<u32>, PromptError> {
         .collect()
 }
 
+impl crate::kv::Tokenize for PromptTokenizer {
+    /// [`tokens_of`](Self::tokens_of), at once (no IO: the tokenizer runs
+    /// on the caller's task — about 0.4 µs a token).
+    fn tokenize<'a>(
+        &'a self,
+        path: &'a str,
+        body: &'a bytes::Bytes,
+    ) -> crate::kv::TokenizeFuture<'a> {
+        let tokens = self.tokens_of(path, body).map_err(Into::into);
+        Box::pin(std::future::ready(tokens))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::PromptKind;
@@ -247,18 +260,5 @@ mod tests {
             Some(PromptKind::Completion)
         );
         assert_eq!(PromptKind::of_path("/v1/embeddings"), None);
-    }
-}
-
-impl crate::kv::Tokenize for PromptTokenizer {
-    /// [`tokens_of`](Self::tokens_of), at once (no IO: the tokenizer runs
-    /// on the caller's task — about 0.4 µs a token).
-    fn tokenize<'a>(
-        &'a self,
-        path: &'a str,
-        body: &'a bytes::Bytes,
-    ) -> crate::kv::TokenizeFuture<'a> {
-        let tokens = self.tokens_of(path, body).map_err(Into::into);
-        Box::pin(std::future::ready(tokens))
     }
 }

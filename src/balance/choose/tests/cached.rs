@@ -187,11 +187,11 @@ proptest! {
             let r = route("tiny");
             let p = prompt(seed, 4);
             let (ta, tb) = (indexed_table(4, &KvIndex::new(64)), indexed_table(4, &KvIndex::new(64)));
-            for i in 0..4 {
+            for (i, &n) in held.iter().enumerate() {
                 make_resident(&ta, i, &r);
                 make_resident(&tb, i, &r);
-                hold(&ta, i, &p, held[i]);
-                hold(&tb, i, &p, held[i]);
+                hold(&ta, i, &p, n);
+                hold(&tb, i, &p, n);
             }
             let (a, b) = (pick_with(&ta, &r, &p).0, pick_with(&tb, &r, &p).0);
             prop_assert_eq!(&ta.backends[a.index].id, &tb.backends[b.index].id);
