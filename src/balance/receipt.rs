@@ -130,6 +130,7 @@ pub struct BlocksHeld {
 }
 
 impl BlocksHeld {
+    #[cfg_attr(not(feature = "kv-events"), allow(dead_code))]
     pub(crate) fn new(total: usize, held: usize, runner_up: Option<(BackendId, usize)>) -> Self {
         Self {
             total,

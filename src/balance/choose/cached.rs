@@ -86,6 +86,7 @@ impl Cached {
 
     /// Keeps backend `i` among the best if it holds more (or as many and
     /// ranks first in `order`).
+    #[cfg_attr(not(feature = "kv-events"), allow(dead_code))]
     fn offer(&mut self, i: u32, held: u32, order: u64) {
         let len = self.len as usize;
         let better = |(_, h, o): (u32, u32, u64)| held > h || (held == h && order > o);
