@@ -191,11 +191,12 @@ impl BalanceConfigBuilder {
     /// (feature `kv-events`; default: no index, prefix affinity only). A
     /// request carrying [`PromptBlocks`](crate::kv::PromptBlocks) in its
     /// extensions goes to the eligible backend, serving its model and under
-    /// the bounded-load cap, that holds the most of its leading blocks; a
-    /// tie goes to the cheaper, then to the same backend on every replica
-    /// (rendezvous order on the backends' IDs). With no block held
-    /// anywhere, or no such backend, the request is routed as without
-    /// the index. The index is shared: an event source
+    /// the bounded-load cap, that holds the most of its leading blocks — if
+    /// it holds more of them than the backend the request's affinity
+    /// chooses; a tie goes to the same backend on every replica
+    /// (rendezvous order on the backends' IDs). Otherwise the request is
+    /// routed as without the index, its ring walk keyed by its prefix key
+    /// or its first block no backend holds (docs/prefix.md). The index is shared: an event source
     /// ([`kv::subscribe`](crate::kv::subscribe)) writes it.
     #[cfg(feature = "kv-events")]
     #[cfg_attr(docsrs, doc(cfg(feature = "kv-events")))]

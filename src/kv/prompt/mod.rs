@@ -55,4 +55,4 @@ mod template;
 mod tokenizer;
 
 pub use error::{LoadError, PromptError};
-pub use tokenizer::{PromptKind, PromptTokenizer};
+pub use tokenizer::{PromptKind, PromptTokenizer, MAX_PROMPT_BYTES};

@@ -42,17 +42,21 @@ pub(super) fn render(
     body: &Value,
 ) -> Result<String, PromptError> {
     let tools = tools(&field(body, "tools"))?;
-    let own;
-    let chat = match field(body, "chat_template").as_str() {
-        Some(source) => {
-            own = Chat::new(source).map_err(|e| PromptError::Template(e.to_string()))?;
-            &own
-        }
-        None => match (&tools, templates.1, templates.0) {
-            (Some(_), Some(tool_chat), _) => tool_chat,
-            (_, _, Some(chat)) => chat,
-            _ => return Err(PromptError::NoTemplate),
-        },
+    // A template the request brings is code from the client: vLLM
+    // refuses it unless started with `--trust-request-chat-template`, and
+    // rendering it here would run it (unbounded loops, output) before the
+    // server refuses. Not tokenized: the request is routed without blocks.
+    let own = field(body, "chat_template");
+    if !(own.is_undefined() || own.is_none()) {
+        return Err(PromptError::Unsupported(
+            "a request's own `chat_template` (vLLM refuses it without --trust-request-chat-template)"
+                .into(),
+        ));
+    }
+    let chat = match (&tools, templates.1, templates.0) {
+        (Some(_), Some(tool_chat), _) => tool_chat,
+        (_, _, Some(chat)) => chat,
+        _ => return Err(PromptError::NoTemplate),
     };
     let mut conversation =
         messages::conversation(&field(body, "messages"), chat.format, chat.knows_developer)?;

@@ -232,16 +232,33 @@ fn ids(prompt: &Value) -> Result<Vec<u32>, PromptError> {
         .collect()
 }
 
+/// The largest body [`PromptTokenizer`]'s [`Tokenize`](crate::kv::Tokenize)
+/// tokenizes: 1 MiB, about 250,000 tokens of English, past any context a
+/// server serves. A larger one is routed without blocks (the server
+/// refuses it anyway), rather than hold a thread for its tokenizing.
+pub const MAX_PROMPT_BYTES: usize = 1 << 20;
+
 impl crate::kv::Tokenize for PromptTokenizer {
-    /// [`tokens_of`](Self::tokens_of), at once (no IO: the tokenizer runs
-    /// on the caller's task — about 0.4 µs a token).
+    /// [`tokens_of`](Self::tokens_of) on tokio's blocking pool: tokenizing
+    /// takes about 0.4 µs a token, which a long prompt would otherwise
+    /// spend on the runtime's worker. A body over [`MAX_PROMPT_BYTES`] is
+    /// an [`Unsupported`](PromptError::Unsupported) error, not tokenized.
     fn tokenize<'a>(
         &'a self,
         path: &'a str,
         body: &'a bytes::Bytes,
     ) -> crate::kv::TokenizeFuture<'a> {
-        let tokens = self.tokens_of(path, body).map_err(Into::into);
-        Box::pin(std::future::ready(tokens))
+        if body.len() > MAX_PROMPT_BYTES {
+            let why = format!("a body of {} bytes, over {MAX_PROMPT_BYTES}", body.len());
+            return Box::pin(std::future::ready(
+                Err(PromptError::Unsupported(why).into()),
+            ));
+        }
+        let (this, path, body) = (self.clone(), path.to_owned(), body.clone());
+        Box::pin(async move {
+            let tokens = tokio::task::spawn_blocking(move || this.tokens_of(&path, &body)).await?;
+            Ok(tokens?)
+        })
     }
 }
 
