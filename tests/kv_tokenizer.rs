@@ -420,8 +420,7 @@ fn bad_input_is_an_error_not_a_panic() {
     ] {
         assert!(tok.chat(body).is_err(), "{}", String::from_utf8_lossy(body));
     }
-    // A request's own template is never run (vLLM refuses it by default):
-    // this one would loop 10^10 times.
+    // A request's own template is never run: this one would loop 10^10 times.
     let costly = br#"{"messages": [{"role": "user", "content": "x"}], "chat_template": "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}x"}"#;
     assert!(matches!(tok.chat(costly), Err(PromptError::Unsupported(_))));
     let image = br#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}"#;
