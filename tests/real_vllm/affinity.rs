@@ -10,7 +10,7 @@ use crate::fleet::health_of;
 use crate::gateway::{chat, client, post, Running};
 use crate::text::{line, text};
 
-const HITS: &str = "vllm:prefix_cache_hits_total";
+pub const HITS: &str = "vllm:prefix_cache_hits_total";
 const QUERIES: &str = "vllm:prefix_cache_queries_total";
 
 /// One piece of the workload.
@@ -115,7 +115,7 @@ async fn drive(url: &str, jobs: Vec<Job>, seed: u64) -> Vec<u16> {
 }
 
 /// The fleet's prefix-cache hits and queries (tokens), summed.
-async fn cache_counters(servers: &[Vllm]) -> (f64, f64) {
+pub async fn cache_counters(servers: &[Vllm]) -> (f64, f64) {
     let (mut hits, mut queries) = (0.0, 0.0);
     for server in servers {
         hits += server.metric(HITS).await;
@@ -124,8 +124,9 @@ async fn cache_counters(servers: &[Vllm]) -> (f64, f64) {
     (hits, queries)
 }
 
-/// Empties every server's prefix cache (vLLM's dev-mode route).
-async fn reset_caches(servers: &[Vllm]) {
+/// Empties every server's prefix cache (vLLM's dev-mode route; it
+/// publishes `AllBlocksCleared`).
+pub async fn reset_caches(servers: &[Vllm]) {
     for server in servers {
         let reset = client()
             .post(format!("{}/reset_prefix_cache", server.url()))

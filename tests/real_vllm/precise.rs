@@ -12,13 +12,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::affinity::{cache_counters, reset_caches, HITS};
 use crate::fixture::{Vllm, MODEL};
 use crate::gateway::{self, client, median, Running, SESSION_HEADER};
 use crate::precise_workload::{oracle_of, requests, workload, Job};
 use crate::router;
-
-const HITS: &str = "vllm:prefix_cache_hits_total";
-const QUERIES: &str = "vllm:prefix_cache_queries_total";
 
 /// Rounds of the workload, each router once a round on the same texts
 /// (a run takes about a second).
@@ -124,33 +122,6 @@ async fn drive(target: &Target, jobs: Vec<Job>) -> Vec<(Duration, String)> {
     ttfts
 }
 
-/// The fleet's prefix-cache hits and queries (tokens), summed.
-async fn counters(servers: &[Vllm]) -> (f64, f64) {
-    let (mut hits, mut queries) = (0.0, 0.0);
-    for server in servers {
-        hits += server.metric(HITS).await;
-        queries += server.metric(QUERIES).await;
-    }
-    (hits, queries)
-}
-
-/// Empties every server's prefix cache (vLLM's dev-mode route; it
-/// publishes `AllBlocksCleared`).
-async fn reset(servers: &[Vllm]) {
-    for server in servers {
-        let reset = client()
-            .post(format!("{}/reset_prefix_cache", server.url()))
-            .send()
-            .await
-            .expect("reset_prefix_cache");
-        assert!(
-            reset.status().is_success(),
-            "reset_prefix_cache: {}",
-            reset.status()
-        );
-    }
-}
-
 /// One row of the table: vLLM's hits and queries over every round, and
 /// every first token's time.
 #[derive(Default)]
@@ -171,8 +142,8 @@ impl Row {
 
     /// A run of `seed` against `target` on emptied caches, added.
     async fn run(&mut self, servers: &[Vllm], target: &Target, seed: u64) {
-        reset(servers).await;
-        let before = counters(servers).await;
+        reset_caches(servers).await;
+        let before = cache_counters(servers).await;
         for (ttft, receipt) in drive(target, workload(seed)).await {
             self.ttfts.push(ttft);
             if let (Some(backend), Some(reason)) =
@@ -192,7 +163,7 @@ impl Row {
                     .or_default() += 1;
             }
         }
-        let after = counters(servers).await;
+        let after = cache_counters(servers).await;
         self.hits += after.0 - before.0;
         self.queries += after.1 - before.1;
         self.runs
@@ -304,7 +275,7 @@ pub async fn kv_events_route_to_what_vllm_caches(servers: &[Vllm], prefix: &Runn
 /// backends their receipts name agree: the share that do.
 async fn replicas_agree(servers: &[Vllm], kv: &Running) -> f64 {
     let other = gateway::start_kv(servers).await;
-    reset(servers).await;
+    reset_caches(servers).await;
     let (mut agree, mut total) = (0usize, 0usize);
     let mut disagreements = Vec::new();
     for job in workload(200) {

@@ -12,41 +12,14 @@ use crate::route::Route;
 
 /// `n` backends whose blocks `index` holds.
 fn indexed_table(n: usize, index: &KvIndex) -> Table {
-    let fleet = Arc::new(Fleet {
+    let fleet = Fleet {
         settings: Settings {
             kv_index: Some(index.clone()),
             ..Settings::default()
         },
         ..Fleet::new()
-    });
-    let ids: Vec<BackendId> = (0..n)
-        .map(|i| BackendId::new(&format!("b{i}")).unwrap())
-        .collect();
-    Table {
-        ring: Ring::build(
-            &RingConfig::default(),
-            ids.iter().cloned().map(|id| (id, 1)),
-        )
-        .unwrap(),
-        backends: ids
-            .into_iter()
-            .map(|id| {
-                Arc::new(BackendState::new(
-                    id,
-                    BreakerConfig::builder()
-                        .window(2)
-                        .minimum_calls(1)
-                        .build()
-                        .unwrap(),
-                    fleet.clone(),
-                    Start::default(),
-                ))
-            })
-            .collect(),
-        fleet,
-        in_ring: n as f64,
-        assigned: Default::default(),
-    }
+    };
+    table_in(n, Arc::new(fleet))
 }
 
 /// A prompt of `blocks` blocks of 4 tokens, from `seed`.

@@ -27,6 +27,11 @@ use crate::route::{ModelId, RouteInfo};
 use crate::route::{RequestKind, Urgency};
 
 fn table(n: usize) -> Table {
+    table_in(n, Arc::new(Fleet::new()))
+}
+
+/// `n` backends `b0`, `b1`, … sharing `fleet`.
+fn table_in(n: usize, fleet: Arc<Fleet>) -> Table {
     let ids: Vec<BackendId> = (0..n)
         .map(|i| BackendId::new(&format!("b{i}")).unwrap())
         .collect();
@@ -35,7 +40,6 @@ fn table(n: usize) -> Table {
         .minimum_calls(1)
         .build()
         .unwrap();
-    let fleet = Arc::new(Fleet::new());
     Table {
         ring: Ring::build(
             &RingConfig::default(),
